@@ -1,0 +1,1 @@
+"""The coordinator: gRPC service, job state machines, server-side protocol steps, `xclp-server` CLI."""

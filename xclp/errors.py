@@ -1,0 +1,48 @@
+"""The one error hierarchy of xclp.
+
+Every failure a user can cause or meet has its own class; the gRPC layer maps these to status
+codes in one place (`server/status.py`, `client/status.py`) and the CLIs map them to exit codes in
+one place. Messages say what to fix.
+"""
+
+from __future__ import annotations
+
+
+class XclpError(Exception):
+    """Base of every error xclp raises on purpose."""
+
+
+class InvalidInput(XclpError, ValueError):
+    """Data or parameters are malformed: wrong shape, NaN, label out of range, bad option."""
+
+
+class ConfigError(InvalidInput):
+    """A configuration file or command-line setting is wrong."""
+
+
+class ProtocolError(XclpError):
+    """A peer or the coordinator sent something the protocol does not allow."""
+
+
+class InvalidSignature(ProtocolError):
+    """A signed key bundle or roster did not verify under the claimed identity key."""
+
+
+class OutOfRange(ProtocolError):
+    """A decrypted or unmasked value lies outside the range the protocol guarantees."""
+
+
+class PeerDropped(XclpError):
+    """A party disconnected or missed a deadline; carries the ids that dropped."""
+
+    def __init__(self, message: str, dropped: frozenset[str] = frozenset()) -> None:
+        super().__init__(message)
+        self.dropped = dropped
+
+
+class DeadlineExceeded(PeerDropped):
+    """A wait ran past its deadline."""
+
+
+class ReplayRefused(ProtocolError):
+    """A step was asked to run twice with the same round and participant set (fresh masks only)."""
