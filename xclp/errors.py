@@ -28,6 +28,10 @@ class InvalidSignature(ProtocolError):
     """A signed key bundle or roster did not verify under the claimed identity key."""
 
 
+class NotAuthorized(ProtocolError):
+    """A party is not on the coordinator's allow-list, or acts for a party or job it was not admitted to."""
+
+
 class OutOfRange(ProtocolError):
     """A decrypted or unmasked value lies outside the range the protocol guarantees."""
 
