@@ -1,0 +1,148 @@
+"""Differential-privacy noise: Laplace, discrete Laplace, its distributed shares, exponential mechanism.
+
+Used by FlyNN's per-party DP training and RACE's private release (DESIGN §6).
+
+Randomness: by default every draw starts from cryptographic uniforms — 53 random bits from
+`os.urandom` per double, u = (k + ½)·2^−53 ∈ (0, 1) (never 0 or 1, so logarithms are finite) —
+transformed by inverse CDFs. Tests pass `source=` a numpy Generator to get reproducible draws from
+the same transforms (it supplies the 53-bit integers instead). numpy's global state is never used.
+
+Caveat (Mironov 2012): floating-point Laplace noise leaks through the set of representable
+outputs. Integer data (counts) should use `discrete_laplace` / `discrete_laplace_share`, whose
+outputs are integers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from xclp.errors import InvalidInput
+
+Shape = int | tuple[int, ...]
+_MANTISSA_BITS = 53
+# −log(u) <= 53·ln 2 + ln 2 ≈ 37.4 for our uniforms, so an integer sample is at most ~37.4·scale;
+# keep that well inside int64.
+_MAX_SCALE = 2.0**56
+
+
+def uniform_open(shape: Shape, *, source: np.random.Generator | None = None) -> np.ndarray:
+    """float64[shape] uniforms in the open interval (0, 1), on the 2^−53 grid shifted by half a step."""
+    dims = _check_shape(shape)
+    n = math.prod(dims)
+    if source is None:
+        k = np.frombuffer(os.urandom(8 * n), dtype="<u8") >> np.uint64(64 - _MANTISSA_BITS)
+    elif isinstance(source, np.random.Generator):
+        k = source.integers(0, 2**_MANTISSA_BITS, size=n, dtype=np.uint64)
+    else:
+        raise InvalidInput(f"source must be a numpy Generator or None (OS CSPRNG), got {type(source).__name__}")
+    return ((k.astype(np.float64) + 0.5) * 2.0**-_MANTISSA_BITS).reshape(dims)
+
+
+def laplace(scale: float, shape: Shape, *, source: np.random.Generator | None = None) -> np.ndarray:
+    """float64[shape] i.i.d. Laplace(0, scale): density exp(−|x|/scale) / (2·scale).
+
+    Drawn as scale·(E1 − E2) with E = −log u standard exponentials; the difference of two i.i.d.
+    exponentials is exactly Laplace and avoids the cancellation of the one-uniform inverse CDF.
+    """
+    b = _check_scale(scale)
+    dims = _check_shape(shape)
+    u = uniform_open((2, *dims), source=source)
+    return b * (np.log(u[1]) - np.log(u[0]))
+
+
+def discrete_laplace(scale: float, shape: Shape, *, source: np.random.Generator | None = None) -> np.ndarray:
+    """int64[shape] two-sided geometric noise: P(k) = (1 − q)/(1 + q) · q^|k|, q = exp(−1/scale).
+
+    The difference of two i.i.d. geometrics G with P(G = g) = (1 − q) q^g. Each G is the inverse
+    CDF ⌊scale · (−log u)⌋, since P(G >= g) = P(u <= q^g) = q^g exactly.
+    """
+    b = _check_scale(scale)
+    dims = _check_shape(shape)
+    u = uniform_open((2, *dims), source=source)
+    g = np.floor(-b * np.log(u)).astype(np.int64)
+    return g[0] - g[1]
+
+
+def discrete_laplace_share(
+    scale: float, n_parties: int, shape: Shape, *, source: np.random.Generator | None = None
+) -> np.ndarray:
+    """int64[shape]: one of `n_parties` = τ shares whose sum is exactly `discrete_laplace(scale)`.
+
+    Share = NB(1/τ, p) − NB(1/τ, p) with p = 1 − exp(−1/scale) (NB counts failures before the
+    r-th success). NB is infinitely divisible: a sum of τ i.i.d. NB(1/τ, p) is NB(1, p), the
+    geometric above, so the τ parties' shares add up to two-sided geometric noise while no single
+    party's released array is noiseless (DESIGN §6). Each NB draw is an exact inverse-CDF sample,
+    `scipy.stats.nbinom.ppf(u)` of a cryptographic uniform — one uniform per draw, no rejection
+    loop (a Poisson–Gamma mixture would need two inverse CDFs per draw for the same law).
+    """
+    b = _check_scale(scale)
+    if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) or n_parties < 1:
+        raise InvalidInput(f"n_parties must be an integer >= 1, got {n_parties!r}")
+    dims = _check_shape(shape)
+    p = -math.expm1(-1.0 / b)  # 1 − exp(−1/scale), accurate for large scale
+    u = uniform_open((2, *dims), source=source)
+    nb = stats.nbinom.ppf(u, 1.0 / int(n_parties), p).astype(np.int64)
+    return nb[0] - nb[1]
+
+
+def exponential_mechanism_select(
+    scores: np.ndarray, epsilon_per_unit: float, count: int, *, source: np.random.Generator | None = None
+) -> np.ndarray:
+    """int64[count] distinct indices of float[m] `scores`, picked one after another without
+    replacement, each time with probability ∝ exp(epsilon_per_unit · score) among those left.
+
+    FlyNN's DP step (paper 001 Alg. 1 lines 15-18; DESIGN §6) passes epsilon_per_unit = ε/(4Tτ).
+    Gumbel-top-k: adding i.i.d. Gumbel(0, 1) noise to epsilon_per_unit·score and taking the
+    `count` largest in decreasing order has exactly the law of the sequential mechanism, and needs
+    no exponentials of large scores (the log-sum-exp problem disappears).
+    """
+    s = _check_scores(scores)
+    if isinstance(epsilon_per_unit, bool) or not isinstance(epsilon_per_unit, (int, float, np.floating, np.integer)):
+        raise InvalidInput(f"epsilon_per_unit must be a number, got {epsilon_per_unit!r}")
+    eps = float(epsilon_per_unit)
+    if not math.isfinite(eps) or eps < 0:
+        raise InvalidInput(f"epsilon_per_unit must be finite and >= 0, got {epsilon_per_unit!r}")
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= s.size:
+        raise InvalidInput(f"count must be an integer in [0, {s.size}] (the number of scores), got {count!r}")
+    gumbel = -np.log(-np.log(uniform_open(s.size, source=source)))
+    keys = eps * s + gumbel
+    if not np.all(np.isfinite(keys)):
+        raise InvalidInput("epsilon_per_unit * scores overflows float64; rescale the scores")
+    order = np.argsort(-keys, kind="stable")
+    return order[: int(count)].astype(np.int64)
+
+
+def _check_scale(scale: Any) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise InvalidInput(f"noise scale must be a number, got {scale!r}")
+    b = float(scale)
+    if not math.isfinite(b) or b <= 0:
+        raise InvalidInput(f"noise scale must be finite and > 0, got {scale!r}")
+    if b > _MAX_SCALE:
+        raise InvalidInput(f"noise scale {b:g} is too large (max 2^56); check sensitivity/epsilon")
+    return b
+
+
+def _check_shape(shape: Shape) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise InvalidInput(f"shape must be non-negative integers, got {shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+def _check_scores(scores: Any) -> np.ndarray:
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"scores must be numeric: {exc}") from None
+    if s.ndim != 1 or s.size == 0:
+        raise InvalidInput(f"scores must be a non-empty 1-D array, got shape {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise InvalidInput("scores contain NaN/inf")
+    return s
