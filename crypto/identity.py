@@ -1,0 +1,262 @@
+"""Long-term Ed25519 identities, signed key bundles and the signed roster (DESIGN §2, §4.1).
+
+Each party owns an Ed25519 identity key; the coordinator's allow-list names its public key.
+For every job a party draws a fresh X25519 key (and, for XCLP, a Paillier key) and signs a
+`KeyBundle` binding them to its party id and the job. The roster is the list of signed bundles;
+every party verifies every signature and checks that its own entry came back unmodified, so even
+an active coordinator cannot substitute key-agreement keys. The session id is the SHA-256 of the
+canonical roster: every party derives the same one and a new run (fresh X25519 keys) gets a new one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
+
+_PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_BUNDLE_TAG = b"xclp/key-bundle/v1"
+_SESSION_TAG = b"xclp/session/v1"
+_PUBLIC_PREFIX = "ed25519:"
+_MAX_FIELD = 1 << 16
+
+
+def check_party_id(party_id: str) -> str:
+    if not isinstance(party_id, str) or not _PARTY_ID.match(party_id):
+        raise InvalidInput(
+            f"party id {party_id!r} must be 1-64 characters of letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return party_id
+
+
+# --- identity keys -------------------------------------------------------------------------
+
+
+def generate_identity() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def save_identity(key: Ed25519PrivateKey, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Write the private key as PKCS#8 PEM, readable by the owner only (mode 0600)."""
+    path = Path(path)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"{path} already exists; refusing to overwrite an identity key") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(pem)
+    os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask and ignored for existing files
+    return path
+
+
+def load_identity(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read identity key {path}: {exc.strerror}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError(f"{path} holds a {type(key).__name__}, not an Ed25519 identity key")
+    return key
+
+
+def public_bytes(key: Ed25519PrivateKey | Ed25519PublicKey) -> bytes:
+    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def public_key_text(key: Ed25519PrivateKey | Ed25519PublicKey | bytes) -> str:
+    """One-line text form for allow-lists: "ed25519:<base64 of the 32 raw bytes>"."""
+    raw = key if isinstance(key, bytes) else public_bytes(key)
+    return _PUBLIC_PREFIX + base64.b64encode(raw).decode()
+
+
+def parse_public_key(text: str) -> bytes:
+    """The 32 raw bytes of an "ed25519:<base64>" public key; refuses anything else."""
+    text = text.strip()
+    if not text.startswith(_PUBLIC_PREFIX):
+        raise ConfigError(f"public key {text[:20]!r}... must start with {_PUBLIC_PREFIX!r}")
+    try:
+        raw = base64.b64decode(text[len(_PUBLIC_PREFIX) :], validate=True)
+    except binascii.Error:
+        raise ConfigError("public key is not valid base64") from None
+    if len(raw) != 32:
+        raise ConfigError(f"an Ed25519 public key has 32 bytes, got {len(raw)}")
+    return raw
+
+
+# --- key bundles -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyBundle:
+    """What a party publishes for one job, signed by its identity key (DESIGN §4.1).
+
+    identity_public, x25519_public: 32 raw bytes each. nonce: 16 random bytes (fresh per run).
+    paillier_n, paillier_hs: big-endian Paillier modulus N and h_s = h^N mod N² (XCLP only, else b"").
+    """
+
+    party_id: str
+    job_id: str
+    identity_public: bytes
+    x25519_public: bytes
+    nonce: bytes
+    paillier_n: bytes = b""
+    paillier_hs: bytes = b""
+
+    def __post_init__(self) -> None:
+        check_party_id(self.party_id)
+        if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable():
+            raise InvalidInput(f"job id {self.job_id!r} must be 1-128 printable characters")
+        for name in ("identity_public", "x25519_public"):
+            if not isinstance(getattr(self, name), bytes) or len(getattr(self, name)) != 32:
+                raise InvalidInput(f"{name} must be 32 bytes")
+        if len(self.nonce) != 16:
+            raise InvalidInput("nonce must be 16 bytes")
+        if bool(self.paillier_n) != bool(self.paillier_hs):
+            raise InvalidInput("paillier_n and paillier_hs come together or not at all")
+        if len(self.paillier_n) > _MAX_FIELD or len(self.paillier_hs) > _MAX_FIELD:
+            raise InvalidInput("Paillier fields are too large")
+
+    def canonical_bytes(self) -> bytes:
+        """Tag, then each field as a 4-byte big-endian length and its bytes, in declaration order."""
+        fields = (self.party_id.encode(), self.job_id.encode(), self.identity_public, self.x25519_public,
+                  self.nonce, self.paillier_n, self.paillier_hs)
+        return _BUNDLE_TAG + b"".join(struct.pack(">I", len(f)) + f for f in fields)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyBundle:
+        if not data.startswith(_BUNDLE_TAG):
+            raise InvalidInput("not an xclp key bundle (wrong tag)")
+        pos, fields = len(_BUNDLE_TAG), []
+        for _ in range(7):
+            if pos + 4 > len(data):
+                raise InvalidInput("key bundle is truncated")
+            (size,) = struct.unpack_from(">I", data, pos)
+            pos += 4
+            if size > _MAX_FIELD or pos + size > len(data):
+                raise InvalidInput("key bundle field runs past its end")
+            fields.append(data[pos : pos + size])
+            pos += size
+        if pos != len(data):
+            raise InvalidInput("key bundle has trailing bytes")
+        try:
+            party_id, job_id = fields[0].decode(), fields[1].decode()
+        except UnicodeDecodeError:
+            raise InvalidInput("key bundle ids are not UTF-8") from None
+        bundle = cls(party_id, job_id, *fields[2:])
+        if bundle.canonical_bytes() != data:
+            raise InvalidInput("key bundle is not in canonical form")
+        return bundle
+
+
+@dataclass(frozen=True)
+class SignedBundle:
+    bundle: bytes  # KeyBundle.canonical_bytes()
+    signature: bytes  # Ed25519, 64 bytes
+
+
+def sign_bundle(key: Ed25519PrivateKey, bundle: KeyBundle) -> SignedBundle:
+    if public_bytes(key) != bundle.identity_public:
+        raise InvalidInput("the bundle names another identity key than the one signing it")
+    data = bundle.canonical_bytes()
+    return SignedBundle(data, key.sign(data))
+
+
+def verify_bundle(signed: SignedBundle, *, expected_identity: bytes | None = None) -> KeyBundle:
+    """The bundle if its signature verifies under the identity key it names (and, if given, that
+    key is `expected_identity`, e.g. from the allow-list); raises InvalidSignature otherwise."""
+    try:
+        bundle = KeyBundle.from_bytes(signed.bundle)
+    except InvalidInput as exc:
+        raise InvalidSignature(f"malformed key bundle: {exc}") from None
+    if expected_identity is not None and bundle.identity_public != expected_identity:
+        raise InvalidSignature(f"party {bundle.party_id!r} signed with an identity key other than its allowed one")
+    try:
+        Ed25519PublicKey.from_public_bytes(bundle.identity_public).verify(signed.signature, signed.bundle)
+    except _CryptoInvalidSignature:
+        raise InvalidSignature(f"the key bundle of party {bundle.party_id!r} has a bad signature") from None
+    return bundle
+
+
+# --- roster ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Verified bundles of one job run, sorted by party id, and the session id they define."""
+
+    bundles: tuple[KeyBundle, ...]
+    session_id: bytes  # 32 bytes
+
+    @property
+    def party_ids(self) -> tuple[str, ...]:
+        return tuple(b.party_id for b in self.bundles)
+
+    def bundle(self, party_id: str) -> KeyBundle:
+        for b in self.bundles:
+            if b.party_id == party_id:
+                return b
+        raise ProtocolError(f"party {party_id!r} is not on the roster")
+
+
+def session_id(bundles: Iterable[bytes]) -> bytes:
+    """SHA-256 over the canonical bundles in party-id order (callers pass them sorted)."""
+    h = hashlib.sha256(_SESSION_TAG)
+    for data in bundles:
+        h.update(struct.pack(">I", len(data)) + data)
+    return h.digest()
+
+
+def verify_roster(
+    signed: Iterable[SignedBundle],
+    *,
+    job_id: str,
+    own: SignedBundle,
+    allowed: Mapping[str, bytes] | None = None,
+) -> Roster:
+    """Check every signature, one bundle per party, all for `job_id`, and our own entry unmodified.
+
+    `allowed` (party id -> identity public key) pins identities when the party knows them.
+    """
+    items = list(signed)
+    bundles: dict[str, tuple[KeyBundle, bytes]] = {}
+    for s in items:
+        b = verify_bundle(s, expected_identity=None if allowed is None else allowed.get(_peek_id(s)))
+        if allowed is not None and b.party_id not in allowed:
+            raise InvalidSignature(f"roster names party {b.party_id!r}, which is not in the pinned identities")
+        if b.job_id != job_id:
+            raise InvalidSignature(f"the bundle of {b.party_id!r} is for job {b.job_id!r}, not {job_id!r}")
+        if b.party_id in bundles:
+            raise InvalidSignature(f"roster lists party {b.party_id!r} twice")
+        bundles[b.party_id] = (b, s.bundle)
+    mine = KeyBundle.from_bytes(own.bundle)
+    if mine.party_id not in bundles or bundles[mine.party_id][1] != own.bundle:
+        raise InvalidSignature(f"our own key bundle ({mine.party_id!r}) is missing from the roster or was modified")
+    order = sorted(bundles)
+    return Roster(tuple(bundles[p][0] for p in order), session_id(bundles[p][1] for p in order))
+
+
+def _peek_id(signed: SignedBundle) -> str:
+    try:
+        return KeyBundle.from_bytes(signed.bundle).party_id
+    except InvalidInput as exc:
+        raise InvalidSignature(f"malformed key bundle in roster: {exc}") from None

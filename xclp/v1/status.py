@@ -1,0 +1,74 @@
+"""The one place where xclp errors meet gRPC status codes and process exit codes (STYLE §6).
+
+The coordinator aborts an RPC with `status_code(exc)`; a party turns a failed RPC back into an
+xclp error with `error_from_rpc`; both CLIs exit with `exit_code(exc)`.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from xclp import errors
+
+# Most specific class first: the first isinstance match wins.
+_STATUS: tuple[tuple[type[errors.XclpError], grpc.StatusCode], ...] = (
+    (errors.NotAuthorized, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.InvalidSignature, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.ReplayRefused, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.OutOfRange, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.InvalidInput, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.ProtocolError, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.PeerDropped, grpc.StatusCode.ABORTED),
+)
+
+_FROM_STATUS: dict[grpc.StatusCode, type[errors.XclpError]] = {
+    grpc.StatusCode.PERMISSION_DENIED: errors.NotAuthorized,
+    grpc.StatusCode.UNAUTHENTICATED: errors.InvalidSignature,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidInput,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.ProtocolError,
+    grpc.StatusCode.NOT_FOUND: errors.InvalidInput,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+    grpc.StatusCode.ABORTED: errors.PeerDropped,
+    grpc.StatusCode.CANCELLED: errors.PeerDropped,
+    grpc.StatusCode.UNAVAILABLE: errors.PeerDropped,
+}
+
+# Exit codes of xclp-server and xclp-client.
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_BAD_INPUT = 2  # fix the data, flags or config file
+EXIT_PROTOCOL = 3  # a peer or the coordinator broke the protocol
+EXIT_REFUSED = 4  # not admitted / signature or token wrong
+EXIT_DROPPED = 5  # this party, a peer or the coordinator dropped or missed a deadline
+_EXIT: tuple[tuple[type[errors.XclpError], int], ...] = (
+    (errors.NotAuthorized, EXIT_REFUSED),
+    (errors.InvalidSignature, EXIT_REFUSED),
+    (errors.InvalidInput, EXIT_BAD_INPUT),
+    (errors.ProtocolError, EXIT_PROTOCOL),
+    (errors.PeerDropped, EXIT_DROPPED),
+)
+
+
+def status_code(exc: errors.XclpError) -> grpc.StatusCode:
+    for cls, code in _STATUS:
+        if isinstance(exc, cls):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def error_from_rpc(exc: grpc.RpcError, *, where: str = "coordinator") -> errors.XclpError:
+    """An xclp error carrying the coordinator's message for a failed RPC."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    cls = _FROM_STATUS.get(code, errors.ProtocolError)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return cls(f"cannot reach the {where}: {details}")
+    return cls(f"{where} answered {code.name}: {details}")
+
+
+def exit_code(exc: BaseException) -> int:
+    for cls, code in _EXIT:
+        if isinstance(exc, cls):
+            return code
+    return EXIT_UNEXPECTED

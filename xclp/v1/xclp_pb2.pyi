@@ -1,0 +1,152 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SignedBundle(_message.Message):
+    __slots__ = ("bundle", "signature")
+    BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    bundle: bytes
+    signature: bytes
+    def __init__(self, bundle: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class DataSummary(_message.Message):
+    __slots__ = ("rows", "labeled_rows", "dim")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    LABELED_ROWS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    labeled_rows: int
+    dim: int
+    def __init__(self, rows: _Optional[int] = ..., labeled_rows: _Optional[int] = ..., dim: _Optional[int] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("job_id", "bundle", "summary")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    bundle: SignedBundle
+    summary: DataSummary
+    def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    STEP_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_type: str
+    params_json: str
+    expected_parties: _containers.RepeatedScalarFieldContainer[str]
+    min_parties: int
+    step_deadline_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ...) -> None: ...
+
+class JoinResponse(_message.Message):
+    __slots__ = ("session_token", "spec")
+    SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    session_token: bytes
+    spec: JobSpec
+    def __init__(self, session_token: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Roster(_message.Message):
+    __slots__ = ("bundles",)
+    BUNDLES_FIELD_NUMBER: _ClassVar[int]
+    bundles: _containers.RepeatedCompositeFieldContainer[SignedBundle]
+    def __init__(self, bundles: _Optional[_Iterable[_Union[SignedBundle, _Mapping]]] = ...) -> None: ...
+
+class StepStart(_message.Message):
+    __slots__ = ("step", "round", "participants", "deadline_seconds")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    round: int
+    participants: _containers.RepeatedScalarFieldContainer[str]
+    deadline_seconds: float
+    def __init__(self, step: _Optional[str] = ..., round: _Optional[int] = ..., participants: _Optional[_Iterable[str]] = ..., deadline_seconds: _Optional[float] = ...) -> None: ...
+
+class JobEnd(_message.Message):
+    __slots__ = ("outcome", "reason")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[JobEnd.Outcome]
+        DONE: _ClassVar[JobEnd.Outcome]
+        FAILED: _ClassVar[JobEnd.Outcome]
+        DROPPED: _ClassVar[JobEnd.Outcome]
+    OUTCOME_UNSPECIFIED: JobEnd.Outcome
+    DONE: JobEnd.Outcome
+    FAILED: JobEnd.Outcome
+    DROPPED: JobEnd.Outcome
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    outcome: JobEnd.Outcome
+    reason: str
+    def __init__(self, outcome: _Optional[_Union[JobEnd.Outcome, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PullItem(_message.Message):
+    __slots__ = ("roster", "step", "frame", "end")
+    ROSTER_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    roster: Roster
+    step: StepStart
+    frame: Frame
+    end: JobEnd
+    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ...) -> None: ...
+
+class Frame(_message.Message):
+    __slots__ = ("job_id", "step", "round", "sender", "recipient", "message_id", "chunk_index", "chunk_count", "total_bytes", "sha256", "dtype", "shape", "data")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    step: str
+    round: int
+    sender: str
+    recipient: str
+    message_id: int
+    chunk_index: int
+    chunk_count: int
+    total_bytes: int
+    sha256: bytes
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[str] = ..., round: _Optional[int] = ..., sender: _Optional[str] = ..., recipient: _Optional[str] = ..., message_id: _Optional[int] = ..., chunk_index: _Optional[int] = ..., chunk_count: _Optional[int] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[bytes] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PushAck(_message.Message):
+    __slots__ = ("frames", "bytes")
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    frames: int
+    bytes: int
+    def __init__(self, frames: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
