@@ -1,0 +1,63 @@
+"""Shared data helpers for benchmark scripts: a bundled data set, label-skewed client splits, label masks.
+
+All helpers are deterministic given a numpy Generator and need no network (sklearn's digits ship
+with the package). Used by benchmarks/xclp_accuracy.py; other benchmark scripts import it as
+`from _data import ...` (a script's own folder is on sys.path when run as `python benchmarks/x.py`):
+
+    X, y = load_digits_data()
+    clients = dirichlet_split(y, n_clients=5, concentration=0.3, rng=rng)   # list of int64 index arrays
+    y_partial = subsample_labels(y, clients, fraction=0.1, rng=rng)          # -1 = unlabeled
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+UNLABELED = -1
+
+
+def load_digits_data() -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's bundled 8×8 digits: X float64[1797, 64] (pixel values 0..16), y int64[1797] in 0..9."""
+    from sklearn.datasets import load_digits  # sklearn is a benchmark-only dependency (extra "bench")
+
+    X, y = load_digits(return_X_y=True)
+    return X.astype(np.float64), y.astype(np.int64)
+
+
+def dirichlet_split(
+    y: np.ndarray, n_clients: int, concentration: float, rng: np.random.Generator, min_rows: int = 10
+) -> list[np.ndarray]:
+    """Label-skewed split: for each class, its rows go to clients in proportions ~ Dirichlet(concentration).
+
+    The usual non-IID federated benchmark split (small concentration = strong skew). Redraws until
+    every client has at least `min_rows` rows. Returns one sorted int64 index array per client.
+    """
+    if n_clients < 1 or concentration <= 0 or min_rows * n_clients > y.size:
+        raise ValueError(f"cannot split {y.size} rows into {n_clients} clients of >= {min_rows} rows")
+    for _ in range(1000):
+        parts: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            cuts = (np.cumsum(rng.dirichlet(np.full(n_clients, concentration)))[:-1] * rows.size).astype(int)
+            for j, chunk in enumerate(np.split(rows, cuts)):
+                parts[j].append(chunk)
+        clients = [np.sort(np.concatenate(p)).astype(np.int64) for p in parts]
+        if min(c.size for c in clients) >= min_rows:
+            return clients
+    raise RuntimeError("no Dirichlet split met min_rows in 1000 draws; lower min_rows or raise concentration")
+
+
+def subsample_labels(
+    y: np.ndarray, clients: list[np.ndarray], fraction: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Copy of y with all but `fraction` of each client's rows set to -1 (at least one labeled row per client).
+
+    Per client, so every client can run per-client LP; rows are chosen uniformly within the client.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    partial = np.full_like(y, UNLABELED)
+    for rows in clients:
+        keep = rng.choice(rows, size=max(1, round(fraction * rows.size)), replace=False)
+        partial[keep] = y[keep]
+    return partial

@@ -1,0 +1,251 @@
+"""The coordinator's graph step: H -> kNN graph -> normalised adjacency -> influence columns.
+
+Paper 003 Alg. 1 lines 4-8 with DESIGN §5.4's choices: similarity max(cos(π·H/L), 0)^p (p = 3 as in
+the authors' code), keep the k largest entries per row with ties broken by the smaller column
+index, W = B + Bᵀ with zero diagonal, 𝒲 = D^{-½} W D^{-½} (zero degrees read as 1), and
+S_L = (I − α𝒲)^{-1}[:, labeled], never forming a dense inverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+
+from xclp.errors import InvalidInput
+from xclp.lsh import check_n_bits, estimate_cosine
+
+# Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to CG.
+DENSE_MAX_NODES = 3000
+
+# Rows of the similarity matrix materialised at once while selecting neighbours (float64[block, n]).
+_SIM_BLOCK_ELEMENTS = 1 << 22
+
+InfluenceMethod = Literal["auto", "dense", "cg"]
+
+
+@dataclass(frozen=True)
+class GraphParams:
+    """Graph and propagation parameters (DESIGN §5 defaults).
+
+    k: neighbours kept per row; alpha: propagation weight in (0, 1); power: exponent p applied to
+    the clipped cosine (p = 1 is the paper's text, p = 3 the authors' code).
+    """
+
+    k: int = 10
+    alpha: float = 0.99
+    power: float = 3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 1:
+            raise InvalidInput(f"k (neighbours per row) must be an integer >= 1, got {self.k!r}")
+        if not isinstance(self.alpha, (int, float, np.floating)) or not 0.0 < float(self.alpha) < 1.0:
+            raise InvalidInput(f"alpha must be a number strictly between 0 and 1, got {self.alpha!r}")
+        if (
+            isinstance(self.power, bool)
+            or not isinstance(self.power, (int, float, np.integer, np.floating))
+            or not np.isfinite(self.power)
+            or self.power <= 0
+        ):
+            raise InvalidInput(f"power (similarity exponent p) must be a positive number, got {self.power!r}")
+
+
+def similarity(H: np.ndarray, n_bits: int, power: float) -> np.ndarray:
+    """Edge weights from Hamming distances: max(cos(π·H/L), 0)^p as float64 of H's shape."""
+    return clipped_power(estimate_cosine(H, n_bits), power)
+
+
+def clipped_power(cosine: np.ndarray, power: float) -> np.ndarray:
+    """max(cosine, 0)^p: negative similarities carry no edge weight (DESIGN §5.4)."""
+    return np.maximum(np.asarray(cosine, dtype=np.float64), 0.0) ** power
+
+
+def _check_square(H: object, name: str = "H") -> np.ndarray:
+    arr = np.asarray(H)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise InvalidInput(f"{name} must be a square n x n matrix, got shape {arr.shape}")
+    return arr
+
+
+def _check_k(k: int, n: int) -> None:
+    if k >= n:
+        raise InvalidInput(
+            f"k = {k} neighbours needs more than k rows, but the graph has only n = {n}; "
+            f"choose k <= {n - 1} or add data"
+        )
+
+
+def _top_k_mask(sim: np.ndarray, k: int) -> np.ndarray:
+    """bool[b, n]: the k largest entries of each row, ties resolved towards smaller column index."""
+    n = sim.shape[1]
+    kth = np.partition(sim, n - k, axis=1)[:, n - k : n - k + 1]  # k-th largest value per row
+    above = sim > kth
+    at = sim == kth
+    # Among entries equal to the k-th largest, the first (k − #above) by column index get in.
+    need = k - above.sum(axis=1, keepdims=True)
+    return above | (at & (np.cumsum(at, axis=1) <= need))
+
+
+def knn_from_similarity_rows(rows: Callable[[int, int], np.ndarray], n: int, k: int) -> sp.csr_matrix:
+    """B + Bᵀ from a row-block generator of the n×n similarity: `rows(start, stop) -> float64[stop-start, n]`.
+
+    Self loops are excluded before selecting, zero-weight picks are dropped, the diagonal is zero.
+    """
+    _check_k(k, n)
+    block = max(1, _SIM_BLOCK_ELEMENTS // max(n, 1))
+    indptr_parts, cols_parts, vals_parts = [], [], []
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        sim = np.array(rows(start, stop), dtype=np.float64)
+        if sim.shape != (stop - start, n):
+            raise InvalidInput(f"similarity block has shape {sim.shape}, expected {(stop - start, n)}")
+        local = np.arange(stop - start)
+        sim[local, start + local] = -np.inf  # self excluded (Alg. 1 line 5 keeps k *other* points)
+        keep = _top_k_mask(sim, k) & (sim > 0.0)
+        r, c = np.nonzero(keep)
+        indptr_parts.append(np.bincount(r, minlength=stop - start))
+        cols_parts.append(c)
+        vals_parts.append(sim[r, c])
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(indptr_parts))])
+    B = sp.csr_matrix((np.concatenate(vals_parts), np.concatenate(cols_parts), indptr), shape=(n, n))
+    W = (B + B.T).tocsr()  # Alg. 1 line 6: symmetrise
+    W.setdiag(0.0)
+    W.eliminate_zeros()
+    W.sort_indices()
+    return W
+
+
+def knn_adjacency(H: np.ndarray, n_bits: int, params: GraphParams) -> sp.csr_matrix:
+    """Symmetric kNN adjacency W (float64 csr[n, n]) from the pooled Hamming matrix H (int[n, n])."""
+    n_bits = check_n_bits(n_bits)
+    H = _check_square(H)
+    if H.dtype.kind not in "iu":
+        raise InvalidInput(f"H must hold integer Hamming distances, got dtype {H.dtype}")
+    if H.size and (H.min() < 0 or H.max() > n_bits):
+        raise InvalidInput(f"Hamming distances must lie in [0, L = {n_bits}], got range [{H.min()}, {H.max()}]")
+    return knn_from_similarity_rows(lambda a, b: similarity(H[a:b], n_bits, params.power), H.shape[0], params.k)
+
+
+def normalise(W: sp.spmatrix) -> sp.csr_matrix:
+    """𝒲 = D^{-½} W D^{-½} with d_i = Σ_j W_ij, zero degrees read as 1 (isolated nodes stay isolated)."""
+    W = sp.csr_matrix(W, dtype=np.float64)
+    if W.shape[0] != W.shape[1]:
+        raise InvalidInput(f"W must be square, got shape {W.shape}")
+    degrees = np.asarray(W.sum(axis=1)).ravel()
+    degrees[degrees == 0.0] = 1.0
+    scale = sp.diags(1.0 / np.sqrt(degrees))
+    return (scale @ W @ scale).tocsr()
+
+
+def _check_labeled(labeled: object, n: int) -> np.ndarray:
+    idx = np.asarray(labeled)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise InvalidInput(f"labeled must be a 1-D integer index array, got dtype {idx.dtype} shape {idx.shape}")
+    idx = idx.astype(np.int64)
+    if idx.size == 0:
+        raise InvalidInput("no labeled rows: label propagation needs at least one labeled row")
+    if idx.min() < 0 or idx.max() >= n:
+        raise InvalidInput(f"labeled indices must lie in 0..{n - 1}, got range [{idx.min()}, {idx.max()}]")
+    if np.unique(idx).size != idx.size:
+        raise InvalidInput("labeled indices must not repeat")
+    return idx
+
+
+def influence_columns(
+    Wn: sp.spmatrix,
+    labeled: np.ndarray,
+    alpha: float,
+    method: InfluenceMethod = "auto",
+    *,
+    dense_max_nodes: int = DENSE_MAX_NODES,
+    rtol: float = 1e-12,
+) -> np.ndarray:
+    """S_L = (I − α𝒲)^{-1}[:, labeled] as float64[n, l] (Alg. 1 line 8, only the columns parties need).
+
+    I − α𝒲 is symmetric positive definite (eigenvalues in [1−α, 1+α] since ‖𝒲‖ <= 1), so it is
+    solved against the labeled unit vectors: dense Cholesky when n <= dense_max_nodes, else
+    conjugate gradients on all l right-hand sides at once (DESIGN §5.4). `method` forces one.
+    """
+    if not 0.0 < float(alpha) < 1.0:
+        raise InvalidInput(f"alpha must be strictly between 0 and 1, got {alpha!r}")
+    Wn = sp.csr_matrix(Wn, dtype=np.float64)
+    n = Wn.shape[0]
+    if Wn.shape != (n, n) or n == 0:
+        raise InvalidInput(f"Wn must be a non-empty square matrix, got shape {Wn.shape}")
+    if n and abs(Wn - Wn.T).max() > 1e-12:
+        raise InvalidInput("Wn must be symmetric; build it with normalise(knn_adjacency(...))")
+    idx = _check_labeled(labeled, n)
+    if method not in ("auto", "dense", "cg"):
+        raise InvalidInput(f"method must be 'auto', 'dense' or 'cg', got {method!r}")
+    if method == "auto":
+        method = "dense" if n <= dense_max_nodes else "cg"
+    M = (sp.identity(n, format="csr") - float(alpha) * Wn).tocsr()
+    rhs = np.zeros((n, idx.size))
+    rhs[idx, np.arange(idx.size)] = 1.0
+    if method == "dense":
+        factor = scipy.linalg.cho_factor(M.toarray(), lower=True, check_finite=False)
+        return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+    return _multi_cg(M, rhs, rtol=rtol, max_iter=max(1000, 10 * n))
+
+
+def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) -> np.ndarray:
+    """Conjugate gradients for M X = rhs, all columns iterated together (one sparse × dense product each step).
+
+    Each column runs its own CG recurrence (scalars per column); converged columns freeze. Stops when
+    every column's residual norm is <= rtol·‖rhs column‖.
+    """
+    X = np.zeros_like(rhs)
+    R = rhs.copy()
+    P = R.copy()
+    rs = np.einsum("ij,ij->j", R, R)
+    target = (rtol**2) * np.einsum("ij,ij->j", rhs, rhs)
+    active = rs > target
+    for _ in range(max_iter):
+        if not active.any():
+            return X
+        cols = np.flatnonzero(active)
+        Pa = P[:, cols]
+        MP = M @ Pa
+        step = rs[cols] / np.einsum("ij,ij->j", Pa, MP)
+        X[:, cols] += step * Pa
+        R[:, cols] -= step * MP
+        rs_new = np.einsum("ij,ij->j", R[:, cols], R[:, cols])
+        P[:, cols] = R[:, cols] + (rs_new / rs[cols]) * Pa
+        rs[cols] = rs_new
+        active[cols] = rs_new > target[cols]
+    raise InvalidInput(
+        f"conjugate gradients did not reach rtol={rtol} in {max_iter} iterations; "
+        "Wn must be a normalised symmetric adjacency (normalise(...)) and alpha < 1"
+    )
+
+
+@dataclass(frozen=True)
+class Influence:
+    """Everything the coordinator derives from H (DESIGN §5.4).
+
+    W: float64 csr[n, n] symmetric kNN adjacency; Wn: its normalisation 𝒲; labeled: int64[l] global
+    row indices of labeled rows (ascending as given); S_L: float64[n, l] influence columns.
+    """
+
+    W: sp.csr_matrix
+    Wn: sp.csr_matrix
+    labeled: np.ndarray
+    S_L: np.ndarray
+
+
+def build_influence(
+    H: np.ndarray,
+    n_bits: int,
+    labeled_idx: np.ndarray,
+    params: GraphParams = GraphParams(),
+    method: InfluenceMethod = "auto",
+) -> Influence:
+    """The full server step: pooled H (party blocks in party order) -> graph -> S_L."""
+    W = knn_adjacency(H, n_bits, params)
+    Wn = normalise(W)
+    labeled = _check_labeled(labeled_idx, W.shape[0])
+    return Influence(W=W, Wn=Wn, labeled=labeled, S_L=influence_columns(Wn, labeled, params.alpha, method))
