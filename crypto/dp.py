@@ -110,7 +110,8 @@ def exponential_mechanism_select(
     if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= s.size:
         raise InvalidInput(f"count must be an integer in [0, {s.size}] (the number of scores), got {count!r}")
     gumbel = -np.log(-np.log(uniform_open(s.size, source=source)))
-    keys = eps * s + gumbel
+    with np.errstate(over="ignore"):
+        keys = eps * s + gumbel
     if not np.all(np.isfinite(keys)):
         raise InvalidInput("epsilon_per_unit * scores overflows float64; rescale the scores")
     order = np.argsort(-keys, kind="stable")
