@@ -1,0 +1,40 @@
+"""A process pool for Paillier work (DESIGN §5.3 "all Paillier work runs in a process pool").
+
+Callers create the pool once (`process_pool()`) and pass it as `executor` to the protocol steps;
+`run_tasks` also runs the same task functions in-process when `executor` is None (tests). Task
+functions are module-level, take bytes/ints (cheap to pickle) and keep expensive per-key state
+(fixed-base tables) in a per-process cache, so each worker builds a table once per key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@contextmanager
+def process_pool(workers: int | None = None) -> Iterator[ProcessPoolExecutor]:
+    """A ProcessPoolExecutor sized to the cores, shut down on exit."""
+    with ProcessPoolExecutor(max_workers=workers or default_workers()) as executor:
+        yield executor
+
+
+def run_tasks(fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], executor: Executor | None) -> list[T]:
+    """[fn(*args) for args in argument_tuples], on `executor` if given; results keep input order."""
+    if executor is None:
+        return [fn(*args) for args in argument_tuples]
+    futures = [executor.submit(fn, *args) for args in argument_tuples]
+    return [f.result() for f in futures]
