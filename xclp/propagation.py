@@ -61,4 +61,5 @@ def predict(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     p = np.where(total > 0.0, Zp / np.where(total > 0.0, total, 1.0), 1.0 / n_classes)
     plogp = np.where(p > 0.0, p * np.log(np.where(p > 0.0, p, 1.0)), 0.0)  # 0·log 0 = 0
     confidence = 1.0 - (-plogp.sum(axis=1)) / np.log(n_classes)
+    confidence[total[:, 0] == 0.0] = 0.0  # exactly 0, not 1 − log C / log C rounding
     return labels, np.clip(confidence, 0.0, 1.0)
