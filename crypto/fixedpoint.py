@@ -38,7 +38,7 @@ class FixedPoint:
     headroom_terms: int = 1024
 
     def __post_init__(self) -> None:
-        if self.total_bits not in _DTYPES or isinstance(self.total_bits, bool):
+        if isinstance(self.total_bits, bool) or not isinstance(self.total_bits, int) or self.total_bits not in _DTYPES:
             raise InvalidInput(f"total_bits must be 32 or 64, got {self.total_bits!r}")
         if isinstance(self.frac_bits, bool) or not isinstance(self.frac_bits, int):
             raise InvalidInput(f"frac_bits must be an integer, got {self.frac_bits!r}")

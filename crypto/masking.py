@@ -12,6 +12,7 @@ aggregate only, while each masked array on its own is uniform in the ring.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -92,7 +93,9 @@ class PairwiseMasker:
     `secrets` maps peer id -> raw X25519 shared secret (from `shared_secret`). The masker remembers
     every (purpose, round, participant set) it has produced a mask for and refuses a second use
     (`ReplayRefused`): publishing two different arrays under the same mask would reveal their
-    difference. A restarted step must therefore use a new round (DESIGN §5.6).
+    difference. A restarted step must therefore use a new round (DESIGN §5.6). `mask` and `apply`
+    share that ledger: whoever obtains a mask may publish with it, so either call uses the slot up.
+    The ledger lives in memory: a party process that restarts mid-session must join a new session.
     """
 
     my_id: str
@@ -101,6 +104,7 @@ class PairwiseMasker:
     _used: set[tuple[str, int, frozenset[str]]] = field(
         default_factory=set, init=False, repr=False, compare=False
     )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.my_id, str) or not self.my_id:
@@ -161,12 +165,13 @@ class PairwiseMasker:
             )
             # DESIGN §5.6: + if my id sorts before the peer's, − otherwise, so each pair cancels.
             encryptors.append((self.my_id < peer, _encryptor(key, ZERO_COUNTER)))
-        if slot in self._used:
-            raise ReplayRefused(
-                f"masks for purpose {purpose!r}, round {round} and this participant set were already "
-                "used; a restarted step must use a new round"
-            )
-        self._used.add(slot)
+        with self._lock:  # check-and-record is atomic, so two threads cannot both use a slot
+            if slot in self._used:
+                raise ReplayRefused(
+                    f"masks for purpose {purpose!r}, round {round} and this participant set were already "
+                    "used; a restarted step must use a new round"
+                )
+            self._used.add(slot)
         _accumulate(out, encryptors)
 
     def _check_participants(self, participants: Iterable[str]) -> list[str]:

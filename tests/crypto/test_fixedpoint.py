@@ -132,13 +132,15 @@ def test_nan_and_inf_refused(bad: float) -> None:
     ("kwargs", "message"),
     [
         ({"total_bits": 48}, "total_bits must be 32 or 64"),
+        ({"total_bits": 64.0}, "total_bits must be 32 or 64"),
+        ({"frac_bits": 16.0}, "frac_bits must be an integer"),
         ({"frac_bits": 63}, "frac_bits must be in \\[0, 62\\]"),
         ({"frac_bits": -1}, "frac_bits must be in"),
         ({"frac_bits": 31, "total_bits": 32}, "frac_bits must be in \\[0, 30\\]"),
         ({"headroom_terms": 0}, "headroom_terms must be an integer >= 1"),
     ],
 )
-def test_bad_parameters_refused(kwargs: dict[str, int], message: str) -> None:
+def test_bad_parameters_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         FixedPoint(**kwargs)
 

@@ -4,6 +4,7 @@ keystream against AES-CTR and NIST SP 800-38A."""
 from __future__ import annotations
 
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -296,3 +297,19 @@ def test_ring_sum_refuses_mismatch() -> None:
     first = np.ones(3, np.uint32)
     ring_sum([first, first])
     assert first.tolist() == [1, 1, 1]
+
+
+def test_concurrent_replays_let_exactly_one_call_through() -> None:
+    ms = maskers(["a", "b"])
+    x = np.zeros(50_000, dtype=np.uint64)
+
+    def attempt(_: int) -> bool:
+        try:
+            ms["a"].apply(x, purpose="p", round=7, participants=["a", "b"])
+        except ReplayRefused:
+            return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outcomes = list(pool.map(attempt, range(8)))
+    assert outcomes.count(True) == 1
