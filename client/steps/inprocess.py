@@ -1,0 +1,257 @@
+"""An XCLP job with every party and the coordinator in one process (DESIGN §4-§5).
+
+`run_xclp_inprocess` runs the party steps (`client.steps.xclp`) and the coordinator steps
+(`server.steps.xclp`) in protocol order with real cryptography — Paillier SecureHamming, X25519
+pairwise secrets, HKDF-derived AES-CTR masks, the 2^64 fixed-point ring — and sends every message
+through the wire encoding (`xclp.v1.wire.payload_bytes`: raw little-endian bytes, dtype, shape),
+so the receiver works on exactly the bytes that would travel. It is the reference for the gRPC
+wiring, the oracle of tests/service/test_xclp_steps.py, and what benchmarks time as
+`in_process_seconds`.
+
+Not modelled here: signatures on key bundles (crypto/identity.py) and the sealed distribution
+of the common seed (DESIGN §4.3) — `seed` is taken as already agreed; deadlines are modelled by
+`drop` (a party that drops in a stage sends nothing from that stage on).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Executor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from client.steps import xclp as party
+from crypto.fixedpoint import FixedPoint
+from crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
+from crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
+from server.steps import xclp as coord
+from xclp.errors import InvalidInput, PeerDropped
+from xclp.graph import GraphParams
+from xclp.v1.wire import Payload, payload_bytes
+
+
+@dataclass(frozen=True)
+class PartyOutput:
+    """What one party ends with: labels int64[n_j], confidence float64[n_j], scores Z[R_j] float64[n_j, C]."""
+
+    labels: np.ndarray
+    confidence: np.ndarray
+    scores: np.ndarray
+
+
+@dataclass(frozen=True)
+class RowSumsAttempt:
+    """One SecureRowSums attempt as the coordinator saw it: the uint64 payload each party pushed."""
+
+    round: int
+    participants: tuple[str, ...]
+    received: Mapping[str, np.ndarray]
+    completed: bool
+
+
+@dataclass(frozen=True)
+class InProcessResult:
+    """outputs: per party that received labels; hamming: the coordinator's H and its row layout;
+    membership: who ended in the graph / in SecureRowSums; seconds and bytes_sent: per step."""
+
+    outputs: Mapping[str, PartyOutput]
+    hamming: coord.HammingMatrix
+    membership: coord.Membership
+    rowsums_attempts: tuple[RowSumsAttempt, ...]
+    seconds: Mapping[str, float]
+    bytes_sent: Mapping[str, int]
+
+    @property
+    def total_seconds(self) -> float:
+        return float(sum(self.seconds.values()))
+
+
+@dataclass
+class _Wire:
+    """Serialises each message as it would travel and counts its bytes per step."""
+
+    bytes_sent: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def send(self, step: str, payload: Payload) -> Payload:
+        dtype, shape, raw = payload_bytes(payload)
+        self.bytes_sent[step] = self.bytes_sent.get(step, 0) + len(raw)
+        if dtype == "":
+            return raw
+        return np.frombuffer(bytearray(raw), dtype=np.dtype(dtype)).reshape(shape)
+
+    @contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
+
+
+def run_xclp_inprocess(
+    parties: Mapping[str, tuple[object, object]],
+    n_classes: int,
+    *,
+    seed: bytes,
+    L: int = 1024,
+    key_bits: int = 2048,
+    params: GraphParams = GraphParams(),
+    hide_label_mask: bool = False,
+    normalise_labels: bool = False,
+    drop: Mapping[str, str] | None = None,
+    executor: Executor | None = None,
+    insecure_test_keys: bool = False,
+    fixed_point: FixedPoint = FixedPoint(),
+) -> InProcessResult:
+    """Run one XCLP job; parties = {id: (X float[n_j, d], y int[n_j] with -1 = unlabeled)}.
+
+    drop = {id: stage} makes that party miss its deadline in the stage named by an
+    `server.steps.xclp.XclpStage` value ("setup", "secure_hamming", "graph", "secure_rowsums");
+    the job then goes on as DESIGN §5 (end) says. `insecure_test_keys` allows Paillier keys below
+    2048 bits (tests only). Rows of H are in sorted-id order.
+    """
+    data = {pid: party.check_party_data(X, y, n_classes) for pid, (X, y) in _check_parties(parties).items()}
+    drops = _check_drop(drop, data)
+    wire = _Wire()
+    membership = coord.start_membership(list(data))
+    for pid, stage in drops.items():
+        if stage is coord.XclpStage.SETUP:  # never joined
+            membership = coord.drop_party(membership, pid, stage)
+    sizes = {pid: data[pid][0].shape[0] for pid in membership.graph}
+
+    with wire.timed("setup"):  # DESIGN §4.1-4.2: key bundles travel; secrets are pairwise
+        session_id = secrets.token_bytes(16)
+        x_keys = {pid: generate_x25519() for pid in membership.graph}
+        x_public = {pid: wire.send("setup", public_bytes(sk)) for pid, sk in x_keys.items()}
+        maskers = {
+            pid: PairwiseMasker(
+                pid, {q: shared_secret(sk, x_public[q]) for q in membership.graph if q != pid}, session_id
+            )
+            for pid, sk in x_keys.items()
+        }
+        pairs = coord.secure_hamming_pairs(membership.graph)
+        paillier = {
+            pid: PaillierKeypair.generate(key_bits, allow_insecure_test_size=insecure_test_keys)
+            for pid in {t.a for t in pairs}
+        }
+        allow_small = insecure_test_keys and key_bits < MIN_SECURE_BITS
+        paillier_public = {
+            pid: PaillierPublicKey.from_bytes(wire.send("setup", kp.public.to_bytes()), allow_insecure_test_size=allow_small)
+            for pid, kp in paillier.items()
+        }
+
+    with wire.timed("lsh"):  # DESIGN §5.1-5.2
+        codes = {pid: party.lsh_step(data[pid][0], seed, L) for pid in membership.graph}
+        intra = {pid: wire.send("intra_hamming", party.intra_hamming(codes[pid])) for pid in membership.graph}
+
+    with wire.timed("secure_hamming"):  # DESIGN §5.3, one pair at a time
+        gone = {pid for pid, stage in drops.items() if stage is coord.XclpStage.SECURE_HAMMING}
+        cross: dict[tuple[str, str], np.ndarray] = {}
+        encrypted: dict[str, bytes] = {}  # A encrypts its slices once and sends them to each of its B's
+        for task in pairs:
+            if {task.a, task.b} & gone:
+                continue  # the pair never completes; the other pairs are unaffected
+            n_a, n_b = sizes[task.a], sizes[task.b]
+            if task.a not in encrypted:
+                encrypted[task.a] = party.hamming_encrypt(paillier[task.a], codes[task.a], L, executor)
+            slices = wire.send("secure_hamming", encrypted[task.a])
+            evaluated, masks = party.hamming_evaluate(paillier_public[task.a], slices, codes[task.b], L, n_a, executor)
+            evaluated = wire.send("secure_hamming", evaluated)
+            r = wire.send("secure_hamming", masks)
+            t = wire.send("secure_hamming", party.hamming_decrypt(paillier[task.a], evaluated, L, n_a, n_b, executor))
+            cross[(task.a, task.b)] = coord.cross_block(t, r, n_a, n_b, L)
+        for pid in sorted(gone):
+            membership = coord.drop_party(membership, pid, coord.XclpStage.SECURE_HAMMING)
+        layout = coord.RowLayout(membership.graph, tuple(sizes[p] for p in membership.graph))
+        hamming = coord.assemble_hamming(layout, intra, cross, L)
+
+    with wire.timed("graph"):  # DESIGN §5.4-5.5
+        for pid, stage in drops.items():
+            if stage is coord.XclpStage.GRAPH:
+                membership = coord.drop_party(membership, pid, stage)
+        labeled = None
+        if not hide_label_mask:
+            labeled = {
+                pid: wire.send("labeled_sets", party.labeled_rows(data[pid][1], n_classes)) for pid in membership.labels
+            }
+        blocks = coord.influence_blocks(hamming, L, membership.labels, params, labeled=labeled)
+        received = {pid: wire.send("influence", block) for pid, block in blocks.items()}
+
+    with wire.timed("rowsums"):  # DESIGN §5.6, restarted without a party that misses it
+        Zbar = {}
+        for pid, block in received.items():
+            y = data[pid][1]
+            S_L = party.select_influence(block, y, n_classes, hide_label_mask=hide_label_mask)
+            Zbar[pid] = party.local_scores(S_L, y, n_classes, normalise_labels=normalise_labels)
+        graph_rows = party.graph_rows_of(sizes, membership.graph)
+        attempts: list[RowSumsAttempt] = []
+        while True:
+            participants = coord.rowsums_participants(membership)
+            rnd = membership.rowsums_round
+            masked = {
+                pid: party.mask_row_sums(
+                    Zbar[pid], graph_rows, maskers[pid], participants=participants, round=rnd, fixed_point=fixed_point
+                )
+                for pid in participants
+            }
+            pushed = {
+                pid: wire.send("rowsums", m.payload)
+                for pid, m in masked.items()
+                if drops.get(pid) is not coord.XclpStage.ROW_SUMS
+            }
+            frame = coord.rowsums_frame(hamming.layout, participants)
+            try:
+                sums = coord.sum_row_sums(frame, pushed, n_classes)
+            except PeerDropped as exc:
+                attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=False))
+                for pid in sorted(exc.dropped):
+                    membership = coord.drop_party(membership, pid, coord.XclpStage.ROW_SUMS)
+                continue
+            attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=True))
+            returned = {pid: wire.send("rowsums", block) for pid, block in sums.items()}
+            break
+
+    with wire.timed("output"):  # DESIGN §5.7
+        outputs = {}
+        for pid, block in returned.items():
+            Z = party.unmask_row_sums(block, masked[pid].kept, fixed_point)
+            labels, confidence = party.predict(Z)
+            outputs[pid] = PartyOutput(labels=labels, confidence=confidence, scores=Z)
+
+    return InProcessResult(
+        outputs=outputs,
+        hamming=hamming,
+        membership=membership,
+        rowsums_attempts=tuple(attempts),
+        seconds=dict(wire.seconds),
+        bytes_sent=dict(wire.bytes_sent),
+    )
+
+
+def _check_parties(parties: Mapping[str, tuple[object, object]]) -> dict[str, tuple[object, object]]:
+    if not isinstance(parties, Mapping) or not parties:
+        raise InvalidInput("parties must be a non-empty mapping {party id: (features, labels)}")
+    for pid, value in parties.items():
+        if not isinstance(pid, str) or not pid:
+            raise InvalidInput(f"party ids must be non-empty strings, got {pid!r}")
+        if not isinstance(value, (tuple, list)) or len(value) != 2:
+            raise InvalidInput(f"party {pid!r} must map to a (features, labels) pair")
+    return {pid: parties[pid] for pid in sorted(parties)}
+
+
+def _check_drop(drop: Mapping[str, str] | None, parties: Mapping[str, object]) -> dict[str, coord.XclpStage]:
+    out: dict[str, coord.XclpStage] = {}
+    for pid, stage in (drop or {}).items():
+        if pid not in parties:
+            raise InvalidInput(f"drop names unknown party {pid!r}; parties are {', '.join(sorted(parties))}")
+        try:
+            out[pid] = coord.XclpStage(stage)
+        except ValueError:
+            allowed = ", ".join(s.value for s in coord.XclpStage)
+            raise InvalidInput(f"drop stage {stage!r} for {pid!r} is not one of: {allowed}") from None
+    return out

@@ -1,0 +1,247 @@
+"""A party's side of an XCLP job as pure steps (DESIGN §5, paper 003 Alg. 1).
+
+Each function maps what the party holds (its data, keys, what arrived) to what it sends. What
+travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or opaque bytes):
+
+| step (DESIGN)            | function                    | sends                                  | to           |
+|--------------------------|-----------------------------|----------------------------------------|--------------|
+| §5.1 LSH                 | `lsh_step`                  | —                                      |              |
+| §5.2 intra distances     | `intra_hamming`             | uint32[n_j, n_j]                       | coordinator  |
+| §5.3 SecureHamming, A    | `hamming_encrypt`           | bytes: bit-slice ciphertexts           | B            |
+| §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; uint64 r | A; coord.    |
+| §5.3 SecureHamming, A    | `hamming_decrypt`           | uint64[n_B, n_A] slot values t         | coordinator  |
+| §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
+| §5.6 SecureRowSums       | `local_scores`, `mask_row_sums` | uint64[n_frame − n_j, C]           | coordinator  |
+| §5.6-5.7 output          | `unmask_row_sums`, `predict`| —                                      |              |
+
+Which side of a pair is A comes from the coordinator's task (`server.steps.xclp.secure_hamming_pairs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+
+from crypto.fixedpoint import FixedPoint
+from crypto.masking import PairwiseMasker
+from crypto.paillier import PaillierKeypair, PaillierPublicKey
+from crypto.secure_hamming import (
+    EncryptedSlices,
+    EvaluatedDistances,
+    SlotLayout,
+    decrypt_and_unpack,
+    encrypt_bit_slices,
+    evaluate,
+)
+from xclp.errors import InvalidInput, ProtocolError
+from xclp.hamming import hamming_matrix
+from xclp.lsh import check_n_bits, lsh_codes, lsh_projection
+from xclp.propagation import label_matrix, predict, scores
+from xclp.seeding import Seed
+from xclp.validation import UNLABELED, check_features, check_labels
+
+__all__ = [
+    "ROWSUMS_PURPOSE",
+    "MaskedRowSums",
+    "hamming_decrypt",
+    "hamming_encrypt",
+    "hamming_evaluate",
+    "intra_hamming",
+    "labeled_rows",
+    "local_scores",
+    "lsh_step",
+    "mask_row_sums",
+    "predict",
+    "select_influence",
+    "slot_layout",
+    "unmask_row_sums",
+]
+
+# The pairwise-mask purpose of SecureRowSums (same string as server.steps.xclp.ROWSUMS_PURPOSE).
+ROWSUMS_PURPOSE = "rowsums"
+
+
+def lsh_step(X: object, seed: Seed, n_bits: int) -> np.ndarray:
+    """Packed LSH codes uint64[n_j, L/64] of the party's rows (Alg. 1 lines 2-3, DESIGN §5.1).
+
+    Π derives from the common seed (DESIGN §4.3), so every party projects with the same Π.
+    """
+    X = check_features(X)
+    return lsh_codes(X, lsh_projection(seed, check_n_bits(n_bits), X.shape[1]))
+
+
+def intra_hamming(codes: np.ndarray) -> np.ndarray:
+    """The party's own distances uint32[n_j, n_j] in the clear (DESIGN §5.2: the coordinator learns H anyway).
+
+    uint32 because the wire carries no uint16 (xclp.v1.wire.ARRAY_DTYPES); the coordinator narrows
+    it back after checking the range (`server.steps.xclp.check_intra_block`).
+    """
+    return hamming_matrix(codes).astype(np.uint32)
+
+
+def labeled_rows(y: object, n_classes: int) -> np.ndarray:
+    """int64[l_j]: the party's labeled row numbers, ascending (what the coordinator learns, DESIGN §2)."""
+    return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(np.int64)
+
+
+def slot_layout(public_key: PaillierPublicKey, n_bits: int) -> SlotLayout:
+    """The packing both sides of a pair derive from A's modulus and L (DESIGN §5.3 "Slots")."""
+    return SlotLayout.for_key(public_key, check_n_bits(n_bits))
+
+
+def hamming_encrypt(keypair: PaillierKeypair, codes: np.ndarray, n_bits: int, executor: Executor | None = None) -> bytes:
+    """Side A, message 1: the encrypted bit slices of A's codes, as bytes for B (DESIGN §5.3)."""
+    layout = slot_layout(keypair.public, n_bits)
+    return encrypt_bit_slices(keypair, codes, layout, executor=executor).to_bytes()
+
+
+def hamming_evaluate(
+    a_public: PaillierPublicKey,
+    slices: bytes,
+    codes: np.ndarray,
+    n_bits: int,
+    n_a: int,
+    executor: Executor | None = None,
+) -> tuple[bytes, np.ndarray]:
+    """Side B: (evaluated ciphertexts as bytes for A, masks r uint64[n_B, n_A] for the coordinator).
+
+    `slices` is untrusted input from A: parsing validates its size against n_A, L and A's modulus.
+    """
+    layout = slot_layout(a_public, n_bits)
+    received = EncryptedSlices.from_bytes(slices)
+    if received.layout != layout or received.n_A != n_a:
+        raise ProtocolError(
+            f"A's bit slices declare {received.layout}, n_A={received.n_A}; expected {layout}, n_A={n_a}"
+        )
+    evaluated, masks = evaluate(a_public, received, codes, executor=executor)
+    return evaluated.to_bytes(), np.ascontiguousarray(masks, dtype=np.uint64)
+
+
+def hamming_decrypt(
+    keypair: PaillierKeypair, evaluated: bytes, n_bits: int, n_a: int, n_b: int, executor: Executor | None = None
+) -> np.ndarray:
+    """Side A, last step: the slot values t = h + r, uint64[n_B, n_A], for the coordinator (DESIGN §5.3)."""
+    layout = slot_layout(keypair.public, n_bits)
+    received = EvaluatedDistances.from_bytes(evaluated)
+    if received.n_B != n_b:
+        raise ProtocolError(f"B evaluated {received.n_B} vectors but has {n_b} rows")
+    t = decrypt_and_unpack(keypair, received, layout, n_a, executor)  # checks layout and n_A
+    return np.ascontiguousarray(t, dtype=np.uint64)
+
+
+def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:
+    """S_L^{(j)}: float64[n, l_j], the influence columns of the party's labeled rows (DESIGN §5.5).
+
+    With `hide_label_mask` the coordinator sent the columns of all n_j rows (float64[n, n_j]) and
+    the party keeps its labeled ones here, so the coordinator never learns which rows are labeled.
+    """
+    own = labeled_rows(y, n_classes)
+    S = np.asarray(block, dtype=np.float64)
+    expected = own.size if not hide_label_mask else np.asarray(y).shape[0]
+    if S.ndim != 2 or S.shape[1] != expected or not np.all(np.isfinite(S)):
+        raise InvalidInput(f"influence block must be finite float64[n, {expected}], got shape {S.shape}")
+    return S[:, own] if hide_label_mask else S
+
+
+def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels: bool) -> np.ndarray:
+    """Z̄^{(j)} = S_L^{(j)} Y_L^{(j)}: float64[n, C] (Alg. 1 line 10).
+
+    Y_L is one-hot, or each class column divided by the party's own count of that class
+    (`normalise_labels`, the authors' code; per party as in xclp.reference).
+    """
+    labels = check_labels(y, n_classes)
+    labeled = labels[labels != UNLABELED]
+    if labeled.size == 0:
+        return np.zeros((S_L.shape[0], n_classes))
+    return scores(S_L, label_matrix(labeled, n_classes, normalise_labels))
+
+
+@dataclass(frozen=True)
+class MaskedRowSums:
+    """One SecureRowSums attempt of party j.
+
+    payload: uint64[n_frame − n_j, C] — Z̃^{(j)} = enc(Z̄^{(j)}) + M^{(j)} on the frame rows of all
+    other participants, sent to the coordinator; kept: uint64[n_j, C] — Z̃^{(j)}[R_j], never sent.
+    """
+
+    payload: np.ndarray
+    kept: np.ndarray
+
+
+def frame_rows(graph_rows: Sequence[tuple[str, int]], participants: Sequence[str]) -> dict[str, slice]:
+    """Row slices of each participant in the graph (H's party order, sizes) and in the SecureRowSums frame.
+
+    Returns {party: slice into the frame}; the frame is the participants' rows in graph order.
+    """
+    keep = set(participants)
+    out: dict[str, slice] = {}
+    start = 0
+    for party, size in graph_rows:
+        if party in keep:
+            out[party] = slice(start, start + int(size))
+            start += int(size)
+    if set(out) != keep:
+        raise InvalidInput(f"participants {sorted(keep - set(out))} have no rows in the graph")
+    return out
+
+
+def mask_row_sums(
+    Zbar: np.ndarray,
+    graph_rows: Sequence[tuple[str, int]],
+    masker: PairwiseMasker,
+    *,
+    participants: Sequence[str],
+    round: int,
+    fixed_point: FixedPoint = FixedPoint(),
+) -> MaskedRowSums:
+    """Party j's SecureRowSums message (paper 003 §3.2, DESIGN §5.6).
+
+    Zbar: float64[n, C] over the graph rows (graph_rows = [(party, n_party), ...] in H's order).
+    Z̄ is restricted to the frame (rows of `participants`), encoded in Z_{2^64} and masked with
+    M^{(j)} = Σ_{k≠j} ±PRG(key_jk) for (ROWSUMS_PURPOSE, round, participants); the masked own rows
+    R_j are kept (Ẑ^{(j)} in the paper zeroes them; here they are not sent at all, which is the same
+    sum with fewer bytes). The coordinator's block R_j thus misses exactly M^{(j)}[R_j], so only j can
+    read it. Rows outside the frame (a party that left after H) are not sent either: with nobody
+    withholding a mask there, the coordinator would see their unmasked sum. The masker refuses a
+    second attempt with the same round and participant set (ReplayRefused).
+    """
+    rows = frame_rows(graph_rows, participants)
+    me = masker.my_id
+    if me not in rows:
+        raise InvalidInput(f"party {me!r} is not a SecureRowSums participant")
+    n = sum(int(size) for _, size in graph_rows)
+    Zbar = np.asarray(Zbar, dtype=np.float64)
+    if Zbar.ndim != 2 or Zbar.shape[0] != n:
+        raise InvalidInput(f"Z̄ must be float64[{n}, C] over the graph rows, got shape {Zbar.shape}")
+    graph_offsets = dict(zip((p for p, _ in graph_rows), np.cumsum([0, *[s for _, s in graph_rows]])))
+    frame = np.concatenate([Zbar[graph_offsets[p] : graph_offsets[p] + (r.stop - r.start)] for p, r in rows.items()])
+    encoded = fixed_point.encode(frame, n_terms=len(rows))  # headroom for summing every participant
+    masked = masker.apply(encoded, purpose=ROWSUMS_PURPOSE, round=round, participants=list(rows))
+    own = rows[me]
+    payload = np.concatenate([masked[: own.start], masked[own.stop :]])
+    return MaskedRowSums(payload=payload, kept=masked[own].copy())
+
+
+def unmask_row_sums(returned: np.ndarray, kept: np.ndarray, fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:
+    """Z[R_j] = Ẑ[R_j] + Z̃^{(j)}[R_j] decoded: float64[n_j, C] (paper 003 §3.2 last step).
+
+    returned: uint64[n_j, C] from the coordinator (untrusted: shape and dtype checked).
+    """
+    if not isinstance(returned, np.ndarray) or returned.dtype != np.uint64 or returned.shape != kept.shape:
+        got = f"{returned.dtype}{list(returned.shape)}" if isinstance(returned, np.ndarray) else type(returned).__name__
+        raise InvalidInput(f"SecureRowSums result must be uint64{list(kept.shape)}, got {got}")
+    return fixed_point.decode(returned + kept)  # uint64 addition wraps mod 2^64
+
+
+def check_party_data(X: object, y: object, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A party's (features float64[n, d], labels int64[n]) checked once before the job."""
+    X = check_features(X)
+    return X, check_labels(y, n_classes, n=X.shape[0])
+
+
+def graph_rows_of(sizes: Mapping[str, int], graph: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    """[(party, rows)] for the graph's parties in sorted order (H's row order, DESIGN §5.2)."""
+    return tuple((p, int(sizes[p])) for p in sorted(graph))

@@ -1,0 +1,336 @@
+"""The coordinator's side of an XCLP job as pure steps (DESIGN §5, paper 003 Alg. 1).
+
+What the coordinator does, in order, and what each function here computes:
+
+1. `secure_hamming_pairs` — which side of each pair holds the Paillier key (§5.3).
+2. `check_intra_block`, `cross_block`, `assemble_hamming` — the pooled Hamming matrix H from each
+   party's own block (§5.2) and each pair's unmasked SecureHamming block t − r (§5.3), validated.
+3. `influence_blocks` — graph, 𝒲 and influence columns via `xclp.graph`, cut per party (§5.4-5.5).
+4. `rowsums_frame`, `sum_row_sums` — the SecureRowSums aggregate cut into row blocks (§5.6).
+5. `Membership`, `drop_party`, `rowsums_participants`, `drop_party_from_H` — dropouts as pure
+   transitions (§5, end): the service calls them when a deadline passes.
+
+Rows of H are ordered by party (the roster's sorted ids), each party's rows in its own order.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from crypto.secure_hamming import unmask_distances
+from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
+from xclp.graph import GraphParams, InfluenceMethod, build_influence
+from xclp.hamming import hamming_dtype
+from xclp.lsh import check_n_bits
+
+# The pairwise-mask purpose of SecureRowSums (crypto/kdf.py binds it into every derived key).
+ROWSUMS_PURPOSE = "rowsums"
+
+
+class XclpStage(enum.Enum):
+    """Where an XCLP job is when a party drops (DESIGN §5, end); the values name it in `drop=`."""
+
+    SETUP = "setup"  # before SecureHamming: as if it never joined
+    SECURE_HAMMING = "secure_hamming"  # its rows and columns leave H
+    GRAPH = "graph"  # after H, before SecureRowSums: shaped the graph, no labels in or out
+    ROW_SUMS = "secure_rowsums"  # SecureRowSums restarts without it under fresh keys
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Who takes part in which part of one XCLP job.
+
+    graph: sorted ids whose rows are in H; labels: sorted ids in SecureRowSums (a subset of
+    `graph`: they contribute labels and receive their rows of Z); rowsums_round: the attempt number
+    of SecureRowSums (a restart uses a new round, so no mask is ever reused, DESIGN §4.2).
+    """
+
+    graph: tuple[str, ...]
+    labels: tuple[str, ...]
+    rowsums_round: int = 0
+
+    def __post_init__(self) -> None:
+        if list(self.graph) != sorted(set(self.graph)) or list(self.labels) != sorted(set(self.labels)):
+            raise InvalidInput("membership ids must be unique and sorted")
+        if not set(self.labels) <= set(self.graph):
+            raise InvalidInput("every SecureRowSums participant must have rows in the graph")
+        if isinstance(self.rowsums_round, bool) or not isinstance(self.rowsums_round, int) or self.rowsums_round < 0:
+            raise InvalidInput(f"rowsums_round must be an integer >= 0, got {self.rowsums_round!r}")
+
+
+def start_membership(party_ids: Sequence[str]) -> Membership:
+    """Everyone in the roster takes part in everything, round 0."""
+    ids = _check_ids(party_ids)
+    return Membership(graph=ids, labels=ids)
+
+
+def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membership:
+    """The membership after `party` missed a deadline in `stage` (DESIGN §5, paper 003 §3.3 Robustness).
+
+    SETUP and SECURE_HAMMING remove it from everything (the coordinator then assembles H without
+    its blocks, or cuts them out with `drop_party_from_H`); GRAPH removes it from SecureRowSums only
+    (it shaped the graph but contributes no labels and gets none); ROW_SUMS does the same and moves
+    to the next round, so the restart runs under fresh keys. Raises PeerDropped when nobody is left.
+    """
+    stage = XclpStage(stage)
+    if stage in (XclpStage.SETUP, XclpStage.SECURE_HAMMING):
+        if party not in membership.graph:
+            raise InvalidInput(f"party {party!r} is not in the graph; cannot drop it in {stage.value}")
+        graph = tuple(p for p in membership.graph if p != party)
+        labels = tuple(p for p in membership.labels if p != party)
+        round_ = membership.rowsums_round
+    else:
+        if party not in membership.labels:
+            raise InvalidInput(f"party {party!r} is not in SecureRowSums; cannot drop it in {stage.value}")
+        graph = membership.graph
+        labels = tuple(p for p in membership.labels if p != party)
+        round_ = membership.rowsums_round + (1 if stage is XclpStage.ROW_SUMS else 0)
+    if not labels:
+        raise PeerDropped(
+            f"party {party!r} dropped in {stage.value} and no party is left to propagate labels",
+            dropped=frozenset({party}),
+        )
+    return Membership(graph=graph, labels=labels, rowsums_round=round_)
+
+
+def rowsums_participants(membership: Membership) -> tuple[str, ...]:
+    """The participant set of the current SecureRowSums attempt (bound into every mask key)."""
+    return membership.labels
+
+
+@dataclass(frozen=True)
+class PairTask:
+    """One SecureHamming pair: `a` holds the Paillier key and decrypts, `b` evaluates (DESIGN §5.3)."""
+
+    a: str
+    b: str
+
+
+def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
+    """Every pair of the sorted roster once, with balanced roles (DESIGN §5.3 "roles alternate").
+
+    For sorted positions i < j the A side is i when i + j is even, else j. Each party meets every
+    other once, and along its row of the pair table the parity alternates, so a party is A in
+    ⌊(P−1)/2⌋ or ⌈(P−1)/2⌉ of its P−1 pairs (with 3 parties every party is A exactly once). A does
+    the encryption and decryption, B the (heavier) evaluation.
+    """
+    ids = _check_ids(party_ids)
+    pairs = []
+    for i in range(len(ids)):
+        for j in range(i + 1, len(ids)):
+            a, b = (i, j) if (i + j) % 2 == 0 else (j, i)
+            pairs.append(PairTask(a=ids[a], b=ids[b]))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Row blocks in party order: party `parties[k]` owns `sizes[k]` consecutive rows."""
+
+    parties: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.parties) != len(self.sizes) or len(set(self.parties)) != len(self.parties):
+            raise InvalidInput("a row layout needs one size per distinct party")
+        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in self.sizes):
+            raise InvalidInput(f"every party must have at least one row, got sizes {self.sizes}")
+
+    @property
+    def n(self) -> int:
+        return int(sum(self.sizes))
+
+    def rows(self, party: str) -> slice:
+        """`party`'s rows in this layout."""
+        if party not in self.parties:
+            raise InvalidInput(f"party {party!r} has no rows in this layout ({', '.join(self.parties)})")
+        k = self.parties.index(party)
+        start = int(sum(self.sizes[:k]))
+        return slice(start, start + int(self.sizes[k]))
+
+    def restrict(self, parties: Sequence[str]) -> RowLayout:
+        """The layout of a subset of the parties, in this layout's order."""
+        keep = set(parties)
+        unknown = keep - set(self.parties)
+        if unknown:
+            raise InvalidInput(f"parties {sorted(unknown)} have no rows in this layout")
+        pairs = [(p, s) for p, s in zip(self.parties, self.sizes) if p in keep]
+        return RowLayout(tuple(p for p, _ in pairs), tuple(s for _, s in pairs))
+
+
+@dataclass(frozen=True)
+class HammingMatrix:
+    """The pooled H: uint16[n, n] (int32 for L > 65535), rows and columns in `layout` order."""
+
+    H: np.ndarray
+    layout: RowLayout
+
+
+def check_intra_block(block: np.ndarray, n_rows: int, n_bits: int) -> np.ndarray:
+    """A party's own Hamming block (DESIGN §5.2), validated: int[n_j, n_j] -> hamming_dtype(L).
+
+    Distances must lie in [0, L] (OutOfRange), the block must be square with the announced row
+    count (InvalidInput), symmetric with a zero diagonal (ProtocolError: no honest party sends that).
+    """
+    n_bits = check_n_bits(n_bits)
+    arr = np.asarray(block)
+    if arr.dtype.kind not in "iu" or arr.shape != (n_rows, n_rows):
+        raise InvalidInput(f"intra-party Hamming block must be int[{n_rows}, {n_rows}], got {arr.dtype}{list(arr.shape)}")
+    _check_range(arr, n_bits, "intra-party Hamming block")
+    if not np.array_equal(arr, arr.T) or np.any(np.diagonal(arr) != 0):
+        raise ProtocolError("intra-party Hamming block must be symmetric with a zero diagonal")
+    return arr.astype(hamming_dtype(n_bits))
+
+
+def cross_block(t: np.ndarray, r: np.ndarray, n_a: int, n_b: int, n_bits: int) -> np.ndarray:
+    """One pair's distances H[b rows, a rows] = t − r (DESIGN §5.3 last step), validated.
+
+    t: uint64[n_b, n_a] slot values from A; r: uint64[n_b, n_a] masks from B. Refuses a wrong
+    shape (InvalidInput) and any distance outside [0, L] (OutOfRange, via `unmask_distances`).
+    """
+    for name, arr in (("t (from A)", t), ("r (from B)", r)):
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint64 or arr.shape != (n_b, n_a):
+            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise InvalidInput(f"SecureHamming {name} must be uint64[{n_b}, {n_a}], got {got}")
+    return np.asarray(unmask_distances(t, r, n_bits)).astype(hamming_dtype(n_bits))
+
+
+def assemble_hamming(
+    layout: RowLayout,
+    intra: Mapping[str, np.ndarray],
+    cross: Mapping[tuple[str, str], np.ndarray],
+    n_bits: int,
+) -> HammingMatrix:
+    """H from validated blocks: intra[p] = int[n_p, n_p]; cross[(a, b)] = uint16[n_b, n_a] from `cross_block`.
+
+    Every party of `layout` needs its own block and every pair one cross block, keyed (A, B) as in
+    `secure_hamming_pairs`; a missing block means a party dropped (PeerDropped naming it).
+    """
+    n_bits = check_n_bits(n_bits)
+    H = np.zeros((layout.n, layout.n), dtype=hamming_dtype(n_bits))
+    missing: set[str] = set()
+    for p in layout.parties:
+        if p not in intra:
+            missing.add(p)
+            continue
+        rows = layout.rows(p)
+        H[rows, rows] = check_intra_block(intra[p], rows.stop - rows.start, n_bits)
+    for task in secure_hamming_pairs(layout.parties):
+        block = cross.get((task.a, task.b))
+        if block is None:
+            missing.update({task.a, task.b})
+            continue
+        ra, rb = layout.rows(task.a), layout.rows(task.b)
+        shape = (rb.stop - rb.start, ra.stop - ra.start)
+        if block.shape != shape:
+            raise InvalidInput(f"cross block ({task.a}, {task.b}) must have shape {shape}, got {block.shape}")
+        _check_range(block, n_bits, f"cross block ({task.a}, {task.b})")
+        H[rb, ra] = block
+        H[ra, rb] = block.T
+    if missing:
+        raise PeerDropped(f"Hamming blocks missing for {', '.join(sorted(missing))}", dropped=frozenset(missing))
+    return HammingMatrix(H=H, layout=layout)
+
+
+def drop_party_from_H(hm: HammingMatrix, party: str) -> HammingMatrix:
+    """H without `party`'s rows and columns (dropout during SecureHamming, DESIGN §5 end)."""
+    rows = hm.layout.rows(party)
+    keep = np.r_[0 : rows.start, rows.stop : hm.layout.n]
+    remaining = [p for p in hm.layout.parties if p != party]
+    if not remaining:
+        raise PeerDropped(f"party {party!r} was the last one in the graph", dropped=frozenset({party}))
+    return HammingMatrix(H=hm.H[np.ix_(keep, keep)], layout=hm.layout.restrict(remaining))
+
+
+def influence_blocks(
+    hm: HammingMatrix,
+    n_bits: int,
+    receivers: Sequence[str],
+    params: GraphParams = GraphParams(),
+    *,
+    labeled: Mapping[str, np.ndarray] | None,
+    method: InfluenceMethod = "auto",
+) -> dict[str, np.ndarray]:
+    """What each receiver gets in DESIGN §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden.
+
+    labeled[j]: int[l_j] party j's labeled rows in its own row numbering (the labeled-index sets the
+    coordinator learns, DESIGN §2). `labeled=None` is `hide_label_mask`: every receiver gets the
+    influence columns of all its rows and picks its labeled ones itself. Only `receivers`
+    (SecureRowSums participants) get columns: a party dropped after H gets none (DESIGN §5 end).
+    """
+    receivers = [p for p in hm.layout.parties if p in set(receivers)]
+    columns: list[np.ndarray] = []
+    for p in receivers:
+        rows = hm.layout.rows(p)
+        local = np.arange(rows.stop - rows.start) if labeled is None else _check_local(labeled.get(p), rows, p)
+        columns.append(rows.start + local)
+    counts = [c.size for c in columns]
+    if sum(counts) == 0:
+        raise InvalidInput("no labeled rows among the parties taking part in SecureRowSums; label at least one row")
+    influence = build_influence(hm.H, n_bits, np.concatenate(columns), params, method)
+    cuts = np.cumsum([0, *counts])
+    return {p: influence.S_L[:, cuts[k] : cuts[k + 1]] for k, p in enumerate(receivers)}
+
+
+def rowsums_frame(graph: RowLayout, participants: Sequence[str]) -> RowLayout:
+    """The rows SecureRowSums aggregates: those of its participants, in graph order (DESIGN §5.6).
+
+    Rows of a party that left after H are outside the frame: nobody sends them, so the coordinator
+    never learns their (unmasked) sum and their owner gets none (DESIGN §5 end).
+    """
+    return graph.restrict(participants)
+
+
+def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_classes: int) -> dict[str, np.ndarray]:
+    """Ẑ[R_j] for every participant j: uint64[n_j, C] (paper 003 §3.2 SecureRowSums).
+
+    contributions[k]: uint64[n_frame − n_k, C], party k's masked rows of every *other*
+    participant in frame order (its own rows R_k never leave it). The coordinator sums mod 2^64;
+    block R_j of the sum still carries −M^{(j)}[R_j], which only party j can remove.
+    """
+    missing = set(frame.parties) - set(contributions)
+    if missing:
+        raise PeerDropped(f"no SecureRowSums contribution from {', '.join(sorted(missing))}", dropped=frozenset(missing))
+    strangers = set(contributions) - set(frame.parties)
+    if strangers:
+        raise ProtocolError(f"SecureRowSums contributions from non-participants {sorted(strangers)}")
+    total = np.zeros((frame.n, n_classes), dtype=np.uint64)
+    for k in frame.parties:
+        own = frame.rows(k)
+        arr = contributions[k]
+        shape = (frame.n - (own.stop - own.start), n_classes)
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint64 or arr.shape != shape:
+            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise InvalidInput(f"SecureRowSums contribution of {k!r} must be uint64{list(shape)}, got {got}")
+        np.add(total[: own.start], arr[: own.start], out=total[: own.start])  # wraps mod 2^64
+        np.add(total[own.stop :], arr[own.start :], out=total[own.stop :])
+    return {p: total[frame.rows(p)].copy() for p in frame.parties}
+
+
+def _check_ids(party_ids: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(party_ids, (str, bytes)):
+        raise InvalidInput("party ids must be a collection of ids, not a single string")
+    ids = list(party_ids)
+    if not ids or any(not isinstance(p, str) or not p for p in ids) or len(set(ids)) != len(ids):
+        raise InvalidInput(f"party ids must be distinct non-empty strings, got {ids!r}")
+    return tuple(sorted(ids))
+
+
+def _check_range(arr: np.ndarray, n_bits: int, name: str) -> None:
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > n_bits):
+        raise OutOfRange(f"{name} has distances outside [0, {n_bits}]")
+
+
+def _check_local(local: np.ndarray | None, rows: slice, party: str) -> np.ndarray:
+    n = rows.stop - rows.start
+    idx = np.asarray([] if local is None else local)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise InvalidInput(f"labeled rows of {party!r} must be a 1-D integer array")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= n or np.any(np.diff(idx) <= 0)):
+        raise InvalidInput(f"labeled rows of {party!r} must be ascending, distinct and in 0..{n - 1}")
+    return idx
