@@ -336,7 +336,7 @@ def _evaluate_batch(
     return ciphertexts_to_bytes(out, pub)
 
 
-def _draw_masks(shape: tuple[int, ...], bits: int) -> np.ndarray:
+def draw_masks(shape: tuple[int, ...], bits: int) -> np.ndarray:
     """uint64 masks uniform in [0, 2^bits) from the OS CSPRNG (`secrets`); numpy only reshapes."""
     count = int(np.prod(shape))
     words = np.frombuffer(secrets.token_bytes(8 * count), dtype="<u8").astype(np.uint64)
@@ -371,7 +371,7 @@ def evaluate(
     patterns = padded.reshape(n_B, groups, g_bits) @ (np.int64(1) << np.arange(g_bits, dtype=np.int64))
     weights = bits.sum(axis=1, dtype=np.uint64)
     n_batches = layout.batches(n_A)
-    masks = _draw_masks((n_batches, n_B, k), layout.mask_bits)
+    masks = draw_masks((n_batches, n_B, k), layout.mask_bits)
     real = (np.arange(n_batches * k) < n_A).reshape(n_batches, k).astype(np.uint64)
     state = (int(public.n), int(public.h_s), public.exponent_bits)
     tasks = [
