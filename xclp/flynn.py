@@ -88,35 +88,59 @@ def _sample_rows(uniforms: np.ndarray, d: int, out: np.ndarray) -> None:
         out[i].sort()
 
 
+@numba.njit(cache=True, inline="always")
+def _worse(values: np.ndarray, index: np.ndarray, a: int, b: int) -> bool:
+    """Heap order: smaller projection first; on equal projections the larger bit index first."""
+    return values[a] < values[b] or (values[a] == values[b] and index[a] > index[b])
+
+
+@numba.njit(cache=True)
+def _sift_down(values: np.ndarray, index: np.ndarray, pos: int, size: int) -> None:
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            return
+        if child + 1 < size and _worse(values, index, child + 1, child):
+            child += 1
+        if not _worse(values, index, child, pos):
+            return
+        values[pos], values[child] = values[child], values[pos]
+        index[pos], index[child] = index[child], index[pos]
+        pos = child
+
+
 @numba.njit(cache=True, parallel=True)
 def _winners(X: np.ndarray, indices: np.ndarray, rho: int, out: np.ndarray) -> None:
-    """out[p] = sorted indices of the ρ largest entries of M·X[p] (ties: smaller index wins)."""
+    """out[p] = sorted indices of the ρ largest entries of M·X[p] (ties: smaller index wins).
+
+    One pass over the m projections with a size-ρ heap whose root is the current worst winner:
+    O(m·s + m·log ρ) per row (paper 001 Lemma 1). Bits are scanned in increasing index, so a later
+    bit with a projection equal to the root's never displaces it — the documented tie rule. Each
+    projection is summed in increasing column order, so every party gets bit-identical hashes.
+    """
     n = X.shape[0]
     m, s = indices.shape
     for p in numba.prange(n):
         x = X[p]
-        proj = np.empty(m, dtype=np.float64)
+        values = np.empty(rho, dtype=np.float64)
+        index = np.empty(rho, dtype=np.int64)
         for i in range(m):
             acc = 0.0
             for j in range(s):
                 acc += x[indices[i, j]]
-            proj[i] = acc
-        threshold = np.partition(proj, m - rho)[m - rho]  # the ρ-th largest value
-        above = 0
-        for i in range(m):
-            if proj[i] > threshold:
-                above += 1
-        ties_left = rho - above
-        k = 0
-        for i in range(m):
-            v = proj[i]
-            if v > threshold:
-                out[p, k] = i
-                k += 1
-            elif v == threshold and ties_left > 0:
-                out[p, k] = i
-                k += 1
-                ties_left -= 1
+            if i < rho:
+                values[i] = acc
+                index[i] = i
+                if i == rho - 1:
+                    for start in range(rho // 2 - 1, -1, -1):
+                        _sift_down(values, index, start, rho)
+            elif acc > values[0]:
+                values[0] = acc
+                index[0] = i
+                _sift_down(values, index, 0, rho)
+        index.sort()
+        for k in range(rho):
+            out[p, k] = index[k]
 
 
 @dataclass(frozen=True, eq=False)
