@@ -126,6 +126,11 @@ class Assembler:
         self._max_open = max_open
         self._open: dict[tuple[str, int], _Partial] = {}
 
+    @property
+    def pending(self) -> int:
+        """Messages begun but not complete."""
+        return len(self._open)
+
     def add(self, frame: pb.Frame) -> Message | None:
         """Take one frame; return the Message when its last chunk arrives, else None."""
         check_header(frame, max_payload_bytes=self._max_payload)

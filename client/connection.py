@@ -1,0 +1,159 @@
+"""The party's end of the wire: a TLS channel to the coordinator and the three calls (DESIGN §3).
+
+Parties only dial out. `Connection.join` retries while the coordinator is not reachable yet
+(institutions start in any order); `Connection.pull` runs the Pull stream on a thread and hands
+items over through a queue, so the party's state machine consumes one item at a time with a
+deadline; `Connection.push` sends one payload, chunked, in one client-streaming call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from xclp.errors import ConfigError, DeadlineExceeded, PeerDropped, XclpError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.status import error_from_rpc
+
+TOKEN_METADATA = "x-xclp-token-bin"
+JOB_METADATA = "x-xclp-job"
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass(frozen=True)
+class ConnectionConfig:
+    """How to reach the coordinator. TLS by default; `ca_cert` pins the CA that signed the
+    server certificate (else the system roots); `client_cert`/`client_key` for mutual TLS."""
+
+    address: str
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    server_name: str | None = None
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.address or ":" not in self.address:
+            raise ConfigError(f"coordinator address {self.address!r} must be host:port")
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ConfigError("mutual TLS needs both --client-cert and --client-key")
+        if self.insecure and (self.ca_cert or self.client_cert):
+            raise ConfigError("--insecure cannot be combined with TLS certificate options")
+
+    def channel(self) -> grpc.Channel:
+        options = list(CHANNEL_OPTIONS)
+        if self.insecure:
+            return grpc.insecure_channel(self.address, options=options)
+
+        def read(path: Path | None) -> bytes | None:
+            if path is None:
+                return None
+            try:
+                return Path(path).read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+        credentials = grpc.ssl_channel_credentials(read(self.ca_cert), read(self.client_key), read(self.client_cert))
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        return grpc.secure_channel(self.address, credentials, options=options)
+
+
+class PullReader:
+    """Items of the Pull stream, read on a background thread; errors surface on `next`."""
+
+    _END = object()
+
+    def __init__(self, stream: grpc.Call) -> None:
+        self._stream = stream
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="xclp-pull", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for item in self._stream:
+                self._queue.put(item)
+        except grpc.RpcError as exc:
+            self._queue.put(exc)
+        self._queue.put(self._END)
+
+    def next(self, timeout: float) -> pb.PullItem:
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise DeadlineExceeded(f"nothing from the coordinator for {timeout:.0f} s") from None
+        if isinstance(item, grpc.RpcError):
+            raise error_from_rpc(item)
+        if item is self._END:
+            raise PeerDropped("the coordinator closed the job stream before the job ended")
+        assert isinstance(item, pb.PullItem)
+        return item
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+
+class Connection:
+    def __init__(self, config: ConnectionConfig, job_id: str) -> None:
+        self.config = config
+        self.job_id = job_id
+        self.channel = config.channel()
+        self.stub = pb_grpc.CoordinatorStub(self.channel)
+        self._token: bytes | None = None
+        self._ids = itertools.count(1)
+        self.bytes_sent = 0
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def _metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        if self._token is None:
+            raise XclpError("call join first")
+        return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id))
+
+    def join(self, request: pb.JoinRequest, *, wait_seconds: float = 60.0,
+             on_retry: Callable[[str], None] | None = None) -> pb.JoinResponse:
+        """Join, retrying while the coordinator is unreachable for up to `wait_seconds`."""
+        give_up = time.monotonic() + wait_seconds
+        while True:
+            try:
+                response = self.stub.Join(request, timeout=30)
+                self._token = response.session_token
+                return response
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= give_up:
+                    raise error_from_rpc(exc) from None
+                if on_retry is not None:
+                    on_retry(exc.details() or "unavailable")
+                time.sleep(0.5)
+
+    def pull(self) -> PullReader:
+        return PullReader(self.stub.Pull(pb.PullRequest(job_id=self.job_id), metadata=self._metadata()))
+
+    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "",
+             timeout: float = 300.0) -> int:
+        """Send one payload (chunked) to the coordinator or, relayed, to `recipient`; returns bytes sent."""
+        frames = list(wire.encode(payload, job_id=self.job_id, step=step, round=round, sender=sender,
+                                  recipient=recipient, message_id=next(self._ids)))
+        try:
+            ack = self.stub.Push(iter(frames), metadata=self._metadata(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        self.bytes_sent += ack.bytes
+        return int(ack.bytes)

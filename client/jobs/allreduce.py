@@ -1,0 +1,92 @@
+"""A party's side of the masked all-reduce jobs (DESIGN §6): its local array and its model.
+
+Pure functions of (parameters, data, common seed); the session (client/session.py) masks and
+moves the arrays. Wire encodings (xclp/v1/jobs.py):
+- exact counts: uint32 (counts never exceed the total number of rows);
+- DP FlyNN: the paper's per-party release is real-valued (Laplace noise on T chosen entries), so
+  it is encoded in fixed point, two's complement in Z_2^64 with `frac_bits` fractional bits
+  (crypto/fixedpoint.py, room for τ summands); the decoded sum is the DP model;
+- DP RACE: each party adds its discrete-Laplace share (scale R/ε, τ shares) to its integer counts
+  and sends int64 two's complement in Z_2^64; only the noised aggregate is ever unmasked.
+A restarted round redraws the DP noise for the new number of parties τ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from client.data import PartyData
+from crypto.fixedpoint import FixedPoint
+from xclp.errors import InvalidInput
+from xclp.flynn import FlyHash, FlyNNParams, privatise_counts, train_counts
+from xclp.race import RaceClassifier, RaceHashes, RaceParams, private_release_share, sketch
+from xclp.v1.jobs import FlynnJob, JobParams, RaceJob
+
+
+def check_data(params: JobParams, data: PartyData) -> None:
+    """Refuse, before joining the sum, data the job cannot use (labels out of range)."""
+    n_classes = params.n_classes
+    if n_classes and data.y is not None:
+        bad = data.y >= n_classes
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
+    if isinstance(params, FlynnJob) and params.s > data.X.shape[1]:
+        raise InvalidInput(f"job parameter s = {params.s} exceeds the data dimension {data.X.shape[1]}")
+
+
+def _labeled(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
+    mask = data.labeled
+    assert data.y is not None or not mask.any()
+    return data.X[mask], (data.y[mask] if data.y is not None else np.empty(0, dtype=np.int64))
+
+
+def flynn_counts(params: FlynnJob, data: PartyData, seed: bytes) -> np.ndarray:
+    """The party's exact per-class counts, uint32[C, m], under the job's FlyHash (paper 001 Alg. 2)."""
+    flyhash = FlyHash.from_seed(seed, FlyNNParams(data.X.shape[1], params.m, params.s, params.rho, params.gamma))
+    X, y = _labeled(data)
+    if X.shape[0] == 0:
+        return np.zeros((params.n_classes, params.m), dtype=np.uint32)
+    return train_counts(flyhash, X, y, params.n_classes)
+
+
+def race_counts(params: RaceJob, data: PartyData, seed: bytes) -> np.ndarray:
+    """The party's RACE sketch int64[R, W] of all rows, or per class int64[C, R, W] of labeled rows."""
+    hashes = RaceHashes.from_seed(seed, RaceParams(params.rows, params.width, params.family, params.p,
+                                                   params.bandwidth), data.X.shape[1])
+    if not params.n_classes:
+        return sketch(hashes, data.X)
+    X, y = _labeled(data)
+    if X.shape[0] == 0:
+        return np.zeros((params.n_classes, params.rows, params.width), dtype=np.int64)
+    return RaceClassifier.fit(hashes, X, y, params.n_classes).sketches.astype(np.int64)
+
+
+def contribution(params: JobParams, data: PartyData, seed: bytes, n_parties: int) -> np.ndarray:
+    """The ring array this party adds to the sum (before masking): dtype/shape = params.wire(d)."""
+    dtype, shape = params.wire(data.X.shape[1])
+    if isinstance(params, FlynnJob):
+        counts = flynn_counts(params, data, seed)
+        if not params.private:
+            return counts.astype(dtype)
+        assert params.epsilon is not None and params.T is not None
+        released = privatise_counts(counts, params.epsilon, params.T, n_parties)  # float64[C, m]
+        return FixedPoint(params.frac_bits, 64).encode(released, n_terms=n_parties).astype(dtype)
+    counts = race_counts(params, data, seed)
+    if not params.private:
+        return counts.astype(dtype)
+    assert params.epsilon is not None
+    shared = np.stack([private_release_share(c, params.epsilon, n_parties) for c in counts.reshape(-1, *counts.shape[-2:])])
+    return shared.reshape(shape).view(np.uint64).astype(dtype)
+
+
+def decode_aggregate(params: JobParams, aggregate: np.ndarray) -> np.ndarray:
+    """The unmasked ring sum as model values: exact counts stay integers (uint32 FlyNN counts,
+    int64 RACE sketches); DP FlyNN decodes to float64 counts >= 0, DP RACE to signed int64."""
+    if isinstance(params, FlynnJob):
+        if not params.private:
+            return aggregate.astype(np.uint32)
+        return np.maximum(FixedPoint(params.frac_bits, 64).decode(aggregate.astype(np.uint64)), 0.0)
+    if not params.private:
+        return aggregate.astype(np.int64)
+    return aggregate.astype(np.uint64).view(np.int64)

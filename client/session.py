@@ -1,0 +1,255 @@
+"""One party's run of one job: the party-side state machine (DESIGN §4, §6).
+
+    JOINED  --Roster (every signature checked, own entry unmodified)--> KEYED
+    KEYED   --StepStart "seed"--> leader: seal a fresh 32-byte seed to each peer, ack
+                                  others: wait for the leader's sealed seed, open it, ack
+    SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
+    any     --frame "result"--> keep the aggregate;  --JobEnd DONE--> DONE (result returned)
+            --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
+
+The coordinator relays the seed without learning it: it is sealed (AES-256-GCM, AAD = session id)
+under the pair's "seed" key, HKDF-derived from the pairwise X25519 secret (DESIGN §4.2–4.3).
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from client.connection import Connection, ConnectionConfig
+from client.data import PartyData
+from client.jobs.allreduce import check_data, contribution, decode_aggregate
+from crypto import aead, identity, masking
+from crypto.kdf import derive_key
+from xclp.errors import InvalidInput, PeerDropped, ProtocolError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import JobParams, params_from_json
+
+SEED_STEP = "seed"
+SUM_STEP = "sum"
+RESULT_STEP = "result"
+SEED_BYTES = 32
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(message: str) -> None:
+    print(f"xclp-client: {message}", file=sys.stderr, flush=True)
+
+
+class PartyStage(enum.Enum):
+    JOINED = "joined"
+    KEYED = "keyed"
+    SEEDED = "seeded"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    job_id: str
+    party_id: str
+    identity: Ed25519PrivateKey
+    connection: ConnectionConfig
+    join_wait_seconds: float = 60.0
+    idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What the job gave this party: the decoded aggregate and what is needed to use it."""
+
+    job_type: str
+    params: JobParams
+    dim: int
+    seed: bytes  # the job's common seed (secret from the coordinator)
+    aggregate: np.ndarray
+    participants: tuple[str, ...]
+
+
+class PartySession:
+    def __init__(self, config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> None:
+        self.config = config
+        self.data = data
+        self.progress = progress
+        self.stage = PartyStage.JOINED
+        self.x25519 = masking.generate_x25519()
+        self.signed = identity.sign_bundle(config.identity, identity.KeyBundle(
+            party_id=config.party_id, job_id=config.job_id, identity_public=identity.public_bytes(config.identity),
+            x25519_public=masking.public_bytes(self.x25519), nonce=secrets.token_bytes(16)))
+        self.roster: identity.Roster | None = None
+        self.pair_secrets: dict[str, bytes] = {}
+        self.masker: masking.PairwiseMasker | None = None
+        self.seed: bytes | None = None
+        self.seed_step: pb.StepStart | None = None
+        self.inbox: dict[tuple[str, int, str], wire.Payload] = {}
+        self.assembler = wire.Assembler()
+        self.params: JobParams | None = None
+        self.job_type = ""
+        self.aggregate: np.ndarray | None = None
+        self.participants: tuple[str, ...] = ()
+
+    # --- driver -------------------------------------------------------------------------------
+
+    def run(self) -> JobResult:
+        conn = Connection(self.config.connection, self.config.job_id)
+        try:
+            return self._run(conn)
+        finally:
+            conn.close()
+
+    def _run(self, conn: Connection) -> JobResult:
+        self.conn = conn
+        summary = pb.DataSummary(rows=self.data.X.shape[0], labeled_rows=int(self.data.labeled.sum()),
+                                 dim=self.data.X.shape[1])
+        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
+                                 bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
+        response = conn.join(request, wait_seconds=self.config.join_wait_seconds,
+                             on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
+        self.job_type = response.spec.job_type
+        self.params = params_from_json(response.spec.job_type, response.spec.params_json)
+        check_data(self.params, self.data)
+        self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
+                      f"waiting for {len(response.spec.expected_parties)} parties")
+        reader = conn.pull()
+        try:
+            while self.stage is not PartyStage.DONE:
+                self.handle(reader.next(self.config.idle_seconds))
+        finally:
+            reader.cancel()
+        assert self.aggregate is not None and self.seed is not None
+        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants)
+
+    # --- transitions --------------------------------------------------------------------------
+
+    def handle(self, item: pb.PullItem) -> None:
+        kind = item.WhichOneof("item")
+        if kind == "roster":
+            self.on_roster(item.roster)
+        elif kind == "step":
+            self.on_step(item.step)
+        elif kind == "frame":
+            message = self.assembler.add(item.frame)
+            if message is not None:
+                self.on_message(message)
+        elif kind == "end":
+            self.on_end(item.end)
+        else:
+            raise ProtocolError("the coordinator sent an empty item")
+
+    def on_roster(self, roster: pb.Roster) -> None:
+        if self.stage is not PartyStage.JOINED:
+            raise ProtocolError("the coordinator sent a second roster")
+        signed = [identity.SignedBundle(b.bundle, b.signature) for b in roster.bundles]
+        self.roster = identity.verify_roster(signed, job_id=self.config.job_id, own=self.signed)
+        for bundle in self.roster.bundles:
+            if bundle.party_id != self.config.party_id:
+                self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)
+        self.masker = masking.PairwiseMasker(self.config.party_id, self.pair_secrets, self.roster.session_id)
+        self.stage = PartyStage.KEYED
+        self.progress(f"roster verified: {', '.join(self.roster.party_ids)}")
+
+    def on_step(self, step: pb.StepStart) -> None:
+        if self.roster is None:
+            raise ProtocolError(f"step {step.step!r} started before the roster")
+        members = list(step.participants)
+        if self.config.party_id not in members or not set(members) <= set(self.roster.party_ids):
+            raise ProtocolError(f"step {step.step!r} names participants outside the roster or without us")
+        if members != sorted(set(members)):
+            raise ProtocolError("step participants must be sorted and unique")
+        if step.step == SEED_STEP:
+            self.seed_step = step
+            if members[0] == self.config.party_id:
+                self._lead_seed(step)
+            else:
+                self._try_open_seed()
+        elif step.step == SUM_STEP:
+            if self.stage is not PartyStage.SEEDED or self.seed is None or self.params is None or self.masker is None:
+                raise ProtocolError("the sum step started before this party had the common seed")
+            self.participants = tuple(members)
+            local = contribution(self.params, self.data, self.seed, len(members))
+            masked = self.masker.apply(local, purpose=SUM_STEP, round=step.round, participants=members)
+            sent = self.conn.push(masked, sender=self.config.party_id, step=SUM_STEP, round=step.round)
+            self.progress(f"pushed masked {self.job_type} array {list(masked.shape)} for round {step.round} "
+                          f"({len(members)} parties, {sent} bytes)")
+        else:
+            raise ProtocolError(f"unknown step {step.step!r} for a {self.job_type} job")
+
+    def on_message(self, message: wire.Message) -> None:
+        if message.step == RESULT_STEP and message.sender == "":
+            if self.params is None or not isinstance(message.payload, np.ndarray):
+                raise ProtocolError("the aggregate must be an array")
+            dtype, shape = self.params.wire(self.data.X.shape[1])
+            if message.payload.dtype != dtype or message.payload.shape != shape:
+                raise ProtocolError(f"the aggregate has {message.payload.dtype}{list(message.payload.shape)}, "
+                                    f"expected {dtype}{list(shape)}")
+            self.aggregate = decode_aggregate(self.params, message.payload)
+            self.progress("aggregate received")
+            return
+        self.inbox[(message.step, message.round, message.sender)] = message.payload
+        if message.step == SEED_STEP:
+            self._try_open_seed()
+
+    def on_end(self, end: pb.JobEnd) -> None:
+        if end.outcome == pb.JobEnd.DONE:
+            if self.aggregate is None:
+                raise ProtocolError("the job ended without sending this party the aggregate")
+            self.stage = PartyStage.DONE
+            self.progress(f"job done: {end.reason}")
+        elif end.outcome == pb.JobEnd.DROPPED:
+            raise PeerDropped(f"the coordinator dropped this party: {end.reason}", frozenset({self.config.party_id}))
+        else:
+            raise PeerDropped(f"the job failed: {end.reason}")
+
+    # --- common seed (DESIGN §4.3) --------------------------------------------------------------
+
+    def _seed_key(self, peer: str, step: pb.StepStart) -> bytes:
+        return derive_key(self.pair_secrets[peer], session_id=self._session_id(), purpose=SEED_STEP,
+                          round=step.round, participants=list(step.participants))
+
+    def _session_id(self) -> bytes:
+        assert self.roster is not None
+        return self.roster.session_id
+
+    def _lead_seed(self, step: pb.StepStart) -> None:
+        seed = secrets.token_bytes(SEED_BYTES)
+        for peer in step.participants[1:]:
+            sealed = aead.seal(self._seed_key(peer, step), seed, aad=self._session_id())
+            self.conn.push(sealed, sender=self.config.party_id, step=SEED_STEP, round=step.round, recipient=peer)
+        self._have_seed(seed, step)
+        self.progress(f"drew the common seed and sent it sealed to {len(step.participants) - 1} parties")
+
+    def _try_open_seed(self) -> None:
+        step = self.seed_step
+        if step is None:
+            return
+        leader = step.participants[0]
+        sealed = self.inbox.pop((SEED_STEP, step.round, leader), None)
+        if sealed is None:
+            return
+        if not isinstance(sealed, bytes):
+            raise ProtocolError("the sealed seed must be opaque bytes")
+        seed = aead.open_sealed(self._seed_key(leader, step), sealed, aad=self._session_id())
+        if len(seed) != SEED_BYTES:
+            raise ProtocolError(f"the common seed must be {SEED_BYTES} bytes")
+        self._have_seed(seed, step)
+        self.progress(f"common seed received from {leader}")
+
+    def _have_seed(self, seed: bytes, step: pb.StepStart) -> None:
+        self.seed = seed
+        self.seed_step = None
+        self.participants = tuple(step.participants)
+        self.stage = PartyStage.SEEDED
+        self.conn.push(b"", sender=self.config.party_id, step=SEED_STEP, round=step.round)
+
+
+def run_job(config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> JobResult:
+    if data.X.shape[0] == 0:
+        raise InvalidInput("the party's data has no rows")
+    return PartySession(config, data, progress=progress).run()

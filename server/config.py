@@ -1,0 +1,135 @@
+"""Coordinator settings: the allow-list of party identities and the job files (DESIGN §2, §8).
+
+allow-list TOML:                          job TOML:
+    [parties]                                 job_id = "flynn-demo"
+    hospital-a = "ed25519:<base64>"           type = "flynn"            # or "race"
+    hospital-b = "ed25519:<base64>"           expected_parties = ["hospital-a", "hospital-b"]
+                                              min_parties = 2
+                                              [deadlines]
+                                              join_seconds = 600        # wait for parties to join
+                                              step_seconds = 300        # each step's deadline
+                                              [params]                  # see xclp/v1/jobs.py
+                                              n_classes = 10
+                                              m = 4096
+                                              ...
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from crypto.identity import check_party_id, parse_public_key
+from xclp.errors import ConfigError, InvalidInput
+from xclp.v1.jobs import JobParams, parse_params
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
+def load_allow_list(path: str | os.PathLike[str]) -> Mapping[str, bytes]:
+    """party id -> 32-byte Ed25519 identity public key, from the [parties] table."""
+    table = read_toml(path).get("parties")
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{path} needs a non-empty [parties] table mapping party id -> \"ed25519:<base64>\"")
+    out: dict[str, bytes] = {}
+    for party, key in table.items():
+        try:
+            check_party_id(party)
+        except InvalidInput as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: the key of {party!r} must be a string \"ed25519:<base64>\"")
+        try:
+            out[party] = parse_public_key(key)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: party {party!r}: {exc}") from None
+    return MappingProxyType(out)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One job as the coordinator runs it."""
+
+    job_id: str
+    job_type: str
+    params: JobParams
+    expected_parties: tuple[str, ...]
+    min_parties: int
+    join_seconds: float = 600.0
+    step_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id:
+            raise ConfigError(f"job_id {self.job_id!r} must be 1-128 printable characters without '/'")
+        for party in self.expected_parties:
+            try:
+                check_party_id(party)
+            except InvalidInput as exc:
+                raise ConfigError(f"job {self.job_id}: {exc}") from None
+        if len(set(self.expected_parties)) != len(self.expected_parties):
+            raise ConfigError(f"job {self.job_id}: expected_parties lists a party twice")
+        if not 2 <= self.min_parties <= len(self.expected_parties):
+            raise ConfigError(
+                f"job {self.job_id}: min_parties must be in [2, {len(self.expected_parties)}] "
+                "(masking needs at least two parties)"
+            )
+        if not (self.join_seconds > 0 and self.step_seconds > 0):
+            raise ConfigError(f"job {self.job_id}: deadlines must be positive")
+
+
+def load_job(path: str | os.PathLike[str]) -> JobConfig:
+    raw = read_toml(path)
+    known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params"}
+    extra = sorted(set(raw) - known)
+    if extra:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
+    try:
+        parties = raw["expected_parties"]
+        if not isinstance(parties, list) or not all(isinstance(p, str) for p in parties):
+            raise ConfigError("expected_parties must be a list of party ids")
+        deadlines = raw.get("deadlines", {})
+        params = raw.get("params", {})
+        if not isinstance(deadlines, dict) or not isinstance(params, dict):
+            raise ConfigError("[deadlines] and [params] must be tables")
+        return JobConfig(
+            job_id=str(raw["job_id"]),
+            job_type=str(raw["type"]),
+            params=parse_params(str(raw["type"]), params),
+            expected_parties=tuple(parties),
+            min_parties=int(raw.get("min_parties", len(parties))),
+            join_seconds=float(deadlines.get("join_seconds", 600.0)),
+            step_seconds=float(deadlines.get("step_seconds", 300.0)),
+        )
+    except KeyError as exc:
+        raise ConfigError(f"{path}: missing required key {exc.args[0]!r}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Server certificate and key (PEM); `client_ca` turns on mutual TLS."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def read(self) -> tuple[bytes, bytes, bytes | None]:
+        try:
+            return (self.key.read_bytes(), self.cert.read_bytes(),
+                    None if self.client_ca is None else self.client_ca.read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None

@@ -1,0 +1,369 @@
+"""The coordinator's side of every job: an explicit state machine (STYLE §3, DESIGN §3–§4).
+
+Lifecycle (`Stage`):
+
+    JOINING --all expected joined, or join deadline with >= min_parties--> SETUP
+    JOINING --join deadline with fewer--------------------------------------> FAILED
+    SETUP   (step "seed": the leader relays the sealed common seed, every party acks)
+            --all acked--> RUNNING (the job type's first step)
+            --leader dropped--> SETUP again, next round, next-smallest id leads
+    RUNNING (job-specific steps) --last step complete--> DONE
+    any     --active parties < min_parties--> FAILED
+
+Every transition is one method call made under the job's lock: `join`, `message` (a complete,
+validated payload from an authenticated party), `disconnected` (its Pull stream ended) and
+`tick` (deadlines). A party that disconnects or misses a step's deadline is dropped and the job
+type decides how the step goes on (`on_dropped`). The coordinator relays peer-addressed payloads
+of steps that allow it without interpreting them, and logs each step's duration and bytes, never
+payloads or keys.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from crypto.identity import KeyBundle, SignedBundle, verify_bundle
+from server.config import JobConfig
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import params_json
+
+log = logging.getLogger("xclp.server")
+
+SEED_STEP = "seed"
+# Called with (job_id, step, round, sender, payload) for every contribution; tests only.
+Observer = Callable[[str, str, int, str, wire.Payload], None]
+
+
+class Stage(enum.Enum):
+    JOINING = "joining"
+    SETUP = "setup"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class Mailbox:
+    """What the coordinator has for one party, drained by that party's Pull stream."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[pb.PullItem] = queue.Queue()
+        self.streaming = False
+
+    def put(self, item: pb.PullItem) -> None:
+        self._queue.put(item)
+
+    def get(self, timeout: float) -> pb.PullItem | None:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+@dataclass
+class Party:
+    bundle: KeyBundle
+    signed: SignedBundle
+    summary: pb.DataSummary
+    mailbox: Mailbox = field(default_factory=Mailbox)
+    ended: bool = False  # got its JobEnd; a later disconnect is not a dropout
+
+
+@dataclass
+class Step:
+    """One attempt at one step: who takes part, who still owes a contribution, until when."""
+
+    name: str
+    round: int
+    participants: tuple[str, ...]
+    started: float
+    deadline: float
+    pending: set[str]
+    received: dict[str, wire.Payload] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_relayed: int = 0
+
+
+class Job:
+    """Base state machine; job types implement `begin`, `accept`, `on_step_complete`, `on_dropped`."""
+
+    job_type: ClassVar[str] = ""
+    # Steps whose payloads parties may address to each other (relayed, never opened).
+    relay_steps: ClassVar[frozenset[str]] = frozenset({SEED_STEP})
+
+    def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
+                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
+        self.config = config
+        self.allow_list = allow_list
+        self.clock = clock
+        self.observer = observer
+        self.lock = threading.RLock()
+        self.stage = Stage.JOINING
+        self.parties: dict[str, Party] = {}
+        self.active: list[str] = []  # roster members not dropped, sorted
+        self.dropped: set[str] = set()
+        self.step: Step | None = None
+        self.join_deadline = clock() + config.join_seconds
+        self.started_at = clock()
+        self.outcome_reason = ""
+        self._message_ids = itertools.count(1)
+        self.done_event = threading.Event()
+
+    # --- spec -------------------------------------------------------------------------------
+
+    def spec(self) -> pb.JobSpec:
+        c = self.config
+        return pb.JobSpec(job_id=c.job_id, job_type=c.job_type, params_json=params_json(c.params),
+                          expected_parties=list(c.expected_parties), min_parties=c.min_parties,
+                          step_deadline_seconds=c.step_seconds)
+
+    @property
+    def dim(self) -> int:
+        return int(next(iter(self.parties.values())).summary.dim)
+
+    # --- transitions ----------------------------------------------------------------------------
+
+    def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
+        """Admit a party: allow-listed, expected, correctly signed, data summary consistent."""
+        with self.lock:
+            try:
+                claimed = KeyBundle.from_bytes(signed.bundle)
+            except InvalidInput as exc:
+                raise InvalidInput(f"malformed key bundle: {exc}") from None
+            allowed = self.allow_list.get(claimed.party_id)
+            if allowed is None:
+                raise NotAuthorized(f"party {claimed.party_id!r} is not on the coordinator's allow-list")
+            if claimed.party_id not in self.config.expected_parties:
+                raise NotAuthorized(f"party {claimed.party_id!r} is not expected in job {self.config.job_id!r}")
+            bundle = verify_bundle(signed, expected_identity=allowed)
+            if bundle.job_id != self.config.job_id:
+                raise InvalidInput(f"the key bundle is for job {bundle.job_id!r}, not {self.config.job_id!r}")
+            if self.stage is not Stage.JOINING:
+                raise ProtocolError(f"job {self.config.job_id!r} is past admission ({self.stage.value})")
+            if bundle.party_id in self.parties:
+                raise ProtocolError(f"party {bundle.party_id!r} has already joined job {self.config.job_id!r}")
+            self.check_summary(summary)
+            self.parties[bundle.party_id] = Party(bundle, signed, summary)
+            log.info("job %s: %s joined (%d/%d)", self.config.job_id, bundle.party_id,
+                     len(self.parties), len(self.config.expected_parties))
+            if len(self.parties) == len(self.config.expected_parties):
+                self._start()
+            return bundle
+
+    def message(self, sender: str, msg: wire.Message) -> None:
+        """A complete payload from an authenticated party: a contribution or a relay."""
+        with self.lock:
+            if sender not in self.active:
+                raise ProtocolError(f"party {sender!r} takes no part in job {self.config.job_id!r} now")
+            step = self.step
+            if step is None or msg.step != step.name:
+                current = step.name if step else self.stage.value
+                raise InvalidInput(f"step {msg.step!r} is not running (job {self.config.job_id!r} is at {current!r})")
+            if msg.round < step.round:
+                log.info("job %s: ignoring a late %s round %d payload from %s", self.config.job_id,
+                         msg.step, msg.round, sender)
+                return
+            if msg.round > step.round:
+                raise InvalidInput(f"round {msg.round} of step {msg.step!r} has not started (current: {step.round})")
+            if sender not in step.participants:
+                raise ProtocolError(f"party {sender!r} is not a participant of step {step.name!r} round {step.round}")
+            if msg.recipient:
+                self._relay(step, sender, msg)
+                return
+            if sender not in step.pending:
+                raise InvalidInput(f"party {sender!r} already contributed to step {step.name!r} round {step.round}")
+            if step.name == SEED_STEP:
+                if msg.payload != b"":
+                    raise InvalidInput("the seed step's acknowledgement must be an empty payload")
+            else:
+                self.accept(step, sender, msg.payload)
+            if self.observer is not None:
+                self.observer(self.config.job_id, step.name, step.round, sender, msg.payload)
+            step.received[sender] = msg.payload
+            step.pending.discard(sender)
+            step.bytes_in += msg.nbytes
+            if not step.pending:
+                self._complete(step)
+
+    def disconnected(self, party_id: str) -> None:
+        with self.lock:
+            party = self.parties.get(party_id)
+            if party is None or party.ended or self.stage in (Stage.DONE, Stage.FAILED):
+                return
+            if self.stage is Stage.JOINING:
+                # Not yet on a roster: forget it, it may join again with fresh keys.
+                del self.parties[party_id]
+                log.info("job %s: %s left before the roster was sent", self.config.job_id, party_id)
+                return
+            self._drop({party_id}, "disconnected")
+
+    def tick(self, now: float) -> None:
+        with self.lock:
+            if self.stage is Stage.JOINING and now >= self.join_deadline:
+                if len(self.parties) >= self.config.min_parties:
+                    log.info("job %s: join deadline passed; starting with %d parties", self.config.job_id,
+                             len(self.parties))
+                    self._start()
+                else:
+                    self._fail(f"only {len(self.parties)} of the {self.config.min_parties} required parties joined in time")
+            elif self.step is not None and self.stage in (Stage.SETUP, Stage.RUNNING) and now >= self.step.deadline:
+                self._drop(set(self.step.pending), f"missed the deadline of step {self.step.name!r}")
+
+    # --- hooks for job types ----------------------------------------------------------------
+
+    def check_summary(self, summary: pb.DataSummary) -> None:
+        if summary.rows < 1 or summary.dim < 1:
+            raise InvalidInput("the data summary must report at least one row and one column")
+        if summary.labeled_rows > summary.rows:
+            raise InvalidInput("the data summary reports more labeled rows than rows")
+        for pid, other in self.parties.items():
+            if other.summary.dim != summary.dim:
+                raise InvalidInput(f"data has {summary.dim} columns but {pid!r} has {other.summary.dim}; all parties must agree")
+
+    def begin(self) -> None:
+        """SETUP is over: start the first job-specific step (`start_step`)."""
+        raise NotImplementedError
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        """Validate a contribution to `step` (raise InvalidInput); the base then records it."""
+        raise NotImplementedError
+
+    def on_step_complete(self, step: Step) -> None:
+        raise NotImplementedError
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        """Participants of the running job-specific step dropped; the job has >= min_parties left."""
+        raise NotImplementedError
+
+    # --- helpers for job types --------------------------------------------------------------
+
+    def start_step(self, name: str, participants: list[str] | None = None, round: int | None = None) -> Step:
+        members = tuple(sorted(self.active if participants is None else participants))
+        if round is None:
+            round = self.step.round + 1 if self.step is not None and self.step.name == name else 0
+        now = self.clock()
+        step = Step(name, round, members, now, now + self.config.step_seconds, set(members))
+        self.step = step
+        start = pb.StepStart(step=name, round=round, participants=list(members),
+                             deadline_seconds=self.config.step_seconds)
+        for pid in members:
+            self.parties[pid].mailbox.put(pb.PullItem(step=start))
+        log.info("job %s: step %s round %d started with %d parties", self.config.job_id, name, round, len(members))
+        return step
+
+    def send(self, party_id: str, step: str, round: int, payload: wire.Payload) -> int:
+        """Queue a coordinator payload (sender "") for a party; returns the bytes queued."""
+        mid = next(self._message_ids)
+        size = 0
+        for frame in wire.encode(payload, job_id=self.config.job_id, step=step, round=round, sender="",
+                                 recipient=party_id, message_id=mid):
+            size += len(frame.data)
+            self.parties[party_id].mailbox.put(pb.PullItem(frame=frame))
+        return size
+
+    def finish(self, reason: str = "") -> None:
+        self.stage = Stage.DONE
+        self.outcome_reason = reason
+        self.step = None
+        for pid in self.active:
+            self._end(pid, pb.JobEnd.DONE, reason or "job complete")
+        log.info("job %s: done in %.3fs with %d parties", self.config.job_id, self.clock() - self.started_at,
+                 len(self.active))
+        self.done_event.set()
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self.active = sorted(self.parties)
+        for pid in [p for p in self.config.expected_parties if p not in self.parties]:
+            self.dropped.add(pid)  # never joined (DESIGN §5: "before SecureHamming = never joined")
+        roster = pb.Roster(bundles=[pb.SignedBundle(bundle=self.parties[p].signed.bundle,
+                                                    signature=self.parties[p].signed.signature)
+                                    for p in self.active])
+        for pid in self.active:
+            self.parties[pid].mailbox.put(pb.PullItem(roster=roster))
+        self.stage = Stage.SETUP
+        self.start_step(SEED_STEP)
+
+    def _complete(self, step: Step) -> None:
+        log.info("job %s: step %s round %d complete in %.3fs; %d parties, %d bytes in, %d bytes relayed",
+                 self.config.job_id, step.name, step.round, self.clock() - step.started, len(step.participants),
+                 step.bytes_in, step.bytes_relayed)
+        if step.name == SEED_STEP:
+            self.stage = Stage.RUNNING
+            self.begin()
+        else:
+            self.on_step_complete(step)
+
+    def _relay(self, step: Step, sender: str, msg: wire.Message) -> None:
+        if step.name not in self.relay_steps:
+            raise InvalidInput(f"step {step.name!r} carries no peer-to-peer messages")
+        if msg.recipient not in step.participants or msg.recipient == sender:
+            raise InvalidInput(f"recipient {msg.recipient!r} is not another participant of step {step.name!r}")
+        if step.name == SEED_STEP and sender != step.participants[0]:
+            raise ProtocolError(f"only the leader {step.participants[0]!r} distributes the common seed")
+        mid = next(self._message_ids)
+        for frame in wire.encode(msg.payload, job_id=self.config.job_id, step=msg.step, round=msg.round,
+                                 sender=sender, recipient=msg.recipient, message_id=mid):
+            self.parties[msg.recipient].mailbox.put(pb.PullItem(frame=frame))
+        step.bytes_relayed += msg.nbytes
+
+    def _drop(self, parties: set[str], reason: str) -> None:
+        parties = {p for p in parties if p in self.active}
+        if not parties:
+            return
+        for pid in sorted(parties):
+            self.active.remove(pid)
+            self.dropped.add(pid)
+            self._end(pid, pb.JobEnd.DROPPED, reason)
+            log.warning("job %s: dropped %s (%s)", self.config.job_id, pid, reason)
+        if len(self.active) < self.config.min_parties:
+            self._fail(f"{len(self.active)} parties left, fewer than min_parties = {self.config.min_parties}")
+            return
+        step = self.step
+        if step is None or not parties & set(step.participants):
+            return
+        if step.name == SEED_STEP:
+            if step.participants[0] in parties:
+                self.start_step(SEED_STEP)  # the leader is gone: a new leader draws a new seed
+            else:
+                step.pending -= parties  # everyone left already holds the seed
+                if not step.pending:
+                    self._complete(step)
+        else:
+            self.on_dropped(step, parties)
+
+    def _fail(self, reason: str) -> None:
+        self.stage = Stage.FAILED
+        self.outcome_reason = reason
+        self.step = None
+        for pid in self.active:
+            self._end(pid, pb.JobEnd.FAILED, reason)
+        log.error("job %s: failed: %s", self.config.job_id, reason)
+        self.done_event.set()
+
+    def _end(self, party_id: str, outcome: int, reason: str) -> None:
+        party = self.parties[party_id]
+        if not party.ended:
+            party.ended = True
+            party.mailbox.put(pb.PullItem(end=pb.JobEnd(outcome=outcome, reason=reason)))
+
+
+def ring_array(payload: wire.Payload, dtype: np.dtype, shape: tuple[int, ...], what: str) -> np.ndarray:
+    """The payload as an array of exactly `dtype`/`shape`, or InvalidInput naming what differs."""
+    if not isinstance(payload, np.ndarray):
+        raise InvalidInput(f"{what} must be an array, got opaque bytes")
+    if payload.dtype != dtype or payload.shape != shape:
+        raise InvalidInput(f"{what} must be {dtype.str}{list(shape)}, got {payload.dtype.str}{list(payload.shape)}")
+    return payload

@@ -1,0 +1,128 @@
+"""The gRPC servicer: authenticate, validate and route; no protocol logic lives here (DESIGN §3).
+
+Join admits a party; Pull drains its mailbox; Push reassembles frames into validated messages
+and hands each to its job. Anything malformed is answered with INVALID_ARGUMENT for that call
+only; the coordinator goes on serving every other party and job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from server.config import TlsFiles
+from server.coordinator import Coordinator
+from server.status import abort_on_error
+from xclp.errors import InvalidInput, NotAuthorized, XclpError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.status import status_code
+
+log = logging.getLogger("xclp.server")
+
+TOKEN_METADATA = "x-xclp-token-bin"
+JOB_METADATA = "x-xclp-job"
+POLL_SECONDS = 0.5
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
+    # Notice dead peers on idle connections (institutions sit behind NATs and firewalls).
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
+    return {key: value for key, value in context.invocation_metadata()}
+
+
+class CoordinatorService(pb_grpc.CoordinatorServicer):
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+
+    @abort_on_error
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
+        if not request.HasField("bundle") or not request.HasField("summary"):
+            raise InvalidInput("Join needs a signed key bundle and a data summary")
+        return self.coordinator.join(request)
+
+    def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullItem]:
+        try:
+            token = _metadata(context).get(TOKEN_METADATA)
+            job, party_id = self.coordinator.authenticate(token if isinstance(token, bytes) else None, request.job_id)
+            with job.lock:
+                party = job.parties.get(party_id)
+                if party is None or party.ended:
+                    raise NotAuthorized(f"party {party_id!r} has no open place in job {request.job_id!r}")
+                if party.mailbox.streaming:
+                    raise InvalidInput(f"party {party_id!r} already has a Pull stream open")
+                party.mailbox.streaming = True
+        except XclpError as exc:
+            context.abort(status_code(exc), str(exc))
+        # The RPC ending for any reason other than our JobEnd is a disconnect (a dropout).
+        context.add_callback(lambda: job.disconnected(party_id))
+        mailbox = party.mailbox
+        while context.is_active():
+            item = mailbox.get(POLL_SECONDS)
+            if item is None:
+                continue
+            yield item
+            if item.HasField("end"):
+                return
+
+    def Push(self, request_iterator: Iterator[pb.Frame], context: grpc.ServicerContext) -> pb.PushAck:
+        try:
+            job_id = _metadata(context).get(JOB_METADATA, "")
+            token = _metadata(context).get(TOKEN_METADATA)
+            job, party_id = self.coordinator.authenticate(
+                token if isinstance(token, bytes) else None, job_id if isinstance(job_id, str) else ""
+            )
+            assembler = wire.Assembler()
+            frames = total = 0
+            for frame in request_iterator:
+                if frame.job_id != job.config.job_id:
+                    raise InvalidInput(f"frame for job {frame.job_id!r} on a Push stream of job {job.config.job_id!r}")
+                if frame.sender != party_id:
+                    raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
+                frames += 1
+                total += len(frame.data)
+                message = assembler.add(frame)
+                if message is not None:
+                    job.message(party_id, message)
+            if assembler.pending:
+                raise InvalidInput(f"the Push stream ended with {assembler.pending} incomplete message(s)")
+            return pb.PushAck(frames=frames, bytes=total)
+        except XclpError as exc:
+            log.warning("Push refused: %s", exc)
+            context.abort(status_code(exc), str(exc))
+        except Exception:
+            log.exception("Push failed")
+            context.abort(grpc.StatusCode.INTERNAL, "internal error on the coordinator (see its log)")
+        raise AssertionError("unreachable")
+
+
+def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None, max_workers: int = 64) -> tuple[grpc.Server, int]:
+    """A gRPC server bound to `address` (port 0 = any free port); returns it and the bound port.
+
+    `tls=None` means plaintext — only for `--insecure`, which the CLI logs loudly.
+    """
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="xclp-rpc"),
+                         options=GRPC_OPTIONS)
+    pb_grpc.add_CoordinatorServicer_to_server(CoordinatorService(coordinator), server)
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        key, cert, client_ca = tls.read()
+        credentials = grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
+        port = server.add_secure_port(address, credentials)
+    if port == 0:
+        raise InvalidInput(f"cannot listen on {address}")
+    return server, port

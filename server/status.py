@@ -1,0 +1,36 @@
+"""Turning xclp errors into gRPC aborts on the coordinator (the mapping itself: xclp/v1/status.py)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from xclp.errors import XclpError
+from xclp.v1.status import status_code
+
+log = logging.getLogger("xclp.server")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def abort_on_error(method: F) -> F:
+    """Wrap a unary handler: an XclpError becomes its status code, anything else INTERNAL.
+
+    The coordinator keeps serving everyone else either way; the message goes only to the caller.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except XclpError as exc:
+            log.warning("%s refused: %s", method.__name__, exc)
+            context.abort(status_code(exc), str(exc))
+        except Exception:
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "internal error on the coordinator (see its log)")
+
+    return wrapper  # type: ignore[return-value]
