@@ -207,8 +207,10 @@ def assemble_hamming(
 ) -> HammingMatrix:
     """H from validated blocks: intra[p] = int[n_p, n_p]; cross[(a, b)] = uint16[n_b, n_a] from `cross_block`.
 
-    Every party of `layout` needs its own block and every pair one cross block, keyed (A, B) as in
-    `secure_hamming_pairs`; a missing block means a party dropped (PeerDropped naming it).
+    Every party of `layout` needs its own block and every pair of them one cross block, keyed
+    (A, B) as the pair ran (`secure_hamming_pairs` of the roster at the time, which may include
+    parties dropped since); blocks of parties outside `layout` are ignored. A missing block means
+    a party dropped (PeerDropped naming the parties of the unfinished pairs).
     """
     n_bits = check_n_bits(n_bits)
     H = np.zeros((layout.n, layout.n), dtype=hamming_dtype(n_bits))
@@ -219,18 +221,24 @@ def assemble_hamming(
             continue
         rows = layout.rows(p)
         H[rows, rows] = check_intra_block(intra[p], rows.stop - rows.start, n_bits)
-    for task in secure_hamming_pairs(layout.parties):
-        block = cross.get((task.a, task.b))
-        if block is None:
-            missing.update({task.a, task.b})
+    members = set(layout.parties)
+    done: set[frozenset[str]] = set()
+    for (a, b), block in cross.items():
+        if not {a, b} <= members:
             continue
-        ra, rb = layout.rows(task.a), layout.rows(task.b)
+        if frozenset((a, b)) in done or a == b:
+            raise ProtocolError(f"more than one cross block for the pair ({a}, {b})")
+        done.add(frozenset((a, b)))
+        ra, rb = layout.rows(a), layout.rows(b)
         shape = (rb.stop - rb.start, ra.stop - ra.start)
         if block.shape != shape:
-            raise InvalidInput(f"cross block ({task.a}, {task.b}) must have shape {shape}, got {block.shape}")
-        _check_range(block, n_bits, f"cross block ({task.a}, {task.b})")
+            raise InvalidInput(f"cross block ({a}, {b}) must have shape {shape}, got {block.shape}")
+        _check_range(block, n_bits, f"cross block ({a}, {b})")
         H[rb, ra] = block
         H[ra, rb] = block.T
+    for task in secure_hamming_pairs(layout.parties):
+        if frozenset((task.a, task.b)) not in done:
+            missing.update({task.a, task.b})
     if missing:
         raise PeerDropped(f"Hamming blocks missing for {', '.join(sorted(missing))}", dropped=frozenset(missing))
     return HammingMatrix(H=H, layout=layout)

@@ -1,0 +1,370 @@
+"""XCLP protocol steps with real cryptography, checked against the plaintext oracle (DESIGN §5).
+
+Small on purpose: 3 parties × 22–30 rows, L = 64, 512-bit Paillier test keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from client.steps import xclp as party
+from client.steps.inprocess import InProcessResult, run_xclp_inprocess
+from crypto.fixedpoint import FixedPoint
+from crypto.masking import PairwiseMasker
+from crypto.paillier import PaillierKeypair
+from server.steps import xclp as coord
+from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError, ReplayRefused
+from xclp.graph import GraphParams
+from xclp.hamming import hamming_matrix
+from xclp.reference import XclpResult, xclp_reference
+
+SEED = hashlib.sha256(b"test_xclp_steps").digest()
+L = 64
+KEY_BITS = 512
+C = 3
+PARAMS = GraphParams(k=5)
+IDS = ("party-a", "party-b", "party-c")
+SIZES = {"party-a": 22, "party-b": 30, "party-c": 26}
+
+
+@functools.cache
+def dataset() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Three Gaussian classes in 10-D spread over three parties; ~40% of rows labeled."""
+    rng = np.random.default_rng(7)
+    centres = rng.normal(scale=3.0, size=(C, 10))
+    out = {}
+    for pid in IDS:
+        n = SIZES[pid]
+        y = rng.integers(0, C, size=n)
+        X = centres[y] + rng.normal(size=(n, 10))
+        y_seen = np.where(rng.random(n) < 0.4, y, -1)
+        y_seen[0] = y[0]  # every party labels at least one row
+        out[pid] = (X, y_seen)
+    return out
+
+
+@functools.cache
+def run(hide: bool = False, normalise: bool = False, drop: tuple[tuple[str, str], ...] = ()) -> InProcessResult:
+    return run_xclp_inprocess(
+        dataset(), C, seed=SEED, L=L, key_bits=KEY_BITS, params=PARAMS, hide_label_mask=hide,
+        normalise_labels=normalise, drop=dict(drop), insecure_test_keys=True,
+    )
+
+
+def reference(ids: tuple[str, ...] = IDS, unlabeled: tuple[str, ...] = (), normalise: bool = False) -> XclpResult:
+    """The oracle on the parties `ids` (sorted order = H's order), with `unlabeled` parties' labels removed."""
+    data = dataset()
+    parties = [(data[p][0], np.full_like(data[p][1], -1) if p in unlabeled else data[p][1]) for p in ids]
+    return xclp_reference(parties, SEED, C, L, PARAMS, normalise_labels=normalise)
+
+
+def assert_outputs_match(result: InProcessResult, ref: XclpResult, ids: tuple[str, ...], receivers: tuple[str, ...]) -> None:
+    assert set(result.outputs) == set(receivers)
+    for j, pid in enumerate(ids):
+        if pid not in receivers:
+            continue
+        rows = ref.party_rows(j)
+        out = result.outputs[pid]
+        np.testing.assert_array_equal(out.labels, ref.labels[rows])
+        np.testing.assert_allclose(out.scores, ref.scores[rows], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out.confidence, ref.confidence[rows], rtol=0, atol=1e-6)
+
+
+# ---- correctness contract (DESIGN §5) -------------------------------------------------------------
+
+
+def test_coordinator_H_equals_plaintext_hamming_matrix() -> None:
+    result = run()
+    codes = np.concatenate([party.lsh_step(dataset()[p][0], SEED, L) for p in IDS])
+    assert result.hamming.layout == coord.RowLayout(IDS, tuple(SIZES[p] for p in IDS))
+    assert result.hamming.H.dtype == np.uint16
+    np.testing.assert_array_equal(result.hamming.H, hamming_matrix(codes))
+    np.testing.assert_array_equal(result.hamming.H, reference().H)
+
+
+@pytest.mark.parametrize("hide", [False, True], ids=["label-mask-sent", "hide-label-mask"])
+@pytest.mark.parametrize("normalise", [False, True], ids=["one-hot", "class-normalised"])
+def test_predictions_equal_reference(hide: bool, normalise: bool) -> None:
+    ref = reference(normalise=normalise)
+    assert_outputs_match(run(hide, normalise), ref, IDS, IDS)
+    # the data is not trivial: propagation changes at least one unlabeled row's argmax vs class 0
+    assert len(np.unique(ref.labels)) == C
+
+
+def test_hide_label_mask_sends_all_columns_and_no_labeled_sets() -> None:
+    shown, hidden = run(False), run(True)
+    n = sum(SIZES.values())
+    n_labeled = sum(int((dataset()[p][1] >= 0).sum()) for p in IDS)
+    assert "labeled_sets" not in hidden.bytes_sent
+    assert shown.bytes_sent["labeled_sets"] == 8 * n_labeled
+    assert hidden.bytes_sent["influence"] == 8 * n * n  # every party gets float64[n, n_j]
+    assert shown.bytes_sent["influence"] == 8 * n * n_labeled
+
+
+def test_secure_hamming_bytes_are_ciphertexts_of_the_packed_slices() -> None:
+    result = run()
+    layout = party.slot_layout(PaillierKeypair.generate(KEY_BITS, allow_insecure_test_size=True).public, L)
+    ct = 2 * KEY_BITS // 8
+    expected = 0
+    for task in coord.secure_hamming_pairs(IDS):
+        n_a, n_b = SIZES[task.a], SIZES[task.b]
+        batches = math.ceil(n_a / layout.slots)
+        expected += 24 + batches * L * ct  # A -> B: header + one ciphertext per (batch, bit)
+        expected += 28 + batches * n_b * ct  # B -> A: header + one ciphertext per (batch, B's row)
+        expected += 2 * 8 * n_a * n_b  # r from B and t from A, uint64[n_b, n_a] each
+    assert result.bytes_sent["secure_hamming"] == expected
+
+
+# ---- dropouts (DESIGN §5, end) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["setup", "secure_hamming"])
+def test_dropout_before_or_during_secure_hamming_equals_never_joined(stage: str) -> None:
+    result = run(drop=(("party-b", stage),))
+    without = ("party-a", "party-c")
+    ref = reference(without)
+    assert result.membership == coord.Membership(graph=without, labels=without, rowsums_round=0)
+    np.testing.assert_array_equal(result.hamming.H, ref.H)
+    assert_outputs_match(result, ref, without, without)
+
+
+@pytest.mark.parametrize("stage", ["graph", "secure_rowsums"])
+def test_dropout_after_H_shapes_graph_but_brings_and_gets_no_labels(stage: str) -> None:
+    result = run(drop=(("party-b", stage),))
+    ref = reference(IDS, unlabeled=("party-b",))
+    np.testing.assert_array_equal(result.hamming.H, reference().H)  # b's rows stay in the graph
+    assert_outputs_match(result, ref, IDS, ("party-a", "party-c"))
+    # and it matters: with b's labels the answer differs
+    assert not np.allclose(ref.scores, reference().scores)
+
+
+def test_dropout_during_rowsums_restarts_without_it_under_fresh_masks() -> None:
+    first, second = run(drop=(("party-b", "secure_rowsums"),)).rowsums_attempts
+    assert (first.round, first.participants, first.completed) == (0, IDS, False)
+    assert set(first.received) == {"party-a", "party-c"}  # b agreed on masks, then never pushed
+    assert (second.round, second.participants, second.completed) == (1, ("party-a", "party-c"), True)
+    # a's rows of c in both attempts: same Z̄ underneath, so every difference is the mask
+    c_rows_first = first.received["party-a"][SIZES["party-b"] :]
+    c_rows_second = second.received["party-a"]
+    assert c_rows_first.shape == c_rows_second.shape == (SIZES["party-c"], C)
+    assert np.count_nonzero(c_rows_first == c_rows_second) == 0
+    # nobody sends b's rows in the restart: c's payload covers a's rows only
+    assert second.received["party-c"].shape == (SIZES["party-a"], C)
+
+
+def test_drop_party_transitions() -> None:
+    m = coord.start_membership(["c", "a", "b"])
+    assert m == coord.Membership(("a", "b", "c"), ("a", "b", "c"), 0)
+    assert coord.drop_party(m, "b", coord.XclpStage.SETUP) == coord.Membership(("a", "c"), ("a", "c"), 0)
+    assert coord.drop_party(m, "b", coord.XclpStage.SECURE_HAMMING) == coord.Membership(("a", "c"), ("a", "c"), 0)
+    assert coord.drop_party(m, "b", coord.XclpStage.GRAPH) == coord.Membership(("a", "b", "c"), ("a", "c"), 0)
+    after = coord.drop_party(m, "b", coord.XclpStage.ROW_SUMS)
+    assert after == coord.Membership(("a", "b", "c"), ("a", "c"), 1)
+    assert coord.rowsums_participants(after) == ("a", "c")
+    with pytest.raises(InvalidInput, match="not in SecureRowSums"):
+        coord.drop_party(after, "b", coord.XclpStage.ROW_SUMS)
+    alone = coord.Membership(("a", "b"), ("a",), 0)
+    with pytest.raises(PeerDropped, match="no party is left") as err:
+        coord.drop_party(alone, "a", coord.XclpStage.ROW_SUMS)
+    assert err.value.dropped == frozenset({"a"})
+
+
+def test_drop_party_from_H_removes_its_rows_and_columns() -> None:
+    hm = run().hamming
+    smaller = coord.drop_party_from_H(hm, "party-b")
+    np.testing.assert_array_equal(smaller.H, reference(("party-a", "party-c")).H)
+    assert smaller.layout == coord.RowLayout(("party-a", "party-c"), (SIZES["party-a"], SIZES["party-c"]))
+
+
+def test_assemble_with_a_missing_pair_names_the_dropped_parties() -> None:
+    layout = coord.RowLayout(("a", "b"), (2, 3))
+    intra = {"a": np.zeros((2, 2), np.uint32), "b": np.zeros((3, 3), np.uint32)}
+    with pytest.raises(PeerDropped) as err:
+        coord.assemble_hamming(layout, intra, {}, L)
+    assert err.value.dropped == frozenset({"a", "b"})
+    block = np.ones((3, 2), np.uint16)
+    np.testing.assert_array_equal(coord.assemble_hamming(layout, intra, {("a", "b"): block}, L).H[2:, :2], block)
+    # roles as they ran may differ from the reduced roster's schedule: either orientation is accepted
+    np.testing.assert_array_equal(coord.assemble_hamming(layout, intra, {("b", "a"): block.T}, L).H[2:, :2], block)
+    with pytest.raises(ProtocolError, match="more than one"):
+        coord.assemble_hamming(layout, intra, {("a", "b"): block, ("b", "a"): block.T}, L)
+
+
+def test_drop_names_unknown_stage_or_party_helpfully() -> None:
+    with pytest.raises(InvalidInput, match="secure_hamming"):
+        run_xclp_inprocess(dataset(), C, seed=SEED, L=L, drop={"party-b": "hamming"})
+    with pytest.raises(InvalidInput, match="unknown party 'party-z'"):
+        run_xclp_inprocess(dataset(), C, seed=SEED, L=L, drop={"party-z": "setup"})
+
+
+# ---- SecureRowSums (paper 003 §3.2) ---------------------------------------------------------------
+
+
+def fixed_maskers(ids: tuple[str, ...], seed: int) -> dict[str, PairwiseMasker]:
+    """Deterministic maskers (seeded pairwise secrets) so the statistical test is reproducible."""
+    rng = np.random.default_rng(seed)
+    secrets = {frozenset(p): rng.bytes(32) for p in [(a, b) for a in ids for b in ids if a < b]}
+    return {
+        me: PairwiseMasker(me, {o: secrets[frozenset((me, o))] for o in ids if o != me}, b"session")
+        for me in ids
+    }
+
+
+def test_rowsums_payloads_look_uniform_while_the_sum_is_exact() -> None:
+    ids = ("a", "b", "c")
+    graph_rows = (("a", 300), ("b", 200), ("c", 250))
+    n, classes = 750, 4
+    rng = np.random.default_rng(11)
+    # worst case for hiding: sparse, small, mostly-zero scores
+    zbars = {p: np.where(rng.random((n, classes)) < 0.1, rng.random((n, classes)), 0.0) for p in ids}
+    maskers = fixed_maskers(ids, seed=5)
+    fp = FixedPoint()
+    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=ids, round=0) for p in ids}
+    for p in ids:
+        words = masked[p].payload.reshape(-1)
+        as_bytes = words.view(np.uint8)
+        counts = np.bincount(as_bytes, minlength=256)
+        assert stats.chisquare(counts).pvalue > 1e-3, p
+        bit_ones = ((words[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).sum(axis=0)
+        # every bit position is a fair coin: two-sided binomial z-scores, Bonferroni over 64 positions
+        z = (bit_ones - words.size / 2) / math.sqrt(words.size / 4)
+        assert np.abs(z).max() < stats.norm.isf(1e-3 / 128), p
+    frame = coord.rowsums_frame(coord.RowLayout(ids, (300, 200, 250)), ids)
+    sums = coord.sum_row_sums(frame, {p: m.payload for p, m in masked.items()}, classes)
+    exact = sum(fp.encode(zbars[p], n_terms=3).view(np.int64).astype(object) for p in ids)  # no wrap
+    for p in ids:
+        rows = frame.rows(p)
+        got = (sums[p] + masked[p].kept).view(np.int64).astype(object)
+        assert np.array_equal(got, exact[rows]), p  # bit-exact integer sum
+        np.testing.assert_allclose(party.unmask_row_sums(sums[p], masked[p].kept), sum(zbars.values())[rows], atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5),
+    leave=st.sets(st.integers(0, 4)),
+    classes=st.integers(2, 4),
+    rnd=st.integers(0, 3),
+    data=st.data(),
+)
+def test_masks_cancel_and_every_participant_reads_its_exact_rows(
+    sizes: list[int], leave: set[int], classes: int, rnd: int, data: st.DataObject
+) -> None:
+    ids = tuple(f"p{i}" for i in range(len(sizes)))
+    graph_rows = tuple(zip(ids, sizes))
+    participants = tuple(p for i, p in enumerate(ids) if i not in leave) or ids[:1]
+    n = sum(sizes)
+    values = st.floats(-1e3, 1e3, allow_nan=False)
+    zbars = {p: np.array(data.draw(st.lists(values, min_size=n * classes, max_size=n * classes))).reshape(n, classes)
+             for p in participants}
+    maskers = fixed_maskers(ids, seed=len(sizes) + 100 * rnd)
+    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=participants, round=rnd)
+              for p in participants}
+    frame = coord.rowsums_frame(coord.RowLayout(ids, tuple(sizes)), participants)
+    sums = coord.sum_row_sums(frame, {p: m.payload for p, m in masked.items()}, classes)
+    fp = FixedPoint()
+    exact = sum(fp.encode(zbars[p], n_terms=len(participants)).view(np.int64).astype(object) for p in participants)
+    offsets = dict(zip(ids, np.cumsum([0, *sizes])))
+    for p in participants:
+        got = (sums[p] + masked[p].kept).view(np.int64).astype(object)
+        rows = slice(int(offsets[p]), int(offsets[p]) + dict(graph_rows)[p])
+        assert np.array_equal(got, exact[rows])
+
+
+def test_rowsums_block_is_still_masked_without_the_owners_kept_rows() -> None:
+    ids = ("a", "b")
+    graph_rows = (("a", 50), ("b", 50))
+    maskers = fixed_maskers(ids, seed=6)
+    zero = np.zeros((100, 2))
+    masked = {p: party.mask_row_sums(zero, graph_rows, maskers[p], participants=ids, round=0) for p in ids}
+    sums = coord.sum_row_sums(coord.RowLayout(ids, (50, 50)), {p: m.payload for p, m in masked.items()}, 2)
+    # the coordinator's block for a is b's masked rows: far from the all-zero answer
+    assert np.count_nonzero(sums["a"]) >= 95
+    np.testing.assert_array_equal(party.unmask_row_sums(sums["a"], masked["a"].kept), np.zeros((50, 2)))
+
+
+def test_replay_of_a_rowsums_round_is_refused() -> None:
+    ids = ("a", "b", "c")
+    graph_rows = (("a", 3), ("b", 3), ("c", 3))
+    masker = fixed_maskers(ids, seed=8)["a"]
+    Z = np.ones((9, 2))
+    party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=0)
+    with pytest.raises(ReplayRefused, match="new round"):
+        party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=0)
+    party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=1)  # a restart is fine
+    party.mask_row_sums(Z, graph_rows, masker, participants=("a", "c"), round=1)  # so is a smaller set
+
+
+def test_sum_row_sums_refuses_bad_contributions() -> None:
+    frame = coord.RowLayout(("a", "b"), (2, 3))
+    good = {"a": np.zeros((3, 2), np.uint64), "b": np.zeros((2, 2), np.uint64)}
+    with pytest.raises(PeerDropped) as err:
+        coord.sum_row_sums(frame, {"a": good["a"]}, 2)
+    assert err.value.dropped == frozenset({"b"})
+    with pytest.raises(InvalidInput, match=r"'a' must be uint64\[3, 2\]"):
+        coord.sum_row_sums(frame, {**good, "a": np.zeros((5, 2), np.uint64)}, 2)
+    with pytest.raises(ProtocolError, match="non-participants"):
+        coord.sum_row_sums(frame, {**good, "z": np.zeros((5, 2), np.uint64)}, 2)
+    with pytest.raises(InvalidInput, match="uint64"):
+        party.unmask_row_sums(np.zeros((2, 2), np.int64), np.zeros((2, 2), np.uint64))
+
+
+# ---- SecureHamming roles and the coordinator's checks (DESIGN §5.2-5.3) ----------------------------
+
+
+@pytest.mark.parametrize("n_parties", range(2, 9))
+def test_secure_hamming_pairs_cover_every_pair_once_with_balanced_roles(n_parties: int) -> None:
+    ids = [f"p{i}" for i in range(n_parties)]
+    pairs = coord.secure_hamming_pairs(list(reversed(ids)))
+    assert sorted(tuple(sorted((t.a, t.b))) for t in pairs) == [(a, b) for a in ids for b in ids if a < b]
+    as_a = {p: sum(t.a == p for t in pairs) for p in ids}
+    assert set(as_a.values()) <= {(n_parties - 1) // 2, n_parties // 2}
+
+
+def test_cross_block_refuses_values_outside_0_L() -> None:
+    t = np.full((2, 3), 100, np.uint64)
+    with pytest.raises(OutOfRange):
+        coord.cross_block(t, np.full((2, 3), 100 - L - 1, np.uint64), 3, 2, L)
+    with pytest.raises(OutOfRange):
+        coord.cross_block(t, np.full((2, 3), 101, np.uint64), 3, 2, L)
+    with pytest.raises(InvalidInput, match=r"uint64\[2, 3\]"):
+        coord.cross_block(t.T.copy(), t.T.copy(), 3, 2, L)
+    np.testing.assert_array_equal(coord.cross_block(t, np.full((2, 3), 90, np.uint64), 3, 2, L), np.full((2, 3), 10))
+
+
+def test_intra_block_checks() -> None:
+    ok = np.array([[0, 3], [3, 0]], np.uint32)
+    assert coord.check_intra_block(ok, 2, L).dtype == np.uint16
+    with pytest.raises(OutOfRange):
+        coord.check_intra_block(np.array([[0, L + 1], [L + 1, 0]], np.uint32), 2, L)
+    with pytest.raises(ProtocolError, match="symmetric"):
+        coord.check_intra_block(np.array([[0, 3], [4, 0]], np.uint32), 2, L)
+    with pytest.raises(InvalidInput, match=r"int\[3, 3\]"):
+        coord.check_intra_block(ok, 3, L)
+
+
+def test_evaluate_refuses_slices_for_another_row_count() -> None:
+    keypair = PaillierKeypair.generate(KEY_BITS, allow_insecure_test_size=True)
+    codes = party.lsh_step(dataset()["party-a"][0][:4], SEED, L)
+    slices = party.hamming_encrypt(keypair, codes, L)
+    with pytest.raises(ProtocolError, match="n_A=4"):
+        party.hamming_evaluate(keypair.public, slices, codes, L, n_a=5)
+    with pytest.raises(ProtocolError):
+        party.hamming_evaluate(keypair.public, slices[:-1], codes, L, n_a=4)
+
+
+def test_select_influence_picks_labeled_columns_with_hidden_mask() -> None:
+    y = np.array([-1, 2, -1, 0])
+    S = np.arange(20.0).reshape(5, 4)
+    np.testing.assert_array_equal(party.select_influence(S, y, C, hide_label_mask=True), S[:, [1, 3]])
+    np.testing.assert_array_equal(party.select_influence(S[:, :2], y, C, hide_label_mask=False), S[:, :2])
+    with pytest.raises(InvalidInput, match=r"float64\[n, 2\]"):
+        party.select_influence(S, y, C, hide_label_mask=False)
