@@ -39,7 +39,7 @@ _PRIME = 2**31 - 1
 # Largest p for SRP: 2^p buckets per row must stay a sensible array width.
 _MAX_SRP_BITS = 24
 # Bound on floats held at once while hashing (rows × projections).
-_BLOCK_ENTRIES = 1 << 22
+_BLOCK_ENTRIES = 1 << 20
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -90,7 +90,8 @@ class RaceParams:
 class RaceHashes:
     """The R LSH functions of a sketch, drawn from the common seed.
 
-    srp: `projections` float64[R·p, d] (row r uses rows r·p … r·p+p−1); offsets/mix unused.
+    srp: `projections` float64[p·R, d], bit-major: row j·R + r is sign bit j of LSH row r;
+    offsets/mix unused.
     l2: `projections` float64[R, d] ~ N(0, 1), `offsets` float64[R] ~ U[0, r),
     `mix` int64[R, 2] = (A, B) of the universal hash, A ∈ [1, P), B ∈ [0, P).
     """
@@ -107,7 +108,7 @@ class RaceHashes:
         rng = public_rng(seed, "race")
         R = params.rows
         if params.family == "srp":
-            projections = rng.standard_normal((R * params.p, dim))
+            projections = rng.standard_normal((params.p * R, dim))
             return cls(params, dim, projections, np.zeros(0), np.zeros((0, 2), dtype=np.int64))
         projections = rng.standard_normal((R, dim))
         offsets = rng.uniform(0.0, float(params.bandwidth), R)
@@ -127,10 +128,12 @@ class RaceHashes:
     def _bucket_block(self, data: np.ndarray) -> np.ndarray:
         proj = data @ self.projections.T
         if self.params.family == "srp":
-            # SRP: bit j of row r is sign(π_{r,j}·x) ≥ 0; the p bits read as a binary number.
-            p = self.params.p
-            bits = (proj >= 0).reshape(data.shape[0], self.params.rows, p).astype(np.int64)
-            return bits @ (np.int64(1) << np.arange(p, dtype=np.int64))
+            # SRP: bit j of row r is [π_{j,r}·x ≥ 0]; the p bits read as a binary number.
+            R = self.params.rows
+            index = np.zeros((data.shape[0], R), dtype=np.uint8 if self.params.p <= 8 else np.uint32)
+            for j in range(self.params.p):
+                index |= (proj[:, j * R : (j + 1) * R] >= 0).astype(index.dtype) << j
+            return index.astype(np.int64)
         # p-stable LSH (Datar et al.): h = ⌊(a·x + b)/r⌋, any sign; np.mod makes it non-negative.
         h = np.floor((proj + self.offsets) / float(self.params.bandwidth)).astype(np.int64)
         a, b = self.mix[:, 0], self.mix[:, 1]
