@@ -141,7 +141,9 @@ def run_xclp_inprocess(
         }
         allow_small = insecure_test_keys and key_bits < MIN_SECURE_BITS
         paillier_public = {
-            pid: PaillierPublicKey.from_bytes(wire.send("setup", kp.public.to_bytes()), allow_insecure_test_size=allow_small)
+            pid: PaillierPublicKey.from_bytes(
+                wire.send("setup", kp.public.to_bytes()), allow_insecure_test_size=allow_small
+            )
             for pid, kp in paillier.items()
         }
 

@@ -46,6 +46,9 @@ from xclp.validation import UNLABELED, check_features, check_labels
 __all__ = [
     "ROWSUMS_PURPOSE",
     "MaskedRowSums",
+    "check_party_data",
+    "frame_rows",
+    "graph_rows_of",
     "hamming_decrypt",
     "hamming_encrypt",
     "hamming_evaluate",
@@ -92,7 +95,9 @@ def slot_layout(public_key: PaillierPublicKey, n_bits: int) -> SlotLayout:
     return SlotLayout.for_key(public_key, check_n_bits(n_bits))
 
 
-def hamming_encrypt(keypair: PaillierKeypair, codes: np.ndarray, n_bits: int, executor: Executor | None = None) -> bytes:
+def hamming_encrypt(
+    keypair: PaillierKeypair, codes: np.ndarray, n_bits: int, executor: Executor | None = None
+) -> bytes:
     """Side A, message 1: the encrypted bit slices of A's codes, as bytes for B (DESIGN §5.3)."""
     layout = slot_layout(keypair.public, n_bits)
     return encrypt_bit_slices(keypair, codes, layout, executor=executor).to_bytes()

@@ -179,7 +179,9 @@ def check_intra_block(block: np.ndarray, n_rows: int, n_bits: int) -> np.ndarray
     n_bits = check_n_bits(n_bits)
     arr = np.asarray(block)
     if arr.dtype.kind not in "iu" or arr.shape != (n_rows, n_rows):
-        raise InvalidInput(f"intra-party Hamming block must be int[{n_rows}, {n_rows}], got {arr.dtype}{list(arr.shape)}")
+        raise InvalidInput(
+            f"intra-party Hamming block must be int[{n_rows}, {n_rows}], got {arr.dtype}{list(arr.shape)}"
+        )
     _check_range(arr, n_bits, "intra-party Hamming block")
     if not np.array_equal(arr, arr.T) or np.any(np.diagonal(arr) != 0):
         raise ProtocolError("intra-party Hamming block must be symmetric with a zero diagonal")
@@ -302,7 +304,8 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
     """
     missing = set(frame.parties) - set(contributions)
     if missing:
-        raise PeerDropped(f"no SecureRowSums contribution from {', '.join(sorted(missing))}", dropped=frozenset(missing))
+        names = ", ".join(sorted(missing))
+        raise PeerDropped(f"no SecureRowSums contribution from {names}", dropped=frozenset(missing))
     strangers = set(contributions) - set(frame.parties)
     if strangers:
         raise ProtocolError(f"SecureRowSums contributions from non-participants {sorted(strangers)}")

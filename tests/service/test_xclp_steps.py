@@ -66,7 +66,9 @@ def reference(ids: tuple[str, ...] = IDS, unlabeled: tuple[str, ...] = (), norma
     return xclp_reference(parties, SEED, C, L, PARAMS, normalise_labels=normalise)
 
 
-def assert_outputs_match(result: InProcessResult, ref: XclpResult, ids: tuple[str, ...], receivers: tuple[str, ...]) -> None:
+def assert_outputs_match(
+    result: InProcessResult, ref: XclpResult, ids: tuple[str, ...], receivers: tuple[str, ...]
+) -> None:
     assert set(result.outputs) == set(receivers)
     for j, pid in enumerate(ids):
         if pid not in receivers:
@@ -301,6 +303,7 @@ def test_replay_of_a_rowsums_round_is_refused() -> None:
         party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=0)
     party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=1)  # a restart is fine
     party.mask_row_sums(Z, graph_rows, masker, participants=("a", "c"), round=1)  # so is a smaller set
+    assert party.ROWSUMS_PURPOSE == coord.ROWSUMS_PURPOSE  # both ends name the same mask purpose
 
 
 def test_sum_row_sums_refuses_bad_contributions() -> None:
