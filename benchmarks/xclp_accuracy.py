@@ -6,7 +6,7 @@ label skew, several seeds. Reports the mean accuracy on unlabeled rows of
 - xclp_lsh_1024 / xclp_lsh_4096: the plaintext XCLP reference with L = 1024 / 4096 LSH bits,
 - central_exact: all data pooled, exact cosine (what XCLP approximates).
 
-Usage: python benchmarks/xclp_accuracy.py [--quick] [--k 10] [--power 3] [--normalise-labels]
+Usage: python benchmarks/xclp_accuracy.py [--quick] [--k 10] [--power 3] [--label-norm none|party|pooled]
 Progress goes to stderr; the last stdout line is one JSON object.
 """
 
@@ -43,7 +43,7 @@ def run_seed(
     def accuracy(predicted: np.ndarray) -> float:
         return float(np.mean(predicted[unlabeled] == truth[unlabeled]))
 
-    norm = args.normalise_labels
+    norm = args.label_norm
     per_client = np.concatenate(
         [per_client_lp(X[rows], partial[rows], N_CLASSES, params, norm).labels for rows in clients]
     )
@@ -66,7 +66,12 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=GraphParams().k)
     parser.add_argument("--alpha", type=float, default=GraphParams().alpha)
     parser.add_argument("--power", type=float, default=GraphParams().power)
-    parser.add_argument("--normalise-labels", action="store_true", help="class-normalised label matrix")
+    parser.add_argument(
+        "--label-norm",
+        choices=["none", "party", "pooled"],
+        default="none",
+        help="label matrix: one-hot, or divided by class counts per party / pooled over parties",
+    )
     args = parser.parse_args()
     n_seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
     params = GraphParams(k=args.k, alpha=args.alpha, power=args.power)
@@ -90,7 +95,7 @@ def main() -> None:
         "k": params.k,
         "alpha": params.alpha,
         "power": params.power,
-        "normalise_labels": args.normalise_labels,
+        "label_norm": args.label_norm,
         "metric": "mean accuracy on unlabeled rows",
         "seconds": round(time.perf_counter() - started, 2),
     }

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams, InfluenceMethod, clipped_power, influence_columns, knn_from_similarity_rows, normalise
-from xclp.propagation import label_matrix, predict, scores
+from xclp.propagation import LabelNorm, label_matrix, label_norm_mode, predict, scores
 from xclp.validation import UNLABELED, check_features, check_labels
 
 
@@ -37,14 +37,21 @@ def exact_cosine_adjacency(X: np.ndarray, params: GraphParams) -> sp.csr_matrix:
 
 
 def _propagate(
-    W: sp.csr_matrix, y: np.ndarray, n_classes: int, alpha: float, normalise_labels: bool, method: InfluenceMethod
+    W: sp.csr_matrix,
+    y: np.ndarray,
+    n_classes: int,
+    alpha: float,
+    normalise_labels: bool | LabelNorm,
+    method: InfluenceMethod,
 ) -> LPResult:
+    # One data set: "party" and "pooled" normalisation coincide.
+    by_class = label_norm_mode(normalise_labels) != "none"
     labeled = np.flatnonzero(y != UNLABELED)
     if labeled.size == 0:
         Z = np.zeros((y.size, n_classes))
     else:
         S_L = influence_columns(normalise(W), labeled, alpha, method)
-        Z = scores(S_L, label_matrix(y[labeled], n_classes, normalise_labels))
+        Z = scores(S_L, label_matrix(y[labeled], n_classes, by_class))
     labels, confidence = predict(Z)
     return LPResult(scores=Z, labels=labels, confidence=confidence)
 
@@ -54,7 +61,7 @@ def central_exact_lp(
     y: object,
     n_classes: int,
     params: GraphParams = GraphParams(),
-    normalise_labels: bool = False,
+    normalise_labels: bool | LabelNorm = False,
     method: InfluenceMethod = "auto",
 ) -> LPResult:
     """LP on pooled data X float[n, d], y int[n] (-1 = unlabeled) with exact cosine similarity."""
@@ -70,7 +77,7 @@ def per_client_lp(
     y: object,
     n_classes: int,
     params: GraphParams = GraphParams(),
-    normalise_labels: bool = False,
+    normalise_labels: bool | LabelNorm = False,
     method: InfluenceMethod = "auto",
 ) -> LPResult:
     """LP on one client's own rows X float[n_j, d], y int[n_j] (-1 = unlabeled), exact cosine.

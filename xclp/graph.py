@@ -193,30 +193,35 @@ def influence_columns(
 
 
 def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) -> np.ndarray:
-    """Conjugate gradients for M X = rhs, all columns iterated together (one sparse × dense product each step).
+    """Conjugate gradients for M X = rhs, all columns iterated together (one sparse × dense product per step).
 
-    Each column runs its own CG recurrence (scalars per column); converged columns freeze. Stops when
-    every column's residual norm is <= rtol·‖rhs column‖.
+    Each column runs its own CG recurrence (per-column scalars); a column whose residual norm is
+    <= rtol·‖rhs column‖ is written out and dropped from the working set, so late iterations only
+    touch the slow columns.
     """
+    out = np.zeros_like(rhs)
+    cols = np.arange(rhs.shape[1])
     X = np.zeros_like(rhs)
     R = rhs.copy()
-    P = R.copy()
-    rs = np.einsum("ij,ij->j", R, R)
     target = (rtol**2) * np.einsum("ij,ij->j", rhs, rhs)
-    active = rs > target
+    rs = np.einsum("ij,ij->j", R, R)
+    P = R.copy()
     for _ in range(max_iter):
-        if not active.any():
-            return X
-        cols = np.flatnonzero(active)
-        Pa = P[:, cols]
-        MP = M @ Pa
-        step = rs[cols] / np.einsum("ij,ij->j", Pa, MP)
-        X[:, cols] += step * Pa
-        R[:, cols] -= step * MP
-        rs_new = np.einsum("ij,ij->j", R[:, cols], R[:, cols])
-        P[:, cols] = R[:, cols] + (rs_new / rs[cols]) * Pa
-        rs[cols] = rs_new
-        active[cols] = rs_new > target[cols]
+        done = rs <= target
+        if done.any():
+            out[:, cols[done]] = X[:, done]
+            keep = ~done
+            cols, X, R, P, rs, target = cols[keep], X[:, keep], R[:, keep], P[:, keep], rs[keep], target[keep]
+        if cols.size == 0:
+            return out
+        MP = M @ P
+        step = rs / np.einsum("ij,ij->j", P, MP)
+        X += step * P
+        R -= step * MP
+        rs_new = np.einsum("ij,ij->j", R, R)
+        P *= rs_new / rs
+        P += R
+        rs = rs_new
     raise InvalidInput(
         f"conjugate gradients did not reach rtol={rtol} in {max_iter} iterations; "
         "Wn must be a normalised symmetric adjacency (normalise(...)) and alpha < 1"

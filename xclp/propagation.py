@@ -6,24 +6,54 @@ Z = Σ_j S_L^{(j)} Y_L^{(j)} (paper 003 §3.1 Phase 3); a party turns its rows o
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from xclp.errors import InvalidInput
 from xclp.validation import check_labels
 
 
-def label_matrix(y_labeled: object, n_classes: int, normalise: bool = False) -> np.ndarray:
+LabelNorm = Literal["none", "party", "pooled"]
+
+
+def label_norm_mode(normalise: bool | str) -> LabelNorm:
+    """Canonical label normalisation: False -> "none", True -> "party"; "none"/"party"/"pooled" pass.
+
+    "party": each party divides by its own class counts (all it can compute alone, DESIGN §5.6);
+    "pooled": everyone divides by the class counts over all parties' labeled rows (the authors'
+    pooled code; federated, it needs the total counts from a secure sum).
+    """
+    if normalise is False or normalise == "none":
+        return "none"
+    if normalise is True or normalise == "party":
+        return "party"
+    if normalise == "pooled":
+        return "pooled"
+    raise InvalidInput(f"label normalisation must be False, True, 'none', 'party' or 'pooled', got {normalise!r}")
+
+
+def label_matrix(
+    y_labeled: object, n_classes: int, normalise: bool = False, class_counts: np.ndarray | None = None
+) -> np.ndarray:
     """Y_L: float64[l, C] for labels int[l] in 0..C−1 (no unlabeled rows here).
 
     normalise=False: one-hot rows (the paper). normalise=True: each class column divided by that
-    class's count in `y_labeled` (the authors' code), so every present class carries total mass 1
-    and frequent classes do not drown rare ones; absent classes stay zero columns.
+    class's count (the authors' code), so every class carries the same total mass and frequent
+    classes do not drown rare ones. The count is taken from `y_labeled` itself, or from
+    `class_counts` int[C] (e.g. pooled over all parties) when given. Absent classes stay zero.
     """
     y = check_labels(y_labeled, n_classes, allow_unlabeled=False)
     Y = np.zeros((y.size, n_classes), dtype=np.float64)
     Y[np.arange(y.size), y] = 1.0
     if normalise:
-        counts = Y.sum(axis=0)
+        own = Y.sum(axis=0)
+        counts = own if class_counts is None else np.asarray(class_counts, dtype=np.float64)
+        if counts.shape != (n_classes,) or np.any(counts < own):
+            raise InvalidInput(
+                f"class_counts must be {n_classes} counts, each at least the number of labeled rows of that "
+                f"class here ({own.astype(np.int64).tolist()}), got {np.asarray(class_counts).tolist()}"
+            )
         Y /= np.where(counts > 0.0, counts, 1.0)
     return Y
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from xclp.errors import InvalidInput
-from xclp.propagation import label_matrix, predict, scores
+from xclp.propagation import label_matrix, label_norm_mode, predict, scores
 
 
 def test_one_hot_label_matrix() -> None:
@@ -20,6 +20,19 @@ def test_class_normalised_label_matrix_divides_by_class_count() -> None:
     Y = label_matrix([2, 0, 2, 2], 4, normalise=True)
     np.testing.assert_allclose(Y, [[0, 0, 1 / 3, 0], [1, 0, 0, 0], [0, 0, 1 / 3, 0], [0, 0, 1 / 3, 0]])
     np.testing.assert_allclose(Y.sum(axis=0), [1, 0, 1, 0])  # absent classes stay zero
+
+
+def test_label_matrix_with_given_class_counts() -> None:
+    # A party holding 1 of 4 labeled rows of class 0 and 2 of 2 of class 1 (pooled counts [4, 2]).
+    Y = label_matrix([0, 1, 1], 2, normalise=True, class_counts=np.array([4, 2]))
+    np.testing.assert_allclose(Y, [[0.25, 0.0], [0.0, 0.5], [0.0, 0.5]])
+    with pytest.raises(InvalidInput, match="at least the number of labeled rows"):
+        label_matrix([0, 1, 1], 2, normalise=True, class_counts=np.array([4, 1]))
+
+
+@pytest.mark.parametrize(("given", "mode"), [(False, "none"), (True, "party"), ("none", "none"), ("pooled", "pooled")])
+def test_label_norm_modes(given: object, mode: str) -> None:
+    assert label_norm_mode(given) == mode  # type: ignore[arg-type]
 
 
 def test_label_matrix_refuses_unlabeled_and_out_of_range() -> None:

@@ -101,6 +101,17 @@ def test_normalised_labels_are_per_party() -> None:
         np.testing.assert_allclose(result.contributions[j], expected, atol=1e-15)
 
 
+def test_pooled_normalisation_divides_by_counts_over_all_parties() -> None:
+    X, _, partial = partially_labeled(4)
+    parties = split(X, partial, [30, 30])
+    result = xclp_reference(parties, 4, C, 256, GraphParams(k=5), normalise_labels="pooled")
+    labeled = result.influence.labeled
+    expected = result.influence.S_L @ label_matrix(partial[labeled], C, normalise=True)
+    np.testing.assert_allclose(result.scores, expected, atol=1e-14)
+    with pytest.raises(InvalidInput, match="'pooled'"):
+        xclp_reference(parties, 4, C, 256, GraphParams(k=5), normalise_labels="global")  # type: ignore[arg-type]
+
+
 def test_labels_cross_clients() -> None:
     """Party 0 labels only class 0, party 1 only class 1, party 2 only class 2: XCLP still gets all
     classes right on every party, which no party could do alone."""
