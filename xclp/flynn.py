@@ -27,7 +27,7 @@ from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 from xclp.validation import check_features, check_labels
 
-# Rows hashed per block in `hash`/`scores`, bounding temporary memory to a few MiB.
+# Rows scored per block in `FlyNNModel.scores`, bounding the float64[rows, ρ, C] temporary.
 _BLOCK_ROWS = 4096
 
 
