@@ -1,0 +1,198 @@
+"""`xclp-client`: one institution's party (DESIGN §8).
+
+    xclp-client keygen --party hospital-a --out keys/        # send keys/hospital-a.pub to the operator
+    xclp-client run --coordinator coord.example.org:50051 --ca-cert ca.pem --job flynn-demo \\
+        --party hospital-a --identity keys/hospital-a.key --data train.csv --out flynn-model.npz
+    xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv
+    xclp-client query --model race-model.npz --data queries.csv --out kde.csv
+
+`run` settings come from flags or `--config party.toml` (same names, underscores; flags win).
+Exit codes: 0 success, 2 bad input or settings, 3 protocol violation, 4 refused (not allow-listed,
+bad signature), 5 dropped or timed out, 1 unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from client import data as party_data
+from client.connection import ConnectionConfig
+from client.models import ModelFile, write_atomic
+from client.session import RunConfig, run_job, stderr_progress
+from crypto import identity
+from xclp.errors import ConfigError, XclpError
+from xclp.v1.status import EXIT_OK, exit_code
+
+RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "out", "ca_cert",
+            "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout"}
+PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="xclp-client", description="An xclp party: joins a coordinator's jobs with local data.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("keygen", help="create this party's Ed25519 identity key",
+                       description="Write <out>/<party>.key (private, mode 0600) and <out>/<party>.pub (send it "
+                       "to the coordinator's operator for the allow-list).")
+    k.add_argument("--party", required=True, help="this party's id, e.g. hospital-a")
+    k.add_argument("--out", type=Path, default=Path("."), help="output directory (default: current)")
+
+    r = sub.add_parser("run", help="take part in a job", description="Join a job on the coordinator with "
+                       "local data, do this party's side, and write the resulting model file atomically.")
+    r.add_argument("--config", type=Path, help="party TOML file (keys as the flags below, with underscores)")
+    r.add_argument("--coordinator", help="coordinator address host:port")
+    r.add_argument("--job", help="job id, as configured on the coordinator")
+    r.add_argument("--party", help="this party's id (must match the allow-list)")
+    r.add_argument("--identity", type=Path, help="identity key from `xclp-client keygen`")
+    r.add_argument("--data", type=Path, help="CSV (header; features, label column, optional id column) or .npz (X, y, ids)")
+    r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
+    r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers)")
+    r.add_argument("--out", type=Path, help="model file to write (.npz)")
+    r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: system roots)")
+    r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires mutual TLS")
+    r.add_argument("--client-key", type=Path, help="the private key of --client-cert")
+    r.add_argument("--server-name", help="TLS name to expect in the server certificate, if not the host in --coordinator")
+    r.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (local tests only)")
+    r.add_argument("--join-wait", type=float, help="seconds to keep retrying an unreachable coordinator (default 60)")
+    r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
+
+    pr = sub.add_parser("predict", help="FlyNN predictions for a CSV, locally",
+                        description="Predict classes with a FlyNN model file; no network. Writes id,prediction.")
+    q = sub.add_parser("query", help="RACE kernel density (or class) estimates for a CSV, locally",
+                       description="Query a RACE model file; no network. A KDE model writes id,kde; a class "
+                       "model writes id,prediction,score_<c>...")
+    for sp in (pr, q):
+        sp.add_argument("--model", type=Path, required=True, help="model file written by `xclp-client run`")
+        sp.add_argument("--data", type=Path, required=True, help="CSV with the same feature columns (label column ignored)")
+        sp.add_argument("--label-column", default="label", help="label column to ignore if present (default label)")
+        sp.add_argument("--id-column", help="row id column name (default: row numbers)")
+        sp.add_argument("--out", type=Path, required=True, help="output CSV (written atomically)")
+    q.add_argument("--estimator", choices=("mean", "median_of_means"), default="mean", help="KDE estimator (default mean)")
+    q.add_argument("--groups", type=int, help="groups for median_of_means")
+    return p
+
+
+def _read_party_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    extra = sorted(set(raw) - RUN_KEYS)
+    if extra:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(RUN_KEYS))}")
+    for key in PATH_KEYS & set(raw):
+        raw[key] = path.parent / raw[key]
+    return raw
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = _read_party_toml(args.config) if args.config is not None else {}
+    cfg.update({k: v for k, v in vars(args).items() if k in RUN_KEYS and v is not None})
+    missing = [k for k in ("coordinator", "job", "party", "identity", "data", "out") if not cfg.get(k)]
+    if missing:
+        raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    identity.check_party_id(cfg["party"])
+    conn = ConnectionConfig(
+        address=cfg["coordinator"],
+        ca_cert=Path(cfg["ca_cert"]) if cfg.get("ca_cert") else None,
+        client_cert=Path(cfg["client_cert"]) if cfg.get("client_cert") else None,
+        client_key=Path(cfg["client_key"]) if cfg.get("client_key") else None,
+        server_name=cfg.get("server_name"),
+        insecure=bool(cfg.get("insecure")),
+    )
+    if conn.insecure:
+        stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
+    key = identity.load_identity(cfg["identity"])
+    data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
+                           id_column=cfg.get("id_column") or None)
+    stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
+                    f"({int(data.labeled.sum())} labeled) from {cfg['data']}")
+    config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
+                       join_wait_seconds=float(cfg.get("join_wait", 60.0)),
+                       idle_seconds=float(cfg.get("idle_timeout", 900.0)))
+    result = run_job(config, data)
+    path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate).save(cfg["out"])
+    stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
+    return EXIT_OK
+
+
+def keygen(args: argparse.Namespace) -> int:
+    identity.check_party_id(args.party)
+    args.out.mkdir(parents=True, exist_ok=True)
+    key = identity.generate_identity()
+    key_path = identity.save_identity(key, args.out / f"{args.party}.key")
+    public = identity.public_key_text(key)
+    write_atomic(args.out / f"{args.party}.pub", f"{public}\n".encode(), mode=0o644)
+    print(f'{args.party} = "{public}"')
+    stderr_progress(f"identity key: {key_path} (keep private); public key: {args.out / (args.party + '.pub')}. "
+                    "Send the line above to the coordinator's operator for the allow-list.")
+    return EXIT_OK
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue().encode(), mode=0o644)
+
+
+def predict(args: argparse.Namespace) -> int:
+    model = ModelFile.load(args.model)
+    flynn = model.flynn()
+    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column)
+    predictions = flynn.predict(data.X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
+    _write_csv(args.out, ["id", "prediction"], [[i, int(p)] for i, p in zip(data.ids, predictions)])
+    stderr_progress(f"wrote {len(predictions)} predictions to {args.out}")
+    return EXIT_OK
+
+
+def query(args: argparse.Namespace) -> int:
+    from xclp.race import query as race_query
+
+    model = ModelFile.load(args.model)
+    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column)
+    if model.aggregate.ndim == 3:
+        classifier = model.race_classifier()
+        scores = classifier.scores(data.X)
+        predictions = np.argmax(scores, axis=1)
+        header = ["id", "prediction"] + [f"score_{c}" for c in range(scores.shape[1])]
+        rows = [[i, int(p), *(f"{s:.10g}" for s in row)] for i, p, row in zip(data.ids, predictions, scores)]
+    else:
+        kde = race_query(model.aggregate, None, model.race_hashes(), data.X, estimator=args.estimator, groups=args.groups)
+        header, rows = ["id", "kde"], [[i, f"{v:.10g}"] for i, v in zip(data.ids, kde)]
+    _write_csv(args.out, header, rows)
+    stderr_progress(f"wrote {len(rows)} estimates to {args.out}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query}
+    try:
+        return commands[args.command](args)
+    except XclpError as exc:
+        print(f"xclp-client: error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        print("xclp-client: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"xclp-client: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
