@@ -20,6 +20,7 @@ from client.steps.inprocess import InProcessResult, run_xclp_inprocess
 from crypto.fixedpoint import FixedPoint
 from crypto.masking import PairwiseMasker
 from crypto.paillier import PaillierKeypair
+from crypto.pool import process_pool
 from server.steps import xclp as coord
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError, ReplayRefused
 from xclp.graph import GraphParams
@@ -90,6 +91,15 @@ def test_coordinator_H_equals_plaintext_hamming_matrix() -> None:
     assert result.hamming.H.dtype == np.uint16
     np.testing.assert_array_equal(result.hamming.H, hamming_matrix(codes))
     np.testing.assert_array_equal(result.hamming.H, reference().H)
+
+
+def test_process_pool_gives_the_same_H_and_predictions() -> None:
+    with process_pool(2) as executor:
+        pooled = run_xclp_inprocess(
+            dataset(), C, seed=SEED, L=L, key_bits=KEY_BITS, params=PARAMS, insecure_test_keys=True, executor=executor
+        )
+    np.testing.assert_array_equal(pooled.hamming.H, reference().H)
+    assert_outputs_match(pooled, reference(), IDS, IDS)
 
 
 @pytest.mark.parametrize("hide", [False, True], ids=["label-mask-sent", "hide-label-mask"])
