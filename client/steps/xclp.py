@@ -11,6 +11,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; uint64 r | A; coord.    |
 | §5.3 SecureHamming, A    | `hamming_decrypt`           | uint64[n_B, n_A] slot values t         | coordinator  |
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
+| §5.5 influence received  | `select_influence`          | —                                      |              |
 | §5.6 SecureRowSums       | `local_scores`, `mask_row_sums` | uint64[n_frame − n_j, C]           | coordinator  |
 | §5.6-5.7 output          | `unmask_row_sums`, `predict`| —                                      |              |
 
