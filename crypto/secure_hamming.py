@@ -37,8 +37,10 @@ from gmpy2 import mpz
 
 from crypto.paillier import (
     DEFAULT_WINDOW,
+    FixedBaseTable,
     PaillierKeypair,
     PaillierPublicKey,
+    SecretKeyEncryptor,
     ciphertexts_to_bytes,
     parse_ciphertexts,
 )
@@ -212,18 +214,20 @@ def _slice_plaintexts(bits: np.ndarray, layout: SlotLayout) -> list[int]:
 # ---- role A: encrypt -----------------------------------------------------------------------------
 
 
+# Per-process caches: a worker builds each key's fixed-base tables once, on its first task. The
+# secret key reaches A's workers as ints over the pool's local pipes (same host, same user).
 @lru_cache(maxsize=2)
 def _keypair(p: int, q: int, h_s: int, exponent_bits: int) -> PaillierKeypair:
     return PaillierKeypair(PaillierPublicKey(p * q, h_s, exponent_bits), p, q)
 
 
 @lru_cache(maxsize=2)
-def _secret_encryptor(p: int, q: int, h_s: int, exponent_bits: int, window: int):  # type: ignore[no-untyped-def]
+def _secret_encryptor(p: int, q: int, h_s: int, exponent_bits: int, window: int) -> SecretKeyEncryptor:
     return _keypair(p, q, h_s, exponent_bits).secret_encryptor(window)
 
 
 @lru_cache(maxsize=2)
-def _public_table(n: int, h_s: int, exponent_bits: int, window: int):  # type: ignore[no-untyped-def]
+def _public_table(n: int, h_s: int, exponent_bits: int, window: int) -> FixedBaseTable:
     return PaillierPublicKey(n, h_s, exponent_bits).randomness_table(window)
 
 
@@ -368,7 +372,8 @@ def evaluate(
     groups = -(-layout.L // g_bits)
     padded = np.zeros((n_B, groups * g_bits), dtype=np.int64)
     padded[:, : layout.L] = bits
-    patterns = padded.reshape(n_B, groups, g_bits) @ (np.int64(1) << np.arange(g_bits, dtype=np.int64))
+    # uint16[n_B, groups]: x's bit pattern in each group, the index into that group's table
+    patterns = (padded.reshape(n_B, groups, g_bits) @ (np.int64(1) << np.arange(g_bits, dtype=np.int64))).astype(np.uint16)
     weights = bits.sum(axis=1, dtype=np.uint64)
     n_batches = layout.batches(n_A)
     masks = draw_masks((n_batches, n_B, k), layout.mask_bits)
@@ -386,12 +391,14 @@ def evaluate(
 # ---- role A: decrypt; coordinator: unmask --------------------------------------------------------
 
 
-def _decrypt_batch(secret: tuple[int, int, int, int], data: bytes, layout: SlotLayout | None) -> np.ndarray | list[mpz]:
+def _decrypt_chunk(secret: tuple[int, int, int, int], data: bytes) -> list[mpz]:
     keypair = _keypair(*secret)
-    plaintexts = [keypair.decrypt(c) for c in parse_ciphertexts(data, keypair.public)]
-    if layout is None:
-        return plaintexts
-    return _unpack_slots(plaintexts, layout, keypair.public.n_bits // 8)
+    return [keypair.decrypt(c) for c in parse_ciphertexts(data, keypair.public)]
+
+
+def _decrypt_batch(secret: tuple[int, int, int, int], data: bytes, layout: SlotLayout) -> np.ndarray:
+    """uint64[count, K] slot values of one batch's ciphertexts."""
+    return _unpack_slots(_decrypt_chunk(secret, data), layout, layout.n_bits // 8)
 
 
 def decrypt_and_unpack(
@@ -418,8 +425,8 @@ def decrypt_all(keypair: PaillierKeypair, data: bytes, tasks: int, executor: Exe
     width = keypair.public.ciphertext_bytes
     count = len(data) // width
     bounds = np.linspace(0, count, tasks + 1).astype(int)
-    chunks = [(_secret_state(keypair), data[a * width : b * width], None) for a, b in zip(bounds[:-1], bounds[1:])]
-    return [m for part in run_tasks(_decrypt_batch, chunks, executor) for m in part]
+    chunks = [(_secret_state(keypair), data[a * width : b * width]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [m for part in run_tasks(_decrypt_chunk, chunks, executor) for m in part]
 
 
 def unmask_distances(t: np.ndarray, r: np.ndarray, L: int) -> np.ndarray:
