@@ -8,6 +8,10 @@ label skew, several seeds. Reports the mean accuracy on unlabeled rows of
 
 Usage: python benchmarks/xclp_accuracy.py [--quick] [--k 10] [--power 3] [--label-norm none|party|pooled]
 Progress goes to stderr; the last stdout line is one JSON object.
+
+Label normalisation matters under label skew (5 seeds, L = 1024): one-hot gives per-client 0.79 /
+XCLP 0.95; per-party class counts 0.89 / 0.90; pooled class counts 0.89 / 0.96. The default is
+"pooled"; a secure run needs the pooled class counts from a masked sum first (see xclp/reference.py).
 """
 
 from __future__ import annotations
@@ -69,8 +73,9 @@ def main() -> None:
     parser.add_argument(
         "--label-norm",
         choices=["none", "party", "pooled"],
-        default="none",
-        help="label matrix: one-hot, or divided by class counts per party / pooled over parties",
+        default="pooled",
+        help="label matrix: one-hot, or divided by class counts per party / pooled over parties "
+        "(default pooled: the authors' code, and the stronger per-client baseline)",
     )
     args = parser.parse_args()
     n_seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
