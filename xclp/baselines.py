@@ -14,7 +14,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from xclp.errors import InvalidInput
-from xclp.graph import GraphParams, InfluenceMethod, clipped_power, influence_columns, knn_from_similarity_rows, normalise
+from xclp.graph import (
+    GraphParams,
+    InfluenceMethod,
+    clipped_power,
+    influence_columns,
+    knn_from_similarity_rows,
+    normalise,
+)
 from xclp.propagation import LabelNorm, label_matrix, label_norm_mode, predict, scores
 from xclp.validation import UNLABELED, check_features, check_labels
 

@@ -45,7 +45,9 @@ def _hamming_kernel(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:  # p
 def _check_codes(codes: object, name: str) -> np.ndarray:
     arr = np.asarray(codes)
     if arr.ndim != 2:
-        raise InvalidInput(f"{name} must be a 2-D array of packed codes uint64[n, L/64], got a {arr.ndim}-D array of shape {arr.shape}")
+        raise InvalidInput(
+            f"{name} must be a 2-D array of packed codes uint64[n, L/64], got a {arr.ndim}-D array of shape {arr.shape}"
+        )
     if arr.dtype != np.uint64:
         raise InvalidInput(f"{name} must have dtype uint64 (packed LSH codes from lsh_codes), got {arr.dtype}")
     if arr.shape[1] == 0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -127,22 +129,51 @@ def test_labels_cross_clients() -> None:
     assert np.all(result.confidence > 0.5)
 
 
+Parties = list[tuple[np.ndarray, np.ndarray]]
+
+
+def with_nan(p: Parties) -> Parties:
+    X = p[0][0].copy()
+    X[0, 3] = np.nan
+    return [(X, p[0][1]), p[1]]
+
+
+def narrower_party(p: Parties) -> Parties:
+    return [p[0], (p[1][0][:, :5], p[1][1])]
+
+
+def label_out_of_range(p: Parties) -> Parties:
+    y = p[1][1].copy()
+    y[2] = 7
+    return [p[0], (p[1][0], y)]
+
+
+def empty_party(p: Parties) -> Parties:
+    return [p[0], (np.zeros((0, 6)), np.zeros(0, np.int64))]
+
+
+def nothing_labeled(p: Parties) -> Parties:
+    return [(X, np.full(y.size, -1)) for X, y in p]
+
+
+def short_labels(p: Parties) -> Parties:
+    return [p[0], (p[1][0], p[1][1][:-1])]
+
+
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [
-        (lambda p: [(np.where(np.arange(p[0][0].size).reshape(p[0][0].shape) == 3, np.nan, p[0][0]), p[0][1]), p[1]],
-         "party 0 features contain 1 NaN/inf"),
-        (lambda p: [p[0], (p[1][0][:, :5], p[1][1])], "party 1 has 5 feature columns but party 0 has 6"),
-        (lambda p: [p[0], (p[1][0], np.where(np.arange(p[1][1].size) == 2, 7, p[1][1]))],
-         "party 1: label 7 at row 2 is out of range; allowed: 0..2 or -1"),
-        (lambda p: [p[0], (np.zeros((0, 6)), np.zeros(0, np.int64))], "party 1 features has no rows"),
-        (lambda p: [(p[0][0], np.full(p[0][1].size, -1)), (p[1][0], np.full(p[1][1].size, -1))], "no labeled rows at all"),
-        (lambda p: [p[0], (p[1][0], p[1][1][:-1])], "party 1: got 29 labels for 30 rows"),
+        (with_nan, "party 0 features contain 1 NaN/inf values \\(first at row 0, column 3\\)"),
+        (narrower_party, "party 1 has 5 feature columns but party 0 has 6"),
+        (label_out_of_range, "party 1: label 7 at row 2 is out of range; allowed: 0..2 or -1"),
+        (empty_party, "party 1 features has no rows"),
+        (nothing_labeled, "no labeled rows at all"),
+        (short_labels, "party 1: got 29 labels for 30 rows"),
         (lambda p: [], "non-empty sequence"),
         (lambda p: [p[0][0]], "party 0 must be a \\(features, labels\\) pair"),
     ],
 )
-def test_bad_input_is_refused_with_a_fix(mutate, match: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_is_refused_with_a_fix(mutate: Callable[[Parties], Parties], match: str) -> None:
     X, _, partial = partially_labeled(5)
     parties = split(X, partial, [30, 30])
     with pytest.raises(InvalidInput, match=match):
