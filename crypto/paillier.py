@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import gmpy2
+import numpy as np
 import phe
 from gmpy2 import mpz
 
@@ -103,8 +104,10 @@ class PaillierPublicKey:
         """Enc(m) = (1 + mN)·h_s^a mod N², a fresh short exponent from `secrets` (DJN §4.1)."""
         if not 0 <= m < self.n:
             raise InvalidInput("plaintext must lie in [0, N)")
-        a = secrets.randbits(self.exponent_bits)
-        rand = table.power(a) if table is not None else gmpy2.powmod(self.h_s, a, self.nsquare)
+        if table is not None:
+            rand = table.random_power()
+        else:
+            rand = gmpy2.powmod(self.h_s, secrets.randbits(self.exponent_bits), self.nsquare)
         return gmpy2.t_mod((1 + mpz(m) * self.n) * rand, self.nsquare)
 
     def randomness_table(self, window: int = DEFAULT_WINDOW) -> FixedBaseTable:
@@ -234,13 +237,30 @@ class FixedBaseTable:
     def power(self, a: int) -> mpz:
         if not 0 <= a < (1 << self.exponent_bits):
             raise InvalidInput(f"exponent must lie in [0, 2^{self.exponent_bits})")
-        mask, window, mod, t_mod = (1 << self.window) - 1, self.window, self.modulus, gmpy2.t_mod
-        acc = mpz(1)
-        for i, row in enumerate(self._rows):
-            digit = (a >> (window * i)) & mask
-            if digit:
-                acc = t_mod(acc * row[digit], mod)
+        mask = (1 << self.window) - 1
+        return self.power_digits([(a >> (self.window * i)) & mask for i in range(len(self._rows))])
+
+    def power_digits(self, digits: Sequence[int]) -> mpz:
+        """base^a for a = Σ_i digits[i]·2^(window·i), one product per non-zero digit."""
+        rows, mod, t_mod = self._rows, self.modulus, gmpy2.t_mod
+        acc = rows[0][digits[0]]
+        for row, d in zip(rows[1:], digits[1:]):
+            if d:
+                acc = t_mod(acc * row[d], mod)
         return acc
+
+    def random_digits(self, count: int) -> list[list[int]]:
+        """Digits of `count` exponents uniform in [0, 2^exponent_bits), drawn from `secrets` in
+        bulk (numpy only reshapes and masks the CSPRNG bytes): each window is uniform on its bits."""
+        rows = len(self._rows)
+        last_bits = self.exponent_bits - self.window * (rows - 1)
+        masks = np.full(rows, (1 << self.window) - 1, dtype=np.uint32)
+        masks[-1] = (1 << last_bits) - 1
+        raw = np.frombuffer(secrets.token_bytes(4 * count * rows), dtype="<u4").reshape(count, rows)
+        return (raw & masks).tolist()
+
+    def random_power(self) -> mpz:
+        return self.power_digits(self.random_digits(1)[0])
 
 
 class SecretKeyEncryptor:
@@ -253,14 +273,21 @@ class SecretKeyEncryptor:
         self._table_q = FixedBaseTable(pub.h_s % keypair.q2, keypair.q2, pub.exponent_bits, window)
 
     def encrypt(self, m: int) -> mpz:
+        return self.encrypt_many([m])[0]
+
+    def encrypt_many(self, plaintexts: Sequence[int]) -> list[mpz]:
+        """One fresh short exponent a per plaintext, shared by the p² and q² halves."""
         kp = self.keypair
-        if not 0 <= m < kp.public.n:
-            raise InvalidInput("plaintext must lie in [0, N)")
-        gm = 1 + mpz(m) * kp.public.n  # g^m = 1 + mN mod N² for g = N + 1
-        a = secrets.randbits(kp.public.exponent_bits)
-        cp = gmpy2.t_mod(gmpy2.t_mod(gm, kp.p2) * self._table_p.power(a), kp.p2)
-        cq = gmpy2.t_mod(gmpy2.t_mod(gm, kp.q2) * self._table_q.power(a), kp.q2)
-        return _crt_pair(cp, cq, kp.p2, kp.q2, kp.q2_inv_p2)
+        n, p2, q2, t_mod = kp.public.n, kp.p2, kp.q2, gmpy2.t_mod
+        if any(not 0 <= m < n for m in plaintexts):
+            raise InvalidInput("plaintexts must lie in [0, N)")
+        out = []
+        for m, digits in zip(plaintexts, self._table_p.random_digits(len(plaintexts))):
+            gm = 1 + mpz(m) * n  # g^m = 1 + mN mod N² for g = N + 1
+            cp = t_mod(t_mod(gm, p2) * self._table_p.power_digits(digits), p2)
+            cq = t_mod(t_mod(gm, q2) * self._table_q.power_digits(digits), q2)
+            out.append(_crt_pair(cp, cq, p2, q2, kp.q2_inv_p2))
+        return out
 
 
 def ciphertexts_to_bytes(ciphertexts: Sequence[mpz], public: PaillierPublicKey) -> bytes:

@@ -238,7 +238,7 @@ def _secret_state(keypair: PaillierKeypair) -> tuple[int, int, int, int]:
 def _encrypt_batch(secret: tuple[int, int, int, int], window: int, bits: bytes, k_b: int, layout: SlotLayout) -> bytes:
     encryptor = _secret_encryptor(*secret, window)
     batch = np.frombuffer(bits, dtype=np.uint8).reshape(k_b, layout.L)
-    cts = [encryptor.encrypt(m) for m in _slice_plaintexts(batch, layout)]
+    cts = encryptor.encrypt_many(_slice_plaintexts(batch, layout))
     return ciphertexts_to_bytes(cts, encryptor.keypair.public)
 
 
@@ -328,14 +328,14 @@ def _evaluate_batch(
     tables = _subset_tables(inv_sq, group_bits, total, n2)
     masked = _pack_slots(slot_values, layout.width)
     out = []
-    for row, m in zip(patterns.tolist(), masked):
+    for row, m, digits in zip(patterns.tolist(), masked, table.random_digits(len(masked))):
         acc = tables[0][row[0]]
         for t, d in zip(tables[1:], row[1:]):
             if d:
                 acc = t_mod(acc * t[d], n2)
         # The fresh randomised encryption is mandatory: without it D carries only A's own
         # randomness and A could test guesses of x (DESIGN §5.3).
-        fresh = t_mod((1 + mpz(m) * pub.n) * table.power(secrets.randbits(exponent_bits)), n2)
+        fresh = t_mod((1 + mpz(m) * pub.n) * table.power_digits(digits), n2)
         out.append(t_mod(acc * fresh, n2))
     return ciphertexts_to_bytes(out, pub)
 
