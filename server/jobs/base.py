@@ -113,6 +113,7 @@ class Job:
         self.parties: dict[str, Party] = {}
         self.active: list[str] = []  # roster members not dropped, sorted
         self.dropped: set[str] = set()
+        self.drop_reasons: dict[str, str] = {}
         self.step: Step | None = None
         self.join_deadline = clock() + config.join_seconds
         self.started_at = clock()
@@ -326,6 +327,7 @@ class Job:
         for pid in sorted(parties):
             self.active.remove(pid)
             self.dropped.add(pid)
+            self.drop_reasons[pid] = reason
             self._end(pid, pb.JobEnd.DROPPED, reason)
             log.warning("job %s: dropped %s (%s)", self.config.job_id, pid, reason)
         if len(self.active) < self.config.min_parties:

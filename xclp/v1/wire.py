@@ -56,7 +56,7 @@ def payload_bytes(payload: Payload) -> tuple[str, tuple[int, ...], bytes]:
         return "", (len(raw),), raw
     arr = np.asarray(payload)
     le = arr.dtype.newbyteorder("<") if arr.dtype.byteorder not in ("|", "<", "=") else arr.dtype
-    arr = np.ascontiguousarray(arr, dtype=le)
+    arr = arr.astype(le, order="C", copy=False)  # ascontiguousarray would turn 0-d into 1-d
     dtype = arr.dtype.str
     if dtype not in ARRAY_DTYPES:
         raise InvalidInput(f"dtype {dtype} cannot travel on the wire; use one of {sorted(ARRAY_DTYPES)}")

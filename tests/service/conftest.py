@@ -1,0 +1,91 @@
+"""Helpers for service tests: an in-process coordinator on a free port and parties on threads."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from client.connection import ConnectionConfig
+from client.data import PartyData
+from client.session import JobResult, PartySession, RunConfig
+from crypto import identity
+from server.config import JobConfig, TlsFiles
+from server.coordinator import Coordinator
+from server.service import build_server
+from xclp.v1.jobs import parse_params
+
+PARTIES = ("a", "b", "c")
+
+
+@pytest.fixture(scope="session")
+def keys() -> dict[str, object]:
+    return {p: identity.generate_identity() for p in (*PARTIES, "d", "mallory")}
+
+
+def allow_list(keys, parties=(*PARTIES, "d")) -> dict[str, bytes]:
+    return {p: identity.public_bytes(keys[p]) for p in parties}
+
+
+def job(job_id: str, job_type: str, params: dict, parties=PARTIES, min_parties: int = 2,
+        step_seconds: float = 30.0, join_seconds: float = 30.0) -> JobConfig:
+    return JobConfig(job_id, job_type, parse_params(job_type, params), tuple(parties), min_parties,
+                     join_seconds, step_seconds)
+
+
+def party_data(seed: int, n: int = 60, d: int = 8, n_classes: int = 3, unlabeled: int = 5) -> PartyData:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) + rng.integers(0, n_classes, size=(n, 1))
+    y = rng.integers(0, n_classes, size=n)
+    y[:unlabeled] = -1
+    return PartyData(X, y, tuple(f"p{seed}-{i}" for i in range(n)))
+
+
+@dataclass
+class Recorder:
+    """Observer hook: every contribution the coordinator accepted, by (job, step, round, sender)."""
+
+    seen: dict[tuple[str, str, int, str], object] = field(default_factory=dict)
+
+    def __call__(self, job_id, step, round, sender, payload) -> None:
+        self.seen[(job_id, step, round, sender)] = payload
+
+
+@contextlib.contextmanager
+def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None) -> Iterator[tuple[Coordinator, str]]:
+    coord = Coordinator(allow, jobs, observer=observer)
+    server, port = build_server(coord, "127.0.0.1:0", tls=tls)
+    server.start()
+    coord.start()
+    try:
+        yield coord, f"127.0.0.1:{port}"
+    finally:
+        coord.stop()
+        server.stop(0).wait()
+
+
+def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
+                session: Callable[..., PartySession] = PartySession, connection=None,
+                sessions: dict[str, Callable[..., PartySession]] | None = None) -> dict[str, JobResult | BaseException]:
+    """Run one session per party on threads; each result is a JobResult or the exception raised."""
+    results: dict[str, JobResult | BaseException] = {}
+    conn = connection or ConnectionConfig(address, insecure=True)
+
+    def go(party: str) -> None:
+        factory = (sessions or {}).get(party, session)
+        try:
+            results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=10,
+                                               idle_seconds=60), datas[party], progress=lambda m: None).run()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            results[party] = exc
+
+    threads = [threading.Thread(target=go, args=(p,)) for p in datas]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return results

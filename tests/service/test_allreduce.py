@@ -1,0 +1,159 @@
+"""Masked all-reduce jobs through a real gRPC coordinator in-process, parties on threads (DESIGN §6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from client.jobs.allreduce import contribution, flynn_counts, race_counts
+from client.session import PartySession
+from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
+from xclp.flynn import FlyHash, FlyNNParams, train_counts
+from xclp.race import RaceHashes, RaceParams, sketch
+from xclp.v1.jobs import parse_params
+
+FLYNN = {"n_classes": 3, "m": 1024, "s": 3, "rho": 16}
+RACE = {"rows": 16, "width": 32, "family": "srp", "p": 4}
+
+
+def pooled_flynn(seed, datas, params=FLYNN):
+    X = np.vstack([d.X for d in datas.values()])
+    y = np.concatenate([d.y for d in datas.values()])
+    fh = FlyHash.from_seed(seed, FlyNNParams(X.shape[1], params["m"], params["s"], params["rho"]))
+    return train_counts(fh, X[y >= 0], y[y >= 0], params["n_classes"])
+
+
+def test_flynn_aggregate_is_pooled_counts_and_masked_uploads_reveal_nothing(keys):
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+    rec = Recorder()
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN)], observer=rec) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas)
+        assert coord.jobs["f"].stage.value == "done"
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    seed = results["a"].seed
+    assert all(r.seed == seed for r in results.values())  # the leader's seed reached everyone
+    pooled = pooled_flynn(seed, datas)
+    for r in results.values():
+        assert r.aggregate.dtype == np.uint32 and np.array_equal(r.aggregate, pooled)  # FlyNN Theorem 4
+
+    params = parse_params("flynn", FLYNN)
+    uploads = {p: rec.seen[("f", "sum", 0, p)] for p in PARTIES}
+    total = np.zeros_like(pooled)
+    for p, masked in uploads.items():
+        own = flynn_counts(params, datas[p], seed)
+        total += masked  # wraps mod 2^32
+        # Each upload is uniform in Z_2^32 and independent of the party's counts (DESIGN §2).
+        flat = masked.ravel().astype(np.float64)
+        assert abs(stats.pearsonr(flat, own.ravel().astype(np.float64)).statistic) < 5 / np.sqrt(flat.size)
+        top_nibbles = np.bincount((masked.ravel() >> 28).astype(np.int64), minlength=16)
+        assert stats.chisquare(top_nibbles).pvalue > 1e-6
+        assert np.mean(masked < 2**20) < 0.01  # raw counts are all < 2^20
+    assert np.array_equal(total, pooled)  # ...while the masks cancel exactly in the sum
+
+
+def test_race_kde_and_class_sketches_equal_pooled_sketches(keys):
+    datas = {p: party_data(10 + i) for i, p in enumerate(PARTIES)}
+    jobs = [job("kde", "race", RACE), job("cls", "race", {**RACE, "n_classes": 3})]
+    with coordinator(allow_list(keys), jobs) as (coord, addr):
+        kde = run_parties(addr, "kde", keys, datas)
+        cls = run_parties(addr, "cls", keys, datas)
+    X = np.vstack([d.X for d in datas.values()])
+    y = np.concatenate([d.y for d in datas.values()])
+    seed = kde["a"].seed
+    hashes = RaceHashes.from_seed(seed, RaceParams(16, 32, "srp", 4), X.shape[1])
+    for r in kde.values():
+        assert np.array_equal(r.aggregate, sketch(hashes, X))
+    seed = cls["b"].seed
+    want = sum(race_counts(parse_params("race", {**RACE, "n_classes": 3}), d, seed) for d in datas.values())
+    for r in cls.values():
+        assert r.aggregate.shape == (3, 16, 32) and np.array_equal(r.aggregate, want)
+    assert int(want.sum()) == int((y >= 0).sum()) * 16
+
+
+class Stalling(PartySession):
+    """A party that takes the seed, then never answers the sum step (like a hung process)."""
+
+    def on_step(self, step):
+        if step.step == "sum":
+            return
+        super().on_step(step)
+
+
+def test_party_missing_the_deadline_is_dropped_and_sum_restarts_under_fresh_masks(keys):
+    datas = {p: party_data(20 + i) for i, p in enumerate(PARTIES)}
+    rec = Recorder()
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=2.0)], observer=rec) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, sessions={"c": Stalling})
+        assert coord.jobs["f"].dropped == {"c"}
+    assert "dropped" in str(results["c"]) and "deadline" in str(results["c"])
+    seed = results["a"].seed
+    pooled_ab = pooled_flynn(seed, {p: datas[p] for p in ("a", "b")})
+    for p in ("a", "b"):
+        assert results[p].participants == ("a", "b")
+        assert np.array_equal(results[p].aggregate, pooled_ab)
+        # Round 0 (with c's masks) and round 1 (without) used different masks on the same counts.
+        r0, r1 = rec.seen[("f", "sum", 0, p)], rec.seen[("f", "sum", 1, p)]
+        assert np.mean(r0 == r1) < 0.01
+
+
+def test_dp_flynn_releases_noisy_fixed_point_counts(keys):
+    datas = {p: party_data(30 + i) for i, p in enumerate(PARTIES)}
+    params = {**FLYNN, "epsilon": 1.0, "T": 50}
+    with coordinator(allow_list(keys), [job("dp", "flynn", params)]) as (coord, addr):
+        results = run_parties(addr, "dp", keys, datas)
+    agg = results["a"].aggregate
+    assert all(np.array_equal(r.aggregate, agg) for r in results.values())
+    assert agg.dtype == np.float64 and np.all(agg >= 0)
+    assert np.count_nonzero(agg) <= 3 * 50  # each party releases at most T entries (paper 001 Alg. 2)
+    assert not np.array_equal(agg, pooled_flynn(results["a"].seed, datas))
+
+
+def test_dp_race_shares_sum_to_a_noised_sketch(keys):
+    datas = {p: party_data(40 + i) for i, p in enumerate(PARTIES)}
+    rec = Recorder()
+    with coordinator(allow_list(keys), [job("dp", "race", {**RACE, "epsilon": 4.0})], observer=rec) as (coord, addr):
+        results = run_parties(addr, "dp", keys, datas)
+    seed = results["a"].seed
+    X = np.vstack([d.X for d in datas.values()])
+    exact = sketch(RaceHashes.from_seed(seed, RaceParams(16, 32, "srp", 4), X.shape[1]), X)
+    noise = results["a"].aggregate - exact
+    assert results["a"].aggregate.dtype == np.int64 and np.any(noise != 0)
+    # Two-sided geometric of scale R/ε = 4: the variance is 2q/(1-q)^2 with q = e^-1/4 (≈ 31.5).
+    q = np.exp(-1 / 4)
+    assert 0.6 < noise.var() / (2 * q / (1 - q) ** 2) < 1.6
+
+
+def test_contribution_encodings_match_the_wire_contract():
+    data = party_data(0)
+    for job_type, params in (("flynn", FLYNN), ("race", RACE), ("flynn", {**FLYNN, "epsilon": 1.0, "T": 5}),
+                             ("race", {**RACE, "epsilon": 1.0, "n_classes": 3})):
+        p = parse_params(job_type, params)
+        arr = contribution(p, data, b"s" * 32, 3)
+        assert (arr.dtype, arr.shape) == p.wire(data.X.shape[1])
+
+
+def test_pull_stream_lost_counts_as_a_dropout(keys):
+    """A party whose connection vanishes mid-job is dropped at once, not at the deadline."""
+    datas = {p: party_data(50 + i) for i, p in enumerate(PARTIES)}
+
+    class Vanishing(PartySession):
+        def on_step(self, step):
+            if step.step == "sum":
+                raise ConnectionAbortedError("simulated crash")  # leaves run(): its channel closes
+            super().on_step(step)
+
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=60.0)]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, sessions={"b": Vanishing})
+        assert coord.jobs["f"].drop_reasons == {"b": "disconnected"}  # not the 60 s deadline
+    assert isinstance(results["b"], ConnectionAbortedError)
+    assert results["a"].participants == ("a", "c")
+    assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))
+
+
+def test_too_few_parties_fail_the_job_for_everyone(keys):
+    datas = {p: party_data(60 + i) for i, p in enumerate(("a", "b"))}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=("a", "b"), step_seconds=1.5)]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, sessions={"b": Stalling})
+        assert coord.jobs["f"].stage.value == "failed"
+    assert "failed" in str(results["a"]) and "min_parties" in str(results["a"])
