@@ -70,7 +70,7 @@ def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None) -> I
 
 def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 session: Callable[..., PartySession] = PartySession, connection=None,
-                sessions: dict[str, Callable[..., PartySession]] | None = None) -> dict[str, JobResult | BaseException]:
+                sessions: dict[str, Callable[..., PartySession]] | None = None, join_wait: float = 10.0) -> dict[str, JobResult | BaseException]:
     """Run one session per party on threads; each result is a JobResult or the exception raised."""
     results: dict[str, JobResult | BaseException] = {}
     conn = connection or ConnectionConfig(address, insecure=True)
@@ -78,7 +78,7 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
     def go(party: str) -> None:
         factory = (sessions or {}).get(party, session)
         try:
-            results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=10,
+            results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait,
                                                idle_seconds=60), datas[party], progress=lambda m: None).run()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             results[party] = exc
