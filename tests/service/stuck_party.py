@@ -1,0 +1,34 @@
+"""A real party process that joins, takes the common seed, then hangs in the sum step.
+
+Used by test_cli_e2e.py, which kills it with SIGKILL once it prints STALLING: a party dying
+mid-job. Not part of the product.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from client import data as party_data
+from client.connection import ConnectionConfig
+from client.session import PartySession, RunConfig
+from crypto import identity
+
+
+class Stuck(PartySession):
+    def on_step(self, step):
+        if step.step == "sum":
+            print("STALLING", file=sys.stderr, flush=True)
+            time.sleep(600)
+        super().on_step(step)
+
+
+def main() -> None:
+    address, ca, job_id, party, key, data = sys.argv[1:7]
+    config = RunConfig(job_id, party, identity.load_identity(key), ConnectionConfig(address, ca_cert=Path(ca)))
+    Stuck(config, party_data.load(data), progress=lambda m: print(m, file=sys.stderr, flush=True)).run()
+
+
+if __name__ == "__main__":
+    main()
