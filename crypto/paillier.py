@@ -23,8 +23,8 @@ Assumption (stated once, relied on everywhere):
   A does, and the signed key bundle binds h_s to A's identity.
 
 Speed: h_s^a is a product of ⌈exponent_bits/window⌉ entries of a precomputed `FixedBaseTable`.
-The key owner keeps tables mod p² and mod q² and recombines by CRT (half-size products, ~3x
-cheaper); decryption is CRT too (two half-size powmods). Ciphertexts travel as fixed-width
+The key owner keeps tables mod p² and mod q² and recombines by CRT (each half-size product is
+~3x cheaper than one mod N², so ~1.4x overall); decryption is CRT too (two half-size powmods). Ciphertexts travel as fixed-width
 big-endian bytes, 2·|N|/8 each, concatenated (DESIGN §3).
 """
 

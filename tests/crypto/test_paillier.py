@@ -72,6 +72,22 @@ def test_fixed_base_power_edges_and_range(keypair: PaillierKeypair) -> None:
         table.power(2**448)
 
 
+def test_random_digits_form_uniform_short_exponents(keypair: PaillierKeypair) -> None:
+    table = _table(keypair)  # window 7: 64 digits of 7 bits = 448 bits exactly
+    odd = FixedBaseTable(keypair.public.h_s, keypair.public.nsquare, 100, window=12)  # last digit: 4 bits
+    digits = odd.random_digits(400)
+    assert all(len(d) == 9 and max(d[:8]) < 2**12 and d[8] < 2**4 for d in digits)
+    assert len({d[8] for d in digits}) == 16  # the short top digit still covers its whole range
+    for d in table.random_digits(3):
+        a = sum(v << (7 * i) for i, v in enumerate(d))
+        assert a < 2**448 and table.power_digits(d) == gmpy2.powmod(keypair.public.h_s, a, keypair.public.nsquare)
+    # every bit of the exponent is a fair coin: 2000 exponents (from `secrets`, so this is random:
+    # 6σ bounds over 448 bits give a false alarm about once in a million runs)
+    bits = [sum(v << (7 * i) for i, v in enumerate(d)) for d in table.random_digits(2000)]
+    counts = [sum((a >> b) & 1 for a in bits) for b in range(448)]
+    assert 1000 - 6 * 23 < min(counts) and max(counts) < 1000 + 6 * 23
+
+
 _TABLES: dict[int, FixedBaseTable] = {}
 
 

@@ -16,6 +16,7 @@ from crypto.secure_hamming import (
     SlotLayout,
     choose_group_bits,
     code_bits,
+    decrypt_all,
     decrypt_and_unpack,
     encrypt_bit_slices,
     evaluate,
@@ -117,6 +118,13 @@ def test_literal_and_packed_agree(keypair) -> None:  # type: ignore[no-untyped-d
     _, _, H_packed = run_packed(keypair, codes_A, codes_B, L)
     np.testing.assert_array_equal(H_literal, H_packed)
     np.testing.assert_array_equal(H_literal, plaintext_hamming(codes_B, codes_A))
+
+
+def test_decrypt_all_matches_single_decryptions(keypair) -> None:  # type: ignore[no-untyped-def]
+    pub = keypair.public
+    values = [0, 1, 2**500, int(pub.n) - 1, 12345]
+    data = ciphertexts_to_bytes([pub.encrypt(v) for v in values], pub)
+    assert decrypt_all(keypair, data, tasks=2) == values
 
 
 def test_process_pool_gives_the_same_result(keypair) -> None:  # type: ignore[no-untyped-def]
