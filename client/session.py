@@ -173,13 +173,22 @@ class PartySession:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.params is None or self.masker is None:
                 raise ProtocolError("the sum step started before this party had the common seed")
             self.participants = tuple(members)
-            local = contribution(self.params, self.data, self.seed, len(members))
-            masked = self.masker.apply(local, purpose=SUM_STEP, round=step.round, participants=members)
+            masked = self.masked(self.local_array(len(members)), step.round, members)
             sent = self.conn.push(masked, sender=self.config.party_id, step=SUM_STEP, round=step.round)
             self.progress(f"pushed masked {self.job_type} array {list(masked.shape)} for round {step.round} "
                           f"({len(members)} parties, {sent} bytes)")
         else:
             raise ProtocolError(f"unknown step {step.step!r} for a {self.job_type} job")
+
+    def local_array(self, n_parties: int) -> np.ndarray:
+        """This party's unmasked ring array for the sum step (DESIGN §6)."""
+        assert self.params is not None and self.seed is not None
+        return contribution(self.params, self.data, self.seed, n_parties)
+
+    def masked(self, local: np.ndarray, round: int, members: list[str]) -> np.ndarray:
+        """local + Σ ±PRG(pair keys for this round and participant set) in the ring (DESIGN §4.2)."""
+        assert self.masker is not None
+        return self.masker.apply(local, purpose=SUM_STEP, round=round, participants=members)
 
     def on_message(self, message: wire.Message) -> None:
         if message.step == RESULT_STEP and message.sender == "":
