@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
 
+import gmpy2
 import numpy as np
 import pytest
 from scipy import stats
 
 from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate
-from crypto.paillier import PaillierKeypair, ciphertexts_to_bytes
+from crypto.paillier import PaillierKeypair, ciphertexts_to_bytes, parse_ciphertexts
 from crypto.secure_hamming import (
     EncryptedSlices,
     EvaluatedDistances,
@@ -156,6 +157,54 @@ def test_masked_slot_values_are_uniform_and_masks_hide_h(keypair) -> None:  # ty
         assert stats.chisquare(counts).pvalue > 1e-6
     # a mask only L wide (the paper's r in [0, L−1]) would leave every top bit zero
     assert np.count_nonzero(top) > len(top) // 2
+
+
+def test_evaluation_carries_fresh_randomness(keypair) -> None:  # type: ignore[no-untyped-def]
+    """A knows its ciphertexts; given x and the masks it must not be able to rebuild D (DESIGN §5.3)."""
+    rng = np.random.default_rng(13)
+    L = 64
+    layout = SlotLayout.for_key(keypair.public, L)
+    codes_A, codes_B = random_codes(rng, layout.slots, L), random_codes(rng, 2, L)  # one full batch
+    slices = encrypt_bit_slices(keypair, codes_A, layout, window=6)
+    evaluated, r = evaluate(keypair.public, slices, codes_B, window=6)
+    n, n2 = keypair.public.n, keypair.public.nsquare
+    cts = parse_ciphertexts(slices.ciphertexts, keypair.public)
+    for x, (bits, masks) in enumerate(zip(code_bits(codes_B, L), r)):
+        m = sum((int(bits.sum()) + int(v)) << (layout.width * s) for s, v in enumerate(masks))
+        guess = (1 + m * n) % n2
+        for bit, c in zip(bits, cts):
+            guess = guess * (c if bit == 0 else gmpy2.invert(c, n2)) % n2
+        d = parse_ciphertexts(evaluated.batch(0), keypair.public)[x]
+        assert keypair.decrypt(d) == keypair.decrypt(guess)  # same plaintext ...
+        assert d != guess  # ... but B's fresh factor h_s^a makes it a different ciphertext
+
+
+def _decrypted_slots(keypair, evaluated, layout):  # type: ignore[no-untyped-def]
+    out = []
+    for d in parse_ciphertexts(evaluated.ciphertexts, keypair.public):
+        m = int(keypair.decrypt(d))
+        out.append([(m >> (layout.width * s)) & ((1 << layout.width) - 1) for s in range(layout.slots)])
+    return out
+
+
+def test_padding_slots_are_masked_and_carry_no_weight(keypair, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The unused slots of A's last batch must not show |x|: they hold a uniform mask only."""
+    L = 64
+    layout = SlotLayout.for_key(keypair.public, L)
+    codes_A = np.zeros((1, 1), dtype=np.uint64)  # one real slot, K − 1 padding slots
+    codes_B = np.full((3, 1), np.iinfo(np.uint64).max, dtype=np.uint64)  # |x| = L
+    slices = encrypt_bit_slices(keypair, codes_A, layout, window=6)
+    evaluated, _ = evaluate(keypair.public, slices, codes_B, window=6)
+    for slots in _decrypted_slots(keypair, evaluated, layout):
+        padding = slots[1:]
+        assert len(set(padding)) == len(padding) and max(padding) >= 2 ** (layout.mask_bits - 8)
+    # with the masks forced to zero the structure shows: h = L in the real slot, 0 in padding
+    import crypto.secure_hamming as sh
+
+    monkeypatch.setattr(sh, "draw_masks", lambda shape, bits: np.zeros(shape, dtype=np.uint64))
+    evaluated, _ = evaluate(keypair.public, slices, codes_B, window=6)
+    for slots in _decrypted_slots(keypair, evaluated, layout):
+        assert slots == [L] + [0] * (layout.slots - 1)
 
 
 def test_unmask_refuses_out_of_range_and_shape_mismatch() -> None:
