@@ -219,9 +219,16 @@ class Job:
                 else:
                     self._fail(f"only {len(self.parties)} of the {self.config.min_parties} required parties joined in time")
             elif self.step is not None and self.stage in (Stage.SETUP, Stage.RUNNING) and now >= self.step.deadline:
-                self._drop(set(self.step.pending), f"missed the deadline of step {self.step.name!r}")
+                self._drop(self.blame(self.step), f"missed the deadline of step {self.step.name!r}")
 
     # --- hooks for job types ----------------------------------------------------------------
+
+    def blame(self, step: Step) -> set[str]:
+        """Who is dropped when `step` misses its deadline: those who still owe a contribution,
+        except that in the seed step a silent leader alone is to blame (the others wait for it)."""
+        if step.name == SEED_STEP and step.participants[0] in step.pending:
+            return {step.participants[0]}
+        return set(step.pending)
 
     def check_summary(self, summary: pb.DataSummary) -> None:
         if summary.rows < 1 or summary.dim < 1:

@@ -157,3 +157,20 @@ def test_too_few_parties_fail_the_job_for_everyone(keys):
         results = run_parties(addr, "f", keys, datas, sessions={"b": Stalling})
         assert coord.jobs["f"].stage.value == "failed"
     assert "failed" in str(results["a"]) and "min_parties" in str(results["a"])
+
+
+class SilentLeader(PartySession):
+    """Leads the seed step but never sends the seed."""
+
+    def _lead_seed(self, step):
+        return
+
+
+def test_leader_missing_the_seed_deadline_is_replaced_by_the_next_smallest_id(keys):
+    datas = {p: party_data(90 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=1.5)]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, sessions={"a": SilentLeader})
+        assert coord.jobs["f"].dropped == {"a"}
+    assert "dropped" in str(results["a"])
+    assert results["b"].seed == results["c"].seed and results["b"].participants == ("b", "c")
+    assert np.array_equal(results["c"].aggregate, pooled_flynn(results["b"].seed, {p: datas[p] for p in "bc"}))

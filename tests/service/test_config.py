@@ -1,0 +1,100 @@
+"""Coordinator settings files and party data files fail loudly with what to fix (DESIGN §8)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client import data as party_data
+from crypto import identity
+from server.config import load_allow_list, load_job
+from xclp.errors import ConfigError, InvalidInput
+from xclp.v1.jobs import FlynnJob, RaceJob, params_from_json, params_json, parse_params
+
+JOB = '''job_id = "j"
+type = "flynn"
+expected_parties = ["a", "b"]
+[deadlines]
+step_seconds = 5
+[params]
+n_classes = 2
+m = 64
+s = 3
+rho = 4
+'''
+
+
+def test_job_file_loads_with_defaults(tmp_path):
+    (tmp_path / "j.toml").write_text(JOB)
+    job = load_job(tmp_path / "j.toml")
+    assert job.min_parties == 2 and job.step_seconds == 5 and job.join_seconds == 600
+    assert job.params == FlynnJob(n_classes=2, m=64, s=3, rho=4)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda t: t.replace('type = "flynn"', 'type = "xgboost"'), "unknown job type"),
+    (lambda t: t.replace("rho = 4", "rho = 4\nrh0 = 1"), "unknown flynn job parameter"),
+    (lambda t: t.replace("m = 64", "m = -1"), "'m' must be an integer >= 1"),
+    (lambda t: t.replace("rho = 4", "rho = 400"), "rho = 400 exceeds m"),
+    (lambda t: t.replace('["a", "b"]', '["a"]'), "min_parties"),
+    (lambda t: t.replace('["a", "b"]', '["a", "a b"]'), "party id"),
+    (lambda t: t.replace('job_id = "j"\n', ""), "missing required key 'job_id'"),
+    (lambda t: t + "epsilon = 1.0\n", "both epsilon and T"),
+    (lambda t: t + "[[oops", "not valid TOML"),
+])
+def test_bad_job_files_name_the_problem(tmp_path, edit, match):
+    (tmp_path / "j.toml").write_text(edit(JOB))
+    with pytest.raises(ConfigError, match=match):
+        load_job(tmp_path / "j.toml")
+
+
+def test_allow_list_parses_and_refuses_bad_keys(tmp_path):
+    key = identity.generate_identity()
+    (tmp_path / "ok.toml").write_text(f'[parties]\na = "{identity.public_key_text(key)}"\n')
+    assert load_allow_list(tmp_path / "ok.toml") == {"a": identity.public_bytes(key)}
+    (tmp_path / "bad.toml").write_text('[parties]\na = "ssh-ed25519 AAAA"\n')
+    with pytest.raises(ConfigError, match="party 'a'"):
+        load_allow_list(tmp_path / "bad.toml")
+    (tmp_path / "empty.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"\[parties\]"):
+        load_allow_list(tmp_path / "empty.toml")
+
+
+def test_params_survive_the_wire_json():
+    for p in (FlynnJob(3, 64, 3, 4, 0.5, 1, 2.0, 7), RaceJob(8, 16, "l2", 1, 2.5, 3, 1.0)):
+        assert params_from_json(type(p).__name__.lower().removesuffix("job"), params_json(p)) == p
+    with pytest.raises(ConfigError, match="family"):
+        parse_params("race", {"rows": 1, "width": 2, "family": "cosine"})
+
+
+def test_csv_with_ids_and_unlabeled_rows(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("pid,x1,x2,dx\nr1,1.5,2,1\nr2,0,-1,\n\nr3,3,4,0\n")
+    d = party_data.load(path, label_column="dx", id_column="pid")
+    assert d.ids == ("r1", "r2", "r3")
+    np.testing.assert_array_equal(d.X, [[1.5, 2], [0, -1], [3, 4]])
+    np.testing.assert_array_equal(d.y, [1, -1, 0])
+    assert d.labeled.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("text, match", [
+    ("x1,label\n1,a\n", "label 'a' is not an integer"),
+    ("x1,label\nnan,1\n", "NaN"),
+    ("x1,label\n1,1,3\n", "has 3 cells"),
+    ("label\n1\n", "no feature columns"),
+    ("", "empty"),
+    ("x1,label\n1,-3\n", ">= 0"),
+])
+def test_bad_csv_files_name_line_and_problem(tmp_path, text, match):
+    (tmp_path / "d.csv").write_text(text)
+    with pytest.raises(InvalidInput, match=match):
+        party_data.load(tmp_path / "d.csv")
+
+
+def test_npz_data_and_its_errors(tmp_path):
+    np.savez(tmp_path / "d.npz", X=np.ones((3, 2)), y=np.array([0.0, np.nan, 1.0]))
+    d = party_data.load(tmp_path / "d.npz")
+    assert d.y.tolist() == [0, -1, 1] and d.ids == ("0", "1", "2")
+    np.savez(tmp_path / "e.npz", features=np.ones((3, 2)))
+    with pytest.raises(InvalidInput, match="named X"):
+        party_data.load(tmp_path / "e.npz")
