@@ -11,21 +11,23 @@ Assumption (stated once, relied on everywhere):
     assumption — h_s^a with a uniform in [0, 2^exponent_bits) is computationally
     indistinguishable from a uniform element of the subgroup ⟨h_s⟩ of N-th residues.
   * Against the key owner (party A, who knows p and q, DESIGN §5.3 "fresh randomness is
-    mandatory"): B's fresh factor h_s^{a'} must hide the known exponent offset Σ ±a_l of A's
-    own ciphertexts. Knowing p, q, A faces a short-exponent discrete logarithm in the order
-    ≈2^1023 subgroups mod p and mod q; the best known attacks (Pollard kangaroo / van Oorschot–
+    mandatory"): D's randomness is h_s^(S_x + a') where S_x = Σ_l ±a_l is computable by A for
+    any guess of x and a' is B's fresh exponent. This hiding is computational, not statistical
+    (a' is shorter than the group order): testing one guess means deciding whether
+    u·h_s^(−S_guess) has a discrete logarithm below 2^exponent_bits in the order ≈2^1023
+    subgroups mod p and mod q, and the best known attacks (Pollard kangaroo / van Oorschot–
     Wiener) cost ≈ 2^(exponent_bits/2) group operations per guess.
-  Why 448: 2·224 — kangaroo then costs 2^224 ≫ the 2^112 security of a 2048-bit modulus (and
-  stays above the 2^128 of 3072-bit keys), with margin for the 2^11 spread that the sum of
-  L = 1024 known exponents adds. Real keys (|N| >= 2048) therefore refuse exponent_bits < 448;
-  smaller keys and exponents exist for tests only and need `allow_insecure_test_size=True`.
+  Why 448: 2·224 — each guess then costs 2^224 ≫ the ≈2^112 security of a 2048-bit modulus (and
+  stays above the ≈2^128 of 3072-bit keys). Real keys (|N| >= 2048) therefore refuse
+  exponent_bits < 448; smaller keys and exponents exist for tests only and need
+  `allow_insecure_test_size=True`.
   B cannot check that h_s was generated honestly; under the honest-but-curious model (DESIGN §2)
   A does, and the signed key bundle binds h_s to A's identity.
 
 Speed: h_s^a is a product of ⌈exponent_bits/window⌉ entries of a precomputed `FixedBaseTable`.
 The key owner keeps tables mod p² and mod q² and recombines by CRT (each half-size product is
-~3x cheaper than one mod N², so ~1.4x overall); decryption is CRT too (two half-size powmods). Ciphertexts travel as fixed-width
-big-endian bytes, 2·|N|/8 each, concatenated (DESIGN §3).
+~3x cheaper than one mod N², so ~1.4x overall); decryption is CRT too (two half-size powmods).
+Ciphertexts travel as fixed-width big-endian bytes, 2·|N|/8 each, concatenated (DESIGN §3).
 """
 
 from __future__ import annotations
