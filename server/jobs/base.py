@@ -357,7 +357,7 @@ class Job:
         self.stage = Stage.FAILED
         self.outcome_reason = reason
         self.step = None
-        for pid in self.active:
+        for pid in self.parties:  # joined parties too, if it fails before the roster went out
             self._end(pid, pb.JobEnd.FAILED, reason)
         log.error("job %s: failed: %s", self.config.job_id, reason)
         self.done_event.set()

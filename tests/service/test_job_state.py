@@ -1,0 +1,181 @@
+"""The coordinator's job state machine driven directly, without sockets (STYLE §2–3)."""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+
+from crypto import identity
+from server.jobs.allreduce import AllReduceJob
+from server.jobs.base import Stage
+from tests.service.conftest import allow_list, job
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+
+FLYNN = {"n_classes": 2, "m": 8, "s": 2, "rho": 2}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class BlobJob(AllReduceJob):
+    """An all-reduce job that also lets parties relay a "blob" step to each other (as XCLP will)."""
+
+    relay_steps = frozenset({"seed", "blob"})
+
+    def begin(self) -> None:
+        self.start_step("blob")
+
+    def accept(self, step, sender, payload) -> None:
+        if step.name != "blob":
+            super().accept(step, sender, payload)
+
+    def on_step_complete(self, step) -> None:
+        if step.name == "blob":
+            self.start_step("sum")
+        else:
+            super().on_step_complete(step)
+
+
+def signed(keys, party, job_id="j"):
+    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), bytes(16))
+    return identity.sign_bundle(keys[party], b)
+
+
+def summary(dim=4):
+    return pb.DataSummary(rows=3, labeled_rows=3, dim=dim)
+
+
+def drain(job, party):
+    items = []
+    while (item := job.parties[party].mailbox.get(0)) is not None:
+        items.append(item)
+    return items
+
+
+def msg(step, round, sender, payload, recipient=""):
+    return wire.Message("j", step, round, sender, recipient, payload)
+
+
+def started(keys, cls=AllReduceJob, parties=("a", "b", "c"), **kw):
+    clock = Clock()
+    j = cls(job("j", "flynn", FLYNN, parties=parties, **kw), allow_list(keys), clock=clock)
+    for p in parties:
+        j.join(signed(keys, p), summary())
+    return j, clock
+
+
+def test_all_joined_sends_roster_then_seed_step(keys):
+    j, _ = started(keys)
+    assert j.stage is Stage.SETUP and j.step.name == "seed" and j.step.participants == ("a", "b", "c")
+    items = drain(j, "b")
+    assert [i.WhichOneof("item") for i in items] == ["roster", "step"]
+    assert [identity.KeyBundle.from_bytes(b.bundle).party_id for b in items[0].roster.bundles] == ["a", "b", "c"]
+
+
+def test_join_deadline_starts_with_enough_parties_or_fails(keys):
+    clock = Clock()
+    j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
+    j.join(signed(keys, "a"), summary())
+    j.join(signed(keys, "c"), summary())
+    j.tick(9.9)
+    assert j.stage is Stage.JOINING
+    j.tick(10.0)
+    assert j.stage is Stage.SETUP and j.active == ["a", "c"] and j.dropped == {"b"}
+    lonely = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
+    lonely.join(signed(keys, "a"), summary())
+    lonely.tick(10.0)
+    assert lonely.stage is Stage.FAILED and "only 1" in lonely.outcome_reason
+    assert drain(lonely, "a")[-1].end.outcome == pb.JobEnd.FAILED
+
+
+def test_admission_checks_run_before_the_stage_check(keys):
+    j, _ = started(keys)
+    with pytest.raises(NotAuthorized):
+        j.join(signed(keys, "mallory"), summary())
+    with pytest.raises(ProtocolError, match="past admission"):
+        j.join(signed(keys, "a"), summary())
+    fresh = AllReduceJob(job("j", "flynn", FLYNN), allow_list(keys))
+    with pytest.raises(InvalidInput, match="job 'other'"):
+        fresh.join(signed(keys, "a", job_id="other"), summary())
+
+
+def test_large_relayed_payload_is_validated_chunked_and_delivered_intact(keys):
+    j, _ = started(keys, cls=BlobJob)
+    for p in "abc":
+        drain(j, p)
+    for p in "abc":
+        j.message(p, msg("seed", 0, p, b""))
+    assert j.step.name == "blob"
+    blob = np.random.default_rng(0).integers(0, 2**63, size=3_000_000, dtype=np.uint64)  # 24 MB
+    j.message("a", msg("blob", 0, "a", blob, recipient="c"))
+    frames = [i.frame for i in drain(j, "c") if i.WhichOneof("item") == "frame"]
+    assert len(frames) == 8 and all(f.ByteSize() < wire.GRPC_MAX_MESSAGE_BYTES for f in frames)
+    assert all(f.sender == "a" and f.recipient == "c" for f in frames)
+    asm = wire.Assembler()
+    out = [asm.add(f) for f in frames][-1]
+    assert np.array_equal(out.payload, blob)
+    assert j.step.bytes_relayed == blob.nbytes
+    with pytest.raises(InvalidInput, match="not another participant"):
+        j.message("a", msg("blob", 0, "a", b"x", recipient="a"))
+    with pytest.raises(InvalidInput, match="not another participant"):
+        j.message("a", msg("blob", 0, "a", b"x", recipient="mallory"))
+
+
+def test_contributions_are_checked_and_late_rounds_ignored(keys):
+    j, clock = started(keys, step_seconds=5)
+    for p in "abc":
+        j.message(p, msg("seed", 0, p, b""))
+    assert j.stage is Stage.RUNNING and j.step.name == "sum"
+    good = np.zeros((2, 8), np.uint32)
+    with pytest.raises(InvalidInput, match="must be <u4"):
+        j.message("a", msg("sum", 0, "a", np.zeros((2, 9), np.uint32)))
+    with pytest.raises(InvalidInput, match="seed"):
+        j.message("a", msg("seed", 0, "a", b""))
+    j.message("a", msg("sum", 0, "a", good))
+    with pytest.raises(InvalidInput, match="already contributed"):
+        j.message("a", msg("sum", 0, "a", good))
+    with pytest.raises(InvalidInput, match="not started"):
+        j.message("b", msg("sum", 1, "b", good))
+    with pytest.raises(InvalidInput, match="relays|peer-to-peer"):
+        j.message("b", msg("sum", 0, "b", good, recipient="c"))
+    clock.now = 5.0
+    j.tick(clock.now)  # b and c missed the deadline: 1 party left < min_parties = 2
+    assert j.stage is Stage.FAILED and j.dropped == {"b", "c"}
+
+
+def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(keys):
+    j, _ = started(keys)
+    for p in "abc":
+        j.message(p, msg("seed", 0, p, b""))
+    ones = np.ones((2, 8), np.uint32)
+    j.message("a", msg("sum", 0, "a", ones))
+    j.disconnected("c")
+    assert j.step.round == 1 and j.step.participants == ("a", "b") and j.drop_reasons == {"c": "disconnected"}
+    j.message("b", msg("sum", 0, "b", ones))  # late upload for round 0: ignored, not an error
+    assert j.step.pending == {"a", "b"}
+    with pytest.raises(ProtocolError, match="takes no part"):
+        j.message("c", msg("sum", 1, "c", ones))
+    j.message("a", msg("sum", 1, "a", ones))
+    j.message("b", msg("sum", 1, "b", 2 * ones))
+    assert j.stage is Stage.DONE
+    frames = [i.frame for i in drain(j, "a") if i.WhichOneof("item") == "frame"]
+    result = wire.Assembler().add(frames[-1])
+    assert result.step == "result" and result.round == 1 and np.array_equal(result.payload, 3 * ones)
+    assert drain(j, "c")[-1].end.outcome == pb.JobEnd.DROPPED
+
+
+def test_only_the_leader_may_relay_the_seed(keys):
+    j, _ = started(keys)
+    with pytest.raises(ProtocolError, match="leader"):
+        j.message("b", msg("seed", 0, "b", b"x" * 60, recipient="c"))
+    j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
+    assert any(i.WhichOneof("item") == "frame" for i in drain(j, "c"))
