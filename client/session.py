@@ -94,6 +94,7 @@ class PartySession:
         self.job_type = ""
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
+        self._conn: Connection | None = None
 
     # --- driver -------------------------------------------------------------------------------
 
@@ -104,8 +105,14 @@ class PartySession:
         finally:
             conn.close()
 
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            raise ProtocolError("this session is not connected")
+        return self._conn
+
     def _run(self, conn: Connection) -> JobResult:
-        self.conn = conn
+        self._conn = conn
         summary = pb.DataSummary(rows=self.data.X.shape[0], labeled_rows=int(self.data.labeled.sum()),
                                  dim=self.data.X.shape[1])
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
