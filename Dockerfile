@@ -1,0 +1,125 @@
+# One image for both roles: the coordinator (`xclp-server ...`) and a party (`xclp-client ...`).
+#
+#   normal:   docker build -t xclp .                      (pip installs from the package index)
+#   offline:  scripts/docker-prepare                       (base image from Debian packages, a local
+#             wheelhouse/, then: docker build --build-arg WHEELHOUSE=1 -t xclp:dev .)
+#
+# The base must be Debian bookworm with python3 (3.11) and its venv module: the official
+# python:3.11-slim-bookworm (python at /usr/local/bin) or the one scripts/docker-prepare imports
+# from debootstrap (python at /usr/bin). Everything below goes through `python3 -m venv`, so both work.
+#
+# Two stages: the builder holds the wheelhouse, pip's build backends and the sources; the final
+# stage gets only the finished virtualenv, so none of those (nor any file of the build context)
+# ships in the image.
+
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS builder
+# 1 = install only from the wheels in the build context's wheelhouse/ (no network).
+ARG WHEELHOUSE=0
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m venv /opt/xclp/venv
+
+# Dependencies first, in their own layer, so editing the sources does not reinstall numpy & co.
+# The bracket glob lets this COPY match no wheelhouse at all (normal mode): it then copies only
+# pyproject.toml. .dockerignore keeps xclp's own wheel out, the package is built from source below.
+COPY pyproject.toml wheelhous[e] /build/
+RUN set -eu; \
+    if [ "$WHEELHOUSE" = 1 ]; then \
+        if ! ls /build/*.whl >/dev/null 2>&1; then \
+            echo "WHEELHOUSE=1 but the build context has no wheelhouse/*.whl: run scripts/docker-prepare first" >&2; \
+            exit 1; \
+        fi; \
+        export PIP_NO_INDEX=1 PIP_FIND_LINKS=/build; \
+    fi; \
+    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/build/pyproject.toml", "rb"))["project"]["dependencies"]))' \
+        > /build/requirements.txt; \
+    /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt; \
+    # The bundled test suites of numpy, scipy and numba (~50 MB) are never imported at run time.
+    site=$(/opt/xclp/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+    find "$site/numpy" "$site/scipy" "$site/numba" -depth -type d -name tests -exec rm -rf {} +
+
+# The package itself. pip's isolated build environment honours PIP_NO_INDEX/PIP_FIND_LINKS, so in
+# offline mode setuptools and wheel come from the wheelhouse too.
+COPY pyproject.toml README.md /src/
+COPY xclp /src/xclp
+COPY crypto /src/crypto
+COPY server /src/server
+COPY client /src/client
+RUN set -eu; \
+    if [ "$WHEELHOUSE" = 1 ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS=/build; fi; \
+    /opt/xclp/venv/bin/pip install --no-deps /src; \
+    # pip and setuptools (from ensurepip) are build tools: the runtime image does without them.
+    /opt/xclp/venv/bin/python -m pip uninstall --yes --quiet setuptools pip; \
+    # Smoke test of the finished venv: both CLIs import, numba compiles, the Hamming kernel runs.
+    /opt/xclp/venv/bin/xclp-server --help >/dev/null; \
+    /opt/xclp/venv/bin/xclp-client --help >/dev/null; \
+    NUMBA_CACHE_DIR=/tmp/numba-smoke /opt/xclp/venv/bin/python -c 'import numpy as np; from xclp.hamming import hamming_matrix; \
+assert (hamming_matrix(np.array([[0], [7]], dtype=np.uint64)) == [[0, 3], [3, 0]]).all()'; \
+    rm -rf /tmp/numba-smoke
+
+# The container health check (see HEALTHCHECK below). A coordinator is healthy when its gRPC port
+# accepts a TCP connection; a container that runs no `xclp-server serve` (a party, a one-off
+# `xclp-server ca init`) has no port and reports healthy. Port: $XCLP_HEALTH_PORT if set, else the
+# port of `serve --listen host:port`, else 50051 (the serve default; also when --config sets it).
+RUN printf '%s\n' \
+    '"""Docker HEALTHCHECK for xclp containers (written by the Dockerfile)."""' \
+    'import os, socket, sys' \
+    '' \
+    'def serve_argv():' \
+    '    for pid in filter(str.isdigit, os.listdir("/proc")):' \
+    '        try:' \
+    '            with open(f"/proc/{pid}/cmdline", "rb") as fh:' \
+    '                argv = fh.read().decode(errors="replace").split("\0")' \
+    '        except OSError:' \
+    '            continue' \
+    '        if any(a.endswith("xclp-server") for a in argv) and "serve" in argv:' \
+    '            return argv' \
+    '    return None' \
+    '' \
+    'argv = serve_argv()' \
+    'if argv is None:' \
+    '    sys.exit(0)' \
+    'port = "50051"' \
+    'for i, arg in enumerate(argv):' \
+    '    if arg == "--listen" and i + 1 < len(argv):' \
+    '        port = argv[i + 1].rsplit(":", 1)[-1]' \
+    '    elif arg.startswith("--listen="):' \
+    '        port = arg.rsplit(":", 1)[-1]' \
+    'port = os.environ.get("XCLP_HEALTH_PORT") or port' \
+    'try:' \
+    '    socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()' \
+    'except (OSError, ValueError) as exc:' \
+    '    sys.exit(f"coordinator port {port} does not accept connections: {exc}")' \
+    > /opt/xclp/healthcheck.py
+
+
+FROM ${BASE_IMAGE}
+LABEL org.opencontainers.image.title="xclp" \
+      org.opencontainers.image.description="Secure multi-party label propagation (XCLP), FlyNN and RACE: coordinator (xclp-server) and party (xclp-client)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# A fixed non-root uid so volume ownership and Kubernetes runAsNonRoot checks are predictable.
+# /var/lib/xclp is the working directory: a named volume mounted there starts out owned by xclp.
+RUN groupadd --gid 10001 xclp \
+ && useradd --uid 10001 --gid 10001 --home-dir /home/xclp --create-home --shell /usr/sbin/nologin xclp \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/xclp
+
+COPY --from=builder /opt/xclp /opt/xclp
+
+# No keys, certificates or job files are baked in: mount them (e.g. at /var/lib/xclp).
+# site-packages is read-only for xclp, so numba's on-disk JIT cache goes to /tmp.
+ENV PATH="/opt/xclp/venv/bin:${PATH}" \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    NUMBA_CACHE_DIR=/tmp/numba-cache
+
+USER 10001:10001
+WORKDIR /var/lib/xclp
+EXPOSE 50051
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["/opt/xclp/venv/bin/python", "/opt/xclp/healthcheck.py"]
+# No ENTRYPOINT: the command is the whole invocation, `xclp-server ...` or `xclp-client ...`.
+CMD ["xclp-server", "--help"]
