@@ -174,3 +174,26 @@ def test_leader_missing_the_seed_deadline_is_replaced_by_the_next_smallest_id(ke
     assert "dropped" in str(results["a"])
     assert results["b"].seed == results["c"].seed and results["b"].participants == ("b", "c")
     assert np.array_equal(results["c"].aggregate, pooled_flynn(results["b"].seed, {p: datas[p] for p in "bc"}))
+
+
+def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path, capsys):
+    import csv
+
+    from client import cli
+    from client.models import ModelFile
+    from xclp.race import RaceClassifier
+
+    datas = {p: party_data(100 + i) for i, p in enumerate(PARTIES)}
+    params = {**RACE, "n_classes": 3}
+    with coordinator(allow_list(keys), [job("cls", "race", params)]) as (coord, addr):
+        r = run_parties(addr, "cls", keys, datas)["a"]
+    ModelFile(r.job_type, r.params, r.dim, r.seed, r.aggregate).save(tmp_path / "m.npz")
+    queries = tmp_path / "q.csv"
+    Xq = party_data(7, n=12).X
+    queries.write_text("\n".join([",".join(f"f{j}" for j in range(Xq.shape[1]))] + [",".join(repr(float(v)) for v in row) for row in Xq]))
+    assert cli.main(["query", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "o.csv")]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "o.csv")))
+    hashes = RaceHashes.from_seed(r.seed, RaceParams(16, 32, "srp", 4), Xq.shape[1])
+    assert [int(row["prediction"]) for row in rows] == RaceClassifier(hashes, r.aggregate).predict(Xq).tolist()
+    assert cli.main(["predict", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "not a FlyNN model" in capsys.readouterr().err
