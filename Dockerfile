@@ -15,6 +15,8 @@
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS builder
+# Lets scripts/docker-prepare find and remove the untagged builder images of earlier builds.
+LABEL io.xclp.build-stage=builder
 # 1 = install only from the wheels in the build context's wheelhouse/ (no network).
 ARG WHEELHOUSE=0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
