@@ -93,7 +93,7 @@ def image() -> str:
     """Builds (or re-uses) the image offline with scripts/docker-prepare, as a fresh machine would."""
     env = {**os.environ, "IMAGE": IMAGE, "BASE_IMAGE": BASE_IMAGE}
     done = subprocess.run([str(REPO / "scripts" / "docker-prepare")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=560)  # under pytest-timeout (600 s)
     if done.returncode != 0:
         pytest.fail(f"scripts/docker-prepare failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return IMAGE
