@@ -5,6 +5,8 @@
         --party hospital-a --identity keys/hospital-a.key --data train.csv --out flynn-model.npz
     xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv
     xclp-client query --model race-model.npz --data queries.csv --out kde.csv
+    xclp-client run ... --job xclp-demo --paillier-bits 2048 --out results/   # XCLP: writes results/predictions.csv
+    xclp-client demo                      # coordinator + three institutions on localhost, XCLP end to end
 
 `run` settings come from flags or `--config party.toml` (same names, underscores; flags win).
 Exit codes: 0 success, 2 bad input or settings, 3 protocol violation, 4 refused (not allow-listed,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -26,14 +29,19 @@ import numpy as np
 from client import data as party_data
 from client.connection import ConnectionConfig
 from client.models import ModelFile, write_atomic
-from client.session import RunConfig, run_job, stderr_progress
+from client.session import JobResult, RunConfig, run_job, stderr_progress
 from crypto import identity
+from crypto.paillier import PaillierKeypair
+from xclp.propagation import predict as xclp_predict
 from xclp.errors import ConfigError, XclpError
 from xclp.v1.status import EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "out", "ca_cert",
-            "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout"}
-PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key"}
+            "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
+            "insecure_test_keys", "workers", "debug_dump_seed"}
+PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
+TESTING_ENV = "XCLP_TESTING"
+PREDICTIONS_FILE = "predictions.csv"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--data", type=Path, help="CSV (header; features, label column, optional id column) or .npz (X, y, ids)")
     r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers)")
-    r.add_argument("--out", type=Path, help="model file to write (.npz)")
+    r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
+                   f"{PREDICTIONS_FILE}) or a .csv file: id, label, confidence, score_<c>")
     r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: system roots)")
     r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires mutual TLS")
     r.add_argument("--client-key", type=Path, help="the private key of --client-cert")
@@ -64,6 +73,24 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (local tests only)")
     r.add_argument("--join-wait", type=float, help="seconds to keep retrying an unreachable coordinator (default 60)")
     r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
+    r.add_argument("--paillier-bits", type=int, help="xclp jobs: publish a fresh Paillier key of this size "
+                   "(the job's key_bits, normally 2048)")
+    r.add_argument("--insecure-test-keys", action="store_true", default=None,
+                   help="allow --paillier-bits below 2048 (tests only; the job must allow it too)")
+    r.add_argument("--workers", type=int, help="xclp: processes for Paillier work (default: the cores; 0 = none)")
+    r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
+                   "job's common seed to this file so a test can rebuild the plaintext reference")
+
+    dm = sub.add_parser("demo", help="XCLP across three institutions on localhost, no Docker",
+                        description="Start a coordinator and three institutions (real processes, TLS with a "
+                        "throwaway dev CA) on the bundled demo data, run XCLP, and print each institution's "
+                        "accuracy on its unlabeled rows next to what it gets alone.")
+    dm.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048)")
+    dm.add_argument("--insecure-test-keys", action="store_true", help="allow --key-bits below 2048 (quick trials)")
+    dm.add_argument("--n-bits", type=int, default=1024, help="LSH bits L (default 1024)")
+    dm.add_argument("--data-dir", type=Path, help="directory with <party>.csv and <party>.truth.csv "
+                    "(default: the bundled demo data)")
+    dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
 
     pr = sub.add_parser("predict", help="FlyNN predictions for a CSV, locally",
                         description="Predict classes with a FlyNN model file; no network. Writes id,prediction.")
@@ -115,17 +142,56 @@ def run(args: argparse.Namespace) -> int:
     if conn.insecure:
         stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
     key = identity.load_identity(cfg["identity"])
+    seed_path = cfg.get("debug_dump_seed")
+    if seed_path and os.environ.get(TESTING_ENV) != "1":
+        raise ConfigError(f"--debug-dump-seed writes the job's secret common seed to disk; it is a test hook and "
+                          f"refused unless {TESTING_ENV}=1 is set")
     data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
                            id_column=cfg.get("id_column") or None)
     stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
                     f"({int(data.labeled.sum())} labeled) from {cfg['data']}")
+    paillier = None
+    if cfg.get("paillier_bits"):
+        bits = int(cfg["paillier_bits"])
+        stderr_progress(f"generating a {bits}-bit Paillier key for this run")
+        paillier = PaillierKeypair.generate(bits, allow_insecure_test_size=bool(cfg.get("insecure_test_keys")))
+    workers = cfg.get("workers")
     config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
-                       idle_seconds=float(cfg.get("idle_timeout", 900.0)))
+                       idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
+                       workers=None if workers is None else int(workers))
     result = run_job(config, data)
+    if seed_path:
+        write_atomic(seed_path, result.seed)
+    if result.job_type == "xclp":
+        out = write_predictions(Path(cfg["out"]), data, result)
+        stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
+        return EXIT_OK
     path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate).save(cfg["out"])
     stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
+
+
+def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) -> Path:
+    """The XCLP output (DESIGN §5.7): id, label, confidence, score_<c>, atomically, own row ids.
+
+    `out` is a .csv file or a directory that gets predictions.csv.
+    """
+    path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
+    scores = result.aggregate
+    labels, confidence = xclp_predict(scores)
+    header = ["id", "label", "confidence"] + [f"score_{c}" for c in range(scores.shape[1])]
+    rows = [[i, int(lab), repr(float(w)), *(repr(float(v)) for v in row)]
+            for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
+    _write_csv(path, header, rows)
+    return path
+
+
+def demo(args: argparse.Namespace) -> int:
+    from client.demo import DemoOptions, run_demo
+
+    return run_demo(DemoOptions(key_bits=args.key_bits, insecure_test_keys=args.insecure_test_keys,
+                                n_bits=args.n_bits, data_dir=args.data_dir, keep=args.keep))
 
 
 def keygen(args: argparse.Namespace) -> int:
@@ -180,7 +246,7 @@ def query(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query}
+    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo}
     try:
         return commands[args.command](args)
     except XclpError as exc:

@@ -4,6 +4,7 @@
     KEYED   --StepStart "seed"--> leader: seal a fresh 32-byte seed to each peer, ack
                                   others: wait for the leader's sealed seed, open it, ack
     SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
+    SEEDED  (xclp) every later step and message goes to client.jobs.xclp.XclpParty (DESIGN §5)
     any     --frame "result"--> keep the aggregate;  --JobEnd DONE--> DONE (result returned)
             --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
 
@@ -17,6 +18,7 @@ import enum
 import secrets
 import sys
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,12 +27,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from client.connection import Connection, ConnectionConfig
 from client.data import PartyData
 from client.jobs.allreduce import check_data, contribution, decode_aggregate
+from client.jobs.xclp import XclpParty, make_executor
 from crypto import aead, identity, masking
+from crypto.paillier import PaillierKeypair
 from crypto.kdf import derive_key
 from xclp.errors import InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import JobParams, params_from_json
+from xclp.v1.jobs import JobParams, XclpJob, params_from_json
 
 SEED_STEP = "seed"
 SUM_STEP = "sum"
@@ -59,11 +63,16 @@ class RunConfig:
     connection: ConnectionConfig
     join_wait_seconds: float = 60.0
     idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
+    paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
+    workers: int | None = None  # XCLP Paillier process pool size (None = the cores, 0 = in-process)
 
 
 @dataclass(frozen=True)
 class JobResult:
-    """What the job gave this party: the decoded aggregate and what is needed to use it."""
+    """What the job gave this party: the decoded aggregate and what is needed to use it.
+
+    For xclp the aggregate is this party's rows of the propagated scores Z, float64[n_j, C].
+    """
 
     job_type: str
     params: JobParams
@@ -82,7 +91,8 @@ class PartySession:
         self.x25519 = masking.generate_x25519()
         self.signed = identity.sign_bundle(config.identity, identity.KeyBundle(
             party_id=config.party_id, job_id=config.job_id, identity_public=identity.public_bytes(config.identity),
-            x25519_public=masking.public_bytes(self.x25519), nonce=secrets.token_bytes(16)))
+            x25519_public=masking.public_bytes(self.x25519), nonce=secrets.token_bytes(16),
+            **_paillier_fields(config.paillier)))
         self.roster: identity.Roster | None = None
         self.pair_secrets: dict[str, bytes] = {}
         self.masker: masking.PairwiseMasker | None = None
@@ -94,6 +104,8 @@ class PartySession:
         self.job_type = ""
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
+        self.xclp: XclpParty | None = None
+        self._executor: Executor | None = None
         self._conn: Connection | None = None
 
     # --- driver -------------------------------------------------------------------------------
@@ -122,14 +134,20 @@ class PartySession:
         self.job_type = response.spec.job_type
         self.params = params_from_json(response.spec.job_type, response.spec.params_json)
         check_data(self.params, self.data)
+        if isinstance(self.params, XclpJob) and self.config.paillier is None:
+            raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
+                               f"(--paillier-bits {self.params.key_bits})")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"waiting for {len(response.spec.expected_parties)} parties")
+        self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJob) else None
         reader = conn.pull()
         try:
             while self.stage is not PartyStage.DONE:
                 self.handle(reader.next(self.config.idle_seconds))
         finally:
             reader.cancel()
+            if self._executor is not None:
+                self._executor.shutdown(cancel_futures=True)
         assert self.aggregate is not None and self.seed is not None
         return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants)
 
@@ -176,6 +194,9 @@ class PartySession:
                 self._lead_seed(step)
             else:
                 self._try_open_seed()
+        elif self.job_type == "xclp":
+            self._xclp().on_step(step)
+            self.participants = tuple(members)
         elif step.step == SUM_STEP:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.params is None or self.masker is None:
                 raise ProtocolError("the sum step started before this party had the common seed")
@@ -198,6 +219,11 @@ class PartySession:
         return self.masker.apply(local, purpose=SUM_STEP, round=round, participants=members)
 
     def on_message(self, message: wire.Message) -> None:
+        if self.job_type == "xclp" and message.step != SEED_STEP:
+            self._xclp().on_message(message)
+            if self.xclp is not None and self.xclp.scores is not None:
+                self.aggregate = self.xclp.scores
+            return
         if message.step == RESULT_STEP and message.sender == "":
             if self.params is None or not isinstance(message.payload, np.ndarray):
                 raise ProtocolError("the aggregate must be an array")
@@ -222,6 +248,16 @@ class PartySession:
             raise PeerDropped(f"the coordinator dropped this party: {end.reason}", frozenset({self.config.party_id}))
         else:
             raise PeerDropped(f"the job failed: {end.reason}")
+
+    def _xclp(self) -> XclpParty:
+        """The XCLP job's state, created once the common seed is here (DESIGN §5)."""
+        if self.xclp is None:
+            if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
+                raise ProtocolError("an xclp step started before this party had the common seed")
+            assert isinstance(self.params, XclpJob) and self.config.paillier is not None
+            self.xclp = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
+                                  self.seed, self.masker, self.conn, self.progress, executor=self._executor)
+        return self.xclp
 
     # --- common seed (DESIGN §4.3) --------------------------------------------------------------
 
@@ -263,6 +299,15 @@ class PartySession:
         self.participants = tuple(step.participants)
         self.stage = PartyStage.SEEDED
         self.conn.push(b"", sender=self.config.party_id, step=SEED_STEP, round=step.round)
+
+
+def _paillier_fields(keypair: PaillierKeypair | None) -> dict[str, bytes]:
+    """paillier_n and paillier_hs for the key bundle: big-endian, |N|/8 and 2·|N|/8 bytes."""
+    if keypair is None:
+        return {}
+    width = keypair.public.n_bits // 8
+    return {"paillier_n": int(keypair.public.n).to_bytes(width, "big"),
+            "paillier_hs": int(keypair.public.h_s).to_bytes(2 * width, "big")}
 
 
 def run_job(config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> JobResult:

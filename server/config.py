@@ -12,6 +12,11 @@ allow-list TOML:                          job TOML:
                                               n_classes = 10
                                               m = 4096
                                               ...
+
+An xclp job may also name `summary = "run.json"` (a run summary with per-step seconds and bytes,
+written when the job ends) and, for tests only (refused unless XCLP_TESTING=1 is set),
+`debug_dump = "dir"` (the coordinator's H and the SecureRowSums payloads it received, as .npy).
+Both paths are relative to the job file.
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from typing import Any
 from crypto.identity import check_party_id, parse_public_key
 from xclp.errors import ConfigError, InvalidInput
 from xclp.v1.jobs import JobParams, parse_params
+
+
+TESTING_ENV = "XCLP_TESTING"
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -70,6 +78,8 @@ class JobConfig:
     min_parties: int
     join_seconds: float = 600.0
     step_seconds: float = 300.0
+    summary_path: Path | None = None  # xclp: run summary JSON, written when the job ends
+    debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
 
     def __post_init__(self) -> None:
         if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id:
@@ -88,11 +98,18 @@ class JobConfig:
             )
         if not (self.join_seconds > 0 and self.step_seconds > 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
+        if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
+            raise ConfigError(f"job {self.job_id}: summary and debug_dump are options of xclp jobs only")
+        if self.debug_dump_dir is not None and os.environ.get(TESTING_ENV) != "1":
+            raise ConfigError(
+                f"job {self.job_id}: debug_dump writes what the coordinator learned to disk and is a test hook; "
+                f"it is refused unless {TESTING_ENV}=1 is set"
+            )
 
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
     raw = read_toml(path)
-    known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params"}
+    known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump"}
     extra = sorted(set(raw) - known)
     if extra:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
@@ -112,11 +129,22 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
             min_parties=int(raw.get("min_parties", len(parties))),
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
+            summary_path=_relative(path, raw.get("summary")),
+            debug_dump_dir=_relative(path, raw.get("debug_dump")),
         )
     except KeyError as exc:
         raise ConfigError(f"{path}: missing required key {exc.args[0]!r}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _relative(job_file: str | os.PathLike[str], value: object) -> Path | None:
+    """A path option of a job file, relative to that file's directory."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"path options must be non-empty strings, got {value!r}")
+    return Path(job_file).parent / value
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from crypto.identity import SignedBundle
 from server.config import JobConfig
 from server.jobs.allreduce import AllReduceJob
 from server.jobs.base import Job, Observer, Stage
+from server.jobs.xclp import XclpJob
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature
 from xclp.v1 import xclp_pb2 as pb
 
 log = logging.getLogger("xclp.server")
 
-JOB_TYPES: dict[str, type[Job]] = {"flynn": AllReduceJob, "race": AllReduceJob}
+JOB_TYPES: dict[str, type[Job]] = {"flynn": AllReduceJob, "race": AllReduceJob, "xclp": XclpJob}
 TICK_SECONDS = 0.2
 
 

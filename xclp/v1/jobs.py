@@ -8,6 +8,8 @@ Ring choice (DESIGN §6): exact counts travel in Z_2^32 (uint32); DP variants in
 FlyNN's per-party release is real-valued (Laplace noise), so it is encoded in fixed point
 (crypto/fixedpoint.py, two's complement, `frac_bits` fractional bits); RACE's distributed
 discrete-Laplace shares are signed integers, encoded as int64 two's complement.
+XCLP (DESIGN §5) sends several arrays per job; `XclpJob` names its parameters, and
+server/jobs/xclp.py and client/jobs/xclp.py state the dtype and shape of each step's payload.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 
 from xclp.errors import ConfigError
 
-JOB_TYPES = ("flynn", "race")
+JOB_TYPES = ("flynn", "race", "xclp")
 
 
 def _int(params: Mapping[str, Any], key: str, default: int | None = None, *, low: int = 1) -> int:
@@ -41,6 +43,13 @@ def _float(params: Mapping[str, Any], key: str, default: float | None = None) ->
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(f"job parameter {key!r} must be a finite number, got {value!r}")
     return float(value)
+
+
+def _bool(params: Mapping[str, Any], key: str) -> bool:
+    value = params.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"job parameter {key!r} must be true or false, got {value!r}")
+    return value
 
 
 def _no_extra(params: Mapping[str, Any], allowed: set[str], job_type: str) -> None:
@@ -144,7 +153,88 @@ class RaceJob:
         )
 
 
-JobParams = FlynnJob | RaceJob
+LABEL_NORMS = ("none", "party")
+SOLVERS = ("auto", "dense", "cg")
+MIN_SECURE_KEY_BITS = 2048  # crypto.paillier.MIN_SECURE_BITS; jobs.py stays free of crypto imports
+DEFAULT_SIGMA = 40  # crypto.secure_hamming.DEFAULT_SIGMA
+
+
+@dataclass(frozen=True)
+class XclpJob:
+    """XCLP (DESIGN §5, paper 003 Alg. 1): L = n_bits LSH bits, graph (k, alpha, power), Paillier
+    key size, SecureRowSums fixed point and what the coordinator may learn.
+
+    key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
+    sigma is the statistical security of the SecureHamming masks; the packed slot layout of the
+    protocol steps fixes it at 40 (DESIGN §5.3), so any other value is refused rather than ignored.
+    label_norm: "none" = one-hot Y_L (the paper), "party" = each party divides each class column by
+    its own count of that class (the authors' code, per party; DESIGN §5.6). hide_label_mask: the
+    coordinator sends every party the influence columns of all its rows, so it never learns which
+    rows are labeled (DESIGN §5.5). solver: "auto" = dense Cholesky for small n, conjugate
+    gradients for large n (xclp.graph); frac_bits: SecureRowSums fixed-point scale 2^frac_bits.
+    """
+
+    n_classes: int
+    n_bits: int = 1024
+    k: int = 10
+    alpha: float = 0.99
+    power: float = 3.0
+    key_bits: int = MIN_SECURE_KEY_BITS
+    sigma: int = DEFAULT_SIGMA
+    hide_label_mask: bool = False
+    label_norm: str = "none"
+    solver: str = "auto"
+    frac_bits: int = 32
+    insecure_test_keys: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_classes < 2:
+            raise ConfigError("n_classes must be >= 2")
+        if self.n_bits % 64:
+            raise ConfigError(f"n_bits (L) must be a positive multiple of 64, got {self.n_bits}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ConfigError(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.power <= 0:
+            raise ConfigError(f"power must be > 0, got {self.power}")
+        if self.key_bits % 8 or self.key_bits < 256:
+            raise ConfigError(f"key_bits must be a multiple of 8 and >= 256, got {self.key_bits}")
+        if self.key_bits < MIN_SECURE_KEY_BITS and not self.insecure_test_keys:
+            raise ConfigError(
+                f"key_bits = {self.key_bits} is below the secure {MIN_SECURE_KEY_BITS}; smaller Paillier keys "
+                "are for tests only and need insecure_test_keys = true"
+            )
+        if self.sigma != DEFAULT_SIGMA:
+            raise ConfigError(f"sigma is fixed at {DEFAULT_SIGMA} bits by the SecureHamming slot layout, got {self.sigma}")
+        if self.label_norm not in LABEL_NORMS:
+            raise ConfigError(
+                f"label_norm must be one of {', '.join(LABEL_NORMS)}, got {self.label_norm!r} "
+                "(\"pooled\" needs a secure sum of class counts first and is not offered)"
+            )
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+        if not 8 <= self.frac_bits <= 48:
+            raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
+
+    @property
+    def normalise_labels(self) -> bool:
+        return self.label_norm == "party"
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any]) -> XclpJob:
+        allowed = {"n_classes", "n_bits", "k", "alpha", "power", "key_bits", "sigma", "hide_label_mask",
+                   "label_norm", "solver", "frac_bits", "insecure_test_keys"}
+        _no_extra(params, allowed, "xclp")
+        return cls(
+            n_classes=_int(params, "n_classes", low=2), n_bits=_int(params, "n_bits", 1024, low=64),
+            k=_int(params, "k", 10), alpha=_float(params, "alpha", 0.99) or 0.0,
+            power=_float(params, "power", 3.0) or 0.0, key_bits=_int(params, "key_bits", MIN_SECURE_KEY_BITS),
+            sigma=_int(params, "sigma", DEFAULT_SIGMA), hide_label_mask=_bool(params, "hide_label_mask"),
+            label_norm=str(params.get("label_norm", "none")), solver=str(params.get("solver", "auto")),
+            frac_bits=_int(params, "frac_bits", 32), insecure_test_keys=_bool(params, "insecure_test_keys"),
+        )
+
+
+JobParams = FlynnJob | RaceJob | XclpJob
 
 
 def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
@@ -152,6 +242,8 @@ def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
         return FlynnJob.parse(params)
     if job_type == "race":
         return RaceJob.parse(params)
+    if job_type == "xclp":
+        return XclpJob.parse(params)
     raise ConfigError(f"unknown job type {job_type!r}; known: {', '.join(JOB_TYPES)}")
 
 

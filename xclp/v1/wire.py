@@ -27,7 +27,8 @@ GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 MAX_NDIM = 8
 # Only these dtypes may travel (all fixed-size, little-endian); "" means opaque bytes.
-ARRAY_DTYPES = frozenset({"|u1", "<u4", "<u8", "<i4", "<i8", "<f8"})
+# "<u2" carries XCLP Hamming distances (L <= 65535, DESIGN §5.2) at half the bytes of uint32.
+ARRAY_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f8"})
 MAX_ID_CHARS = 128
 
 Payload = np.ndarray | bytes

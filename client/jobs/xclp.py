@@ -1,0 +1,324 @@
+"""A party's side of the XCLP job (DESIGN §5): reacts to the coordinator's steps and peer messages.
+
+The math is in `client.steps.xclp`; this class keeps what the party holds between messages and
+moves payloads (dtypes and shapes as in server/jobs/xclp.py). Heavy Paillier work runs on a
+process pool sized to the cores (`workers`; 0 runs it in this process).
+
+SecureHamming restarts (a peer dropped): roles stay as drawn in the first round, and this party
+re-sends what it already computed (its encrypted slices, its evaluation and masks r for a pair,
+its decrypted t) — the same bytes, so a restart reveals nothing new and costs no new Paillier work.
+SecureRowSums restarts use the new round's masks; the masker refuses a repeated round.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from gmpy2 import mpz
+
+from client.data import PartyData
+from client.steps import xclp as steps
+from crypto.fixedpoint import FixedPoint
+from crypto.identity import Roster
+from crypto.masking import PairwiseMasker
+from crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
+from crypto.pool import default_workers
+from xclp.errors import InvalidInput, ProtocolError
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import XclpJob
+
+LAYOUT_MSG = "layout"
+PAIRS_MSG = "pairs"
+INTRA_STEP = "intra_hamming"
+HAMMING_STEP = "secure_hamming"
+LABELS_STEP = "labeled_sets"
+GRAPH_MSG = "graph"
+INFLUENCE_MSG = "influence"
+ROWSUMS_STEP = "rowsums"
+RESULT_MSG = "rowsums_result"
+
+
+@dataclass(frozen=True)
+class PairTask:
+    """One SecureHamming pair as the coordinator assigned it: `a` holds the key, `b` evaluates."""
+
+    a: str
+    b: str
+
+
+class Pusher(Protocol):
+    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int: ...
+
+
+def paillier_public(bundle_n: bytes, bundle_hs: bytes, key_bits: int, *, allow_insecure: bool) -> PaillierPublicKey:
+    """A peer's Paillier key from its signed bundle, checked against the job's key size."""
+    if not bundle_n:
+        raise ProtocolError("a peer's key bundle carries no Paillier key")
+    key = PaillierPublicKey(mpz(int.from_bytes(bundle_n, "big")), mpz(int.from_bytes(bundle_hs, "big")))
+    if key.n_bits != key_bits or (key_bits < MIN_SECURE_BITS and not allow_insecure):
+        raise ProtocolError(f"a peer published a {key.n_bits}-bit Paillier key; the job uses {key_bits} bits")
+    return key
+
+
+def make_executor(workers: int | None) -> Executor | None:
+    """A process pool for Paillier work: `workers` processes (None = the cores), 0 = none.
+
+    forkserver, not fork: the party already runs gRPC threads, and forking a threaded process
+    can copy a held lock into the child.
+    """
+    if workers == 0:
+        return None
+    return ProcessPoolExecutor(max_workers=workers or default_workers(),
+                               mp_context=multiprocessing.get_context("forkserver"))
+
+
+@dataclass
+class XclpParty:
+    """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
+
+    party_id: str
+    params: XclpJob
+    data: PartyData
+    keypair: PaillierKeypair
+    roster: Roster
+    seed: bytes
+    masker: PairwiseMasker
+    conn: Pusher
+    progress: Callable[[str], None]
+    executor: Executor | None = None
+    sizes: dict[str, int] = field(default_factory=dict)  # rows per party from "layout"
+    graph: tuple[tuple[str, int], ...] = ()  # (party, rows) in H's order, from "graph"
+    codes: np.ndarray | None = None
+    pairs: tuple[PairTask, ...] = ()
+    hamming_round: int | None = None
+    hamming_members: tuple[str, ...] = ()
+    slices: bytes | None = None
+    evaluated: dict[str, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # by A: (evaluation, r)
+    t: dict[str, np.ndarray] = field(default_factory=dict)  # by B
+    hamming_pushed: bool = False
+    zbar: np.ndarray | None = None
+    kept: dict[int, np.ndarray] = field(default_factory=dict)  # SecureRowSums own masked rows by round
+    scores: np.ndarray | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        X, y = steps.check_party_data(self.data.X, self._labels(), self.params.n_classes)
+        self.X, self.y = X, y
+
+    def _labels(self) -> np.ndarray:
+        if self.data.y is None:
+            return np.full(self.data.X.shape[0], -1, dtype=np.int64)
+        return self.data.y
+
+    @property
+    def fixed_point(self) -> FixedPoint:
+        return FixedPoint(frac_bits=self.params.frac_bits)
+
+    # --- transitions ------------------------------------------------------------------------
+
+    def on_step(self, step: pb.StepStart) -> None:
+        members = tuple(step.participants)
+        if step.step == INTRA_STEP:
+            self._need(self.sizes, "the row layout")
+            self.codes = steps.lsh_step(self.X, self.seed, self.params.n_bits)  # DESIGN §5.1
+            block = steps.intra_hamming(self.codes).astype(np.uint16)  # distances <= L <= 65535
+            self._push(block, INTRA_STEP, step.round)
+            self.progress(f"LSH ({self.params.n_bits} bits) and own distances sent ({self._elapsed()})")
+        elif step.step == HAMMING_STEP:
+            self._start_hamming(step.round, members)
+        elif step.step == LABELS_STEP:
+            self._push(steps.labeled_rows(self.y, self.params.n_classes), LABELS_STEP, step.round)
+            self.progress("labeled row numbers sent")
+        elif step.step == ROWSUMS_STEP:
+            self._row_sums(step.round, members)
+        else:
+            raise ProtocolError(f"unknown step {step.step!r} for an xclp job")
+
+    def on_message(self, message: wire.Message) -> None:
+        if message.sender == "":
+            self._from_coordinator(message)
+        elif message.step == HAMMING_STEP:
+            self._from_peer(message)
+        else:
+            raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message, which peers never send")
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def _from_coordinator(self, message: wire.Message) -> None:
+        payload = message.payload
+        if message.step in (LAYOUT_MSG, GRAPH_MSG):
+            rows = self._layout(payload, message.step)
+            if message.step == LAYOUT_MSG:
+                self.sizes = {p: n for p, n in rows.items() if n}
+            else:
+                self.graph = tuple((p, n) for p, n in rows.items() if n)
+        elif message.step == PAIRS_MSG:
+            self.pairs = self._pairs(payload)
+        elif message.step == INFLUENCE_MSG:
+            self._influence(payload)
+        elif message.step == RESULT_MSG:
+            self._result(payload, message.round)
+        else:
+            raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
+
+    def _layout(self, payload: wire.Payload, what: str) -> dict[str, int]:
+        ids = self.roster.party_ids
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.shape != (len(ids),):
+            raise ProtocolError(f"the {what} message must be uint64[{len(ids)}]")
+        rows = {p: int(n) for p, n in zip(ids, payload)}
+        if rows[self.party_id] != self.X.shape[0]:
+            raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not {self.X.shape[0]}")
+        for p, n in rows.items():
+            if n and self.sizes and self.sizes.get(p) != n:
+                raise ProtocolError(f"the {what} message changes the row count of {p!r}")
+        return rows
+
+    def _pairs(self, payload: wire.Payload) -> tuple[PairTask, ...]:
+        """uint64[m, 2] roster positions (A, B) of every pair, each pair of parties once."""
+        ids = self.roster.party_ids
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.ndim != 2 or payload.shape[1] != 2:
+            raise ProtocolError("the pairs message must be uint64[m, 2]")
+        if payload.size and int(payload.max()) >= len(ids):
+            raise ProtocolError("the pairs message names a party outside the roster")
+        pairs = tuple(PairTask(ids[int(a)], ids[int(b)]) for a, b in payload)
+        unordered = [frozenset((t.a, t.b)) for t in pairs]
+        if any(len(u) != 2 for u in unordered) or len(set(unordered)) != len(unordered):
+            raise ProtocolError("the pairs message repeats a pair or pairs a party with itself")
+        return pairs
+
+    # --- SecureHamming (DESIGN §5.3) ----------------------------------------------------------
+
+    def _start_hamming(self, round: int, members: tuple[str, ...]) -> None:
+        self._need(self.codes, "LSH codes")
+        self._need(self.pairs, "the SecureHamming pairs")
+        self.hamming_round, self.hamming_members, self.hamming_pushed = round, members, False
+        mine = self._my_pairs()
+        as_a = [t for t in mine if t.a == self.party_id]
+        self.progress(f"SecureHamming round {round}: {len(mine)} pairs, A in {len(as_a)} "
+                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)})")
+        if as_a:
+            if self.slices is None:
+                t0 = time.monotonic()
+                self.slices = steps.hamming_encrypt(self.keypair, self.codes, self.params.n_bits, self.executor)
+                self.progress(f"encrypted {self.params.n_bits} bit slices of {self.X.shape[0]} rows "
+                              f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
+            for task in as_a:
+                self._push(self.slices, HAMMING_STEP, round, recipient=task.b)
+        self._maybe_push_hamming()
+
+    def _from_peer(self, message: wire.Message) -> None:
+        if message.round != self.hamming_round or message.sender not in self.hamming_members:
+            return  # a message of an abandoned round
+        if not isinstance(message.payload, bytes):
+            raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
+        task = self._pair_with(message.sender)
+        L = self.params.n_bits
+        if task.b == self.party_id:  # we are B: evaluate A's slices (or re-send the evaluation)
+            if task.a not in self.evaluated:
+                t0 = time.monotonic()
+                a_key = self._peer_key(task.a)
+                self.evaluated[task.a] = steps.hamming_evaluate(a_key, message.payload, self.codes, L,
+                                                                self.sizes[task.a], self.executor)
+                self.progress(f"SecureHamming pair {task.a}->{task.b}: evaluated {self.X.shape[0]} x "
+                              f"{self.sizes[task.a]} distances in {time.monotonic() - t0:.1f}s")
+            self._push(self.evaluated[task.a][0], HAMMING_STEP, message.round, recipient=task.a)
+        else:  # we are A: decrypt B's evaluation into t = h + r
+            if task.b not in self.t:
+                t0 = time.monotonic()
+                self.t[task.b] = steps.hamming_decrypt(self.keypair, message.payload, L, self.X.shape[0],
+                                                       self.sizes[task.b], self.executor)
+                self.progress(f"SecureHamming pair {task.a}->{task.b}: decrypted in {time.monotonic() - t0:.1f}s")
+        self._maybe_push_hamming()
+
+    def _maybe_push_hamming(self) -> None:
+        """Once every pair of this round has its part here: t (as A) and r (as B), in pair order."""
+        if self.hamming_pushed or self.hamming_round is None:
+            return
+        parts = []
+        for task in self._my_pairs():
+            if task.a == self.party_id:
+                part = self.t.get(task.b)
+            else:
+                part = self.evaluated[task.a][1] if task.a in self.evaluated else None
+            if part is None:
+                return
+            parts.append(np.ascontiguousarray(part, dtype=np.uint64).reshape(-1))
+        flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
+        self._push(flat, HAMMING_STEP, self.hamming_round)
+        self.hamming_pushed = True
+        self.progress(f"SecureHamming done: {len(parts)} pairs ({self._elapsed()})")
+
+    def _my_pairs(self) -> list[PairTask]:
+        members = set(self.hamming_members)
+        return [t for t in self.pairs if self.party_id in (t.a, t.b) and t.a in members and t.b in members]
+
+    def _pair_with(self, peer: str) -> PairTask:
+        for task in self._my_pairs():
+            if peer in (task.a, task.b):
+                return task
+        raise ProtocolError(f"{peer!r} is not a SecureHamming partner of {self.party_id!r} this round")
+
+    def _peer_key(self, peer: str) -> PaillierPublicKey:
+        bundle = self.roster.bundle(peer)
+        return paillier_public(bundle.paillier_n, bundle.paillier_hs, self.params.key_bits,
+                               allow_insecure=self.params.insecure_test_keys)
+
+    # --- influence and SecureRowSums (DESIGN §5.5-5.7) ------------------------------------------
+
+    def _influence(self, payload: wire.Payload) -> None:
+        self._need(self.graph, "the graph layout")
+        n = sum(size for _, size in self.graph)
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 or payload.shape[0] != n:
+            raise ProtocolError(f"the influence block must be float64[{n}, ...]")
+        try:
+            S_L = steps.select_influence(payload, self.y, self.params.n_classes,
+                                         hide_label_mask=self.params.hide_label_mask)
+        except InvalidInput as exc:
+            raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
+        self.zbar = steps.local_scores(S_L, self.y, self.params.n_classes,
+                                       normalise_labels=self.params.normalise_labels)
+        self.progress(f"influence columns received: float64{list(payload.shape)}")
+
+    def _row_sums(self, round: int, members: tuple[str, ...]) -> None:
+        self._need(self.zbar, "the influence block")
+        masked = steps.mask_row_sums(self.zbar, self.graph, self.masker, participants=members, round=round,
+                                     fixed_point=self.fixed_point)  # refuses a repeated round (ReplayRefused)
+        self.kept[round] = masked.kept
+        self._push(masked.payload, ROWSUMS_STEP, round)
+        self.progress(f"SecureRowSums round {round}: masked row sums sent ({len(members)} parties)")
+
+    def _result(self, payload: wire.Payload, round: int) -> None:
+        if round not in self.kept:
+            raise ProtocolError(f"row sums returned for round {round}, which this party never sent")
+        if not isinstance(payload, np.ndarray):
+            raise ProtocolError("the row sums must be an array")
+        try:
+            self.scores = steps.unmask_row_sums(payload, self.kept[round], self.fixed_point)
+        except InvalidInput as exc:
+            raise ProtocolError(str(exc)) from None
+        self.progress(f"scores for {self.scores.shape[0]} rows received ({self._elapsed()})")
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _push(self, payload: wire.Payload, step: str, round: int, recipient: str = "") -> int:
+        return self.conn.push(payload, sender=self.party_id, step=step, round=round, recipient=recipient)
+
+    def _need(self, value: object, what: str) -> None:
+        if value is None or (hasattr(value, "__len__") and len(value) == 0):  # type: ignore[arg-type]
+            raise ProtocolError(f"the coordinator moved on before sending {what}")
+
+    def _elapsed(self) -> str:
+        return f"{time.monotonic() - self.started:.1f}s since the seed"
+
+    def predictions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Labels int64[n_j] and confidences float64[n_j] (DESIGN §5.7)."""
+        if self.scores is None:
+            raise ProtocolError("no scores yet")
+        return steps.predict(self.scores)

@@ -1,0 +1,402 @@
+"""The XCLP job on the coordinator (DESIGN §5, paper 003 Alg. 1): routing, validation, dropouts.
+
+The math lives in `server.steps.xclp`; this class only moves, checks and routes payloads and
+keeps the stage machine. Steps after SETUP, in order (payload dtype/shape per party j, n_j rows):
+
+    coordinator -> all   "layout"          uint64[P]  rows per roster party (0 = not in the job)
+    coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
+    intra_hamming        j -> coordinator  uint16[n_j, n_j] own Hamming block          (§5.2)
+    secure_hamming       A -> B (relayed)  bytes: encrypted bit slices of A's codes     (§5.3)
+                         B -> A (relayed)  bytes: evaluated ciphertexts
+                         j -> coordinator  uint64[Σ n_A·n_B over j's pairs]: t of the pairs where
+                                           j is A, r of the pairs where j is B, in pair order
+    labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
+    coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
+    coordinator -> j     "influence"       float64[n, l_j] (float64[n, n_j] if hidden)  (§5.5)
+    rowsums              j -> coordinator  uint64[n_frame − n_j, C] masked row sums     (§5.6)
+    coordinator -> j     "rowsums_result"  uint64[n_j, C]
+
+Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
+intra_hamming is as if it never joined; in secure_hamming its rows and columns leave H and the
+step restarts among the others in the next round (roles stay as first drawn; parties re-send
+what they already computed, so finished pairs cost no new Paillier work); in labeled_sets it
+shaped the graph but brings and gets no labels; in rowsums the step restarts without it in the
+next round, so every mask is fresh (the parties' maskers refuse a repeated round).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crypto.identity import KeyBundle, SignedBundle
+from server.config import JobConfig
+from server.jobs.base import SEED_STEP, Job, Observer, Stage, Step, ring_array
+from server.steps import xclp as steps
+from xclp.errors import InvalidInput, PeerDropped, XclpError
+from xclp.graph import GraphParams
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import XclpJob as XclpParams
+
+log = logging.getLogger("xclp.server")
+
+LAYOUT_MSG = "layout"
+PAIRS_MSG = "pairs"
+INTRA_STEP = "intra_hamming"
+HAMMING_STEP = "secure_hamming"
+LABELS_STEP = "labeled_sets"
+GRAPH_MSG = "graph"
+INFLUENCE_MSG = "influence"
+ROWSUMS_STEP = "rowsums"
+RESULT_MSG = "rowsums_result"
+
+
+@dataclass
+class StepStats:
+    """Per step name, summed over its rounds: wall seconds and bytes in, relayed and sent out."""
+
+    seconds: float = 0.0
+    rounds: int = 0
+    bytes_in: int = 0
+    bytes_relayed: int = 0
+    bytes_out: int = 0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"seconds": round(self.seconds, 6), "rounds": self.rounds, "bytes_in": self.bytes_in,
+                "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
+
+
+def pair_parts(pairs: tuple[steps.PairTask, ...], party: str, sizes: Mapping[str, int]) -> list[tuple[steps.PairTask, int]]:
+    """The pieces of `party`'s secure_hamming contribution: (pair, n_B·n_A) in pair order.
+
+    The party sends t for the pairs where it is A and r for those where it is B (DESIGN §5.3);
+    client.jobs.xclp builds the same concatenation.
+    """
+    return [(t, sizes[t.a] * sizes[t.b]) for t in pairs if party in (t.a, t.b)]
+
+
+@dataclass
+class _Hamming:
+    """What secure_hamming has produced so far in the current round."""
+
+    relayed: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient)
+    parts: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)  # (a, b, "t"|"r")
+
+
+class XclpJob(Job):
+    """One XCLP run: H from intra blocks and SecureHamming, influence, SecureRowSums."""
+
+    relay_steps = frozenset({SEED_STEP, HAMMING_STEP})
+
+    def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
+                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
+        super().__init__(config, allow_list, clock=clock, observer=observer)
+        if not isinstance(config.params, XclpParams):
+            raise InvalidInput(f"job {config.job_id!r} is not an xclp job")
+        self.params: XclpParams = config.params
+        self.roster: tuple[str, ...] = ()
+        self.sizes: dict[str, int] = {}
+        self.membership: steps.Membership | None = None
+        self.pairs: tuple[steps.PairTask, ...] = ()  # roles drawn once, at the first secure_hamming round
+        self.intra: dict[str, np.ndarray] = {}
+        self.round_state = _Hamming()
+        self.cross: dict[tuple[str, str], np.ndarray] = {}
+        self.hamming: steps.HammingMatrix | None = None
+        self.labeled: dict[str, np.ndarray] = {}
+        self.stats: dict[str, StepStats] = {}
+        self.summary_written = False
+
+    # --- admission: XCLP parties publish a Paillier key in their signed bundle (DESIGN §4.1) ---
+
+    def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
+        with self.lock:
+            try:
+                claimed = KeyBundle.from_bytes(signed.bundle)
+            except InvalidInput:
+                claimed = None  # the base reports the malformed bundle
+            if claimed is not None and claimed.party_id in self.allow_list:
+                self._check_paillier(claimed)
+            bundle = super().join(signed, summary)
+        self._after_transition()
+        return bundle
+
+    def _check_paillier(self, bundle: KeyBundle) -> None:
+        bits = self.params.key_bits
+        n = bundle.paillier_n
+        if not n or len(n) * 8 != bits or not n[0] & 0x80:
+            have = f"a {len(n) * 8}-bit key" if n else "no Paillier key"
+            raise InvalidInput(
+                f"job {self.config.job_id!r} is an xclp job with {bits}-bit Paillier keys but {bundle.party_id!r} "
+                f"published {have}: run `xclp-client run` with --paillier-bits {bits}"
+            )
+
+    # --- transitions: the base's, plus the run summary once the job has ended ---------------
+
+    def message(self, sender: str, msg: wire.Message) -> None:
+        with self.lock:
+            step = self.step
+            route = (msg.recipient and step is not None and step.name == HAMMING_STEP == msg.step
+                     and msg.round == step.round and sender in step.participants)
+            if route:
+                self._check_route(sender, msg)
+            super().message(sender, msg)
+            if route:
+                self.round_state.relayed.add((sender, msg.recipient))
+        self._after_transition()
+
+    def disconnected(self, party_id: str) -> None:
+        super().disconnected(party_id)
+        self._after_transition()
+
+    def tick(self, now: float) -> None:
+        super().tick(now)
+        self._after_transition()
+
+    # --- the job's steps ----------------------------------------------------------------------
+
+    def begin(self) -> None:
+        self.roster = tuple(self.active)
+        self.sizes = {p: int(self.parties[p].summary.rows) for p in self.roster}
+        self.membership = steps.start_membership(self.roster)
+        self._send_layout(LAYOUT_MSG, self.membership.graph)
+        self.start_step(INTRA_STEP)
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        L = self.params.n_bits
+        if step.name == INTRA_STEP:
+            n = self.sizes[sender]
+            if not isinstance(payload, np.ndarray) or payload.dtype not in (np.uint16, np.uint32):
+                raise InvalidInput(f"the intra-party Hamming block of {sender!r} must be a uint16 array")
+            self.intra[sender] = steps.check_intra_block(payload, n, L)
+        elif step.name == HAMMING_STEP:
+            parts = pair_parts(self._round_pairs(step), sender, self.sizes)
+            flat = ring_array(payload, np.dtype(np.uint64), (sum(size for _, size in parts),),
+                              f"the secure_hamming values of {sender!r}")
+            start = 0
+            for task, size in parts:
+                kind = "t" if sender == task.a else "r"
+                self.round_state.parts[(task.a, task.b, kind)] = flat[start : start + size].reshape(
+                    self.sizes[task.b], self.sizes[task.a])
+                start += size
+        elif step.name == LABELS_STEP:
+            count = int(self.parties[sender].summary.labeled_rows)
+            idx = ring_array(payload, np.dtype(np.int64), (count,), f"the labeled rows of {sender!r}")
+            if count and (idx[0] < 0 or idx[-1] >= self.sizes[sender] or np.any(np.diff(idx) <= 0)):
+                raise InvalidInput(f"the labeled rows of {sender!r} must be ascending and in 0..{self.sizes[sender] - 1}")
+            self.labeled[sender] = idx
+        elif step.name == ROWSUMS_STEP:
+            frame = self._frame(step)
+            own = frame.rows(sender)
+            shape = (frame.n - (own.stop - own.start), self.params.n_classes)
+            ring_array(payload, np.dtype(np.uint64), shape, f"the masked row sums of {sender!r}")
+        else:
+            raise InvalidInput(f"step {step.name!r} takes no contributions")
+
+    def on_step_complete(self, step: Step) -> None:
+        self._record(step)
+        try:
+            if step.name == INTRA_STEP:
+                self._start_hamming()
+            elif step.name == HAMMING_STEP:
+                self._assemble(step)
+            elif step.name == LABELS_STEP:
+                self._distribute(self.labeled)
+            elif step.name == ROWSUMS_STEP:
+                self._return_row_sums(step)
+        except XclpError as exc:
+            # Out-of-range distances, no labeled rows left, ...: nothing a restart would fix.
+            self._fail(f"step {step.name!r} failed: {exc}")
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        assert self.membership is not None
+        stage = {INTRA_STEP: steps.XclpStage.SETUP, HAMMING_STEP: steps.XclpStage.SECURE_HAMMING,
+                 LABELS_STEP: steps.XclpStage.GRAPH, ROWSUMS_STEP: steps.XclpStage.ROW_SUMS}[step.name]
+        try:
+            for pid in sorted(dropped):
+                self.membership = steps.drop_party(self.membership, pid, stage)
+        except PeerDropped as exc:
+            self._fail(str(exc))
+            return
+        log.info("job %s: %s dropped in %s; graph: %s; labels: %s", self.config.job_id, ", ".join(sorted(dropped)),
+                 stage.value, ", ".join(self.membership.graph), ", ".join(self.membership.labels))
+        if step.name in (INTRA_STEP, LABELS_STEP):
+            # The others' contributions stay valid: wait for the rest only.
+            step.pending -= dropped
+            for pid in dropped:
+                step.received.pop(pid, None)
+                self.intra.pop(pid, None)
+                self.labeled.pop(pid, None)
+            if not step.pending:
+                self.on_step_complete(step)
+        elif step.name == HAMMING_STEP:
+            self._record(step)
+            self._start_hamming()  # next round, among the rest; parties re-send what they have
+        else:
+            self._record(step)
+            self.start_step(ROWSUMS_STEP, list(self.membership.labels), round=self.membership.rowsums_round)
+
+    def blame(self, step: Step) -> set[str]:
+        """secure_hamming: only those who owe the next message, not those waiting for them."""
+        if step.name != HAMMING_STEP:
+            return super().blame(step)
+        owes: dict[str, bool] = {p: False for p in step.participants}
+        waits: dict[str, bool] = {p: False for p in step.participants}
+        for task in self._round_pairs(step):
+            if (task.a, task.b) not in self.round_state.relayed:
+                owes[task.a], waits[task.b] = True, True
+            elif (task.b, task.a) not in self.round_state.relayed:
+                owes[task.b], waits[task.a] = True, True
+        culprits = {p for p in step.pending if owes[p] or not waits[p]}
+        return culprits or set(step.pending)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _send_layout(self, name: str, parties: tuple[str, ...]) -> None:
+        """uint64[P] rows per roster party, 0 for those not in `parties`, to each of `parties`."""
+        rows = np.array([self.sizes[p] if p in parties else 0 for p in self.roster], dtype=np.uint64)
+        for pid in parties:
+            if pid in self.active:
+                self._count_out(name, self.send(pid, name, 0, rows))
+
+    def _start_hamming(self) -> None:
+        assert self.membership is not None
+        if not self.pairs:
+            self.pairs = steps.secure_hamming_pairs(self.membership.graph)
+            position = {p: i for i, p in enumerate(self.roster)}
+            table = np.array([[position[t.a], position[t.b]] for t in self.pairs], dtype=np.uint64).reshape(-1, 2)
+            for pid in self.membership.graph:
+                self._count_out(PAIRS_MSG, self.send(pid, PAIRS_MSG, 0, table))
+        self.round_state = _Hamming()
+        self.start_step(HAMMING_STEP, list(self.membership.graph))
+
+    def _round_pairs(self, step: Step) -> tuple[steps.PairTask, ...]:
+        members = set(step.participants)
+        return tuple(t for t in self.pairs if t.a in members and t.b in members)
+
+    def _check_route(self, sender: str, msg: wire.Message) -> None:
+        """Slices go from A to B, evaluations from B to A, once per pair and round (DESIGN §5.3)."""
+        pair = {(t.a, t.b) for t in self.pairs} | {(t.b, t.a) for t in self.pairs}
+        if (sender, msg.recipient) not in pair:
+            raise InvalidInput(f"{sender!r} and {msg.recipient!r} are not a SecureHamming pair")
+        if not isinstance(msg.payload, bytes):
+            raise InvalidInput("SecureHamming ciphertexts travel as opaque bytes")
+        if (sender, msg.recipient) in self.round_state.relayed:
+            raise InvalidInput(f"{sender!r} already sent its SecureHamming message to {msg.recipient!r} this round")
+
+    def _assemble(self, step: Step) -> None:
+        assert self.membership is not None
+        L = self.params.n_bits
+        for task in self._round_pairs(step):
+            t = self.round_state.parts[(task.a, task.b, "t")]
+            r = self.round_state.parts[(task.a, task.b, "r")]
+            self.cross[(task.a, task.b)] = steps.cross_block(t, r, self.sizes[task.a], self.sizes[task.b], L)
+        layout = steps.RowLayout(self.membership.graph, tuple(self.sizes[p] for p in self.membership.graph))
+        self.hamming = steps.assemble_hamming(layout, self.intra, self.cross, L)
+        log.info("job %s: H assembled for %d rows of %d parties", self.config.job_id, layout.n, len(layout.parties))
+        self._dump("H.npy", self.hamming.H)
+        if self.params.hide_label_mask:
+            self._distribute(None)
+        else:
+            self.labeled = {}
+            self.start_step(LABELS_STEP, list(self.membership.labels))
+
+    def _distribute(self, labeled: Mapping[str, np.ndarray] | None) -> None:
+        """Graph, influence and each receiver's S_L block (DESIGN §5.4-5.5); then SecureRowSums."""
+        assert self.membership is not None and self.hamming is not None
+        p = self.params
+        started = self.clock()
+        receivers = self.membership.labels
+        blocks = steps.influence_blocks(self.hamming, p.n_bits, receivers, GraphParams(p.k, p.alpha, p.power),
+                                        labeled=labeled, method=p.solver)  # type: ignore[arg-type]
+        stats = self.stats.setdefault("graph", StepStats())
+        stats.seconds += self.clock() - started
+        stats.rounds += 1
+        self._send_layout(GRAPH_MSG, self.membership.graph)
+        for pid in receivers:
+            self._count_out(INFLUENCE_MSG, self.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(blocks[pid])))
+        self.start_step(ROWSUMS_STEP, list(receivers), round=self.membership.rowsums_round)
+
+    def _frame(self, step: Step) -> steps.RowLayout:
+        assert self.hamming is not None
+        return steps.rowsums_frame(self.hamming.layout, step.participants)
+
+    def _return_row_sums(self, step: Step) -> None:
+        received = {p: np.asarray(step.received[p]) for p in step.participants}
+        for pid, arr in received.items():
+            self._dump(f"rowsums-{pid}-round{step.round}.npy", arr)
+        sums = steps.sum_row_sums(self._frame(step), received, self.params.n_classes)
+        for pid, block in sums.items():
+            self._count_out(RESULT_MSG, self.send(pid, RESULT_MSG, step.round, block))
+        self.finish(f"labels propagated for {len(step.participants)} parties over {self._frame(step).n} rows")
+
+    def _record(self, step: Step) -> None:
+        stats = self.stats.setdefault(step.name, StepStats())
+        stats.seconds += self.clock() - step.started
+        stats.rounds += 1
+        stats.bytes_in += step.bytes_in
+        stats.bytes_relayed += step.bytes_relayed
+        log.info("job %s: %s round %d: %.3fs, %d bytes in, %d relayed", self.config.job_id, step.name, step.round,
+                 self.clock() - step.started, step.bytes_in, step.bytes_relayed)
+
+    def _count_out(self, name: str, size: int) -> None:
+        self.stats.setdefault(name, StepStats()).bytes_out += size
+
+    def _dump(self, name: str, arr: np.ndarray) -> None:
+        """Test hook (JobConfig refuses it unless XCLP_TESTING=1): what the coordinator saw."""
+        directory = self.config.debug_dump_dir
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            np.save(directory / name, arr)
+
+    # --- run summary (DESIGN §8: per-step durations and bytes; nothing sensitive) ------------
+
+    def summary(self) -> dict[str, Any]:
+        m = self.membership
+        steps_out = {name: s.as_dict() for name, s in self.stats.items()}
+        total = sum(s.bytes_in + s.bytes_relayed + s.bytes_out for s in self.stats.values())
+        return {
+            "job_id": self.config.job_id, "job_type": self.config.job_type, "outcome": self.stage.value,
+            "reason": self.outcome_reason, "total_seconds": round(self.clock() - self.started_at, 6),
+            "steps": steps_out, "bytes_total": total,
+            "rows": {p: self.sizes.get(p, 0) for p in self.roster},
+            "graph_parties": list(m.graph) if m else [], "label_parties": list(m.labels) if m else [],
+            "dropped": {p: self.drop_reasons.get(p, "never joined") for p in sorted(self.dropped)},
+            "params": {"n_bits": self.params.n_bits, "k": self.params.k, "key_bits": self.params.key_bits,
+                       "hide_label_mask": self.params.hide_label_mask, "label_norm": self.params.label_norm},
+        }
+
+    def _after_transition(self) -> None:
+        with self.lock:
+            if self.summary_written or self.stage not in (Stage.DONE, Stage.FAILED):
+                return
+            self.summary_written = True
+            summary = self.summary()
+        log.info("job %s: %s in %.3fs; %d bytes moved; %s", self.config.job_id, summary["outcome"],
+                 summary["total_seconds"], summary["bytes_total"],
+                 "; ".join(f"{k} {v['seconds']:.3f}s" for k, v in summary["steps"].items()))
+        path = self.config.summary_path
+        if path is not None:
+            _write_json_atomic(path, summary)
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
