@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -37,8 +37,8 @@ LEAKED_TOP_DIRS = frozenset({"src", "build"})  # where the builder stage keeps s
 SITE_PACKAGES = "opt/xclp/venv/lib/python3.11/site-packages/"
 
 
-def docker(*args: str, timeout: float = 120, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, input=stdin)
+def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
     return done
@@ -108,7 +108,7 @@ def resources() -> Iterator[Resources]:
         made.cleanup()
 
 
-def inspect(ref: str) -> dict:
+def inspect(ref: str) -> dict[str, Any]:
     return json.loads(docker("inspect", ref).stdout)[0]
 
 
