@@ -1,0 +1,203 @@
+"""`xclp-client demo`: XCLP across three institutions on localhost, without Docker (DESIGN §5, §8).
+
+What it does, as an operator and three institutions would (every role a real process):
+
+1. a throwaway development CA and a server certificate for localhost (`crypto.certs`), one
+   Ed25519 identity key per institution and the coordinator's allow-list;
+2. `xclp-server serve` with one xclp job (the same job file as client/demo_data/xclp-demo.toml,
+   with the chosen key size and L) and `--exit-when-done`;
+3. `xclp-client run` for hospital-a, -b and -c on the bundled CSVs (features + `label`, empty =
+   unlabeled); each writes <work>/out/<party>/predictions.csv atomically;
+4. the evaluation each institution could do on its own: accuracy on its unlabeled rows, against
+   <party>.truth.csv — a separate file the party process never reads — next to label
+   propagation on its own rows alone (`xclp.baselines.per_client_lp`, same k, α, p).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from client import data as party_data
+from crypto import certs, identity
+from xclp.baselines import per_client_lp
+from xclp.errors import ConfigError, InvalidInput, PeerDropped
+from xclp.graph import GraphParams
+from xclp.v1.status import EXIT_OK
+
+PARTIES = ("hospital-a", "hospital-b", "hospital-c")
+DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
+JOB_ID = "xclp-demo"
+N_CLASSES = 10
+GRAPH = GraphParams(k=10, alpha=0.99, power=3)
+START_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    key_bits: int = 2048
+    insecure_test_keys: bool = False
+    n_bits: int = 1024
+    data_dir: Path | None = None
+    keep: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.key_bits < 2048 and not self.insecure_test_keys:
+            raise ConfigError(f"--key-bits {self.key_bits} is below 2048; add --insecure-test-keys for a quick trial")
+        if self.n_bits < 64 or self.n_bits % 64:
+            raise ConfigError(f"--n-bits must be a positive multiple of 64, got {self.n_bits}")
+
+    @property
+    def data(self) -> Path:
+        return self.data_dir or DEMO_DATA
+
+
+def job_toml(options: DemoOptions) -> str:
+    """The demo's job file (client/demo_data/xclp-demo.toml with the chosen key size and L)."""
+    insecure = "insecure_test_keys = true\n" if options.insecure_test_keys else ""
+    parties = ", ".join(f'"{p}"' for p in PARTIES)
+    return (f'job_id = "{JOB_ID}"\ntype = "xclp"\nexpected_parties = [{parties}]\n'
+            f'min_parties = 2\nsummary = "summary.json"\n\n[deadlines]\njoin_seconds = 120\nstep_seconds = 300\n\n'
+            f"[params]\nn_classes = {N_CLASSES}\nn_bits = {options.n_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
+            f"power = {GRAPH.power}\nkey_bits = {options.key_bits}\n{insecure}")
+
+
+def _say(message: str) -> None:
+    print(f"xclp-demo: {message}", file=sys.stderr, flush=True)
+
+
+def _prefix_lines(stream: object, prefix: str) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        print(f"[{prefix}] {line.rstrip()}", file=sys.stderr, flush=True)
+
+
+def _setup(work: Path, options: DemoOptions) -> None:
+    """Dev CA, server certificate for localhost, identity keys, allow-list, job and server files."""
+    certs.init_ca(work / "ca")
+    certs.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    lines = []
+    (work / "keys").mkdir(parents=True, exist_ok=True)
+    for party in PARTIES:
+        key = identity.generate_identity()
+        identity.save_identity(key, work / "keys" / f"{party}.key", overwrite=True)
+        lines.append(f'{party} = "{identity.public_key_text(key)}"')
+    (work / "allow.toml").write_text("[parties]\n" + "\n".join(lines) + "\n")
+    (work / f"{JOB_ID}.toml").write_text(job_toml(options))
+    (work / "server.toml").write_text(
+        f'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["{JOB_ID}.toml"]\n'
+        'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
+
+
+def _wait_port(work: Path, server: subprocess.Popen[str]) -> int:
+    deadline = time.monotonic() + START_SECONDS
+    port_file = work / "port"
+    while time.monotonic() < deadline:
+        if port_file.exists() and port_file.read_text().strip():
+            return int(port_file.read_text())
+        if server.poll() is not None:
+            raise PeerDropped(f"the coordinator exited early; see {work / 'coordinator.log'}")
+        time.sleep(0.1)
+    raise PeerDropped("the coordinator did not start listening in time")
+
+
+def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[str]:
+    cmd = [sys.executable, "-m", "client.cli", "run", "--coordinator", f"localhost:{port}",
+           "--ca-cert", str(work / "ca" / "ca.pem"), "--job", JOB_ID, "--party", party,
+           "--identity", str(work / "keys" / f"{party}.key"), "--data", str(options.data / f"{party}.csv"),
+           "--id-column", "row_id", "--paillier-bits", str(options.key_bits), "--out", str(work / "out" / party)]
+    return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else [])
+
+
+def _truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
+    """int64[n] true labels by row id from a demo truth file (row_id, true_label)."""
+    try:
+        with open(path, newline="") as fh:
+            table = {r["row_id"]: int(r["true_label"]) for r in csv.DictReader(fh)}
+    except (OSError, KeyError, ValueError) as exc:
+        raise InvalidInput(f"cannot read the demo truth file {path}: {exc}") from None
+    missing = [i for i in ids if i not in table]
+    if missing:
+        raise InvalidInput(f"{path} has no true label for row {missing[0]!r}")
+    return np.array([table[i] for i in ids], dtype=np.int64)
+
+
+def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
+    with open(path, newline="") as fh:
+        rows = {r["id"]: int(r["label"]) for r in csv.DictReader(fh)}
+    return np.array([rows[i] for i in ids], dtype=np.int64)
+
+
+def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float, float]]:
+    """Per institution: (party, unlabeled rows, XCLP accuracy, per-client LP accuracy) on its unlabeled rows."""
+    table = []
+    for party in PARTIES:
+        data = party_data.load(options.data / f"{party}.csv", id_column="row_id")
+        assert data.y is not None
+        truth = _truth(options.data / f"{party}.truth.csv", data.ids)
+        unlabeled = ~data.labeled
+        xclp = _predictions(out_dir / party / "predictions.csv", data.ids)
+        alone = per_client_lp(data.X, data.y, N_CLASSES, GRAPH).labels
+        table.append((party, int(unlabeled.sum()), float(np.mean(xclp[unlabeled] == truth[unlabeled])),
+                      float(np.mean(alone[unlabeled] == truth[unlabeled]))))
+    return table
+
+
+def run_demo(options: DemoOptions) -> int:
+    work = Path(tempfile.mkdtemp(prefix="xclp-demo-")) if options.keep is None else options.keep
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    procs: list[subprocess.Popen[str]] = []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        _setup(work, options)
+        _say(f"work directory {work}; dev CA, server certificate, 3 identity keys and the allow-list made")
+        with open(work / "coordinator.log", "w") as log:
+            server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--config", str(work / "server.toml")],
+                                      stderr=log, stdout=subprocess.DEVNULL, text=True, env=env)
+        procs.append(server)
+        port = _wait_port(work, server)
+        _say(f"coordinator listening on localhost:{port} (TLS); starting {', '.join(PARTIES)} "
+             f"({options.key_bits}-bit Paillier keys, L = {options.n_bits})")
+        readers = []
+        parties = []
+        for party in PARTIES:
+            proc = subprocess.Popen(_party_cmd(work, port, party, options), stderr=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, text=True, env=env)
+            procs.append(proc)
+            parties.append(proc)
+            reader = threading.Thread(target=_prefix_lines, args=(proc.stderr, party), daemon=True)
+            reader.start()
+            readers.append(reader)
+        codes = [p.wait() for p in parties]
+        for reader in readers:
+            reader.join(5)
+        server.wait(30)
+        if any(codes):
+            failed = ", ".join(p for p, c in zip(PARTIES, codes) if c)
+            raise PeerDropped(f"the job did not complete for {failed}; see the log above and {work / 'coordinator.log'}")
+        table = evaluate(options, work / "out")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(10)
+        if options.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nXCLP on the demo data ({time.monotonic() - started:.1f}s, {options.key_bits}-bit keys, "
+          f"L = {options.n_bits}): accuracy on each institution's unlabeled rows\n")
+    print(f"{'institution':<14}{'unlabeled':>10}{'XCLP (together)':>18}{'alone (own LP)':>17}")
+    for party, n, together, alone in table:
+        print(f"{party:<14}{n:>10}{together:>18.3f}{alone:>17.3f}")
+    if options.keep is not None:
+        print(f"\nOutputs: {work / 'out'}/<institution>/predictions.csv; run summary: {work / 'summary.json'}")
+    return EXIT_OK
