@@ -1,0 +1,278 @@
+"""XCLP over the service (DESIGN §5): real party processes over localhost TLS, checked against the oracle.
+
+One coordinator (in this process, so the test can read what it learned: its H and, through the
+observer hook, every SecureRowSums payload it received) serves three XCLP jobs at once; every
+party is a real `xclp-client run` process (512-bit test keys, L = 64, 3 × 40 rows):
+
+- "exact":   all three finish; H and predictions are checked against `xclp_reference`;
+- "kill-sh": party c kills itself mid-SecureHamming: H and the labels of a and b are those of a
+             run without c (DESIGN §5: "its rows and columns are removed");
+- "kill-rs": party b (hide_label_mask, per-party label normalisation) kills itself in SecureRowSums:
+             it stays in H but brings and gets no labels; the step restarts under fresh masks.
+
+The common seed reaches the test only through the party's `--debug-dump-seed` test hook, which
+the client refuses unless XCLP_TESTING=1 (checked below).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from client.jobs.xclp import XclpParty
+from client.data import PartyData
+from crypto import certs, identity
+from crypto.fixedpoint import FixedPoint
+from server.config import JobConfig, TlsFiles, load_job
+from xclp.errors import ConfigError, ReplayRefused
+from xclp.graph import GraphParams
+from xclp.reference import XclpResult, xclp_reference
+from xclp.v1.jobs import XclpJob
+from xclp.v1.status import EXIT_BAD_INPUT
+
+from .conftest import Recorder, coordinator
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DYING = Path(__file__).with_name("xclp_dying_party.py")
+PARTIES = ("a", "b", "c")
+L, C, D, N, K = 64, 3, 8, 40, 5
+PARAMS = {"n_classes": C, "n_bits": L, "k": K, "key_bits": 512, "insecure_test_keys": True}
+JOBS = {
+    "exact": {},
+    "kill-sh": {},
+    "kill-rs": {"hide_label_mask": True, "label_norm": "party"},
+}
+DIES = {"kill-sh": ("c", "secure_hamming"), "kill-rs": ("b", "rowsums")}
+
+
+def make_data(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Three Gaussian classes in 8-D; about a third of the rows labeled (row 0 always)."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(0).normal(scale=3.0, size=(C, D))
+    y = rng.integers(0, C, size=N)
+    X = centres[y] + rng.normal(size=(N, D))
+    seen = np.where(rng.random(N) < 0.35, y, -1)
+    seen[0] = y[0]
+    return X, seen
+
+
+def write_csv(path: Path, X: np.ndarray, y: np.ndarray, party: str) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", *(f"f{j}" for j in range(D)), "label"])
+        for i, row in enumerate(X):
+            w.writerow([f"{party}-{i}", *(repr(float(v)) for v in row), "" if y[i] < 0 else int(y[i])])
+
+
+def read_predictions(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    scores = np.array([[float(r[f"score_{c}"]) for c in range(C)] for r in rows])
+    return ([r["id"] for r in rows], np.array([int(r["label"]) for r in rows]),
+            np.array([float(r["confidence"]) for r in rows]), scores)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("xclp")
+    certs.init_ca(root / "ca")
+    certs.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    (root / "keys").mkdir()
+    allow = {}
+    for party in PARTIES:
+        key = identity.generate_identity()
+        identity.save_identity(key, root / "keys" / f"{party}.key")
+        allow[party] = identity.public_bytes(key)
+    data = {p: make_data(i) for i, p in enumerate(PARTIES)}
+    for p, (X, y) in data.items():
+        write_csv(root / f"{p}.csv", X, y, p)
+    configs = [JobConfig(job_id, "xclp", XclpJob.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
+                         summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
+    recorder = Recorder()
+    tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XCLP_TESTING": "1"}
+    with coordinator(allow, configs, observer=recorder, tls=tls) as (coord, address):
+        port = address.rsplit(":", 1)[1]
+        procs = {}
+        for job_id in JOBS:
+            for i, party in enumerate(PARTIES):
+                args = ["run", "--coordinator", f"localhost:{port}", "--ca-cert", str(root / "ca" / "ca.pem"),
+                        "--job", job_id, "--party", party, "--identity", str(root / "keys" / f"{party}.key"),
+                        "--data", str(root / f"{party}.csv"), "--id-column", "row_id", "--paillier-bits", "512",
+                        "--insecure-test-keys", "--out", str(root / job_id / party),
+                        "--debug-dump-seed", str(root / job_id / f"{party}.seed"),
+                        # one party of the exact job runs its Paillier work on a process pool
+                        "--workers", "2" if (job_id, i) == ("exact", 0) else "0"]
+                if DIES.get(job_id, ("",))[0] == party:
+                    cmd = [sys.executable, str(DYING), DIES[job_id][1], *args]
+                else:
+                    cmd = [sys.executable, "-m", "client.cli", *args]
+                procs[(job_id, party)] = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+        logs = {key: proc.communicate(timeout=240)[1] for key, proc in procs.items()}
+        codes = {key: proc.returncode for key, proc in procs.items()}
+        for job in coord.jobs.values():
+            job.done_event.wait(30)
+        yield {"root": root, "coord": coord, "data": data, "codes": codes, "logs": logs, "recorder": recorder}
+
+
+def seed_of(run, job_id: str) -> bytes:
+    seeds = {(run["root"] / job_id / f"{p}.seed").read_bytes()
+             for p in PARTIES if (run["root"] / job_id / f"{p}.seed").exists()}
+    assert len(seeds) == 1, "every party that finished holds the same common seed"
+    return seeds.pop()
+
+
+def reference(run, job_id: str, ids=PARTIES, unlabeled=(), normalise="none") -> XclpResult:
+    parties = [(run["data"][p][0], np.full(N, -1) if p in unlabeled else run["data"][p][1]) for p in ids]
+    return xclp_reference(parties, seed_of(run, job_id), C, L, GraphParams(k=K), normalise_labels=normalise)
+
+
+def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> None:
+    for j, party in enumerate(ids):
+        if party not in receivers:
+            continue
+        assert run["codes"][(job_id, party)] == 0, run["logs"][(job_id, party)]
+        got_ids, labels, confidence, scores = read_predictions(run["root"] / job_id / party / "predictions.csv")
+        rows = ref.party_rows(j)
+        assert got_ids == [f"{party}-{i}" for i in range(N)]  # the party's own row ids, in order
+        np.testing.assert_array_equal(labels, ref.labels[rows])
+        np.testing.assert_allclose(scores, ref.scores[rows], rtol=0, atol=1e-6)  # fixed point 2^-32 per term
+        np.testing.assert_allclose(confidence, ref.confidence[rows], rtol=0, atol=1e-6)
+
+
+# ---- correctness contract (DESIGN §5) ------------------------------------------------------------
+
+
+def test_coordinator_H_equals_the_plaintext_hamming_matrix(run) -> None:
+    job = run["coord"].jobs["exact"]
+    np.testing.assert_array_equal(job.hamming.H, reference(run, "exact").H)
+    assert job.hamming.layout.parties == PARTIES
+
+
+def test_every_party_predicts_what_the_plaintext_reference_predicts(run) -> None:
+    ref = reference(run, "exact")
+    assert len(np.unique(ref.labels)) == C  # not a degenerate answer
+    assert_predictions(run, "exact", ref, PARTIES, PARTIES)
+
+
+def test_run_summary_has_step_durations_and_bytes(run) -> None:
+    summary = json.loads((run["root"] / "exact.summary.json").read_text())
+    assert summary["outcome"] == "done" and summary["graph_parties"] == list(PARTIES)
+    for step in ("intra_hamming", "secure_hamming", "labeled_sets", "graph", "rowsums"):
+        assert summary["steps"][step]["seconds"] > 0, step
+    ct = 2 * 512 // 8
+    slots = (512 - 2) // (math.ceil(math.log2(L + 1)) + 40 + 1)  # DESIGN §5.3: K = ⌊(|N| − 2)/w⌋
+    batches = math.ceil(N / slots)
+    # three pairs, each: a header + one slice ciphertext per (batch, bit), a header + one per (batch, B row)
+    assert summary["steps"]["secure_hamming"]["bytes_relayed"] == 3 * (24 + batches * L * ct) + 3 * (28 + batches * N * ct)
+    assert summary["steps"]["secure_hamming"]["bytes_in"] == 3 * 2 * 8 * N * N  # t and r per pair
+    assert summary["bytes_total"] == sum(s["bytes_in"] + s["bytes_relayed"] + s["bytes_out"]
+                                         for s in summary["steps"].values())
+
+
+# ---- dropouts (DESIGN §5, end) -------------------------------------------------------------------
+
+
+def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_it(run) -> None:
+    assert run["codes"][("kill-sh", "c")] == -9
+    assert "SecureHamming round 0" in run["logs"][("kill-sh", "c")]
+    job = run["coord"].jobs["kill-sh"]
+    ref = reference(run, "kill-sh", ids=("a", "b"))
+    np.testing.assert_array_equal(job.hamming.H, ref.H)  # c's rows and columns are gone
+    assert job.membership.graph == ("a", "b") and job.stats["secure_hamming"].rounds == 2
+    assert_predictions(run, "kill-sh", ref, ("a", "b"), ("a", "b"))
+
+
+def test_party_killed_in_rowsums_shapes_the_graph_but_brings_and_gets_no_labels(run) -> None:
+    assert run["codes"][("kill-rs", "b")] == -9
+    job = run["coord"].jobs["kill-rs"]
+    np.testing.assert_array_equal(job.hamming.H, reference(run, "kill-rs").H)  # b's rows stay in H
+    ref = reference(run, "kill-rs", unlabeled=("b",), normalise="party")
+    assert_predictions(run, "kill-rs", ref, PARTIES, ("a", "c"))
+    assert not (run["root"] / "kill-rs" / "b" / "predictions.csv").exists()
+    with_b = reference(run, "kill-rs", normalise="party")
+    assert not np.allclose(ref.scores, with_b.scores)  # b's labels would have mattered
+
+
+def test_rowsums_payloads_look_uniform_and_the_restart_uses_fresh_masks(run) -> None:
+    seen = {(rnd, sender): np.asarray(p) for (job, step, rnd, sender), p in run["recorder"].seen.items()
+            if job == "kill-rs" and step == "rowsums"}
+    assert set(seen) == {(0, "a"), (0, "c"), (1, "a"), (1, "c")}  # b never pushed; round 1 is the restart
+    words = np.concatenate([p.reshape(-1) for p in seen.values()])
+    assert words.dtype == np.uint64 and words.size == 2 * (2 * N * C) + 2 * (N * C)
+    counts = np.bincount(words.view(np.uint8), minlength=256)
+    assert stats.chisquare(counts).pvalue > 1e-3
+    ones = ((words[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)).sum(axis=0)
+    z = (ones - words.size / 2) / math.sqrt(words.size / 4)
+    assert np.abs(z).max() < stats.norm.isf(1e-3 / 128)  # every bit a fair coin (Bonferroni)
+    # the same encoded scores underneath in both rounds (a's view of c's rows): only fresh masks differ
+    assert np.count_nonzero(seen[(0, "a")][N:] == seen[(1, "a")]) == 0
+    # and the check has teeth: unmasked fixed-point scores are nowhere near uniform
+    plain = FixedPoint().encode(np.random.default_rng(1).random((2 * N, C)), n_terms=3).reshape(-1).view(np.uint8)
+    assert stats.chisquare(np.bincount(plain, minlength=256)).pvalue < 1e-6
+
+
+# ---- refusals ------------------------------------------------------------------------------------
+
+
+def test_debug_seed_hook_is_refused_without_the_testing_flag(run, tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "XCLP_TESTING"}
+    out = subprocess.run([sys.executable, "-m", "client.cli", "run", "--coordinator", "localhost:1", "--job", "exact",
+                          "--party", "a", "--identity", str(run["root"] / "keys" / "a.key"),
+                          "--data", str(run["root"] / "a.csv"), "--out", str(tmp_path),
+                          "--debug-dump-seed", str(tmp_path / "seed")],
+                         capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == EXIT_BAD_INPUT
+    assert "XCLP_TESTING=1" in out.stderr and not (tmp_path / "seed").exists()
+
+
+def test_debug_dump_on_the_coordinator_is_refused_without_the_testing_flag(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("XCLP_TESTING", raising=False)
+    path = tmp_path / "job.toml"
+    path.write_text('job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b"]\ndebug_dump = "dump"\n'
+                    "[params]\nn_classes = 3\n")
+    with pytest.raises(ConfigError, match="XCLP_TESTING=1"):
+        load_job(path)
+    monkeypatch.setenv("XCLP_TESTING", "1")
+    assert load_job(path).debug_dump_dir == tmp_path / "dump"
+
+
+def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> None:
+    job = run["coord"].jobs["exact"]
+    bundle = identity.KeyBundle("a", "exact", bytes(32), bytes(32), bytes(16))
+    with pytest.raises(Exception, match="--paillier-bits 512"):
+        job._check_paillier(bundle)
+
+
+def test_demo_job_file_loads() -> None:
+    config = load_job(ROOT / "client" / "demo_data" / "xclp-demo.toml")
+    assert config.params == XclpJob(n_classes=10) and config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
+
+
+def test_party_refuses_a_repeated_rowsums_round() -> None:
+    from crypto.masking import PairwiseMasker
+
+    class Sink:
+        def push(self, payload, **kw) -> int:
+            return 0
+
+    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
+    masker = PairwiseMasker("a", {"b": bytes(32)}, b"session")
+    party = XclpParty("a", XclpJob(n_classes=2, n_bits=64, key_bits=512, insecure_test_keys=True), data,
+                      None, None, bytes(32), masker, Sink(), lambda m: None)  # type: ignore[arg-type]
+    party.graph, party.zbar = (("a", 3), ("b", 2)), np.zeros((5, 2))
+    party._row_sums(0, ("a", "b"))
+    with pytest.raises(ReplayRefused):
+        party._row_sums(0, ("a", "b"))
+    party._row_sums(1, ("a", "b"))  # a restart under the next round is fine
