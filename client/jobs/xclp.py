@@ -75,8 +75,15 @@ def make_executor(workers: int | None) -> Executor | None:
     """
     if workers == 0:
         return None
-    return ProcessPoolExecutor(max_workers=workers or default_workers(),
-                               mp_context=multiprocessing.get_context("forkserver"))
+    count = workers or default_workers()
+    executor = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("forkserver"))
+    for _ in range(count):  # start the workers and their imports now, while the job is still joining
+        executor.submit(_warm_up)
+    return executor
+
+
+def _warm_up() -> None:
+    import crypto.secure_hamming  # noqa: F401 - the module every Paillier task runs in
 
 
 @dataclass
