@@ -276,3 +276,48 @@ def test_party_refuses_a_repeated_rowsums_round() -> None:
     with pytest.raises(ReplayRefused):
         party._row_sums(0, ("a", "b"))
     party._row_sums(1, ("a", "b"))  # a restart under the next round is fine
+
+
+# ---- the coordinator's state machine without sockets ---------------------------------------------
+
+
+def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
+    import secrets
+
+    from server.jobs.xclp import XclpJob as XclpStateMachine
+    from xclp.errors import InvalidInput
+    from xclp.v1 import wire
+    from xclp.v1 import xclp_pb2 as pb
+
+    from .conftest import job as job_config
+
+    keys = {p: identity.generate_identity() for p in PARTIES}
+    now = [0.0]
+    j = XclpStateMachine(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
+                         clock=lambda: now[0])
+    for p in PARTIES:
+        bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), bytes(16),
+                                    paillier_n=b"\x80" + bytes(63), paillier_hs=bytes(127) + b"\x02")
+        j.join(identity.sign_bundle(keys[p], bundle), pb.DataSummary(rows=3, labeled_rows=1, dim=D))
+
+    def send(sender: str, step: str, payload, recipient: str = "") -> None:
+        j.message(sender, wire.Message("j", step, j.step.round, sender, recipient, payload))
+
+    for p in PARTIES:
+        send(p, "seed", b"")
+    for p in PARTIES:
+        send(p, "intra_hamming", np.zeros((3, 3), np.uint16))
+    assert j.step.name == "secure_hamming" and [(t.a, t.b) for t in j.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
+    send("b", "secure_hamming", b"slices", recipient="a")  # pair (b, a): b encrypts, a evaluates
+    send("a", "secure_hamming", b"evaluated", recipient="b")
+    send("a", "secure_hamming", b"slices", recipient="c")  # pair (a, c): c never evaluates ...
+    with pytest.raises(InvalidInput, match="already sent"):
+        send("a", "secure_hamming", b"again", recipient="c")
+    with pytest.raises(InvalidInput, match="not a SecureHamming pair"):
+        send("a", "secure_hamming", b"x", recipient="a")
+    # ... nor encrypts for (c, b): a and b wait for c, so only c is to blame
+    assert j.blame(j.step) == {"c"}
+    now[0] = j.step.deadline + 1
+    j.tick(now[0])
+    assert j.dropped == {"c"} and j.membership.graph == ("a", "b")
+    assert (j.step.name, j.step.round, j.step.participants) == ("secure_hamming", 1, ("a", "b"))
