@@ -29,8 +29,8 @@ from client.data import PartyData
 from client.jobs.allreduce import check_data, contribution, decode_aggregate
 from client.jobs.xclp import XclpParty, make_executor
 from crypto import aead, identity, masking
-from crypto.paillier import PaillierKeypair
 from crypto.kdf import derive_key
+from crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
