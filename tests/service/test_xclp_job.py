@@ -76,11 +76,17 @@ def write_csv(path: Path, X: np.ndarray, y: np.ndarray, party: str) -> None:
 
 
 def read_predictions(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """A party's predictions.csv: ids, labels int[n], confidences float[n], scores float[n, C]."""
+    ids, labels, confidence, scores = read_predictions_any(path)
+    return ids, np.array(labels), np.array(confidence), np.array(scores)
+
+
+def read_predictions_any(path: Path) -> tuple[list[str], list[int], list[float], list[list[float]]]:
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
-    scores = np.array([[float(r[f"score_{c}"]) for c in range(C)] for r in rows])
-    return ([r["id"] for r in rows], np.array([int(r["label"]) for r in rows]),
-            np.array([float(r["confidence"]) for r in rows]), scores)
+    n_classes = sum(k.startswith("score_") for k in rows[0])
+    return ([r["id"] for r in rows], [int(r["label"]) for r in rows], [float(r["confidence"]) for r in rows],
+            [[float(r[f"score_{c}"]) for c in range(n_classes)] for r in rows])
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +327,20 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
     j.tick(now[0])
     assert j.dropped == {"c"} and j.membership.graph == ("a", "b")
     assert (j.step.name, j.step.round, j.step.participants) == ("secure_hamming", 1, ("a", "b"))
+
+
+def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
+    out = subprocess.run([sys.executable, "-m", "client.cli", "demo", "--key-bits", "512", "--insecure-test-keys",
+                          "--n-bits", "256", "--keep", str(tmp_path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("hospital-")]
+    assert [r[0] for r in rows] == ["hospital-a", "hospital-b", "hospital-c"]
+    for _, unlabeled, together, alone in rows:
+        assert int(unlabeled) == 225 and 0.0 <= float(together) <= 1.0 and 0.0 <= float(alone) <= 1.0
+    for party in ("hospital-a", "hospital-b", "hospital-c"):  # accuracy at demo size: benchmarks/xclp_e2e.py
+        ids, labels, _, _ = read_predictions_any(tmp_path / "out" / party / "predictions.csv")
+        assert len(ids) == 250 and ids[0] == f"{party}-0000" and set(labels) <= set(range(10))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["outcome"] == "done" and summary["label_parties"] == ["hospital-a", "hospital-b", "hospital-c"]
+    assert "true_label" not in (ROOT / "client" / "demo_data" / "hospital-a.csv").read_text().splitlines()[0]
