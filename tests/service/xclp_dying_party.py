@@ -3,8 +3,9 @@
     python xclp_dying_party.py <step> <xclp-client run arguments...>
 
 <step> is "secure_hamming" (dies right after sending its encrypted slices, mid-SecureHamming)
-or "rowsums" (dies on the SecureRowSums start, after it agreed on the round's masks but before
-it pushes anything). Everything else is the unmodified client.
+or "rowsums" (on the SecureRowSums start it waits PAUSE seconds without pushing — long enough for
+the others to push their round-0 payloads, so a test sees both attempts — and dies). Everything
+else is the unmodified client.
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 from client import cli
 from client.jobs.xclp import XclpParty
 
 STEP = sys.argv[1]
+PAUSE = 3.0
 _on_step = XclpParty.on_step
 
 
 def dying_on_step(self: XclpParty, step) -> None:  # noqa: ANN001 - pb.StepStart
     if step.step == STEP == "rowsums":
+        time.sleep(PAUSE)
         os.kill(os.getpid(), signal.SIGKILL)
     _on_step(self, step)
     if step.step == STEP:
