@@ -5,15 +5,45 @@ per pair; `crypto/literal_hamming.py` keeps that as oracle and baseline. Here, f
 §5.3, A packs bit l of K of its vectors into one plaintext of K slots of w bits, and B turns the
 identity h(x, y) = |x| + Σ_l (1 − 2x_l)·y_l into one ciphertext per (x, batch):
 
-    D = Π_l C_{g,l}^(1−2x_l) · Enc_A(Σ_s (|x|·[s real] + r_s)·2^(ws))
+    D = Π_l C_{g,l}^(1−2x_l) · Enc_A(|x|·Σ_{s occupied} 2^(ws) + R)     (fresh randomised encryption)
 
-with r_s uniform in [0, 2^(w−1)) from `secrets`, so A decrypts slot values t = h + r that hide h
-statistically (r is σ bits wider than h) and the coordinator computes H = t − r.
+with ONE mask R per ciphertext, uniform in [0, N) from `secrets.randbelow`. A decrypts
+t = (Σ_s h_s·2^(ws) + R) mod N and sends t to the coordinator; B sends R to the coordinator, which
+computes (t − R) mod N = Σ_s h_s·2^(ws) exactly and unpacks it (`unmask_distances`).
+
+Why this is exact: each h_s lies in [0, L] and fits w = ⌈log2(L+1)⌉ bits, and K·w ≤ |N| − 2, so
+the packed value is below 2^(|N|−2) < N. Per-slot sums Σ_l (1 − 2x_l)·b_{s,l} may be negative on
+the way, but everything is arithmetic mod N and the final value Σ_s h_s·2^(ws) is a non-negative
+integer below N, so (t − R) mod N recovers it bit for bit.
+
+Deviation from DESIGN §5.3 and why (decided by the project lead; DESIGN is not edited):
+  DESIGN §5.3 masks every slot with its own r_s < 2^(w−1), w = ⌈log2(L+1)⌉ + σ + 1 (52 bits for
+  L = 1024, σ = 40). That hides h only statistically (2^−σ) and spends 41 of every 52 slot bits on
+  the mask, so a 2048-bit plaintext holds K = 39 slots. One uniform R mod N per ciphertext instead
+  hides the whole packed plaintext perfectly (t is uniform in [0, N) whatever h is) and lets a slot
+  be just w = ⌈log2(L+1)⌉ bits: K = ⌊(|N| − 2)/w⌋ = 186 for |N| = 2048, L = 1024, i.e. ~4.8× fewer
+  ciphertexts each way and ~4.8× less encryption, evaluation and decryption. The price: t and R are
+  |N|/8 bytes per ciphertext instead of 8 bytes per distance (256 B per 186 distances here, ~1.4 B
+  per distance, less than before), and the coordinator now needs A's N (it has it: every party's
+  signed key bundle carries its Paillier N, DESIGN §4.1). The coordinator validates what it unmasks
+  (every occupied slot in [0, L], every padding slot of A's last batch exactly 0, no bit above slot
+  K − 1) and raises OutOfRange otherwise, so a malformed t or R cannot smuggle garbage into H.
+
+Who learns what (honest-but-curious, DESIGN §2; "learns" = beyond its own inputs and outputs):
+  * A alone sees D (decrypting to t) — t is uniform in [0, N) and independent of h, because R is
+    uniform and unknown to A: A learns nothing about B's codes. B's fresh encryption (DJN short
+    exponent, crypto/paillier.py) stays mandatory: without it D's randomness would be A's own and
+    A could test guesses of x against the ciphertext itself.
+  * B alone sees only A's ciphertexts (semantic security of Paillier) and its own R.
+  * The coordinator alone sees t and R, i.e. exactly the packed H — which it is meant to learn.
+  * Coordinator + A hold t and R → only H (what the coordinator learns anyway) and A's own data.
+  * Coordinator + B hold t and R → only H, likewise. No coalition of one party with the
+    coordinator learns more than H plus its own data, which DESIGN §2 already concedes.
 
 Roles and their calls:
   A: `encrypt_bit_slices` → send `EncryptedSlices.to_bytes()` to B;
-  B: `evaluate` → send `EvaluatedDistances.to_bytes()` to A and the masks to the coordinator;
-  A: `decrypt_and_unpack` → send t to the coordinator;  coordinator: `unmask_distances`.
+  B: `evaluate` → send `EvaluatedDistances.to_bytes()` to A and the masks R (`Residues`) to the coordinator;
+  A: `decrypt` → send t (`Residues`) to the coordinator;  coordinator: `unmask_distances`.
 
 Speed (DESIGN §5.3): A encrypts with its secret key (CRT + fixed-base tables, crypto/paillier.py).
 B uses Π_l C_l^(1−2x_l) = (Π_l C_l)·Π_{x_l=1} C_l^(−2): the inverses C_l^(−2) come from one
@@ -24,10 +54,9 @@ batch over a process pool; tasks ship bytes, and tables live in a per-process ca
 
 Cost per ciphertext D (|N| = 2048, L = 1024, n_B = 1000, g = 8): B does ⌈L/g⌉ − 1 = 127 table
 products, 45 fixed-base products for the fresh factor, 2 more, and ~33 table-building products
-amortised over its vectors — ≈ 207 products mod N² (~4.5–6 µs each with gmpy2 here), against
-two 1024-bit-exponent powmods mod p², q² for A's decryption (~2.6 ms). B's part is thus ~40 % of
-the decryption floor and A's encryption (two 45-product fixed-base powers mod p², q² per bit
-slice, ⌈n_A/K⌉·L of them) another ~8 %.
+amortised over its vectors — ≈ 207 products mod N², against two 1024-bit-exponent powmods mod p²,
+q² for A's decryption. With K = 186 there are ⌈1000/186⌉ = 6 batches: 6·1000 ciphertexts D and
+6·1024 bit-slice ciphertexts per pair.
 """
 
 from __future__ import annotations
@@ -54,39 +83,34 @@ from crypto.paillier import (
 from crypto.pool import run_tasks
 from xclp.errors import InvalidInput, OutOfRange, ProtocolError
 
-DEFAULT_SIGMA = 40
-
-
 @dataclass(frozen=True)
 class SlotLayout:
-    """Slot packing for a modulus of `n_bits` bits and codes of L bits (DESIGN §5.3).
+    """Slot packing for a modulus of `n_bits` bits and codes of L bits (module docstring).
 
-    w = ⌈log2(L+1)⌉ + σ + 1 holds h + r < L + 2^(w−1) < 2^w; K = ⌊(|N| − 2)/w⌋ slots keep the
-    packed plaintext below 2^(|N|−2) < N, so Paillier's arithmetic mod N never wraps.
+    w = ⌈log2(L+1)⌉ holds any h in [0, L]; K = ⌊(|N| − 2)/w⌋ slots keep the packed plaintext
+    below 2^(|N|−2) < N, so (t − R) mod N is the packed H itself. The masks R are uniform mod N
+    and need no room in the slots.
     """
 
     n_bits: int
     L: int
-    sigma: int = DEFAULT_SIGMA
 
     def __post_init__(self) -> None:
         if self.L < 1 or self.L > 0xFFFF:
             raise InvalidInput(f"code length L must be in [1, 65535] (distances travel as uint16), got {self.L}")
-        if self.sigma < 1:
-            raise InvalidInput(f"statistical security sigma must be >= 1 bit, got {self.sigma}")
-        if self.width > 64:
-            raise InvalidInput(f"slot width {self.width} > 64 bits: lower sigma or L (masks are uint64)")
+        if self.n_bits < 16 or self.n_bits % 8:
+            raise InvalidInput(f"modulus size must be a whole number of bytes >= 16 bits, got {self.n_bits}")
         if self.slots < 1:
             raise InvalidInput(f"a {self.n_bits}-bit modulus cannot hold one {self.width}-bit slot")
 
     @classmethod
-    def for_key(cls, public: PaillierPublicKey, L: int, sigma: int = DEFAULT_SIGMA) -> SlotLayout:
-        return cls(public.n_bits, L, sigma)
+    def for_key(cls, public: PaillierPublicKey, L: int) -> SlotLayout:
+        return cls(public.n_bits, L)
 
     @property
     def width(self) -> int:
-        """w, bits per slot."""
-        return (self.L).bit_length() + self.sigma + 1  # bit_length(L) == ⌈log2(L+1)⌉
+        """w, bits per slot: ⌈log2(L+1)⌉ (== L.bit_length())."""
+        return self.L.bit_length()
 
     @property
     def slots(self) -> int:
@@ -94,16 +118,29 @@ class SlotLayout:
         return (self.n_bits - 2) // self.width
 
     @property
-    def mask_bits(self) -> int:
-        """Masks r are uniform in [0, 2^mask_bits), mask_bits = w − 1 = ⌈log2(L+1)⌉ + σ."""
-        return self.width - 1
+    def value_bytes(self) -> int:
+        """Fixed width of one t or R on the wire: |N|/8 bytes."""
+        return self.n_bits // 8
 
     def batches(self, n: int) -> int:
         return -(-n // self.slots)
 
+    def values(self, n_A: int, n_B: int) -> int:
+        """How many ciphertexts D (and so values t and masks R) a pair produces: ⌈n_A/K⌉·n_B."""
+        return self.batches(n_A) * n_B
 
-_SLICES_HEADER = struct.Struct(">8sIIII")  # magic, |N|, L, sigma, n_A
-_EVALUATED_HEADER = struct.Struct(">8sIIIII")  # magic, |N|, L, sigma, n_A, n_B
+
+_SLICES_HEADER = struct.Struct(">8sIII")  # magic, |N|, L, n_A
+_EVALUATED_HEADER = struct.Struct(">8sIIII")  # magic, |N|, L, n_A, n_B
+_SLICES_MAGIC = b"XCLPSL02"  # 02: whole-plaintext masks (01 had per-slot σ-bit masks)
+_EVALUATED_MAGIC = b"XCLPED02"
+
+
+def _parse_layout(n_bits: int, L: int, what: str) -> SlotLayout:
+    try:
+        return SlotLayout(n_bits, L)
+    except InvalidInput as exc:
+        raise ProtocolError(f"bad slot layout in {what}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -115,28 +152,24 @@ class EncryptedSlices:
     ciphertexts: bytes
 
     def __post_init__(self) -> None:
-        expected = self.layout.batches(self.n_A) * self.layout.L * 2 * self.layout.n_bits // 8
+        expected = self.layout.batches(self.n_A) * self.layout.L * 2 * self.layout.value_bytes
         if self.n_A < 1 or len(self.ciphertexts) != expected:
             raise ProtocolError(f"bit slices for n_A={self.n_A} need {expected} ciphertext bytes, got {len(self.ciphertexts)}")
 
     def batch(self, g: int) -> bytes:
-        size = self.layout.L * 2 * self.layout.n_bits // 8
+        size = self.layout.L * 2 * self.layout.value_bytes
         return self.ciphertexts[g * size : (g + 1) * size]
 
     def to_bytes(self) -> bytes:
         lay = self.layout
-        return _SLICES_HEADER.pack(b"XCLPSL01", lay.n_bits, lay.L, lay.sigma, self.n_A) + self.ciphertexts
+        return _SLICES_HEADER.pack(_SLICES_MAGIC, lay.n_bits, lay.L, self.n_A) + self.ciphertexts
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EncryptedSlices:
-        if len(data) < _SLICES_HEADER.size or data[:8] != b"XCLPSL01":
+        if len(data) < _SLICES_HEADER.size or data[:8] != _SLICES_MAGIC:
             raise ProtocolError("not an EncryptedSlices message (bad header)")
-        _, n_bits, L, sigma, n_A = _SLICES_HEADER.unpack_from(data)
-        try:
-            layout = SlotLayout(n_bits, L, sigma)
-        except InvalidInput as exc:
-            raise ProtocolError(f"bad slot layout in EncryptedSlices: {exc}") from None
-        return cls(layout, n_A, data[_SLICES_HEADER.size :])
+        _, n_bits, L, n_A = _SLICES_HEADER.unpack_from(data)
+        return cls(_parse_layout(n_bits, L, "EncryptedSlices"), n_A, data[_SLICES_HEADER.size :])
 
 
 @dataclass(frozen=True)
@@ -149,30 +182,78 @@ class EvaluatedDistances:
     ciphertexts: bytes
 
     def __post_init__(self) -> None:
-        expected = self.layout.batches(self.n_A) * self.n_B * 2 * self.layout.n_bits // 8
+        expected = self.layout.values(self.n_A, self.n_B) * 2 * self.layout.value_bytes
         if self.n_A < 1 or self.n_B < 1 or len(self.ciphertexts) != expected:
             raise ProtocolError(
                 f"evaluated distances for n_A={self.n_A}, n_B={self.n_B} need {expected} bytes, got {len(self.ciphertexts)}"
             )
 
     def batch(self, g: int) -> bytes:
-        size = self.n_B * 2 * self.layout.n_bits // 8
+        size = self.n_B * 2 * self.layout.value_bytes
         return self.ciphertexts[g * size : (g + 1) * size]
 
     def to_bytes(self) -> bytes:
         lay = self.layout
-        return _EVALUATED_HEADER.pack(b"XCLPED01", lay.n_bits, lay.L, lay.sigma, self.n_A, self.n_B) + self.ciphertexts
+        return _EVALUATED_HEADER.pack(_EVALUATED_MAGIC, lay.n_bits, lay.L, self.n_A, self.n_B) + self.ciphertexts
 
     @classmethod
     def from_bytes(cls, data: bytes) -> EvaluatedDistances:
-        if len(data) < _EVALUATED_HEADER.size or data[:8] != b"XCLPED01":
+        if len(data) < _EVALUATED_HEADER.size or data[:8] != _EVALUATED_MAGIC:
             raise ProtocolError("not an EvaluatedDistances message (bad header)")
-        _, n_bits, L, sigma, n_A, n_B = _EVALUATED_HEADER.unpack_from(data)
+        _, n_bits, L, n_A, n_B = _EVALUATED_HEADER.unpack_from(data)
+        return cls(_parse_layout(n_bits, L, "EvaluatedDistances"), n_A, n_B, data[_EVALUATED_HEADER.size :])
+
+
+@dataclass(frozen=True)
+class Residues:
+    """Values in [0, 2^n_bits) — B's masks R or A's decryptions t — as fixed-width big-endian bytes.
+
+    One value per ciphertext D, in D's batch-major order (index g·n_B + x), n_bits/8 bytes each,
+    concatenated. On the wire they travel as `to_array()`, uint8[count, n_bits/8]. Whether a
+    value is below the modulus N is checked where N is known (`unmask_distances`).
+    """
+
+    n_bits: int
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if self.n_bits < 16 or self.n_bits % 8:
+            raise InvalidInput(f"residues need a whole number of bytes >= 16 bits, got {self.n_bits}")
+        if len(self.data) % (self.n_bits // 8):
+            raise ProtocolError(f"{len(self.data)} bytes are not a whole number of {self.n_bits // 8}-byte values")
+
+    @property
+    def width(self) -> int:
+        return self.n_bits // 8
+
+    @property
+    def count(self) -> int:
+        return len(self.data) // self.width
+
+    @classmethod
+    def from_ints(cls, values: list[int] | list[mpz], n_bits: int) -> Residues:
+        width = n_bits // 8
         try:
-            layout = SlotLayout(n_bits, L, sigma)
-        except InvalidInput as exc:
-            raise ProtocolError(f"bad slot layout in EvaluatedDistances: {exc}") from None
-        return cls(layout, n_A, n_B, data[_EVALUATED_HEADER.size :])
+            return cls(n_bits, b"".join(int(v).to_bytes(width, "big") for v in values))
+        except OverflowError:
+            raise InvalidInput(f"a residue is negative or does not fit {n_bits} bits") from None
+
+    def to_ints(self) -> list[int]:
+        w = self.width
+        return [int.from_bytes(self.data[i : i + w], "big") for i in range(0, len(self.data), w)]
+
+    def to_array(self) -> np.ndarray:
+        """uint8[count, n_bits/8], a wire dtype (xclp.v1.wire.ARRAY_DTYPES)."""
+        return np.frombuffer(self.data, dtype=np.uint8).reshape(self.count, self.width).copy()
+
+    @classmethod
+    def from_array(cls, arr: object, n_bits: int, count: int, what: str = "residues") -> Residues:
+        """From untrusted uint8[count, n_bits/8]; InvalidInput naming what differs."""
+        shape = (count, n_bits // 8)
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
+            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
+            raise InvalidInput(f"{what} must be uint8{list(shape)} (one {n_bits}-bit big-endian value per ciphertext), got {got}")
+        return cls(n_bits, np.ascontiguousarray(arr).tobytes())
 
 
 # ---- bit and slot packing (numpy, no per-bit Python loops) -------------------------------------
@@ -197,17 +278,6 @@ def _pack_slots(values: np.ndarray, width: int) -> list[int]:
     bits = ((values[:, :, None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1)).astype(np.uint8)
     packed = np.packbits(bits.reshape(n, k * width), axis=1, bitorder="little")
     return [int.from_bytes(row.tobytes(), "little") for row in packed]
-
-
-def _unpack_slots(plaintexts: list[mpz], layout: SlotLayout, n_bytes: int) -> np.ndarray:
-    """Packed plaintexts → uint64[count, K]; OutOfRange if bits above slot K−1 are set."""
-    w, k = layout.width, layout.slots
-    raw = np.frombuffer(b"".join(int(m).to_bytes(n_bytes, "little") for m in plaintexts), dtype=np.uint8)
-    bits = np.unpackbits(raw.reshape(len(plaintexts), n_bytes), axis=1, bitorder="little")
-    if bits[:, k * w :].any():
-        raise OutOfRange("a decrypted plaintext has bits above its last slot: B's evaluation is malformed")
-    weights = np.uint64(1) << np.arange(w, dtype=np.uint64)
-    return bits[:, : k * w].reshape(len(plaintexts), k, w).astype(np.uint64) @ weights
 
 
 def _slice_plaintexts(bits: np.ndarray, layout: SlotLayout) -> list[int]:
@@ -319,9 +389,12 @@ def _subset_tables(factors: list[mpz], group_bits: int, first: mpz, modulus: mpz
 
 def _evaluate_batch(
     public: tuple[int, int, int], window: int, slices: bytes, patterns: np.ndarray, group_bits: int,
-    slot_values: np.ndarray, layout: SlotLayout,
+    plaintexts: list[int], layout: SlotLayout,
 ) -> bytes:
-    """D_x = Π_l C_l · Π_{x_l=1} C_l^(−2) · (1 + M_x·N) · h_s^a for every x (DESIGN §5.3)."""
+    """D_x = Π_l C_l · Π_{x_l=1} C_l^(−2) · (1 + M_x·N) · h_s^a for every x (module docstring).
+
+    plaintexts[x] = M_x = (|x|·Σ_{s occupied} 2^(ws) + R_x) mod N.
+    """
     n, h_s, exponent_bits = public
     pub = PaillierPublicKey(n, h_s, exponent_bits)
     table = _public_table(n, h_s, exponent_bits, window)
@@ -333,9 +406,8 @@ def _evaluate_batch(
         total = t_mod(total * c, n2)
     inv_sq = [t_mod(c * c, n2) for c in _batch_invert(cts, n2)]
     tables = _subset_tables(inv_sq, group_bits, total, n2)
-    masked = _pack_slots(slot_values, layout.width)
     out = []
-    for row, m, digits in zip(patterns.tolist(), masked, table.random_digits(len(masked))):
+    for row, m, digits in zip(patterns.tolist(), plaintexts, table.random_digits(len(plaintexts))):
         acc = tables[0][row[0]]
         for t, d in zip(tables[1:], row[1:]):
             if d:
@@ -347,11 +419,15 @@ def _evaluate_batch(
     return ciphertexts_to_bytes(out, pub)
 
 
-def draw_masks(shape: tuple[int, ...], bits: int) -> np.ndarray:
-    """uint64 masks uniform in [0, 2^bits) from the OS CSPRNG (`secrets`); numpy only reshapes."""
-    count = int(np.prod(shape))
-    words = np.frombuffer(secrets.token_bytes(8 * count), dtype="<u8").astype(np.uint64)
-    return (words & np.uint64((1 << bits) - 1)).reshape(shape)
+def draw_masks(count: int, modulus: int) -> list[int]:
+    """`count` masks R uniform in [0, modulus) from the OS CSPRNG (`secrets.randbelow`)."""
+    return [secrets.randbelow(modulus) for _ in range(count)]
+
+
+def occupied_ones(layout: SlotLayout, n_A: int, g: int) -> int:
+    """Σ_{s occupied} 2^(ws) for batch g: a 1 in each slot holding one of A's vectors (not padding)."""
+    occupied = min(layout.slots, n_A - g * layout.slots)
+    return sum(1 << (layout.width * s) for s in range(occupied))
 
 
 def evaluate(
@@ -362,17 +438,18 @@ def evaluate(
     *,
     group_bits: int | None = None,
     window: int = DEFAULT_WINDOW,
-) -> tuple[EvaluatedDistances, np.ndarray]:
-    """Role B: masked encrypted distances to all of A's vectors, and masks uint64[n_B, n_A].
+) -> tuple[EvaluatedDistances, Residues]:
+    """Role B: masked encrypted distances to all of A's vectors, and the masks R (one per D).
 
-    The masks go to the coordinator, the EvaluatedDistances to A. Padding slots of A's last
-    batch also get uniform masks and no |x| term, so A's view of them is independent of x.
+    The masks go to the coordinator, the EvaluatedDistances to A. |x| is added to occupied slots
+    only, so the padding slots of A's last batch decrypt (after unmasking) to exactly 0 — which
+    the coordinator checks.
     """
     layout = slices.layout
     if layout.n_bits != public.n_bits:
         raise ProtocolError(f"bit slices are for a {layout.n_bits}-bit modulus, A's key has {public.n_bits} bits")
     bits = code_bits(codes_B, layout.L, "codes_B")
-    n_B, k, n_A = len(bits), layout.slots, slices.n_A
+    n_B, n_A = len(bits), slices.n_A
     g_bits = group_bits if group_bits is not None else choose_group_bits(layout.L, n_B)
     if not 1 <= g_bits <= 16:
         raise InvalidInput(f"group_bits must be in [1, 16], got {g_bits}")
@@ -381,18 +458,17 @@ def evaluate(
     padded[:, : layout.L] = bits
     # uint16[n_B, groups]: x's bit pattern in each group, the index into that group's table
     patterns = (padded.reshape(n_B, groups, g_bits) @ (np.int64(1) << np.arange(g_bits, dtype=np.int64))).astype(np.uint16)
-    weights = bits.sum(axis=1, dtype=np.uint64)
-    n_batches = layout.batches(n_A)
-    masks = draw_masks((n_batches, n_B, k), layout.mask_bits)
-    real = (np.arange(n_batches * k) < n_A).reshape(n_batches, k).astype(np.uint64)
-    state = (int(public.n), int(public.h_s), public.exponent_bits)
-    tasks = [
-        (state, window, slices.batch(g), patterns, g_bits, masks[g] + weights[:, None] * real[g][None, :], layout)
-        for g in range(n_batches)
-    ]
+    weights = [int(w) for w in bits.sum(axis=1, dtype=np.int64)]
+    n_batches, n = layout.batches(n_A), int(public.n)
+    masks = draw_masks(n_batches * n_B, n)  # batch-major, like D
+    state = (n, int(public.h_s), public.exponent_bits)
+    tasks = []
+    for g in range(n_batches):
+        ones = occupied_ones(layout, n_A, g)
+        plaintexts = [(w * ones + r) % n for w, r in zip(weights, masks[g * n_B : (g + 1) * n_B])]
+        tasks.append((state, window, slices.batch(g), patterns, g_bits, plaintexts, layout))
     out = b"".join(run_tasks(_evaluate_batch, tasks, executor))
-    r = masks.transpose(1, 0, 2).reshape(n_B, n_batches * k)[:, :n_A]
-    return EvaluatedDistances(layout, n_A, n_B, out), np.ascontiguousarray(r)
+    return EvaluatedDistances(layout, n_A, n_B, out), Residues.from_ints(masks, layout.n_bits)
 
 
 # ---- role A: decrypt; coordinator: unmask --------------------------------------------------------
@@ -403,28 +479,24 @@ def _decrypt_chunk(secret: tuple[int, int, int, int], data: bytes) -> list[mpz]:
     return [keypair.decrypt(c) for c in parse_ciphertexts(data, keypair.public)]
 
 
-def _decrypt_batch(secret: tuple[int, int, int, int], data: bytes, layout: SlotLayout) -> np.ndarray:
-    """uint64[count, K] slot values of one batch's ciphertexts."""
-    return _unpack_slots(_decrypt_chunk(secret, data), layout, layout.n_bits // 8)
-
-
-def decrypt_and_unpack(
+def decrypt(
     keypair: PaillierKeypair,
     evaluated: EvaluatedDistances,
     layout: SlotLayout,
     n_A: int,
     executor: Executor | None = None,
-) -> np.ndarray:
-    """Role A: CRT-decrypt B's ciphertexts and unpack slot values t: uint64[n_B, n_A]."""
+) -> Residues:
+    """Role A: CRT-decrypt B's ciphertexts into t = (packed H + R) mod N, one value per D, for the coordinator.
+
+    A does not unpack: t is uniform in [0, N) and tells A nothing (module docstring).
+    """
     if evaluated.layout != layout or evaluated.n_A != n_A:
         raise ProtocolError(f"B evaluated {evaluated.layout}, n_A={evaluated.n_A}; expected {layout}, n_A={n_A}")
     if layout.n_bits != keypair.public.n_bits:
         raise InvalidInput(f"layout is for a {layout.n_bits}-bit modulus, key has {keypair.public.n_bits} bits")
-    tasks = [(_secret_state(keypair), evaluated.batch(g), layout) for g in range(layout.batches(n_A))]
-    slots = np.concatenate(run_tasks(_decrypt_batch, tasks, executor), axis=0)  # [(g, x), K]
-    n_batches, k = layout.batches(n_A), layout.slots
-    t = slots.reshape(n_batches, evaluated.n_B, k).transpose(1, 0, 2).reshape(evaluated.n_B, n_batches * k)
-    return np.ascontiguousarray(t[:, :n_A])
+    tasks = [(_secret_state(keypair), evaluated.batch(g)) for g in range(layout.batches(n_A))]
+    t = [m for part in run_tasks(_decrypt_chunk, tasks, executor) for m in part]  # each < N (decryption)
+    return Residues.from_ints(t, layout.n_bits)
 
 
 def decrypt_all(keypair: PaillierKeypair, data: bytes, tasks: int, executor: Executor | None = None) -> list[mpz]:
@@ -436,18 +508,43 @@ def decrypt_all(keypair: PaillierKeypair, data: bytes, tasks: int, executor: Exe
     return [m for part in run_tasks(_decrypt_chunk, chunks, executor) for m in part]
 
 
-def unmask_distances(t: np.ndarray, r: np.ndarray, L: int) -> np.ndarray:
-    """Coordinator: H = t − r as uint16[n_B, n_A]; OutOfRange unless every value is in [0, L]."""
-    t_arr, r_arr = np.asarray(t), np.asarray(r)
-    if t_arr.shape != r_arr.shape or t_arr.ndim != 2:
-        raise OutOfRange(f"slot values {t_arr.shape} and masks {r_arr.shape} must be 2-D arrays of one shape")
-    if t_arr.dtype != np.uint64 or r_arr.dtype != np.uint64:
-        raise OutOfRange(f"slot values and masks must be uint64, got {t_arr.dtype} and {r_arr.dtype}")
-    if not 1 <= L <= 0xFFFF:
-        raise InvalidInput(f"L must be in [1, 65535], got {L}")
-    h = t_arr - r_arr  # wraps where t < r; caught below
-    bad = (t_arr < r_arr) | (h > np.uint64(L))
+def unmask_distances(
+    t: Residues, r: Residues, modulus: PaillierPublicKey | int, layout: SlotLayout, n_A: int, n_B: int
+) -> np.ndarray:
+    """Coordinator: H as uint16[n_B, n_A] from A's t and B's R, both one value per ciphertext D.
+
+    (t − R) mod N is the packed Σ_s h_s·2^(ws) of each D (module docstring). OutOfRange unless t
+    and R are below N, no bit above slot K − 1 is set, every padding slot of A's last batch is 0
+    and every distance lies in [0, L]: an honest run never fails these checks.
+    """
+    n = int(modulus.n) if isinstance(modulus, PaillierPublicKey) else int(modulus)
+    if n.bit_length() != layout.n_bits:
+        raise InvalidInput(f"A's modulus has {n.bit_length()} bits but the slot layout is for {layout.n_bits}")
+    count = layout.values(n_A, n_B)
+    for name, values in (("t (from A)", t), ("R (from B)", r)):
+        if values.n_bits != layout.n_bits or values.count != count:
+            raise OutOfRange(
+                f"{name} must hold {count} values of {layout.n_bits} bits for n_A={n_A}, n_B={n_B}; "
+                f"got {values.count} of {values.n_bits} bits"
+            )
+    t_int, r_int = t.to_ints(), r.to_ints()
+    for name, values in (("t (from A)", t_int), ("R (from B)", r_int)):
+        if any(v >= n for v in values):
+            raise OutOfRange(f"{name} has a value not below A's modulus N")
+    w, k, nbytes = layout.width, layout.slots, layout.value_bytes
+    packed = [(a - b) % n for a, b in zip(t_int, r_int)]
+    if any(p >> (k * w) for p in packed):
+        raise OutOfRange(f"an unmasked plaintext has bits above its last slot (bit {k * w} or higher): t or R is malformed")
+    raw = np.frombuffer(b"".join(p.to_bytes(nbytes, "little") for p in packed), dtype=np.uint8).reshape(count, nbytes)
+    bits = np.unpackbits(raw, axis=1, bitorder="little")[:, : k * w].reshape(count, k, w)
+    slots = bits.astype(np.uint32) @ (np.uint32(1) << np.arange(w, dtype=np.uint32))  # uint32[count, K]
+    n_batches = layout.batches(n_A)
+    h = slots.reshape(n_batches, n_B, k).transpose(1, 0, 2).reshape(n_B, n_batches * k)
+    if h[:, n_A:].any():
+        raise OutOfRange(f"{int(np.count_nonzero(h[:, n_A:]))} padding slots of A's last batch are not 0: t or R is malformed")
+    h = h[:, :n_A]
+    bad = h > layout.L
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
-        raise OutOfRange(f"{int(bad.sum())} unmasked distances lie outside [0, {L}] (first at [{i}, {j}])")
+        raise OutOfRange(f"{int(bad.sum())} unmasked distances lie outside [0, {layout.L}] (first at [{i}, {j}])")
     return h.astype(np.uint16)

@@ -5,7 +5,7 @@ moves payloads (dtypes and shapes as in server/jobs/xclp.py). Heavy Paillier wor
 process pool sized to the cores (`workers`; 0 runs it in this process).
 
 SecureHamming restarts (a peer dropped): roles stay as drawn in the first round, and this party
-re-sends what it already computed (its encrypted slices, its evaluation and masks r for a pair,
+re-sends what it already computed (its encrypted slices, its evaluation and masks R for a pair,
 its decrypted t) — the same bytes, so a restart reveals nothing new and costs no new Paillier work.
 SecureRowSums restarts use the new round's masks; the masker refuses a repeated round.
 """
@@ -107,8 +107,8 @@ class XclpParty:
     hamming_round: int | None = None
     hamming_members: tuple[str, ...] = ()
     slices: bytes | None = None
-    evaluated: dict[str, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # by A: (evaluation, r)
-    t: dict[str, np.ndarray] = field(default_factory=dict)  # by B
+    evaluated: dict[str, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # by A: (evaluation, R)
+    t: dict[str, np.ndarray] = field(default_factory=dict)  # by B: uint8[⌈n_A/K⌉·n_B, |N|/8]
     hamming_pushed: bool = False
     zbar: np.ndarray | None = None
     kept: dict[int, np.ndarray] = field(default_factory=dict)  # SecureRowSums own masked rows by round
@@ -236,7 +236,7 @@ class XclpParty:
                 self.progress(f"SecureHamming pair {task.a}->{task.b}: evaluated {self.X.shape[0]} x "
                               f"{self.sizes[task.a]} distances in {time.monotonic() - t0:.1f}s")
             self._push(self.evaluated[task.a][0], HAMMING_STEP, message.round, recipient=task.a)
-        else:  # we are A: decrypt B's evaluation into t = h + r
+        else:  # we are A: decrypt B's evaluation into t = (packed H + R) mod N
             if task.b not in self.t:
                 t0 = time.monotonic()
                 self.t[task.b] = steps.hamming_decrypt(self.keypair, message.payload, L, self.X.shape[0],
@@ -245,7 +245,11 @@ class XclpParty:
         self._maybe_push_hamming()
 
     def _maybe_push_hamming(self) -> None:
-        """Once every pair of this round has its part here: t (as A) and r (as B), in pair order."""
+        """Once every pair of this round has its part here: t (as A) and R (as B), in pair order.
+
+        Each part is uint8[⌈n_A/K⌉·n_B, |N|/8] (one value mod N per ciphertext D); all pairs use
+        keys of the job's key_bits, so the parts stack into one uint8[m, key_bits/8] payload.
+        """
         if self.hamming_pushed or self.hamming_round is None:
             return
         parts = []
@@ -256,9 +260,10 @@ class XclpParty:
                 part = self.evaluated[task.a][1] if task.a in self.evaluated else None
             if part is None:
                 return
-            parts.append(np.ascontiguousarray(part, dtype=np.uint64).reshape(-1))
-        flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
-        self._push(flat, HAMMING_STEP, self.hamming_round)
+            parts.append(np.ascontiguousarray(part, dtype=np.uint8))
+        width = self.params.key_bits // 8
+        rows = np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.uint8)
+        self._push(rows, HAMMING_STEP, self.hamming_round)
         self.hamming_pushed = True
         self.progress(f"SecureHamming done: {len(parts)} pairs ({self._elapsed()})")
 

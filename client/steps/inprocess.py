@@ -166,7 +166,8 @@ def run_xclp_inprocess(
             evaluated = wire.send("secure_hamming", evaluated)
             r = wire.send("secure_hamming", masks)
             t = wire.send("secure_hamming", party.hamming_decrypt(paillier[task.a], evaluated, L, n_a, n_b, executor))
-            cross[(task.a, task.b)] = coord.cross_block(t, r, n_a, n_b, L)
+            # The coordinator knows A's N from A's key bundle (DESIGN §4.1); it unmasks mod N.
+            cross[(task.a, task.b)] = coord.cross_block(t, r, int(paillier_public[task.a].n), n_a, n_b, L)
         for pid in sorted(gone):
             membership = coord.drop_party(membership, pid, coord.XclpStage.SECURE_HAMMING)
         layout = coord.RowLayout(membership.graph, tuple(sizes[p] for p in membership.graph))

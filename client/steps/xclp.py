@@ -8,14 +8,17 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.1 LSH                 | `lsh_step`                  | —                                      |              |
 | §5.2 intra distances     | `intra_hamming`             | uint32[n_j, n_j]                       | coordinator  |
 | §5.3 SecureHamming, A    | `hamming_encrypt`           | bytes: bit-slice ciphertexts           | B            |
-| §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; uint64 r | A; coord.    |
-| §5.3 SecureHamming, A    | `hamming_decrypt`           | uint64[n_B, n_A] slot values t         | coordinator  |
+| §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; masks R  | A; coord.    |
+| §5.3 SecureHamming, A    | `hamming_decrypt`           | masked packed distances t              | coordinator  |
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
 | §5.5 influence received  | `select_influence`          | —                                      |              |
 | §5.6 SecureRowSums       | `local_scores`, `mask_row_sums` | uint64[n_frame − n_j, C]           | coordinator  |
 | §5.6-5.7 output          | `unmask_row_sums`, `predict`| —                                      |              |
 
 Which side of a pair is A comes from the coordinator's task (`server.steps.xclp.secure_hamming_pairs`).
+R and t are one |N|-bit value per ciphertext D (⌈n_A/K⌉·n_B of them), travelling as
+uint8[⌈n_A/K⌉·n_B, |N|/8] big-endian rows (`crypto.secure_hamming.Residues`; whole-plaintext
+masks mod N, see that module's "Deviation from DESIGN §5.3").
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from crypto.secure_hamming import (
     EncryptedSlices,
     EvaluatedDistances,
     SlotLayout,
-    decrypt_and_unpack,
+    decrypt,
     encrypt_bit_slices,
     evaluate,
 )
@@ -112,7 +115,7 @@ def hamming_evaluate(
     n_a: int,
     executor: Executor | None = None,
 ) -> tuple[bytes, np.ndarray]:
-    """Side B: (evaluated ciphertexts as bytes for A, masks r uint64[n_B, n_A] for the coordinator).
+    """Side B: (evaluated ciphertexts as bytes for A, masks R uint8[⌈n_A/K⌉·n_B, |N|/8] for the coordinator).
 
     `slices` is untrusted input from A: parsing validates its size against n_A, L and A's modulus.
     """
@@ -123,19 +126,18 @@ def hamming_evaluate(
             f"A's bit slices declare {received.layout}, n_A={received.n_A}; expected {layout}, n_A={n_a}"
         )
     evaluated, masks = evaluate(a_public, received, codes, executor=executor)
-    return evaluated.to_bytes(), np.ascontiguousarray(masks, dtype=np.uint64)
+    return evaluated.to_bytes(), masks.to_array()
 
 
 def hamming_decrypt(
     keypair: PaillierKeypair, evaluated: bytes, n_bits: int, n_a: int, n_b: int, executor: Executor | None = None
 ) -> np.ndarray:
-    """Side A, last step: the slot values t = h + r, uint64[n_B, n_A], for the coordinator (DESIGN §5.3)."""
+    """Side A, last step: t = (packed H + R) mod N, uint8[⌈n_A/K⌉·n_B, |N|/8], for the coordinator (DESIGN §5.3)."""
     layout = slot_layout(keypair.public, n_bits)
     received = EvaluatedDistances.from_bytes(evaluated)
     if received.n_B != n_b:
         raise ProtocolError(f"B evaluated {received.n_B} vectors but has {n_b} rows")
-    t = decrypt_and_unpack(keypair, received, layout, n_a, executor)  # checks layout and n_A
-    return np.ascontiguousarray(t, dtype=np.uint64)
+    return decrypt(keypair, received, layout, n_a, executor).to_array()  # checks layout and n_A
 
 
 def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:

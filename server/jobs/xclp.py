@@ -8,8 +8,9 @@ keeps the stage machine. Steps after SETUP, in order (payload dtype/shape per pa
     intra_hamming        j -> coordinator  uint16[n_j, n_j] own Hamming block          (§5.2)
     secure_hamming       A -> B (relayed)  bytes: encrypted bit slices of A's codes     (§5.3)
                          B -> A (relayed)  bytes: evaluated ciphertexts
-                         j -> coordinator  uint64[Σ n_A·n_B over j's pairs]: t of the pairs where
-                                           j is A, r of the pairs where j is B, in pair order
+                         j -> coordinator  uint8[Σ ⌈n_A/K⌉·n_B over j's pairs, |N|/8]: t of the
+                                           pairs where j is A, masks R of the pairs where j is B,
+                                           in pair order; one big-endian value mod N per ciphertext
     labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
     coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
     coordinator -> j     "influence"       float64[n, l_j] (float64[n, n_j] if hidden)  (§5.5)
@@ -39,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from crypto.identity import KeyBundle, SignedBundle
+from crypto.secure_hamming import SlotLayout
 from server.config import JobConfig
 from server.jobs.base import SEED_STEP, Job, Observer, Stage, Step, ring_array
 from server.steps import xclp as steps
@@ -76,13 +78,16 @@ class StepStats:
                 "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
 
 
-def pair_parts(pairs: tuple[steps.PairTask, ...], party: str, sizes: Mapping[str, int]) -> list[tuple[steps.PairTask, int]]:
-    """The pieces of `party`'s secure_hamming contribution: (pair, n_B·n_A) in pair order.
+def pair_parts(
+    pairs: tuple[steps.PairTask, ...], party: str, sizes: Mapping[str, int], layout: SlotLayout
+) -> list[tuple[steps.PairTask, int]]:
+    """The pieces of `party`'s secure_hamming contribution: (pair, ⌈n_A/K⌉·n_B values) in pair order.
 
-    The party sends t for the pairs where it is A and r for those where it is B (DESIGN §5.3);
-    client.jobs.xclp builds the same concatenation.
+    The party sends t for the pairs where it is A and R for those where it is B, one |N|-bit
+    value per ciphertext D (DESIGN §5.3, crypto/secure_hamming.py); client.jobs.xclp builds the
+    same concatenation. Every A's key has the job's key_bits, so one layout fits all pairs.
     """
-    return [(t, sizes[t.a] * sizes[t.b]) for t in pairs if party in (t.a, t.b)]
+    return [(t, layout.values(sizes[t.a], sizes[t.b])) for t in pairs if party in (t.a, t.b)]
 
 
 @dataclass
@@ -90,7 +95,7 @@ class _Hamming:
     """What secure_hamming has produced so far in the current round."""
 
     relayed: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient)
-    parts: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)  # (a, b, "t"|"r")
+    parts: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)  # (a, b, "t"|"r") -> uint8[m, |N|/8]
 
 
 class XclpJob(Job):
@@ -106,6 +111,7 @@ class XclpJob(Job):
         self.params: XclpParams = config.params
         self.roster: tuple[str, ...] = ()
         self.sizes: dict[str, int] = {}
+        self.moduli: dict[str, int] = {}  # each roster party's Paillier N, from its signed bundle
         self.membership: steps.Membership | None = None
         self.pairs: tuple[steps.PairTask, ...] = ()  # roles drawn once, at the first secure_hamming round
         self.intra: dict[str, np.ndarray] = {}
@@ -167,6 +173,7 @@ class XclpJob(Job):
     def begin(self) -> None:
         self.roster = tuple(self.active)
         self.sizes = {p: int(self.parties[p].summary.rows) for p in self.roster}
+        self.moduli = {p: int.from_bytes(self.parties[p].bundle.paillier_n, "big") for p in self.roster}
         self.membership = steps.start_membership(self.roster)
         self._send_layout(LAYOUT_MSG, self.membership.graph)
         self.start_step(INTRA_STEP)
@@ -179,14 +186,14 @@ class XclpJob(Job):
                 raise InvalidInput(f"the intra-party Hamming block of {sender!r} must be a uint16 array")
             self.intra[sender] = steps.check_intra_block(payload, n, L)
         elif step.name == HAMMING_STEP:
-            parts = pair_parts(self._round_pairs(step), sender, self.sizes)
-            flat = ring_array(payload, np.dtype(np.uint64), (sum(size for _, size in parts),),
+            layout = self._hamming_layout()
+            parts = pair_parts(self._round_pairs(step), sender, self.sizes, layout)
+            rows = ring_array(payload, np.dtype(np.uint8), (sum(size for _, size in parts), layout.value_bytes),
                               f"the secure_hamming values of {sender!r}")
             start = 0
             for task, size in parts:
                 kind = "t" if sender == task.a else "r"
-                self.round_state.parts[(task.a, task.b, kind)] = flat[start : start + size].reshape(
-                    self.sizes[task.b], self.sizes[task.a])
+                self.round_state.parts[(task.a, task.b, kind)] = rows[start : start + size]
                 start += size
         elif step.name == LABELS_STEP:
             count = int(self.parties[sender].summary.labeled_rows)
@@ -279,6 +286,10 @@ class XclpJob(Job):
         self.round_state = _Hamming()
         self.start_step(HAMMING_STEP, list(self.membership.graph))
 
+    def _hamming_layout(self) -> SlotLayout:
+        """The slot layout of every pair: A's key has the job's key_bits (checked at join)."""
+        return SlotLayout(self.params.key_bits, self.params.n_bits)
+
     def _round_pairs(self, step: Step) -> tuple[steps.PairTask, ...]:
         members = set(step.participants)
         return tuple(t for t in self.pairs if t.a in members and t.b in members)
@@ -299,7 +310,8 @@ class XclpJob(Job):
         for task in self._round_pairs(step):
             t = self.round_state.parts[(task.a, task.b, "t")]
             r = self.round_state.parts[(task.a, task.b, "r")]
-            self.cross[(task.a, task.b)] = steps.cross_block(t, r, self.sizes[task.a], self.sizes[task.b], L)
+            self.cross[(task.a, task.b)] = steps.cross_block(t, r, self.moduli[task.a], self.sizes[task.a],
+                                                             self.sizes[task.b], L)
         layout = steps.RowLayout(self.membership.graph, tuple(self.sizes[p] for p in self.membership.graph))
         self.hamming = steps.assemble_hamming(layout, self.intra, self.cross, L)
         log.info("job %s: H assembled for %d rows of %d parties", self.config.job_id, layout.n, len(layout.parties))

@@ -4,7 +4,7 @@ What the coordinator does, in order, and what each function here computes:
 
 1. `secure_hamming_pairs` — which side of each pair holds the Paillier key (§5.3).
 2. `check_intra_block`, `cross_block`, `assemble_hamming` — the pooled Hamming matrix H from each
-   party's own block (§5.2) and each pair's unmasked SecureHamming block t − r (§5.3), validated.
+   party's own block (§5.2) and each pair's unmasked SecureHamming block (t − R) mod N (§5.3), validated.
 3. `influence_blocks` — graph, 𝒲 and influence columns via `xclp.graph`, cut per party (§5.4-5.5).
 4. `rowsums_frame`, `sum_row_sums` — the SecureRowSums aggregate cut into row blocks (§5.6).
 5. `Membership`, `drop_party`, `rowsums_participants`, `drop_party_from_H` — dropouts as pure
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crypto.secure_hamming import unmask_distances
+from crypto.secure_hamming import Residues, SlotLayout, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import GraphParams, InfluenceMethod, build_influence
 from xclp.hamming import hamming_dtype
@@ -188,17 +188,22 @@ def check_intra_block(block: np.ndarray, n_rows: int, n_bits: int) -> np.ndarray
     return arr.astype(hamming_dtype(n_bits))
 
 
-def cross_block(t: np.ndarray, r: np.ndarray, n_a: int, n_b: int, n_bits: int) -> np.ndarray:
-    """One pair's distances H[b rows, a rows] = t − r (DESIGN §5.3 last step), validated.
+def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int, n_bits: int) -> np.ndarray:
+    """One pair's distances H[b rows, a rows] from A's t and B's masks R (DESIGN §5.3 last step), validated.
 
-    t: uint64[n_b, n_a] slot values from A; r: uint64[n_b, n_a] masks from B. Refuses a wrong
-    shape (InvalidInput) and any distance outside [0, L] (OutOfRange, via `unmask_distances`).
+    t, r: uint8[⌈n_a/K⌉·n_b, |N|/8], one big-endian value per ciphertext D; a_modulus: A's
+    Paillier N (from A's signed key bundle), which fixes |N|, K and the arithmetic mod N.
+    Refuses a wrong dtype or shape (InvalidInput) and anything `unmask_distances` finds malformed
+    — a value not below N, bits above the last slot, a non-zero padding slot, a distance outside
+    [0, L] (OutOfRange).
     """
-    for name, arr in (("t (from A)", t), ("r (from B)", r)):
-        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint64 or arr.shape != (n_b, n_a):
-            got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
-            raise InvalidInput(f"SecureHamming {name} must be uint64[{n_b}, {n_a}], got {got}")
-    return np.asarray(unmask_distances(t, r, n_bits)).astype(hamming_dtype(n_bits))
+    n_bits = check_n_bits(n_bits)
+    layout = SlotLayout(int(a_modulus).bit_length(), n_bits)
+    count = layout.values(n_a, n_b)
+    t_values = Residues.from_array(t, layout.n_bits, count, "SecureHamming t (from A)")
+    r_values = Residues.from_array(r, layout.n_bits, count, "SecureHamming R (from B)")
+    H = unmask_distances(t_values, r_values, a_modulus, layout, n_a, n_b)
+    return H.astype(hamming_dtype(n_bits))
 
 
 def assemble_hamming(

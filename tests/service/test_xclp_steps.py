@@ -129,9 +129,9 @@ def test_secure_hamming_bytes_are_ciphertexts_of_the_packed_slices() -> None:
     for task in coord.secure_hamming_pairs(IDS):
         n_a, n_b = SIZES[task.a], SIZES[task.b]
         batches = math.ceil(n_a / layout.slots)
-        expected += 24 + batches * L * ct  # A -> B: header + one ciphertext per (batch, bit)
-        expected += 28 + batches * n_b * ct  # B -> A: header + one ciphertext per (batch, B's row)
-        expected += 2 * 8 * n_a * n_b  # r from B and t from A, uint64[n_b, n_a] each
+        expected += 20 + batches * L * ct  # A -> B: header + one ciphertext per (batch, bit)
+        expected += 24 + batches * n_b * ct  # B -> A: header + one ciphertext per (batch, B's row)
+        expected += 2 * batches * n_b * KEY_BITS // 8  # R from B and t from A: one value mod N per ciphertext
     assert result.bytes_sent["secure_hamming"] == expected
 
 
@@ -342,15 +342,34 @@ def test_secure_hamming_pairs_cover_every_pair_once_with_balanced_roles(n_partie
     assert set(as_a.values()) <= {(n_parties - 1) // 2, n_parties // 2}
 
 
-def test_cross_block_refuses_values_outside_0_L() -> None:
-    t = np.full((2, 3), 100, np.uint64)
-    with pytest.raises(OutOfRange):
-        coord.cross_block(t, np.full((2, 3), 100 - L - 1, np.uint64), 3, 2, L)
-    with pytest.raises(OutOfRange):
-        coord.cross_block(t, np.full((2, 3), 101, np.uint64), 3, 2, L)
-    with pytest.raises(InvalidInput, match=r"uint64\[2, 3\]"):
-        coord.cross_block(t.T.copy(), t.T.copy(), 3, 2, L)
-    np.testing.assert_array_equal(coord.cross_block(t, np.full((2, 3), 90, np.uint64), 3, 2, L), np.full((2, 3), 10))
+def _masked_block(H: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """t and R as they travel (uint8[⌈n_a/K⌉·n_b, |N|/8]) for one batch of H uint[n_b, n_a] (n_a <= K)."""
+    w, width = L.bit_length(), n.bit_length() // 8
+    packed = [sum(int(h) << (w * s) for s, h in enumerate(row)) for row in H]
+    masks = [int.from_bytes(rng.bytes(width), "big") % n for _ in packed]
+    t = [(p + m) % n for p, m in zip(packed, masks)]
+    as_rows = lambda vals: np.frombuffer(b"".join(v.to_bytes(width, "big") for v in vals), np.uint8).reshape(-1, width)  # noqa: E731
+    return as_rows(t), as_rows(masks)
+
+
+def test_cross_block_unmasks_mod_N_and_refuses_values_outside_0_L() -> None:
+    n = 2**511 + 2**300 + 111  # any 512-bit odd modulus: the coordinator only computes mod N
+    rng = np.random.default_rng(4)
+    H = np.array([[0, 64, 17], [5, 1, 63]])
+    t, r = _masked_block(H, n, rng)
+    assert t.shape == (2, 64) and t.dtype == np.uint8  # one 512-bit value per (batch, B row)
+    np.testing.assert_array_equal(coord.cross_block(t, r, n, 3, 2, L), H)
+    bad_t, _ = _masked_block(np.array([[0, 65, 17], [5, 1, 63]]), n, np.random.default_rng(4))  # same R
+    with pytest.raises(OutOfRange, match=r"outside \[0, 64\]"):
+        coord.cross_block(bad_t, r, n, 3, 2, L)
+    with pytest.raises(OutOfRange):  # a 4th slot would be padding for n_a = 3
+        coord.cross_block(*_masked_block(np.array([[0, 1, 2, 3], [1, 1, 1, 1]]), n, rng), n, 3, 2, L)
+    with pytest.raises(InvalidInput, match=r"uint8\[2, 64\]"):
+        coord.cross_block(t[:1].copy(), r, n, 3, 2, L)
+    with pytest.raises(InvalidInput, match=r"uint8\[2, 64\]"):
+        coord.cross_block(t.view(np.uint64), r, n, 3, 2, L)
+    with pytest.raises(InvalidInput, match=r"uint8\[2, 128\]"):  # A's N fixes the width of t and R
+        coord.cross_block(t, r, 2**1023 + 1, 3, 2, L)
 
 
 def test_intra_block_checks() -> None:

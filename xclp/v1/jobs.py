@@ -156,7 +156,6 @@ class RaceJob:
 LABEL_NORMS = ("none", "party")
 SOLVERS = ("auto", "dense", "cg")
 MIN_SECURE_KEY_BITS = 2048  # crypto.paillier.MIN_SECURE_BITS; jobs.py stays free of crypto imports
-DEFAULT_SIGMA = 40  # crypto.secure_hamming.DEFAULT_SIGMA
 
 
 @dataclass(frozen=True)
@@ -165,8 +164,8 @@ class XclpJob:
     key size, SecureRowSums fixed point and what the coordinator may learn.
 
     key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
-    sigma is the statistical security of the SecureHamming masks; the packed slot layout of the
-    protocol steps fixes it at 40 (DESIGN §5.3), so any other value is refused rather than ignored.
+    SecureHamming masks are uniform mod N (perfect hiding, crypto/secure_hamming.py), so there is
+    no statistical-security parameter σ; a job file naming "sigma" is refused as an unknown key.
     label_norm: "none" = one-hot Y_L (the paper), "party" = each party divides each class column by
     its own count of that class (the authors' code, per party; DESIGN §5.6). hide_label_mask: the
     coordinator sends every party the influence columns of all its rows, so it never learns which
@@ -180,7 +179,6 @@ class XclpJob:
     alpha: float = 0.99
     power: float = 3.0
     key_bits: int = MIN_SECURE_KEY_BITS
-    sigma: int = DEFAULT_SIGMA
     hide_label_mask: bool = False
     label_norm: str = "none"
     solver: str = "auto"
@@ -203,8 +201,6 @@ class XclpJob:
                 f"key_bits = {self.key_bits} is below the secure {MIN_SECURE_KEY_BITS}; smaller Paillier keys "
                 "are for tests only and need insecure_test_keys = true"
             )
-        if self.sigma != DEFAULT_SIGMA:
-            raise ConfigError(f"sigma is fixed at {DEFAULT_SIGMA} bits by the SecureHamming slot layout, got {self.sigma}")
         if self.label_norm not in LABEL_NORMS:
             raise ConfigError(
                 f"label_norm must be one of {', '.join(LABEL_NORMS)}, got {self.label_norm!r} "
@@ -221,14 +217,14 @@ class XclpJob:
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> XclpJob:
-        allowed = {"n_classes", "n_bits", "k", "alpha", "power", "key_bits", "sigma", "hide_label_mask",
+        allowed = {"n_classes", "n_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                    "label_norm", "solver", "frac_bits", "insecure_test_keys"}
         _no_extra(params, allowed, "xclp")
         return cls(
             n_classes=_int(params, "n_classes", low=2), n_bits=_int(params, "n_bits", 1024, low=64),
             k=_int(params, "k", 10), alpha=_float(params, "alpha", 0.99) or 0.0,
             power=_float(params, "power", 3.0) or 0.0, key_bits=_int(params, "key_bits", MIN_SECURE_KEY_BITS),
-            sigma=_int(params, "sigma", DEFAULT_SIGMA), hide_label_mask=_bool(params, "hide_label_mask"),
+            hide_label_mask=_bool(params, "hide_label_mask"),
             label_norm=str(params.get("label_norm", "none")), solver=str(params.get("solver", "auto")),
             frac_bits=_int(params, "frac_bits", 32), insecure_test_keys=_bool(params, "insecure_test_keys"),
         )
