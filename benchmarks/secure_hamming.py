@@ -19,14 +19,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate
+from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
 from crypto.paillier import PaillierKeypair
 from crypto.pool import default_workers, process_pool
 from crypto.secure_hamming import (
     SlotLayout,
     choose_group_bits,
+    decrypt,
     decrypt_all,
-    decrypt_and_unpack,
     encrypt_bit_slices,
     evaluate,
     unmask_distances,
@@ -75,13 +75,13 @@ def time_literal(keypair: PaillierKeypair, codes_A: np.ndarray, codes_B: np.ndar
     enc = literal_encrypt_bits(pub, codes_A[:1], L)  # L bit encryptions
     out["encrypt_bit"], out["encrypt_bit_cpu"] = (time.perf_counter() - w0) / L, (time.process_time() - c0) / L
     w0, c0 = time.perf_counter(), time.process_time()
-    evaluated, r = literal_evaluate(pub, enc, codes_B[:samples], layout)
+    evaluated, r = literal_evaluate(pub, enc, codes_B[:samples], L)
     out["evaluate_pair"], out["evaluate_pair_cpu"] = (time.perf_counter() - w0) / samples, (time.process_time() - c0) / samples
     w0, c0 = time.perf_counter(), time.process_time()
     t = literal_decrypt(priv, evaluated)
     out["decrypt_pair"], out["decrypt_pair_cpu"] = (time.perf_counter() - w0) / samples, (time.process_time() - c0) / samples
     expected = plaintext_hamming(codes_B[:samples], codes_A[:1])
-    assert (unmask_distances(t, r, L) == expected).all(), "literal protocol disagrees with plaintext"
+    assert (literal_unmask(t, r, pub.n, L) == expected).all(), "literal protocol disagrees with plaintext"
     return out
 
 
@@ -130,11 +130,11 @@ def main() -> None:
         phases["b_evaluate"], phases_cpu["b_evaluate"] = time.perf_counter() - t0, cpu_seconds(pool) - c0
         log(f"B evaluate: {phases['b_evaluate']:.2f}s")
         t0, c0 = time.perf_counter(), cpu_seconds(pool)
-        t = decrypt_and_unpack(keypair, evaluated, layout, n, pool)
+        t = decrypt(keypair, evaluated, layout, n, pool)
         phases["a_decrypt"], phases_cpu["a_decrypt"] = time.perf_counter() - t0, cpu_seconds(pool) - c0
         log(f"A decrypt: {phases['a_decrypt']:.2f}s")
         t0, c0 = time.perf_counter(), cpu_seconds(pool)
-        H = unmask_distances(t, r, args.L)
+        H = unmask_distances(t, r, keypair.public, layout, n, n)
         phases["unmask"], phases_cpu["unmask"] = time.perf_counter() - t0, cpu_seconds(pool) - c0
         t0, c0 = time.perf_counter(), cpu_seconds(pool)
         decrypt_all(keypair, evaluated.ciphertexts, layout.batches(n), pool)
@@ -177,8 +177,8 @@ def main() -> None:
         "distances_per_second": round(n * n / optimised, 1),
         "bytes_a_to_b": len(keypair.public.to_bytes()) + len(slices.to_bytes()),
         "bytes_b_to_a": len(evaluated.to_bytes()),
-        "bytes_b_to_coordinator": int(r.nbytes),
-        "bytes_a_to_coordinator": int(t.nbytes),
+        "bytes_b_to_coordinator": len(r.data),
+        "bytes_a_to_coordinator": len(t.data),
     }))
 
 
