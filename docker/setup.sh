@@ -1,0 +1,56 @@
+#!/bin/sh
+# The compose demo's one-shot `setup` service (README "Docker"): what the coordinator's operator
+# and the institutions would each do once, here in one container so `docker compose up` needs
+# nothing else. It runs as root only to hand the fresh volumes to the image's user (uid 10001).
+#
+#   /vol/ca            dev CA (ca.pem, ca-key.pem): only this service ever mounts it
+#   /vol/coordinator   certs/server.pem + server-key.pem, allow.toml (the coordinator's volume)
+#   /vol/<party>       <party>.key (private), <party>.pub, ca.pem (that institution's secrets volume)
+#
+# Idempotent: a re-run keeps the CA and the identity keys, re-issues the server certificate
+# (for the names in XCLP_SERVER_NAMES) and rewrites the allow-list.
+#
+# Environment: XCLP_PARTIES (space-separated ids), XCLP_SERVER_NAMES (DNS names and IPs the
+# institutions dial; IPs are recognised by their dots and digits).
+set -eu
+umask 077
+PARTIES=${XCLP_PARTIES:-hospital-a hospital-b hospital-c}
+NAMES=${XCLP_SERVER_NAMES:-coordinator localhost 127.0.0.1}
+XCLP_UID=10001
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+if [ -f /vol/ca/ca.pem ] && [ -f /vol/ca/ca-key.pem ]; then
+  say "reusing the dev CA in the ca volume"
+else
+  xclp-server ca init --dir /vol/ca
+fi
+
+set --
+for name in $NAMES; do
+  case $name in
+    *[!0-9.]*) set -- "$@" --dns "$name" ;;
+    *) set -- "$@" --ip "$name" ;;
+  esac
+done
+xclp-server cert server --ca-dir /vol/ca --out /vol/coordinator/certs "$@"
+
+allow=/vol/coordinator/allow.toml.tmp
+printf '# written by docker/setup.sh: the identities the coordinator admits\n[parties]\n' > "$allow"
+for party in $PARTIES; do
+  dir=/vol/$party
+  [ -d "$dir" ] || { say "error: no volume mounted at $dir for $party"; exit 2; }
+  if [ -f "$dir/$party.key" ] && [ -f "$dir/$party.pub" ]; then
+    say "reusing the identity key of $party"
+  else
+    xclp-client keygen --party "$party" --out "$dir" >/dev/null
+  fi
+  cp /vol/ca/ca.pem "$dir/ca.pem"
+  chmod 0644 "$dir/ca.pem" "$dir/$party.pub"
+  printf '%s = "%s"\n' "$party" "$(cat "$dir/$party.pub")" >> "$allow"
+done
+mv "$allow" /vol/coordinator/allow.toml
+
+chown -R "$XCLP_UID:$XCLP_UID" /vol/ca /vol/coordinator
+for party in $PARTIES; do chown -R "$XCLP_UID:$XCLP_UID" "/vol/$party"; done
+say "dev CA, server certificate for: $NAMES; identity keys and allow-list for: $PARTIES"
