@@ -39,7 +39,12 @@ PARTIES = ("hospital-a", "hospital-b", "hospital-c")
 DEMO_DATA = Path(__file__).resolve().parent / "demo_data"
 JOB_ID = "xclp-demo"
 N_CLASSES = 10
-GRAPH = GraphParams(k=10, alpha=0.99, power=3)
+# k = 5 neighbours, p = 3, one-hot labels (label_norm "none", the paper's): on the bundled data
+# (3 × 500 rows, 10 % labeled, Dirichlet(0.5) label skew) XCLP beat every institution's own LP
+# with the same settings for every one of 12 random common seeds tried (plaintext reference;
+# README "Label propagation across institutions (XCLP)").
+GRAPH = GraphParams(k=5, alpha=0.99, power=3)
+LABEL_NORM = "none"
 START_SECONDS = 60.0
 
 
@@ -69,7 +74,7 @@ def job_toml(options: DemoOptions) -> str:
     return (f'job_id = "{JOB_ID}"\ntype = "xclp"\nexpected_parties = [{parties}]\n'
             f'min_parties = 2\nsummary = "summary.json"\n\n[deadlines]\njoin_seconds = 120\nstep_seconds = 300\n\n'
             f"[params]\nn_classes = {N_CLASSES}\nn_bits = {options.n_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
-            f"power = {GRAPH.power}\nkey_bits = {options.key_bits}\n{insecure}")
+            f'power = {GRAPH.power}\nlabel_norm = "{LABEL_NORM}"\nkey_bits = {options.key_bits}\n{insecure}')
 
 
 def _say(message: str) -> None:
@@ -146,7 +151,7 @@ def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float,
         truth = _truth(options.data / f"{party}.truth.csv", data.ids)
         unlabeled = ~data.labeled
         xclp = _predictions(out_dir / party / "predictions.csv", data.ids)
-        alone = per_client_lp(data.X, data.y, N_CLASSES, GRAPH).labels
+        alone = per_client_lp(data.X, data.y, N_CLASSES, GRAPH, LABEL_NORM).labels
         table.append((party, int(unlabeled.sum()), float(np.mean(xclp[unlabeled] == truth[unlabeled])),
                       float(np.mean(alone[unlabeled] == truth[unlabeled]))))
     return table

@@ -264,7 +264,8 @@ def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> No
 
 def test_demo_job_file_loads() -> None:
     config = load_job(ROOT / "client" / "demo_data" / "xclp-demo.toml")
-    assert config.params == XclpJob(n_classes=10) and config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
+    assert config.params == XclpJob(n_classes=10, k=5, power=3.0, label_norm="none")
+    assert config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
 
 
 def test_party_refuses_a_repeated_rowsums_round() -> None:
@@ -338,10 +339,10 @@ def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("hospital-")]
     assert [r[0] for r in rows] == ["hospital-a", "hospital-b", "hospital-c"]
     for _, unlabeled, together, alone in rows:
-        assert int(unlabeled) == 225 and 0.0 <= float(together) <= 1.0 and 0.0 <= float(alone) <= 1.0
+        assert int(unlabeled) == 450 and 0.0 <= float(together) <= 1.0 and 0.0 <= float(alone) <= 1.0
     for party in ("hospital-a", "hospital-b", "hospital-c"):  # accuracy at demo size: benchmarks/xclp_e2e.py
         ids, labels, _, _ = read_predictions_any(tmp_path / "out" / party / "predictions.csv")
-        assert len(ids) == 250 and ids[0] == f"{party}-0000" and set(labels) <= set(range(10))
+        assert len(ids) == 500 and ids[0] == f"{party}-0000" and set(labels) <= set(range(10))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["outcome"] == "done" and summary["label_parties"] == ["hospital-a", "hospital-b", "hospital-c"]
     assert "true_label" not in (ROOT / "client" / "demo_data" / "hospital-a.csv").read_text().splitlines()[0]
