@@ -1,29 +1,26 @@
 """The xclp Docker image (Dockerfile, scripts/docker-prepare): one image for both roles.
 
-The session fixture runs scripts/docker-prepare, so a fresh machine builds the base image, the
-wheelhouse and the image itself, offline from any registry. Every container and volume a test
-creates carries a unique name and is removed afterwards, also when the test fails.
+The session fixture `image` (conftest.py) runs scripts/docker-prepare, so a fresh machine builds
+the base image, the wheelhouse and the image itself, offline from any registry. Every container
+and volume a test creates carries a unique name and is removed afterwards, also when it fails.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import tarfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("XCLP_TEST_IMAGE", "xclp:dev")
-BASE_IMAGE = os.environ.get("BASE_IMAGE", "python:3.11-slim-bookworm")  # as scripts/docker-prepare
+from tests.docker.conftest import BASE_IMAGE
+
 NON_ROOT_UID = "10001"
 
 # PEM private keys of every flavour (PKCS#8, RSA, EC, OpenSSH, encrypted): the BEGIN line, up to
@@ -86,17 +83,6 @@ class Resources:
             docker("rm", "--force", "--volumes", container, check=False)
         for volume in self.volumes:
             docker("volume", "rm", "--force", volume, check=False)
-
-
-@pytest.fixture(scope="session")
-def image() -> str:
-    """Builds (or re-uses) the image offline with scripts/docker-prepare, as a fresh machine would."""
-    env = {**os.environ, "IMAGE": IMAGE, "BASE_IMAGE": BASE_IMAGE}
-    done = subprocess.run([str(REPO / "scripts" / "docker-prepare")], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=560)  # under pytest-timeout (600 s)
-    if done.returncode != 0:
-        pytest.fail(f"scripts/docker-prepare failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return IMAGE
 
 
 @pytest.fixture

@@ -1,0 +1,318 @@
+"""The compose demo (docker-compose.yml, docker/): a coordinator and three institutions in real
+containers, on the real engine, with real faults (DESIGN §5 dropouts).
+
+Each Docker test runs its own compose project (unique `-p` name, so its containers, network and
+volumes are its own) and takes it down with `down -v` afterwards, also when it fails. The fault
+tests use job files with short deadlines (XCLP_JOBS_DIR) and stop or disconnect hospital-b as soon
+as it reports that SecureHamming has started.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.docker.conftest import REPO
+
+PARTIES = ("hospital-a", "hospital-b", "hospital-c")
+SERVICES = ("setup", "coordinator", *PARTIES, "summary")
+DEMO_DATA = REPO / "client" / "demo_data"
+JOBS = REPO / "docker" / "jobs"
+# `docker compose` (v2) where installed, else docker-compose (v1.29): the file is written for both.
+COMPOSE = ["docker", "compose"] if shutil.which("docker-compose") is None else ["docker-compose"]
+# A summary table line: institution, unlabeled rows, XCLP, alone, FlyNN together, FlyNN alone.
+TABLE_LINE = re.compile(r"^(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
+
+
+def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+@dataclass
+class Project:
+    """One compose project of the demo; `env` holds the compose file's settings (XCLP_*)."""
+
+    image: str
+    name: str = field(default_factory=lambda: f"xclp-test-{uuid.uuid4().hex[:10]}")
+    env: dict[str, str] = field(default_factory=dict)
+
+    def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "XCLP_IMAGE": self.image, **self.env}
+        return run([*COMPOSE, "-p", self.name, *args], env=env, timeout=timeout, check=check)
+
+    def container(self, service: str) -> str:
+        cid = self.compose("ps", "--all", "-q", service).stdout.strip()
+        assert cid, f"no container for service {service}"
+        return cid
+
+    def state(self, service: str) -> dict[str, object]:
+        state: dict[str, object] = json.loads(run(["docker", "inspect", "--format", "{{json .State}}",
+                                                   self.container(service)]).stdout)
+        return state
+
+    def wait_exit(self, service: str, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.state(service)
+            if not state["Running"]:
+                return int(state["ExitCode"])  # type: ignore[call-overload]
+            time.sleep(1.0)
+        raise AssertionError(f"{service} still runs after {timeout:.0f}s:\n{self.logs(service)[-3000:]}")
+
+    def logs(self, service: str) -> str:
+        done = run(["docker", "logs", self.container(service)])
+        return done.stdout + done.stderr
+
+    def read(self, volume: str, path: str) -> str | None:
+        """A file of one of the project's volumes (None if it is not there), read in a throwaway container."""
+        done = run(["docker", "run", "--rm", "-v", f"{self.volume(volume)}:/v:ro", self.image,
+                    "sh", "-c", f'[ -e "/v/{path}" ] || exit 3; cat "/v/{path}"'], check=False)
+        if done.returncode == 3:
+            return None
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def volume(self, name: str) -> str:
+        # docker-compose v1 names volumes <project>_<name> (v2 too), with the project name normalised
+        return f"{re.sub(r'[^-_a-z0-9]', '', self.name.lower())}_{name}"
+
+    def down(self) -> None:
+        self.compose("down", "--volumes", "--remove-orphans", "--timeout", "2", timeout=180, check=False)
+
+
+@pytest.fixture
+def project(image: str) -> Iterator[Project]:
+    made = Project(image)
+    try:
+        yield made
+    finally:
+        made.down()
+
+
+def own_row_ids(party: str) -> list[str]:
+    with open(DEMO_DATA / f"{party}.csv", newline="") as fh:
+        return [row["row_id"] for row in csv.DictReader(fh)]
+
+
+def labeled_rows(party: str) -> int:
+    with open(DEMO_DATA / f"{party}.csv", newline="") as fh:
+        return sum(row["label"] != "" for row in csv.DictReader(fh))
+
+
+def xclp_accuracy(party: str, predictions_csv: str) -> float:
+    """Accuracy on the party's unlabeled rows, computed here from its predictions and the truth file."""
+    with open(DEMO_DATA / f"{party}.csv", newline="") as fh:
+        unlabeled = {r["row_id"] for r in csv.DictReader(fh) if r["label"] == ""}
+    with open(DEMO_DATA / f"{party}.truth.csv", newline="") as fh:
+        truth = {r["row_id"]: int(r["true_label"]) for r in csv.DictReader(fh)}
+    predicted = {r["id"]: int(r["label"]) for r in csv.DictReader(predictions_csv.splitlines())}
+    return sum(predicted[i] == truth[i] for i in unlabeled) / len(unlabeled)
+
+
+def check_predictions(project: Project, party: str) -> str:
+    """The party's predictions.csv: its own row ids, in order, each with a label and confidence."""
+    text = project.read(f"{party}-results", "predictions.csv")
+    assert text is not None, f"{party} has no predictions.csv:\n{project.logs(party)[-3000:]}"
+    rows = list(csv.DictReader(text.splitlines()))
+    assert list(rows[0])[:3] == ["id", "label", "confidence"]
+    assert [r["id"] for r in rows] == own_row_ids(party)
+    assert all(0 <= int(r["label"]) < 10 and 0.0 <= float(r["confidence"]) <= 1.0 for r in rows)
+    return text
+
+
+def fault_jobs(tmp_path: Path, flynn_join_seconds: int) -> Path:
+    """The demo's job files with short deadlines, readable by the image's user (uid 10001).
+
+    The FlyNN job's join deadline counts from the coordinator's start: long enough for the XCLP
+    job (with a 20 s SecureHamming deadline if the fault is a silent party), short enough that the
+    survivors do not wait long for the institution that is gone.
+    """
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    xclp = (JOBS / "xclp-demo.toml").read_text()
+    xclp = re.sub(r"(?m)^step_seconds = \d+", "step_seconds = 20", xclp)
+    flynn = (JOBS / "flynn-demo.toml").read_text()
+    flynn = re.sub(r"(?m)^join_seconds = \d+", f"join_seconds = {flynn_join_seconds}", flynn)
+    (jobs / "xclp-demo.toml").write_text(xclp)
+    (jobs / "flynn-demo.toml").write_text(flynn)
+    for path in (tmp_path, jobs, *jobs.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return jobs
+
+
+def wait_for_log(project: Project, service: str, needle: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in project.logs(service):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{service} never logged {needle!r}:\n{project.logs(service)[-3000:]}")
+
+
+def say(message: str) -> None:
+    print(f"[compose test] {message}", file=sys.stderr, flush=True)
+
+
+# --- the summary script alone (no Docker) --------------------------------------------------------
+
+
+def _summary(tmp_path: Path, predictions: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    results = tmp_path / "results"
+    coordinator = tmp_path / "coordinator"
+    coordinator.mkdir()
+    (coordinator / "started").touch()
+    (coordinator / "finished").write_text("0\n")
+    for party in PARTIES:
+        (results / party).mkdir(parents=True)
+    for party, text in predictions.items():
+        (results / party / "predictions.csv").write_text(text)
+        (results / party / "finished").touch()
+    cmd = [sys.executable, str(REPO / "docker" / "summary.py"), "--jobs", str(JOBS), "--data", str(DEMO_DATA),
+           "--results", str(results), "--coordinator", str(coordinator)]
+    return run(cmd, env={**os.environ, "XCLP_SUMMARY_GRACE": "0"}, check=False)
+
+
+def test_summary_scores_predictions_against_the_truth_and_reports_what_is_missing(tmp_path: Path) -> None:
+    perfect = {}
+    for party in ("hospital-a", "hospital-b"):
+        with open(DEMO_DATA / f"{party}.truth.csv", newline="") as fh:
+            perfect[party] = "id,label,confidence\n" + "".join(f"{r['row_id']},{r['true_label']},1.0\n"
+                                                             for r in csv.DictReader(fh))
+    done = _summary(tmp_path, perfect)
+    table = {m[0]: m[1:] for m in TABLE_LINE.findall(done.stdout)}
+    assert done.returncode == 1, "hospital-c has no results: the summary must not claim success"
+    assert table["hospital-a"][1] == table["hospital-b"][1] == "1.000"
+    assert table["hospital-c"][1] == "-"
+    assert "hospital-c: no predictions.csv, no flynn-model.npz (no status: the container did not finish)" in done.stdout
+    assert "no run summary" in done.stdout
+
+
+def test_summary_refuses_predictions_for_rows_that_are_not_the_institutions(tmp_path: Path) -> None:
+    foreign = "id,label,confidence\n" + "".join(f"{i},0,1.0\n" for i in own_row_ids("hospital-b"))
+    done = _summary(tmp_path, {"hospital-a": foreign})
+    assert done.returncode == 1
+    assert "hospital-a: unreadable predictions.csv" in done.stdout
+    assert "does not hold exactly the institution's own row ids" in done.stdout
+
+
+# --- the demo in real containers ------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(900)
+def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) -> None:
+    started = time.monotonic()
+    up = project.compose("up", "--no-color", timeout=600, check=False)
+    seconds = time.monotonic() - started
+    say(f"`up` (2048-bit Paillier, L = 1024, both jobs) took {seconds:.1f}s")
+    out = up.stdout + up.stderr
+    assert up.returncode == 0, out[-5000:]
+    codes = {s: project.state(s)["ExitCode"] for s in SERVICES}
+    assert codes == dict.fromkeys(SERVICES, 0), out[-5000:]
+
+    # Each institution saw only its own CSV: no truth file, no other institution's data.
+    for party in PARTIES:
+        mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(party)]).stdout)
+        data = sorted(m["Source"] for m in mounts if m["Destination"].startswith("/data"))
+        assert data == [str(DEMO_DATA / f"{party}.csv")]
+    # The dev CA's key lives in a volume that setup alone mounts.
+    ca_volume = project.volume("ca")
+    for service in SERVICES:
+        mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(service)]).stdout)
+        assert (ca_volume in [m.get("Name") for m in mounts]) == (service == "setup"), service
+
+    table = {m[0]: m[1:] for m in TABLE_LINE.findall(out)}
+    assert sorted(table) == list(PARTIES), out[-5000:]
+    for party in PARTIES:
+        predictions = check_predictions(project, party)
+        unlabeled, together, alone, flynn, flynn_alone = table[party]
+        assert int(unlabeled) == len(own_row_ids(party)) - labeled_rows(party)
+        # The table's XCLP number is the accuracy of exactly what the institution wrote.
+        assert float(together) == pytest.approx(xclp_accuracy(party, predictions), abs=5e-4)
+        say(f"{party}: XCLP {together}, alone {alone}, FlyNN {flynn} (alone {flynn_alone})")
+    labeled = sum(labeled_rows(p) for p in PARTIES)
+    assert f"identical everywhere; trained on {labeled} labeled rows in all" in out
+    assert "dropped: none" in out
+    # XCLP's point (paper 003 §4): propagating across institutions beats each one alone. The demo's
+    # data were chosen so that XCLP beats every institution's own LP for every common seed tried.
+    assert sum(float(table[p][1]) for p in PARTIES) > sum(float(table[p][2]) for p in PARTIES)
+    run_summary = json.loads(project.read("coordinator", "jobs/xclp-demo.summary.json") or "{}")
+    assert run_summary["outcome"] == "done" and run_summary["graph_parties"] == list(PARTIES)
+    say(f"XCLP job {run_summary['total_seconds']:.1f}s; steps: "
+        + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in run_summary["steps"].items() if v.get("seconds")))
+
+
+def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None], *, flynn_join_seconds: int,
+               idle_timeout: str, summary_grace: str) -> dict[str, object]:
+    """Starts the demo with short deadlines, applies `fault` to hospital-b's container as soon as
+    it starts SecureHamming, waits for every container; returns the coordinator's run summary."""
+    project.env.update({"XCLP_JOBS_DIR": str(fault_jobs(tmp_path, flynn_join_seconds)), "XCLP_JOIN_WAIT": "5",
+                        "XCLP_IDLE_TIMEOUT": idle_timeout, "XCLP_SUMMARY_GRACE": summary_grace})
+    started = time.monotonic()
+    project.compose("up", "--detach", timeout=180)  # returns once the institutions run
+    wait_for_log(project, "hospital-b", "SecureHamming round 0", timeout=180)
+    fault(project.container("hospital-b"))
+    say(f"fault applied to hospital-b {time.monotonic() - started:.1f}s after `up`")
+    for service in ("hospital-a", "hospital-c", "coordinator", "summary"):
+        project.wait_exit(service, timeout=300)
+    say(f"survivors, coordinator and summary done {time.monotonic() - started:.1f}s after `up`")
+    for party in ("hospital-a", "hospital-c"):
+        assert project.state(party)["ExitCode"] == 0, project.logs(party)[-3000:]
+        check_predictions(project, party)
+    assert project.read("hospital-b-results", "predictions.csv") is None
+    assert project.read("hospital-b-results", "flynn-model.npz") is None
+
+    summary = project.logs("summary")
+    say("summary:\n" + summary)
+    assert project.state("summary")["ExitCode"] == 1, "an institution without results is a failed demo"
+    table = {m[0]: m[1:] for m in TABLE_LINE.findall(summary)}
+    assert table["hospital-b"][1] == table["hospital-b"][3] == "-"
+    labeled = labeled_rows("hospital-a") + labeled_rows("hospital-c")
+    assert f"model of 2 institution(s) (hospital-a, hospital-c) identical everywhere; trained on {labeled} labeled rows" in summary
+    run_summary: dict[str, object] = json.loads(project.read("coordinator", "jobs/xclp-demo.summary.json") or "{}")
+    # DESIGN §5: dropped during SecureHamming = its rows and columns leave H; the others go on.
+    assert run_summary["outcome"] == "done"
+    assert run_summary["graph_parties"] == run_summary["label_parties"] == ["hospital-a", "hospital-c"]
+    assert list(run_summary["dropped"]) == ["hospital-b"]  # type: ignore[call-overload]
+    return run_summary
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_stopping_an_institution_mid_securehamming_leaves_the_others_their_predictions(
+        project: Project, tmp_path: Path) -> None:
+    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "stop", "--time", "5", cid]),
+                             flynn_join_seconds=60, idle_timeout="", summary_grace="10")
+    assert run_summary["dropped"] == {"hospital-b": "disconnected"}
+    assert project.state("hospital-b")["ExitCode"] == 143, "docker stop: SIGTERM through docker-init"
+    assert "hospital-b: no predictions.csv, no flynn-model.npz (no status" in project.logs("summary")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_a_disconnected_institution_misses_the_deadline_and_is_dropped_the_same_way(
+        project: Project, tmp_path: Path) -> None:
+    network = project.volume("default")  # the project's default network: same naming as volumes
+    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "network", "disconnect", network, cid]),
+                             flynn_join_seconds=90, idle_timeout="60", summary_grace="60")
+    assert run_summary["dropped"] == {"hospital-b": "missed the deadline of step 'secure_hamming'"}
+    # hospital-b itself gives up: no news for XCLP_IDLE_TIMEOUT, then no coordinator for the FlyNN
+    # job within XCLP_JOIN_WAIT; both are "dropped or timed out" (exit 5).
+    assert project.wait_exit("hospital-b", timeout=120) == 1
+    assert project.read("hospital-b-results", "status") == "xclp-demo 5\nflynn-demo 5\n"
