@@ -268,6 +268,12 @@ def test_demo_job_file_loads() -> None:
     assert config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
 
 
+def test_job_file_naming_sigma_is_refused() -> None:
+    """SecureHamming masks are uniform mod N now: there is no σ to set, and a stale job file says so."""
+    with pytest.raises(ConfigError, match="unknown xclp job parameter.*sigma"):
+        XclpJob.parse({"n_classes": 2, "sigma": 40})
+
+
 def test_party_refuses_a_repeated_rowsums_round() -> None:
     from crypto.masking import PairwiseMasker
 
