@@ -11,7 +11,8 @@
 # Environment: XCLP_PARTY (required), XCLP_COORDINATOR (coordinator:50051), XCLP_XCLP_JOB
 # (xclp-demo), XCLP_FLYNN_JOB (flynn-demo), XCLP_KEY_BITS (2048, the xclp job's key_bits),
 # XCLP_INSECURE_TEST_KEYS (1 = allow keys below 2048 bits; tests only), XCLP_JOIN_WAIT and
-# XCLP_IDLE_TIMEOUT (seconds; the client's defaults when empty).
+# XCLP_IDLE_TIMEOUT (seconds; the client's defaults when empty), XCLP_ID_COLUMN (row_id) and
+# XCLP_LABEL_COLUMN (label) of /data/<party>.csv.
 set -u
 party=${XCLP_PARTY:?set XCLP_PARTY to this institution id}
 secrets=/etc/xclp/secrets
@@ -19,7 +20,8 @@ cd /var/lib/xclp
 rm -f predictions.csv flynn-model.npz status finished   # never report an earlier run's results
 
 set -- --coordinator "${XCLP_COORDINATOR:-coordinator:50051}" --ca-cert "$secrets/ca.pem" \
-    --party "$party" --identity "$secrets/$party.key" --data "/data/$party.csv" --id-column row_id
+    --party "$party" --identity "$secrets/$party.key" --data "/data/$party.csv" \
+    --id-column "${XCLP_ID_COLUMN:-row_id}" --label-column "${XCLP_LABEL_COLUMN:-label}"
 [ -z "${XCLP_JOIN_WAIT:-}" ] || set -- "$@" --join-wait "$XCLP_JOIN_WAIT"
 [ -z "${XCLP_IDLE_TIMEOUT:-}" ] || set -- "$@" --idle-timeout "$XCLP_IDLE_TIMEOUT"
 

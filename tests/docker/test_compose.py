@@ -32,8 +32,9 @@ DEMO_DATA = REPO / "client" / "demo_data"
 JOBS = REPO / "docker" / "jobs"
 # `docker compose` (v2) where installed, else docker-compose (v1.29): the file is written for both.
 COMPOSE = ["docker", "compose"] if shutil.which("docker-compose") is None else ["docker-compose"]
-# A summary table line: institution, unlabeled rows, XCLP, alone, FlyNN together, FlyNN alone.
-TABLE_LINE = re.compile(r"^(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
+# A summary table line: institution, unlabeled rows, XCLP, alone, FlyNN together, FlyNN alone;
+# in `up`'s output after compose's "summary_1  | " (v1) or "summary-1  | " (v2) prefix.
+TABLE_LINE = re.compile(r"^(?:[\w.-]+\s*\|\s)?(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
 
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
