@@ -180,7 +180,9 @@ def _run_summary(path: Path) -> str:
         run = json.loads(path.read_text())
     except (OSError, ValueError):
         return f"(no run summary at {path}: the coordinator did not finish the job)"
-    steps = "; ".join(f"{name} {s['seconds']:.1f}s" for name, s in run["steps"].items() if "seconds" in s)
+    timed = sorted(((s["seconds"], name) for name, s in run["steps"].items() if s.get("seconds", 0) >= 0.05),
+                   reverse=True)
+    steps = ", ".join(f"{name} {seconds:.1f}s" for seconds, name in timed) + ", the rest < 0.1s"
     dropped = ", ".join(f"{p} ({why})" for p, why in run["dropped"].items()) or "none"
     return (f"{run['outcome']} in {run['total_seconds']:.1f}s, {run['bytes_total'] / 1e6:.1f} MB moved "
             f"({run['params']['key_bits']}-bit Paillier, L = {run['params']['n_bits']}); dropped: {dropped}\n"
@@ -226,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         first = next(iter(models.values()))
         same = all(np.array_equal(m.aggregate, first.aggregate) and m.seed == first.seed for m in models.values())
         print(f"\nFlyNN job {flynn_job.job_id}: model of {len(models)} institution(s) "
-              f"({', '.join(models)}) {'identical everywhere' if same else 'DIFFERS between institutions'}; "
-              f"trained on {int(first.aggregate.sum() // first.params.rho)} labeled rows in all")  # type: ignore[union-attr]
+              f"({', '.join(models)}) {'identical everywhere' if same else 'DIFFERS between institutions'};\n"
+              f"  trained on {int(first.aggregate.sum() // first.params.rho)} labeled rows in all")  # type: ignore[union-attr]
         if not same:
             problems.append("the institutions' FlyNN models differ")
     if problems:

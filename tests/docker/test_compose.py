@@ -250,7 +250,7 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
         assert float(together) == pytest.approx(xclp_accuracy(party, predictions), abs=5e-4)
         say(f"{party}: XCLP {together}, alone {alone}, FlyNN {flynn} (alone {flynn_alone})")
     labeled = sum(labeled_rows(p) for p in PARTIES)
-    assert f"identical everywhere; trained on {labeled} labeled rows in all" in out
+    assert re.search(rf"identical everywhere;\n(\S+\s*\| )?  trained on {labeled} labeled rows in all", out)
     assert "dropped: none" in out
     # XCLP's point (paper 003 §4): propagating across institutions beats each one alone. The demo's
     # data were chosen so that XCLP beats every institution's own LP for every common seed tried.
@@ -288,7 +288,8 @@ def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None], *
     table = {m[0]: m[1:] for m in TABLE_LINE.findall(summary)}
     assert table["hospital-b"][1] == table["hospital-b"][3] == "-"
     labeled = labeled_rows("hospital-a") + labeled_rows("hospital-c")
-    assert f"model of 2 institution(s) (hospital-a, hospital-c) identical everywhere; trained on {labeled} labeled rows" in summary
+    assert ("model of 2 institution(s) (hospital-a, hospital-c) identical everywhere;\n"
+            f"  trained on {labeled} labeled rows in all") in summary
     run_summary: dict[str, object] = json.loads(project.read("coordinator", "jobs/xclp-demo.summary.json") or "{}")
     # DESIGN §5: dropped during SecureHamming = its rows and columns leave H; the others go on.
     assert run_summary["outcome"] == "done"
