@@ -115,6 +115,9 @@ class Job:
         self.dropped: set[str] = set()
         self.drop_reasons: dict[str, str] = {}
         self.step: Step | None = None
+        # Steps that ran and are over: a party may still push for them (e.g. a relay resent in a
+        # restarted round that completed from cached results); such payloads are late, not bad.
+        self.past_steps: set[str] = set()
         self.join_deadline = clock() + config.join_seconds
         self.started_at = clock()
         self.outcome_reason = ""
@@ -169,6 +172,10 @@ class Job:
                 raise ProtocolError(f"party {sender!r} takes no part in job {self.config.job_id!r} now")
             step = self.step
             if step is None or msg.step != step.name:
+                if msg.step in self.past_steps:
+                    log.info("job %s: ignoring a late %s payload from %s; that step is over", self.config.job_id,
+                             msg.step, sender)
+                    return
                 current = step.name if step else self.stage.value
                 raise InvalidInput(f"step {msg.step!r} is not running (job {self.config.job_id!r} is at {current!r})")
             if msg.round < step.round:
@@ -260,6 +267,8 @@ class Job:
         members = tuple(sorted(self.active if participants is None else participants))
         if round is None:
             round = self.step.round + 1 if self.step is not None and self.step.name == name else 0
+        if self.step is not None:
+            self.past_steps.add(self.step.name)
         now = self.clock()
         step = Step(name, round, members, now, now + self.config.step_seconds, set(members))
         self.step = step
@@ -283,6 +292,8 @@ class Job:
     def finish(self, reason: str = "") -> None:
         self.stage = Stage.DONE
         self.outcome_reason = reason
+        if self.step is not None:
+            self.past_steps.add(self.step.name)
         self.step = None
         for pid in self.active:
             self._end(pid, pb.JobEnd.DONE, reason or "job complete")
@@ -356,6 +367,8 @@ class Job:
     def _fail(self, reason: str) -> None:
         self.stage = Stage.FAILED
         self.outcome_reason = reason
+        if self.step is not None:
+            self.past_steps.add(self.step.name)
         self.step = None
         for pid in self.parties:  # joined parties too, if it fails before the roster went out
             self._end(pid, pb.JobEnd.FAILED, reason)

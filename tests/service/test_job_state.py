@@ -138,8 +138,10 @@ def test_contributions_are_checked_and_late_rounds_ignored(keys):
     good = np.zeros((2, 8), np.uint32)
     with pytest.raises(InvalidInput, match="must be <u4"):
         j.message("a", msg("sum", 0, "a", np.zeros((2, 9), np.uint32)))
-    with pytest.raises(InvalidInput, match="seed"):
-        j.message("a", msg("seed", 0, "a", b""))
+    with pytest.raises(InvalidInput, match="step 'blob' is not running"):
+        j.message("a", msg("blob", 0, "a", b""))
+    j.message("a", msg("seed", 0, "a", b""))  # late payload for a step that is over: ignored
+    assert j.step.name == "sum" and j.step.pending == {"a", "b", "c"}
     j.message("a", msg("sum", 0, "a", good))
     with pytest.raises(InvalidInput, match="already contributed"):
         j.message("a", msg("sum", 0, "a", good))
@@ -179,3 +181,20 @@ def test_only_the_leader_may_relay_the_seed(keys):
         j.message("b", msg("seed", 0, "b", b"x" * 60, recipient="c"))
     j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
     assert any(i.WhichOneof("item") == "frame" for i in drain(j, "c"))
+
+
+def test_late_relay_for_a_finished_step_is_ignored_not_refused(keys):
+    # A restarted step can complete from cached results while a party still resends its relay
+    # for it; that push is late, not malformed, and must not cost the party its place.
+    j, _ = started(keys, cls=BlobJob)
+    for p in "abc":
+        j.message(p, msg("seed", 0, p, b""))
+    for p in "abc":
+        j.message(p, msg("blob", 0, p, b""))
+    assert j.step.name == "sum"
+    for p in "abc":
+        drain(j, p)
+    j.message("a", msg("blob", 0, "a", b"late", recipient="c"))
+    assert drain(j, "c") == [] and j.active == ["a", "b", "c"] and j.step.pending == {"a", "b", "c"}
+    with pytest.raises(InvalidInput, match="step 'never' is not running"):
+        j.message("a", msg("never", 0, "a", b"", recipient="c"))
