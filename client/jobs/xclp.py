@@ -33,16 +33,8 @@ from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import XclpJob
-
-LAYOUT_MSG = "layout"
-PAIRS_MSG = "pairs"
-INTRA_STEP = "intra_hamming"
-HAMMING_STEP = "secure_hamming"
-LABELS_STEP = "labeled_sets"
-GRAPH_MSG = "graph"
-INFLUENCE_MSG = "influence"
-ROWSUMS_STEP = "rowsums"
-RESULT_MSG = "rowsums_result"
+from xclp.v1.jobs import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG,
+                          PAIRS_MSG, RESULT_MSG, ROWSUMS_STEP)
 
 
 @dataclass(frozen=True)

@@ -49,18 +49,11 @@ from xclp.graph import GraphParams
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import XclpJob as XclpParams
+from xclp.v1.jobs import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG,
+                          PAIRS_MSG, RESULT_MSG, ROWSUMS_STEP)
 
 log = logging.getLogger("xclp.server")
 
-LAYOUT_MSG = "layout"
-PAIRS_MSG = "pairs"
-INTRA_STEP = "intra_hamming"
-HAMMING_STEP = "secure_hamming"
-LABELS_STEP = "labeled_sets"
-GRAPH_MSG = "graph"
-INFLUENCE_MSG = "influence"
-ROWSUMS_STEP = "rowsums"
-RESULT_MSG = "rowsums_result"
 
 
 @dataclass

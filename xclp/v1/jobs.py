@@ -153,6 +153,17 @@ class RaceJob:
         )
 
 
+# XCLP step and message names on the wire (DESIGN §5), shared by coordinator and party.
+LAYOUT_MSG = "layout"
+PAIRS_MSG = "pairs"
+INTRA_STEP = "intra_hamming"
+HAMMING_STEP = "secure_hamming"
+LABELS_STEP = "labeled_sets"
+GRAPH_MSG = "graph"
+INFLUENCE_MSG = "influence"
+ROWSUMS_STEP = "rowsums"
+RESULT_MSG = "rowsums_result"
+
 LABEL_NORMS = ("none", "party")
 SOLVERS = ("auto", "dense", "cg")
 MIN_SECURE_KEY_BITS = 2048  # crypto.paillier.MIN_SECURE_BITS; jobs.py stays free of crypto imports
