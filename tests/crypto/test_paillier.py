@@ -22,11 +22,6 @@ from xclp.errors import InvalidInput, ProtocolError
 
 
 @pytest.fixture(scope="module")
-def keypair() -> PaillierKeypair:
-    return PaillierKeypair.generate(1024, allow_insecure_test_size=True)
-
-
-@pytest.fixture(scope="module")
 def encryptor(keypair: PaillierKeypair):  # type: ignore[no-untyped-def]
     return keypair.secret_encryptor(window=6)
 

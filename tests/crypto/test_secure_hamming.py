@@ -31,11 +31,6 @@ from crypto.secure_hamming import (
 from xclp.errors import InvalidInput, OutOfRange, ProtocolError
 
 
-@pytest.fixture(scope="module")
-def keypair() -> PaillierKeypair:
-    return PaillierKeypair.generate(1024, allow_insecure_test_size=True)
-
-
 def random_codes(rng: np.random.Generator, n: int, L: int) -> np.ndarray:
     """uint64[n, ⌈L/64⌉] with bits beyond L zero."""
     bits = rng.integers(0, 2, size=(n, -(-L // 64) * 64), dtype=np.uint8)
