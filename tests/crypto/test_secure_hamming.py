@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
-from crypto.paillier import PaillierKeypair, ciphertexts_to_bytes, parse_ciphertexts
+from crypto.paillier import ciphertexts_to_bytes, parse_ciphertexts
 from crypto.secure_hamming import (
     EncryptedSlices,
     EvaluatedDistances,
