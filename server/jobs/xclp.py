@@ -176,7 +176,7 @@ class XclpJob(Job):
         if step.name == INTRA_STEP:
             n = self.sizes[sender]
             if not isinstance(payload, np.ndarray) or payload.dtype not in (np.uint16, np.uint32):
-                raise InvalidInput(f"the intra-party Hamming block of {sender!r} must be a uint16 array")
+                raise InvalidInput(f"the intra-party Hamming block of {sender!r} must be a uint16 or uint32 array")
             self.intra[sender] = steps.check_intra_block(payload, n, L)
         elif step.name == HAMMING_STEP:
             layout = self._hamming_layout()
