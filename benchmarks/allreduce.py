@@ -35,9 +35,9 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
                out: mp.Queue) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    from client.connection import ConnectionConfig
-    from client.data import PartyData
-    from client.session import PartySession, RunConfig
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.data import PartyData
+    from xclp.client.session import PartySession, RunConfig
 
     key = serialization.load_pem_private_key(key_pem, password=None)
     counts = np.random.default_rng(PARTIES.index(party)).integers(0, 1000, size=(2, elements // 2)).astype(np.uint32)
@@ -79,10 +79,10 @@ def main() -> None:
 
     from cryptography.hazmat.primitives import serialization
 
-    from crypto import certs, identity
-    from server.config import JobConfig, TlsFiles
-    from server.coordinator import Coordinator
-    from server.service import build_server
+    from xclp.crypto import certs, identity
+    from xclp.server.config import JobConfig, TlsFiles
+    from xclp.server.coordinator import Coordinator
+    from xclp.server.service import build_server
     from xclp.v1.jobs import parse_params
 
     tmp = Path(tempfile.mkdtemp(prefix="xclp-bench-"))

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from crypto.masking import PairwiseMasker, ring_sum
+from xclp.crypto.masking import PairwiseMasker, ring_sum
 
 SESSION = b"benchmark-session"
 

@@ -19,10 +19,10 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
-from crypto.paillier import PaillierKeypair
-from crypto.pool import default_workers, process_pool
-from crypto.secure_hamming import (
+from xclp.crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.crypto.pool import default_workers, process_pool
+from xclp.crypto.secure_hamming import (
     SlotLayout,
     choose_group_bits,
     decrypt,

@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 
 from _data import load_digits_data
-from client.steps.inprocess import run_xclp_inprocess
-from crypto import certs, identity
-from crypto.pool import process_pool
+from xclp.client.steps.inprocess import run_xclp_inprocess
+from xclp.crypto import certs, identity
+from xclp.crypto.pool import process_pool
 from xclp.baselines import per_client_lp
 from xclp.graph import GraphParams
 from xclp.seeding import public_rng
@@ -114,7 +114,7 @@ def main() -> None:
         'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
         'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--config", str(work / "server.toml")],
+    server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
                               stderr=open(work / "coordinator.log", "w"), env=env)
     while not ((work / "port").exists() and (work / "port").read_text().strip()):
         if server.poll() is not None:
@@ -125,7 +125,7 @@ def main() -> None:
     started = time.perf_counter()
     procs = []
     for p in PARTIES:
-        cmd = [sys.executable, "-m", "client.cli", "run", "--coordinator", f"localhost:{port}",
+        cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
                "--ca-cert", str(work / "ca" / "ca.pem"), "--job", "e2e", "--party", p,
                "--identity", str(work / "keys" / f"{p}.key"), "--data", str(work / f"{p}.csv"),
                "--id-column", "row_id", "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from client import data as party_data
-from client.connection import ConnectionConfig
-from client.models import ModelFile, write_atomic
-from client.session import JobResult, RunConfig, run_job, stderr_progress
-from crypto import identity
-from crypto.paillier import PaillierKeypair
+from xclp.client import data as party_data
+from xclp.client.connection import ConnectionConfig
+from xclp.client.models import ModelFile, write_atomic
+from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.propagation import predict as xclp_predict
 from xclp.errors import ConfigError, XclpError
 from xclp.v1.status import EXIT_OK, exit_code
@@ -188,7 +188,7 @@ def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) 
 
 
 def demo(args: argparse.Namespace) -> int:
-    from client.demo import DemoOptions, run_demo
+    from xclp.client.demo import DemoOptions, run_demo
 
     return run_demo(DemoOptions(key_bits=args.key_bits, insecure_test_keys=args.insecure_test_keys,
                                 n_bits=args.n_bits, data_dir=args.data_dir, keep=args.keep))

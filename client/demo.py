@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from client import data as party_data
-from crypto import certs, identity
+from xclp.client import data as party_data
+from xclp.crypto import certs, identity
 from xclp.baselines import per_client_lp
 from xclp.errors import ConfigError, InvalidInput, PeerDropped
 from xclp.graph import GraphParams
@@ -116,7 +116,7 @@ def _wait_port(work: Path, server: subprocess.Popen[str]) -> int:
 
 
 def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[str]:
-    cmd = [sys.executable, "-m", "client.cli", "run", "--coordinator", f"localhost:{port}",
+    cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
            "--ca-cert", str(work / "ca" / "ca.pem"), "--job", JOB_ID, "--party", party,
            "--identity", str(work / "keys" / f"{party}.key"), "--data", str(options.data / f"{party}.csv"),
            "--id-column", "row_id", "--paillier-bits", str(options.key_bits), "--out", str(work / "out" / party)]
@@ -167,7 +167,7 @@ def run_demo(options: DemoOptions) -> int:
         _setup(work, options)
         _say(f"work directory {work}; dev CA, server certificate, 3 identity keys and the allow-list made")
         with open(work / "coordinator.log", "w") as log:
-            server = subprocess.Popen([sys.executable, "-m", "server.cli", "serve", "--config", str(work / "server.toml")],
+            server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
                                       stderr=log, stdout=subprocess.DEVNULL, text=True, env=env)
         procs.append(server)
         port = _wait_port(work, server)

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from client.connection import Connection, ConnectionConfig
-from client.data import PartyData
-from client.jobs.allreduce import check_data, contribution, decode_aggregate
-from client.jobs.xclp import XclpParty, make_executor
-from crypto import aead, identity, masking
-from crypto.kdf import derive_key
-from crypto.paillier import PaillierKeypair
+from xclp.client.connection import Connection, ConnectionConfig
+from xclp.client.data import PartyData
+from xclp.client.jobs.allreduce import check_data, contribution, decode_aggregate
+from xclp.client.jobs.xclp import XclpParty, make_executor
+from xclp.crypto import aead, identity, masking
+from xclp.crypto.kdf import derive_key
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb

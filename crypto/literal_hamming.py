@@ -18,7 +18,7 @@ import secrets
 import numpy as np
 import phe
 
-from crypto.secure_hamming import code_bits
+from xclp.crypto.secure_hamming import code_bits
 from xclp.errors import OutOfRange
 
 LiteralCiphertexts = list[list[phe.EncryptedNumber]]

@@ -22,7 +22,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
-from crypto.kdf import derive_key, key_info
+from xclp.crypto.kdf import derive_key, key_info
 from xclp.errors import InvalidInput, ProtocolError, ReplayRefused
 
 X25519_KEY_BYTES = 32

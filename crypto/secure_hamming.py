@@ -71,7 +71,7 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from crypto.paillier import (
+from xclp.crypto.paillier import (
     DEFAULT_WINDOW,
     FixedBaseTable,
     PaillierKeypair,
@@ -80,7 +80,7 @@ from crypto.paillier import (
     ciphertexts_to_bytes,
     parse_ciphertexts,
 )
-from crypto.pool import run_tasks
+from xclp.crypto.pool import run_tasks
 from xclp.errors import InvalidInput, OutOfRange, ProtocolError
 
 @dataclass(frozen=True)

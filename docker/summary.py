@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from client import data as party_data
-from client.models import ModelFile
-from server.config import JobConfig, load_job
+from xclp.client import data as party_data
+from xclp.client.models import ModelFile
+from xclp.server.config import JobConfig, load_job
 from xclp.baselines import per_client_lp
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel

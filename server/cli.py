@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from crypto import certs
-from server.config import TlsFiles, load_allow_list, load_job, read_toml
-from server.coordinator import Coordinator
-from server.service import build_server
+from xclp.crypto import certs
+from xclp.server.config import TlsFiles, load_allow_list, load_job, read_toml
+from xclp.server.coordinator import Coordinator
+from xclp.server.service import build_server
 from xclp.errors import ConfigError, XclpError
 from xclp.v1.status import EXIT_OK, exit_code
 

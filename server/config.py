@@ -29,7 +29,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from crypto.identity import check_party_id, parse_public_key
+from xclp.crypto.identity import check_party_id, parse_public_key
 from xclp.errors import ConfigError, InvalidInput
 from xclp.v1.jobs import JobParams, parse_params
 

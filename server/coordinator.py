@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from crypto.identity import SignedBundle
-from server.config import JobConfig
-from server.jobs.allreduce import AllReduceJob
-from server.jobs.base import Job, Observer, Stage
-from server.jobs.xclp import XclpJob
+from xclp.crypto.identity import SignedBundle
+from xclp.server.config import JobConfig
+from xclp.server.jobs.allreduce import AllReduceJob
+from xclp.server.jobs.base import Job, Observer, Stage
+from xclp.server.jobs.xclp import XclpJob
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature
 from xclp.v1 import xclp_pb2 as pb
 

@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from server.config import TlsFiles
-from server.coordinator import Coordinator
-from server.status import abort_on_error
+from xclp.server.config import TlsFiles
+from xclp.server.coordinator import Coordinator
+from xclp.server.status import abort_on_error
 from xclp.errors import InvalidInput, NotAuthorized, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb

@@ -323,7 +323,7 @@ def privatise_counts(
     if T > arr.size:
         raise InvalidInput(f"T = {T} exceeds the {arr.size} count entries (n_classes x m); use T <= {arr.size}")
 
-    from crypto import dp  # lazy: the non-DP path must not depend on crypto/
+    from xclp.crypto import dp  # lazy: the non-DP path must not depend on crypto/
 
     flat = arr.ravel()
     chosen = dp.exponential_mechanism_select(flat, float(epsilon) / (4.0 * T * n_parties), T, source=source)

@@ -237,7 +237,7 @@ def private_release(S: object, epsilon: float, source: np.random.Generator | Non
     """
     arr = np.asarray(S, dtype=np.float64)
     R = _check_release_args(arr, epsilon)
-    from crypto import dp  # lazy: the non-DP path must not depend on crypto/
+    from xclp.crypto import dp  # lazy: the non-DP path must not depend on crypto/
 
     return arr + dp.laplace(R / float(epsilon), arr.shape, source=source)
 
@@ -256,7 +256,7 @@ def private_release_share(
         raise InvalidInput(f"private_release_share needs the integer counts from sketch(), got dtype {arr.dtype}")
     R = _check_release_args(arr, epsilon)
     n_parties = _positive_int("n_parties", n_parties)
-    from crypto import dp
+    from xclp.crypto import dp
 
     return arr.astype(np.int64) + dp.discrete_laplace_share(R / float(epsilon), n_parties, arr.shape, source=source)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from client.data import PartyData
-from crypto.fixedpoint import FixedPoint
+from xclp.client.data import PartyData
+from xclp.crypto.fixedpoint import FixedPoint
 from xclp.errors import InvalidInput
 from xclp.flynn import FlyHash, FlyNNParams, privatise_counts, train_counts
 from xclp.race import RaceClassifier, RaceHashes, RaceParams, private_release_share, sketch

@@ -22,13 +22,13 @@ from typing import Protocol
 import numpy as np
 from gmpy2 import mpz
 
-from client.data import PartyData
-from client.steps import xclp as steps
-from crypto.fixedpoint import FixedPoint
-from crypto.identity import Roster
-from crypto.masking import PairwiseMasker
-from crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
-from crypto.pool import default_workers
+from xclp.client.data import PartyData
+from xclp.client.steps import xclp as steps
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.identity import Roster
+from xclp.crypto.masking import PairwiseMasker
+from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
+from xclp.crypto.pool import default_workers
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
@@ -75,7 +75,7 @@ def make_executor(workers: int | None) -> Executor | None:
 
 
 def _warm_up() -> None:
-    import crypto.secure_hamming  # noqa: F401 - the module every Paillier task runs in
+    import xclp.crypto.secure_hamming  # noqa: F401 - the module every Paillier task runs in
 
 
 @dataclass

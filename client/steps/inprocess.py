@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from client.steps import xclp as party
-from crypto.fixedpoint import FixedPoint
-from crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
-from crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
-from server.steps import xclp as coord
+from xclp.client.steps import xclp as party
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
+from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
+from xclp.server.steps import xclp as coord
 from xclp.errors import InvalidInput, PeerDropped
 from xclp.graph import GraphParams
 from xclp.v1.wire import Payload, payload_bytes

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crypto.fixedpoint import FixedPoint
-from crypto.masking import PairwiseMasker
-from crypto.paillier import PaillierKeypair, PaillierPublicKey
-from crypto.secure_hamming import (
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.masking import PairwiseMasker
+from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
+from xclp.crypto.secure_hamming import (
     EncryptedSlices,
     EvaluatedDistances,
     SlotLayout,

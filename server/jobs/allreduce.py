@@ -14,8 +14,8 @@ import logging
 
 import numpy as np
 
-from crypto.masking import ring_sum
-from server.jobs.base import Job, Step, ring_array
+from xclp.crypto.masking import ring_sum
+from xclp.server.jobs.base import Job, Step, ring_array
 from xclp.v1 import wire
 
 log = logging.getLogger("xclp.server")

@@ -32,8 +32,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from crypto.identity import KeyBundle, SignedBundle, verify_bundle
-from server.config import JobConfig
+from xclp.crypto.identity import KeyBundle, SignedBundle, verify_bundle
+from xclp.server.config import JobConfig
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb

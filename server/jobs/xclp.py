@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from crypto.identity import KeyBundle, SignedBundle
-from crypto.secure_hamming import SlotLayout
-from server.config import JobConfig
-from server.jobs.base import SEED_STEP, Job, Observer, Stage, Step, ring_array
-from server.steps import xclp as steps
+from xclp.crypto.identity import KeyBundle, SignedBundle
+from xclp.crypto.secure_hamming import SlotLayout
+from xclp.server.config import JobConfig
+from xclp.server.jobs.base import SEED_STEP, Job, Observer, Stage, Step, ring_array
+from xclp.server.steps import xclp as steps
 from xclp.errors import InvalidInput, PeerDropped, XclpError
 from xclp.graph import GraphParams
 from xclp.v1 import wire

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crypto.secure_hamming import Residues, SlotLayout, unmask_distances
+from xclp.crypto.secure_hamming import Residues, SlotLayout, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import GraphParams, InfluenceMethod, build_influence
 from xclp.hamming import hamming_dtype

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crypto.paillier import PaillierKeypair
+from xclp.crypto.paillier import PaillierKeypair
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crypto.aead import SealBroken, open_sealed, seal
+from xclp.crypto.aead import SealBroken, open_sealed, seal
 from xclp.errors import InvalidInput, ProtocolError
 
 KEY = bytes(range(32))

@@ -11,7 +11,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from crypto import certs
+from xclp.crypto import certs
 from xclp.errors import ConfigError, InvalidInput
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from crypto.dp import (
+from xclp.crypto.dp import (
     discrete_laplace,
     discrete_laplace_share,
     exponential_mechanism_select,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from crypto.fixedpoint import FixedPoint
-from crypto.masking import PairwiseMasker, ring_sum
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.masking import PairwiseMasker, ring_sum
 from xclp.errors import InvalidInput
 
 FP = FixedPoint()

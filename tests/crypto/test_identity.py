@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crypto import identity
-from crypto.identity import KeyBundle, SignedBundle
+from xclp.crypto import identity
+from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crypto.kdf import derive_key, hkdf_sha256, key_info, participant_set_digest
+from xclp.crypto.kdf import derive_key, hkdf_sha256, key_info, participant_set_digest
 from xclp.errors import InvalidInput
 
 SS = bytes(range(32))

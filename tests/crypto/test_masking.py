@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from crypto.kdf import derive_key
-from crypto.masking import (
+from xclp.crypto.kdf import derive_key
+from xclp.crypto.masking import (
     PairwiseMasker,
     generate_x25519,
     keystream,

@@ -11,7 +11,7 @@ from gmpy2 import mpz
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crypto.paillier import (
+from xclp.crypto.paillier import (
     FixedBaseTable,
     PaillierKeypair,
     PaillierPublicKey,

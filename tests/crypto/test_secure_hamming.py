@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
-from crypto.paillier import ciphertexts_to_bytes, parse_ciphertexts
-from crypto.secure_hamming import (
+from xclp.crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
+from xclp.crypto.paillier import ciphertexts_to_bytes, parse_ciphertexts
+from xclp.crypto.secure_hamming import (
     EncryptedSlices,
     EvaluatedDistances,
     Residues,
@@ -232,7 +232,7 @@ def test_evaluation_carries_fresh_randomness(keypair) -> None:  # type: ignore[n
 
 def test_masks_are_fresh_for_every_ciphertext(keypair, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """R is drawn per ciphertext from `secrets.randbelow(N)`; with R forced to 0, A would see P itself."""
-    import crypto.secure_hamming as sh
+    import xclp.crypto.secure_hamming as sh
 
     L = 64
     layout = SlotLayout.for_key(keypair.public, L)

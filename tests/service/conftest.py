@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from client.connection import ConnectionConfig
-from client.data import PartyData
-from client.session import JobResult, PartySession, RunConfig
-from crypto import identity
-from server.config import JobConfig, TlsFiles
-from server.coordinator import Coordinator
-from server.service import build_server
+from xclp.client.connection import ConnectionConfig
+from xclp.client.data import PartyData
+from xclp.client.session import JobResult, PartySession, RunConfig
+from xclp.crypto import identity
+from xclp.server.config import JobConfig, TlsFiles
+from xclp.server.coordinator import Coordinator
+from xclp.server.service import build_server
 from xclp.v1.jobs import parse_params
 
 PARTIES = ("a", "b", "c")

@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
-from client import data as party_data
-from client.connection import ConnectionConfig
-from client.session import PartySession, RunConfig
-from crypto import identity
+from xclp.client import data as party_data
+from xclp.client.connection import ConnectionConfig
+from xclp.client.session import PartySession, RunConfig
+from xclp.crypto import identity
 
 
 class Stuck(PartySession):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client.jobs.allreduce import contribution, flynn_counts, race_counts
-from client.session import PartySession
+from xclp.client.jobs.allreduce import contribution, flynn_counts, race_counts
+from xclp.client.session import PartySession
 from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.race import RaceHashes, RaceParams, sketch
@@ -179,8 +179,8 @@ def test_leader_missing_the_seed_deadline_is_replaced_by_the_next_smallest_id(ke
 def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path, capsys):
     import csv
 
-    from client import cli
-    from client.models import ModelFile
+    from xclp.client import cli
+    from xclp.client.models import ModelFile
     from xclp.race import RaceClassifier
 
     datas = {p: party_data(100 + i) for i, p in enumerate(PARTIES)}

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client.models import ModelFile
+from xclp.client.models import ModelFile
 from xclp import race
 from xclp.flynn import FlyHash, FlyNNModel, FlyNNParams, train_counts
 from xclp.v1.status import EXIT_BAD_INPUT, EXIT_REFUSED

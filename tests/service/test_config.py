@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client import data as party_data
-from crypto import identity
-from server.config import load_allow_list, load_job
+from xclp.client import data as party_data
+from xclp.crypto import identity
+from xclp.server.config import load_allow_list, load_job
 from xclp.errors import ConfigError, InvalidInput
 from xclp.v1.jobs import FlynnJob, RaceJob, params_from_json, params_json, parse_params
 
@@ -101,7 +101,7 @@ def test_npz_data_and_its_errors(tmp_path):
 
 
 def test_party_toml_resolves_paths_next_to_it_and_refuses_unknown_keys(tmp_path):
-    from client.cli import _read_party_toml
+    from xclp.client.cli import _read_party_toml
 
     (tmp_path / "p.toml").write_text('coordinator = "h:1"\nidentity = "keys/a.key"\ndata = "d.csv"\ninsecure = true\n')
     cfg = _read_party_toml(tmp_path / "p.toml")

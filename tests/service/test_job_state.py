@@ -7,9 +7,9 @@ import secrets
 import numpy as np
 import pytest
 
-from crypto import identity
-from server.jobs.allreduce import AllReduceJob
-from server.jobs.base import Stage
+from xclp.crypto import identity
+from xclp.server.jobs.allreduce import AllReduceJob
+from xclp.server.jobs.base import Stage
 from tests.service.conftest import allow_list, job
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
 from xclp.v1 import wire

@@ -10,10 +10,10 @@ import grpc
 import numpy as np
 import pytest
 
-from client.connection import ConnectionConfig
-from client.session import PartySession, RunConfig
-from crypto import certs, identity, masking
-from server.config import TlsFiles
+from xclp.client.connection import ConnectionConfig
+from xclp.client.session import PartySession, RunConfig
+from xclp.crypto import certs, identity, masking
+from xclp.server.config import TlsFiles
 from tests.service.conftest import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from xclp import errors
 from xclp.v1 import status, wire

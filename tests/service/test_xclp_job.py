@@ -28,11 +28,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client.jobs.xclp import XclpParty
-from client.data import PartyData
-from crypto import certs, identity
-from crypto.fixedpoint import FixedPoint
-from server.config import JobConfig, TlsFiles, load_job
+from xclp.client.jobs.xclp import XclpParty
+from xclp.client.data import PartyData
+from xclp.crypto import certs, identity
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.server.config import JobConfig, TlsFiles, load_job
 from xclp.errors import ConfigError, ReplayRefused
 from xclp.graph import GraphParams
 from xclp.reference import XclpResult, xclp_reference
@@ -123,7 +123,7 @@ def run(tmp_path_factory):
                 if DIES.get(job_id, ("",))[0] == party:
                     cmd = [sys.executable, str(DYING), DIES[job_id][1], *args]
                 else:
-                    cmd = [sys.executable, "-m", "client.cli", *args]
+                    cmd = [sys.executable, "-m", "xclp.client.cli", *args]
                 procs[(job_id, party)] = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         logs = {key: proc.communicate(timeout=240)[1] for key, proc in procs.items()}
         codes = {key: proc.returncode for key, proc in procs.items()}
@@ -235,7 +235,7 @@ def test_rowsums_payloads_look_uniform_and_the_restart_uses_fresh_masks(run) -> 
 
 def test_debug_seed_hook_is_refused_without_the_testing_flag(run, tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XCLP_TESTING"}
-    out = subprocess.run([sys.executable, "-m", "client.cli", "run", "--coordinator", "localhost:1", "--job", "exact",
+    out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", "localhost:1", "--job", "exact",
                           "--party", "a", "--identity", str(run["root"] / "keys" / "a.key"),
                           "--data", str(run["root"] / "a.csv"), "--out", str(tmp_path),
                           "--debug-dump-seed", str(tmp_path / "seed")],
@@ -275,7 +275,7 @@ def test_job_file_naming_sigma_is_refused() -> None:
 
 
 def test_party_refuses_a_repeated_rowsums_round() -> None:
-    from crypto.masking import PairwiseMasker
+    from xclp.crypto.masking import PairwiseMasker
 
     class Sink:
         def push(self, payload, **kw) -> int:
@@ -298,7 +298,7 @@ def test_party_refuses_a_repeated_rowsums_round() -> None:
 def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
     import secrets
 
-    from server.jobs.xclp import XclpJob as XclpStateMachine
+    from xclp.server.jobs.xclp import XclpJob as XclpStateMachine
     from xclp.errors import InvalidInput
     from xclp.v1 import wire
     from xclp.v1 import xclp_pb2 as pb
@@ -338,7 +338,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
 
 
 def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
-    out = subprocess.run([sys.executable, "-m", "client.cli", "demo", "--key-bits", "512", "--insecure-test-keys",
+    out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "demo", "--key-bits", "512", "--insecure-test-keys",
                           "--n-bits", "256", "--keep", str(tmp_path)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -15,13 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from client.steps import xclp as party
-from client.steps.inprocess import InProcessResult, run_xclp_inprocess
-from crypto.fixedpoint import FixedPoint
-from crypto.masking import PairwiseMasker
-from crypto.paillier import PaillierKeypair
-from crypto.pool import process_pool
-from server.steps import xclp as coord
+from xclp.client.steps import xclp as party
+from xclp.client.steps.inprocess import InProcessResult, run_xclp_inprocess
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.masking import PairwiseMasker
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.crypto.pool import process_pool
+from xclp.server.steps import xclp as coord
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError, ReplayRefused
 from xclp.graph import GraphParams
 from xclp.hamming import hamming_matrix

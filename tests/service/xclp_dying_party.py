@@ -15,8 +15,8 @@ import signal
 import sys
 import time
 
-from client import cli
-from client.jobs.xclp import XclpParty
+from xclp.client import cli
+from xclp.client.jobs.xclp import XclpParty
 
 STEP = sys.argv[1]
 PAUSE = 3.0
