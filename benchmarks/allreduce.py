@@ -36,7 +36,7 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
     from cryptography.hazmat.primitives import serialization
 
     from xclp.client.connection import ConnectionConfig
-    from xclp.client.data import PartyData
+    from xclp.tables import PartyData
     from xclp.client.session import PartySession, RunConfig
 
     key = serialization.load_pem_private_key(key_pem, password=None)

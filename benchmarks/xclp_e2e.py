@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from _data import load_digits_data
-from xclp.client.steps.inprocess import run_xclp_inprocess
+from xclp.simulation import run_xclp_inprocess
 from xclp.crypto import certs, identity
 from xclp.crypto.pool import process_pool
 from xclp.baselines import per_client_lp

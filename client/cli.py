@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from xclp.client import data as party_data
+from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.models import ModelFile, write_atomic
 from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
@@ -188,7 +188,7 @@ def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) 
 
 
 def demo(args: argparse.Namespace) -> int:
-    from xclp.client.demo import DemoOptions, run_demo
+    from xclp.demo import DemoOptions, run_demo
 
     return run_demo(DemoOptions(key_bits=args.key_bits, insecure_test_keys=args.insecure_test_keys,
                                 n_bits=args.n_bits, data_dir=args.data_dir, keep=args.keep))

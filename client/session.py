@@ -25,7 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
-from xclp.client.data import PartyData
+from xclp.tables import PartyData
 from xclp.client.jobs.allreduce import check_data, contribution, decode_aggregate
 from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.crypto import aead, identity, masking
@@ -305,7 +305,7 @@ def _paillier_fields(keypair: PaillierKeypair | None) -> dict[str, bytes]:
     """paillier_n and paillier_hs for the key bundle: big-endian, |N|/8 and 2·|N|/8 bytes."""
     if keypair is None:
         return {}
-    width = keypair.public.n_bits // 8
+    width = keypair.public.modulus_bits // 8
     return {"paillier_n": int(keypair.public.n).to_bytes(width, "big"),
             "paillier_hs": int(keypair.public.h_s).to_bytes(2 * width, "big")}
 

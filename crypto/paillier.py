@@ -51,14 +51,14 @@ DEFAULT_WINDOW = 10
 _PUBLIC_HEADER = struct.Struct(">HH")  # |N| in bits, exponent_bits
 
 
-def _check_strength(n_bits: int, exponent_bits: int, allow_insecure: bool) -> None:
+def _check_strength(modulus_bits: int, exponent_bits: int, allow_insecure: bool) -> None:
     if allow_insecure:
         if exponent_bits < 64:
             raise InvalidInput(f"exponent_bits must be >= 64 even for test keys, got {exponent_bits}")
         return
-    if n_bits < MIN_SECURE_BITS:
+    if modulus_bits < MIN_SECURE_BITS:
         raise InvalidInput(
-            f"Paillier modulus of {n_bits} bits is too small: use >= {MIN_SECURE_BITS} bits "
+            f"Paillier modulus of {modulus_bits} bits is too small: use >= {MIN_SECURE_BITS} bits "
             "(smaller keys only in tests, with allow_insecure_test_size=True)"
         )
     if exponent_bits < MIN_SECURE_EXPONENT_BITS:
@@ -87,7 +87,7 @@ class PaillierPublicKey:
             raise InvalidInput(f"exponent_bits must be in [1, 65535], got {self.exponent_bits}")
 
     @property
-    def n_bits(self) -> int:
+    def modulus_bits(self) -> int:
         return int(self.n.bit_length())
 
     @cached_property
@@ -97,7 +97,7 @@ class PaillierPublicKey:
     @property
     def ciphertext_bytes(self) -> int:
         """Fixed width of one serialised ciphertext: 2·|N|/8 (DESIGN §3)."""
-        return 2 * self.n_bits // 8
+        return 2 * self.modulus_bits // 8
 
     def to_phe(self) -> phe.PaillierPublicKey:
         return phe.PaillierPublicKey(int(self.n))
@@ -117,9 +117,9 @@ class PaillierPublicKey:
 
     def to_bytes(self) -> bytes:
         """Fixed width: 4-byte header (|N|, exponent_bits), N (|N|/8 bytes), h_s (2·|N|/8 bytes)."""
-        width = self.n_bits // 8
+        width = self.modulus_bits // 8
         return (
-            _PUBLIC_HEADER.pack(self.n_bits, self.exponent_bits)
+            _PUBLIC_HEADER.pack(self.modulus_bits, self.exponent_bits)
             + int(self.n).to_bytes(width, "big")
             + int(self.h_s).to_bytes(2 * width, "big")
         )
@@ -128,17 +128,17 @@ class PaillierPublicKey:
     def from_bytes(cls, data: bytes, *, allow_insecure_test_size: bool = False) -> PaillierPublicKey:
         if len(data) < _PUBLIC_HEADER.size:
             raise ProtocolError("Paillier public key bytes are shorter than their header")
-        n_bits, exponent_bits = _PUBLIC_HEADER.unpack_from(data)
-        width = n_bits // 8
-        if n_bits % 8 or len(data) != _PUBLIC_HEADER.size + 3 * width:
-            raise ProtocolError(f"Paillier public key of {n_bits} bits must be {_PUBLIC_HEADER.size + 3 * width} bytes, got {len(data)}")
+        modulus_bits, exponent_bits = _PUBLIC_HEADER.unpack_from(data)
+        width = modulus_bits // 8
+        if modulus_bits % 8 or len(data) != _PUBLIC_HEADER.size + 3 * width:
+            raise ProtocolError(f"Paillier public key of {modulus_bits} bits must be {_PUBLIC_HEADER.size + 3 * width} bytes, got {len(data)}")
         n = mpz(int.from_bytes(data[4 : 4 + width], "big"))
         h_s = mpz(int.from_bytes(data[4 + width :], "big"))
-        if n.bit_length() != n_bits:
-            raise ProtocolError(f"Paillier modulus has {n.bit_length()} bits, header says {n_bits}")
+        if n.bit_length() != modulus_bits:
+            raise ProtocolError(f"Paillier modulus has {n.bit_length()} bits, header says {modulus_bits}")
         try:
             key = cls(n, h_s, exponent_bits)
-            _check_strength(n_bits, exponent_bits, allow_insecure_test_size)
+            _check_strength(modulus_bits, exponent_bits, allow_insecure_test_size)
         except InvalidInput as exc:
             raise ProtocolError(f"unacceptable Paillier public key: {exc}") from None
         return key

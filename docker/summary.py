@@ -20,7 +20,7 @@ is reported as such. XCLP_SUMMARY_TIMEOUT (3600) bounds the whole wait.
 Exit status: 0 when every institution has its predictions and the (common) FlyNN model, 1 when
 something is missing or disagrees — the table still shows what there is.
 
-    python docker/summary.py --jobs docker/jobs --data client/demo_data --results DIR --coordinator DIR
+    python docker/summary.py --jobs docker/jobs --data xclp/demo_data --results DIR --coordinator DIR
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xclp.client import data as party_data
+from xclp import tables as party_data
 from xclp.client.models import ModelFile
 from xclp.server.config import JobConfig, load_job
 from xclp.baselines import per_client_lp

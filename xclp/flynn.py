@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from xclp import privacy
 from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 from xclp.validation import check_features, check_labels
@@ -323,15 +324,13 @@ def privatise_counts(
     if T > arr.size:
         raise InvalidInput(f"T = {T} exceeds the {arr.size} count entries (n_classes x m); use T <= {arr.size}")
 
-    from xclp.crypto import dp  # lazy: the non-DP path must not depend on crypto/
-
     flat = arr.ravel()
-    chosen = dp.exponential_mechanism_select(flat, float(epsilon) / (4.0 * T * n_parties), T, source=source)
+    chosen = privacy.exponential_mechanism_select(flat, float(epsilon) / (4.0 * T * n_parties), T, source=source)
     scale = 2.0 * T * n_parties / float(epsilon)
     released = np.zeros(flat.shape, dtype=np.int64 if discrete else np.float64)
     if discrete:
-        noisy = flat[chosen].astype(np.int64) + dp.discrete_laplace(scale, (T,), source=source)
+        noisy = flat[chosen].astype(np.int64) + privacy.discrete_laplace(scale, (T,), source=source)
     else:
-        noisy = flat[chosen] + dp.laplace(scale, (T,), source=source)
+        noisy = flat[chosen] + privacy.laplace(scale, (T,), source=source)
     released[chosen] = np.maximum(noisy, 0)
     return released.reshape(arr.shape)

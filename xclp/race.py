@@ -27,6 +27,7 @@ from typing import Literal
 import numpy as np
 from scipy.special import ndtr
 
+from xclp import privacy
 from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 from xclp.validation import check_features, check_labels
@@ -237,9 +238,8 @@ def private_release(S: object, epsilon: float, source: np.random.Generator | Non
     """
     arr = np.asarray(S, dtype=np.float64)
     R = _check_release_args(arr, epsilon)
-    from xclp.crypto import dp  # lazy: the non-DP path must not depend on crypto/
 
-    return arr + dp.laplace(R / float(epsilon), arr.shape, source=source)
+    return arr + privacy.laplace(R / float(epsilon), arr.shape, source=source)
 
 
 def private_release_share(
@@ -256,9 +256,8 @@ def private_release_share(
         raise InvalidInput(f"private_release_share needs the integer counts from sketch(), got dtype {arr.dtype}")
     R = _check_release_args(arr, epsilon)
     n_parties = _positive_int("n_parties", n_parties)
-    from xclp.crypto import dp
 
-    return arr.astype(np.int64) + dp.discrete_laplace_share(R / float(epsilon), n_parties, arr.shape, source=source)
+    return arr.astype(np.int64) + privacy.discrete_laplace_share(R / float(epsilon), n_parties, arr.shape, source=source)
 
 
 def _check_release_args(arr: np.ndarray, epsilon: float) -> int:

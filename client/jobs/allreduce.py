@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xclp.client.data import PartyData
+from xclp.tables import PartyData
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.errors import InvalidInput
 from xclp.flynn import FlyHash, FlyNNParams, privatise_counts, train_counts

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 from gmpy2 import mpz
 
-from xclp.client.data import PartyData
+from xclp.tables import PartyData
 from xclp.client.steps import xclp as steps
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.identity import Roster
@@ -54,8 +54,8 @@ def paillier_public(bundle_n: bytes, bundle_hs: bytes, key_bits: int, *, allow_i
     if not bundle_n:
         raise ProtocolError("a peer's key bundle carries no Paillier key")
     key = PaillierPublicKey(mpz(int.from_bytes(bundle_n, "big")), mpz(int.from_bytes(bundle_hs, "big")))
-    if key.n_bits != key_bits or (key_bits < MIN_SECURE_BITS and not allow_insecure):
-        raise ProtocolError(f"a peer published a {key.n_bits}-bit Paillier key; the job uses {key_bits} bits")
+    if key.modulus_bits != key_bits or (key_bits < MIN_SECURE_BITS and not allow_insecure):
+        raise ProtocolError(f"a peer published a {key.modulus_bits}-bit Paillier key; the job uses {key_bits} bits")
     return key
 
 

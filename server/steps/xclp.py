@@ -200,8 +200,8 @@ def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int
     n_bits = check_n_bits(n_bits)
     layout = SlotLayout(int(a_modulus).bit_length(), n_bits)
     count = layout.values(n_a, n_b)
-    t_values = Residues.from_array(t, layout.n_bits, count, "SecureHamming t (from A)")
-    r_values = Residues.from_array(r, layout.n_bits, count, "SecureHamming R (from B)")
+    t_values = Residues.from_array(t, layout.modulus_bits, count, "SecureHamming t (from A)")
+    r_values = Residues.from_array(r, layout.modulus_bits, count, "SecureHamming R (from B)")
     H = unmask_distances(t_values, r_values, a_modulus, layout, n_a, n_b)
     return H.astype(hamming_dtype(n_bits))
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from xclp.crypto.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
+from tests.oracles.decryption_floor import decrypt_all
+from tests.oracles.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
 from xclp.crypto.paillier import ciphertexts_to_bytes, parse_ciphertexts
 from xclp.crypto.secure_hamming import (
     EncryptedSlices,
@@ -22,7 +23,6 @@ from xclp.crypto.secure_hamming import (
     choose_group_bits,
     code_bits,
     decrypt,
-    decrypt_all,
     encrypt_bit_slices,
     evaluate,
     occupied_ones,
@@ -67,8 +67,8 @@ def run_packed(keypair, codes_A, codes_B, L, *, executor=None, group_bits=None, 
     t = decrypt(keypair, evaluated, layout, len(codes_A), executor)
     if via_bytes:
         count = layout.values(len(codes_A), len(codes_B))
-        t = Residues.from_array(t.to_array(), layout.n_bits, count)
-        r = Residues.from_array(r.to_array(), layout.n_bits, count)
+        t = Residues.from_array(t.to_array(), layout.modulus_bits, count)
+        r = Residues.from_array(r.to_array(), layout.modulus_bits, count)
     return t, r, unmask_distances(t, r, keypair.public, layout, len(codes_A), len(codes_B))
 
 
@@ -76,17 +76,17 @@ def run_packed(keypair, codes_A, codes_B, L, *, executor=None, group_bits=None, 
 
 
 @pytest.mark.parametrize(
-    ("n_bits", "L", "width", "slots"),
+    ("modulus_bits", "L", "width", "slots"),
     [(2048, 1024, 11, 186), (2048, 64, 7, 292), (2048, 4096, 13, 157),
      (3072, 1024, 11, 279), (3072, 64, 7, 438), (3072, 4096, 13, 236)],
 )
-def test_layout_numbers(n_bits: int, L: int, width: int, slots: int) -> None:
-    lay = SlotLayout(n_bits, L)
-    assert (lay.width, lay.slots, lay.value_bytes) == (width, slots, n_bits // 8)
+def test_layout_numbers(modulus_bits: int, L: int, width: int, slots: int) -> None:
+    lay = SlotLayout(modulus_bits, L)
+    assert (lay.width, lay.slots, lay.value_bytes) == (width, slots, modulus_bits // 8)
     assert 2 ** (width - 1) <= L < 2**width  # w = ⌈log2(L+1)⌉: the smallest width that holds L
-    assert slots * width <= n_bits - 2 < (slots + 1) * width  # packed value < 2^(|N|−2) < N, K maximal
+    assert slots * width <= modulus_bits - 2 < (slots + 1) * width  # packed value < 2^(|N|−2) < N, K maximal
     # ~4.8x more slots than the per-slot σ = 40 masks of DESIGN §5.3 (w = 52, K = 39 for 2048/1024)
-    if (n_bits, L) == (2048, 1024):
+    if (modulus_bits, L) == (2048, 1024):
         assert slots / ((2048 - 2) // 52) > 4.7
 
 
@@ -232,7 +232,7 @@ def test_evaluation_carries_fresh_randomness(keypair) -> None:  # type: ignore[n
 
 def test_masks_are_fresh_for_every_ciphertext(keypair, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """R is drawn per ciphertext from `secrets.randbelow(N)`; with R forced to 0, A would see P itself."""
-    import xclp.crypto.secure_hamming as sh
+    import xclp.crypto.secure_hamming.role_b as sh
 
     L = 64
     layout = SlotLayout.for_key(keypair.public, L)
@@ -265,7 +265,7 @@ def honest_run(keypair):  # type: ignore[no-untyped-def]
 def _with(values: Residues, index: int, new: int) -> Residues:
     ints = values.to_ints()
     ints[index] = new
-    return Residues.from_ints(ints, values.n_bits)
+    return Residues.from_ints(ints, values.modulus_bits)
 
 
 def _unmask(keypair, layout, t, r):  # type: ignore[no-untyped-def]

@@ -28,7 +28,7 @@ from tests.docker.conftest import REPO
 
 PARTIES = ("hospital-a", "hospital-b", "hospital-c")
 SERVICES = ("setup", "coordinator", *PARTIES, "summary")
-DEMO_DATA = REPO / "client" / "demo_data"
+DEMO_DATA = REPO / "xclp" / "demo_data"
 JOBS = REPO / "docker" / "jobs"
 # `docker compose` (v2) where installed, else docker-compose (v1.29): the file is written for both.
 COMPOSE = ["docker", "compose"] if shutil.which("docker-compose") is None else ["docker-compose"]

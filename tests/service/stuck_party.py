@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from xclp.client import data as party_data
+from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import identity

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xclp.client import data as party_data
+from xclp import tables as party_data
 from xclp.crypto import identity
 from xclp.server.config import load_allow_list, load_job
 from xclp.errors import ConfigError, InvalidInput

@@ -29,7 +29,7 @@ import pytest
 from scipy import stats
 
 from xclp.client.jobs.xclp import XclpParty
-from xclp.client.data import PartyData
+from xclp.tables import PartyData
 from xclp.crypto import certs, identity
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.server.config import JobConfig, TlsFiles, load_job
@@ -263,7 +263,7 @@ def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> No
 
 
 def test_demo_job_file_loads() -> None:
-    config = load_job(ROOT / "client" / "demo_data" / "xclp-demo.toml")
+    config = load_job(ROOT / "xclp" / "demo_data" / "xclp-demo.toml")
     assert config.params == XclpJob(n_classes=10, k=5, power=3.0, label_norm="none")
     assert config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
 
@@ -351,4 +351,4 @@ def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
         assert len(ids) == 500 and ids[0] == f"{party}-0000" and set(labels) <= set(range(10))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["outcome"] == "done" and summary["label_parties"] == ["hospital-a", "hospital-b", "hospital-c"]
-    assert "true_label" not in (ROOT / "client" / "demo_data" / "hospital-a.csv").read_text().splitlines()[0]
+    assert "true_label" not in (ROOT / "xclp" / "demo_data" / "hospital-a.csv").read_text().splitlines()[0]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from xclp.client.steps import xclp as party
-from xclp.client.steps.inprocess import InProcessResult, run_xclp_inprocess
+from xclp.simulation import InProcessResult, run_xclp_inprocess
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair

@@ -4,7 +4,7 @@ What it does, as an operator and three institutions would (every role a real pro
 
 1. a throwaway development CA and a server certificate for localhost (`crypto.certs`), one
    Ed25519 identity key per institution and the coordinator's allow-list;
-2. `xclp-server serve` with one xclp job (the same job file as client/demo_data/xclp-demo.toml,
+2. `xclp-server serve` with one xclp job (the same job file as xclp/demo_data/xclp-demo.toml,
    with the chosen key size and L) and `--exit-when-done`;
 3. `xclp-client run` for hospital-a, -b and -c on the bundled CSVs (features + `label`, empty =
    unlabeled); each writes <work>/out/<party>/predictions.csv atomically;
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xclp.client import data as party_data
+from xclp import tables as party_data
 from xclp.crypto import certs, identity
 from xclp.baselines import per_client_lp
 from xclp.errors import ConfigError, InvalidInput, PeerDropped
@@ -68,7 +68,7 @@ class DemoOptions:
 
 
 def job_toml(options: DemoOptions) -> str:
-    """The demo's job file (client/demo_data/xclp-demo.toml with the chosen key size and L)."""
+    """The demo's job file (xclp/demo_data/xclp-demo.toml with the chosen key size and L)."""
     insecure = "insecure_test_keys = true\n" if options.insecure_test_keys else ""
     parties = ", ".join(f'"{p}"' for p in PARTIES)
     return (f'job_id = "{JOB_ID}"\ntype = "xclp"\nexpected_parties = [{parties}]\n'

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from xclp.crypto.dp import (
+from xclp.privacy import (
     discrete_laplace,
     discrete_laplace_share,
     exponential_mechanism_select,

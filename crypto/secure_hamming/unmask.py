@@ -1,0 +1,56 @@
+"""SecureHamming's last step, on the coordinator (DESIGN §5.3): H from A's t and B's R, validated.
+
+(t − R) mod N is the packed Σ_s h_s·2^(ws) of each ciphertext D; everything an honest run cannot
+produce (a value not below N, bits above the last slot, a non-zero padding slot, a distance above
+L) is refused with OutOfRange, so a malformed t or R cannot smuggle garbage into H.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from xclp.crypto.paillier import PaillierPublicKey
+from xclp.crypto.secure_hamming.layout import Residues, SlotLayout
+from xclp.errors import InvalidInput, OutOfRange
+
+
+def unmask_distances(
+    t: Residues, r: Residues, modulus: PaillierPublicKey | int, layout: SlotLayout, n_A: int, n_B: int
+) -> np.ndarray:
+    """Coordinator: H as uint16[n_B, n_A] from A's t and B's R, both one value per ciphertext D.
+
+    (t − R) mod N is the packed Σ_s h_s·2^(ws) of each D (module docstring). OutOfRange unless t
+    and R are below N, no bit above slot K − 1 is set, every padding slot of A's last batch is 0
+    and every distance lies in [0, L]: an honest run never fails these checks.
+    """
+    n = int(modulus.n) if isinstance(modulus, PaillierPublicKey) else int(modulus)
+    if n.bit_length() != layout.modulus_bits:
+        raise InvalidInput(f"A's modulus has {n.bit_length()} bits but the slot layout is for {layout.modulus_bits}")
+    count = layout.values(n_A, n_B)
+    for name, values in (("t (from A)", t), ("R (from B)", r)):
+        if values.modulus_bits != layout.modulus_bits or values.count != count:
+            raise OutOfRange(
+                f"{name} must hold {count} values of {layout.modulus_bits} bits for n_A={n_A}, n_B={n_B}; "
+                f"got {values.count} of {values.modulus_bits} bits"
+            )
+    t_int, r_int = t.to_ints(), r.to_ints()
+    for name, values in (("t (from A)", t_int), ("R (from B)", r_int)):
+        if any(v >= n for v in values):
+            raise OutOfRange(f"{name} has a value not below A's modulus N")
+    w, k, nbytes = layout.width, layout.slots, layout.value_bytes
+    packed = [(a - b) % n for a, b in zip(t_int, r_int)]
+    if any(p >> (k * w) for p in packed):
+        raise OutOfRange(f"an unmasked plaintext has bits above its last slot (bit {k * w} or higher): t or R is malformed")
+    raw = np.frombuffer(b"".join(p.to_bytes(nbytes, "little") for p in packed), dtype=np.uint8).reshape(count, nbytes)
+    bits = np.unpackbits(raw, axis=1, bitorder="little")[:, : k * w].reshape(count, k, w)
+    slots = bits.astype(np.uint32) @ (np.uint32(1) << np.arange(w, dtype=np.uint32))  # uint32[count, K]
+    n_batches = layout.batches(n_A)
+    h = slots.reshape(n_batches, n_B, k).transpose(1, 0, 2).reshape(n_B, n_batches * k)
+    if h[:, n_A:].any():
+        raise OutOfRange(f"{int(np.count_nonzero(h[:, n_A:]))} padding slots of A's last batch are not 0: t or R is malformed")
+    h = h[:, :n_A]
+    bad = h > layout.L
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise OutOfRange(f"{int(bad.sum())} unmasked distances lie outside [0, {layout.L}] (first at [{i}, {j}])")
+    return h.astype(np.uint16)
