@@ -36,21 +36,24 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
     from cryptography.hazmat.primitives import serialization
 
     from xclp.client.connection import ConnectionConfig
-    from xclp.tables import PartyData
+    from xclp.client.jobs.allreduce import AllReduceParty
     from xclp.client.session import PartySession, RunConfig
+    from xclp.tables import PartyData
 
     key = serialization.load_pem_private_key(key_pem, password=None)
     counts = np.random.default_rng(PARTIES.index(party)).integers(0, 1000, size=(2, elements // 2)).astype(np.uint32)
 
-    class Bench(PartySession):
-        t_step = 0.0
-        t_end = 0.0
-
+    class BenchJob(AllReduceParty):
         def local_array(self, n_parties):
             return counts
 
-        def masked(self, local, round, members):
-            return super().masked(local, round, members) if masked else local
+        def mask(self, local, round, members):
+            return super().mask(local, round, members) if masked else local
+
+    class Bench(PartySession):
+        allreduce_party = BenchJob
+        t_step = 0.0
+        t_end = 0.0
 
         def on_step(self, step):
             if step.step == "sum":

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -28,19 +26,19 @@ import numpy as np
 
 from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
-from xclp.client.models import ModelFile, write_atomic
+from xclp.client.models import ModelFile
 from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.propagation import predict as xclp_predict
 from xclp.errors import ConfigError, XclpError
+from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
 from xclp.v1.status import EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed"}
 PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
-TESTING_ENV = "XCLP_TESTING"
 PREDICTIONS_FILE = "predictions.csv"
 
 
@@ -109,16 +107,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read_party_toml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    extra = sorted(set(raw) - RUN_KEYS)
-    if extra:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(RUN_KEYS))}")
+    raw = read_toml(path)
+    check_keys(path, raw, RUN_KEYS)
     for key in PATH_KEYS & set(raw):
         raw[key] = path.parent / raw[key]
     return raw
@@ -143,9 +133,8 @@ def run(args: argparse.Namespace) -> int:
         stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
     key = identity.load_identity(cfg["identity"])
     seed_path = cfg.get("debug_dump_seed")
-    if seed_path and os.environ.get(TESTING_ENV) != "1":
-        raise ConfigError(f"--debug-dump-seed writes the job's secret common seed to disk; it is a test hook and "
-                          f"refused unless {TESTING_ENV}=1 is set")
+    if seed_path:
+        require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
                            id_column=cfg.get("id_column") or None)
     stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "

@@ -23,17 +23,7 @@ from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
-
-TOKEN_METADATA = "x-xclp-token-bin"
-JOB_METADATA = "x-xclp-job"
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
-
+from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, TOKEN_METADATA
 
 @dataclass(frozen=True)
 class ConnectionConfig:

@@ -10,34 +10,16 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from xclp.errors import InvalidInput
+from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel, FlyNNParams
 from xclp.race import RaceClassifier, RaceHashes, RaceParams
 from xclp.v1.jobs import FlynnJob, JobParams, RaceJob, params_from_json, params_json
-
-
-def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> Path:
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass(frozen=True)

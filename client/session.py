@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.tables import PartyData
-from xclp.client.jobs.allreduce import check_data, contribution, decode_aggregate
+from xclp.client.jobs.allreduce import AllReduceParty, check_data
 from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import derive_key
@@ -34,12 +34,9 @@ from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.bundles import paillier_fields
 from xclp.v1.jobs import JobParams, XclpJob, params_from_json
-
-SEED_STEP = "seed"
-SUM_STEP = "sum"
-RESULT_STEP = "result"
-SEED_BYTES = 32
+from xclp.v1.steps import SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
 Progress = Callable[[str], None]
 
@@ -83,6 +80,7 @@ class JobResult:
 
 
 class PartySession:
+    allreduce_party: type[AllReduceParty] = AllReduceParty  # FlyNN and RACE jobs after the seed
     def __init__(self, config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> None:
         self.config = config
         self.data = data
@@ -92,7 +90,7 @@ class PartySession:
         self.signed = identity.sign_bundle(config.identity, identity.KeyBundle(
             party_id=config.party_id, job_id=config.job_id, identity_public=identity.public_bytes(config.identity),
             x25519_public=masking.public_bytes(self.x25519), nonce=secrets.token_bytes(16),
-            **_paillier_fields(config.paillier)))
+            **paillier_fields(config.paillier.public if config.paillier else None)))
         self.roster: identity.Roster | None = None
         self.pair_secrets: dict[str, bytes] = {}
         self.masker: masking.PairwiseMasker | None = None
@@ -104,7 +102,7 @@ class PartySession:
         self.job_type = ""
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
-        self.xclp: XclpParty | None = None
+        self.job: XclpParty | AllReduceParty | None = None
         self._executor: Executor | None = None
         self._conn: Connection | None = None
 
@@ -194,49 +192,19 @@ class PartySession:
                 self._lead_seed(step)
             else:
                 self._try_open_seed()
-        elif self.job_type == "xclp":
-            self._xclp().on_step(step)
-            self.participants = tuple(members)
-        elif step.step == SUM_STEP:
-            if self.stage is not PartyStage.SEEDED or self.seed is None or self.params is None or self.masker is None:
-                raise ProtocolError("the sum step started before this party had the common seed")
-            self.participants = tuple(members)
-            masked = self.masked(self.local_array(len(members)), step.round, members)
-            sent = self.conn.push(masked, sender=self.config.party_id, step=SUM_STEP, round=step.round)
-            self.progress(f"pushed masked {self.job_type} array {list(masked.shape)} for round {step.round} "
-                          f"({len(members)} parties, {sent} bytes)")
         else:
-            raise ProtocolError(f"unknown step {step.step!r} for a {self.job_type} job")
-
-    def local_array(self, n_parties: int) -> np.ndarray:
-        """This party's unmasked ring array for the sum step (DESIGN §6)."""
-        assert self.params is not None and self.seed is not None
-        return contribution(self.params, self.data, self.seed, n_parties)
-
-    def masked(self, local: np.ndarray, round: int, members: list[str]) -> np.ndarray:
-        """local + Σ ±PRG(pair keys for this round and participant set) in the ring (DESIGN §4.2)."""
-        assert self.masker is not None
-        return self.masker.apply(local, purpose=SUM_STEP, round=round, participants=members)
+            self._job().on_step(step)
+            self.participants = tuple(members)
 
     def on_message(self, message: wire.Message) -> None:
-        if self.job_type == "xclp" and message.step != SEED_STEP:
-            self._xclp().on_message(message)
-            if self.xclp is not None and self.xclp.scores is not None:
-                self.aggregate = self.xclp.scores
-            return
-        if message.step == RESULT_STEP and message.sender == "":
-            if self.params is None or not isinstance(message.payload, np.ndarray):
-                raise ProtocolError("the aggregate must be an array")
-            dtype, shape = self.params.wire(self.data.X.shape[1])
-            if message.payload.dtype != dtype or message.payload.shape != shape:
-                raise ProtocolError(f"the aggregate has {message.payload.dtype}{list(message.payload.shape)}, "
-                                    f"expected {dtype}{list(shape)}")
-            self.aggregate = decode_aggregate(self.params, message.payload)
-            self.progress("aggregate received")
-            return
-        self.inbox[(message.step, message.round, message.sender)] = message.payload
         if message.step == SEED_STEP:
+            self.inbox[(message.step, message.round, message.sender)] = message.payload
             self._try_open_seed()
+            return
+        job = self._job()
+        job.on_message(message)
+        if job.result is not None:
+            self.aggregate = job.result
 
     def on_end(self, end: pb.JobEnd) -> None:
         if end.outcome == pb.JobEnd.DONE:
@@ -249,20 +217,25 @@ class PartySession:
         else:
             raise PeerDropped(f"the job failed: {end.reason}")
 
-    def _xclp(self) -> XclpParty:
-        """The XCLP job's state, created once the common seed is here (DESIGN §5)."""
-        if self.xclp is None:
+    def _job(self) -> XclpParty | AllReduceParty:
+        """The job type's state machine, created once the common seed is here (DESIGN §5, §6)."""
+        if self.job is None:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
-                raise ProtocolError("an xclp step started before this party had the common seed")
-            assert isinstance(self.params, XclpJob) and self.config.paillier is not None
-            self.xclp = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
-                                  self.seed, self.masker, self.conn, self.progress, executor=self._executor)
-        return self.xclp
+                raise ProtocolError("a job step started before this party had the common seed")
+            assert self.params is not None
+            if isinstance(self.params, XclpJob):
+                assert self.config.paillier is not None
+                self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
+                                     self.seed, self.masker, self.conn, self.progress, executor=self._executor)
+            else:
+                self.job = self.allreduce_party(self.config.party_id, self.params, self.data, self.seed,
+                                                self.masker, self.conn, self.progress)
+        return self.job
 
     # --- common seed (DESIGN §4.3) --------------------------------------------------------------
 
     def _seed_key(self, peer: str, step: pb.StepStart) -> bytes:
-        return derive_key(self.pair_secrets[peer], session_id=self._session_id(), purpose=SEED_STEP,
+        return derive_key(self.pair_secrets[peer], session_id=self._session_id(), purpose=SEED_PURPOSE,
                           round=step.round, participants=list(step.participants))
 
     def _session_id(self) -> bytes:
@@ -299,15 +272,6 @@ class PartySession:
         self.participants = tuple(step.participants)
         self.stage = PartyStage.SEEDED
         self.conn.push(b"", sender=self.config.party_id, step=SEED_STEP, round=step.round)
-
-
-def _paillier_fields(keypair: PaillierKeypair | None) -> dict[str, bytes]:
-    """paillier_n and paillier_hs for the key bundle: big-endian, |N|/8 and 2·|N|/8 bytes."""
-    if keypair is None:
-        return {}
-    width = keypair.public.modulus_bits // 8
-    return {"paillier_n": int(keypair.public.n).to_bytes(width, "big"),
-            "paillier_hs": int(keypair.public.h_s).to_bytes(2 * width, "big")}
 
 
 def run_job(config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> JobResult:

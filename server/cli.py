@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from xclp.crypto import certs
-from xclp.server.config import TlsFiles, load_allow_list, load_job, read_toml
+from xclp.runtime import read_toml
+from xclp.server.config import TlsFiles, load_allow_list, load_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.service import build_server
 from xclp.errors import ConfigError, XclpError

@@ -22,29 +22,15 @@ Both paths are relative to the job file.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 from xclp.crypto.identity import check_party_id, parse_public_key
 from xclp.errors import ConfigError, InvalidInput
+from xclp.runtime import check_keys, read_toml, require_testing
 from xclp.v1.jobs import JobParams, parse_params
-
-
-TESTING_ENV = "XCLP_TESTING"
-
-
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
 
 
 def load_allow_list(path: str | os.PathLike[str]) -> Mapping[str, bytes]:
@@ -100,19 +86,14 @@ class JobConfig:
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
         if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
             raise ConfigError(f"job {self.job_id}: summary and debug_dump are options of xclp jobs only")
-        if self.debug_dump_dir is not None and os.environ.get(TESTING_ENV) != "1":
-            raise ConfigError(
-                f"job {self.job_id}: debug_dump writes what the coordinator learned to disk and is a test hook; "
-                f"it is refused unless {TESTING_ENV}=1 is set"
-            )
+        if self.debug_dump_dir is not None:
+            require_testing(f"job {self.job_id}: debug_dump writes what the coordinator learned to disk")
 
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
     raw = read_toml(path)
     known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump"}
-    extra = sorted(set(raw) - known)
-    if extra:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
+    check_keys(path, raw, known)
     try:
         parties = raw["expected_parties"]
         if not isinstance(parties, list) or not all(isinstance(p, str) for p in parties):

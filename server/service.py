@@ -21,23 +21,11 @@ from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import status_code
+from xclp.v1.transport import JOB_METADATA, SERVER_OPTIONS, TOKEN_METADATA
 
 log = logging.getLogger("xclp.server")
 
-TOKEN_METADATA = "x-xclp-token-bin"
-JOB_METADATA = "x-xclp-job"
 POLL_SECONDS = 0.5
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", wire.GRPC_MAX_MESSAGE_BYTES),
-    # Notice dead peers on idle connections (institutions sit behind NATs and firewalls).
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
-
-
 def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
     return {key: value for key, value in context.invocation_metadata()}
 
@@ -113,7 +101,7 @@ def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None
     `tls=None` means plaintext — only for `--insecure`, which the CLI logs loudly.
     """
     server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="xclp-rpc"),
-                         options=GRPC_OPTIONS)
+                         options=SERVER_OPTIONS)
     pb_grpc.add_CoordinatorServicer_to_server(CoordinatorService(coordinator), server)
     if tls is None:
         port = server.add_insecure_port(address)

@@ -15,12 +15,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from xclp.tables import PartyData
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xclp.client.jobs.xclp import Pusher
 from xclp.crypto.fixedpoint import FixedPoint
-from xclp.errors import InvalidInput
+from xclp.crypto.masking import PairwiseMasker
+from xclp.errors import InvalidInput, ProtocolError
 from xclp.flynn import FlyHash, FlyNNParams, privatise_counts, train_counts
 from xclp.race import RaceClassifier, RaceHashes, RaceParams, private_release_share, sketch
+from xclp.tables import PartyData
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import FlynnJob, JobParams, RaceJob
+from xclp.v1.steps import RESULT_MSG, SUM_PURPOSE, SUM_STEP
 
 
 def check_data(params: JobParams, data: PartyData) -> None:
@@ -90,3 +98,47 @@ def decode_aggregate(params: JobParams, aggregate: np.ndarray) -> np.ndarray:
     if not params.private:
         return aggregate.astype(np.int64)
     return aggregate.astype(np.uint64).view(np.int64)
+
+
+@dataclass
+class AllReduceParty:
+    """The party's FlyNN / RACE state machine after the seed (DESIGN §6); `on_step` / `on_message`
+    are its transitions, like `XclpParty`'s."""
+
+    party_id: str
+    params: JobParams
+    data: PartyData
+    seed: bytes
+    masker: PairwiseMasker
+    conn: Pusher
+    progress: Callable[[str], None]
+    result: np.ndarray | None = None
+
+    def on_step(self, step: pb.StepStart) -> None:
+        if step.step != SUM_STEP:
+            raise ProtocolError(f"unknown step {step.step!r} for an all-reduce job")
+        members = list(step.participants)
+        masked = self.mask(self.local_array(len(members)), step.round, members)
+        sent = self.conn.push(masked, sender=self.party_id, step=SUM_STEP, round=step.round)
+        self.progress(f"pushed masked array {list(masked.shape)} for round {step.round} "
+                      f"({len(members)} parties, {sent} bytes)")
+
+    def local_array(self, n_parties: int) -> np.ndarray:
+        """This party's unmasked ring array for the sum step (DESIGN §6)."""
+        return contribution(self.params, self.data, self.seed, n_parties)
+
+    def mask(self, local: np.ndarray, round: int, members: list[str]) -> np.ndarray:
+        """local + Σ ±PRG(pair keys for this round and participant set) in the ring (DESIGN §4.2)."""
+        return self.masker.apply(local, purpose=SUM_PURPOSE, round=round, participants=members)
+
+    def on_message(self, message: wire.Message) -> None:
+        if message.step != RESULT_MSG or message.sender != "":
+            raise ProtocolError(f"{message.sender or 'the coordinator'!r} sent a {message.step!r} message, "
+                                "which an all-reduce job never sends")
+        dtype, shape = self.params.wire(self.data.X.shape[1])
+        payload = message.payload
+        if not isinstance(payload, np.ndarray) or payload.dtype != dtype or payload.shape != shape:
+            got = f"{payload.dtype}{list(payload.shape)}" if isinstance(payload, np.ndarray) else "opaque bytes"
+            raise ProtocolError(f"the aggregate has {got}, expected {dtype}{list(shape)}")
+        self.result = decode_aggregate(self.params, payload)
+        self.progress("aggregate received")

@@ -20,43 +20,26 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from gmpy2 import mpz
 
 from xclp.tables import PartyData
 from xclp.client.steps import xclp as steps
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
-from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
+from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.pool import default_workers
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.bundles import paillier_key
 from xclp.v1.jobs import XclpJob
-from xclp.v1.jobs import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG,
-                          PAIRS_MSG, RESULT_MSG, ROWSUMS_STEP)
-
-
-@dataclass(frozen=True)
-class PairTask:
-    """One SecureHamming pair as the coordinator assigned it: `a` holds the key, `b` evaluates."""
-
-    a: str
-    b: str
+from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
+                           ROWSUMS_RESULT_MSG, ROWSUMS_STEP)
+from xclp.v1.xclp_layout import PairTask, parts_of
 
 
 class Pusher(Protocol):
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int: ...
-
-
-def paillier_public(bundle_n: bytes, bundle_hs: bytes, key_bits: int, *, allow_insecure: bool) -> PaillierPublicKey:
-    """A peer's Paillier key from its signed bundle, checked against the job's key size."""
-    if not bundle_n:
-        raise ProtocolError("a peer's key bundle carries no Paillier key")
-    key = PaillierPublicKey(mpz(int.from_bytes(bundle_n, "big")), mpz(int.from_bytes(bundle_hs, "big")))
-    if key.modulus_bits != key_bits or (key_bits < MIN_SECURE_BITS and not allow_insecure):
-        raise ProtocolError(f"a peer published a {key.modulus_bits}-bit Paillier key; the job uses {key_bits} bits")
-    return key
 
 
 def make_executor(workers: int | None) -> Executor | None:
@@ -75,7 +58,7 @@ def make_executor(workers: int | None) -> Executor | None:
 
 
 def _warm_up() -> None:
-    import xclp.crypto.secure_hamming  # noqa: F401 - the module every Paillier task runs in
+    import xclp.crypto.secure_hamming  # noqa: F401 - the modules every Paillier task runs in
 
 
 @dataclass
@@ -162,7 +145,7 @@ class XclpParty:
             self.pairs = self._pairs(payload)
         elif message.step == INFLUENCE_MSG:
             self._influence(payload)
-        elif message.step == RESULT_MSG:
+        elif message.step == ROWSUMS_RESULT_MSG:
             self._result(payload, message.round)
         else:
             raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
@@ -259,9 +242,8 @@ class XclpParty:
         self.hamming_pushed = True
         self.progress(f"SecureHamming done: {len(parts)} pairs ({self._elapsed()})")
 
-    def _my_pairs(self) -> list[PairTask]:
-        members = set(self.hamming_members)
-        return [t for t in self.pairs if self.party_id in (t.a, t.b) and t.a in members and t.b in members]
+    def _my_pairs(self) -> tuple[PairTask, ...]:
+        return parts_of(self.pairs, self.party_id, self.hamming_members)
 
     def _pair_with(self, peer: str) -> PairTask:
         for task in self._my_pairs():
@@ -270,9 +252,11 @@ class XclpParty:
         raise ProtocolError(f"{peer!r} is not a SecureHamming partner of {self.party_id!r} this round")
 
     def _peer_key(self, peer: str) -> PaillierPublicKey:
-        bundle = self.roster.bundle(peer)
-        return paillier_public(bundle.paillier_n, bundle.paillier_hs, self.params.key_bits,
-                               allow_insecure=self.params.insecure_test_keys)
+        try:
+            return paillier_key(self.roster.bundle(peer), self.params.key_bits,
+                                allow_insecure=self.params.insecure_test_keys)
+        except InvalidInput as exc:
+            raise ProtocolError(f"a peer's key bundle is unusable: {exc}") from None
 
     # --- influence and SecureRowSums (DESIGN §5.5-5.7) ------------------------------------------
 
@@ -320,6 +304,11 @@ class XclpParty:
 
     def _elapsed(self) -> str:
         return f"{time.monotonic() - self.started:.1f}s since the seed"
+
+    @property
+    def result(self) -> np.ndarray | None:
+        """This party's rows of the propagated scores Z, float64[n_j, C], once they are here."""
+        return self.scores
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Labels int64[n_j] and confidences float64[n_j] (DESIGN §5.7)."""

@@ -46,12 +46,12 @@ from xclp.lsh import check_n_bits, lsh_codes, lsh_projection
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.validation import UNLABELED, check_features, check_labels
+from xclp.v1.steps import ROWSUMS_PURPOSE
+from xclp.v1.xclp_layout import RowLayout
 
 __all__ = [
-    "ROWSUMS_PURPOSE",
     "MaskedRowSums",
     "check_party_data",
-    "frame_rows",
     "graph_rows_of",
     "hamming_decrypt",
     "hamming_encrypt",
@@ -66,9 +66,6 @@ __all__ = [
     "slot_layout",
     "unmask_row_sums",
 ]
-
-# The pairwise-mask purpose of SecureRowSums (same string as server.steps.xclp.ROWSUMS_PURPOSE).
-ROWSUMS_PURPOSE = "rowsums"
 
 
 def lsh_step(X: object, seed: Seed, n_bits: int) -> np.ndarray:
@@ -179,23 +176,6 @@ class MaskedRowSums:
     kept: np.ndarray
 
 
-def frame_rows(graph_rows: Sequence[tuple[str, int]], participants: Sequence[str]) -> dict[str, slice]:
-    """Row slices of each participant in the graph (H's party order, sizes) and in the SecureRowSums frame.
-
-    Returns {party: slice into the frame}; the frame is the participants' rows in graph order.
-    """
-    keep = set(participants)
-    out: dict[str, slice] = {}
-    start = 0
-    for party, size in graph_rows:
-        if party in keep:
-            out[party] = slice(start, start + int(size))
-            start += int(size)
-    if set(out) != keep:
-        raise InvalidInput(f"participants {sorted(keep - set(out))} have no rows in the graph")
-    return out
-
-
 def mask_row_sums(
     Zbar: np.ndarray,
     graph_rows: Sequence[tuple[str, int]],
@@ -216,19 +196,18 @@ def mask_row_sums(
     withholding a mask there, the coordinator would see their unmasked sum. The masker refuses a
     second attempt with the same round and participant set (ReplayRefused).
     """
-    rows = frame_rows(graph_rows, participants)
+    graph = RowLayout.of(graph_rows)
+    frame = graph.restrict(participants)
     me = masker.my_id
-    if me not in rows:
+    if me not in frame.parties:
         raise InvalidInput(f"party {me!r} is not a SecureRowSums participant")
-    n = sum(int(size) for _, size in graph_rows)
     Zbar = np.asarray(Zbar, dtype=np.float64)
-    if Zbar.ndim != 2 or Zbar.shape[0] != n:
-        raise InvalidInput(f"Z̄ must be float64[{n}, C] over the graph rows, got shape {Zbar.shape}")
-    graph_offsets = dict(zip((p for p, _ in graph_rows), np.cumsum([0, *[s for _, s in graph_rows]])))
-    frame = np.concatenate([Zbar[graph_offsets[p] : graph_offsets[p] + (r.stop - r.start)] for p, r in rows.items()])
-    encoded = fixed_point.encode(frame, n_terms=len(rows))  # headroom for summing every participant
-    masked = masker.apply(encoded, purpose=ROWSUMS_PURPOSE, round=round, participants=list(rows))
-    own = rows[me]
+    if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
+        raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
+    rows = np.concatenate([Zbar[graph.rows(p)] for p in frame.parties])
+    encoded = fixed_point.encode(rows, n_terms=len(frame.parties))  # headroom for summing every participant
+    masked = masker.apply(encoded, purpose=ROWSUMS_PURPOSE, round=round, participants=list(frame.parties))
+    own = frame.rows(me)
     payload = np.concatenate([masked[: own.start], masked[own.stop :]])
     return MaskedRowSums(payload=payload, kept=masked[own].copy())
 

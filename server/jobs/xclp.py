@@ -27,14 +27,10 @@ next round, so every mask is fresh (the parties' maskers refuse a repeated round
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,45 +38,22 @@ import numpy as np
 from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.server.config import JobConfig
-from xclp.server.jobs.base import SEED_STEP, Job, Observer, Stage, Step, ring_array
+from xclp.runtime import write_json_atomic
+from xclp.server.jobs.base import Job, Observer, Stage, Step, ring_array
+from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.steps import xclp as steps
 from xclp.errors import InvalidInput, PeerDropped, XclpError
 from xclp.graph import GraphParams
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import XclpJob as XclpParams
-from xclp.v1.jobs import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG,
-                          PAIRS_MSG, RESULT_MSG, ROWSUMS_STEP)
+from xclp.v1.bundles import paillier_key
+from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
+                           ROWSUMS_RESULT_MSG, ROWSUMS_STEP, SEED_STEP)
+from xclp.v1.xclp_layout import PairTask, parts_of
 
 log = logging.getLogger("xclp.server")
 
-
-
-@dataclass
-class StepStats:
-    """Per step name, summed over its rounds: wall seconds and bytes in, relayed and sent out."""
-
-    seconds: float = 0.0
-    rounds: int = 0
-    bytes_in: int = 0
-    bytes_relayed: int = 0
-    bytes_out: int = 0
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {"seconds": round(self.seconds, 6), "rounds": self.rounds, "bytes_in": self.bytes_in,
-                "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
-
-
-def pair_parts(
-    pairs: tuple[steps.PairTask, ...], party: str, sizes: Mapping[str, int], layout: SlotLayout
-) -> list[tuple[steps.PairTask, int]]:
-    """The pieces of `party`'s secure_hamming contribution: (pair, ⌈n_A/K⌉·n_B values) in pair order.
-
-    The party sends t for the pairs where it is A and R for those where it is B, one |N|-bit
-    value per ciphertext D (DESIGN §5.3, crypto/secure_hamming.py); client.jobs.xclp builds the
-    same concatenation. Every A's key has the job's key_bits, so one layout fits all pairs.
-    """
-    return [(t, layout.values(sizes[t.a], sizes[t.b])) for t in pairs if party in (t.a, t.b)]
 
 
 @dataclass
@@ -106,13 +79,13 @@ class XclpJob(Job):
         self.sizes: dict[str, int] = {}
         self.moduli: dict[str, int] = {}  # each roster party's Paillier N, from its signed bundle
         self.membership: steps.Membership | None = None
-        self.pairs: tuple[steps.PairTask, ...] = ()  # roles drawn once, at the first secure_hamming round
+        self.pairs: tuple[PairTask, ...] = ()  # roles drawn once, at the first secure_hamming round
         self.intra: dict[str, np.ndarray] = {}
         self.round_state = _Hamming()
         self.cross: dict[tuple[str, str], np.ndarray] = {}
         self.hamming: steps.HammingMatrix | None = None
         self.labeled: dict[str, np.ndarray] = {}
-        self.stats: dict[str, StepStats] = {}
+        self.ledger = StepLedger()
         self.summary_written = False
 
     # --- admission: XCLP parties publish a Paillier key in their signed bundle (DESIGN §4.1) ---
@@ -130,14 +103,10 @@ class XclpJob(Job):
         return bundle
 
     def _check_paillier(self, bundle: KeyBundle) -> None:
-        bits = self.params.key_bits
-        n = bundle.paillier_n
-        if not n or len(n) * 8 != bits or not n[0] & 0x80:
-            have = f"a {len(n) * 8}-bit key" if n else "no Paillier key"
-            raise InvalidInput(
-                f"job {self.config.job_id!r} is an xclp job with {bits}-bit Paillier keys but {bundle.party_id!r} "
-                f"published {have}: run `xclp-client run` with --paillier-bits {bits}"
-            )
+        try:
+            paillier_key(bundle, self.params.key_bits, allow_insecure=self.params.insecure_test_keys)
+        except InvalidInput as exc:
+            raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: {exc}") from None
 
     # --- transitions: the base's, plus the run summary once the job has ended ---------------
 
@@ -180,7 +149,8 @@ class XclpJob(Job):
             self.intra[sender] = steps.check_intra_block(payload, n, L)
         elif step.name == HAMMING_STEP:
             layout = self._hamming_layout()
-            parts = pair_parts(self._round_pairs(step), sender, self.sizes, layout)
+            parts = [(t, layout.values(self.sizes[t.a], self.sizes[t.b]))
+                     for t in parts_of(self.pairs, sender, step.participants)]
             rows = ring_array(payload, np.dtype(np.uint8), (sum(size for _, size in parts), layout.value_bytes),
                               f"the secure_hamming values of {sender!r}")
             start = 0
@@ -283,7 +253,7 @@ class XclpJob(Job):
         """The slot layout of every pair: A's key has the job's key_bits (checked at join)."""
         return SlotLayout(self.params.key_bits, self.params.n_bits)
 
-    def _round_pairs(self, step: Step) -> tuple[steps.PairTask, ...]:
+    def _round_pairs(self, step: Step) -> tuple[PairTask, ...]:
         members = set(step.participants)
         return tuple(t for t in self.pairs if t.a in members and t.b in members)
 
@@ -323,9 +293,7 @@ class XclpJob(Job):
         receivers = self.membership.labels
         blocks = steps.influence_blocks(self.hamming, p.n_bits, receivers, GraphParams(p.k, p.alpha, p.power),
                                         labeled=labeled, method=p.solver)  # type: ignore[arg-type]
-        stats = self.stats.setdefault("graph", StepStats())
-        stats.seconds += self.clock() - started
-        stats.rounds += 1
+        self.ledger.record("graph", self.clock() - started)
         self._send_layout(GRAPH_MSG, self.membership.graph)
         for pid in receivers:
             self._count_out(INFLUENCE_MSG, self.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(blocks[pid])))
@@ -341,20 +309,17 @@ class XclpJob(Job):
             self._dump(f"rowsums-{pid}-round{step.round}.npy", arr)
         sums = steps.sum_row_sums(self._frame(step), received, self.params.n_classes)
         for pid, block in sums.items():
-            self._count_out(RESULT_MSG, self.send(pid, RESULT_MSG, step.round, block))
+            self._count_out(ROWSUMS_RESULT_MSG, self.send(pid, ROWSUMS_RESULT_MSG, step.round, block))
         self.finish(f"labels propagated for {len(step.participants)} parties over {self._frame(step).n} rows")
 
     def _record(self, step: Step) -> None:
-        stats = self.stats.setdefault(step.name, StepStats())
-        stats.seconds += self.clock() - step.started
-        stats.rounds += 1
-        stats.bytes_in += step.bytes_in
-        stats.bytes_relayed += step.bytes_relayed
+        self.ledger.record(step.name, self.clock() - step.started, bytes_in=step.bytes_in,
+                           bytes_relayed=step.bytes_relayed)
         log.info("job %s: %s round %d: %.3fs, %d bytes in, %d relayed", self.config.job_id, step.name, step.round,
                  self.clock() - step.started, step.bytes_in, step.bytes_relayed)
 
     def _count_out(self, name: str, size: int) -> None:
-        self.stats.setdefault(name, StepStats()).bytes_out += size
+        self.ledger.sent(name, size)
 
     def _dump(self, name: str, arr: np.ndarray) -> None:
         """Test hook (JobConfig refuses it unless XCLP_TESTING=1): what the coordinator saw."""
@@ -367,12 +332,10 @@ class XclpJob(Job):
 
     def summary(self) -> dict[str, Any]:
         m = self.membership
-        steps_out = {name: s.as_dict() for name, s in self.stats.items()}
-        total = sum(s.bytes_in + s.bytes_relayed + s.bytes_out for s in self.stats.values())
         return {
             "job_id": self.config.job_id, "job_type": self.config.job_type, "outcome": self.stage.value,
             "reason": self.outcome_reason, "total_seconds": round(self.clock() - self.started_at, 6),
-            "steps": steps_out, "bytes_total": total,
+            "steps": self.ledger.as_dict(), "bytes_total": self.ledger.bytes_total,
             "rows": {p: self.sizes.get(p, 0) for p in self.roster},
             "graph_parties": list(m.graph) if m else [], "label_parties": list(m.labels) if m else [],
             "dropped": {p: self.drop_reasons.get(p, "never joined") for p in sorted(self.dropped)},
@@ -386,22 +349,7 @@ class XclpJob(Job):
                 return
             self.summary_written = True
             summary = self.summary()
-        log.info("job %s: %s in %.3fs; %d bytes moved; %s", self.config.job_id, summary["outcome"],
-                 summary["total_seconds"], summary["bytes_total"],
-                 "; ".join(f"{k} {v['seconds']:.3f}s" for k, v in summary["steps"].items()))
-        path = self.config.summary_path
-        if path is not None:
-            _write_json_atomic(path, summary)
+        log.info("job %s: %s", self.config.job_id, log_line(summary))
+        if self.config.summary_path is not None:
+            write_json_atomic(self.config.summary_path, summary, mode=0o644)
 
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

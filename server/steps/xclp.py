@@ -26,9 +26,8 @@ from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import GraphParams, InfluenceMethod, build_influence
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_n_bits
+from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
-# The pairwise-mask purpose of SecureRowSums (crypto/kdf.py binds it into every derived key).
-ROWSUMS_PURPOSE = "rowsums"
 
 
 class XclpStage(enum.Enum):
@@ -64,7 +63,7 @@ class Membership:
 
 def start_membership(party_ids: Sequence[str]) -> Membership:
     """Everyone in the roster takes part in everything, round 0."""
-    ids = _check_ids(party_ids)
+    ids = check_party_ids(party_ids)
     return Membership(graph=ids, labels=ids)
 
 
@@ -100,66 +99,6 @@ def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membersh
 def rowsums_participants(membership: Membership) -> tuple[str, ...]:
     """The participant set of the current SecureRowSums attempt (bound into every mask key)."""
     return membership.labels
-
-
-@dataclass(frozen=True)
-class PairTask:
-    """One SecureHamming pair: `a` holds the Paillier key and decrypts, `b` evaluates (DESIGN §5.3)."""
-
-    a: str
-    b: str
-
-
-def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
-    """Every pair of the sorted roster once, with balanced roles (DESIGN §5.3 "roles alternate").
-
-    For sorted positions i < j the A side is i when i + j is even, else j. Each party meets every
-    other once, and along its row of the pair table the parity alternates, so a party is A in
-    ⌊(P−1)/2⌋ or ⌈(P−1)/2⌉ of its P−1 pairs (with 3 parties every party is A exactly once). A does
-    the encryption and decryption, B the (heavier) evaluation.
-    """
-    ids = _check_ids(party_ids)
-    pairs = []
-    for i in range(len(ids)):
-        for j in range(i + 1, len(ids)):
-            a, b = (i, j) if (i + j) % 2 == 0 else (j, i)
-            pairs.append(PairTask(a=ids[a], b=ids[b]))
-    return tuple(pairs)
-
-
-@dataclass(frozen=True)
-class RowLayout:
-    """Row blocks in party order: party `parties[k]` owns `sizes[k]` consecutive rows."""
-
-    parties: tuple[str, ...]
-    sizes: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.parties) != len(self.sizes) or len(set(self.parties)) != len(self.parties):
-            raise InvalidInput("a row layout needs one size per distinct party")
-        if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in self.sizes):
-            raise InvalidInput(f"every party must have at least one row, got sizes {self.sizes}")
-
-    @property
-    def n(self) -> int:
-        return int(sum(self.sizes))
-
-    def rows(self, party: str) -> slice:
-        """`party`'s rows in this layout."""
-        if party not in self.parties:
-            raise InvalidInput(f"party {party!r} has no rows in this layout ({', '.join(self.parties)})")
-        k = self.parties.index(party)
-        start = int(sum(self.sizes[:k]))
-        return slice(start, start + int(self.sizes[k]))
-
-    def restrict(self, parties: Sequence[str]) -> RowLayout:
-        """The layout of a subset of the parties, in this layout's order."""
-        keep = set(parties)
-        unknown = keep - set(self.parties)
-        if unknown:
-            raise InvalidInput(f"parties {sorted(unknown)} have no rows in this layout")
-        pairs = [(p, s) for p, s in zip(self.parties, self.sizes) if p in keep]
-        return RowLayout(tuple(p for p, _ in pairs), tuple(s for _, s in pairs))
 
 
 @dataclass(frozen=True)
@@ -325,15 +264,6 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
         np.add(total[: own.start], arr[: own.start], out=total[: own.start])  # wraps mod 2^64
         np.add(total[own.stop :], arr[own.start :], out=total[own.stop :])
     return {p: total[frame.rows(p)].copy() for p in frame.parties}
-
-
-def _check_ids(party_ids: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(party_ids, (str, bytes)):
-        raise InvalidInput("party ids must be a collection of ids, not a single string")
-    ids = list(party_ids)
-    if not ids or any(not isinstance(p, str) or not p for p in ids) or len(set(ids)) != len(ids):
-        raise InvalidInput(f"party ids must be distinct non-empty strings, got {ids!r}")
-    return tuple(sorted(ids))
 
 
 def _check_range(arr: np.ndarray, n_bits: int, name: str) -> None:

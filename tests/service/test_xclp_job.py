@@ -197,7 +197,7 @@ def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_i
     job = run["coord"].jobs["kill-sh"]
     ref = reference(run, "kill-sh", ids=("a", "b"))
     np.testing.assert_array_equal(job.hamming.H, ref.H)  # c's rows and columns are gone
-    assert job.membership.graph == ("a", "b") and job.stats["secure_hamming"].rounds == 2
+    assert job.membership.graph == ("a", "b") and job.ledger["secure_hamming"].rounds == 2
     assert_predictions(run, "kill-sh", ref, ("a", "b"), ("a", "b"))
 
 
@@ -311,7 +311,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
                          clock=lambda: now[0])
     for p in PARTIES:
         bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), bytes(16),
-                                    paillier_n=b"\x80" + bytes(63), paillier_hs=bytes(127) + b"\x02")
+                                    paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
         j.join(identity.sign_bundle(keys[p], bundle), pb.DataSummary(rows=3, labeled_rows=1, dim=D))
 
     def send(sender: str, step: str, payload, recipient: str = "") -> None:

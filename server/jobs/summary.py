@@ -1,0 +1,64 @@
+"""A run's summary (DESIGN §9): per-step seconds and bytes, who took part, who dropped and why.
+
+Nothing sensitive goes in: no payloads, keys, labels or distances, only sizes and timings. The
+coordinator logs it when a job ends and, if the job file names `summary`, writes it as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class StepStats:
+    """Per step name, summed over its rounds: wall seconds and bytes in, relayed and sent out."""
+
+    seconds: float = 0.0
+    rounds: int = 0
+    bytes_in: int = 0
+    bytes_relayed: int = 0
+    bytes_out: int = 0
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_in + self.bytes_relayed + self.bytes_out
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"seconds": round(self.seconds, 6), "rounds": self.rounds, "bytes_in": self.bytes_in,
+                "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
+
+
+class StepLedger:
+    """StepStats by step or message name, in the order they first happened."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, StepStats] = {}
+
+    def __getitem__(self, name: str) -> StepStats:
+        return self.steps.setdefault(name, StepStats())
+
+    def record(self, name: str, seconds: float, *, bytes_in: int = 0, bytes_relayed: int = 0) -> None:
+        """One round of `name` is over."""
+        stats = self[name]
+        stats.seconds += seconds
+        stats.rounds += 1
+        stats.bytes_in += bytes_in
+        stats.bytes_relayed += bytes_relayed
+
+    def sent(self, name: str, size: int) -> None:
+        self[name].bytes_out += size
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(s.bytes_total for s in self.steps.values())
+
+    def as_dict(self) -> dict[str, dict[str, float | int]]:
+        return {name: s.as_dict() for name, s in self.steps.items()}
+
+
+def log_line(summary: dict[str, Any]) -> str:
+    """One line for the coordinator's log: outcome, seconds, bytes and each step's seconds."""
+    steps = "; ".join(f"{k} {v['seconds']:.3f}s" for k, v in summary["steps"].items())
+    return (f"{summary['outcome']} in {summary['total_seconds']:.3f}s; {summary['bytes_total']} bytes moved; "
+            f"{steps}")
