@@ -53,9 +53,9 @@ def run_seed(
     )
     parties = [(X[rows], partial[rows]) for rows in clients]
     result = {"per_client_lp": accuracy(per_client)}
-    for n_bits in (1024, 4096):
-        ref = xclp_reference(parties, seed, N_CLASSES, n_bits, params, norm)
-        result[f"xclp_lsh_{n_bits}"] = accuracy(ref.labels)
+    for lsh_bits in (1024, 4096):
+        ref = xclp_reference(parties, seed, N_CLASSES, lsh_bits, params, norm)
+        result[f"xclp_lsh_{lsh_bits}"] = accuracy(ref.labels)
     result["central_exact"] = accuracy(central_exact_lp(X[order], known, N_CLASSES, params, norm).labels)
     return result
 

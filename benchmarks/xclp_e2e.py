@@ -81,7 +81,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 x 150 rows, L = 256, 1024-bit test keys")
     args = ap.parse_args()
-    rows, n_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
+    rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
     insecure = key_bits < 2048
 
     X, y = load_digits_data()
@@ -108,7 +108,7 @@ def main() -> None:
     (work / "job.toml").write_text(
         'job_id = "e2e"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         "[deadlines]\njoin_seconds = 300\nstep_seconds = 900\n"
-        f"[params]\nn_classes = {N_CLASSES}\nn_bits = {n_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
+        f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
         f"power = {GRAPH.power}\nkey_bits = {key_bits}\n" + ("insecure_test_keys = true\n" if insecure else ""))
     (work / "server.toml").write_text(
         'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
@@ -121,7 +121,7 @@ def main() -> None:
             raise SystemExit(f"coordinator exited; see {work / 'coordinator.log'}")
         time.sleep(0.1)
     port = int((work / "port").read_text())
-    say(f"{len(PARTIES)} parties x {rows} rows, L = {n_bits}, {key_bits}-bit keys; work dir {work}")
+    say(f"{len(PARTIES)} parties x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")
     started = time.perf_counter()
     procs = []
     for p in PARTIES:
@@ -145,7 +145,7 @@ def main() -> None:
     say("in-process run of the same protocol, same data and seed ...")
     with process_pool() as pool:
         inproc = run_xclp_inprocess({p: (X[idx], partial[p]) for p, idx in zip(PARTIES, clients)}, N_CLASSES,
-                                    seed=seed, L=n_bits, key_bits=key_bits, params=GRAPH, executor=pool,
+                                    seed=seed, L=lsh_bits, key_bits=key_bits, params=GRAPH, executor=pool,
                                     insecure_test_keys=insecure)
     in_process = inproc.total_seconds - inproc.seconds.get("setup", 0.0)
     say(f"in-process: {in_process:.1f}s without key generation: {inproc.seconds}")
@@ -161,7 +161,7 @@ def main() -> None:
         per_client_right += int(np.sum(alone[unlabeled] == truth[unlabeled]))
         unlabeled_total += int(unlabeled.sum())
     print(json.dumps({
-        "parties": len(PARTIES), "rows_per_party": rows, "n_bits": n_bits, "key_bits": key_bits,
+        "parties": len(PARTIES), "rows_per_party": rows, "lsh_bits": lsh_bits, "key_bits": key_bits,
         "cores": len(os.sched_getaffinity(0)),
         "total_seconds": round(total, 3), "protocol_seconds": round(protocol, 3),
         "steps": {k: round(v, 3) for k, v in steps.items()}, "bytes_total": summary["bytes_total"],

@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                         "accuracy on its unlabeled rows next to what it gets alone.")
     dm.add_argument("--key-bits", type=int, default=2048, help="Paillier key size (default 2048)")
     dm.add_argument("--insecure-test-keys", action="store_true", help="allow --key-bits below 2048 (quick trials)")
-    dm.add_argument("--n-bits", type=int, default=1024, help="LSH bits L (default 1024)")
+    dm.add_argument("--lsh-bits", type=int, default=1024, help="LSH bits L (default 1024)")
     dm.add_argument("--data-dir", type=Path, help="directory with <party>.csv and <party>.truth.csv "
                     "(default: the bundled demo data)")
     dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
@@ -180,7 +180,7 @@ def demo(args: argparse.Namespace) -> int:
     from xclp.demo import DemoOptions, run_demo
 
     return run_demo(DemoOptions(key_bits=args.key_bits, insecure_test_keys=args.insecure_test_keys,
-                                n_bits=args.n_bits, data_dir=args.data_dir, keep=args.keep))
+                                lsh_bits=args.lsh_bits, data_dir=args.data_dir, keep=args.keep))
 
 
 def keygen(args: argparse.Namespace) -> int:

@@ -17,9 +17,9 @@ import numpy as np
 
 from xclp.errors import InvalidInput
 from xclp.runtime import write_atomic
-from xclp.flynn import FlyHash, FlyNNModel, FlyNNParams
-from xclp.race import RaceClassifier, RaceHashes, RaceParams
-from xclp.v1.jobs import FlynnJob, JobParams, RaceJob, params_from_json, params_json
+from xclp.flynn import FlyHash, FlyNNModel
+from xclp.race import RaceClassifier, RaceHashes
+from xclp.v1.jobs import FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
 
 
 @dataclass(frozen=True)
@@ -53,16 +53,16 @@ class ModelFile:
 
     def flynn(self) -> FlyNNModel:
         p = self.params
-        if not isinstance(p, FlynnJob):
+        if not isinstance(p, FlynnJobParams):
             raise InvalidInput(f"this is a {self.job_type} model, not a FlyNN model")
-        flyhash = FlyHash.from_seed(self.seed, FlyNNParams(self.dim, p.m, p.s, p.rho, p.gamma))
+        flyhash = FlyHash.from_seed(self.seed, p.method_params(self.dim))
         return FlyNNModel(self.aggregate, p.gamma, flyhash)
 
     def race_hashes(self) -> RaceHashes:
         p = self.params
-        if not isinstance(p, RaceJob):
+        if not isinstance(p, RaceJobParams):
             raise InvalidInput(f"this is a {self.job_type} model, not a RACE model")
-        return RaceHashes.from_seed(self.seed, RaceParams(p.rows, p.width, p.family, p.p, p.bandwidth), self.dim)
+        return RaceHashes.from_seed(self.seed, p.method_params(), self.dim)
 
     def race_classifier(self) -> RaceClassifier:
         if self.aggregate.ndim != 3:

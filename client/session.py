@@ -35,7 +35,7 @@ from xclp.errors import InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
-from xclp.v1.jobs import JobParams, XclpJob, params_from_json
+from xclp.v1.jobs import JobParams, XclpJobParams, params_from_json
 from xclp.v1.steps import SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
 Progress = Callable[[str], None]
@@ -132,12 +132,12 @@ class PartySession:
         self.job_type = response.spec.job_type
         self.params = params_from_json(response.spec.job_type, response.spec.params_json)
         check_data(self.params, self.data)
-        if isinstance(self.params, XclpJob) and self.config.paillier is None:
+        if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
                                f"(--paillier-bits {self.params.key_bits})")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"waiting for {len(response.spec.expected_parties)} parties")
-        self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJob) else None
+        self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJobParams) else None
         reader = conn.pull()
         try:
             while self.stage is not PartyStage.DONE:
@@ -223,7 +223,7 @@ class PartySession:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
                 raise ProtocolError("a job step started before this party had the common seed")
             assert self.params is not None
-            if isinstance(self.params, XclpJob):
+            if isinstance(self.params, XclpJobParams):
                 assert self.config.paillier is not None
                 self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
                                      self.seed, self.masker, self.conn, self.progress, executor=self._executor)

@@ -42,8 +42,7 @@ from xclp.server.config import JobConfig, load_job
 from xclp.baselines import per_client_lp
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel
-from xclp.graph import GraphParams
-from xclp.v1.jobs import XclpJob
+from xclp.v1.jobs import XclpJobParams
 
 PREDICTIONS = "predictions.csv"
 FLYNN_MODEL = "flynn-model.npz"
@@ -98,7 +97,7 @@ def _status(results: Path) -> str:
         return "no status: the container did not finish"
 
 
-def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJob) -> tuple[Row, ModelFile | None]:
+def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJobParams) -> tuple[Row, ModelFile | None]:
     data = party_data.load(data_dir / f"{party}.csv", id_column="row_id")
     assert data.y is not None, "the demo CSVs carry a label column"
     truth = _truth(data_dir / f"{party}.truth.csv", data.ids)
@@ -116,7 +115,7 @@ def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJob) -> tuple[
             together = accuracy(_predictions(results / PREDICTIONS, data.ids))
         except (OSError, KeyError, ValueError) as exc:
             missing.append(f"unreadable {PREDICTIONS} ({exc})")
-    graph = GraphParams(k=xclp.k, alpha=xclp.alpha, power=xclp.power)
+    graph = xclp.graph_params
     alone = accuracy(per_client_lp(data.X, data.y, xclp.n_classes, graph, normalise_labels=xclp.label_norm).labels)
 
     model = flynn = flynn_alone = None
@@ -185,7 +184,7 @@ def _run_summary(path: Path) -> str:
     steps = ", ".join(f"{name} {seconds:.1f}s" for seconds, name in timed) + ", the rest < 0.1s"
     dropped = ", ".join(f"{p} ({why})" for p, why in run["dropped"].items()) or "none"
     return (f"{run['outcome']} in {run['total_seconds']:.1f}s, {run['bytes_total'] / 1e6:.1f} MB moved "
-            f"({run['params']['key_bits']}-bit Paillier, L = {run['params']['n_bits']}); dropped: {dropped}\n"
+            f"({run['params']['key_bits']}-bit Paillier, L = {run['params']['lsh_bits']}); dropped: {dropped}\n"
             f"  steps: {steps}\n  graph built from: {', '.join(run['graph_parties'])}; "
             f"labels from: {', '.join(run['label_parties'])}")
 
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parties", default=os.environ.get("XCLP_PARTIES", "hospital-a hospital-b hospital-c"))
     args = p.parse_args(argv)
     xclp_job, flynn_job = _jobs(args.jobs)
-    assert isinstance(xclp_job.params, XclpJob)
+    assert isinstance(xclp_job.params, XclpJobParams)
 
     parties = args.parties.split()
     wait_for_run(args.coordinator, {p: args.results / p for p in parties},

@@ -52,15 +52,15 @@ START_SECONDS = 60.0
 class DemoOptions:
     key_bits: int = 2048
     insecure_test_keys: bool = False
-    n_bits: int = 1024
+    lsh_bits: int = 1024
     data_dir: Path | None = None
     keep: Path | None = None
 
     def __post_init__(self) -> None:
         if self.key_bits < 2048 and not self.insecure_test_keys:
             raise ConfigError(f"--key-bits {self.key_bits} is below 2048; add --insecure-test-keys for a quick trial")
-        if self.n_bits < 64 or self.n_bits % 64:
-            raise ConfigError(f"--n-bits must be a positive multiple of 64, got {self.n_bits}")
+        if self.lsh_bits < 64 or self.lsh_bits % 64:
+            raise ConfigError(f"--lsh-bits must be a positive multiple of 64, got {self.lsh_bits}")
 
     @property
     def data(self) -> Path:
@@ -73,7 +73,7 @@ def job_toml(options: DemoOptions) -> str:
     parties = ", ".join(f'"{p}"' for p in PARTIES)
     return (f'job_id = "{JOB_ID}"\ntype = "xclp"\nexpected_parties = [{parties}]\n'
             f'min_parties = 2\nsummary = "summary.json"\n\n[deadlines]\njoin_seconds = 120\nstep_seconds = 300\n\n'
-            f"[params]\nn_classes = {N_CLASSES}\nn_bits = {options.n_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
+            f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {options.lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
             f'power = {GRAPH.power}\nlabel_norm = "{LABEL_NORM}"\nkey_bits = {options.key_bits}\n{insecure}')
 
 
@@ -172,7 +172,7 @@ def run_demo(options: DemoOptions) -> int:
         procs.append(server)
         port = _wait_port(work, server)
         _say(f"coordinator listening on localhost:{port} (TLS); starting {', '.join(PARTIES)} "
-             f"({options.key_bits}-bit Paillier keys, L = {options.n_bits})")
+             f"({options.key_bits}-bit Paillier keys, L = {options.lsh_bits})")
         readers = []
         parties = []
         for party in PARTIES:
@@ -199,7 +199,7 @@ def run_demo(options: DemoOptions) -> int:
         if options.keep is None:
             shutil.rmtree(work, ignore_errors=True)
     print(f"\nXCLP on the demo data ({time.monotonic() - started:.1f}s, {options.key_bits}-bit keys, "
-          f"L = {options.n_bits}): accuracy on each institution's unlabeled rows\n")
+          f"L = {options.lsh_bits}): accuracy on each institution's unlabeled rows\n")
     print(f"{'institution':<14}{'unlabeled':>10}{'XCLP (together)':>18}{'alone (own LP)':>17}")
     for party, n, together, alone in table:
         print(f"{party:<14}{n:>10}{together:>18.3f}{alone:>17.3f}")

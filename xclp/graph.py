@@ -17,7 +17,7 @@ import scipy.linalg
 import scipy.sparse as sp
 
 from xclp.errors import InvalidInput
-from xclp.lsh import check_n_bits, estimate_cosine
+from xclp.lsh import check_lsh_bits, estimate_cosine
 
 # Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to CG.
 DENSE_MAX_NODES = 3000
@@ -54,9 +54,9 @@ class GraphParams:
             raise InvalidInput(f"power (similarity exponent p) must be a positive number, got {self.power!r}")
 
 
-def similarity(H: np.ndarray, n_bits: int, power: float) -> np.ndarray:
+def similarity(H: np.ndarray, lsh_bits: int, power: float) -> np.ndarray:
     """Edge weights from Hamming distances: max(cos(π·H/L), 0)^p as float64 of H's shape."""
-    return clipped_power(estimate_cosine(H, n_bits), power)
+    return clipped_power(estimate_cosine(H, lsh_bits), power)
 
 
 def clipped_power(cosine: np.ndarray, power: float) -> np.ndarray:
@@ -119,15 +119,15 @@ def knn_from_similarity_rows(rows: Callable[[int, int], np.ndarray], n: int, k: 
     return W
 
 
-def knn_adjacency(H: np.ndarray, n_bits: int, params: GraphParams) -> sp.csr_matrix:
+def knn_adjacency(H: np.ndarray, lsh_bits: int, params: GraphParams) -> sp.csr_matrix:
     """Symmetric kNN adjacency W (float64 csr[n, n]) from the pooled Hamming matrix H (int[n, n])."""
-    n_bits = check_n_bits(n_bits)
+    lsh_bits = check_lsh_bits(lsh_bits)
     H = _check_square(H)
     if H.dtype.kind not in "iu":
         raise InvalidInput(f"H must hold integer Hamming distances, got dtype {H.dtype}")
-    if H.size and (H.min() < 0 or H.max() > n_bits):
-        raise InvalidInput(f"Hamming distances must lie in [0, L = {n_bits}], got range [{H.min()}, {H.max()}]")
-    return knn_from_similarity_rows(lambda a, b: similarity(H[a:b], n_bits, params.power), H.shape[0], params.k)
+    if H.size and (H.min() < 0 or H.max() > lsh_bits):
+        raise InvalidInput(f"Hamming distances must lie in [0, L = {lsh_bits}], got range [{H.min()}, {H.max()}]")
+    return knn_from_similarity_rows(lambda a, b: similarity(H[a:b], lsh_bits, params.power), H.shape[0], params.k)
 
 
 def normalise(W: sp.spmatrix) -> sp.csr_matrix:
@@ -244,13 +244,13 @@ class Influence:
 
 def build_influence(
     H: np.ndarray,
-    n_bits: int,
+    lsh_bits: int,
     labeled_idx: np.ndarray,
     params: GraphParams = GraphParams(),
     method: InfluenceMethod = "auto",
 ) -> Influence:
     """The full server step: pooled H (party blocks in party order) -> graph -> S_L."""
-    W = knn_adjacency(H, n_bits, params)
+    W = knn_adjacency(H, lsh_bits, params)
     Wn = normalise(W)
     labeled = _check_labeled(labeled_idx, W.shape[0])
     return Influence(W=W, Wn=Wn, labeled=labeled, S_L=influence_columns(Wn, labeled, params.alpha, method))

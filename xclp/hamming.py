@@ -55,9 +55,9 @@ def _check_codes(codes: object, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-def hamming_dtype(n_bits: int) -> np.dtype:
+def hamming_dtype(lsh_bits: int) -> np.dtype:
     """Output dtype of `hamming_matrix` for L-bit codes: uint16 up to L = 65535, else int32."""
-    return np.dtype(np.uint16) if n_bits <= _UINT16_MAX_BITS else np.dtype(np.int32)
+    return np.dtype(np.uint16) if lsh_bits <= _UINT16_MAX_BITS else np.dtype(np.int32)
 
 
 def hamming_matrix(A: object, B: object | None = None) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams, Influence, InfluenceMethod, build_influence
 from xclp.hamming import hamming_matrix
-from xclp.lsh import check_n_bits, lsh_codes, lsh_projection
+from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.propagation import LabelNorm, label_matrix, label_norm_mode, predict, scores
 from xclp.seeding import Seed
 from xclp.validation import UNLABELED, check_features, check_labels
@@ -100,27 +100,27 @@ def xclp_reference(
     parties: Sequence[Party],
     seed: Seed,
     n_classes: int,
-    n_bits: int = 1024,
+    lsh_bits: int = 1024,
     params: GraphParams = GraphParams(),
     normalise_labels: bool | LabelNorm = False,
     method: InfluenceMethod = "auto",
 ) -> XclpResult:
     """Plaintext XCLP over parties [(X_j float[n_j, d], y_j int[n_j], -1 = unlabeled), ...].
 
-    seed: the common seed (DESIGN §4.3); n_bits: L, a positive multiple of 64; normalise_labels:
+    seed: the common seed (DESIGN §4.3); lsh_bits: L, a positive multiple of 64; normalise_labels:
     False/"none", True/"party" or "pooled" (module docstring). Raises InvalidInput
     on NaN/inf features, parties with different d, labels outside 0..C−1, empty parties, no
     labeled rows at all, k >= n, or a bad L.
     """
-    n_bits = check_n_bits(n_bits)
+    lsh_bits = check_lsh_bits(lsh_bits)
     norm = label_norm_mode(normalise_labels)
     features, labels = _check_parties(parties, n_classes)
-    projection = lsh_projection(seed, n_bits, features[0].shape[1])
+    projection = lsh_projection(seed, lsh_bits, features[0].shape[1])
     codes = np.concatenate([lsh_codes(X, projection) for X in features])  # Alg. 1 line 3, per party
     offsets = np.concatenate([[0], np.cumsum([X.shape[0] for X in features])]).astype(np.int64)
     H = hamming_matrix(codes)  # the matrix SecureHamming delivers to the coordinator
     y = np.concatenate(labels)
-    influence = build_influence(H, n_bits, np.flatnonzero(y != UNLABELED), params, method)
+    influence = build_influence(H, lsh_bits, np.flatnonzero(y != UNLABELED), params, method)
 
     pooled_counts = np.bincount(y[influence.labeled], minlength=n_classes) if norm == "pooled" else None
     contributions = []

@@ -22,12 +22,12 @@ from xclp.client.jobs.xclp import Pusher
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.flynn import FlyHash, FlyNNParams, privatise_counts, train_counts
-from xclp.race import RaceClassifier, RaceHashes, RaceParams, private_release_share, sketch
+from xclp.flynn import FlyHash, privatise_counts, train_counts
+from xclp.race import RaceClassifier, RaceHashes, private_release_share, sketch
 from xclp.tables import PartyData
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import FlynnJob, JobParams, RaceJob
+from xclp.v1.jobs import FlynnJobParams, JobParams, RaceJobParams
 from xclp.v1.steps import RESULT_MSG, SUM_PURPOSE, SUM_STEP
 
 
@@ -39,7 +39,7 @@ def check_data(params: JobParams, data: PartyData) -> None:
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
-    if isinstance(params, FlynnJob) and params.s > data.X.shape[1]:
+    if isinstance(params, FlynnJobParams) and params.s > data.X.shape[1]:
         raise InvalidInput(f"job parameter s = {params.s} exceeds the data dimension {data.X.shape[1]}")
 
 
@@ -49,19 +49,18 @@ def _labeled(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
     return data.X[mask], (data.y[mask] if data.y is not None else np.empty(0, dtype=np.int64))
 
 
-def flynn_counts(params: FlynnJob, data: PartyData, seed: bytes) -> np.ndarray:
+def flynn_counts(params: FlynnJobParams, data: PartyData, seed: bytes) -> np.ndarray:
     """The party's exact per-class counts, uint32[C, m], under the job's FlyHash (paper 001 Alg. 2)."""
-    flyhash = FlyHash.from_seed(seed, FlyNNParams(data.X.shape[1], params.m, params.s, params.rho, params.gamma))
+    flyhash = FlyHash.from_seed(seed, params.method_params(data.X.shape[1]))
     X, y = _labeled(data)
     if X.shape[0] == 0:
         return np.zeros((params.n_classes, params.m), dtype=np.uint32)
     return train_counts(flyhash, X, y, params.n_classes)
 
 
-def race_counts(params: RaceJob, data: PartyData, seed: bytes) -> np.ndarray:
+def race_counts(params: RaceJobParams, data: PartyData, seed: bytes) -> np.ndarray:
     """The party's RACE sketch int64[R, W] of all rows, or per class int64[C, R, W] of labeled rows."""
-    hashes = RaceHashes.from_seed(seed, RaceParams(params.rows, params.width, params.family, params.p,
-                                                   params.bandwidth), data.X.shape[1])
+    hashes = RaceHashes.from_seed(seed, params.method_params(), data.X.shape[1])
     if not params.n_classes:
         return sketch(hashes, data.X)
     X, y = _labeled(data)
@@ -73,7 +72,7 @@ def race_counts(params: RaceJob, data: PartyData, seed: bytes) -> np.ndarray:
 def contribution(params: JobParams, data: PartyData, seed: bytes, n_parties: int) -> np.ndarray:
     """The ring array this party adds to the sum (before masking): dtype/shape = params.wire(d)."""
     dtype, shape = params.wire(data.X.shape[1])
-    if isinstance(params, FlynnJob):
+    if isinstance(params, FlynnJobParams):
         counts = flynn_counts(params, data, seed)
         if not params.private:
             return counts.astype(dtype)
@@ -91,7 +90,7 @@ def contribution(params: JobParams, data: PartyData, seed: bytes, n_parties: int
 def decode_aggregate(params: JobParams, aggregate: np.ndarray) -> np.ndarray:
     """The unmasked ring sum as model values: exact counts stay integers (uint32 FlyNN counts,
     int64 RACE sketches); DP FlyNN decodes to float64 counts >= 0, DP RACE to signed int64."""
-    if isinstance(params, FlynnJob):
+    if isinstance(params, FlynnJobParams):
         if not params.private:
             return aggregate.astype(np.uint32)
         return np.maximum(FixedPoint(params.frac_bits, 64).decode(aggregate.astype(np.uint64)), 0.0)

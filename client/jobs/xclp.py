@@ -32,7 +32,7 @@ from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
-from xclp.v1.jobs import XclpJob
+from xclp.v1.jobs import XclpJobParams
 from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
                            ROWSUMS_RESULT_MSG, ROWSUMS_STEP)
 from xclp.v1.xclp_layout import PairTask, parts_of
@@ -66,7 +66,7 @@ class XclpParty:
     """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
 
     party_id: str
-    params: XclpJob
+    params: XclpJobParams
     data: PartyData
     keypair: PaillierKeypair
     roster: Roster
@@ -109,10 +109,10 @@ class XclpParty:
         members = tuple(step.participants)
         if step.step == INTRA_STEP:
             self._need(self.sizes, "the row layout")
-            self.codes = steps.lsh_step(self.X, self.seed, self.params.n_bits)  # DESIGN §5.1
+            self.codes = steps.lsh_step(self.X, self.seed, self.params.lsh_bits)  # DESIGN §5.1
             block = steps.intra_hamming(self.codes).astype(np.uint16)  # distances <= L <= 65535
             self._push(block, INTRA_STEP, step.round)
-            self.progress(f"LSH ({self.params.n_bits} bits) and own distances sent ({self._elapsed()})")
+            self.progress(f"LSH ({self.params.lsh_bits} bits) and own distances sent ({self._elapsed()})")
         elif step.step == HAMMING_STEP:
             self._start_hamming(step.round, members)
         elif step.step == LABELS_STEP:
@@ -188,8 +188,8 @@ class XclpParty:
         if as_a:
             if self.slices is None:
                 t0 = time.monotonic()
-                self.slices = steps.hamming_encrypt(self.keypair, self.codes, self.params.n_bits, self.executor)
-                self.progress(f"encrypted {self.params.n_bits} bit slices of {self.X.shape[0]} rows "
+                self.slices = steps.hamming_encrypt(self.keypair, self.codes, self.params.lsh_bits, self.executor)
+                self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
             for task in as_a:
                 self._push(self.slices, HAMMING_STEP, round, recipient=task.b)
@@ -201,7 +201,7 @@ class XclpParty:
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
         task = self._pair_with(message.sender)
-        L = self.params.n_bits
+        L = self.params.lsh_bits
         if task.b == self.party_id:  # we are B: evaluate A's slices (or re-send the evaluation)
             if task.a not in self.evaluated:
                 t0 = time.monotonic()

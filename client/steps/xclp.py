@@ -42,7 +42,7 @@ from xclp.crypto.secure_hamming import (
 )
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.hamming import hamming_matrix
-from xclp.lsh import check_n_bits, lsh_codes, lsh_projection
+from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.validation import UNLABELED, check_features, check_labels
@@ -68,13 +68,13 @@ __all__ = [
 ]
 
 
-def lsh_step(X: object, seed: Seed, n_bits: int) -> np.ndarray:
+def lsh_step(X: object, seed: Seed, lsh_bits: int) -> np.ndarray:
     """Packed LSH codes uint64[n_j, L/64] of the party's rows (Alg. 1 lines 2-3, DESIGN §5.1).
 
     Π derives from the common seed (DESIGN §4.3), so every party projects with the same Π.
     """
     X = check_features(X)
-    return lsh_codes(X, lsh_projection(seed, check_n_bits(n_bits), X.shape[1]))
+    return lsh_codes(X, lsh_projection(seed, check_lsh_bits(lsh_bits), X.shape[1]))
 
 
 def intra_hamming(codes: np.ndarray) -> np.ndarray:
@@ -91,16 +91,16 @@ def labeled_rows(y: object, n_classes: int) -> np.ndarray:
     return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(np.int64)
 
 
-def slot_layout(public_key: PaillierPublicKey, n_bits: int) -> SlotLayout:
+def slot_layout(public_key: PaillierPublicKey, lsh_bits: int) -> SlotLayout:
     """The packing both sides of a pair derive from A's modulus and L (DESIGN §5.3 "Slots")."""
-    return SlotLayout.for_key(public_key, check_n_bits(n_bits))
+    return SlotLayout.for_key(public_key, check_lsh_bits(lsh_bits))
 
 
 def hamming_encrypt(
-    keypair: PaillierKeypair, codes: np.ndarray, n_bits: int, executor: Executor | None = None
+    keypair: PaillierKeypair, codes: np.ndarray, lsh_bits: int, executor: Executor | None = None
 ) -> bytes:
     """Side A, message 1: the encrypted bit slices of A's codes, as bytes for B (DESIGN §5.3)."""
-    layout = slot_layout(keypair.public, n_bits)
+    layout = slot_layout(keypair.public, lsh_bits)
     return encrypt_bit_slices(keypair, codes, layout, executor=executor).to_bytes()
 
 
@@ -108,7 +108,7 @@ def hamming_evaluate(
     a_public: PaillierPublicKey,
     slices: bytes,
     codes: np.ndarray,
-    n_bits: int,
+    lsh_bits: int,
     n_a: int,
     executor: Executor | None = None,
 ) -> tuple[bytes, np.ndarray]:
@@ -116,7 +116,7 @@ def hamming_evaluate(
 
     `slices` is untrusted input from A: parsing validates its size against n_A, L and A's modulus.
     """
-    layout = slot_layout(a_public, n_bits)
+    layout = slot_layout(a_public, lsh_bits)
     received = EncryptedSlices.from_bytes(slices)
     if received.layout != layout or received.n_A != n_a:
         raise ProtocolError(
@@ -127,10 +127,10 @@ def hamming_evaluate(
 
 
 def hamming_decrypt(
-    keypair: PaillierKeypair, evaluated: bytes, n_bits: int, n_a: int, n_b: int, executor: Executor | None = None
+    keypair: PaillierKeypair, evaluated: bytes, lsh_bits: int, n_a: int, n_b: int, executor: Executor | None = None
 ) -> np.ndarray:
     """Side A, last step: t = (packed H + R) mod N, uint8[⌈n_A/K⌉·n_B, |N|/8], for the coordinator (DESIGN §5.3)."""
-    layout = slot_layout(keypair.public, n_bits)
+    layout = slot_layout(keypair.public, lsh_bits)
     received = EvaluatedDistances.from_bytes(evaluated)
     if received.n_B != n_b:
         raise ProtocolError(f"B evaluated {received.n_B} vectors but has {n_b} rows")

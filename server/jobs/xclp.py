@@ -43,10 +43,9 @@ from xclp.server.jobs.base import Job, Observer, Stage, Step, ring_array
 from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.steps import xclp as steps
 from xclp.errors import InvalidInput, PeerDropped, XclpError
-from xclp.graph import GraphParams
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import XclpJob as XclpParams
+from xclp.v1.jobs import XclpJobParams
 from xclp.v1.bundles import paillier_key
 from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
                            ROWSUMS_RESULT_MSG, ROWSUMS_STEP, SEED_STEP)
@@ -72,9 +71,9 @@ class XclpJob(Job):
     def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
                  clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
         super().__init__(config, allow_list, clock=clock, observer=observer)
-        if not isinstance(config.params, XclpParams):
+        if not isinstance(config.params, XclpJobParams):
             raise InvalidInput(f"job {config.job_id!r} is not an xclp job")
-        self.params: XclpParams = config.params
+        self.params: XclpJobParams = config.params
         self.roster: tuple[str, ...] = ()
         self.sizes: dict[str, int] = {}
         self.moduli: dict[str, int] = {}  # each roster party's Paillier N, from its signed bundle
@@ -141,7 +140,7 @@ class XclpJob(Job):
         self.start_step(INTRA_STEP)
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        L = self.params.n_bits
+        L = self.params.lsh_bits
         if step.name == INTRA_STEP:
             n = self.sizes[sender]
             if not isinstance(payload, np.ndarray) or payload.dtype not in (np.uint16, np.uint32):
@@ -251,7 +250,7 @@ class XclpJob(Job):
 
     def _hamming_layout(self) -> SlotLayout:
         """The slot layout of every pair: A's key has the job's key_bits (checked at join)."""
-        return SlotLayout(self.params.key_bits, self.params.n_bits)
+        return SlotLayout(self.params.key_bits, self.params.lsh_bits)
 
     def _round_pairs(self, step: Step) -> tuple[PairTask, ...]:
         members = set(step.participants)
@@ -269,7 +268,7 @@ class XclpJob(Job):
 
     def _assemble(self, step: Step) -> None:
         assert self.membership is not None
-        L = self.params.n_bits
+        L = self.params.lsh_bits
         for task in self._round_pairs(step):
             t = self.round_state.parts[(task.a, task.b, "t")]
             r = self.round_state.parts[(task.a, task.b, "r")]
@@ -291,7 +290,7 @@ class XclpJob(Job):
         p = self.params
         started = self.clock()
         receivers = self.membership.labels
-        blocks = steps.influence_blocks(self.hamming, p.n_bits, receivers, GraphParams(p.k, p.alpha, p.power),
+        blocks = steps.influence_blocks(self.hamming, p.lsh_bits, receivers, p.graph_params,
                                         labeled=labeled, method=p.solver)  # type: ignore[arg-type]
         self.ledger.record("graph", self.clock() - started)
         self._send_layout(GRAPH_MSG, self.membership.graph)
@@ -339,7 +338,7 @@ class XclpJob(Job):
             "rows": {p: self.sizes.get(p, 0) for p in self.roster},
             "graph_parties": list(m.graph) if m else [], "label_parties": list(m.labels) if m else [],
             "dropped": {p: self.drop_reasons.get(p, "never joined") for p in sorted(self.dropped)},
-            "params": {"n_bits": self.params.n_bits, "k": self.params.k, "key_bits": self.params.key_bits,
+            "params": {"lsh_bits": self.params.lsh_bits, "k": self.params.k, "key_bits": self.params.key_bits,
                        "hide_label_mask": self.params.hide_label_mask, "label_norm": self.params.label_norm},
         }
 

@@ -25,7 +25,7 @@ from xclp.crypto.secure_hamming import Residues, SlotLayout, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import GraphParams, InfluenceMethod, build_influence
 from xclp.hamming import hamming_dtype
-from xclp.lsh import check_n_bits
+from xclp.lsh import check_lsh_bits
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
@@ -109,25 +109,25 @@ class HammingMatrix:
     layout: RowLayout
 
 
-def check_intra_block(block: np.ndarray, n_rows: int, n_bits: int) -> np.ndarray:
+def check_intra_block(block: np.ndarray, n_rows: int, lsh_bits: int) -> np.ndarray:
     """A party's own Hamming block (DESIGN §5.2), validated: int[n_j, n_j] -> hamming_dtype(L).
 
     Distances must lie in [0, L] (OutOfRange), the block must be square with the announced row
     count (InvalidInput), symmetric with a zero diagonal (ProtocolError: no honest party sends that).
     """
-    n_bits = check_n_bits(n_bits)
+    lsh_bits = check_lsh_bits(lsh_bits)
     arr = np.asarray(block)
     if arr.dtype.kind not in "iu" or arr.shape != (n_rows, n_rows):
         raise InvalidInput(
             f"intra-party Hamming block must be int[{n_rows}, {n_rows}], got {arr.dtype}{list(arr.shape)}"
         )
-    _check_range(arr, n_bits, "intra-party Hamming block")
+    _check_range(arr, lsh_bits, "intra-party Hamming block")
     if not np.array_equal(arr, arr.T) or np.any(np.diagonal(arr) != 0):
         raise ProtocolError("intra-party Hamming block must be symmetric with a zero diagonal")
-    return arr.astype(hamming_dtype(n_bits))
+    return arr.astype(hamming_dtype(lsh_bits))
 
 
-def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int, n_bits: int) -> np.ndarray:
+def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int, lsh_bits: int) -> np.ndarray:
     """One pair's distances H[b rows, a rows] from A's t and B's masks R (DESIGN §5.3 last step), validated.
 
     t, r: uint8[⌈n_a/K⌉·n_b, |N|/8], one big-endian value per ciphertext D; a_modulus: A's
@@ -136,20 +136,20 @@ def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int
     — a value not below N, bits above the last slot, a non-zero padding slot, a distance outside
     [0, L] (OutOfRange).
     """
-    n_bits = check_n_bits(n_bits)
-    layout = SlotLayout(int(a_modulus).bit_length(), n_bits)
+    lsh_bits = check_lsh_bits(lsh_bits)
+    layout = SlotLayout(int(a_modulus).bit_length(), lsh_bits)
     count = layout.values(n_a, n_b)
     t_values = Residues.from_array(t, layout.modulus_bits, count, "SecureHamming t (from A)")
     r_values = Residues.from_array(r, layout.modulus_bits, count, "SecureHamming R (from B)")
     H = unmask_distances(t_values, r_values, a_modulus, layout, n_a, n_b)
-    return H.astype(hamming_dtype(n_bits))
+    return H.astype(hamming_dtype(lsh_bits))
 
 
 def assemble_hamming(
     layout: RowLayout,
     intra: Mapping[str, np.ndarray],
     cross: Mapping[tuple[str, str], np.ndarray],
-    n_bits: int,
+    lsh_bits: int,
 ) -> HammingMatrix:
     """H from validated blocks: intra[p] = int[n_p, n_p]; cross[(a, b)] = uint16[n_b, n_a] from `cross_block`.
 
@@ -158,15 +158,15 @@ def assemble_hamming(
     parties dropped since); blocks of parties outside `layout` are ignored. A missing block means
     a party dropped (PeerDropped naming the parties of the unfinished pairs).
     """
-    n_bits = check_n_bits(n_bits)
-    H = np.zeros((layout.n, layout.n), dtype=hamming_dtype(n_bits))
+    lsh_bits = check_lsh_bits(lsh_bits)
+    H = np.zeros((layout.n, layout.n), dtype=hamming_dtype(lsh_bits))
     missing: set[str] = set()
     for p in layout.parties:
         if p not in intra:
             missing.add(p)
             continue
         rows = layout.rows(p)
-        H[rows, rows] = check_intra_block(intra[p], rows.stop - rows.start, n_bits)
+        H[rows, rows] = check_intra_block(intra[p], rows.stop - rows.start, lsh_bits)
     members = set(layout.parties)
     done: set[frozenset[str]] = set()
     for (a, b), block in cross.items():
@@ -179,7 +179,7 @@ def assemble_hamming(
         shape = (rb.stop - rb.start, ra.stop - ra.start)
         if block.shape != shape:
             raise InvalidInput(f"cross block ({a}, {b}) must have shape {shape}, got {block.shape}")
-        _check_range(block, n_bits, f"cross block ({a}, {b})")
+        _check_range(block, lsh_bits, f"cross block ({a}, {b})")
         H[rb, ra] = block
         H[ra, rb] = block.T
     for task in secure_hamming_pairs(layout.parties):
@@ -202,7 +202,7 @@ def drop_party_from_H(hm: HammingMatrix, party: str) -> HammingMatrix:
 
 def influence_blocks(
     hm: HammingMatrix,
-    n_bits: int,
+    lsh_bits: int,
     receivers: Sequence[str],
     params: GraphParams = GraphParams(),
     *,
@@ -225,7 +225,7 @@ def influence_blocks(
     counts = [c.size for c in columns]
     if sum(counts) == 0:
         raise InvalidInput("no labeled rows among the parties taking part in SecureRowSums; label at least one row")
-    influence = build_influence(hm.H, n_bits, np.concatenate(columns), params, method)
+    influence = build_influence(hm.H, lsh_bits, np.concatenate(columns), params, method)
     cuts = np.cumsum([0, *counts])
     return {p: influence.S_L[:, cuts[k] : cuts[k + 1]] for k, p in enumerate(receivers)}
 
@@ -266,9 +266,9 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
     return {p: total[frame.rows(p)].copy() for p in frame.parties}
 
 
-def _check_range(arr: np.ndarray, n_bits: int, name: str) -> None:
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > n_bits):
-        raise OutOfRange(f"{name} has distances outside [0, {n_bits}]")
+def _check_range(arr: np.ndarray, lsh_bits: int, name: str) -> None:
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) > lsh_bits):
+        raise OutOfRange(f"{name} has distances outside [0, {lsh_bits}]")
 
 
 def _check_local(local: np.ndarray | None, rows: slice, party: str) -> np.ndarray:

@@ -9,7 +9,7 @@ from xclp import tables as party_data
 from xclp.crypto import identity
 from xclp.server.config import load_allow_list, load_job
 from xclp.errors import ConfigError, InvalidInput
-from xclp.v1.jobs import FlynnJob, RaceJob, params_from_json, params_json, parse_params
+from xclp.v1.jobs import FlynnJobParams, RaceJobParams, params_from_json, params_json, parse_params
 
 JOB = '''job_id = "j"
 type = "flynn"
@@ -28,7 +28,7 @@ def test_job_file_loads_with_defaults(tmp_path):
     (tmp_path / "j.toml").write_text(JOB)
     job = load_job(tmp_path / "j.toml")
     assert job.min_parties == 2 and job.step_seconds == 5 and job.join_seconds == 600
-    assert job.params == FlynnJob(n_classes=2, m=64, s=3, rho=4)
+    assert job.params == FlynnJobParams(n_classes=2, m=64, s=3, rho=4)
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -61,8 +61,8 @@ def test_allow_list_parses_and_refuses_bad_keys(tmp_path):
 
 
 def test_params_survive_the_wire_json():
-    for p in (FlynnJob(3, 64, 3, 4, 0.5, 1, 2.0, 7), RaceJob(8, 16, "l2", 1, 2.5, 3, 1.0)):
-        assert params_from_json(type(p).__name__.lower().removesuffix("job"), params_json(p)) == p
+    for p in (FlynnJobParams(3, 64, 3, 4, 0.5, 1, 2.0, 7), RaceJobParams(8, 16, "l2", 1, 2.5, 3, 1.0)):
+        assert params_from_json(type(p).__name__.lower().removesuffix("jobparams"), params_json(p)) == p
     with pytest.raises(ConfigError, match="family"):
         parse_params("race", {"rows": 1, "width": 2, "family": "cosine"})
 

@@ -36,7 +36,7 @@ from xclp.server.config import JobConfig, TlsFiles, load_job
 from xclp.errors import ConfigError, ReplayRefused
 from xclp.graph import GraphParams
 from xclp.reference import XclpResult, xclp_reference
-from xclp.v1.jobs import XclpJob
+from xclp.v1.jobs import XclpJobParams
 from xclp.v1.status import EXIT_BAD_INPUT
 
 from .conftest import Recorder, coordinator
@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DYING = Path(__file__).with_name("xclp_dying_party.py")
 PARTIES = ("a", "b", "c")
 L, C, D, N, K = 64, 3, 8, 40, 5
-PARAMS = {"n_classes": C, "n_bits": L, "k": K, "key_bits": 512, "insecure_test_keys": True}
+PARAMS = {"n_classes": C, "lsh_bits": L, "k": K, "key_bits": 512, "insecure_test_keys": True}
 JOBS = {
     "exact": {},
     "kill-sh": {},
@@ -103,7 +103,7 @@ def run(tmp_path_factory):
     data = {p: make_data(i) for i, p in enumerate(PARTIES)}
     for p, (X, y) in data.items():
         write_csv(root / f"{p}.csv", X, y, p)
-    configs = [JobConfig(job_id, "xclp", XclpJob.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
+    configs = [JobConfig(job_id, "xclp", XclpJobParams.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
                          summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
     recorder = Recorder()
     tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
@@ -264,14 +264,14 @@ def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> No
 
 def test_demo_job_file_loads() -> None:
     config = load_job(ROOT / "xclp" / "demo_data" / "xclp-demo.toml")
-    assert config.params == XclpJob(n_classes=10, k=5, power=3.0, label_norm="none")
+    assert config.params == XclpJobParams(n_classes=10, k=5, power=3.0, label_norm="none")
     assert config.expected_parties == ("hospital-a", "hospital-b", "hospital-c")
 
 
 def test_job_file_naming_sigma_is_refused() -> None:
     """SecureHamming masks are uniform mod N now: there is no σ to set, and a stale job file says so."""
     with pytest.raises(ConfigError, match="unknown xclp job parameter.*sigma"):
-        XclpJob.parse({"n_classes": 2, "sigma": 40})
+        XclpJobParams.parse({"n_classes": 2, "sigma": 40})
 
 
 def test_party_refuses_a_repeated_rowsums_round() -> None:
@@ -283,7 +283,7 @@ def test_party_refuses_a_repeated_rowsums_round() -> None:
 
     data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
     masker = PairwiseMasker("a", {"b": bytes(32)}, b"session")
-    party = XclpParty("a", XclpJob(n_classes=2, n_bits=64, key_bits=512, insecure_test_keys=True), data,
+    party = XclpParty("a", XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True), data,
                       None, None, bytes(32), masker, Sink(), lambda m: None)  # type: ignore[arg-type]
     party.graph, party.zbar = (("a", 3), ("b", 2)), np.zeros((5, 2))
     party._row_sums(0, ("a", "b"))
@@ -298,7 +298,7 @@ def test_party_refuses_a_repeated_rowsums_round() -> None:
 def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
     import secrets
 
-    from xclp.server.jobs.xclp import XclpJob as XclpStateMachine
+    from xclp.server.jobs.xclp import XclpJob
     from xclp.errors import InvalidInput
     from xclp.v1 import wire
     from xclp.v1 import xclp_pb2 as pb
@@ -307,7 +307,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
 
     keys = {p: identity.generate_identity() for p in PARTIES}
     now = [0.0]
-    j = XclpStateMachine(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
+    j = XclpJob(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
                          clock=lambda: now[0])
     for p in PARTIES:
         bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), bytes(16),
@@ -339,7 +339,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
 
 def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "demo", "--key-bits", "512", "--insecure-test-keys",
-                          "--n-bits", "256", "--keep", str(tmp_path)], capture_output=True, text=True,
+                          "--lsh-bits", "256", "--keep", str(tmp_path)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("hospital-")]

@@ -20,15 +20,15 @@ from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
 
 
-def random_H(seed: int, n: int, n_bits: int = 256) -> np.ndarray:
+def random_H(seed: int, n: int, lsh_bits: int = 256) -> np.ndarray:
     X = np.random.default_rng(seed).standard_normal((n, 8))
-    return hamming_matrix(lsh_codes(X, lsh_projection(seed, n_bits, 8)))
+    return hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, 8)))
 
 
-def naive_knn(H: np.ndarray, n_bits: int, params: GraphParams) -> np.ndarray:
+def naive_knn(H: np.ndarray, lsh_bits: int, params: GraphParams) -> np.ndarray:
     """Dense W by a per-row stable sort (ties to the smaller index), the definition in DESIGN §5.4."""
     n = H.shape[0]
-    A = similarity(H, n_bits, params.power)
+    A = similarity(H, lsh_bits, params.power)
     B = np.zeros((n, n))
     for i in range(n):
         others = [j for j in range(n) if j != i]

@@ -92,15 +92,15 @@ def test_codes_refuse_nan_and_wrong_width() -> None:
 def test_hamming_of_pair_at_angle_is_binomial_theta_over_pi(theta: float) -> None:
     """Each bit differs w.p. θ/π independently, so H ~ Binomial(L, θ/π): check within 4σ."""
     rng = np.random.default_rng(int(theta * 1000))
-    n_bits, d = 4096, 16
+    lsh_bits, d = 4096, 16
     p = theta / np.pi
-    sigma = np.sqrt(n_bits * p * (1 - p))
+    sigma = np.sqrt(lsh_bits * p * (1 - p))
     for trial in range(10):
-        codes = lsh_codes(pair_at_angle(rng, d, theta), lsh_projection(trial, n_bits, d))
+        codes = lsh_codes(pair_at_angle(rng, d, theta), lsh_projection(trial, lsh_bits, d))
         h = int(np.unpackbits((codes[0] ^ codes[1]).view(np.uint8)).sum())
-        assert abs(h - n_bits * p) <= 4 * sigma, (trial, h, n_bits * p, sigma)
+        assert abs(h - lsh_bits * p) <= 4 * sigma, (trial, h, lsh_bits * p, sigma)
         # The cosine estimate then lies within the delta-method bound π·sin θ·σ/L (plus slack).
-        assert abs(estimate_cosine(h, n_bits) - np.cos(theta)) <= 4 * np.pi * sigma / n_bits + 1e-12
+        assert abs(estimate_cosine(h, lsh_bits) - np.cos(theta)) <= 4 * np.pi * sigma / lsh_bits + 1e-12
 
 
 def test_estimate_cosine_endpoints() -> None:

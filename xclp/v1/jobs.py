@@ -1,4 +1,4 @@
-"""Job specifications as they travel in `JobSpec.params_json` (the parameter half of the wire contract).
+"""Job parameter schemas as they travel in `JobSpec.params_json` (the parameter half of the wire contract).
 
 The coordinator validates a job's parameters when it loads the job file; every party validates
 them again when it receives the spec, and derives from them the exact dtype and shape of what it
@@ -8,8 +8,10 @@ Ring choice (DESIGN §6): exact counts travel in Z_2^32 (uint32); DP variants in
 FlyNN's per-party release is real-valued (Laplace noise), so it is encoded in fixed point
 (crypto/fixedpoint.py, two's complement, `frac_bits` fractional bits); RACE's distributed
 discrete-Laplace shares are signed integers, encoded as int64 two's complement.
-XCLP (DESIGN §5) sends several arrays per job; `XclpJob` names its parameters, and
+XCLP (DESIGN §5) sends several arrays per job; `XclpJobParams` names its parameters, and
 server/jobs/xclp.py and client/jobs/xclp.py state the dtype and shape of each step's payload.
+Each schema builds the method's own parameter object (`method_params`, `graph_params`), so a value
+the method would refuse is refused when the coordinator loads the job file, not after parties join.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from xclp.errors import ConfigError
+from xclp.crypto.paillier import MIN_SECURE_BITS
+from xclp.errors import ConfigError, InvalidInput
+from xclp.flynn import FlyNNParams
+from xclp.graph import GraphParams
+from xclp.race import RaceParams
 
 JOB_TYPES = ("flynn", "race", "xclp")
 
@@ -52,14 +58,21 @@ def _bool(params: Mapping[str, Any], key: str) -> bool:
     return value
 
 
+# Parameters that were renamed: a job file naming the old one hears the new name.
+RENAMED = {"n_bits": "lsh_bits"}
+
+
 def _no_extra(params: Mapping[str, Any], allowed: set[str], job_type: str) -> None:
+    for old, new in RENAMED.items():
+        if old in params and new in allowed:
+            raise ConfigError(f"{job_type} job parameter {old!r} is now called {new!r} (the number of LSH bits L)")
     extra = sorted(set(params) - allowed)
     if extra:
         raise ConfigError(f"unknown {job_type} job parameter(s): {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
 
 
 @dataclass(frozen=True)
-class FlynnJob:
+class FlynnJobParams:
     """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
 
     DP (paper 001 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
@@ -88,6 +101,11 @@ class FlynnJob:
             raise ConfigError(f"epsilon must be > 0, got {self.epsilon}")
         if not 0 <= self.frac_bits <= 40:
             raise ConfigError(f"frac_bits must be in [0, 40], got {self.frac_bits}")
+        self.method_params(self.s)  # m, s, rho, gamma as FlyNN checks them; s <= dim once the data is known
+
+    def method_params(self, dim: int) -> FlyNNParams:
+        """The FlyNN parameters for data of `dim` columns (the dimension comes from the parties)."""
+        return _method(lambda: FlyNNParams(dim, self.m, self.s, self.rho, self.gamma))
 
     @property
     def private(self) -> bool:
@@ -98,7 +116,7 @@ class FlynnJob:
         return np.dtype("<u8" if self.private else "<u4"), (self.n_classes, self.m)
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> FlynnJob:
+    def parse(cls, params: Mapping[str, Any]) -> FlynnJobParams:
         _no_extra(params, {"n_classes", "m", "s", "rho", "gamma", "tie_seed", "epsilon", "T", "frac_bits"}, "flynn")
         T = params.get("T")
         return cls(
@@ -110,7 +128,7 @@ class FlynnJob:
 
 
 @dataclass(frozen=True)
-class RaceJob:
+class RaceJobParams:
     """RACE (DESIGN §6): rows R, width W, family "srp"|"l2", p, bandwidth as in xclp.race.RaceParams.
 
     n_classes = 0 builds one KDE sketch of all rows; n_classes >= 2 one sketch per class from the
@@ -133,6 +151,12 @@ class RaceJob:
             raise ConfigError("n_classes must be 0 (KDE sketch) or >= 2 (classifier)")
         if self.epsilon is not None and self.epsilon <= 0:
             raise ConfigError(f"epsilon must be > 0, got {self.epsilon}")
+        if not self.bandwidth > 0:
+            raise ConfigError(f"bandwidth must be > 0, got {self.bandwidth}")
+        self.method_params()
+
+    def method_params(self) -> RaceParams:
+        return _method(lambda: RaceParams(self.rows, self.width, self.family, self.p, self.bandwidth))  # type: ignore[arg-type]
 
     @property
     def private(self) -> bool:
@@ -143,35 +167,23 @@ class RaceJob:
         return np.dtype("<u8" if self.private else "<u4"), (*lead, self.rows, self.width)
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> RaceJob:
+    def parse(cls, params: Mapping[str, Any]) -> RaceJobParams:
         _no_extra(params, {"rows", "width", "family", "p", "bandwidth", "n_classes", "epsilon"}, "race")
         family = params.get("family", "srp")
         return cls(
             rows=_int(params, "rows"), width=_int(params, "width"), family=str(family),
-            p=_int(params, "p", 1), bandwidth=_float(params, "bandwidth", 1.0) or 1.0,
+            p=_int(params, "p", 1), bandwidth=_float(params, "bandwidth", 1.0),  # type: ignore[arg-type]
             n_classes=_int(params, "n_classes", 0, low=0), epsilon=_float(params, "epsilon"),
         )
 
 
-# XCLP step and message names on the wire (DESIGN §5), shared by coordinator and party.
-LAYOUT_MSG = "layout"
-PAIRS_MSG = "pairs"
-INTRA_STEP = "intra_hamming"
-HAMMING_STEP = "secure_hamming"
-LABELS_STEP = "labeled_sets"
-GRAPH_MSG = "graph"
-INFLUENCE_MSG = "influence"
-ROWSUMS_STEP = "rowsums"
-RESULT_MSG = "rowsums_result"
-
 LABEL_NORMS = ("none", "party")
 SOLVERS = ("auto", "dense", "cg")
-MIN_SECURE_KEY_BITS = 2048  # crypto.paillier.MIN_SECURE_BITS; jobs.py stays free of crypto imports
 
 
 @dataclass(frozen=True)
-class XclpJob:
-    """XCLP (DESIGN §5, paper 003 Alg. 1): L = n_bits LSH bits, graph (k, alpha, power), Paillier
+class XclpJobParams:
+    """XCLP (DESIGN §5, paper 003 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
     key size, SecureRowSums fixed point and what the coordinator may learn.
 
     key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
@@ -185,11 +197,11 @@ class XclpJob:
     """
 
     n_classes: int
-    n_bits: int = 1024
+    lsh_bits: int = 1024
     k: int = 10
     alpha: float = 0.99
     power: float = 3.0
-    key_bits: int = MIN_SECURE_KEY_BITS
+    key_bits: int = MIN_SECURE_BITS
     hide_label_mask: bool = False
     label_norm: str = "none"
     solver: str = "auto"
@@ -199,17 +211,17 @@ class XclpJob:
     def __post_init__(self) -> None:
         if self.n_classes < 2:
             raise ConfigError("n_classes must be >= 2")
-        if self.n_bits % 64:
-            raise ConfigError(f"n_bits (L) must be a positive multiple of 64, got {self.n_bits}")
+        if self.lsh_bits % 64:
+            raise ConfigError(f"lsh_bits (L) must be a positive multiple of 64, got {self.lsh_bits}")
         if not 0.0 < self.alpha < 1.0:
             raise ConfigError(f"alpha must be in (0, 1), got {self.alpha}")
         if self.power <= 0:
             raise ConfigError(f"power must be > 0, got {self.power}")
         if self.key_bits % 8 or self.key_bits < 256:
             raise ConfigError(f"key_bits must be a multiple of 8 and >= 256, got {self.key_bits}")
-        if self.key_bits < MIN_SECURE_KEY_BITS and not self.insecure_test_keys:
+        if self.key_bits < MIN_SECURE_BITS and not self.insecure_test_keys:
             raise ConfigError(
-                f"key_bits = {self.key_bits} is below the secure {MIN_SECURE_KEY_BITS}; smaller Paillier keys "
+                f"key_bits = {self.key_bits} is below the secure {MIN_SECURE_BITS}; smaller Paillier keys "
                 "are for tests only and need insecure_test_keys = true"
             )
         if self.label_norm not in LABEL_NORMS:
@@ -221,36 +233,51 @@ class XclpJob:
             raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not 8 <= self.frac_bits <= 48:
             raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
+        _method(lambda: self.graph_params)
+
+    @property
+    def graph_params(self) -> GraphParams:
+        return GraphParams(self.k, self.alpha, self.power)
 
     @property
     def normalise_labels(self) -> bool:
         return self.label_norm == "party"
 
     @classmethod
-    def parse(cls, params: Mapping[str, Any]) -> XclpJob:
-        allowed = {"n_classes", "n_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
+    def parse(cls, params: Mapping[str, Any]) -> XclpJobParams:
+        allowed = {"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                    "label_norm", "solver", "frac_bits", "insecure_test_keys"}
         _no_extra(params, allowed, "xclp")
         return cls(
-            n_classes=_int(params, "n_classes", low=2), n_bits=_int(params, "n_bits", 1024, low=64),
+            n_classes=_int(params, "n_classes", low=2), lsh_bits=_int(params, "lsh_bits", 1024, low=64),
             k=_int(params, "k", 10), alpha=_float(params, "alpha", 0.99) or 0.0,
-            power=_float(params, "power", 3.0) or 0.0, key_bits=_int(params, "key_bits", MIN_SECURE_KEY_BITS),
+            power=_float(params, "power", 3.0) or 0.0, key_bits=_int(params, "key_bits", MIN_SECURE_BITS),
             hide_label_mask=_bool(params, "hide_label_mask"),
             label_norm=str(params.get("label_norm", "none")), solver=str(params.get("solver", "auto")),
             frac_bits=_int(params, "frac_bits", 32), insecure_test_keys=_bool(params, "insecure_test_keys"),
         )
 
 
-JobParams = FlynnJob | RaceJob | XclpJob
+def _method(build: Any) -> Any:
+    """Build a method's parameter object; its InvalidInput becomes a ConfigError (a job file is wrong)."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None
+
+
+JobParams = FlynnJobParams | RaceJobParams | XclpJobParams
 
 
 def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
     if job_type == "flynn":
-        return FlynnJob.parse(params)
+        return FlynnJobParams.parse(params)
     if job_type == "race":
-        return RaceJob.parse(params)
+        return RaceJobParams.parse(params)
     if job_type == "xclp":
-        return XclpJob.parse(params)
+        return XclpJobParams.parse(params)
     raise ConfigError(f"unknown job type {job_type!r}; known: {', '.join(JOB_TYPES)}")
 
 
