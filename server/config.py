@@ -2,13 +2,13 @@
 
 allow-list TOML:                          job TOML:
     [parties]                                 job_id = "flynn-demo"
-    hospital-a = "ed25519:<base64>"           type = "flynn"            # or "race"
+    hospital-a = "ed25519:<base64>"           type = "flynn"            # or "race", "xclp"
     hospital-b = "ed25519:<base64>"           expected_parties = ["hospital-a", "hospital-b"]
                                               min_parties = 2
                                               [deadlines]
                                               join_seconds = 600        # wait for parties to join
                                               step_seconds = 300        # each step's deadline
-                                              [params]                  # see xclp/v1/jobs.py
+                                              [params]                  # xclp.v1.jobs schemas
                                               n_classes = 10
                                               m = 4096
                                               ...

@@ -1,8 +1,8 @@
 """The one error hierarchy of xclp.
 
-Every failure a user can cause or meet has its own class; the gRPC layer maps these to status
-codes in one place (`server/status.py`, `client/status.py`) and the CLIs map them to exit codes in
-one place. Messages say what to fix.
+Every failure a user can cause or meet has its own class. `xclp.v1.status` maps them, in one
+place, to gRPC status codes (the coordinator aborts an RPC with one; a party turns one back into
+the error) and to the exit codes of both CLIs. Messages say what to fix.
 """
 
 from __future__ import annotations
