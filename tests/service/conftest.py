@@ -50,14 +50,48 @@ class Recorder:
     """Observer hook: every contribution the coordinator accepted, by (job, step, round, sender)."""
 
     seen: dict[tuple[str, str, int, str], object] = field(default_factory=dict)
+    changed: threading.Condition = field(default_factory=threading.Condition)
 
     def __call__(self, job_id, step, round, sender, payload) -> None:
-        self.seen[(job_id, step, round, sender)] = payload
+        with self.changed:
+            self.seen[(job_id, step, round, sender)] = payload
+            self.changed.notify_all()
+
+    def wait_for(self, *keys: tuple[str, str, int, str], timeout: float = 60.0) -> None:
+        """Block until the coordinator has accepted every contribution named in `keys`."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: all(k in self.seen for k in keys), timeout):
+                raise TimeoutError(f"the coordinator never accepted {sorted(set(keys) - set(self.seen))}")
+
+
+class ManualClock:
+    """The coordinator's clock in deadline tests: time moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def advance_after(clock: ManualClock, seconds: float, wait: Callable[[], object]) -> threading.Thread:
+    """On a thread: once `wait()` returns (an event the test names), move the clock past a deadline."""
+    def go() -> None:
+        wait()
+        clock.advance(seconds)
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread
 
 
 @contextlib.contextmanager
-def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None) -> Iterator[tuple[Coordinator, str]]:
-    coord = Coordinator(allow, jobs, observer=observer)
+def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None,
+                clock: Callable[[], float] | None = None) -> Iterator[tuple[Coordinator, str]]:
+    coord = Coordinator(allow, jobs, observer=observer, **({"clock": clock} if clock else {}))
     server, port = build_server(coord, "127.0.0.1:0", tls=tls)
     server.start()
     coord.start()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
-import pytest
 from scipy import stats
 
 from xclp.client.jobs.allreduce import contribution, flynn_counts, race_counts
 from xclp.client.session import PartySession
-from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
+from tests.service.conftest import (PARTIES, ManualClock, Recorder, advance_after, allow_list, coordinator, job,
+                                   party_data, run_parties)
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
-from xclp.race import RaceHashes, RaceParams, sketch
+from xclp.race import RaceHashes, RaceParams, private_release_share, sketch
 from xclp.v1.jobs import parse_params
 
 FLYNN = {"n_classes": 3, "m": 1024, "s": 3, "rho": 16}
@@ -82,8 +84,10 @@ class Stalling(PartySession):
 
 def test_party_missing_the_deadline_is_dropped_and_sum_restarts_under_fresh_masks(keys):
     datas = {p: party_data(20 + i) for i, p in enumerate(PARTIES)}
-    rec = Recorder()
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=2.0)], observer=rec) as (coord, addr):
+    rec, clock = Recorder(), ManualClock()
+    # Once a and b have pushed round 0, the step's 30 s pass in an instant; c still owes its array.
+    advance_after(clock, 31, lambda: rec.wait_for(("f", "sum", 0, "a"), ("f", "sum", 0, "b")))
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN)], observer=rec, clock=clock) as (coord, addr):
         results = run_parties(addr, "f", keys, datas, sessions={"c": Stalling})
         assert coord.jobs["f"].dropped == {"c"}
     assert "dropped" in str(results["c"]) and "deadline" in str(results["c"])
@@ -110,18 +114,32 @@ def test_dp_flynn_releases_noisy_fixed_point_counts(keys):
 
 
 def test_dp_race_shares_sum_to_a_noised_sketch(keys):
+    """The released sketch carries exactly the two-sided geometric of scale R/ε, summed from τ = 3
+    parties' shares. 16 × 1024 cells pin the variance within ±10 % (≈ 6 standard errors), so
+    shares sized for any other τ (variance × 3/τ: 1.5 for τ = 2, 0.75 for τ = 4) fail it."""
     datas = {p: party_data(40 + i) for i, p in enumerate(PARTIES)}
-    rec = Recorder()
-    with coordinator(allow_list(keys), [job("dp", "race", {**RACE, "epsilon": 4.0})], observer=rec) as (coord, addr):
+    params = {**RACE, "width": 1024, "epsilon": 4.0}
+    with coordinator(allow_list(keys), [job("dp", "race", params)]) as (coord, addr):
         results = run_parties(addr, "dp", keys, datas)
     seed = results["a"].seed
     X = np.vstack([d.X for d in datas.values()])
-    exact = sketch(RaceHashes.from_seed(seed, RaceParams(16, 32, "srp", 4), X.shape[1]), X)
+    exact = sketch(RaceHashes.from_seed(seed, RaceParams(16, 1024, "srp", 4), X.shape[1]), X)
     noise = results["a"].aggregate - exact
-    assert results["a"].aggregate.dtype == np.int64 and np.any(noise != 0)
-    # Two-sided geometric of scale R/ε = 4: the variance is 2q/(1-q)^2 with q = e^-1/4 (≈ 31.5).
-    q = np.exp(-1 / 4)
-    assert 0.6 < noise.var() / (2 * q / (1 - q) ** 2) < 1.6
+    assert results["a"].aggregate.dtype == np.int64 and all(np.array_equal(r.aggregate, results["a"].aggregate)
+                                                            for r in results.values())
+    q = np.exp(-4.0 / 16)  # two-sided geometric P(k) ∝ q^|k| of scale R/ε = 4: variance 2q/(1-q)^2 ≈ 31.5
+    variance = 2 * q / (1 - q) ** 2
+
+    def in_band(values: np.ndarray) -> bool:
+        return 0.9 < values.var() / variance < 1.1
+
+    assert in_band(noise)
+    assert abs(noise.mean()) < 5 * np.sqrt(variance / noise.size)
+    # the band has teeth: the same 3 shares sized for a wrong τ fall outside it
+    zero = np.zeros((16, 1024), dtype=np.int64)
+    for wrong_tau in (2, 4):
+        rng = np.random.default_rng(wrong_tau)
+        assert not in_band(sum(private_release_share(zero, 4.0, wrong_tau, source=rng) for _ in range(3)))
 
 
 def test_contribution_encodings_match_the_wire_contract():
@@ -153,22 +171,30 @@ def test_pull_stream_lost_counts_as_a_dropout(keys):
 
 def test_too_few_parties_fail_the_job_for_everyone(keys):
     datas = {p: party_data(60 + i) for i, p in enumerate(("a", "b"))}
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=("a", "b"), step_seconds=1.5)]) as (coord, addr):
+    rec, clock = Recorder(), ManualClock()
+    advance_after(clock, 31, lambda: rec.wait_for(("f", "sum", 0, "a")))
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=("a", "b"))], observer=rec,
+                     clock=clock) as (coord, addr):
         results = run_parties(addr, "f", keys, datas, sessions={"b": Stalling})
         assert coord.jobs["f"].stage.value == "failed"
     assert "failed" in str(results["a"]) and "min_parties" in str(results["a"])
 
 
 class SilentLeader(PartySession):
-    """Leads the seed step but never sends the seed."""
+    """Leads the seed step but never sends the seed; `leading` is set once it has been asked to."""
+
+    leading = threading.Event()
 
     def _lead_seed(self, step):
-        return
+        SilentLeader.leading.set()
 
 
 def test_leader_missing_the_seed_deadline_is_replaced_by_the_next_smallest_id(keys):
     datas = {p: party_data(90 + i) for i, p in enumerate(PARTIES)}
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=1.5)]) as (coord, addr):
+    clock = ManualClock()
+    SilentLeader.leading.clear()
+    advance_after(clock, 31, lambda: SilentLeader.leading.wait(60))  # the seed step has started: let it expire
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN)], clock=clock) as (coord, addr):
         results = run_parties(addr, "f", keys, datas, sessions={"a": SilentLeader})
         assert coord.jobs["f"].dropped == {"a"}
     assert "dropped" in str(results["a"])

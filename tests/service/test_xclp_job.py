@@ -22,6 +22,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,10 @@ def run(tmp_path_factory):
                          summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
     recorder = Recorder()
     tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XCLP_TESTING": "1"}
+    go = root / "kill-rs.go"  # the dying party of kill-rs dies once a and c have pushed round 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XCLP_TESTING": "1", "XCLP_TEST_GO_FILE": str(go)}
+    threading.Thread(target=lambda: (recorder.wait_for(("kill-rs", "rowsums", 0, "a"), ("kill-rs", "rowsums", 0, "c"),
+                                                       timeout=240), go.touch()), daemon=True).start()
     with coordinator(allow, configs, observer=recorder, tls=tls) as (coord, address):
         port = address.rsplit(":", 1)[1]
         procs = {}

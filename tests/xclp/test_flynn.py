@@ -228,7 +228,6 @@ def test_bad_flyhash_indices_are_refused() -> None:
 
 
 def test_release_keeps_at_most_T_non_negative_entries() -> None:
-    pytest.importorskip("xclp.privacy")
     X, y = blobs(80, 7)
     counts = train_counts(FlyHash.from_seed(1, PARAMS), X, y, 3)
     released = privatise_counts(counts, 1.0, 20, 2, source=np.random.default_rng(0))
@@ -241,7 +240,6 @@ def test_release_keeps_at_most_T_non_negative_entries() -> None:
 def test_release_noise_is_laplace_2T_tau_over_epsilon() -> None:
     # T entries so large that the exponential mechanism certainly picks them and no clipping
     # occurs: the released minus true values are then exactly the Laplace noise.
-    pytest.importorskip("xclp.privacy")
     T, tau, eps = 5, 2, 1.0
     counts = np.zeros((2, 50))
     counts[0, :T] = 10_000
@@ -256,7 +254,6 @@ def test_release_noise_is_laplace_2T_tau_over_epsilon() -> None:
 def test_selection_probability_is_exp_eps_c_over_4T_tau(n_parties: int) -> None:
     # Two candidate entries differing by a = 4 (both far from 0, so the picked one stays non-zero):
     # the paper's mechanism picks the larger with probability e^{εa/(4Tτ)} / (1 + e^{εa/(4Tτ)}).
-    pytest.importorskip("xclp.privacy")
     counts = np.array([[1000.0], [1004.0]])
     rng = np.random.default_rng(2)
     trials = 2000

@@ -125,7 +125,6 @@ def test_classifier_separates_blobs_and_its_sketches_sum_to_the_pooled_sketch() 
 
 
 def test_private_release_adds_laplace_R_over_epsilon() -> None:
-    pytest.importorskip("xclp.privacy")
     params = RaceParams(rows=50, width=40, family="srp", p=3)
     S = sketch(RaceHashes.from_seed(1, params, 4), gaussian(1000, 4, 6))
     eps = 2.0
@@ -137,7 +136,6 @@ def test_private_release_adds_laplace_R_over_epsilon() -> None:
 
 
 def test_distributed_shares_sum_to_two_sided_geometric_of_scale_R_over_epsilon() -> None:
-    pytest.importorskip("xclp.privacy")
     S = np.zeros((20, 100), dtype=np.int64)
     rng = np.random.default_rng(1)
     eps, tau = 4.0, 3
