@@ -40,6 +40,7 @@ from xclp import tables as party_data
 from xclp.client.models import ModelFile
 from xclp.server.config import JobConfig, load_job
 from xclp.baselines import per_client_lp
+from xclp.demo import truth as read_truth
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel
 from xclp.v1.jobs import XclpJobParams
@@ -73,13 +74,6 @@ def _jobs(directory: Path) -> tuple[JobConfig, JobConfig | None]:
     return xclp[0], flynn[0] if flynn else None
 
 
-def _truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
-    """int64[n] true labels, by row id, from a truth file (row_id, true_label)."""
-    with open(path, newline="") as fh:
-        table = {r["row_id"]: int(r["true_label"]) for r in csv.DictReader(fh)}
-    return np.array([table[i] for i in ids], dtype=np.int64)
-
-
 def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     """int64[n] XCLP labels in the order of `ids`; every own row id must be there exactly once."""
     with open(path, newline="") as fh:
@@ -100,7 +94,7 @@ def _status(results: Path) -> str:
 def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJobParams) -> tuple[Row, ModelFile | None]:
     data = party_data.load(data_dir / f"{party}.csv", id_column="row_id")
     assert data.y is not None, "the demo CSVs carry a label column"
-    truth = _truth(data_dir / f"{party}.truth.csv", data.ids)
+    truth = read_truth(data_dir / f"{party}.truth.csv", data.ids)
     unlabeled = ~data.labeled
     missing: list[str] = []
 

@@ -123,7 +123,7 @@ def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[
     return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else [])
 
 
-def _truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
+def truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     """int64[n] true labels by row id from a demo truth file (row_id, true_label)."""
     try:
         with open(path, newline="") as fh:
@@ -148,12 +148,12 @@ def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float,
     for party in PARTIES:
         data = party_data.load(options.data / f"{party}.csv", id_column="row_id")
         assert data.y is not None
-        truth = _truth(options.data / f"{party}.truth.csv", data.ids)
+        labels = truth(options.data / f"{party}.truth.csv", data.ids)
         unlabeled = ~data.labeled
         xclp = _predictions(out_dir / party / "predictions.csv", data.ids)
         alone = per_client_lp(data.X, data.y, N_CLASSES, GRAPH, LABEL_NORM).labels
-        table.append((party, int(unlabeled.sum()), float(np.mean(xclp[unlabeled] == truth[unlabeled])),
-                      float(np.mean(alone[unlabeled] == truth[unlabeled]))))
+        table.append((party, int(unlabeled.sum()), float(np.mean(xclp[unlabeled] == labels[unlabeled])),
+                      float(np.mean(alone[unlabeled] == labels[unlabeled]))))
     return table
 
 

@@ -53,6 +53,7 @@ JOBS = {
     "exact": {},
     "kill-sh": {},
     "kill-rs": {"hide_label_mask": True, "label_norm": "party"},
+    "cg": {"solver": "cg"},  # conjugate gradients on the coordinator instead of dense Cholesky
 }
 DIES = {"kill-sh": ("c", "secure_hamming"), "kill-rs": ("b", "rowsums")}
 
@@ -193,6 +194,13 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
 
 
 # ---- dropouts (DESIGN §5, end) -------------------------------------------------------------------
+
+
+def test_conjugate_gradient_solver_gives_the_reference_predictions_through_the_service(run) -> None:
+    job = run["coord"].jobs["cg"]
+    assert job.params.solver == "cg" and job.stage.value == "done"
+    ref = reference(run, "cg")  # the reference solves densely: CG must agree within the same 1e-6
+    assert_predictions(run, "cg", ref, PARTIES, PARTIES)
 
 
 def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_it(run) -> None:

@@ -1,0 +1,126 @@
+"""The party does not trust what the coordinator sends in an XCLP job (DESIGN §2, §5).
+
+Each malformed coordinator message — a row layout of the wrong type or that changes a row count,
+a pair table that repeats a pair or names a stranger, an influence block of the wrong shape or
+with NaNs, a result for a round never sent or of the wrong type — is refused with a
+ProtocolError that says what was wrong, before the party acts on it.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+
+from xclp.client.jobs.xclp import XclpParty
+from xclp.crypto.identity import KeyBundle, Roster
+from xclp.crypto.masking import PairwiseMasker
+from xclp.errors import ProtocolError
+from xclp.tables import PartyData
+from xclp.v1.jobs import XclpJobParams
+from xclp.v1.wire import Message
+
+IDS = ("a", "b", "c")
+ROWS = {"a": 3, "b": 2, "c": 4}
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.pushed: list[tuple[str, int]] = []
+
+    def push(self, payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:  # noqa: ANN001
+        self.pushed.append((step, round))
+        return 0
+
+
+@pytest.fixture
+def party() -> XclpParty:
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
+    roster = Roster(bundles, bytes(32))
+    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
+    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+    masker = PairwiseMasker("a", {"b": bytes(32), "c": bytes(32)}, b"session")
+    return XclpParty("a", params, data, None, roster, bytes(32), masker, Sink(), lambda m: None)  # type: ignore[arg-type]
+
+
+def from_coordinator(party: XclpParty, step: str, payload, round: int = 0) -> None:  # noqa: ANN001
+    party.on_message(Message("j", step, round, "", "a", payload))
+
+
+def rows(*counts: int) -> np.ndarray:
+    return np.array(counts, dtype=np.uint64)
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (np.array([3, 2, 4], dtype=np.int64), r"layout message must be uint64\[3\]"),
+    (rows(3, 2), r"layout message must be uint64\[3\]"),
+    (b"\x00" * 24, r"layout message must be uint64\[3\]"),
+    (rows(5, 2, 4), "gives this party 5 rows, not 3"),
+])
+def test_party_refuses_a_malformed_layout(party: XclpParty, payload, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(ProtocolError, match=message):
+        from_coordinator(party, "layout", payload)
+
+
+def test_party_refuses_a_graph_that_changes_a_row_count(party: XclpParty) -> None:
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    assert party.sizes == ROWS
+    with pytest.raises(ProtocolError, match="changes the row count of 'c'"):
+        from_coordinator(party, "graph", rows(3, 2, 5))
+    from_coordinator(party, "graph", rows(3, 0, 4))  # b left after the layout: allowed
+    assert party.graph == (("a", 3), ("c", 4))
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    (np.array([[0, 1, 2]], dtype=np.uint64), r"must be uint64\[m, 2\]"),
+    (np.array([[0, 1]], dtype=np.int64), r"must be uint64\[m, 2\]"),
+    (np.array([[0, 3]], dtype=np.uint64), "outside the roster"),
+    (np.array([[0, 1], [1, 0]], dtype=np.uint64), "repeats a pair"),
+    (np.array([[2, 2]], dtype=np.uint64), "pairs a party with itself"),
+])
+def test_party_refuses_a_malformed_pair_table(party: XclpParty, table: np.ndarray, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        from_coordinator(party, "pairs", table)
+
+
+def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
+    with pytest.raises(ProtocolError, match="before sending the graph layout"):
+        from_coordinator(party, "influence", np.zeros((9, 2)))
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    with pytest.raises(ProtocolError, match=r"influence block must be float64\[9, \.\.\.\]"):
+        from_coordinator(party, "influence", np.zeros((8, 2)))
+    with pytest.raises(ProtocolError, match=r"influence block must be float64\[9, \.\.\.\]"):
+        from_coordinator(party, "influence", np.zeros((9, 2), dtype=np.uint64))
+    with pytest.raises(ProtocolError, match=r"malformed influence block: .*float64\[n, 2\]"):
+        from_coordinator(party, "influence", np.zeros((9, 3)))  # a has 2 labeled rows
+    bad = np.zeros((9, 2))
+    bad[4, 1] = np.nan
+    with pytest.raises(ProtocolError, match="malformed influence block"):
+        from_coordinator(party, "influence", bad)
+    from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    assert party.zbar is not None and party.zbar.shape == (9, 2)
+
+
+def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(party: XclpParty) -> None:
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    with pytest.raises(ProtocolError, match="round 0, which this party never sent"):
+        from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
+    party._row_sums(0, IDS)
+    with pytest.raises(ProtocolError, match=r"must be uint64\[3, 2\]"):
+        from_coordinator(party, "rowsums_result", np.zeros((4, 2), np.uint64))
+    with pytest.raises(ProtocolError, match=r"must be uint64\[3, 2\]"):
+        from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.int64))
+    with pytest.raises(ProtocolError, match="must be an array"):
+        from_coordinator(party, "rowsums_result", b"\x00" * 48)
+    assert party.scores is None
+
+
+def test_party_refuses_unknown_messages_and_peer_messages_outside_secure_hamming(party: XclpParty) -> None:
+    with pytest.raises(ProtocolError, match="unknown 'gossip' message"):
+        from_coordinator(party, "gossip", b"")
+    with pytest.raises(ProtocolError, match="'b' sent a 'influence' message, which peers never send"):
+        party.on_message(Message("j", "influence", 0, "b", "a", np.zeros((9, 2))))
