@@ -35,7 +35,7 @@ from xclp.errors import ConfigError, XclpError
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
 from xclp.v1.status import EXIT_OK, exit_code
 
-RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "out", "ca_cert",
+RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed"}
 PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--identity", type=Path, help="identity key from `xclp-client keygen`")
     r.add_argument("--data", type=Path, help="CSV (header; features, label column, optional id column) or .npz (X, y, ids)")
     r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
-    r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers)")
+    r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
+    r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
     r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
                    f"{PREDICTIONS_FILE}) or a .csv file: id, label, confidence, score_<c>")
     r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: system roots)")
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--data", type=Path, required=True, help="CSV with the same feature columns (label column ignored)")
         sp.add_argument("--label-column", default="label", help="label column to ignore if present (default label)")
         sp.add_argument("--id-column", help="row id column name (default: row numbers)")
+        sp.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
         sp.add_argument("--out", type=Path, required=True, help="output CSV (written atomically)")
     q.add_argument("--estimator", choices=("mean", "median_of_means"), default="mean", help="KDE estimator (default mean)")
     q.add_argument("--groups", type=int, help="groups for median_of_means")
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
-                           id_column=cfg.get("id_column") or None)
+                           id_column=cfg.get("id_column") or None, delimiter=_delimiter(cfg.get("delimiter")))
     stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
                     f"({int(data.labeled.sum())} labeled) from {cfg['data']}")
     paillier = None
@@ -159,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
     path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate).save(cfg["out"])
     stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
+
+
+def _delimiter(value: str | None) -> str | None:
+    """--delimiter as typed: "tab" and "\\t" mean a tab."""
+    return "\t" if value in ("tab", "\\t") else value
 
 
 def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) -> Path:
@@ -207,7 +214,8 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
     flynn = model.flynn()
-    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column)
+    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
+                           delimiter=_delimiter(args.delimiter))
     predictions = flynn.predict(data.X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
     _write_csv(args.out, ["id", "prediction"], [[i, int(p)] for i, p in zip(data.ids, predictions)])
     stderr_progress(f"wrote {len(predictions)} predictions to {args.out}")
@@ -218,7 +226,8 @@ def query(args: argparse.Namespace) -> int:
     from xclp.race import query as race_query
 
     model = ModelFile.load(args.model)
-    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column)
+    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
+                           delimiter=_delimiter(args.delimiter))
     if model.aggregate.ndim == 3:
         classifier = model.race_classifier()
         scores = classifier.scores(data.X)

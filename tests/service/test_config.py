@@ -1,11 +1,10 @@
-"""Coordinator settings files and party data files fail loudly with what to fix (DESIGN §8)."""
+"""Coordinator and party settings files fail loudly with what to fix (DESIGN §9)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from xclp import tables as party_data
 from xclp.crypto import identity
 from xclp.server.config import load_allow_list, load_job
 from xclp.errors import ConfigError, InvalidInput
@@ -65,39 +64,6 @@ def test_params_survive_the_wire_json():
         assert params_from_json(type(p).__name__.lower().removesuffix("jobparams"), params_json(p)) == p
     with pytest.raises(ConfigError, match="family"):
         parse_params("race", {"rows": 1, "width": 2, "family": "cosine"})
-
-
-def test_csv_with_ids_and_unlabeled_rows(tmp_path):
-    path = tmp_path / "d.csv"
-    path.write_text("pid,x1,x2,dx\nr1,1.5,2,1\nr2,0,-1,\n\nr3,3,4,0\n")
-    d = party_data.load(path, label_column="dx", id_column="pid")
-    assert d.ids == ("r1", "r2", "r3")
-    np.testing.assert_array_equal(d.X, [[1.5, 2], [0, -1], [3, 4]])
-    np.testing.assert_array_equal(d.y, [1, -1, 0])
-    assert d.labeled.tolist() == [True, False, True]
-
-
-@pytest.mark.parametrize("text, match", [
-    ("x1,label\n1,a\n", "label 'a' is not an integer"),
-    ("x1,label\nnan,1\n", "NaN"),
-    ("x1,label\n1,1,3\n", "has 3 cells"),
-    ("label\n1\n", "no feature columns"),
-    ("", "empty"),
-    ("x1,label\n1,-3\n", ">= 0"),
-])
-def test_bad_csv_files_name_line_and_problem(tmp_path, text, match):
-    (tmp_path / "d.csv").write_text(text)
-    with pytest.raises(InvalidInput, match=match):
-        party_data.load(tmp_path / "d.csv")
-
-
-def test_npz_data_and_its_errors(tmp_path):
-    np.savez(tmp_path / "d.npz", X=np.ones((3, 2)), y=np.array([0.0, np.nan, 1.0]))
-    d = party_data.load(tmp_path / "d.npz")
-    assert d.y.tolist() == [0, -1, 1] and d.ids == ("0", "1", "2")
-    np.savez(tmp_path / "e.npz", features=np.ones((3, 2)))
-    with pytest.raises(InvalidInput, match="named X"):
-        party_data.load(tmp_path / "e.npz")
 
 
 def test_party_toml_resolves_paths_next_to_it_and_refuses_unknown_keys(tmp_path):
