@@ -6,7 +6,9 @@
     SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
     SEEDED  (xclp) every later step and message goes to client.jobs.xclp.XclpParty (DESIGN §5)
     any     --frame "result"--> keep the aggregate;  --JobEnd DONE--> DONE (result returned)
+    JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
             --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
+            --JobEnd REFUSED (the job cannot run with the parties' data)--> InvalidInput (exit 2)
 
 The coordinator relays the seed without learning it: it is sealed (AES-256-GCM, AAD = session id)
 under the pair's "seed" key, HKDF-derived from the pairwise X25519 secret (DESIGN §4.2–4.3).
@@ -31,7 +33,7 @@ from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.errors import InvalidInput, PeerDropped, ProtocolError
+from xclp.errors import DeadlineExceeded, InvalidInput, PeerDropped, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -103,6 +105,7 @@ class PartySession:
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
         self.job: XclpParty | AllReduceParty | None = None
+        self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self._executor: Executor | None = None
         self._conn: Connection | None = None
 
@@ -136,12 +139,19 @@ class PartySession:
             raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
                                f"(--paillier-bits {self.params.key_bits})")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
-                      f"waiting for {len(response.spec.expected_parties)} parties")
+                      f"{len(response.spec.expected_parties)} parties expected")
         self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJobParams) else None
         reader = conn.pull()
         try:
             while self.stage is not PartyStage.DONE:
-                self.handle(reader.next(self.config.idle_seconds))
+                try:
+                    item = reader.next(self.config.idle_seconds)
+                except DeadlineExceeded as exc:
+                    if self.stage is PartyStage.JOINED and self.waiting_for:
+                        raise DeadlineExceeded(f"{exc} while waiting for {', '.join(self.waiting_for)} to join; "
+                                               "ask them, or the operator, or raise --idle-timeout") from None
+                    raise
+                self.handle(item)
         finally:
             reader.cancel()
             if self._executor is not None:
@@ -163,6 +173,8 @@ class PartySession:
                 self.on_message(message)
         elif kind == "end":
             self.on_end(item.end)
+        elif kind == "status":
+            self.on_status(item.status)
         else:
             raise ProtocolError("the coordinator sent an empty item")
 
@@ -206,12 +218,23 @@ class PartySession:
         if job.result is not None:
             self.aggregate = job.result
 
+    def on_status(self, status: pb.JoinStatus) -> None:
+        if self.stage is not PartyStage.JOINED:
+            return  # late news: the job has started
+        self.waiting_for = tuple(status.waiting_for)
+        waiting = f"; waiting for {', '.join(status.waiting_for)}" if status.waiting_for else ""
+        self.progress(f"joined; {status.joined} of {status.expected} parties so far (the job starts with "
+                      f"{status.min_parties} at its join deadline){waiting}; "
+                      f"join deadline in {_duration(status.join_deadline_seconds)}")
+
     def on_end(self, end: pb.JobEnd) -> None:
         if end.outcome == pb.JobEnd.DONE:
             if self.aggregate is None:
                 raise ProtocolError("the job ended without sending this party the aggregate")
             self.stage = PartyStage.DONE
             self.progress(f"job done: {end.reason}")
+        elif end.outcome == pb.JobEnd.REFUSED:
+            raise InvalidInput(f"the job cannot run with the parties' data: {end.reason}")
         elif end.outcome == pb.JobEnd.DROPPED:
             raise PeerDropped(f"the coordinator dropped this party: {end.reason}", frozenset({self.config.party_id}))
         else:
@@ -272,6 +295,15 @@ class PartySession:
         self.participants = tuple(step.participants)
         self.stage = PartyStage.SEEDED
         self.conn.push(b"", sender=self.config.party_id, step=SEED_STEP, round=step.round)
+
+
+def _duration(seconds: float) -> str:
+    """'45 s', '9 min', '2 h 5 min' for a party's progress line."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 90:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def run_job(config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> JobResult:

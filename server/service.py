@@ -46,7 +46,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             job, party_id = self.coordinator.authenticate(token if isinstance(token, bytes) else None, request.job_id)
             with job.lock:
                 party = job.parties.get(party_id)
-                if party is None or party.ended:
+                if party is None or party.end_delivered:
                     raise NotAuthorized(f"party {party_id!r} has no open place in job {request.job_id!r}")
                 if party.mailbox.streaming:
                     raise InvalidInput(f"party {party_id!r} already has a Pull stream open")
@@ -62,6 +62,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 continue
             yield item
             if item.HasField("end"):
+                party.end_delivered = True
                 return
 
     def Push(self, request_iterator: Iterator[pb.Frame], context: grpc.ServicerContext) -> pb.PushAck:

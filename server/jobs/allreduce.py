@@ -16,16 +16,27 @@ import numpy as np
 
 from xclp.crypto.masking import ring_sum
 from xclp.server.jobs.base import Job, Step, ring_array
+from xclp.errors import InvalidInput
 from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import FlynnJobParams
+from xclp.v1.steps import RESULT_MSG, SUM_STEP
 
 log = logging.getLogger("xclp.server")
 
-SUM_STEP = "sum"
-RESULT_STEP = "result"
 
 
 class AllReduceJob(Job):
     """FlyNN and RACE share this state machine; only the array's dtype and shape differ."""
+
+    def check_summary(self, summary: pb.DataSummary) -> None:
+        super().check_summary(summary)
+        params = self.config.params
+        if isinstance(params, FlynnJobParams):
+            try:
+                params.method_params(int(summary.dim))  # s <= d: known as soon as the first party joins
+            except InvalidInput as exc:
+                raise InvalidInput(f"job {self.config.job_id!r} cannot use data of {summary.dim} columns: {exc}") from None
 
     def begin(self) -> None:
         self.start_step(SUM_STEP)
@@ -39,7 +50,7 @@ class AllReduceJob(Job):
 
     def on_step_complete(self, step: Step) -> None:
         total = ring_sum(np.asarray(step.received[p]) for p in step.participants)
-        sent = sum(self.send(pid, RESULT_STEP, step.round, total) for pid in step.participants)
+        sent = sum(self.send(pid, RESULT_MSG, step.round, total) for pid in step.participants)
         log.info("job %s: aggregate of %d parties sent (%d bytes)", self.config.job_id, len(step.participants), sent)
         self.finish(f"aggregate of {len(step.participants)} parties")
 

@@ -4,6 +4,7 @@ Lifecycle (`Stage`):
 
     JOINING --all expected joined, or join deadline with >= min_parties--> SETUP
     JOINING --join deadline with fewer--------------------------------------> FAILED
+    JOINING --the joined parties' data cannot run the job (`check_start`)----> FAILED, parties REFUSED
     SETUP   (step "seed": the leader relays the sealed common seed, every party acks)
             --all acked--> RUNNING (the job type's first step)
             --leader dropped--> SETUP again, next round, next-smallest id leads
@@ -38,10 +39,11 @@ from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import params_json
+from xclp.v1.steps import SEED_STEP
 
 log = logging.getLogger("xclp.server")
 
-SEED_STEP = "seed"
+STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
 # Called with (job_id, step, round, sender, payload) for every contribution; tests only.
 Observer = Callable[[str, str, int, str, wire.Payload], None]
 
@@ -77,7 +79,8 @@ class Party:
     signed: SignedBundle
     summary: pb.DataSummary
     mailbox: Mailbox = field(default_factory=Mailbox)
-    ended: bool = False  # got its JobEnd; a later disconnect is not a dropout
+    ended: bool = False  # its JobEnd is queued; a later disconnect is not a dropout
+    end_delivered: bool = False  # its Pull stream carried the JobEnd; no further Pull is opened
 
 
 @dataclass
@@ -119,6 +122,7 @@ class Job:
         # restarted round that completed from cached results); such payloads are late, not bad.
         self.past_steps: set[str] = set()
         self.join_deadline = clock() + config.join_seconds
+        self._status_at = clock()  # when the last JoinStatus went out
         self.started_at = clock()
         self.outcome_reason = ""
         self._message_ids = itertools.count(1)
@@ -163,6 +167,8 @@ class Job:
                      len(self.parties), len(self.config.expected_parties))
             if len(self.parties) == len(self.config.expected_parties):
                 self._start()
+            else:
+                self._join_status(self.clock())
             return bundle
 
     def message(self, sender: str, msg: wire.Message) -> None:
@@ -218,6 +224,8 @@ class Job:
 
     def tick(self, now: float) -> None:
         with self.lock:
+            if self.stage is Stage.JOINING and now < self.join_deadline and now - self._status_at >= STATUS_SECONDS:
+                self._join_status(now)
             if self.stage is Stage.JOINING and now >= self.join_deadline:
                 if len(self.parties) >= self.config.min_parties:
                     log.info("job %s: join deadline passed; starting with %d parties", self.config.job_id,
@@ -245,6 +253,9 @@ class Job:
         for pid, other in self.parties.items():
             if other.summary.dim != summary.dim:
                 raise InvalidInput(f"data has {summary.dim} columns but {pid!r} has {other.summary.dim}; all parties must agree")
+
+    def check_start(self) -> None:
+        """Raise InvalidInput if the joined parties' data cannot run this job (checked before any work)."""
 
     def begin(self) -> None:
         """SETUP is over: start the first job-specific step (`start_step`)."""
@@ -303,7 +314,22 @@ class Job:
 
     # --- internals ------------------------------------------------------------------------
 
+    def _join_status(self, now: float) -> None:
+        """Tell every joined party who is in and how long the job still waits (DESIGN §9: no guessing)."""
+        self._status_at = now
+        waiting = [p for p in self.config.expected_parties if p not in self.parties]
+        status = pb.JoinStatus(joined=len(self.parties), expected=len(self.config.expected_parties),
+                               min_parties=self.config.min_parties, waiting_for=waiting,
+                               join_deadline_seconds=max(0.0, self.join_deadline - self._status_at))
+        for party in self.parties.values():
+            party.mailbox.put(pb.PullItem(status=status))
+
     def _start(self) -> None:
+        try:
+            self.check_start()
+        except InvalidInput as exc:
+            self._fail(str(exc), outcome=pb.JobEnd.REFUSED)
+            return
         self.active = sorted(self.parties)
         for pid in [p for p in self.config.expected_parties if p not in self.parties]:
             self.dropped.add(pid)  # never joined (DESIGN §5: "before SecureHamming = never joined")
@@ -364,14 +390,14 @@ class Job:
         else:
             self.on_dropped(step, parties)
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, outcome: int = pb.JobEnd.FAILED) -> None:
         self.stage = Stage.FAILED
         self.outcome_reason = reason
         if self.step is not None:
             self.past_steps.add(self.step.name)
         self.step = None
         for pid in self.parties:  # joined parties too, if it fails before the roster went out
-            self._end(pid, pb.JobEnd.FAILED, reason)
+            self._end(pid, outcome, reason)
         log.error("job %s: failed: %s", self.config.job_id, reason)
         self.done_event.set()
 

@@ -131,6 +131,16 @@ class XclpJob(Job):
 
     # --- the job's steps ----------------------------------------------------------------------
 
+    def check_start(self) -> None:
+        """Refuse, before any Paillier work, a job the joined parties' rows cannot run (issue: k >= n
+        was found only after SecureHamming)."""
+        rows = sum(int(p.summary.rows) for p in self.parties.values())
+        if self.params.k > rows - 1:
+            raise InvalidInput(f"k = {self.params.k} neighbours need at least {self.params.k + 1} rows in all, but the "
+                               f"{len(self.parties)} parties bring {rows}: lower k in the job file")
+        if not self.params.hide_label_mask and not any(p.summary.labeled_rows for p in self.parties.values()):
+            raise InvalidInput("no party brought a labeled row, so there is nothing to propagate: label some rows")
+
     def begin(self) -> None:
         self.roster = tuple(self.active)
         self.sizes = {p: int(self.parties[p].summary.rows) for p in self.roster}

@@ -45,13 +45,15 @@ class BlobJob(AllReduceJob):
             super().on_step_complete(step)
 
 
-def signed(keys, party, job_id="j"):
-    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), bytes(16))
+def signed(keys, party, job_id="j", paillier=False):
+    extra = {"paillier_n": b"\x80" + bytes(62) + b"\x01", "paillier_hs": bytes(127) + b"\x02"} if paillier else {}
+    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), bytes(16),
+                           **extra)
     return identity.sign_bundle(keys[party], b)
 
 
-def summary(dim=4):
-    return pb.DataSummary(rows=3, labeled_rows=3, dim=dim)
+def summary(dim=4, rows=3):
+    return pb.DataSummary(rows=rows, labeled_rows=min(rows, 3), dim=dim)
 
 
 def drain(job, party):
@@ -77,8 +79,25 @@ def test_all_joined_sends_roster_then_seed_step(keys):
     j, _ = started(keys)
     assert j.stage is Stage.SETUP and j.step.name == "seed" and j.step.participants == ("a", "b", "c")
     items = drain(j, "b")
-    assert [i.WhichOneof("item") for i in items] == ["roster", "step"]
-    assert [identity.KeyBundle.from_bytes(b.bundle).party_id for b in items[0].roster.bundles] == ["a", "b", "c"]
+    assert [i.WhichOneof("item") for i in items] == ["status", "roster", "step"]  # b heard that c was missing
+    assert [identity.KeyBundle.from_bytes(b.bundle).party_id for b in items[1].roster.bundles] == ["a", "b", "c"]
+    assert [i.WhichOneof("item") for i in drain(j, "c")] == ["roster", "step"]  # c completed the set
+
+
+def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
+    clock = Clock()
+    j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=clock)
+    j.join(signed(keys, "a"), summary())
+    (first,) = drain(j, "a")
+    assert (first.status.joined, first.status.expected, first.status.min_parties) == (1, 3, 2)
+    assert list(first.status.waiting_for) == ["b", "c"] and first.status.join_deadline_seconds == 600
+    j.tick(59.0)
+    assert drain(j, "a") == []  # nothing new before a minute has passed
+    j.tick(60.0)
+    (again,) = drain(j, "a")
+    assert again.status.join_deadline_seconds == 540 and list(again.status.waiting_for) == ["b", "c"]
+    j.join(signed(keys, "c"), summary())
+    assert [list(i.status.waiting_for) for i in drain(j, "a")] == [["b"]]
 
 
 def test_join_deadline_starts_with_enough_parties_or_fails(keys):
@@ -198,3 +217,24 @@ def test_late_relay_for_a_finished_step_is_ignored_not_refused(keys):
     assert drain(j, "c") == [] and j.active == ["a", "b", "c"] and j.step.pending == {"a", "b", "c"}
     with pytest.raises(InvalidInput, match="step 'never' is not running"):
         j.message("a", msg("never", 0, "a", b"", recipient="c"))
+
+
+def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
+    """Found before: k >= n failed in labeled_sets, after all of SecureHamming, with exit 5."""
+    from xclp.server.jobs.xclp import XclpJob
+
+    params = {"n_classes": 3, "lsh_bits": 64, "k": 10, "key_bits": 512, "insecure_test_keys": True}
+    j = XclpJob(job("j", "xclp", params, parties=("a", "b")), allow_list(keys), clock=Clock())
+    for p in ("a", "b"):
+        j.join(signed(keys, p, paillier=True), summary(rows=5))
+    assert j.stage is Stage.FAILED and j.step is None
+    end = drain(j, "a")[-1].end
+    assert end.outcome == pb.JobEnd.REFUSED
+    assert "k = 10 neighbours need at least 11 rows in all, but the 2 parties bring 10" in end.reason
+
+
+def test_a_flynn_party_whose_data_is_narrower_than_s_is_refused_at_join(keys):
+    j = AllReduceJob(job("j", "flynn", {**FLYNN, "s": 5}), allow_list(keys), clock=Clock())
+    with pytest.raises(InvalidInput, match=r"cannot use data of 4 columns: s .* = 5 exceeds the data dimension 4"):
+        j.join(signed(keys, "a"), summary(dim=4))
+    assert j.parties == {}

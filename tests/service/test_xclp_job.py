@@ -54,6 +54,7 @@ JOBS = {
     "kill-sh": {},
     "kill-rs": {"hide_label_mask": True, "label_norm": "party"},
     "cg": {"solver": "cg"},  # conjugate gradients on the coordinator instead of dense Cholesky
+    "big-k": {"k": 3 * N},  # more neighbours than rows: refused before any work
 }
 DIES = {"kill-sh": ("c", "secure_hamming"), "kill-rs": ("b", "rowsums")}
 
@@ -265,6 +266,15 @@ def test_debug_dump_on_the_coordinator_is_refused_without_the_testing_flag(tmp_p
         load_job(path)
     monkeypatch.setenv("XCLP_TESTING", "1")
     assert load_job(path).debug_dump_dir == tmp_path / "dump"
+
+
+def test_a_k_larger_than_the_rows_is_refused_before_any_work_with_the_input_exit_code(run) -> None:
+    for party in PARTIES:
+        log = run["logs"][("big-k", party)]
+        assert run["codes"][("big-k", party)] == EXIT_BAD_INPUT, log
+        assert f"k = {3 * N} neighbours need at least {3 * N + 1} rows in all" in log and "lower k" in log
+        assert "LSH" not in log and "SecureHamming" not in log  # nothing was computed
+    assert run["coord"].jobs["big-k"].step is None and run["coord"].jobs["big-k"].ledger.steps == {}
 
 
 def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> None:

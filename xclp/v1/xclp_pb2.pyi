@@ -91,27 +91,45 @@ class JobEnd(_message.Message):
         DONE: _ClassVar[JobEnd.Outcome]
         FAILED: _ClassVar[JobEnd.Outcome]
         DROPPED: _ClassVar[JobEnd.Outcome]
+        REFUSED: _ClassVar[JobEnd.Outcome]
     OUTCOME_UNSPECIFIED: JobEnd.Outcome
     DONE: JobEnd.Outcome
     FAILED: JobEnd.Outcome
     DROPPED: JobEnd.Outcome
+    REFUSED: JobEnd.Outcome
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     outcome: JobEnd.Outcome
     reason: str
     def __init__(self, outcome: _Optional[_Union[JobEnd.Outcome, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class JoinStatus(_message.Message):
+    __slots__ = ("joined", "expected", "min_parties", "join_deadline_seconds", "waiting_for")
+    JOINED_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    JOIN_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_FIELD_NUMBER: _ClassVar[int]
+    joined: int
+    expected: int
+    min_parties: int
+    join_deadline_seconds: float
+    waiting_for: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, joined: _Optional[int] = ..., expected: _Optional[int] = ..., min_parties: _Optional[int] = ..., join_deadline_seconds: _Optional[float] = ..., waiting_for: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class PullItem(_message.Message):
-    __slots__ = ("roster", "step", "frame", "end")
+    __slots__ = ("roster", "step", "frame", "end", "status")
     ROSTER_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
     roster: Roster
     step: StepStart
     frame: Frame
     end: JobEnd
-    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ...) -> None: ...
+    status: JoinStatus
+    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ..., status: _Optional[_Union[JoinStatus, _Mapping]] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("job_id", "step", "round", "sender", "recipient", "message_id", "chunk_index", "chunk_count", "total_bytes", "sha256", "dtype", "shape", "data")
