@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,14 @@ def _no_extra(params: Mapping[str, Any], allowed: set[str], job_type: str) -> No
         raise ConfigError(f"unknown {job_type} job parameter(s): {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
 
 
+_REQUIRED: Any = MISSING
+
+
+def _p(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED) -> Any:
+    """A schema field with the text of the parameter reference (README "Job parameters")."""
+    return field(default=default, metadata={"meaning": meaning, "range": range_, "see": see})
+
+
 @dataclass(frozen=True)
 class FlynnJobParams:
     """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
@@ -78,15 +86,17 @@ class FlynnJobParams:
     DP (paper 001 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
     """
 
-    n_classes: int
-    m: int
-    s: int
-    rho: int
-    gamma: float = 0.0
-    tie_seed: int = 0
-    epsilon: float | None = None
-    T: int | None = None
-    frac_bits: int = 24
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1", ">= 2")
+    m: int = _p("FlyHash dimension (the paper uses 256 × the number of features)", ">= rho", "paper 001 §3")
+    s: int = _p("ones per row of the FlyHash projection (the paper: ⌊0.3 × features⌋)", "1 .. features",
+                "paper 000 supplement Table 6")
+    rho: int = _p("bits set in each hash (the paper: 32)", "1 .. m")
+    gamma: float = _p("Fly Bloom Filter decay; 0 makes the filters binary", "[0, 1)", default=0.0)
+    tie_seed: int = _p("seed of the draw that breaks prediction ties", ">= 0", default=0)
+    epsilon: float | None = _p("total privacy budget ε; with T, each party releases a DP model (off when unset)",
+                               "> 0", "paper 001 Alg. 2", default=None)
+    T: int | None = _p("count entries each party releases under DP", "1 .. n_classes × m", default=None)
+    frac_bits: int = _p("fractional bits of the fixed-point ring for DP releases", "0 .. 40", default=24)
 
     def __post_init__(self) -> None:
         if self.n_classes < 2:
@@ -136,13 +146,16 @@ class RaceJobParams:
     share of scale R/ε so only the noised aggregate is ever released.
     """
 
-    rows: int
-    width: int
-    family: str = "srp"
-    p: int = 1
-    bandwidth: float = 1.0
-    n_classes: int = 0
-    epsilon: float | None = None
+    rows: int = _p("R, repetitions (rows of the sketch); more rows, less variance", ">= 1", "paper 002 §2.4")
+    width: int = _p("W, buckets per row", ">= 2^p for srp")
+    family: str = _p('LSH family: "srp" (angular kernel (1 − θ/π)^p) or "l2" (p-stable, Euclidean)',
+                     '"srp", "l2"', default="srp")
+    p: int = _p("sign bits per row for srp (a sharper kernel with more bits)", "1 .. 24", default=1)
+    bandwidth: float = _p("bucket width r of the l2 family (a wider kernel with larger r)", "> 0", default=1.0)
+    n_classes: int = _p("0: one KDE sketch of all rows; >= 2: one sketch per class of the labeled rows",
+                        "0 or >= 2", default=0)
+    epsilon: float | None = _p("ε of the distributed discrete-Laplace release (off when unset)", "> 0",
+                               "DESIGN §6", default=None)
 
     def __post_init__(self) -> None:
         if self.family not in ("srp", "l2"):
@@ -196,17 +209,24 @@ class XclpJobParams:
     gradients for large n (xclp.graph); frac_bits: SecureRowSums fixed-point scale 2^frac_bits.
     """
 
-    n_classes: int
-    lsh_bits: int = 1024
-    k: int = 10
-    alpha: float = 0.99
-    power: float = 3.0
-    key_bits: int = MIN_SECURE_BITS
-    hide_label_mask: bool = False
-    label_norm: str = "none"
-    solver: str = "auto"
-    frac_bits: int = 32
-    insecure_test_keys: bool = False
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1", ">= 2")
+    lsh_bits: int = _p("L, LSH bits per row (the paper uses 4096); more bits, closer to exact cosine",
+                       "multiple of 64", "paper 003 §3", default=1024)
+    k: int = _p("neighbours kept per row of the graph", "1 .. all rows − 1", default=10)
+    alpha: float = _p("propagation weight α", "(0, 1)", default=0.99)
+    power: float = _p("similarity exponent p in cos(π H / L)^p (the authors' code: 3; the paper's text: 1)",
+                      "> 0", default=3.0)
+    key_bits: int = _p("Paillier modulus size; every party runs `xclp-client run --paillier-bits` with it",
+                       ">= 2048 (smaller with insecure_test_keys)", "DESIGN §5.3", default=MIN_SECURE_BITS)
+    hide_label_mask: bool = _p("the coordinator does not learn which rows are labeled; each party then gets "
+                               "the influence columns of all its rows", "true, false", "DESIGN §5.5", default=False)
+    label_norm: str = _p('"none": one-hot labels (the paper); "party": each party divides each class column '
+                         'by its own count of that class', '"none", "party"', "DESIGN §5.6", default="none")
+    solver: str = _p('influence solve: "dense" Cholesky, "cg" conjugate gradients, "auto" picks by size',
+                     '"auto", "dense", "cg"', default="auto")
+    frac_bits: int = _p("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
+    insecure_test_keys: bool = _p("allow key_bits below 2048 (tests and quick trials only)", "true, false",
+                                  default=False)
 
     def __post_init__(self) -> None:
         if self.n_classes < 2:
@@ -293,3 +313,32 @@ def params_from_json(job_type: str, text: str) -> JobParams:
     if not isinstance(raw, dict):
         raise ConfigError("job parameters must be a JSON object")
     return parse_params(job_type, raw)
+
+
+SCHEMAS: dict[str, type[FlynnJobParams] | type[RaceJobParams] | type[XclpJobParams]] = {
+    "xclp": XclpJobParams, "flynn": FlynnJobParams, "race": RaceJobParams}
+TITLES = {
+    "xclp": "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
+    "flynn": "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
+    "race": "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
+}
+
+
+def parameter_reference() -> str:
+    """The README's job parameter tables, made from the schemas (so the two cannot drift)."""
+    out = []
+    for job_type, schema in SCHEMAS.items():
+        out.append(f"**`type = \"{job_type}\"`**: {TITLES[job_type]}.\n")
+        out.append("| parameter | default | range | meaning |")
+        out.append("|---|---|---|---|")
+        for f in fields(schema):
+            if f.default is MISSING:
+                default = "required"
+            elif f.default is None:
+                default = "unset"
+            else:
+                default = f"`{json.dumps(f.default)}`"
+            see = f" ({f.metadata['see']})" if f.metadata["see"] else ""
+            out.append(f"| `{f.name}` | {default} | {f.metadata['range']} | {f.metadata['meaning']}{see} |")
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,31 @@
+"""The README's job parameter tables are the schemas' own text (a new user never has to guess a
+name, a default or a range)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+from xclp.v1.jobs import SCHEMAS, parameter_reference
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_job_parameters_are_generated_from_the_schemas() -> None:
+    text = README.read_text()
+    begin, end = "<!-- job-parameters:begin -->\n", "<!-- job-parameters:end -->"
+    assert begin in text and end in text
+    section = text.split(begin, 1)[1].split(end, 1)[0]
+    assert section == parameter_reference(), "run scripts/gen-job-reference and commit README.md"
+
+
+def test_every_parameter_of_every_job_type_is_documented() -> None:
+    reference = parameter_reference()
+    for job_type, schema in SCHEMAS.items():
+        assert f'`type = "{job_type}"`' in reference
+        for f in fields(schema):
+            assert f.metadata["meaning"] and f.metadata["range"], f"{job_type}.{f.name} has no text"
+            assert f"| `{f.name}` |" in reference
+    # the RACE names a new user had to guess
+    for name in ("rows", "width", "family", "p", "bandwidth"):
+        assert f"| `{name}` |" in reference
