@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from xclp.client.jobs.allreduce import contribution, flynn_counts, race_counts
@@ -223,3 +224,19 @@ def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path,
     assert [int(row["prediction"]) for row in rows] == RaceClassifier(hashes, r.aggregate).predict(Xq).tolist()
     assert cli.main(["predict", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "p.csv")]) == 2
     assert "not a FlyNN model" in capsys.readouterr().err
+
+
+def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(keys):
+    """It used to wait silently for --idle-timeout (15 min by default) when its peers never came."""
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.session import RunConfig
+    from xclp.errors import DeadlineExceeded
+
+    lines: list[str] = []
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, join_seconds=600)]) as (coord, addr):
+        config = RunConfig("f", "a", keys["a"], ConnectionConfig(addr, insecure=True), idle_seconds=0.5)
+        with pytest.raises(DeadlineExceeded, match="while waiting for b, c to join"):
+            PartySession(config, party_data(0), progress=lines.append).run()
+    status = [line for line in lines if line.startswith("joined;")]
+    assert status == ["joined; 1 of 3 parties so far (the job starts with 2 at its join deadline); "
+                      "waiting for b, c; join deadline in 10 min"]
