@@ -32,7 +32,7 @@ PARTIES = ("p1", "p2", "p3")
 
 
 def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, elements: int, masked: bool,
-               out: mp.Queue) -> None:
+               out: mp.Queue, peers: dict[str, bytes]) -> None:
     from cryptography.hazmat.primitives import serialization
 
     from xclp.client.connection import ConnectionConfig
@@ -65,7 +65,7 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
             super().on_end(end)
 
     data = PartyData(np.zeros((4, 4)), np.array([0, 1, 0, 1]), ("0", "1", "2", "3"))
-    session = Bench(RunConfig(job_id, party, key, ConnectionConfig(address, ca_cert=Path(ca))), data,
+    session = Bench(RunConfig(job_id, party, key, ConnectionConfig(address, ca_cert=Path(ca)), peers=peers), data,
                     progress=lambda m: None)
     session.run()
     out.put((party, session.t_end - session.t_step, session.conn.bytes_sent))
@@ -97,7 +97,8 @@ def main() -> None:
     params = parse_params("flynn", {"n_classes": 2, "m": args.elements // 2, "s": 1, "rho": 1})
     variants = [("masked", True), ("plain", False)]
     jobs = [JobConfig(f"{name}-{r}", "flynn", params, PARTIES, 3, 120, 300) for r in range(repeats) for name, _ in variants]
-    coordinator = Coordinator({p: identity.public_bytes(k) for p, k in keys.items()}, jobs)
+    allow = {p: identity.public_bytes(k) for p, k in keys.items()}
+    coordinator = Coordinator(allow, jobs)
     server, port = build_server(coordinator, "127.0.0.1:0", tls=TlsFiles(server_files.cert_path, server_files.key_path))
     server.start()
     coordinator.start()
@@ -109,7 +110,8 @@ def main() -> None:
             for name, masked in variants:
                 out = ctx.Queue()
                 procs = [ctx.Process(target=party_main, args=(f"localhost:{port}", str(tmp / certs.CA_CERT), f"{name}-{r}",
-                                                              p, pems[p], args.elements, masked, out)) for p in PARTIES]
+                                                              p, pems[p], args.elements, masked, out, allow))
+                         for p in PARTIES]
                 for proc in procs:
                     proc.start()
                 results = [out.get(timeout=600) for _ in PARTIES]

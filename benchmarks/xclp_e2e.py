@@ -127,7 +127,8 @@ def main() -> None:
     for p in PARTIES:
         cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
                "--ca-cert", str(work / "ca" / "ca.pem"), "--job", "e2e", "--party", p,
-               "--identity", str(work / "keys" / f"{p}.key"), "--data", str(work / f"{p}.csv"),
+               "--identity", str(work / "keys" / f"{p}.key"), "--peers", str(work / "allow.toml"),
+               "--data", str(work / f"{p}.csv"),
                "--id-column", "row_id", "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
                "--debug-dump-seed", str(work / f"{p}.seed")] + (["--insecure-test-keys"] if insecure else [])
         procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))

@@ -35,10 +35,10 @@ from xclp.errors import ConfigError, XclpError
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
 from xclp.v1.status import EXIT_OK, exit_code
 
-RUN_KEYS = {"coordinator", "job", "party", "identity", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
+RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed"}
-PATH_KEYS = {"identity", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
+PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
 PREDICTIONS_FILE = "predictions.csv"
 
 
@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--job", help="job id, as configured on the coordinator")
     r.add_argument("--party", help="this party's id (must match the allow-list)")
     r.add_argument("--identity", type=Path, help="identity key from `xclp-client keygen`")
+    r.add_argument("--peers", type=Path, help="the job's allow-list (allow.toml, from the operator by an authenticated "
+                   "channel): the only identity keys this party accepts from the coordinator's roster")
     r.add_argument("--data", type=Path, help="CSV (header; features, label column, optional id column) or .npz (X, y, ids)")
     r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
@@ -119,7 +121,7 @@ def _read_party_toml(path: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     cfg = _read_party_toml(args.config) if args.config is not None else {}
     cfg.update({k: v for k, v in vars(args).items() if k in RUN_KEYS and v is not None})
-    missing = [k for k in ("coordinator", "job", "party", "identity", "data", "out") if not cfg.get(k)]
+    missing = [k for k in ("coordinator", "job", "party", "identity", "peers", "data", "out") if not cfg.get(k)]
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
     identity.check_party_id(cfg["party"])
@@ -134,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if conn.insecure:
         stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
     key = identity.load_identity(cfg["identity"])
+    peers = identity.load_allow_list(cfg["peers"])
     seed_path = cfg.get("debug_dump_seed")
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
                        idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
-                       workers=None if workers is None else int(workers))
+                       workers=None if workers is None else int(workers), peers=peers)
     result = run_job(config, data)
     if seed_path:
         write_atomic(seed_path, result.seed)

@@ -117,21 +117,28 @@ class Connection:
             raise XclpError("call join first")
         return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id))
 
-    def join(self, request: pb.JoinRequest, *, wait_seconds: float = 60.0,
-             on_retry: Callable[[str], None] | None = None) -> pb.JoinResponse:
-        """Join, retrying while the coordinator is unreachable for up to `wait_seconds`."""
+    def challenge(self, *, wait_seconds: float = 60.0,
+                  on_retry: Callable[[str], None] | None = None) -> pb.ChallengeResponse:
+        """The job's spec and run nonce, retrying while the coordinator is unreachable for up to
+        `wait_seconds` (institutions start in any order)."""
         give_up = time.monotonic() + wait_seconds
         while True:
             try:
-                response = self.stub.Join(request, timeout=30)
-                self._token = response.session_token
-                return response
+                return self.stub.Challenge(pb.ChallengeRequest(job_id=self.job_id), timeout=30)
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= give_up:
                     raise error_from_rpc(exc) from None
                 if on_retry is not None:
                     on_retry(exc.details() or "unavailable")
                 time.sleep(0.5)
+
+    def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
+        try:
+            response = self.stub.Join(request, timeout=30)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        self._token = response.session_token
+        return response
 
     def pull(self) -> PullReader:
         return PullReader(self.stub.Pull(pb.PullRequest(job_id=self.job_id), metadata=self._metadata()))

@@ -1,6 +1,8 @@
 """One party's run of one job: the party-side state machine (DESIGN §4, §6).
 
-    JOINED  --Roster (every signature checked, own entry unmodified)--> KEYED
+    (Challenge: the run nonce; a fresh bundle signing it; Join)
+    JOINED  --Roster (every key pinned in --peers, every signature and nonce checked, own entry
+              unmodified)--> KEYED
     KEYED   --StepStart "seed"--> leader: seal a fresh 32-byte seed to each peer, ack
                                   others: wait for the leader's sealed seed, open it, ack
     SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
@@ -19,7 +21,7 @@ from __future__ import annotations
 import enum
 import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -33,7 +35,8 @@ from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.errors import DeadlineExceeded, InvalidInput, PeerDropped, ProtocolError
+from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAuthorized, PeerDropped,
+                         ProtocolError)
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -63,6 +66,9 @@ class RunConfig:
     join_wait_seconds: float = 60.0
     idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
     paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
+    # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
+    # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
+    peers: Mapping[str, bytes] | None = None
     workers: int | None = None  # XCLP Paillier process pool size (None = the cores, 0 = in-process)
 
 
@@ -89,10 +95,8 @@ class PartySession:
         self.progress = progress
         self.stage = PartyStage.JOINED
         self.x25519 = masking.generate_x25519()
-        self.signed = identity.sign_bundle(config.identity, identity.KeyBundle(
-            party_id=config.party_id, job_id=config.job_id, identity_public=identity.public_bytes(config.identity),
-            x25519_public=masking.public_bytes(self.x25519), nonce=secrets.token_bytes(16),
-            **paillier_fields(config.paillier.public if config.paillier else None)))
+        self.run_nonce = b""
+        self.signed: identity.SignedBundle | None = None  # signed once the run nonce is known
         self.roster: identity.Roster | None = None
         self.pair_secrets: dict[str, bytes] = {}
         self.masker: masking.PairwiseMasker | None = None
@@ -126,12 +130,31 @@ class PartySession:
 
     def _run(self, conn: Connection) -> JobResult:
         self._conn = conn
+        if not self.config.peers:
+            raise InvalidInput("pinned peers are required: pass --peers with the job's allow-list (the operator's "
+                               "allow.toml), so that no coordinator can swap a peer's key")
+        pinned_self = self.config.peers.get(self.config.party_id)
+        if pinned_self is None:
+            raise NotAuthorized(f"party {self.config.party_id!r} is not on the job's allow-list (--peers): send the "
+                                "operator the line `xclp-client keygen` printed")
+        if pinned_self != identity.public_bytes(self.config.identity):
+            raise NotAuthorized(f"the identity key of {self.config.party_id!r} differs from the one on the job's "
+                                "allow-list (--peers): is --identity the right key?")
+        challenge = conn.challenge(wait_seconds=self.config.join_wait_seconds,
+                                   on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
+        if len(challenge.run_nonce) != 16:
+            raise ProtocolError("the coordinator's run nonce must be 16 bytes")
+        self.run_nonce = challenge.run_nonce
+        self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
+            party_id=self.config.party_id, job_id=self.config.job_id,
+            identity_public=identity.public_bytes(self.config.identity),
+            x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
+            **paillier_fields(self.config.paillier.public if self.config.paillier else None)))
         summary = pb.DataSummary(rows=self.data.X.shape[0], labeled_rows=int(self.data.labeled.sum()),
                                  dim=self.data.X.shape[1])
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
-        response = conn.join(request, wait_seconds=self.config.join_wait_seconds,
-                             on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
+        response = conn.join(request)
         self.job_type = response.spec.job_type
         self.params = params_from_json(response.spec.job_type, response.spec.params_json)
         check_data(self.params, self.data)
@@ -182,7 +205,14 @@ class PartySession:
         if self.stage is not PartyStage.JOINED:
             raise ProtocolError("the coordinator sent a second roster")
         signed = [identity.SignedBundle(b.bundle, b.signature) for b in roster.bundles]
-        self.roster = identity.verify_roster(signed, job_id=self.config.job_id, own=self.signed)
+        assert self.signed is not None
+        # DESIGN §2.1: every key must be the one pinned in our own copy of the allow-list, and every
+        # bundle must sign this run's nonce (no bundle of an earlier run comes back).
+        self.roster = identity.verify_roster(signed, job_id=self.config.job_id, own=self.signed,
+                                             allowed=self.config.peers)
+        stale = [b.party_id for b in self.roster.bundles if b.nonce != self.run_nonce]
+        if stale:
+            raise InvalidSignature(f"the roster carries key bundles of another run for {', '.join(stale)}")
         for bundle in self.roster.bundles:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)

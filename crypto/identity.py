@@ -19,12 +19,14 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
+from xclp.runtime import read_toml
 
 _PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _BUNDLE_TAG = b"xclp/key-bundle/v1"
@@ -260,3 +262,30 @@ def _peek_id(signed: SignedBundle) -> str:
         return KeyBundle.from_bytes(signed.bundle).party_id
     except InvalidInput as exc:
         raise InvalidSignature(f"malformed key bundle in roster: {exc}") from None
+
+
+# --- allow-lists (the coordinator's, and each party's pinned copy, DESIGN §2.1) --------------
+
+
+def load_allow_list(path: str | os.PathLike[str]) -> Mapping[str, bytes]:
+    """party id -> 32-byte Ed25519 identity public key, from the [parties] table.
+
+    The same file serves the coordinator (who may join) and every party (`--peers`: whose keys
+    it accepts on a roster), so a coordinator cannot swap a peer's key.
+    """
+    table = read_toml(path).get("parties")
+    if not isinstance(table, dict) or not table:
+        raise ConfigError(f"{path} needs a non-empty [parties] table mapping party id -> \"ed25519:<base64>\"")
+    out: dict[str, bytes] = {}
+    for party, key in table.items():
+        try:
+            check_party_id(party)
+        except InvalidInput as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if not isinstance(key, str):
+            raise ConfigError(f"{path}: the key of {party!r} must be a string \"ed25519:<base64>\"")
+        try:
+            out[party] = parse_public_key(key)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: party {party!r}: {exc}") from None
+    return MappingProxyType(out)

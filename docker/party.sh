@@ -20,7 +20,7 @@ cd /var/lib/xclp
 rm -f predictions.csv flynn-model.npz status finished   # never report an earlier run's results
 
 set -- --coordinator "${XCLP_COORDINATOR:-coordinator:50051}" --ca-cert "$secrets/ca.pem" \
-    --party "$party" --identity "$secrets/$party.key" --data "/data/$party.csv" \
+    --party "$party" --identity "$secrets/$party.key" --peers "$secrets/peers.toml" --data "/data/$party.csv" \
     --id-column "${XCLP_ID_COLUMN:-row_id}" --label-column "${XCLP_LABEL_COLUMN:-label}"
 [ -z "${XCLP_JOIN_WAIT:-}" ] || set -- "$@" --join-wait "$XCLP_JOIN_WAIT"
 [ -z "${XCLP_IDLE_TIMEOUT:-}" ] || set -- "$@" --idle-timeout "$XCLP_IDLE_TIMEOUT"

@@ -5,7 +5,8 @@
 #
 #   /vol/ca            dev CA (ca.pem, ca-key.pem): only this service ever mounts it
 #   /vol/coordinator   certs/server.pem + server-key.pem, allow.toml (the coordinator's volume)
-#   /vol/<party>       <party>.key (private), <party>.pub, ca.pem (that institution's secrets volume)
+#   /vol/<party>       <party>.key (private), <party>.pub, ca.pem, peers.toml (the allow-list it pins)
+#                      (that institution's secrets volume)
 #
 # Idempotent: a re-run keeps the CA and the identity keys, re-issues the server certificate
 # (for the names in XCLP_SERVER_NAMES) and rewrites the allow-list.
@@ -50,6 +51,11 @@ for party in $PARTIES; do
   printf '%s = "%s"\n' "$party" "$(cat "$dir/$party.pub")" >> "$allow"
 done
 mv "$allow" /vol/coordinator/allow.toml
+# Every institution pins the same list (`--peers`): the coordinator cannot swap a peer's key.
+for party in $PARTIES; do
+  cp /vol/coordinator/allow.toml "/vol/$party/peers.toml"
+  chmod 0644 "/vol/$party/peers.toml"
+done
 
 chown -R "$XCLP_UID:$XCLP_UID" /vol/ca /vol/coordinator
 for party in $PARTIES; do chown -R "$XCLP_UID:$XCLP_UID" "/vol/$party"; done

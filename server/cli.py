@@ -21,7 +21,8 @@ from typing import Any
 
 from xclp.crypto import certs
 from xclp.runtime import read_toml
-from xclp.server.config import TlsFiles, load_allow_list, load_job
+from xclp.crypto.identity import load_allow_list
+from xclp.server.config import TlsFiles, load_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.service import build_server
 from xclp.errors import ConfigError, XclpError

@@ -22,35 +22,13 @@ Both paths are relative to the job file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 
-from xclp.crypto.identity import check_party_id, parse_public_key
+from xclp.crypto.identity import check_party_id
 from xclp.errors import ConfigError, InvalidInput
 from xclp.runtime import check_keys, read_toml, require_testing
 from xclp.v1.jobs import JobParams, parse_params
-
-
-def load_allow_list(path: str | os.PathLike[str]) -> Mapping[str, bytes]:
-    """party id -> 32-byte Ed25519 identity public key, from the [parties] table."""
-    table = read_toml(path).get("parties")
-    if not isinstance(table, dict) or not table:
-        raise ConfigError(f"{path} needs a non-empty [parties] table mapping party id -> \"ed25519:<base64>\"")
-    out: dict[str, bytes] = {}
-    for party, key in table.items():
-        try:
-            check_party_id(party)
-        except InvalidInput as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-        if not isinstance(key, str):
-            raise ConfigError(f"{path}: the key of {party!r} must be a string \"ed25519:<base64>\"")
-        try:
-            out[party] = parse_public_key(key)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: party {party!r}: {exc}") from None
-    return MappingProxyType(out)
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ class Coordinator:
             raise InvalidInput(f"no job {job_id!r} on this coordinator")
         return job
 
+    def challenge(self, request: pb.ChallengeRequest) -> pb.ChallengeResponse:
+        return self.job(request.job_id).challenge()
+
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         job = self.job(request.job_id)
         signed = SignedBundle(request.bundle.bundle, request.bundle.signature)

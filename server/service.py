@@ -35,6 +35,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         self.coordinator = coordinator
 
     @abort_on_error
+    def Challenge(self, request: pb.ChallengeRequest, context: grpc.ServicerContext) -> pb.ChallengeResponse:
+        return self.coordinator.challenge(request)
+
+    @abort_on_error
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         if not request.HasField("bundle") or not request.HasField("summary"):
             raise InvalidInput("Join needs a signed key bundle and a data summary")

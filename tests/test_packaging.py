@@ -9,6 +9,7 @@ the checkout off sys.path.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -22,9 +23,14 @@ PACKAGE_DIRS = {"xclp": "xclp", "crypto": "xclp/crypto", "server": "xclp/server"
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """Built from a clean copy of the sources (an in-tree build/ could carry stale modules)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for folder in PACKAGE_DIRS:
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "--wheel-dir", str(out), str(src)], check=True, capture_output=True, timeout=300)
     (path,) = out.glob("xclp-*.whl")
     return path
 

@@ -118,7 +118,8 @@ def _wait_port(work: Path, server: subprocess.Popen[str]) -> int:
 def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[str]:
     cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
            "--ca-cert", str(work / "ca" / "ca.pem"), "--job", JOB_ID, "--party", party,
-           "--identity", str(work / "keys" / f"{party}.key"), "--data", str(options.data / f"{party}.csv"),
+           "--identity", str(work / "keys" / f"{party}.key"), "--peers", str(work / "allow.toml"),
+           "--data", str(options.data / f"{party}.csv"),
            "--id-column", "row_id", "--paillier-bits", str(options.key_bits), "--out", str(work / "out" / party)]
     return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else [])
 

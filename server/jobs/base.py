@@ -22,9 +22,11 @@ payloads or keys.
 from __future__ import annotations
 
 import enum
+import hmac
 import itertools
 import logging
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,7 +37,7 @@ import numpy as np
 
 from xclp.crypto.identity import KeyBundle, SignedBundle, verify_bundle
 from xclp.server.config import JobConfig
-from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import params_json
@@ -122,6 +124,8 @@ class Job:
         # restarted round that completed from cached results); such payloads are late, not bad.
         self.past_steps: set[str] = set()
         self.join_deadline = clock() + config.join_seconds
+        # Every key bundle of this run signs it (DESIGN §2.1): a bundle of an earlier run is refused.
+        self.run_nonce = secrets.token_bytes(16)
         self._status_at = clock()  # when the last JoinStatus went out
         self.started_at = clock()
         self.outcome_reason = ""
@@ -129,6 +133,9 @@ class Job:
         self.done_event = threading.Event()
 
     # --- spec -------------------------------------------------------------------------------
+
+    def challenge(self) -> pb.ChallengeResponse:
+        return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=self.spec())
 
     def spec(self) -> pb.JobSpec:
         c = self.config
@@ -157,6 +164,9 @@ class Job:
             bundle = verify_bundle(signed, expected_identity=allowed)
             if bundle.job_id != self.config.job_id:
                 raise InvalidInput(f"the key bundle is for job {bundle.job_id!r}, not {self.config.job_id!r}")
+            if not hmac.compare_digest(bundle.nonce, self.run_nonce):
+                raise ReplayRefused(f"the key bundle of {bundle.party_id!r} signs another run's nonce (replayed or "
+                                    f"stale): ask for this run's challenge and sign a fresh bundle")
             if self.stage is not Stage.JOINING:
                 raise ProtocolError(f"job {self.config.job_id!r} is past admission ({self.stage.value})")
             if bundle.party_id in self.parties:

@@ -112,8 +112,10 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
     def go(party: str) -> None:
         factory = (sessions or {}).get(party, session)
         try:
+            # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
+            peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
             results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait,
-                                               idle_seconds=60), datas[party], progress=lambda m: None).run()
+                                               idle_seconds=60, peers=peers), datas[party], progress=lambda m: None).run()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             results[party] = exc
 

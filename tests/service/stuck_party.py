@@ -25,8 +25,9 @@ class Stuck(PartySession):
 
 
 def main() -> None:
-    address, ca, job_id, party, key, data = sys.argv[1:7]
-    config = RunConfig(job_id, party, identity.load_identity(key), ConnectionConfig(address, ca_cert=Path(ca)))
+    address, ca, job_id, party, key, data, peers = sys.argv[1:8]
+    config = RunConfig(job_id, party, identity.load_identity(key), ConnectionConfig(address, ca_cert=Path(ca)),
+                       peers=identity.load_allow_list(peers))
     Stuck(config, party_data.load(data), progress=lambda m: print(m, file=sys.stderr, flush=True)).run()
 
 

@@ -101,12 +101,22 @@ def deploy(tmp_path_factory):
     port = int((root / "port").read_text())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-    def party_cmd(job_id: str, party: str, key_dir: str = "keys") -> list[str]:
+    def party_cmd(job_id: str, party: str, key_dir: str = "keys", peers: Path | None = None) -> list[str]:
         data_file = "a.csv" if party == "a" else ("b.npz" if party == "mallory" else f"{party}.npz")
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
-                str(root / key_dir / f"{party}.key"), "--data", str(root / data_file), "--label-column",
+                str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"),
+                "--data", str(root / data_file), "--label-column",
                 "diagnosis", "--id-column", "row_id", "--out", str(root / f"{job_id}-{party}.npz")]
+
+    def pin_self(party: str, key_dir: str) -> Path:
+        """The peers file a hostile party would write (the allow-list with its own key for itself),
+        so that the coordinator is the one to refuse it."""
+        key = (root / key_dir / f"{party}.pub").read_text().strip()
+        kept = [line for line in lines if not line.startswith(f"{party} =")]
+        path = root / f"peers-{key_dir}-{party}.toml"
+        path.write_text("[parties]\n" + "\n".join([*kept, f'{party} = "{key}"']) + "\n")
+        return path
 
     procs: dict[tuple[str, str], subprocess.Popen] = {}
     for job_id in ("flynn-tls", "race-tls"):
@@ -116,7 +126,7 @@ def deploy(tmp_path_factory):
         procs[("flynn-kill", party)] = subprocess.Popen(party_cmd("flynn-kill", party), stderr=subprocess.PIPE, text=True)
     stuck = subprocess.Popen([sys.executable, str(Path(__file__).parent / "stuck_party.py"), f"localhost:{port}",
                               str(root / "ca" / "ca.pem"), "flynn-kill", "c", str(root / "keys" / "c.key"),
-                              str(root / "c.npz")], stderr=subprocess.PIPE, text=True, env=env)
+                              str(root / "c.npz"), str(root / "allow.toml")], stderr=subprocess.PIPE, text=True, env=env)
     killed = threading.Event()
 
     def kill_when_stalling() -> None:
@@ -130,7 +140,8 @@ def deploy(tmp_path_factory):
     outcomes = {key: (p.wait(timeout=240), p.stderr.read()) for key, p in procs.items()}
     stuck.wait(timeout=60)
     refusals = {name: subprocess.run(cmd, capture_output=True, text=True, timeout=120) for name, cmd in (
-        ("mallory", party_cmd("locked", "mallory")), ("imposter", party_cmd("locked", "a", key_dir="imposter")))}
+        ("mallory", party_cmd("locked", "mallory", peers=pin_self("mallory", "keys"))),
+        ("imposter", party_cmd("locked", "a", key_dir="imposter", peers=pin_self("a", "imposter"))))}
     yield dict(root=root, port=port, data=data, outcomes=outcomes, killed=killed.is_set(), refusals=refusals,
                server=server)
     server.send_signal(signal.SIGTERM)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from xclp.crypto import identity
-from xclp.server.config import load_allow_list, load_job
-from xclp.errors import ConfigError, InvalidInput
+from xclp.crypto.identity import load_allow_list
+from xclp.server.config import load_job
+from xclp.errors import ConfigError
 from xclp.v1.jobs import FlynnJobParams, RaceJobParams, params_from_json, params_json, parse_params
 
 JOB = '''job_id = "j"

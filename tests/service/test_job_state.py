@@ -45,9 +45,9 @@ class BlobJob(AllReduceJob):
             super().on_step_complete(step)
 
 
-def signed(keys, party, job_id="j", paillier=False):
+def signed(keys, party, job_id="j", paillier=False, nonce=bytes(16)):
     extra = {"paillier_n": b"\x80" + bytes(62) + b"\x01", "paillier_hs": bytes(127) + b"\x02"} if paillier else {}
-    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), bytes(16),
+    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), nonce,
                            **extra)
     return identity.sign_bundle(keys[party], b)
 
@@ -71,7 +71,7 @@ def started(keys, cls=AllReduceJob, parties=("a", "b", "c"), **kw):
     clock = Clock()
     j = cls(job("j", "flynn", FLYNN, parties=parties, **kw), allow_list(keys), clock=clock)
     for p in parties:
-        j.join(signed(keys, p), summary())
+        j.join(signed(keys, p, nonce=j.run_nonce), summary())
     return j, clock
 
 
@@ -87,7 +87,7 @@ def test_all_joined_sends_roster_then_seed_step(keys):
 def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
     clock = Clock()
     j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=clock)
-    j.join(signed(keys, "a"), summary())
+    j.join(signed(keys, "a", nonce=j.run_nonce), summary())
     (first,) = drain(j, "a")
     assert (first.status.joined, first.status.expected, first.status.min_parties) == (1, 3, 2)
     assert list(first.status.waiting_for) == ["b", "c"] and first.status.join_deadline_seconds == 600
@@ -96,21 +96,21 @@ def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
     j.tick(60.0)
     (again,) = drain(j, "a")
     assert again.status.join_deadline_seconds == 540 and list(again.status.waiting_for) == ["b", "c"]
-    j.join(signed(keys, "c"), summary())
+    j.join(signed(keys, "c", nonce=j.run_nonce), summary())
     assert [list(i.status.waiting_for) for i in drain(j, "a")] == [["b"]]
 
 
 def test_join_deadline_starts_with_enough_parties_or_fails(keys):
     clock = Clock()
     j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
-    j.join(signed(keys, "a"), summary())
-    j.join(signed(keys, "c"), summary())
+    j.join(signed(keys, "a", nonce=j.run_nonce), summary())
+    j.join(signed(keys, "c", nonce=j.run_nonce), summary())
     j.tick(9.9)
     assert j.stage is Stage.JOINING
     j.tick(10.0)
     assert j.stage is Stage.SETUP and j.active == ["a", "c"] and j.dropped == {"b"}
     lonely = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
-    lonely.join(signed(keys, "a"), summary())
+    lonely.join(signed(keys, "a", nonce=lonely.run_nonce), summary())
     lonely.tick(10.0)
     assert lonely.stage is Stage.FAILED and "only 1" in lonely.outcome_reason
     assert drain(lonely, "a")[-1].end.outcome == pb.JobEnd.FAILED
@@ -119,12 +119,12 @@ def test_join_deadline_starts_with_enough_parties_or_fails(keys):
 def test_admission_checks_run_before_the_stage_check(keys):
     j, _ = started(keys)
     with pytest.raises(NotAuthorized):
-        j.join(signed(keys, "mallory"), summary())
+        j.join(signed(keys, "mallory", nonce=j.run_nonce), summary())
     with pytest.raises(ProtocolError, match="past admission"):
-        j.join(signed(keys, "a"), summary())
+        j.join(signed(keys, "a", nonce=j.run_nonce), summary())
     fresh = AllReduceJob(job("j", "flynn", FLYNN), allow_list(keys))
     with pytest.raises(InvalidInput, match="job 'other'"):
-        fresh.join(signed(keys, "a", job_id="other"), summary())
+        fresh.join(signed(keys, "a", job_id="other", nonce=fresh.run_nonce), summary())
 
 
 def test_large_relayed_payload_is_validated_chunked_and_delivered_intact(keys):
@@ -226,7 +226,7 @@ def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
     params = {"n_classes": 3, "lsh_bits": 64, "k": 10, "key_bits": 512, "insecure_test_keys": True}
     j = XclpJob(job("j", "xclp", params, parties=("a", "b")), allow_list(keys), clock=Clock())
     for p in ("a", "b"):
-        j.join(signed(keys, p, paillier=True), summary(rows=5))
+        j.join(signed(keys, p, paillier=True, nonce=j.run_nonce), summary(rows=5))
     assert j.stage is Stage.FAILED and j.step is None
     end = drain(j, "a")[-1].end
     assert end.outcome == pb.JobEnd.REFUSED
@@ -236,5 +236,5 @@ def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
 def test_a_flynn_party_whose_data_is_narrower_than_s_is_refused_at_join(keys):
     j = AllReduceJob(job("j", "flynn", {**FLYNN, "s": 5}), allow_list(keys), clock=Clock())
     with pytest.raises(InvalidInput, match=r"cannot use data of 4 columns: s .* = 5 exceeds the data dimension 4"):
-        j.join(signed(keys, "a"), summary(dim=4))
+        j.join(signed(keys, "a", nonce=j.run_nonce), summary(dim=4))
     assert j.parties == {}

@@ -14,9 +14,10 @@ from xclp.client.connection import ConnectionConfig
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import certs, identity, masking
 from xclp.server.config import TlsFiles
-from tests.service.conftest import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
 from xclp import errors
 from xclp.v1 import status, wire
+from xclp.v1.status import EXIT_REFUSED, exit_code
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.jobs import parse_params
@@ -24,8 +25,14 @@ from xclp.v1.jobs import parse_params
 FLYNN = {"n_classes": 3, "m": 256, "s": 3, "rho": 8}
 
 
-def join_request(key, party, job_id="f", *, signer=None, summary=None) -> pb.JoinRequest:
-    bundle = identity.KeyBundle(party, job_id, identity.public_bytes(key), secrets.token_bytes(32), secrets.token_bytes(16))
+def join_request(stub, key, party, job_id="f", *, signer=None, summary=None, nonce=None) -> pb.JoinRequest:
+    """A Join as a party makes it: over this run's nonce from Challenge (or `nonce`)."""
+    if nonce is None:
+        try:
+            nonce = stub.Challenge(pb.ChallengeRequest(job_id=job_id)).run_nonce
+        except grpc.RpcError:
+            nonce = bytes(16)  # no such job: the Join is refused anyway
+    bundle = identity.KeyBundle(party, job_id, identity.public_bytes(key), secrets.token_bytes(32), nonce)
     signed = identity.sign_bundle(signer or key, bundle) if signer is None else identity.SignedBundle(
         bundle.canonical_bytes(), signer.sign(bundle.canonical_bytes()))
     return pb.JoinRequest(job_id=job_id, bundle=pb.SignedBundle(bundle=signed.bundle, signature=signed.signature),
@@ -51,22 +58,24 @@ def served(keys):
 
 def test_admission_refusals_carry_the_right_status(keys, served):
     coord, _, stub = served
-    assert code_of(stub.Join, join_request(keys["a"], "a", job_id="nope")) == grpc.StatusCode.INVALID_ARGUMENT
-    assert code_of(stub.Join, join_request(keys["mallory"], "mallory")) == grpc.StatusCode.PERMISSION_DENIED
-    assert code_of(stub.Join, join_request(keys["d"], "d")) == grpc.StatusCode.PERMISSION_DENIED  # not in job f
+    assert code_of(stub.Join, join_request(stub, keys["a"], "a", job_id="nope")) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code_of(stub.Join, join_request(stub, keys["mallory"], "mallory")) == grpc.StatusCode.PERMISSION_DENIED
+    assert code_of(stub.Join, join_request(stub, keys["d"], "d")) == grpc.StatusCode.PERMISSION_DENIED  # not in job f
     # Mallory claims to be "a": with her own key (not a's allow-listed key) or a forged signature.
-    assert code_of(stub.Join, join_request(keys["mallory"], "a")) == grpc.StatusCode.UNAUTHENTICATED
-    assert code_of(stub.Join, join_request(keys["a"], "a", signer=keys["mallory"])) == grpc.StatusCode.UNAUTHENTICATED
+    assert code_of(stub.Join, join_request(stub, keys["mallory"], "a")) == grpc.StatusCode.UNAUTHENTICATED
+    assert code_of(stub.Join, join_request(stub, keys["a"], "a", signer=keys["mallory"])) == grpc.StatusCode.UNAUTHENTICATED
     garbage = pb.JoinRequest(job_id="f", bundle=pb.SignedBundle(bundle=b"junk", signature=b"x"),
                              summary=pb.DataSummary(rows=1, dim=1))
     assert code_of(stub.Join, garbage) == grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(stub.Join, pb.JoinRequest(job_id="f")) == grpc.StatusCode.INVALID_ARGUMENT
     bad_summary = pb.DataSummary(rows=5, labeled_rows=9, dim=8)
-    assert code_of(stub.Join, join_request(keys["a"], "a", summary=bad_summary)) == grpc.StatusCode.INVALID_ARGUMENT
-    stub.Join(join_request(keys["a"], "a"))
-    assert code_of(stub.Join, join_request(keys["a"], "a")) == grpc.StatusCode.FAILED_PRECONDITION
+    assert code_of(stub.Join, join_request(stub, keys["a"], "a", summary=bad_summary)) == grpc.StatusCode.INVALID_ARGUMENT
+    # a's bundle signed over another run's nonce (replayed from an earlier run): refused
+    assert code_of(stub.Join, join_request(stub, keys["a"], "a", nonce=bytes(16))) == grpc.StatusCode.FAILED_PRECONDITION
+    stub.Join(join_request(stub, keys["a"], "a"))
+    assert code_of(stub.Join, join_request(stub, keys["a"], "a")) == grpc.StatusCode.FAILED_PRECONDITION
     other_dim = pb.DataSummary(rows=5, labeled_rows=1, dim=9)
-    assert code_of(stub.Join, join_request(keys["b"], "b", summary=other_dim)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert code_of(stub.Join, join_request(stub, keys["b"], "b", summary=other_dim)) == grpc.StatusCode.INVALID_ARGUMENT
     assert set(coord.jobs["f"].parties) == {"a"}
 
 
@@ -77,14 +86,14 @@ def test_calls_without_a_valid_token_are_unauthenticated(keys, served):
     assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=bad) == grpc.StatusCode.UNAUTHENTICATED
     assert code_of(stub.Push, iter([]), metadata=bad) == grpc.StatusCode.UNAUTHENTICATED
     # A token for job g is no good for job f.
-    token = stub.Join(join_request(keys["d"], "d", job_id="g")).session_token
+    token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
     wrong_job = (("x-xclp-token-bin", token), ("x-xclp-job", "f"))
     assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=wrong_job) == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served):
     _, _, stub = served
-    token = stub.Join(join_request(keys["d"], "d", job_id="g")).session_token
+    token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
     md = (("x-xclp-token-bin", token), ("x-xclp-job", "g"))
 
     def push(*frames):
@@ -148,21 +157,104 @@ def test_garbage_from_one_party_is_refused_while_jobs_complete(keys):
     assert coord.jobs["f"].stage.value == coord.jobs["f2"].stage.value == "done"
 
 
+def joined_session(keys, party="a", job_id="f"):
+    """A party session as it stands after Join: run nonce known, own bundle signed over it."""
+    session = PartySession(RunConfig(job_id, party, keys[party], ConnectionConfig("x:1", insecure=True),
+                                     peers=allow_list(keys)), party_data(0), progress=lambda m: None)
+    session.params = parse_params("flynn", FLYNN)
+    session.run_nonce = RUN_NONCE
+    session.signed = bundle_of(keys, party, job_id=job_id, x25519=masking.public_bytes(session.x25519))
+    return session
+
+
+RUN_NONCE = bytes(range(16))
+
+
+def bundle_of(keys, party, *, signer=None, job_id="f", nonce=RUN_NONCE, x25519=None):
+    """`party`'s key bundle, signed by `signer`'s identity key (default its own) and naming that key."""
+    signer = signer or party
+    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[signer]),
+                           x25519 or masking.public_bytes(masking.generate_x25519()), nonce)
+    return identity.sign_bundle(keys[signer], b)
+
+
+def roster_of(*signed):
+    return pb.Roster(bundles=[pb.SignedBundle(bundle=s.bundle, signature=s.signature) for s in signed])
+
+
 def test_party_refuses_a_roster_with_its_own_entry_swapped(keys):
-    params = parse_params("flynn", FLYNN)
-    session = PartySession(RunConfig("f", "a", keys["a"], ConnectionConfig("x:1", insecure=True)), party_data(0),
-                           progress=lambda m: None)
-    session.params = params
+    session = joined_session(keys)
     # The coordinator substitutes an X25519 key it controls, re-signed by nobody legitimate.
     forged = identity.KeyBundle("a", "f", identity.public_bytes(keys["a"]),
-                                masking.public_bytes(masking.generate_x25519()), secrets.token_bytes(16))
+                                masking.public_bytes(masking.generate_x25519()), RUN_NONCE)
     forged_signed = identity.SignedBundle(forged.canonical_bytes(), keys["mallory"].sign(forged.canonical_bytes()))
-    other = identity.sign_bundle(keys["b"], identity.KeyBundle("b", "f", identity.public_bytes(keys["b"]),
-                                                               bytes(range(1, 33)), bytes(16)))
-    roster = pb.Roster(bundles=[pb.SignedBundle(bundle=forged_signed.bundle, signature=forged_signed.signature),
-                                pb.SignedBundle(bundle=other.bundle, signature=other.signature)])
     with pytest.raises(errors.InvalidSignature):
-        session.on_roster(roster)
+        session.on_roster(roster_of(forged_signed, bundle_of(keys, "b")))
+
+
+def test_party_refuses_a_roster_where_the_coordinator_swapped_a_peers_keys(keys):
+    """Attack (issue: roster MITM, high): the coordinator replaces b's bundle with one it made for
+    "b" under its own Ed25519 key (self-consistently signed), so that a would seal the common seed
+    and its masks to the coordinator. The bundle verifies under the key it names; only the pinned
+    allow-list tells it apart."""
+    session = joined_session(keys)
+    swapped = bundle_of(keys, "b", signer="mallory")
+    with pytest.raises(errors.InvalidSignature, match="party 'b' signed with an identity key other than its allowed one"):
+        session.on_roster(roster_of(session.signed, swapped, bundle_of(keys, "c")))
+    assert session.roster is None and session.pair_secrets == {}
+    stranger = bundle_of(keys, "mallory")  # a party nobody pinned
+    with pytest.raises(errors.InvalidSignature, match="'mallory', which is not in the pinned identities"):
+        session.on_roster(roster_of(session.signed, bundle_of(keys, "b"), stranger))
+    session.on_roster(roster_of(session.signed, bundle_of(keys, "b"), bundle_of(keys, "c")))  # the honest roster
+    assert session.roster is not None and set(session.pair_secrets) == {"b", "c"}
+
+
+def test_party_refuses_a_roster_carrying_a_bundle_of_an_earlier_run(keys):
+    """Attack (replayed bundles): b's correctly signed bundle from an earlier run of the same job."""
+    session = joined_session(keys)
+    old = bundle_of(keys, "b", nonce=bytes(16))
+    with pytest.raises(errors.InvalidSignature, match="key bundles of another run for b"):
+        session.on_roster(roster_of(session.signed, old, bundle_of(keys, "c")))
+
+
+def test_coordinator_refuses_a_replayed_bundle_and_admits_the_real_party(keys):
+    """A bundle of an earlier run (another nonce) used to be admitted, and the real party was then
+    refused as "already joined"."""
+    from xclp.server.jobs.allreduce import AllReduceJob
+
+    job_ = AllReduceJob(job("f", "flynn", FLYNN), allow_list(keys))
+    summary = pb.DataSummary(rows=3, labeled_rows=3, dim=8)
+    with pytest.raises(errors.ReplayRefused, match="another run's nonce"):
+        job_.join(bundle_of(keys, "b", nonce=bytes(16)), summary)
+    job_.join(bundle_of(keys, "b", nonce=job_.run_nonce), summary)
+    assert set(job_.parties) == {"b"}
+
+
+def test_a_hostile_coordinator_swapping_a_key_gets_no_seed(keys, monkeypatch):
+    """End to end: a coordinator whose roster carries its own key for c. Every honest party refuses
+    the roster (exit 4), so the leader never seals the common seed to the coordinator's key."""
+    from xclp.server import coordinator as coordinator_module
+    from xclp.server.jobs.allreduce import AllReduceJob
+
+    class Swapping(AllReduceJob):
+        def _start(self) -> None:
+            c = self.parties["c"]
+            fake = identity.KeyBundle("c", "f", identity.public_bytes(keys["mallory"]),
+                                      masking.public_bytes(masking.generate_x25519()), self.run_nonce)
+            c.signed = identity.sign_bundle(keys["mallory"], fake)
+            super()._start()
+
+    monkeypatch.setitem(coordinator_module.JOB_TYPES, "flynn", Swapping)
+    rec = Recorder()
+    datas = {p: party_data(i) for i, p in enumerate(("a", "b", "c"))}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=30)], observer=rec) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas)
+    for p in ("a", "b", "c"):  # c too: its own entry was modified
+        assert isinstance(results[p], errors.InvalidSignature), results[p]
+        assert exit_code(results[p]) == EXIT_REFUSED
+    assert "party 'c' signed with an identity key other than its allowed one" in str(results["a"])
+    assert not [k for k in rec.seen if k[1] == "seed"]  # no acknowledgement: nobody got a seed
+    assert coord.jobs["f"].step is None or coord.jobs["f"].step.bytes_relayed == 0
 
 
 def test_mutual_tls_admits_only_clients_with_a_ca_signed_certificate(keys, tmp_path):

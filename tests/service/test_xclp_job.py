@@ -108,6 +108,8 @@ def run(tmp_path_factory):
         write_csv(root / f"{p}.csv", X, y, p)
     configs = [JobConfig(job_id, "xclp", XclpJobParams.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
                          summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
+    (root / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(identity.load_identity(root / "keys" / f"{p}.key"))}"\n' for p in PARTIES))
     recorder = Recorder()
     tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
     go = root / "kill-rs.go"  # the dying party of kill-rs dies once a and c have pushed round 0
@@ -121,6 +123,7 @@ def run(tmp_path_factory):
             for i, party in enumerate(PARTIES):
                 args = ["run", "--coordinator", f"localhost:{port}", "--ca-cert", str(root / "ca" / "ca.pem"),
                         "--job", job_id, "--party", party, "--identity", str(root / "keys" / f"{party}.key"),
+                        "--peers", str(root / "allow.toml"),
                         "--data", str(root / f"{party}.csv"), "--id-column", "row_id", "--paillier-bits", "512",
                         "--insecure-test-keys", "--out", str(root / job_id / party),
                         "--debug-dump-seed", str(root / job_id / f"{party}.seed"),
@@ -250,6 +253,7 @@ def test_debug_seed_hook_is_refused_without_the_testing_flag(run, tmp_path) -> N
     env = {k: v for k, v in os.environ.items() if k != "XCLP_TESTING"}
     out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", "localhost:1", "--job", "exact",
                           "--party", "a", "--identity", str(run["root"] / "keys" / "a.key"),
+                          "--peers", str(run["root"] / "allow.toml"),
                           "--data", str(run["root"] / "a.csv"), "--out", str(tmp_path),
                           "--debug-dump-seed", str(tmp_path / "seed")],
                          capture_output=True, text=True, env={**env, "PYTHONPATH": str(ROOT)}, timeout=120)
@@ -332,7 +336,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
     j = XclpJob(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
                          clock=lambda: now[0])
     for p in PARTIES:
-        bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), bytes(16),
+        bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), j.run_nonce,
                                     paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
         j.join(identity.sign_bundle(keys[p], bundle), pb.DataSummary(rows=3, labeled_rows=1, dim=D))
 

@@ -51,6 +51,20 @@ class JobSpec(_message.Message):
     step_deadline_seconds: float
     def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ...) -> None: ...
 
+class ChallengeRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ChallengeResponse(_message.Message):
+    __slots__ = ("run_nonce", "spec")
+    RUN_NONCE_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    run_nonce: bytes
+    spec: JobSpec
+    def __init__(self, run_nonce: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
 class JoinResponse(_message.Message):
     __slots__ = ("session_token", "spec")
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]

@@ -34,6 +34,11 @@ class CoordinatorStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Challenge = channel.unary_unary(
+                '/xclp.v1.Coordinator/Challenge',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.FromString,
+                _registered_method=True)
         self.Join = channel.unary_unary(
                 '/xclp.v1.Coordinator/Join',
                 request_serializer=xclp_dot_v1_dot_xclp__pb2.JoinRequest.SerializeToString,
@@ -53,6 +58,14 @@ class CoordinatorStub:
 
 class CoordinatorServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def Challenge(self, request, context):
+        """Before Join: the job's spec and this run's nonce, which the party's key bundle must sign
+        (DESIGN §2.1), so a bundle from an earlier run of the same job id is refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def Join(self, request, context):
         """Admission: signed key bundle and data summary in; session token and job spec out.
@@ -78,6 +91,11 @@ class CoordinatorServicer:
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Challenge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Challenge,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.SerializeToString,
+            ),
             'Join': grpc.unary_unary_rpc_method_handler(
                     servicer.Join,
                     request_deserializer=xclp_dot_v1_dot_xclp__pb2.JoinRequest.FromString,
@@ -103,6 +121,33 @@ def add_CoordinatorServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Coordinator:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Challenge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Coordinator/Challenge',
+            xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Join(request,
