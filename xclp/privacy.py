@@ -71,12 +71,16 @@ def discrete_laplace(scale: float, shape: Shape, *, source: np.random.Generator 
 def discrete_laplace_share(
     scale: float, n_parties: int, shape: Shape, *, source: np.random.Generator | None = None
 ) -> np.ndarray:
-    """int64[shape]: one of `n_parties` = τ shares whose sum is exactly `discrete_laplace(scale)`.
+    """int64[shape]: one of `n_parties` = τ shares, sized so that ANY τ − 1 of them already sum to
+    exactly `discrete_laplace(scale)` (DESIGN §6).
 
-    Share = NB(1/τ, p) − NB(1/τ, p) with p = 1 − exp(−1/scale) (NB counts failures before the
-    r-th success). NB is infinitely divisible: a sum of τ i.i.d. NB(1/τ, p) is NB(1, p), the
-    geometric above, so the τ parties' shares add up to two-sided geometric noise while no single
-    party's released array is noiseless (DESIGN §6). Each NB draw is an exact inverse-CDF sample,
+    Share = NB(1/(τ−1), p) − NB(1/(τ−1), p) with p = 1 − exp(−1/scale) (NB counts failures before
+    the r-th success). NB is infinitely divisible: a sum of τ − 1 i.i.d. NB(1/(τ−1), p) is NB(1, p),
+    the geometric above. So the released sum is ε-DP against the coordinator, and a party that
+    subtracts its own share still sees an ε-DP view of the others; the price is τ/(τ−1) times the
+    minimum noise. (Sized for all τ, as before, a party subtracting its own share was left with
+    (τ−1)/τ of the noise: effective ε = 12.5 for ε = 1, τ = 3.) With τ = 1 the one share is the
+    whole noise. Each NB draw is an exact inverse-CDF sample,
     `scipy.stats.nbinom.ppf(u)` of a cryptographic uniform — one uniform per draw, no rejection
     loop (a Poisson–Gamma mixture would need two inverse CDFs per draw for the same law).
     """
@@ -86,7 +90,7 @@ def discrete_laplace_share(
     dims = _check_shape(shape)
     p = -math.expm1(-1.0 / b)  # 1 − exp(−1/scale), accurate for large scale
     u = uniform_open((2, *dims), source=source)
-    nb = stats.nbinom.ppf(u, 1.0 / int(n_parties), p).astype(np.int64)
+    nb = stats.nbinom.ppf(u, 1.0 / max(int(n_parties) - 1, 1), p).astype(np.int64)
     return nb[0] - nb[1]
 
 

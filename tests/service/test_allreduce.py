@@ -115,9 +115,9 @@ def test_dp_flynn_releases_noisy_fixed_point_counts(keys):
 
 
 def test_dp_race_shares_sum_to_a_noised_sketch(keys):
-    """The released sketch carries exactly the two-sided geometric of scale R/ε, summed from τ = 3
-    parties' shares. 16 × 1024 cells pin the variance within ±10 % (≈ 6 standard errors), so
-    shares sized for any other τ (variance × 3/τ: 1.5 for τ = 2, 0.75 for τ = 4) fail it."""
+    """The released sketch carries τ = 3 parties' shares, any two of which are the two-sided
+    geometric of scale R/ε (DESIGN §6): τ/(τ−1) = 1.5 times its variance in all. 16 × 1024 cells pin
+    the variance within ±10 % (≈ 6 standard errors), so shares sized for any other τ fail it."""
     datas = {p: party_data(40 + i) for i, p in enumerate(PARTIES)}
     params = {**RACE, "width": 1024, "epsilon": 4.0}
     with coordinator(allow_list(keys), [job("dp", "race", params)]) as (coord, addr):
@@ -129,7 +129,7 @@ def test_dp_race_shares_sum_to_a_noised_sketch(keys):
     assert results["a"].aggregate.dtype == np.int64 and all(np.array_equal(r.aggregate, results["a"].aggregate)
                                                             for r in results.values())
     q = np.exp(-4.0 / 16)  # two-sided geometric P(k) ∝ q^|k| of scale R/ε = 4: variance 2q/(1-q)^2 ≈ 31.5
-    variance = 2 * q / (1 - q) ** 2
+    variance = 2 * q / (1 - q) ** 2 * 3 / 2
 
     def in_band(values: np.ndarray) -> bool:
         return 0.9 < values.var() / variance < 1.1

@@ -105,21 +105,37 @@ def test_discrete_laplace_keeps_shape() -> None:
 # --- distributed shares (DESIGN §6) --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("n_parties", "scale"), [(1, 2.0), (3, 2.0), (5, 4.0)])
-def test_sum_of_shares_is_two_sided_geometric_chi2(n_parties: int, scale: float) -> None:
+@pytest.mark.parametrize(("n_parties", "scale"), [(1, 2.0), (2, 2.0), (3, 2.0), (5, 4.0)])
+def test_any_tau_minus_one_shares_sum_to_two_sided_geometric_chi2(n_parties: int, scale: float) -> None:
+    """DESIGN §6: a party that subtracts its own share from the release still sees ε-DP noise."""
     rng = np.random.default_rng(100 + n_parties)
-    total = sum(discrete_laplace_share(scale, n_parties, (N,), source=rng) for _ in range(n_parties))
+    others = max(n_parties - 1, 1)
+    total = sum(discrete_laplace_share(scale, n_parties, (N,), source=rng) for _ in range(others))
     assert isinstance(total, np.ndarray) and total.dtype == np.int64
     assert chi2_vs_two_sided_geometric(total, scale, tail=int(5 * scale) + 3) > ALPHA
 
 
+def test_a_colluding_party_subtracting_its_share_is_left_with_the_full_noise() -> None:
+    """Attack (RACE distributed DP): with shares sized for all τ, a party that subtracted its own
+    share saw (τ−1)/τ of the noise (effective ε = 12.5 for ε = 1, τ = 3). The τ − 1 others' shares
+    must carry the whole two-sided geometric, and all τ shares τ/(τ−1) of its variance."""
+    scale, tau = 3.0, 3
+    q = math.exp(-1 / scale)
+    base_var = 2 * q / (1 - q) ** 2
+    rng = np.random.default_rng(31)
+    shares = [discrete_laplace_share(scale, tau, (N,), source=rng) for _ in range(tau)]
+    seen_by_party_0 = sum(shares[1:])  # the release minus party 0's own share
+    assert seen_by_party_0.var() == pytest.approx(base_var, rel=0.08)
+    assert sum(shares).var() == pytest.approx(base_var * tau / (tau - 1), rel=0.08)
+
+
 def test_one_share_alone_is_not_the_full_noise() -> None:
-    # A single share of τ = 4 has a quarter of the variance: Var = 2·r·q/p² with r = 1/τ.
+    # A single share of τ = 4 has a third of the variance: Var = 2·r·q/p² with r = 1/(τ − 1).
     scale, tau = 3.0, 4
     share = discrete_laplace_share(scale, tau, (N,), source=np.random.default_rng(5))
     q = math.exp(-1 / scale)
     p = 1 - q
-    expected_var = 2 * (1 / tau) * q / p**2
+    expected_var = 2 * (1 / (tau - 1)) * q / p**2
     assert share.var() == pytest.approx(expected_var, rel=0.08)
     assert chi2_vs_two_sided_geometric(share, scale, tail=18) < 1e-6
 
@@ -129,7 +145,7 @@ def test_share_matches_negative_binomial_difference_pmf() -> None:
     scale, tau = 2.0, 3
     p = 1 - math.exp(-1 / scale)
     support = np.arange(0, 200)
-    nb = stats.nbinom.pmf(support, 1 / tau, p)
+    nb = stats.nbinom.pmf(support, 1 / (tau - 1), p)
     diff = np.convolve(nb, nb[::-1])  # index i ↔ k = i − 199
     ks = np.arange(-8, 9)
     probs = diff[ks + 199].copy()

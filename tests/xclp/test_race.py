@@ -136,14 +136,17 @@ def test_private_release_adds_laplace_R_over_epsilon() -> None:
 
 
 def test_distributed_shares_sum_to_two_sided_geometric_of_scale_R_over_epsilon() -> None:
+    """Any τ − 1 of the τ shares carry the geometric of scale R/ε (DESIGN §6); all τ, τ/(τ−1) of it."""
     S = np.zeros((20, 100), dtype=np.int64)
     rng = np.random.default_rng(1)
     eps, tau = 4.0, 3
-    total = sum(private_release_share(S, eps, tau, source=rng) for _ in range(tau))
+    shares = [private_release_share(S, eps, tau, source=rng) for _ in range(tau)]
+    others, total = sum(shares[1:]), sum(shares)
     assert total.dtype == np.int64
     q = np.exp(-eps / 20)
     variance = 2 * q / (1 - q) ** 2  # of P(k) ∝ q^|k|
-    assert abs(total.var() / variance - 1) < 0.15
+    assert abs(others.var() / variance - 1) < 0.15
+    assert abs(total.var() / (variance * tau / (tau - 1)) - 1) < 0.15
     assert abs(total.mean()) < 4 * np.sqrt(variance / total.size)
 
 
