@@ -36,7 +36,8 @@ from xclp.v1.wire import Payload, payload_bytes
 
 @dataclass(frozen=True)
 class PartyOutput:
-    """What one party ends with: labels int64[n_j], confidence float64[n_j], scores Z[R_j] float64[n_j, C]."""
+    """What one party ends with: labels int64[n_j], confidence float64[n_j], scores float64[n_j, C]:
+    Z for its unlabeled rows (all rows under hide_label_mask), its own one-hot label on the others."""
 
     labels: np.ndarray
     confidence: np.ndarray
@@ -216,13 +217,16 @@ def run_xclp_inprocess(
                     membership = coord.drop_party(membership, pid, coord.XclpStage.ROW_SUMS)
                 continue
             attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=True))
-            returned = {pid: wire.send("rowsums", block) for pid, block in sums.items()}
+            rows = {pid: party.returned_rows(data[pid][1], n_classes, hide_label_mask=hide_label_mask)
+                    for pid in sums}  # the coordinator's choice (DESIGN §5.5): the unlabeled rows
+            returned = {pid: wire.send("rowsums", np.ascontiguousarray(block[rows[pid]])) for pid, block in sums.items()}
             break
 
     with wire.timed("output"):  # DESIGN §5.7
         outputs = {}
         for pid, block in returned.items():
-            Z = party.unmask_row_sums(block, masked[pid].kept, fixed_point)
+            Z = party.party_scores(data[pid][1], n_classes, rows[pid],
+                                   party.unmask_row_sums(block, masked[pid].kept[rows[pid]], fixed_point))
             labels, confidence = party.predict(Z)
             outputs[pid] = PartyOutput(labels=labels, confidence=confidence, scores=Z)
 

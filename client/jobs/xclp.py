@@ -116,6 +116,8 @@ class XclpParty:
         elif step.step == HAMMING_STEP:
             self._start_hamming(step.round, members)
         elif step.step == LABELS_STEP:
+            if self.params.hide_label_mask:  # DESIGN §5.5: the coordinator was not to learn them
+                raise ProtocolError("the coordinator asked for the labeled rows of a job that hides the label mask")
             self._push(steps.labeled_rows(self.y, self.params.n_classes), LABELS_STEP, step.round)
             self.progress("labeled row numbers sent")
         elif step.step == ROWSUMS_STEP:
@@ -287,10 +289,12 @@ class XclpParty:
             raise ProtocolError(f"row sums returned for round {round}, which this party never sent")
         if not isinstance(payload, np.ndarray):
             raise ProtocolError("the row sums must be an array")
+        rows = steps.returned_rows(self.y, self.params.n_classes, hide_label_mask=self.params.hide_label_mask)
         try:
-            self.scores = steps.unmask_row_sums(payload, self.kept[round], self.fixed_point)
+            Z = steps.unmask_row_sums(payload, self.kept[round][rows], self.fixed_point)
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
+        self.scores = steps.party_scores(self.y, self.params.n_classes, rows, Z)
         self.progress(f"scores for {self.scores.shape[0]} rows received ({self._elapsed()})")
 
     # --- helpers ----------------------------------------------------------------------------

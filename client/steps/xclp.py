@@ -13,7 +13,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
 | §5.5 influence received  | `select_influence`          | —                                      |              |
 | §5.6 SecureRowSums       | `local_scores`, `mask_row_sums` | uint64[n_frame − n_j, C]           | coordinator  |
-| §5.6-5.7 output          | `unmask_row_sums`, `predict`| —                                      |              |
+| §5.6-5.7 output          | `unmask_row_sums`, `party_scores`, `predict` | —                     |              |
 
 Which side of a pair is A comes from the coordinator's task (`server.steps.xclp.secure_hamming_pairs`).
 R and t are one |N|-bit value per ciphertext D (⌈n_A/K⌉·n_B of them), travelling as
@@ -62,6 +62,8 @@ __all__ = [
     "lsh_step",
     "mask_row_sums",
     "predict",
+    "party_scores",
+    "returned_rows",
     "select_influence",
     "slot_layout",
     "unmask_row_sums",
@@ -210,6 +212,25 @@ def mask_row_sums(
     own = frame.rows(me)
     payload = np.concatenate([masked[: own.start], masked[own.stop :]])
     return MaskedRowSums(payload=payload, kept=masked[own].copy())
+
+
+def returned_rows(y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:
+    """int64[m]: the party's rows whose scores the coordinator returns (DESIGN §5.5): its unlabeled
+    rows only, so that no party learns Z for its labeled rows, which (S being symmetric) would let
+    it solve for other parties' labels; all rows under `hide_label_mask`, where the coordinator does
+    not know which are labeled (every party must opt in to that)."""
+    labels = check_labels(y, n_classes)
+    return np.arange(labels.size) if hide_label_mask else np.flatnonzero(labels == UNLABELED)
+
+
+def party_scores(y: object, n_classes: int, rows: np.ndarray, Z_rows: np.ndarray) -> np.ndarray:
+    """float64[n_j, C]: Z for `rows`, and the party's own one-hot label on every other (labeled) row."""
+    labels = check_labels(y, n_classes)
+    scores = np.zeros((labels.size, n_classes))
+    labeled = labels != UNLABELED
+    scores[np.flatnonzero(labeled), labels[labeled]] = 1.0
+    scores[rows] = Z_rows
+    return scores
 
 
 def unmask_row_sums(returned: np.ndarray, kept: np.ndarray, fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:

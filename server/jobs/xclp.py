@@ -15,7 +15,7 @@ keeps the stage machine. Steps after SETUP, in order (payload dtype/shape per pa
     coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
     coordinator -> j     "influence"       float64[n, l_j] (float64[n, n_j] if hidden)  (§5.5)
     rowsums              j -> coordinator  uint64[n_frame − n_j, C] masked row sums     (§5.6)
-    coordinator -> j     "rowsums_result"  uint64[n_j, C]
+    coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 
 Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
 intra_hamming is as if it never joined; in secure_hamming its rows and columns leave H and the
@@ -318,7 +318,11 @@ class XclpJob(Job):
             self._dump(f"rowsums-{pid}-round{step.round}.npy", arr)
         sums = steps.sum_row_sums(self._frame(step), received, self.params.n_classes)
         for pid, block in sums.items():
-            self._count_out(ROWSUMS_RESULT_MSG, self.send(pid, ROWSUMS_RESULT_MSG, step.round, block))
+            # DESIGN §5.5: Z only for the receiver's unlabeled rows (all rows if the mask is hidden)
+            rows = (slice(None) if self.params.hide_label_mask
+                    else steps.unlabeled_rows(self.sizes[pid], self.labeled[pid]))
+            self._count_out(ROWSUMS_RESULT_MSG, self.send(pid, ROWSUMS_RESULT_MSG, step.round,
+                                                          np.ascontiguousarray(block[rows])))
         self.finish(f"labels propagated for {len(step.participants)} parties over {self._frame(step).n} rows")
 
     def _record(self, step: Step) -> None:

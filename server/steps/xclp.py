@@ -280,3 +280,10 @@ def _check_local(local: np.ndarray | None, rows: slice, party: str) -> np.ndarra
     if idx.size and (idx.min() < 0 or idx.max() >= n or np.any(np.diff(idx) <= 0)):
         raise InvalidInput(f"labeled rows of {party!r} must be ascending, distinct and in 0..{n - 1}")
     return idx
+
+
+def unlabeled_rows(n_rows: int, labeled: np.ndarray) -> np.ndarray:
+    """int64[u]: a party's rows outside its labeled set, the only rows whose Z it gets (DESIGN §5.5)."""
+    keep = np.ones(int(n_rows), dtype=bool)
+    keep[np.asarray(labeled, dtype=np.int64)] = False
+    return np.flatnonzero(keep)

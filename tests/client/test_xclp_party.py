@@ -19,6 +19,7 @@ from xclp.crypto.masking import PairwiseMasker
 from xclp.errors import ProtocolError
 from xclp.tables import PartyData
 from xclp.v1.jobs import XclpJobParams
+from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.wire import Message
 
 IDS = ("a", "b", "c")
@@ -110,13 +111,36 @@ def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(p
     with pytest.raises(ProtocolError, match="round 0, which this party never sent"):
         from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
     party._row_sums(0, IDS)
-    with pytest.raises(ProtocolError, match=r"must be uint64\[3, 2\]"):
-        from_coordinator(party, "rowsums_result", np.zeros((4, 2), np.uint64))
-    with pytest.raises(ProtocolError, match=r"must be uint64\[3, 2\]"):
-        from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.int64))
+    # Z comes back for a's one unlabeled row only (DESIGN §5.5), never for all its rows
+    with pytest.raises(ProtocolError, match=r"must be uint64\[1, 2\]"):
+        from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
+    with pytest.raises(ProtocolError, match=r"must be uint64\[1, 2\]"):
+        from_coordinator(party, "rowsums_result", np.zeros((1, 2), np.int64))
     with pytest.raises(ProtocolError, match="must be an array"):
-        from_coordinator(party, "rowsums_result", b"\x00" * 48)
+        from_coordinator(party, "rowsums_result", b"\x00" * 16)
     assert party.scores is None
+    from_coordinator(party, "rowsums_result", np.zeros((1, 2), np.uint64))
+    assert party.scores is not None and party.scores[[0, 2]].tolist() == [[1.0, 0.0], [0.0, 1.0]]  # own labels
+
+
+def test_party_refuses_to_send_its_labeled_rows_when_the_job_hides_them() -> None:
+    """Attack (any schedule accepted): a labeled_sets step in a job that hides the label mask."""
+    from dataclasses import replace
+
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
+    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
+    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True, hide_label_mask=True)
+    sink = Sink()
+    masker = PairwiseMasker("a", {"b": bytes(32), "c": bytes(32)}, b"session")
+    hidden = XclpParty("a", params, data, None, Roster(bundles, bytes(32)), bytes(32), masker, sink,  # type: ignore[arg-type]
+                       lambda m: None)
+    with pytest.raises(ProtocolError, match="labeled rows of a job that hides the label mask"):
+        hidden.on_step(pb.StepStart(step="labeled_sets", round=0, participants=list(IDS)))
+    assert sink.pushed == []
+    shown = XclpParty("a", replace(params, hide_label_mask=False), data, None, Roster(bundles, bytes(32)), bytes(32),
+                      masker, sink, lambda m: None)  # type: ignore[arg-type]
+    shown.on_step(pb.StepStart(step="labeled_sets", round=0, participants=list(IDS)))
+    assert sink.pushed == [("labeled_sets", 0)]
 
 
 def test_party_refuses_unknown_messages_and_peer_messages_outside_secure_hamming(party: XclpParty) -> None:

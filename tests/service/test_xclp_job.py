@@ -40,6 +40,8 @@ from xclp.reference import XclpResult, xclp_reference
 from xclp.v1.jobs import XclpJobParams
 from xclp.v1.status import EXIT_BAD_INPUT
 
+from tests.oracles.party_view import party_view
+
 from .conftest import Recorder, coordinator
 
 pytestmark = pytest.mark.slow
@@ -154,16 +156,20 @@ def reference(run, job_id: str, ids=PARTIES, unlabeled=(), normalise="none") -> 
 
 
 def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> None:
+    """Each receiver's predictions.csv: the reference on its unlabeled rows, its own labels elsewhere
+    (all rows from the reference under hide_label_mask), with its own row ids in order."""
+    hide = JOBS[job_id].get("hide_label_mask", False)
     for j, party in enumerate(ids):
         if party not in receivers:
             continue
         assert run["codes"][(job_id, party)] == 0, run["logs"][(job_id, party)]
         got_ids, labels, confidence, scores = read_predictions(run["root"] / job_id / party / "predictions.csv")
-        rows = ref.party_rows(j)
+        want_labels, want_confidence, want_scores = party_view(ref.scores[ref.party_rows(j)], run["data"][party][1], C,
+                                                               hide_label_mask=hide)
         assert got_ids == [f"{party}-{i}" for i in range(N)]  # the party's own row ids, in order
-        np.testing.assert_array_equal(labels, ref.labels[rows])
-        np.testing.assert_allclose(scores, ref.scores[rows], rtol=0, atol=1e-6)  # fixed point 2^-32 per term
-        np.testing.assert_allclose(confidence, ref.confidence[rows], rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(labels, want_labels)
+        np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)  # fixed point 2^-32 per term
+        np.testing.assert_allclose(confidence, want_confidence, rtol=0, atol=1e-6)
 
 
 # ---- correctness contract (DESIGN §5) ------------------------------------------------------------

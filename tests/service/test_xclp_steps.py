@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from xclp.client.steps import xclp as party
+from tests.oracles.party_view import party_view
 from xclp.simulation import InProcessResult, run_xclp_inprocess
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
@@ -68,17 +69,20 @@ def reference(ids: tuple[str, ...] = IDS, unlabeled: tuple[str, ...] = (), norma
 
 
 def assert_outputs_match(
-    result: InProcessResult, ref: XclpResult, ids: tuple[str, ...], receivers: tuple[str, ...]
+    result: InProcessResult, ref: XclpResult, ids: tuple[str, ...], receivers: tuple[str, ...], *,
+    hide_label_mask: bool = False,
 ) -> None:
+    """Each receiver's output is the reference on its unlabeled rows and its own labels elsewhere."""
     assert set(result.outputs) == set(receivers)
     for j, pid in enumerate(ids):
         if pid not in receivers:
             continue
-        rows = ref.party_rows(j)
+        labels, confidence, scores = party_view(ref.scores[ref.party_rows(j)], dataset()[pid][1], C,
+                                                hide_label_mask=hide_label_mask)
         out = result.outputs[pid]
-        np.testing.assert_array_equal(out.labels, ref.labels[rows])
-        np.testing.assert_allclose(out.scores, ref.scores[rows], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(out.confidence, ref.confidence[rows], rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(out.labels, labels)
+        np.testing.assert_allclose(out.scores, scores, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out.confidence, confidence, rtol=0, atol=1e-6)
 
 
 # ---- correctness contract (DESIGN §5) -------------------------------------------------------------
@@ -106,7 +110,7 @@ def test_process_pool_gives_the_same_H_and_predictions() -> None:
 @pytest.mark.parametrize("normalise", [False, True], ids=["one-hot", "class-normalised"])
 def test_predictions_equal_reference(hide: bool, normalise: bool) -> None:
     ref = reference(normalise=normalise)
-    assert_outputs_match(run(hide, normalise), ref, IDS, IDS)
+    assert_outputs_match(run(hide, normalise), ref, IDS, IDS, hide_label_mask=hide)
     # the data is not trivial: propagation changes at least one unlabeled row's argmax vs class 0
     assert len(np.unique(ref.labels)) == C
 
@@ -399,3 +403,37 @@ def test_select_influence_picks_labeled_columns_with_hidden_mask() -> None:
     np.testing.assert_array_equal(party.select_influence(S[:, :2], y, C, hide_label_mask=False), S[:, :2])
     with pytest.raises(InvalidInput, match=r"float64\[n, 2\]"):
         party.select_influence(S, y, C, hide_label_mask=False)
+
+
+# ---- what a curious party can solve for (DESIGN §5.5) ---------------------------------------------
+
+
+def test_a_curious_party_cannot_solve_its_outputs_for_another_partys_labels() -> None:
+    """Attack (labels leak to peers): party a knows the influence columns of its labeled rows,
+    S[:, L_a], so by symmetry the rows S[L_a, :]. Given Z for its labeled rows it could subtract its
+    own part and solve Z[L_a] − S[L_a, L_a]·Y_a = S[L_a, L_b]·Y_b for b's labels. Here b labels all its
+    rows and a has more labeled rows than b has rows, so with Z[L_a] the solve is exact; the
+    coordinator now returns Z only for a's unlabeled rows, and a's outputs on L_a are its own labels."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(scale=3.0, size=(C, 10))
+    y = {"a": rng.integers(0, C, size=70), "b": rng.integers(0, C, size=25)}
+    X = {p: centres[y[p]] + rng.normal(size=(y[p].size, 10)) for p in y}
+    seen_a = np.where(np.arange(70) < 45, y["a"], -1)  # 45 labeled rows > b's 25 rows
+    parties = {"a": (X["a"], seen_a), "b": (X["b"], y["b"])}
+    result = run_xclp_inprocess(parties, C, seed=SEED, L=L, key_bits=KEY_BITS, params=PARAMS, insecure_test_keys=True)
+    L_a = np.flatnonzero(seen_a >= 0)
+    block = coord.influence_blocks(result.hamming, L, ("a", "b"), PARAMS,
+                                   labeled={"a": L_a, "b": np.arange(25)})["a"]  # what a received: S[:, L_a]
+    S_La = block.T  # S symmetric: the rows of a's labeled rows, over a's 70 then b's 25 graph rows
+    Y_a = np.eye(C)[seen_a[L_a]]
+
+    def attack(Z_La: np.ndarray) -> float:
+        rhs = Z_La - S_La[:, L_a] @ Y_a
+        Y_b, *_ = np.linalg.lstsq(S_La[:, 70:], rhs, rcond=None)
+        return float(np.mean(np.argmax(Y_b, axis=1) == y["b"]))
+
+    ref = xclp_reference([parties["a"], parties["b"]], SEED, C, L, PARAMS)
+    assert attack(ref.scores[ref.party_rows(0)][L_a]) == 1.0  # what a party given Z[L_a] would recover
+    out = result.outputs["a"].scores
+    np.testing.assert_array_equal(out[L_a], Y_a)  # a gets its own labels back on L_a, nothing else
+    assert attack(out[L_a]) < 0.6  # chance level (measured 0.28 here)
