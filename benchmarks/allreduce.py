@@ -37,6 +37,7 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
 
     from xclp.client.connection import ConnectionConfig
     from xclp.client.jobs.allreduce import AllReduceParty
+    from xclp.client.policy import PartyPolicy
     from xclp.client.session import PartySession, RunConfig
     from xclp.tables import PartyData
 
@@ -65,7 +66,8 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
             super().on_end(end)
 
     data = PartyData(np.zeros((4, 4)), np.array([0, 1, 0, 1]), ("0", "1", "2", "3"))
-    session = Bench(RunConfig(job_id, party, key, ConnectionConfig(address, ca_cert=Path(ca)), peers=peers), data,
+    session = Bench(RunConfig(job_id, party, key, ConnectionConfig(address, ca_cert=Path(ca)), peers=peers,
+                              policy=PartyPolicy(min_parties=3)), data,
                     progress=lambda m: None)
     session.run()
     out.put((party, session.t_end - session.t_step, session.conn.bytes_sent))

@@ -27,6 +27,7 @@ import numpy as np
 from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.models import ModelFile
+from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
@@ -37,7 +38,7 @@ from xclp.v1.status import EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
-            "insecure_test_keys", "workers", "debug_dump_seed"}
+            "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -78,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
                    "(the job's key_bits, normally 2048)")
     r.add_argument("--insecure-test-keys", action="store_true", default=None,
                    help="allow --paillier-bits below 2048 (tests only; the job must allow it too)")
+    r.add_argument("--min-parties", type=int, help="refuse any masked sum among fewer parties (default 3, at least 2)")
+    r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
+    r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
+                   help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
     r.add_argument("--workers", type=int, help="xclp: processes for Paillier work (default: the cores; 0 = none)")
     r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
                    "job's common seed to this file so a test can rebuild the plaintext reference")
@@ -153,7 +158,10 @@ def run(args: argparse.Namespace) -> int:
     config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
                        idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
-                       workers=None if workers is None else int(workers), peers=peers)
+                       workers=None if workers is None else int(workers), peers=peers,
+                       policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
+                                          allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
+                                          insecure_test_keys=bool(cfg.get("insecure_test_keys"))))
     result = run_job(config, data)
     if seed_path:
         write_atomic(seed_path, result.seed)

@@ -32,6 +32,7 @@ from xclp.client.connection import Connection, ConnectionConfig
 from xclp.tables import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
 from xclp.client.jobs.xclp import XclpParty, make_executor
+from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair
@@ -69,6 +70,7 @@ class RunConfig:
     # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
     # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
     peers: Mapping[str, bytes] | None = None
+    policy: PartyPolicy = PartyPolicy()  # this party's own minimums (DESIGN §2.3)
     workers: int | None = None  # XCLP Paillier process pool size (None = the cores, 0 = in-process)
 
 
@@ -110,6 +112,7 @@ class PartySession:
         self.participants: tuple[str, ...] = ()
         self.job: XclpParty | AllReduceParty | None = None
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
+        self.guard = StepGuard(config.policy, config.party_id)
         self._executor: Executor | None = None
         self._conn: Connection | None = None
 
@@ -145,22 +148,27 @@ class PartySession:
         if len(challenge.run_nonce) != 16:
             raise ProtocolError("the coordinator's run nonce must be 16 bytes")
         self.run_nonce = challenge.run_nonce
+        self.job_type = challenge.spec.job_type
+        self.params = params_from_json(challenge.spec.job_type, challenge.spec.params_json)
+        self.config.policy.check_job(challenge.spec, self.params)
+        check_data(self.params, self.data)
+        if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
+            raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
+                               f"(--paillier-bits {self.params.key_bits})")
+        hidden = isinstance(self.params, XclpJobParams) and self.params.hide_label_mask
         self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
             party_id=self.config.party_id, job_id=self.config.job_id,
             identity_public=identity.public_bytes(self.config.identity),
             x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
             **paillier_fields(self.config.paillier.public if self.config.paillier else None)))
-        summary = pb.DataSummary(rows=self.data.X.shape[0], labeled_rows=int(self.data.labeled.sum()),
-                                 dim=self.data.X.shape[1])
+        # under a hidden label mask the coordinator does not even learn how many rows are labeled
+        summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
+                                 labeled_rows=0 if hidden else int(self.data.labeled.sum()))
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         response = conn.join(request)
-        self.job_type = response.spec.job_type
-        self.params = params_from_json(response.spec.job_type, response.spec.params_json)
-        check_data(self.params, self.data)
-        if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
-            raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
-                               f"(--paillier-bits {self.params.key_bits})")
+        if response.spec != challenge.spec:
+            raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"{len(response.spec.expected_parties)} parties expected")
         self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJobParams) else None
@@ -228,6 +236,7 @@ class PartySession:
             raise ProtocolError(f"step {step.step!r} names participants outside the roster or without us")
         if members != sorted(set(members)):
             raise ProtocolError("step participants must be sorted and unique")
+        self.guard.check_step(step)  # DESIGN §2.3-2.4: minimum set, strictly shrinking restarts, nothing after a result
         if step.step == SEED_STEP:
             self.seed_step = step
             if members[0] == self.config.party_id:
@@ -247,6 +256,7 @@ class PartySession:
         job.on_message(message)
         if job.result is not None:
             self.aggregate = job.result
+            self.guard.finished = True
 
     def on_status(self, status: pb.JoinStatus) -> None:
         if self.stage is not PartyStage.JOINED:

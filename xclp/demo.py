@@ -119,6 +119,7 @@ def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[
     cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
            "--ca-cert", str(work / "ca" / "ca.pem"), "--job", JOB_ID, "--party", party,
            "--identity", str(work / "keys" / f"{party}.key"), "--peers", str(work / "allow.toml"),
+           "--min-parties", "2",  # the demo job goes on with two institutions if one is lost
            "--data", str(options.data / f"{party}.csv"),
            "--id-column", "row_id", "--paillier-bits", str(options.key_bits), "--out", str(work / "out" / party)]
     return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else [])

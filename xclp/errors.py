@@ -50,3 +50,8 @@ class DeadlineExceeded(PeerDropped):
 
 class ReplayRefused(ProtocolError):
     """A step was asked to run twice with the same round and participant set (fresh masks only)."""
+
+
+class PolicyRefused(InvalidInput):
+    """The job asks for something this party's own policy refuses (DESIGN §2.3): too few parties,
+    no or weaker DP than it requires, a hidden label mask it did not allow, small keys."""

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from xclp.client.connection import ConnectionConfig
+from xclp.client.policy import PartyPolicy
 from xclp.tables import PartyData
 from xclp.client.session import JobResult, PartySession, RunConfig
 from xclp.crypto import identity
@@ -104,7 +105,8 @@ def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None,
 
 def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 session: Callable[..., PartySession] = PartySession, connection=None,
-                sessions: dict[str, Callable[..., PartySession]] | None = None, join_wait: float = 10.0) -> dict[str, JobResult | BaseException]:
+                sessions: dict[str, Callable[..., PartySession]] | None = None, join_wait: float = 10.0,
+                policy: PartyPolicy | None = None) -> dict[str, JobResult | BaseException]:
     """Run one session per party on threads; each result is a JobResult or the exception raised."""
     results: dict[str, JobResult | BaseException] = {}
     conn = connection or ConnectionConfig(address, insecure=True)
@@ -115,7 +117,8 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
             # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
             peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
             results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait,
-                                               idle_seconds=60, peers=peers), datas[party], progress=lambda m: None).run()
+                                               idle_seconds=60, peers=peers, policy=policy or PartyPolicy(min_parties=2)),
+                                     datas[party], progress=lambda m: None).run()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             results[party] = exc
 

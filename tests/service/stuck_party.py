@@ -12,6 +12,7 @@ from pathlib import Path
 
 from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
+from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import identity
 
@@ -27,7 +28,7 @@ class Stuck(PartySession):
 def main() -> None:
     address, ca, job_id, party, key, data, peers = sys.argv[1:8]
     config = RunConfig(job_id, party, identity.load_identity(key), ConnectionConfig(address, ca_cert=Path(ca)),
-                       peers=identity.load_allow_list(peers))
+                       peers=identity.load_allow_list(peers), policy=PartyPolicy(min_parties=2))
     Stuck(config, party_data.load(data), progress=lambda m: print(m, file=sys.stderr, flush=True)).run()
 
 

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from xclp.client.jobs.allreduce import contribution, flynn_counts, race_counts
+from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession
 from tests.service.conftest import (PARTIES, ManualClock, Recorder, advance_after, allow_list, coordinator, job,
                                    party_data, run_parties)
@@ -235,7 +236,7 @@ def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(key
     lines: list[str] = []
     with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, join_seconds=600)]) as (coord, addr):
         config = RunConfig("f", "a", keys["a"], ConnectionConfig(addr, insecure=True), idle_seconds=0.5,
-                           peers=allow_list(keys))
+                           peers=allow_list(keys), policy=PartyPolicy(min_parties=2))
         with pytest.raises(DeadlineExceeded, match="while waiting for b, c to join"):
             PartySession(config, party_data(0), progress=lines.append).run()
     status = [line for line in lines if line.startswith("joined;")]

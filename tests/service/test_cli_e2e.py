@@ -105,7 +105,7 @@ def deploy(tmp_path_factory):
         data_file = "a.csv" if party == "a" else ("b.npz" if party == "mallory" else f"{party}.npz")
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
-                str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"),
+                str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"), "--min-parties", "2",
                 "--data", str(root / data_file), "--label-column",
                 "diagnosis", "--id-column", "row_id", "--out", str(root / f"{job_id}-{party}.npz")]
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from xclp.client.connection import ConnectionConfig
+from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import certs, identity, masking
 from xclp.server.config import TlsFiles
@@ -160,7 +161,8 @@ def test_garbage_from_one_party_is_refused_while_jobs_complete(keys):
 def joined_session(keys, party="a", job_id="f"):
     """A party session as it stands after Join: run nonce known, own bundle signed over it."""
     session = PartySession(RunConfig(job_id, party, keys[party], ConnectionConfig("x:1", insecure=True),
-                                     peers=allow_list(keys)), party_data(0), progress=lambda m: None)
+                                     peers=allow_list(keys), policy=PartyPolicy(min_parties=2)), party_data(0),
+                           progress=lambda m: None)
     session.params = parse_params("flynn", FLYNN)
     session.run_nonce = RUN_NONCE
     session.signed = bundle_of(keys, party, job_id=job_id, x25519=masking.public_bytes(session.x25519))

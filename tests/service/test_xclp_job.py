@@ -125,7 +125,7 @@ def run(tmp_path_factory):
             for i, party in enumerate(PARTIES):
                 args = ["run", "--coordinator", f"localhost:{port}", "--ca-cert", str(root / "ca" / "ca.pem"),
                         "--job", job_id, "--party", party, "--identity", str(root / "keys" / f"{party}.key"),
-                        "--peers", str(root / "allow.toml"),
+                        "--peers", str(root / "allow.toml"), "--min-parties", "2", "--allow-hide-label-mask",
                         "--data", str(root / f"{party}.csv"), "--id-column", "row_id", "--paillier-bits", "512",
                         "--insecure-test-keys", "--out", str(root / job_id / party),
                         "--debug-dump-seed", str(root / job_id / f"{party}.seed"),

@@ -1,0 +1,83 @@
+"""A party's own security policy, checked by the party whatever the coordinator or the job file
+say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
+
+- `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
+  party requires, no hidden label mask unless allowed, Paillier keys of a secure size.
+- `check_step`, on every StepStart: at least `min_parties` participants, always including this
+  party; a later round of a step only with a strictly smaller participant set (a restart after a
+  dropout; a repeated or grown set could be used to difference sums); nothing after the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xclp.crypto.paillier import MIN_SECURE_BITS
+from xclp.errors import PolicyRefused, ProtocolError
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import JobParams, XclpJobParams
+
+
+@dataclass(frozen=True)
+class PartyPolicy:
+    min_parties: int = 3  # the smallest participant set this party masks with; never below 2
+    require_dp: float | None = None  # if set: only DP jobs with epsilon <= this
+    allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (DESIGN §5.5)
+    insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.min_parties, bool) or not isinstance(self.min_parties, int) or self.min_parties < 2:
+            raise PolicyRefused(f"--min-parties must be an integer >= 2 (masking a sum of one reveals it), "
+                                f"got {self.min_parties!r}")
+        if self.require_dp is not None and not self.require_dp > 0:
+            raise PolicyRefused(f"--require-dp must be a positive epsilon, got {self.require_dp!r}")
+
+    def check_job(self, spec: pb.JobSpec, params: JobParams) -> None:
+        """Refuse, before joining, a job this party will not take part in."""
+        if len(spec.expected_parties) < self.min_parties:
+            raise PolicyRefused(f"job {spec.job_id!r} expects {len(spec.expected_parties)} parties; this party masks "
+                                f"with at least {self.min_parties} (--min-parties)")
+        if self.require_dp is not None:
+            epsilon = getattr(params, "epsilon", None)
+            if epsilon is None:
+                raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
+                                    f"job {spec.job_id!r} ({spec.job_type}) releases without DP")
+            if epsilon > self.require_dp:
+                raise PolicyRefused(f"job {spec.job_id!r} uses epsilon = {epsilon}; this party requires epsilon <= "
+                                    f"{self.require_dp} (--require-dp)")
+        if isinstance(params, XclpJobParams):
+            if params.hide_label_mask and not self.allow_hide_label_mask:
+                raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
+                                    "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
+                                    "take part only with --allow-hide-label-mask")
+            if params.key_bits < MIN_SECURE_BITS and not self.insecure_test_keys:
+                raise PolicyRefused(f"job {spec.job_id!r} uses {params.key_bits}-bit Paillier keys, below the secure "
+                                    f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
+
+
+@dataclass
+class StepGuard:
+    """What this party has answered so far, to refuse a schedule it must not follow (DESIGN §2.4)."""
+
+    policy: PartyPolicy
+    party_id: str
+    last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (round, participants)
+    finished: bool = False  # the job's result has arrived
+
+    def check_step(self, step: pb.StepStart) -> None:
+        members = frozenset(step.participants)
+        if self.finished:
+            raise ProtocolError(f"step {step.step!r} started after this party received the job's result")
+        if self.party_id not in members:
+            raise ProtocolError(f"step {step.step!r} does not include this party")
+        if len(members) < self.policy.min_parties:
+            raise ProtocolError(f"step {step.step!r} round {step.round} has {len(members)} participants, fewer than "
+                                f"this party's minimum of {self.policy.min_parties} (--min-parties)")
+        previous = self.last.get(step.step)
+        if previous is not None:
+            round_, before = previous
+            if step.round <= round_ or not members < before:
+                raise ProtocolError(f"step {step.step!r} restarted as round {step.round} with {sorted(members)} after "
+                                    f"round {round_} with {sorted(before)}: a restart must have a later round and "
+                                    "strictly fewer participants")
+        self.last[step.step] = (step.round, members)
