@@ -25,3 +25,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "docker" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def keys() -> dict[str, object]:
+    """Ed25519 identity keys of parties a, b, c, d and of an outsider, mallory."""
+    from xclp.crypto import identity
+
+    return {p: identity.generate_identity() for p in ("a", "b", "c", "d", "mallory")}

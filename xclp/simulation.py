@@ -29,8 +29,10 @@ from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
 from xclp.server.steps import xclp as coord
-from xclp.errors import InvalidInput, PeerDropped
+from xclp.client.jobs.selfmask import SelfMasks
+from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
+from xclp.v1.double_masking import self_mask, unpack_reveal
 from xclp.v1.wire import Payload, payload_bytes
 
 
@@ -193,6 +195,7 @@ def run_xclp_inprocess(
             S_L = party.select_influence(block, y, n_classes, hide_label_mask=hide_label_mask)
             Zbar[pid] = party.local_scores(S_L, y, n_classes, normalise_labels=normalise_labels)
         graph_rows = party.graph_rows_of(sizes, membership.graph)
+        self_masks = {pid: SelfMasks("rowsums", session_id) for pid in membership.graph}
         attempts: list[RowSumsAttempt] = []
         while True:
             participants = coord.rowsums_participants(membership)
@@ -203,19 +206,22 @@ def run_xclp_inprocess(
                 )
                 for pid in participants
             }
-            pushed = {
-                pid: wire.send("rowsums", m.payload)
+            pushed = {  # double masking (DESIGN §6.1): each payload also carries its sender's self mask
+                pid: wire.send("rowsums", self_masks[pid].add(m.payload, rnd, participants))
                 for pid, m in masked.items()
                 if drops.get(pid) is not coord.XclpStage.ROW_SUMS
             }
             frame = coord.rowsums_frame(hamming.layout, participants)
-            try:
-                sums = coord.sum_row_sums(frame, pushed, n_classes)
-            except PeerDropped as exc:
+            missing = set(participants) - set(pushed)
+            if missing:  # the coordinator holds fewer than all: nobody reveals; restart without them
                 attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=False))
-                for pid in sorted(exc.dropped):
+                for pid in sorted(missing):
                     membership = coord.drop_party(membership, pid, coord.XclpStage.ROW_SUMS)
                 continue
+            reveals = {pid: wire.send("rowsums_reveal", self_masks[pid].reveal(rnd, participants)) for pid in pushed}
+            opened = {pid: arr - self_mask(unpack_reveal(reveals[pid])[1], arr.shape, arr.dtype)
+                      for pid, arr in pushed.items()}
+            sums = coord.sum_row_sums(frame, opened, n_classes)
             attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=True))
             rows = {pid: party.returned_rows(data[pid][1], n_classes, hide_label_mask=hide_label_mask)
                     for pid in sums}  # the coordinator's choice (DESIGN §5.5): the unlabeled rows

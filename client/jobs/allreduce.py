@@ -18,6 +18,7 @@ import numpy as np
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xclp.client.jobs.selfmask import SelfMasks
 from xclp.client.jobs.xclp import Pusher
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
@@ -28,6 +29,7 @@ from xclp.tables import PartyData
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import FlynnJobParams, JobParams, RaceJobParams
+from xclp.v1.double_masking import reveal_step
 from xclp.v1.steps import RESULT_MSG, SUM_PURPOSE, SUM_STEP
 
 
@@ -112,12 +114,22 @@ class AllReduceParty:
     conn: Pusher
     progress: Callable[[str], None]
     result: np.ndarray | None = None
+    self_masks: SelfMasks | None = None
+
+    def __post_init__(self) -> None:
+        self.self_masks = SelfMasks(SUM_STEP, self.masker.session_id)
 
     def on_step(self, step: pb.StepStart) -> None:
+        assert self.self_masks is not None
+        members = list(step.participants)
+        if step.step == reveal_step(SUM_STEP):  # DESIGN §6.1: the round is complete, open it
+            self.conn.push(self.self_masks.reveal(step.round, members), sender=self.party_id, step=step.step,
+                           round=step.round)
+            self.progress(f"round {step.round} complete among {len(members)} parties: self mask revealed")
+            return
         if step.step != SUM_STEP:
             raise ProtocolError(f"unknown step {step.step!r} for an all-reduce job")
-        members = list(step.participants)
-        masked = self.mask(self.local_array(len(members)), step.round, members)
+        masked = self.self_masks.add(self.mask(self.local_array(len(members)), step.round, members), step.round, members)
         sent = self.conn.push(masked, sender=self.party_id, step=SUM_STEP, round=step.round)
         self.progress(f"pushed masked array {list(masked.shape)} for round {step.round} "
                       f"({len(members)} parties, {sent} bytes)")

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from xclp.tables import PartyData
+from xclp.client.jobs.selfmask import SelfMasks
 from xclp.client.steps import xclp as steps
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.identity import Roster
@@ -32,6 +33,7 @@ from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
+from xclp.v1.double_masking import reveal_step
 from xclp.v1.jobs import XclpJobParams
 from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
                            ROWSUMS_RESULT_MSG, ROWSUMS_STEP)
@@ -89,10 +91,12 @@ class XclpParty:
     kept: dict[int, np.ndarray] = field(default_factory=dict)  # SecureRowSums own masked rows by round
     scores: np.ndarray | None = None
     started: float = field(default_factory=time.monotonic)
+    self_masks: SelfMasks | None = None  # SecureRowSums double masking (DESIGN §6.1)
 
     def __post_init__(self) -> None:
         X, y = steps.check_party_data(self.data.X, self._labels(), self.params.n_classes)
         self.X, self.y = X, y
+        self.self_masks = SelfMasks(ROWSUMS_STEP, self.masker.session_id)
 
     def _labels(self) -> np.ndarray:
         if self.data.y is None:
@@ -122,6 +126,10 @@ class XclpParty:
             self.progress("labeled row numbers sent")
         elif step.step == ROWSUMS_STEP:
             self._row_sums(step.round, members)
+        elif step.step == reveal_step(ROWSUMS_STEP):  # DESIGN §6.1: the round is complete, open it
+            assert self.self_masks is not None
+            self._push(self.self_masks.reveal(step.round, members), step.step, step.round)
+            self.progress(f"SecureRowSums round {step.round} complete: self mask revealed")
         else:
             raise ProtocolError(f"unknown step {step.step!r} for an xclp job")
 
@@ -281,7 +289,8 @@ class XclpParty:
         masked = steps.mask_row_sums(self.zbar, self.graph, self.masker, participants=members, round=round,
                                      fixed_point=self.fixed_point)  # refuses a repeated round (ReplayRefused)
         self.kept[round] = masked.kept
-        self._push(masked.payload, ROWSUMS_STEP, round)
+        assert self.self_masks is not None
+        self._push(self.self_masks.add(masked.payload, round, members), ROWSUMS_STEP, round)
         self.progress(f"SecureRowSums round {round}: masked row sums sent ({len(members)} parties)")
 
     def _result(self, payload: wire.Payload, round: int) -> None:

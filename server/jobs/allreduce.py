@@ -3,9 +3,13 @@
 After SETUP the job runs one step, "sum": every participant pushes its masked array
 (uint32 for exact counts, uint64 for DP variants; shape fixed by the job parameters), the
 coordinator adds them in the ring, where the pairwise masks cancel, and sends the aggregate to
-every participant as step "result". If a participant drops, its partners' masks no longer
-cancel, so the step restarts among the rest in the next round, under fresh keys (DESIGN §4.2).
-The coordinator sees uniformly masked arrays and the aggregate, nothing else.
+every participant as message "result". Double masking (DESIGN §6.1): every array also carries
+its sender's self mask PRG(b); once all of a round are in, the step "sum_reveal" asks each
+participant for b, and only then can the coordinator subtract the self masks. If a participant
+drops during "sum", its partners' masks no longer cancel, so the step restarts among the rest in
+the next round, under fresh keys (DESIGN §4.2); a drop during "sum_reveal" fails the job, since
+the others revealed and mask no other round. The coordinator sees uniformly masked arrays and the
+aggregate, nothing else.
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import logging
 import numpy as np
 
 from xclp.crypto.masking import ring_sum
-from xclp.server.jobs.base import Job, Step, ring_array
+from xclp.server.jobs.base import Job, Step, check_reveal, ring_array
 from xclp.errors import InvalidInput
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import FlynnJobParams
+from xclp.v1.double_masking import reveal_step, self_mask, unpack_reveal
 from xclp.v1.steps import RESULT_MSG, SUM_STEP
+
+REVEAL_STEP = reveal_step(SUM_STEP)
 
 log = logging.getLogger("xclp.server")
 
@@ -38,6 +45,8 @@ class AllReduceJob(Job):
             except InvalidInput as exc:
                 raise InvalidInput(f"job {self.config.job_id!r} cannot use data of {summary.dim} columns: {exc}") from None
 
+    masked: Step | None = None  # the complete sum round whose self masks are being revealed
+
     def begin(self) -> None:
         self.start_step(SUM_STEP)
 
@@ -45,15 +54,31 @@ class AllReduceJob(Job):
         return self.config.params.wire(self.dim)
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        if step.name == REVEAL_STEP:
+            check_reveal(payload, self.session_id, SUM_STEP, step, sender)
+            return
         dtype, shape = self.expected()
         ring_array(payload, dtype, shape, f"the masked array from {sender!r}")
 
     def on_step_complete(self, step: Step) -> None:
-        total = ring_sum(np.asarray(step.received[p]) for p in step.participants)
+        if step.name == SUM_STEP:
+            # DESIGN §6.1: every participant's array is here; ask each for its self-mask seed
+            self.masked = step
+            self.start_step(REVEAL_STEP, list(step.participants), round=step.round)
+            return
+        assert self.masked is not None
+        dtype, shape = self.expected()
+        masked = ring_sum(np.asarray(self.masked.received[p]) for p in step.participants)
+        total = masked - ring_sum(self_mask(unpack_reveal(step.received[p])[1], shape, dtype) for p in step.participants)
         sent = sum(self.send(pid, RESULT_MSG, step.round, total) for pid in step.participants)
         log.info("job %s: aggregate of %d parties sent (%d bytes)", self.config.job_id, len(step.participants), sent)
         self.finish(f"aggregate of {len(step.participants)} parties")
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        if step.name == REVEAL_STEP:
+            # The others revealed their seeds and will mask no other round: this sum is lost.
+            self._fail(f"{', '.join(sorted(dropped))} dropped while revealing self masks; the sum cannot be "
+                       "released (DESIGN §6.1)")
+            return
         # DESIGN §4.2/§6: the masks of the dropped no longer cancel; restart without them.
         self.start_step(SUM_STEP)

@@ -35,11 +35,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from xclp.crypto.identity import KeyBundle, SignedBundle, verify_bundle
+from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
 from xclp.server.config import JobConfig
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.double_masking import round_digest, unpack_reveal
 from xclp.v1.jobs import params_json
 from xclp.v1.steps import SEED_STEP
 
@@ -126,6 +127,7 @@ class Job:
         self.join_deadline = clock() + config.join_seconds
         # Every key bundle of this run signs it (DESIGN §2.1): a bundle of an earlier run is refused.
         self.run_nonce = secrets.token_bytes(16)
+        self.session_id = b""  # set when the roster goes out
         self._status_at = clock()  # when the last JoinStatus went out
         self.started_at = clock()
         self.outcome_reason = ""
@@ -341,6 +343,8 @@ class Job:
             self._fail(str(exc), outcome=pb.JobEnd.REFUSED)
             return
         self.active = sorted(self.parties)
+        # the id every party derives from the same roster (crypto/identity.py): bound into reveals
+        self.session_id = session_id(self.parties[p].signed.bundle for p in self.active)
         for pid in [p for p in self.config.expected_parties if p not in self.parties]:
             self.dropped.add(pid)  # never joined (DESIGN §5: "before SecureHamming = never joined")
         roster = pb.Roster(bundles=[pb.SignedBundle(bundle=self.parties[p].signed.bundle,
@@ -416,6 +420,13 @@ class Job:
         if not party.ended:
             party.ended = True
             party.mailbox.put(pb.PullItem(end=pb.JobEnd(outcome=outcome, reason=reason)))
+
+
+def check_reveal(payload: wire.Payload, session: bytes, masked_step: str, step: Step, sender: str) -> None:
+    """A self-mask reveal (DESIGN §6.1) must be 64 bytes and bind this round and participant set."""
+    digest, _ = unpack_reveal(payload)
+    if not hmac.compare_digest(digest, round_digest(session, masked_step, step.round, step.participants)):
+        raise InvalidInput(f"the self-mask reveal of {sender!r} is for another session, round or participant set")
 
 
 def ring_array(payload: wire.Payload, dtype: np.dtype, shape: tuple[int, ...], what: str) -> np.ndarray:

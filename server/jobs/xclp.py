@@ -14,7 +14,8 @@ keeps the stage machine. Steps after SETUP, in order (payload dtype/shape per pa
     labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
     coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
     coordinator -> j     "influence"       float64[n, l_j] (float64[n, n_j] if hidden)  (§5.5)
-    rowsums              j -> coordinator  uint64[n_frame − n_j, C] masked row sums     (§5.6)
+    rowsums              j -> coordinator  uint64[n_frame − n_j, C] double-masked row sums (§5.6, §6.1)
+    rowsums_reveal       j -> coordinator  bytes: round digest ‖ j's self-mask seed     (§6.1)
     coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 
 Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
@@ -39,7 +40,7 @@ from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.server.config import JobConfig
 from xclp.runtime import write_json_atomic
-from xclp.server.jobs.base import Job, Observer, Stage, Step, ring_array
+from xclp.server.jobs.base import Job, Observer, Stage, Step, check_reveal, ring_array
 from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.steps import xclp as steps
 from xclp.errors import InvalidInput, PeerDropped, XclpError
@@ -47,9 +48,12 @@ from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import XclpJobParams
 from xclp.v1.bundles import paillier_key
+from xclp.v1.double_masking import reveal_step, self_mask, unpack_reveal
 from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
                            ROWSUMS_RESULT_MSG, ROWSUMS_STEP, SEED_STEP)
 from xclp.v1.xclp_layout import PairTask, parts_of
+
+ROWSUMS_REVEAL = reveal_step(ROWSUMS_STEP)
 
 log = logging.getLogger("xclp.server")
 
@@ -86,6 +90,7 @@ class XclpJob(Job):
         self.labeled: dict[str, np.ndarray] = {}
         self.ledger = StepLedger()
         self.summary_written = False
+        self.rowsums: Step | None = None  # the complete SecureRowSums round whose self masks are revealed
 
     # --- admission: XCLP parties publish a Paillier key in their signed bundle (DESIGN §4.1) ---
 
@@ -178,6 +183,8 @@ class XclpJob(Job):
             own = frame.rows(sender)
             shape = (frame.n - (own.stop - own.start), self.params.n_classes)
             ring_array(payload, np.dtype(np.uint64), shape, f"the masked row sums of {sender!r}")
+        elif step.name == ROWSUMS_REVEAL:
+            check_reveal(payload, self.session_id, ROWSUMS_STEP, step, sender)
         else:
             raise InvalidInput(f"step {step.name!r} takes no contributions")
 
@@ -191,6 +198,10 @@ class XclpJob(Job):
             elif step.name == LABELS_STEP:
                 self._distribute(self.labeled)
             elif step.name == ROWSUMS_STEP:
+                # DESIGN §6.1: every participant's rows are here; ask each for its self-mask seed
+                self.rowsums = step
+                self.start_step(ROWSUMS_REVEAL, list(step.participants), round=step.round)
+            elif step.name == ROWSUMS_REVEAL:
                 self._return_row_sums(step)
         except XclpError as exc:
             # Out-of-range distances, no labeled rows left, ...: nothing a restart would fix.
@@ -198,6 +209,11 @@ class XclpJob(Job):
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
         assert self.membership is not None
+        if step.name == ROWSUMS_REVEAL:
+            # The others revealed their seeds and will mask no other round: these row sums are lost.
+            self._fail(f"{', '.join(sorted(dropped))} dropped while revealing self masks; the row sums cannot "
+                       "be released (DESIGN §6.1)")
+            return
         stage = {INTRA_STEP: steps.XclpStage.SETUP, HAMMING_STEP: steps.XclpStage.SECURE_HAMMING,
                  LABELS_STEP: steps.XclpStage.GRAPH, ROWSUMS_STEP: steps.XclpStage.ROW_SUMS}[step.name]
         try:
@@ -312,11 +328,16 @@ class XclpJob(Job):
         assert self.hamming is not None
         return steps.rowsums_frame(self.hamming.layout, step.participants)
 
-    def _return_row_sums(self, step: Step) -> None:
+    def _return_row_sums(self, reveal: Step) -> None:
+        step = self.rowsums
+        assert step is not None and step.round == reveal.round
         received = {p: np.asarray(step.received[p]) for p in step.participants}
         for pid, arr in received.items():
             self._dump(f"rowsums-{pid}-round{step.round}.npy", arr)
-        sums = steps.sum_row_sums(self._frame(step), received, self.params.n_classes)
+        # each contribution minus its sender's self mask (DESIGN §6.1); the pairwise masks cancel in the sum
+        opened = {p: arr - self_mask(unpack_reveal(reveal.received[p])[1], arr.shape, arr.dtype)
+                  for p, arr in received.items()}
+        sums = steps.sum_row_sums(self._frame(step), opened, self.params.n_classes)
         for pid, block in sums.items():
             # DESIGN §5.5: Z only for the receiver's unlabeled rows (all rows if the mask is hidden)
             rows = (slice(None) if self.params.hide_label_mask

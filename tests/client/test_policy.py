@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.service.conftest import Recorder, allow_list, coordinator, job, keys, party_data, run_parties  # noqa: F401 - keys is a fixture
+from tests.service.conftest import Recorder, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.policy import PartyPolicy, StepGuard
+from xclp.client.jobs.allreduce import flynn_counts
+from xclp.client.session import PartySession
 from xclp.crypto.masking import ring_sum
 from xclp.errors import PolicyRefused, ProtocolError
 from xclp.server import coordinator as coordinator_module
@@ -104,3 +106,42 @@ def test_the_step_guard_accepts_only_strictly_shrinking_restarts() -> None:
     guard.check_step(pb.StepStart(step="sum", round=1, participants=["a", "c"]))  # a real restart
     with pytest.raises(ProtocolError, match="does not include this party"):
         guard.check_step(pb.StepStart(step="rowsums", round=0, participants=["b", "c"]))
+
+
+def test_a_coordinator_lying_about_a_dropout_cannot_difference_two_sums(keys, monkeypatch):
+    """Attack (lying about a dropout): the coordinator completes a round with a, b, c, claims c
+    dropped and restarts with a, b; the difference of the two sums would be c's counts. Under
+    double masking neither round opens without the self-mask seeds, and a, b reveal one round only:
+    here it asks for round 0 after round 1, and they refuse."""
+    class Liar(AllReduceJob):
+        def on_step_complete(self, step) -> None:
+            if step.name == "sum" and step.round == 0:
+                self.round0 = step
+                self.start_step("sum", ["a", "b"])  # "c dropped"
+            elif step.name == "sum" and step.round == 1:
+                self.round1 = step
+                self.start_step("sum_reveal", ["a", "b", "c"], round=0)  # now open round 0, please
+            else:
+                super().on_step_complete(step)
+
+    seeds: list[bytes] = []
+
+    class SeedKeeper(PartySession):  # the test, not the coordinator, reads the common seed
+        def _have_seed(self, seed, step) -> None:
+            seeds.append(seed)
+            super()._have_seed(seed, step)
+
+    hostile(monkeypatch, Liar)
+    rec = Recorder()
+    datas = {p: party_data(10 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN)], observer=rec) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, policy=PartyPolicy(min_parties=2), session=SeedKeeper)
+    for p in ("a", "b"):
+        assert isinstance(results[p], ProtocolError) and "abandoned for round 1" in str(results[p]), results[p]
+    assert not [k for k in rec.seen if k[1] == "sum_reveal" and k[3] in ("a", "b")]
+    # what the liar holds: two masked sums, whose difference would be c's counts without self masks
+    round0 = ring_sum(np.asarray(rec.seen[("f", "sum", 0, p)]) for p in PARTIES)
+    round1 = ring_sum(np.asarray(rec.seen[("f", "sum", 1, p)]) for p in ("a", "b"))
+    counts_c = flynn_counts(parse_params("flynn", FLYNN), datas["c"], seeds[0])
+    assert not np.array_equal(round0 - round1, counts_c)
+    assert np.mean((round0 - round1) == counts_c) < 0.01  # not even close

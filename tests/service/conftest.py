@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import pytest
 
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
@@ -21,11 +20,6 @@ from xclp.server.service import build_server
 from xclp.v1.jobs import parse_params
 
 PARTIES = ("a", "b", "c")
-
-
-@pytest.fixture(scope="session")
-def keys() -> dict[str, object]:
-    return {p: identity.generate_identity() for p in (*PARTIES, "d", "mallory")}
 
 
 def allow_list(keys, parties=(*PARTIES, "d")) -> dict[str, bytes]:

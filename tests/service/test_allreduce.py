@@ -15,6 +15,7 @@ from tests.service.conftest import (PARTIES, ManualClock, Recorder, advance_afte
                                    party_data, run_parties)
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.race import RaceHashes, RaceParams, private_release_share, sketch
+from xclp.v1.double_masking import self_mask, unpack_reveal
 from xclp.v1.jobs import parse_params
 
 FLYNN = {"n_classes": 3, "m": 1024, "s": 3, "rho": 16}
@@ -53,7 +54,13 @@ def test_flynn_aggregate_is_pooled_counts_and_masked_uploads_reveal_nothing(keys
         top_nibbles = np.bincount((masked.ravel() >> 28).astype(np.int64), minlength=16)
         assert stats.chisquare(top_nibbles).pvalue > 1e-6
         assert np.mean(masked < 2**20) < 0.01  # raw counts are all < 2^20
-    assert np.array_equal(total, pooled)  # ...while the masks cancel exactly in the sum
+    # The pairwise masks cancel in the sum; each self mask is removed only with its revealed seed.
+    assert not np.array_equal(total, pooled)
+    seeds = {p: unpack_reveal(rec.seen[("f", "sum_reveal", 0, p)])[1] for p in PARTIES}
+    opened = total.copy()
+    for seed in seeds.values():
+        opened -= self_mask(seed, total.shape, total.dtype)  # wraps mod 2^32
+    assert np.array_equal(opened, pooled)
 
 
 def test_race_kde_and_class_sketches_equal_pooled_sketches(keys):

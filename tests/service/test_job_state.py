@@ -13,6 +13,7 @@ from xclp.server.jobs.base import Stage
 from tests.service.conftest import allow_list, job
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
 from xclp.v1 import wire
+from xclp.v1.double_masking import pack_reveal, round_digest, self_mask
 from xclp.v1 import xclp_pb2 as pb
 
 FLYNN = {"n_classes": 2, "m": 8, "s": 2, "rho": 2}
@@ -185,13 +186,33 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     assert j.step.pending == {"a", "b"}
     with pytest.raises(ProtocolError, match="takes no part"):
         j.message("c", msg("sum", 1, "c", ones))
-    j.message("a", msg("sum", 1, "a", ones))
-    j.message("b", msg("sum", 1, "b", 2 * ones))
+    seeds = {"a": bytes([1]) * 32, "b": bytes([2]) * 32}
+    j.message("a", msg("sum", 1, "a", ones + self_mask(seeds["a"], ones.shape, ones.dtype)))
+    j.message("b", msg("sum", 1, "b", 2 * ones + self_mask(seeds["b"], ones.shape, ones.dtype)))
+    # DESIGN §6.1: complete, so the coordinator asks both for their self-mask seeds of round 1
+    assert j.stage is Stage.RUNNING and (j.step.name, j.step.round, j.step.participants) == ("sum_reveal", 1, ("a", "b"))
+    digest = round_digest(j.session_id, "sum", 1, ("a", "b"))
+    with pytest.raises(InvalidInput, match="another session, round or participant set"):
+        j.message("a", msg("sum_reveal", 1, "a", pack_reveal(round_digest(j.session_id, "sum", 0, "abc"), seeds["a"])))
+    for p in "ab":
+        j.message(p, msg("sum_reveal", 1, p, pack_reveal(digest, seeds[p])))
     assert j.stage is Stage.DONE
     frames = [i.frame for i in drain(j, "a") if i.WhichOneof("item") == "frame"]
     result = wire.Assembler().add(frames[-1])
     assert result.step == "result" and result.round == 1 and np.array_equal(result.payload, 3 * ones)
     assert drain(j, "c")[-1].end.outcome == pb.JobEnd.DROPPED
+
+
+def test_a_party_lost_while_revealing_fails_the_sum_rather_than_restarting_it(keys):
+    """The others revealed their seeds and will mask no other round (DESIGN §6.1)."""
+    j, _ = started(keys)
+    for p in "abc":
+        j.message(p, msg("seed", 0, p, b""))
+    for p in "abc":
+        j.message(p, msg("sum", 0, p, np.ones((2, 8), np.uint32)))
+    j.message("a", msg("sum_reveal", 0, "a", pack_reveal(round_digest(j.session_id, "sum", 0, "abc"), bytes(32))))
+    j.disconnected("c")
+    assert j.stage is Stage.FAILED and "dropped while revealing self masks" in j.outcome_reason
 
 
 def test_only_the_leader_may_relay_the_seed(keys):

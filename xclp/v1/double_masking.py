@@ -1,0 +1,59 @@
+"""Double masking (DESIGN §6.1): what parties and coordinator agree on for every masked sum.
+
+In round r of a masked step with participant set P_r, party i sends
+    y_i = x_i + PRG(b_i) + Σ_{j∈P_r, j≠i} ±PRG(k_ij)
+with b_i a fresh 32-byte self-mask seed. When the coordinator holds every y_i of P_r it starts
+the step's reveal step (same round, same participants); each party answers with
+    digest(session, step, round, P_r) ‖ b_i
+and the coordinator subtracts Σ PRG(b_i). A party reveals only for the latest round it masked,
+only if the announced set is that round's set, and never takes part in a later round of the
+step afterwards; so the coordinator can unmask at most one round of a step, and a lie about a
+dropout (complete round, then "restart without j") leaves it one sum, never two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
+from xclp.crypto.masking import keystream
+from xclp.errors import InvalidInput
+
+SEED_BYTES = 32
+DIGEST_BYTES = 32
+REVEAL_BYTES = DIGEST_BYTES + SEED_BYTES
+REVEAL_SUFFIX = "_reveal"
+
+
+def reveal_step(step: str) -> str:
+    """The name of `step`'s reveal step ("sum" -> "sum_reveal")."""
+    return step + REVEAL_SUFFIX
+
+
+def round_digest(session_id: bytes, step: str, round: int, participants: Sequence[str]) -> bytes:
+    """SHA-256 over the session, the step, the round and the sorted participant set."""
+    h = hashlib.sha256(b"xclp/v1/double-masking")
+    for part in (session_id, step.encode(), struct.pack(">Q", round), *(p.encode() for p in sorted(participants))):
+        h.update(struct.pack(">I", len(part)) + part)
+    return h.digest()
+
+
+def self_mask(seed: bytes, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """PRG(b): the self mask of `shape` in the ring of `dtype` (uint32 or uint64), AES-256-CTR."""
+    if len(seed) != SEED_BYTES:
+        raise InvalidInput(f"a self-mask seed is {SEED_BYTES} bytes, got {len(seed)}")
+    return keystream(seed, int(np.prod(shape, dtype=np.int64)), dtype).reshape(shape)
+
+
+def pack_reveal(digest: bytes, seed: bytes) -> bytes:
+    return digest + seed
+
+
+def unpack_reveal(payload: object) -> tuple[bytes, bytes]:
+    """(digest, seed) from a reveal payload; InvalidInput if it is not 64 opaque bytes."""
+    if not isinstance(payload, bytes) or len(payload) != REVEAL_BYTES:
+        raise InvalidInput(f"a self-mask reveal is {REVEAL_BYTES} opaque bytes (digest and seed)")
+    return payload[:DIGEST_BYTES], payload[DIGEST_BYTES:]
