@@ -24,12 +24,14 @@ import numpy as np
 from xclp.tables import PartyData
 from xclp.client.jobs.selfmask import SelfMasks
 from xclp.client.steps import xclp as steps
+from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.kdf import derive_key
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.pool import default_workers
-from xclp.errors import InvalidInput, ProtocolError
+from xclp.errors import InvalidInput, ProtocolError, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
@@ -202,7 +204,7 @@ class XclpParty:
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
             for task in as_a:
-                self._push(self.slices, HAMMING_STEP, round, recipient=task.b)
+                self._push(self._seal(self.slices, round, task.b), HAMMING_STEP, round, recipient=task.b)
         self._maybe_push_hamming()
 
     def _from_peer(self, message: wire.Message) -> None:
@@ -211,23 +213,48 @@ class XclpParty:
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
         task = self._pair_with(message.sender)
+        payload = self._open(message.payload, message.round, message.sender)  # DESIGN §2.2: from that peer, for us
         L = self.params.lsh_bits
         if task.b == self.party_id:  # we are B: evaluate A's slices (or re-send the evaluation)
             if task.a not in self.evaluated:
                 t0 = time.monotonic()
                 a_key = self._peer_key(task.a)
-                self.evaluated[task.a] = steps.hamming_evaluate(a_key, message.payload, self.codes, L,
+                self.evaluated[task.a] = steps.hamming_evaluate(a_key, payload, self.codes, L,
                                                                 self.sizes[task.a], self.executor)
                 self.progress(f"SecureHamming pair {task.a}->{task.b}: evaluated {self.X.shape[0]} x "
                               f"{self.sizes[task.a]} distances in {time.monotonic() - t0:.1f}s")
-            self._push(self.evaluated[task.a][0], HAMMING_STEP, message.round, recipient=task.a)
+            self._push(self._seal(self.evaluated[task.a][0], message.round, task.a), HAMMING_STEP, message.round,
+                       recipient=task.a)
         else:  # we are A: decrypt B's evaluation into t = (packed H + R) mod N
             if task.b not in self.t:
                 t0 = time.monotonic()
-                self.t[task.b] = steps.hamming_decrypt(self.keypair, message.payload, L, self.X.shape[0],
+                self.t[task.b] = steps.hamming_decrypt(self.keypair, payload, L, self.X.shape[0],
                                                        self.sizes[task.b], self.executor)
                 self.progress(f"SecureHamming pair {task.a}->{task.b}: decrypted in {time.monotonic() - t0:.1f}s")
         self._maybe_push_hamming()
+
+    def _relay_key(self, round: int, sender: str, recipient: str) -> tuple[bytes, bytes]:
+        """(key, AAD) sealing a SecureHamming relay from `sender` to `recipient` (DESIGN §2.2): a pairwise
+        HKDF key for this purpose, round and direction, with the session and step in the AAD."""
+        peer = recipient if sender == self.party_id else sender
+        key = derive_key(self.masker.secrets[peer], session_id=self.masker.session_id,
+                         purpose=f"relay:{HAMMING_STEP}:{sender}:{recipient}", round=round,
+                         participants=(sender, recipient))
+        return key, b"|".join((self.masker.session_id, HAMMING_STEP.encode(), sender.encode(), recipient.encode()))
+
+    def _seal(self, payload: bytes, round: int, recipient: str) -> bytes:
+        key, aad = self._relay_key(round, self.party_id, recipient)
+        return aead.seal(key, payload, aad=aad)
+
+    def _open(self, sealed: bytes, round: int, sender: str) -> bytes:
+        """The relayed payload, or ProtocolError: the coordinator may drop a relay, never forge,
+        replay, reflect or redirect one."""
+        key, aad = self._relay_key(round, sender, self.party_id)
+        try:
+            return aead.open_sealed(key, sealed, aad=aad)
+        except XclpError:
+            raise ProtocolError(f"a SecureHamming message said to come from {sender!r} does not open: forged, "
+                                "replayed or redirected on the way") from None
 
     def _maybe_push_hamming(self) -> None:
         """Once every pair of this round has its part here: t (as A) and R (as B), in pair order.

@@ -148,3 +148,31 @@ def test_party_refuses_unknown_messages_and_peer_messages_outside_secure_hamming
         from_coordinator(party, "gossip", b"")
     with pytest.raises(ProtocolError, match="'b' sent a 'influence' message, which peers never send"):
         party.on_message(Message("j", "influence", 0, "b", "a", np.zeros((9, 2))))
+
+
+def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evaluation() -> None:
+    """Attack (decryption oracle): the coordinator relays A's own bit-slice ciphertexts back to A,
+    repackaged as B's evaluation; A would decrypt them and its t would hand the coordinator A's code
+    bits. Relays are sealed end to end (DESIGN §2.2): what the coordinator makes does not open."""
+    from xclp.client.steps import xclp as steps
+    from xclp.crypto.paillier import PaillierKeypair
+    from xclp.crypto.secure_hamming import EncryptedSlices, EvaluatedDistances
+    from xclp.v1.xclp_layout import PairTask
+
+    keypair = PaillierKeypair.generate(512, allow_insecure_test_size=True)
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
+    data = PartyData(np.random.default_rng(0).normal(size=(3, 4)), np.array([0, -1, 1]), ("r0", "r1", "r2"))
+    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+    masker = PairwiseMasker("a", {"b": bytes(range(32)), "c": bytes(32)}, b"session")
+    sink = Sink()
+    a = XclpParty("a", params, data, keypair, Roster(bundles, bytes(32)), bytes(32), masker, sink, lambda m: None)
+    a.sizes, a.pairs = dict(ROWS), (PairTask("a", "b"), PairTask("c", "a"))
+    a.codes = steps.lsh_step(data.X, bytes(32), 64)
+    a._start_hamming(0, IDS)
+    assert ("secure_hamming", 0) in sink.pushed and a.slices is not None
+    slices = EncryptedSlices.from_bytes(a.slices)
+    width = 2 * slices.layout.value_bytes
+    forged = EvaluatedDistances(slices.layout, 3, 2, slices.ciphertexts[: 2 * width]).to_bytes()
+    with pytest.raises(ProtocolError, match="said to come from 'b' does not open"):
+        a.on_message(Message("j", "secure_hamming", 0, "b", "a", forged))
+    assert a.t == {}  # nothing was decrypted

@@ -195,8 +195,10 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
     ct = 2 * 512 // 8
     slots = (512 - 2) // math.ceil(math.log2(L + 1))  # K = ⌊(|N| − 2)/w⌋, w = ⌈log2(L+1)⌉ (crypto/secure_hamming.py)
     batches = math.ceil(N / slots)
-    # three pairs, each: a header + one slice ciphertext per (batch, bit), a header + one per (batch, B row)
-    assert summary["steps"]["secure_hamming"]["bytes_relayed"] == 3 * (20 + batches * L * ct) + 3 * (24 + batches * N * ct)
+    # three pairs, each: a header + one slice ciphertext per (batch, bit), a header + one per (batch, B row),
+    # each relay sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, DESIGN §2.2)
+    assert summary["steps"]["secure_hamming"]["bytes_relayed"] == (3 * (20 + batches * L * ct) + 3 * (24 + batches * N * ct)
+                                                                   + 6 * (12 + 16))
     # t and R per pair: one 512-bit value per ciphertext D
     assert summary["steps"]["secure_hamming"]["bytes_in"] == 3 * 2 * batches * N * 512 // 8
     assert summary["bytes_total"] == sum(s["bytes_in"] + s["bytes_relayed"] + s["bytes_out"]
