@@ -21,8 +21,9 @@ Assumption (stated once, relied on everywhere):
   stays above the ≈2^128 of 3072-bit keys). Real keys (|N| >= 2048) therefore refuse
   exponent_bits < 448; smaller keys and exponents exist for tests only and need
   `allow_insecure_test_size=True`.
-  B cannot check that h_s was generated honestly; under the honest-but-curious model (DESIGN §2)
-  A does, and the signed key bundle binds h_s to A's identity.
+  h is not A's choice: x comes from a public hash of N (`derive_h`), so B recomputes h_s = h^N
+  mod N² itself and refuses a key whose h_s differs (`PaillierPublicKey.check_h_s`); a malicious
+  A cannot pick a weak base (DESIGN §5.3). The signed key bundle binds h_s to A's identity.
 
 Speed: h_s^a is a product of ⌈exponent_bits/window⌉ entries of a precomputed `FixedBaseTable`.
 The key owner keeps tables mod p² and mod q² and recombines by CRT (each half-size product is
@@ -32,6 +33,7 @@ Ciphertexts travel as fixed-width big-endian bytes, 2·|N|/8 each, concatenated 
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import struct
 from collections.abc import Sequence
@@ -68,6 +70,20 @@ def _check_strength(modulus_bits: int, exponent_bits: int, allow_insecure: bool)
         )
 
 
+def derive_h(n: mpz | int) -> mpz:
+    """h = −x² mod N with x = SHAKE-256("xclp/paillier/h" ‖ N) read as an integer mod N (DESIGN §5.3):
+    public, so both sides compute it, and a unit of Z_N for any N that is a product of two large primes."""
+    n = mpz(n)
+    width = (int(n).bit_length() + 7) // 8
+    counter = 0
+    while True:
+        digest = hashlib.shake_256(b"xclp/paillier/h" + int(n).to_bytes(width, "big") + bytes([counter]))
+        x = mpz(int.from_bytes(digest.digest(width + 16), "big")) % n
+        if x > 1 and gmpy2.gcd(x, n) == 1:
+            return (-x * x) % n
+        counter += 1
+
+
 @dataclass(frozen=True)
 class PaillierPublicKey:
     """N and the DJN randomness base h_s = h^N mod N²; `exponent_bits` is the short exponent size."""
@@ -89,6 +105,12 @@ class PaillierPublicKey:
     @property
     def modulus_bits(self) -> int:
         return int(self.n.bit_length())
+
+    def check_h_s(self) -> None:
+        """Refuse (ProtocolError) an h_s other than h^N mod N² for h from the hash of N: the key
+        owner must not choose the randomness base of the encryptions B makes (DESIGN §5.3)."""
+        if gmpy2.powmod(derive_h(self.n), self.n, self.nsquare) != self.h_s:
+            raise ProtocolError("the Paillier key's h_s is not derived from N (DESIGN §5.3): refusing a chosen base")
 
     @cached_property
     def nsquare(self) -> mpz:
@@ -177,18 +199,14 @@ class PaillierKeypair:
     def generate(
         cls, bits: int = 2048, *, exponent_bits: int = MIN_SECURE_EXPONENT_BITS, allow_insecure_test_size: bool = False
     ) -> PaillierKeypair:
-        """New key via `phe.generate_paillier_keypair`; h = −x² mod N, h_s = h^N mod N² (DJN)."""
+        """New key via `phe.generate_paillier_keypair`; h = −x² mod N from a hash of N, h_s = h^N mod N² (DJN)."""
         if bits % 8:
             raise InvalidInput(f"key size must be a multiple of 8 bits, got {bits}")
         _check_strength(bits, exponent_bits, allow_insecure_test_size)
         _, private = phe.generate_paillier_keypair(n_length=bits)
         p, q = mpz(private.p), mpz(private.q)
         n = p * q
-        while True:
-            x = mpz(secrets.randbelow(int(n)))
-            if x > 1 and gmpy2.gcd(x, n) == 1:
-                break
-        h = (-x * x) % n
+        h = derive_h(n)
         p2, q2 = p * p, q * q
         h_s = _crt_pair(gmpy2.powmod(h, n, p2), gmpy2.powmod(h, n, q2), p2, q2, gmpy2.invert(q2, p2))
         return cls(PaillierPublicKey(n, h_s, exponent_bits), p, q)

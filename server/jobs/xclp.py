@@ -47,7 +47,7 @@ from xclp.errors import InvalidInput, PeerDropped, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import XclpJobParams
-from xclp.v1.bundles import paillier_key
+from xclp.v1.bundles import check_paillier_size
 from xclp.v1.double_masking import reveal_step, self_mask, unpack_reveal
 from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
                            ROWSUMS_RESULT_MSG, ROWSUMS_STEP, SEED_STEP)
@@ -108,7 +108,7 @@ class XclpJob(Job):
 
     def _check_paillier(self, bundle: KeyBundle) -> None:
         try:
-            paillier_key(bundle, self.params.key_bits, allow_insecure=self.params.insecure_test_keys)
+            check_paillier_size(bundle, self.params.key_bits, allow_insecure=self.params.insecure_test_keys)
         except InvalidInput as exc:
             raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: {exc}") from None
 

@@ -169,3 +169,17 @@ def test_malformed_ciphertext_bytes_are_refused(keypair: PaillierKeypair) -> Non
         parse_ciphertexts(good + not_unit, pub)
     with pytest.raises(ProtocolError, match="invertible"):
         parse_ciphertexts(bytes(pub.ciphertext_bytes), pub)
+
+
+def test_h_s_is_derived_from_N_and_a_chosen_base_is_refused(keypair) -> None:  # type: ignore[no-untyped-def]
+    """DESIGN §5.3: h = −x² mod N with x from a public hash of N, so B recomputes h_s; a malicious A
+    could otherwise pick a weak base (e.g. one of small order) for B's encryption randomness."""
+    from xclp.crypto.paillier import PaillierPublicKey, derive_h
+    from xclp.errors import ProtocolError
+
+    pub = keypair.public
+    assert gmpy2.powmod(derive_h(pub.n), pub.n, pub.nsquare) == pub.h_s
+    pub.check_h_s()
+    chosen = PaillierPublicKey(pub.n, gmpy2.powmod(pub.h_s, 2, pub.nsquare), pub.exponent_bits)
+    with pytest.raises(ProtocolError, match="not derived from N"):
+        chosen.check_h_s()

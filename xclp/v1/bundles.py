@@ -12,7 +12,7 @@ from gmpy2 import mpz
 
 from xclp.crypto.identity import KeyBundle
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierPublicKey
-from xclp.errors import InvalidInput
+from xclp.errors import InvalidInput, ProtocolError
 
 
 def paillier_fields(public: PaillierPublicKey | None) -> dict[str, bytes]:
@@ -24,9 +24,9 @@ def paillier_fields(public: PaillierPublicKey | None) -> dict[str, bytes]:
             "paillier_hs": int(public.h_s).to_bytes(2 * width, "big")}
 
 
-def paillier_key(bundle: KeyBundle, key_bits: int, *, allow_insecure: bool) -> PaillierPublicKey:
-    """The bundle's Paillier key, refused (InvalidInput naming the party) unless it has exactly
-    `key_bits` bits, and below 2048 bits only when `allow_insecure`."""
+def check_paillier_size(bundle: KeyBundle, key_bits: int, *, allow_insecure: bool) -> None:
+    """Refuse (InvalidInput naming the party) a bundle whose Paillier key does not have exactly
+    `key_bits` bits, or has fewer than 2048 without `allow_insecure` (the coordinator's check)."""
     n, hs = bundle.paillier_n, bundle.paillier_hs
     if not n or len(n) * 8 != key_bits or not n[0] & 0x80:
         have = f"a {int.from_bytes(n, 'big').bit_length()}-bit key" if n else "no Paillier key"
@@ -38,4 +38,15 @@ def paillier_key(bundle: KeyBundle, key_bits: int, *, allow_insecure: bool) -> P
     if len(hs) != 2 * len(n):
         raise InvalidInput(f"{bundle.party_id!r} published an h_s of {len(hs)} bytes; a {key_bits}-bit key needs "
                            f"{2 * len(n)}")
-    return PaillierPublicKey(mpz(int.from_bytes(n, "big")), mpz(int.from_bytes(hs, "big")))
+
+
+def paillier_key(bundle: KeyBundle, key_bits: int, *, allow_insecure: bool) -> PaillierPublicKey:
+    """The bundle's Paillier key as a peer uses it: the size checked, and h_s recomputed from N."""
+    check_paillier_size(bundle, key_bits, allow_insecure=allow_insecure)
+    n, hs = bundle.paillier_n, bundle.paillier_hs
+    key = PaillierPublicKey(mpz(int.from_bytes(n, "big")), mpz(int.from_bytes(hs, "big")))
+    try:
+        key.check_h_s()  # h from a hash of N, recomputed here: the key owner did not choose it
+    except ProtocolError as exc:
+        raise InvalidInput(f"{bundle.party_id!r}: {exc}") from None
+    return key
