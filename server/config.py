@@ -43,6 +43,7 @@ class JobConfig:
     join_seconds: float = 600.0
     step_seconds: float = 300.0
     summary_path: Path | None = None  # xclp: run summary JSON, written when the job ends
+    max_rows_per_party: int = 1_000_000  # a party reporting more rows is refused at Join
     debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
 
     def __post_init__(self) -> None:
@@ -60,6 +61,9 @@ class JobConfig:
                 f"job {self.job_id}: min_parties must be in [2, {len(self.expected_parties)}] "
                 "(masking needs at least two parties)"
             )
+        if isinstance(self.max_rows_per_party, bool) or not isinstance(self.max_rows_per_party, int) \
+                or self.max_rows_per_party < 1:
+            raise ConfigError(f"job {self.job_id}: max_rows_per_party must be a positive integer")
         if not (self.join_seconds > 0 and self.step_seconds > 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
         if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
@@ -70,7 +74,8 @@ class JobConfig:
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
     raw = read_toml(path)
-    known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump"}
+    known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump",
+             "max_rows_per_party"}
     check_keys(path, raw, known)
     try:
         parties = raw["expected_parties"]
@@ -90,6 +95,7 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
             summary_path=_relative(path, raw.get("summary")),
             debug_dump_dir=_relative(path, raw.get("debug_dump")),
+            max_rows_per_party=raw.get("max_rows_per_party", 1_000_000),
         )
     except KeyError as exc:
         raise ConfigError(f"{path}: missing required key {exc.args[0]!r}") from None

@@ -15,8 +15,9 @@ import grpc
 
 from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
+from xclp.server.jobs.base import MAX_PUSH_STREAMS
 from xclp.server.status import abort_on_error
-from xclp.errors import InvalidInput, NotAuthorized, XclpError
+from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
@@ -76,21 +77,33 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             job, party_id = self.coordinator.authenticate(
                 token if isinstance(token, bytes) else None, job_id if isinstance(job_id, str) else ""
             )
-            assembler = wire.Assembler()
-            frames = total = 0
-            for frame in request_iterator:
-                if frame.job_id != job.config.job_id:
-                    raise InvalidInput(f"frame for job {frame.job_id!r} on a Push stream of job {job.config.job_id!r}")
-                if frame.sender != party_id:
-                    raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
-                frames += 1
-                total += len(frame.data)
-                message = assembler.add(frame)
-                if message is not None:
-                    job.message(party_id, message)
-            if assembler.pending:
-                raise InvalidInput(f"the Push stream ended with {assembler.pending} incomplete message(s)")
-            return pb.PushAck(frames=frames, bytes=total)
+            party = job.parties.get(party_id)
+            if party is None:
+                raise NotAuthorized(f"party {party_id!r} has no open place in job {job.config.job_id!r}")
+            mailbox = party.mailbox
+            with job.lock:
+                if mailbox.pushes >= MAX_PUSH_STREAMS:
+                    raise ResourceExhausted(f"party {party_id!r} already has {MAX_PUSH_STREAMS} Push streams open")
+                mailbox.pushes += 1
+            try:
+                assembler = wire.Assembler()
+                frames = total = 0
+                for frame in request_iterator:
+                    if frame.job_id != job.config.job_id:
+                        raise InvalidInput(f"frame for job {frame.job_id!r} on a Push stream of job {job.config.job_id!r}")
+                    if frame.sender != party_id:
+                        raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
+                    frames += 1
+                    total += len(frame.data)
+                    message = assembler.add(frame, limit=job.payload_limit(party_id, frame.step, frame.recipient))
+                    if message is not None:
+                        job.message(party_id, message)
+                if assembler.pending:
+                    raise InvalidInput(f"the Push stream ended with {assembler.pending} incomplete message(s)")
+                return pb.PushAck(frames=frames, bytes=total)
+            finally:
+                with job.lock:
+                    mailbox.pushes -= 1
         except XclpError as exc:
             log.warning("Push refused: %s", exc)
             context.abort(status_code(exc), str(exc))

@@ -55,3 +55,8 @@ class ReplayRefused(ProtocolError):
 class PolicyRefused(InvalidInput):
     """The job asks for something this party's own policy refuses (DESIGN §2.3): too few parties,
     no or weaker DP than it requires, a hidden label mask it did not allow, small keys."""
+
+
+class ResourceExhausted(InvalidInput):
+    """A party sent more than the protocol allows it: a payload above the step's size, a second
+    relay to the same recipient in a round, too many streams, a full mailbox."""

@@ -36,6 +36,12 @@ log = logging.getLogger("xclp.server")
 class AllReduceJob(Job):
     """FlyNN and RACE share this state machine; only the array's dtype and shape differ."""
 
+    def payload_limit(self, sender: str, step: str, recipient: str) -> int:
+        if step == SUM_STEP:
+            dtype, shape = self.expected()
+            return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return super().payload_limit(sender, step, recipient)
+
     def check_summary(self, summary: pb.DataSummary) -> None:
         super().check_summary(summary)
         params = self.config.params

@@ -37,16 +37,20 @@ import numpy as np
 
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
 from xclp.server.config import JobConfig
-from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import round_digest, unpack_reveal
+from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX, round_digest, unpack_reveal
 from xclp.v1.jobs import params_json
 from xclp.v1.steps import SEED_STEP
+from xclp.v1.wire import MAX_DIM
 
 log = logging.getLogger("xclp.server")
 
 STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
+MAILBOX_MAX_BYTES = 512 * 1024 * 1024  # relayed bytes waiting for one party
+MAX_PUSH_STREAMS = 4  # Push calls one party may have open at once
+SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes
 # Called with (job_id, step, round, sender, payload) for every contribution; tests only.
 Observer = Callable[[str, str, int, str, wire.Payload], None]
 
@@ -60,20 +64,32 @@ class Stage(enum.Enum):
 
 
 class Mailbox:
-    """What the coordinator has for one party, drained by that party's Pull stream."""
+    """What the coordinator has for one party, drained by that party's Pull stream.
+
+    `queued_bytes` counts the frame data waiting; relays from peers are refused once it would pass
+    MAILBOX_MAX_BYTES (a flood by an admitted party must not exhaust the coordinator's memory).
+    """
 
     def __init__(self) -> None:
         self._queue: queue.Queue[pb.PullItem] = queue.Queue()
+        self._lock = threading.Lock()
+        self.queued_bytes = 0
         self.streaming = False
+        self.pushes = 0  # Push streams of this party open now
 
     def put(self, item: pb.PullItem) -> None:
+        with self._lock:
+            self.queued_bytes += len(item.frame.data) if item.HasField("frame") else 0
         self._queue.put(item)
 
     def get(self, timeout: float) -> pb.PullItem | None:
         try:
-            return self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
+        with self._lock:
+            self.queued_bytes -= len(item.frame.data) if item.HasField("frame") else 0
+        return item
 
 
 @dataclass
@@ -99,6 +115,7 @@ class Step:
     received: dict[str, wire.Payload] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_relayed: int = 0
+    relays: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient) relayed this round
 
 
 class Job:
@@ -257,9 +274,22 @@ class Job:
             return {step.participants[0]}
         return set(step.pending)
 
+    def payload_limit(self, sender: str, step: str, recipient: str) -> int:
+        """The most bytes one message of `step` from `sender` can need (checked before buffering)."""
+        if step == SEED_STEP:
+            return SEED_RELAY_MAX_BYTES
+        if step.endswith(REVEAL_SUFFIX):
+            return REVEAL_BYTES
+        return wire.DEFAULT_MAX_PAYLOAD_BYTES
+
     def check_summary(self, summary: pb.DataSummary) -> None:
         if summary.rows < 1 or summary.dim < 1:
             raise InvalidInput("the data summary must report at least one row and one column")
+        if summary.rows > self.config.max_rows_per_party:
+            raise InvalidInput(f"the data summary reports {summary.rows} rows; job {self.config.job_id!r} takes at "
+                               f"most {self.config.max_rows_per_party} per party (max_rows_per_party)")
+        if summary.dim > MAX_DIM:
+            raise InvalidInput(f"the data summary reports {summary.dim} columns; at most {MAX_DIM}")
         if summary.labeled_rows > summary.rows:
             raise InvalidInput("the data summary reports more labeled rows than rows")
         for pid, other in self.parties.items():
@@ -372,6 +402,14 @@ class Job:
             raise InvalidInput(f"recipient {msg.recipient!r} is not another participant of step {step.name!r}")
         if step.name == SEED_STEP and sender != step.participants[0]:
             raise ProtocolError(f"only the leader {step.participants[0]!r} distributes the common seed")
+        if (sender, msg.recipient) in step.relays:
+            raise ResourceExhausted(f"{sender!r} already sent its {step.name!r} message to {msg.recipient!r} "
+                                    f"in round {step.round}")
+        mailbox = self.parties[msg.recipient].mailbox
+        if mailbox.queued_bytes + msg.nbytes > MAILBOX_MAX_BYTES:
+            raise ResourceExhausted(f"{msg.recipient!r} has {mailbox.queued_bytes} bytes waiting; "
+                                    "the coordinator will not queue more for it")
+        step.relays.add((sender, msg.recipient))
         mid = next(self._message_ids)
         for frame in wire.encode(msg.payload, job_id=self.config.job_id, step=msg.step, round=msg.round,
                                  sender=sender, recipient=msg.recipient, message_id=mid):

@@ -106,6 +106,28 @@ class XclpJob(Job):
         self._after_transition()
         return bundle
 
+    def payload_limit(self, sender: str, step: str, recipient: str) -> int:
+        """Generous upper bounds from the row counts and the slot layout (DESIGN §5 payloads)."""
+        if not self.sizes:
+            return super().payload_limit(sender, step, recipient)
+        n, n_j = sum(self.sizes.values()), self.sizes.get(sender, 0)
+        layout = self._hamming_layout()
+        ct = 2 * layout.value_bytes
+        if step == INTRA_STEP:
+            return 4 * n_j * n_j
+        if step == HAMMING_STEP and recipient:
+            peer = self.sizes.get(recipient, 0)  # slices: batches(n_A)·L, evaluations: batches(n_A)·n_B
+            return 64 + ct * max(layout.batches(n_j) * layout.L, layout.batches(peer) * n_j,
+                                 layout.batches(n_j) * peer)
+        if step == HAMMING_STEP:
+            return layout.value_bytes * sum(layout.values(self.sizes[t.a], self.sizes[t.b])
+                                            for t in self.pairs if sender in (t.a, t.b))
+        if step == LABELS_STEP:
+            return 8 * n_j
+        if step == ROWSUMS_STEP:
+            return 8 * n * self.params.n_classes
+        return super().payload_limit(sender, step, recipient)
+
     def _check_paillier(self, bundle: KeyBundle) -> None:
         try:
             check_paillier_size(bundle, self.params.key_bits, allow_insecure=self.params.insecure_test_keys)

@@ -11,7 +11,7 @@ from xclp.crypto import identity
 from xclp.server.jobs.allreduce import AllReduceJob
 from xclp.server.jobs.base import Stage
 from tests.service.conftest import allow_list, job
-from xclp.errors import InvalidInput, NotAuthorized, ProtocolError
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ResourceExhausted
 from xclp.v1 import wire
 from xclp.v1.double_masking import pack_reveal, round_digest, self_mask
 from xclp.v1 import xclp_pb2 as pb
@@ -221,6 +221,33 @@ def test_only_the_leader_may_relay_the_seed(keys):
         j.message("b", msg("seed", 0, "b", b"x" * 60, recipient="c"))
     j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
     assert any(i.WhichOneof("item") == "frame" for i in drain(j, "c"))
+
+
+def test_an_admitted_party_cannot_flood_a_peer_through_the_coordinator(keys, monkeypatch):
+    """Attack (memory exhaustion): the leader's seed relay had no once-per-recipient limit and
+    mailboxes were unbounded (320 MiB queued for one recipient, nothing refused)."""
+    from xclp.server.jobs import base
+
+    j, _ = started(keys)
+    j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
+    for _ in range(3):
+        with pytest.raises(ResourceExhausted, match="already sent its 'seed' message to 'c'"):
+            j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
+    assert j.parties["c"].mailbox.queued_bytes == 60
+    monkeypatch.setattr(base, "MAILBOX_MAX_BYTES", 100)  # b's mailbox holds 0 of a 100-byte budget
+    with pytest.raises(ResourceExhausted, match="will not queue more"):
+        j.message("a", msg("seed", 0, "a", b"x" * 101, recipient="b"))
+    drain(j, "c")
+    assert j.parties["c"].mailbox.queued_bytes == 0
+
+
+def test_a_party_with_more_rows_than_the_job_takes_is_refused_at_join(keys):
+    from dataclasses import replace
+
+    j = AllReduceJob(replace(job("j", "flynn", FLYNN), max_rows_per_party=10), allow_list(keys), clock=Clock())
+    with pytest.raises(InvalidInput, match="reports 11 rows; job 'j' takes at most 10 per party"):
+        j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=11))
+    j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=10))
 
 
 def test_late_relay_for_a_finished_step_is_ignored_not_refused(keys):

@@ -112,9 +112,19 @@ def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served):
     corrupt.sha256 = hashlib.sha256(b"other").digest()
     assert push(corrupt) == grpc.StatusCode.INVALID_ARGUMENT
     assert push(good) == grpc.StatusCode.FAILED_PRECONDITION  # job g is still admitting: no step runs
-    (half,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="seed", round=0, sender="d",
-                               recipient="", message_id=2))[:1]
+    (big,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="seed", round=0, sender="d",
+                              recipient="", message_id=2))[:1]
+    assert push(big) == grpc.StatusCode.RESOURCE_EXHAUSTED  # 8 MB declared for a 60-byte step: refused at once
+    (half,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="blob", round=0, sender="d",
+                               recipient="", message_id=3))[:1]
     assert push(half) == grpc.StatusCode.INVALID_ARGUMENT  # stream ended mid-message
+    shape_bomb = pb.Frame()
+    shape_bomb.CopyFrom(good)
+    shape_bomb.dtype, shape_bomb.total_bytes = "<u8", 0
+    del shape_bomb.shape[:]
+    shape_bomb.shape.extend([0, 2**63])
+    shape_bomb.sha256 = hashlib.sha256(b"").digest()
+    assert push(shape_bomb) == grpc.StatusCode.INVALID_ARGUMENT  # used to be INTERNAL (ValueError)
 
 
 class Vandal(PartySession):
@@ -151,7 +161,9 @@ def test_garbage_from_one_party_is_refused_while_jobs_complete(keys):
         t.start()
         results = run_parties(addr, "f", keys, datas, sessions={"c": Vandal})
         t.join()
-    assert Vandal.refusals == [errors.InvalidInput] * 6
+    # all refused as bad input; the over-sized ones (a bigger shape, a wider dtype) before any byte is buffered
+    assert len(Vandal.refusals) == 6 and all(issubclass(r, errors.InvalidInput) for r in Vandal.refusals)
+    assert Vandal.refusals[:2] == [errors.ResourceExhausted] * 2
     for res in (results, other):
         agg = [r.aggregate for r in res.values()]
         assert all(np.array_equal(agg[0], a) for a in agg)

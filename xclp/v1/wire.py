@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xclp.errors import InvalidInput
+from xclp.errors import InvalidInput, ResourceExhausted
 from xclp.v1 import xclp_pb2 as pb
 
 # gRPC messages stay under 4 MiB (DESIGN §3); 3 MiB of data leaves room for the header.
@@ -26,6 +26,7 @@ GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # One reassembled payload; XCLP ciphertext blocks are tens of MB, counts a few MB.
 DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 MAX_NDIM = 8
+MAX_DIM = 2**31 - 1  # no axis longer than this: a shape like [0, 2**63] is refused, not a crash
 # Only these dtypes may travel (all fixed-size, little-endian); "" means opaque bytes.
 # "<u2" carries XCLP Hamming distances (L <= 65535, DESIGN §5.2) at half the bytes of uint32.
 ARRAY_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f8"})
@@ -103,6 +104,8 @@ def check_header(frame: pb.Frame, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOA
         raise InvalidInput(f"chunk {frame.chunk_index} carries {len(frame.data)} bytes; expected another size")
     if len(frame.shape) > MAX_NDIM:
         raise InvalidInput(f"arrays may have at most {MAX_NDIM} dimensions")
+    if any(d > MAX_DIM for d in frame.shape):
+        raise InvalidInput(f"shape {list(frame.shape)} has an axis longer than {MAX_DIM}")
     if frame.dtype == "":
         if list(frame.shape) != [frame.total_bytes]:
             raise InvalidInput("a bytes payload must have shape [total_bytes]")
@@ -132,12 +135,19 @@ class Assembler:
         """Messages begun but not complete."""
         return len(self._open)
 
-    def add(self, frame: pb.Frame) -> Message | None:
-        """Take one frame; return the Message when its last chunk arrives, else None."""
+    def add(self, frame: pb.Frame, *, limit: int | None = None) -> Message | None:
+        """Take one frame; return the Message when its last chunk arrives, else None.
+
+        `limit`: the most bytes the receiver expects for this frame's step; a message declaring
+        more is refused at its first frame, before anything is buffered.
+        """
         check_header(frame, max_payload_bytes=self._max_payload)
         key = (frame.sender, frame.message_id)
         part = self._open.get(key)
         if part is None:
+            if limit is not None and frame.total_bytes > limit:
+                raise ResourceExhausted(f"a {frame.step!r} message of {frame.total_bytes} bytes exceeds the {limit} "
+                                        "bytes that step can need")
             if len(self._open) >= self._max_open:
                 raise InvalidInput(f"more than {self._max_open} messages in flight at once")
             part = self._open[key] = _Partial(first=frame)
