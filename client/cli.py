@@ -219,7 +219,7 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
-    write_atomic(path, buf.getvalue().encode(), mode=0o644)
+    write_atomic(path, buf.getvalue().encode(), mode=0o600)  # predictions are the party's data
 
 
 def predict(args: argparse.Namespace) -> int:

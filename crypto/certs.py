@@ -101,7 +101,8 @@ def make_leaf(
 
 def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # O_NOFOLLOW: a symlink planted at `path` must not redirect a private key elsewhere
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(pem)
     os.chmod(path, 0o600)

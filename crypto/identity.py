@@ -55,11 +55,16 @@ def save_identity(key: Ed25519PrivateKey, path: str | os.PathLike[str], *, overw
     """Write the private key as PKCS#8 PEM, readable by the owner only (mode 0600)."""
     path = Path(path)
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
+    # O_NOFOLLOW: a symlink planted at `path` must not redirect the private key elsewhere
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if overwrite else os.O_EXCL)
     try:
         fd = os.open(path, flags, 0o600)
     except FileExistsError:
         raise ConfigError(f"{path} already exists; refusing to overwrite an identity key") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ConfigError(f"{path} is a symbolic link; refusing to write an identity key through it") from None
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(pem)
     os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask and ignored for existing files

@@ -86,7 +86,11 @@ class Coordinator:
             entry = self._tokens.get(hashlib.sha256(token).digest())
         if entry is None or not hmac.compare_digest(entry[0].encode(), job_id.encode()):
             raise InvalidSignature(f"the session token is not valid for job {job_id!r}")
-        return self.job(entry[0]), entry[1]
+        job = self.job(entry[0])
+        party = job.parties.get(entry[1])
+        if party is None or party.end_delivered:  # tokens expire with the party's place in the job
+            raise InvalidSignature(f"the session token for job {job_id!r} has expired: the job is over for this party")
+        return job, entry[1]
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(TICK_SECONDS):

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from xclp.crypto.identity import KeyBundle
 from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.jobs.base import MAX_PUSH_STREAMS
@@ -27,6 +28,13 @@ from xclp.v1.transport import JOB_METADATA, SERVER_OPTIONS, TOKEN_METADATA
 log = logging.getLogger("xclp.server")
 
 POLL_SECONDS = 0.5
+def _check_client_name(context: grpc.ServicerContext, party_id: str) -> None:
+    """With mutual TLS, the client certificate's common name must be the party it speaks for."""
+    names = context.auth_context().get("x509_common_name")
+    if names and party_id.encode() not in names:
+        raise NotAuthorized(f"the client certificate is for {names[0].decode(errors='replace')!r}, not party {party_id!r}")
+
+
 def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
     return {key: value for key, value in context.invocation_metadata()}
 
@@ -43,12 +51,14 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         if not request.HasField("bundle") or not request.HasField("summary"):
             raise InvalidInput("Join needs a signed key bundle and a data summary")
+        _check_client_name(context, KeyBundle.from_bytes(request.bundle.bundle).party_id)
         return self.coordinator.join(request)
 
     def Pull(self, request: pb.PullRequest, context: grpc.ServicerContext) -> Iterator[pb.PullItem]:
         try:
             token = _metadata(context).get(TOKEN_METADATA)
             job, party_id = self.coordinator.authenticate(token if isinstance(token, bytes) else None, request.job_id)
+            _check_client_name(context, party_id)
             with job.lock:
                 party = job.parties.get(party_id)
                 if party is None or party.end_delivered:
@@ -65,10 +75,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             item = mailbox.get(POLL_SECONDS)
             if item is None:
                 continue
-            yield item
             if item.HasField("end"):
-                party.end_delivered = True
+                party.end_delivered = True  # before the yield: the client may cancel as soon as it has it
+                yield item
                 return
+            yield item
 
     def Push(self, request_iterator: Iterator[pb.Frame], context: grpc.ServicerContext) -> pb.PushAck:
         try:
@@ -77,6 +88,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             job, party_id = self.coordinator.authenticate(
                 token if isinstance(token, bytes) else None, job_id if isinstance(job_id, str) else ""
             )
+            _check_client_name(context, party_id)
             party = job.parties.get(party_id)
             if party is None:
                 raise NotAuthorized(f"party {party_id!r} has no open place in job {job.config.job_id!r}")

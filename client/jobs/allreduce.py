@@ -79,7 +79,9 @@ def contribution(params: JobParams, data: PartyData, seed: bytes, n_parties: int
         if not params.private:
             return counts.astype(dtype)
         assert params.epsilon is not None and params.T is not None
-        released = privatise_counts(counts, params.epsilon, params.T, n_parties)  # float64[C, m]
+        # discrete Laplace on the integer counts: float Laplace leaks through the floating-point
+        # representation (Mironov 2012); the integers travel exactly in the fixed-point ring
+        released = privatise_counts(counts, params.epsilon, params.T, n_parties, discrete=True)  # int64[C, m]
         return FixedPoint(params.frac_bits, 64).encode(released, n_terms=n_parties).astype(dtype)
     counts = race_counts(params, data, seed)
     if not params.private:

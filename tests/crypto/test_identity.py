@@ -148,3 +148,16 @@ def test_roster_refuses_duplicates_other_jobs_and_unpinned_parties(keys, signed)
 def test_bad_party_ids_are_refused(party):
     with pytest.raises(InvalidInput, match="party id"):
         identity.check_party_id(party)
+
+
+def test_identity_keys_are_never_written_through_a_symlink(tmp_path) -> None:
+    """A link planted where the key goes must not send the private key elsewhere."""
+    import pytest as _pytest
+
+    from xclp.errors import ConfigError as _ConfigError
+
+    target = tmp_path / "elsewhere"
+    (tmp_path / "a.key").symlink_to(target)
+    with _pytest.raises(_ConfigError, match="symbolic link"):
+        identity.save_identity(identity.generate_identity(), tmp_path / "a.key", overwrite=True)
+    assert not target.exists()

@@ -103,10 +103,10 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 policy: PartyPolicy | None = None) -> dict[str, JobResult | BaseException]:
     """Run one session per party on threads; each result is a JobResult or the exception raised."""
     results: dict[str, JobResult | BaseException] = {}
-    conn = connection or ConnectionConfig(address, insecure=True)
-
     def go(party: str) -> None:
         factory = (sessions or {}).get(party, session)
+        conn = (connection.get(party) if isinstance(connection, dict) else connection) \
+            or ConnectionConfig(address, insecure=True)
         try:
             # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
             peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}

@@ -118,6 +118,7 @@ def test_dp_flynn_releases_noisy_fixed_point_counts(keys):
     agg = results["a"].aggregate
     assert all(np.array_equal(r.aggregate, agg) for r in results.values())
     assert agg.dtype == np.float64 and np.all(agg >= 0)
+    assert np.array_equal(agg, np.round(agg))  # discrete Laplace: integer noise (no float leakage, Mironov 2012)
     assert np.count_nonzero(agg) <= 3 * 50  # each party releases at most T entries (paper 001 Alg. 2)
     assert not np.array_equal(agg, pooled_flynn(results["a"].seed, datas))
 

@@ -92,6 +92,25 @@ def test_calls_without_a_valid_token_are_unauthenticated(keys, served):
     assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=wrong_job) == grpc.StatusCode.UNAUTHENTICATED
 
 
+def test_tokens_expire_with_the_partys_place_in_the_job(keys):
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN)]) as (coord, addr):
+        tokens = {}
+
+        class Keeper(PartySession):
+            def run(self):  # keep the token the party got at Join
+                result = super().run()
+                tokens[self.config.party_id] = self.conn._token
+                return result
+
+        results = run_parties(addr, "f", keys, datas, session=Keeper)
+        assert all(not isinstance(r, BaseException) for r in results.values())
+        with grpc.insecure_channel(addr) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+            md = (("x-xclp-token-bin", tokens["a"]), ("x-xclp-job", "f"))
+            assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=md) == grpc.StatusCode.UNAUTHENTICATED
+
+
 def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served):
     _, _, stub = served
     token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
@@ -274,7 +293,7 @@ def test_a_hostile_coordinator_swapping_a_key_gets_no_seed(keys, monkeypatch):
 def test_mutual_tls_admits_only_clients_with_a_ca_signed_certificate(keys, tmp_path):
     certs.init_ca(tmp_path)
     server = certs.issue(tmp_path, tmp_path, "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    party = certs.issue(tmp_path, tmp_path, "a", server=False)
+    issued = {p: certs.issue(tmp_path, tmp_path, p, server=False) for p in ("a", "b")}
     tls = TlsFiles(server.cert_path, server.key_path, tmp_path / certs.CA_CERT)
     datas = {p: party_data(80 + i) for i, p in enumerate(("a", "b"))}
     with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=("a", "b"))], tls=tls) as (coord, addr):
@@ -282,9 +301,15 @@ def test_mutual_tls_admits_only_clients_with_a_ca_signed_certificate(keys, tmp_p
         no_cert = ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / certs.CA_CERT)
         refused = run_parties(addr, "f", keys, {"a": datas["a"]}, connection=no_cert, join_wait=0.5)
         assert isinstance(refused["a"], errors.PeerDropped) and not coord.jobs["f"].parties
-        mtls = ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / certs.CA_CERT,
-                                client_cert=party.cert_path, client_key=party.key_path)
-        results = run_parties(addr, "f", keys, datas, connection=mtls)
+        def mtls(cert_of: str) -> ConnectionConfig:
+            return ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / certs.CA_CERT,
+                                    client_cert=issued[cert_of].cert_path, client_key=issued[cert_of].key_path)
+
+        # b with a's certificate: the certificate's common name must be the party id
+        wrong = run_parties(addr, "f", keys, {"b": datas["b"]}, connection={"b": mtls("a")})
+        assert isinstance(wrong["b"], errors.NotAuthorized) and "certificate is for 'a', not party 'b'" in str(wrong["b"])
+        assert not coord.jobs["f"].parties
+        results = run_parties(addr, "f", keys, datas, connection={p: mtls(p) for p in ("a", "b")})
     assert np.array_equal(results["a"].aggregate, results["b"].aggregate)
 
 

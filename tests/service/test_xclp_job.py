@@ -163,7 +163,9 @@ def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> Non
         if party not in receivers:
             continue
         assert run["codes"][(job_id, party)] == 0, run["logs"][(job_id, party)]
-        got_ids, labels, confidence, scores = read_predictions(run["root"] / job_id / party / "predictions.csv")
+        path = run["root"] / job_id / party / "predictions.csv"
+        assert path.stat().st_mode & 0o777 == 0o600  # the party's own data: readable by it alone
+        got_ids, labels, confidence, scores = read_predictions(path)
         want_labels, want_confidence, want_scores = party_view(ref.scores[ref.party_rows(j)], run["data"][party][1], C,
                                                                hide_label_mask=hide)
         assert got_ids == [f"{party}-{i}" for i in range(N)]  # the party's own row ids, in order
