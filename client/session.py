@@ -301,6 +301,10 @@ class PartySession:
         return derive_key(self.pair_secrets[peer], session_id=self._session_id(), purpose=SEED_PURPOSE,
                           round=step.round, participants=list(step.participants))
 
+    def _seed_aad(self) -> bytes:
+        """The session id and the step in the AAD of the sealed seed (DESIGN §2.2)."""
+        return self._session_id() + b"|" + SEED_STEP.encode()
+
     def _session_id(self) -> bytes:
         assert self.roster is not None
         return self.roster.session_id
@@ -308,7 +312,7 @@ class PartySession:
     def _lead_seed(self, step: pb.StepStart) -> None:
         seed = secrets.token_bytes(SEED_BYTES)
         for peer in step.participants[1:]:
-            sealed = aead.seal(self._seed_key(peer, step), seed, aad=self._session_id())
+            sealed = aead.seal(self._seed_key(peer, step), seed, aad=self._seed_aad())
             self.conn.push(sealed, sender=self.config.party_id, step=SEED_STEP, round=step.round, recipient=peer)
         self._have_seed(seed, step)
         self.progress(f"drew the common seed and sent it sealed to {len(step.participants) - 1} parties")
@@ -323,7 +327,7 @@ class PartySession:
             return
         if not isinstance(sealed, bytes):
             raise ProtocolError("the sealed seed must be opaque bytes")
-        seed = aead.open_sealed(self._seed_key(leader, step), sealed, aad=self._session_id())
+        seed = aead.open_sealed(self._seed_key(leader, step), sealed, aad=self._seed_aad())
         if len(seed) != SEED_BYTES:
             raise ProtocolError(f"the common seed must be {SEED_BYTES} bytes")
         self._have_seed(seed, step)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+import time
 
 import grpc
 import numpy as np
@@ -90,6 +91,37 @@ def test_calls_without_a_valid_token_are_unauthenticated(keys, served):
     token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
     wrong_job = (("x-xclp-token-bin", token), ("x-xclp-job", "f"))
     assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=wrong_job) == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_a_party_may_hold_only_a_few_push_streams_open(keys, served):
+    """Attack (memory exhaustion): Push streams per token were unbounded."""
+    _, _, stub = served
+    token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
+    md = (("x-xclp-token-bin", token), ("x-xclp-job", "g"))
+    release = threading.Event()
+
+    def held():  # a stream that sends nothing until the test lets it end
+        release.wait(30)
+        return
+        yield
+
+    calls = [stub.Push.future(held(), metadata=md) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + 20
+        while coord_pushes(served) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)  # wait for the four streams to be open on the server
+        assert coord_pushes(served) == 4
+        assert code_of(stub.Push, iter([]), metadata=md) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        release.set()
+        for call in calls:
+            call.result(timeout=30)
+    assert stub.Push(iter([]), metadata=md).frames == 0  # the streams closed: room again
+
+
+def coord_pushes(served) -> int:
+    coord, _, _ = served
+    return coord.jobs["g"].parties["d"].mailbox.pushes
 
 
 def test_tokens_expire_with_the_partys_place_in_the_job(keys):

@@ -230,6 +230,8 @@ def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_i
 def test_party_killed_in_rowsums_shapes_the_graph_but_brings_and_gets_no_labels(run) -> None:
     assert run["codes"][("kill-rs", "b")] == -9
     job = run["coord"].jobs["kill-rs"]
+    # the job hides the label mask: the coordinator did not even learn how many rows are labeled
+    assert all(party.summary.labeled_rows == 0 for party in job.parties.values())
     np.testing.assert_array_equal(job.hamming.H, reference(run, "kill-rs").H)  # b's rows stay in H
     ref = reference(run, "kill-rs", unlabeled=("b",), normalise="party")
     assert_predictions(run, "kill-rs", ref, PARTIES, ("a", "c"))
