@@ -19,7 +19,8 @@ import logging
 import numpy as np
 
 from xclp.crypto.masking import ring_sum
-from xclp.server.jobs.base import Job, Step, check_reveal, ring_array
+from xclp.server.jobs.base import Job
+from xclp.server.jobs.state import Step, check_reveal, ring_array
 from xclp.errors import InvalidInput
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb

@@ -40,7 +40,8 @@ from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.server.config import JobConfig
 from xclp.runtime import write_json_atomic
-from xclp.server.jobs.base import Job, Observer, Stage, Step, check_reveal, ring_array
+from xclp.server.jobs.base import Job, Observer, Stage
+from xclp.server.jobs.state import Step, check_reveal, ring_array
 from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.steps import xclp as steps
 from xclp.errors import InvalidInput, PeerDropped, XclpError

@@ -40,6 +40,8 @@ def test_job_file_loads_with_defaults(tmp_path):
     (lambda t: t.replace('job_id = "j"\n', ""), "missing required key 'job_id'"),
     (lambda t: t + "epsilon = 1.0\n", "both epsilon and T"),
     (lambda t: t + "[[oops", "not valid TOML"),
+    (lambda t: t.replace("m = 64", "m = 64\ngamma = 1.5"), r"gamma must be in \[0, 1\), got 1.5"),
+    (lambda t: t.replace("rho = 4", "rho = 4") + "max_rows_per_party = 0\n", "max_rows_per_party"),
 ])
 def test_bad_job_files_name_the_problem(tmp_path, edit, match):
     (tmp_path / "j.toml").write_text(edit(JOB))
@@ -75,3 +77,19 @@ def test_party_toml_resolves_paths_next_to_it_and_refuses_unknown_keys(tmp_path)
     (tmp_path / "q.toml").write_text('coordinatr = "h:1"\n')
     with pytest.raises(ConfigError, match="unknown key"):
         _read_party_toml(tmp_path / "q.toml")
+
+
+@pytest.mark.parametrize(("job_type", "params", "match"), [
+    # bandwidth = 0 used to be read as 1.0 silently
+    ("race", {"rows": 4, "width": 8, "family": "l2", "bandwidth": 0}, "bandwidth must be > 0, got 0.0"),
+    ("race", {"rows": 4, "width": 8, "family": "l2", "bandwidth": -2.0}, "bandwidth must be > 0"),
+    # refused when the job file loads, not after parties joined
+    ("race", {"rows": 4, "width": 4, "p": 3}, r"width W = 4 cannot hold the 2\^p = 8 SRP buckets"),
+    ("xclp", {"n_classes": 3, "n_bits": 1024}, "'n_bits' is now called 'lsh_bits'"),
+    ("xclp", {"n_classes": 3, "alpha": 1.5}, r"alpha must be in \(0, 1\)"),
+])
+def test_job_parameters_are_validated_once_at_load(tmp_path, job_type, params, match):
+    body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in params.items())
+    (tmp_path / "j.toml").write_text(f'job_id = "j"\ntype = "{job_type}"\nexpected_parties = ["a", "b"]\n[params]\n{body}')
+    with pytest.raises(ConfigError, match=match):
+        load_job(tmp_path / "j.toml")
