@@ -64,7 +64,6 @@ log = logging.getLogger("xclp.server")
 class _Hamming:
     """What secure_hamming has produced so far in the current round."""
 
-    relayed: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient)
     parts: dict[tuple[str, str, str], np.ndarray] = field(default_factory=dict)  # (a, b, "t"|"r") -> uint8[m, |N|/8]
 
 
@@ -144,9 +143,7 @@ class XclpJob(Job):
                      and msg.round == step.round and sender in step.participants)
             if route:
                 self._check_route(sender, msg)
-            super().message(sender, msg)
-            if route:
-                self.round_state.relayed.add((sender, msg.recipient))
+            super().message(sender, msg)  # the base relays it once per (sender, recipient) and round
         self._after_transition()
 
     def disconnected(self, party_id: str) -> None:
@@ -270,9 +267,9 @@ class XclpJob(Job):
         owes: dict[str, bool] = {p: False for p in step.participants}
         waits: dict[str, bool] = {p: False for p in step.participants}
         for task in self._round_pairs(step):
-            if (task.a, task.b) not in self.round_state.relayed:
+            if (task.a, task.b) not in step.relays:
                 owes[task.a], waits[task.b] = True, True
-            elif (task.b, task.a) not in self.round_state.relayed:
+            elif (task.b, task.a) not in step.relays:
                 owes[task.b], waits[task.a] = True, True
         culprits = {p for p in step.pending if owes[p] or not waits[p]}
         return culprits or set(step.pending)
@@ -306,14 +303,12 @@ class XclpJob(Job):
         return tuple(t for t in self.pairs if t.a in members and t.b in members)
 
     def _check_route(self, sender: str, msg: wire.Message) -> None:
-        """Slices go from A to B, evaluations from B to A, once per pair and round (DESIGN §5.3)."""
+        """Slices go from A to B, evaluations from B to A (DESIGN §5.3); once per round: the base."""
         pair = {(t.a, t.b) for t in self.pairs} | {(t.b, t.a) for t in self.pairs}
         if (sender, msg.recipient) not in pair:
             raise InvalidInput(f"{sender!r} and {msg.recipient!r} are not a SecureHamming pair")
         if not isinstance(msg.payload, bytes):
             raise InvalidInput("SecureHamming ciphertexts travel as opaque bytes")
-        if (sender, msg.recipient) in self.round_state.relayed:
-            raise InvalidInput(f"{sender!r} already sent its SecureHamming message to {msg.recipient!r} this round")
 
     def _assemble(self, step: Step) -> None:
         assert self.membership is not None
