@@ -82,10 +82,5 @@ class AllReduceJob(Job):
         self.finish(f"aggregate of {len(step.participants)} parties")
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        if step.name == REVEAL_STEP:
-            # The others revealed their seeds and will mask no other round: this sum is lost.
-            self._fail(f"{', '.join(sorted(dropped))} dropped while revealing self masks; the sum cannot be "
-                       "released (DESIGN §6.1)")
-            return
         # DESIGN §4.2/§6: the masks of the dropped no longer cancel; restart without them.
         self.start_step(SUM_STEP)

@@ -253,7 +253,8 @@ class Job:
         raise NotImplementedError
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        """Participants of the running job-specific step dropped; the job has >= min_parties left."""
+        """Participants of the running job-specific step dropped; the job has >= min_parties left.
+        (A drop in a reveal step never gets here: the base fails the job, DESIGN §6.1.)"""
         raise NotImplementedError
 
     # --- helpers for job types --------------------------------------------------------------
@@ -381,6 +382,12 @@ class Job:
                 step.pending -= parties  # everyone left already holds the seed
                 if not step.pending:
                     self._complete(step)
+        elif step.name.endswith(REVEAL_SUFFIX):
+            # DESIGN §6.1, for every masked step: the others revealed their seeds and mask no
+            # other round of it, so a reveal that cannot complete loses the aggregate.
+            masked = step.name.removesuffix(REVEAL_SUFFIX)
+            self._fail(f"{', '.join(sorted(parties))} dropped while revealing self masks; the {masked!r} "
+                       "aggregate cannot be released (DESIGN §6.1)")
         else:
             self.on_dropped(step, parties)
 

@@ -229,11 +229,6 @@ class XclpJob(Job):
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
         assert self.membership is not None
-        if step.name == ROWSUMS_REVEAL:
-            # The others revealed their seeds and will mask no other round: these row sums are lost.
-            self._fail(f"{', '.join(sorted(dropped))} dropped while revealing self masks; the row sums cannot "
-                       "be released (DESIGN §6.1)")
-            return
         stage = {INTRA_STEP: steps.XclpStage.SETUP, HAMMING_STEP: steps.XclpStage.SECURE_HAMMING,
                  LABELS_STEP: steps.XclpStage.GRAPH, ROWSUMS_STEP: steps.XclpStage.ROW_SUMS}[step.name]
         try:
