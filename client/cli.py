@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--identity", type=Path, help="identity key from `xclp-client keygen`")
     r.add_argument("--peers", type=Path, help="the job's allow-list (allow.toml, from the operator by an authenticated "
                    "channel): the only identity keys this party accepts from the coordinator's roster")
-    r.add_argument("--data", type=Path, help="CSV (header; features, label column, optional id column) or .npz (X, y, ids)")
+    r.add_argument("--data", type=Path, help="CSV or Parquet (features, a label column, an optional id column) or .npz "
+                   "(X, y, ids, columns); see README \"Your data\"")
     r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
     r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
@@ -105,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                        "model writes id,prediction,score_<c>...")
     for sp in (pr, q):
         sp.add_argument("--model", type=Path, required=True, help="model file written by `xclp-client run`")
-        sp.add_argument("--data", type=Path, required=True, help="CSV with the same feature columns (label column ignored)")
+        sp.add_argument("--data", type=Path, required=True, help="CSV, Parquet or .npz with the same feature columns "
+                        "(label column ignored)")
         sp.add_argument("--label-column", default="label", help="label column to ignore if present (default label)")
         sp.add_argument("--id-column", help="row id column name (default: row numbers)")
         sp.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
@@ -169,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         out = write_predictions(Path(cfg["out"]), data, result)
         stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
         return EXIT_OK
-    path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate).save(cfg["out"])
+    path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
+                     result.columns).save(cfg["out"])
     stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
 
@@ -187,11 +190,17 @@ def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) 
     path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
     scores = result.aggregate
     labels, confidence = xclp_predict(scores)
-    header = ["id", "label", "confidence"] + [f"score_{c}" for c in range(scores.shape[1])]
-    rows = [[i, int(lab), repr(float(w)), *(repr(float(v)) for v in row)]
+    names = _class_names(result.params.classes, scores.shape[1])
+    header = ["id", "label", "confidence"] + [f"score_{c}" for c in names]
+    rows = [[i, names[lab], repr(float(w)), *(repr(float(v)) for v in row)]
             for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
     _write_csv(path, header, rows)
     return path
+
+
+def _class_names(classes: tuple[str, ...] | None, n_classes: int) -> list[str]:
+    """How outputs name classes: the job's declared names, else the class numbers."""
+    return list(classes) if classes else [str(c) for c in range(n_classes)]
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -227,8 +236,9 @@ def predict(args: argparse.Namespace) -> int:
     flynn = model.flynn()
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=_delimiter(args.delimiter))
-    predictions = flynn.predict(data.X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
-    _write_csv(args.out, ["id", "prediction"], [[i, int(p)] for i, p in zip(data.ids, predictions)])
+    predictions = flynn.predict(model.features(data), tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
+    names = _class_names(model.class_names, model.params.n_classes)
+    _write_csv(args.out, ["id", "prediction"], [[i, names[p]] for i, p in zip(data.ids, predictions)])
     stderr_progress(f"wrote {len(predictions)} predictions to {args.out}")
     return EXIT_OK
 
@@ -239,14 +249,16 @@ def query(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=_delimiter(args.delimiter))
+    X = model.features(data)
     if model.aggregate.ndim == 3:
         classifier = model.race_classifier()
-        scores = classifier.scores(data.X)
+        scores = classifier.scores(X)
         predictions = np.argmax(scores, axis=1)
-        header = ["id", "prediction"] + [f"score_{c}" for c in range(scores.shape[1])]
-        rows = [[i, int(p), *(f"{s:.10g}" for s in row)] for i, p, row in zip(data.ids, predictions, scores)]
+        names = _class_names(model.class_names, scores.shape[1])
+        header = ["id", "prediction"] + [f"score_{c}" for c in names]
+        rows = [[i, names[p], *(f"{s:.10g}" for s in row)] for i, p, row in zip(data.ids, predictions, scores)]
     else:
-        kde = race_query(model.aggregate, None, model.race_hashes(), data.X, estimator=args.estimator, groups=args.groups)
+        kde = race_query(model.aggregate, None, model.race_hashes(), X, estimator=args.estimator, groups=args.groups)
         header, rows = ["id", "kde"], [[i, f"{v:.10g}"] for i, v in zip(data.ids, kde)]
     _write_csv(args.out, header, rows)
     stderr_progress(f"wrote {len(rows)} estimates to {args.out}")

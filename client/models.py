@@ -2,7 +2,9 @@
 
 A model file is an .npz (no pickles) holding the job type, its parameters (JSON), the data
 dimension, the job's common seed (so the party can rebuild the FlyHash / RACE hash functions —
-the file is as confidential as the model) and the aggregate. Written atomically: a temp file in
+the file is as confidential as the model), the aggregate, and, when the job prepared the data
+(DESIGN §8), the pooled means, standard deviations and kept columns, so new rows are prepared
+the same way, and the feature column names the model expects. Written atomically: a temp file in
 the same directory, then os.replace, so a reader never sees half a file.
 """
 
@@ -16,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from xclp.errors import InvalidInput
+from xclp.prep import Scaling
+from xclp.tables import PartyData
 from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel
 from xclp.race import RaceClassifier, RaceHashes
@@ -28,15 +32,20 @@ class ModelFile:
 
     job_type: str
     params: JobParams
-    dim: int
+    dim: int  # features the model works on (after preparation)
     seed: bytes
     aggregate: np.ndarray
+    scaling: Scaling | None = None
+    columns: tuple[str, ...] = ()  # the table's feature columns at training (empty: unnamed)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         buf = io.BytesIO()
+        extra = self.scaling.to_arrays() if self.scaling is not None else {}
+        if self.columns:
+            extra["columns"] = np.array(self.columns, dtype=str)
         np.savez(buf, job_type=np.array(self.job_type), params_json=np.array(params_json(self.params)),
                  dim=np.array(self.dim, dtype=np.int64), seed=np.frombuffer(self.seed, dtype=np.uint8),
-                 aggregate=self.aggregate)
+                 aggregate=self.aggregate, **extra)
         return write_atomic(path, buf.getvalue())
 
     @classmethod
@@ -44,12 +53,34 @@ class ModelFile:
         try:
             with np.load(path, allow_pickle=False) as npz:
                 job_type = str(npz["job_type"])
-                return cls(job_type, params_from_json(job_type, str(npz["params_json"])), int(npz["dim"]),
-                           npz["seed"].astype(np.uint8).tobytes(), np.array(npz["aggregate"]))
-        except (OSError, KeyError, ValueError) as exc:
+                arrays = {k: np.array(npz[k]) for k in npz.files}
+                return cls(job_type, params_from_json(job_type, str(arrays["params_json"])), int(arrays["dim"]),
+                           arrays["seed"].astype(np.uint8).tobytes(), arrays["aggregate"], Scaling.from_arrays(arrays),
+                           tuple(str(c) for c in arrays["columns"]) if "columns" in arrays else ())
+        except (OSError, KeyError, ValueError, IndexError) as exc:
             if isinstance(exc, InvalidInput):
                 raise
             raise InvalidInput(f"{path} is not an xclp model file: {exc}") from None
+
+    def features(self, data: PartyData) -> np.ndarray:
+        """float64[n, dim]: new rows prepared as the training rows were (same columns, the pooled
+        imputation and scaling, the same constant columns dropped)."""
+        width = len(self.columns) or (self.scaling.mean.shape[0] if self.scaling is not None else self.dim)
+        if data.X.shape[1] != width:
+            raise InvalidInput(f"{data.where.path or 'the data'} has {data.X.shape[1]} feature columns; the model was "
+                               f"trained on {width}" + (f": {', '.join(self.columns)}" if self.columns else ""))
+        if self.columns and data.columns and data.columns != self.columns:
+            diff = next(j for j, (a, b) in enumerate(zip(data.columns, self.columns)) if a != b)
+            raise InvalidInput(f"{data.where.path or 'the data'}: feature column {diff + 1} is {data.columns[diff]!r}; "
+                               f"the model was trained with {self.columns[diff]!r} there (columns in order: "
+                               f"{', '.join(self.columns)})")
+        data.check_missing(impute=self.scaling is not None and self.scaling.impute,
+                           hint="the model was trained without impute = \"mean\", so fill or drop them")
+        return self.scaling.apply(data.X) if self.scaling is not None else data.X
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        return self.params.classes
 
     def flynn(self) -> FlyNNModel:
         p = self.params

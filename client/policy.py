@@ -45,6 +45,10 @@ class PartyPolicy:
             if epsilon > self.require_dp:
                 raise PolicyRefused(f"job {spec.job_id!r} uses epsilon = {epsilon}; this party requires epsilon <= "
                                     f"{self.require_dp} (--require-dp)")
+            if params.prepares:
+                raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes, which releases the pooled mean and "
+                                    "standard deviation of every feature exactly, outside the DP guarantee that "
+                                    "--require-dp asks for (DESIGN §8)")
         if isinstance(params, XclpJobParams):
             if params.hide_label_mask and not self.allow_hide_label_mask:
                 raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "

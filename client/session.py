@@ -6,6 +6,8 @@
     KEYED   --StepStart "seed"--> leader: seal a fresh 32-byte seed to each peer, ack
                                   others: wait for the leader's sealed seed, open it, ack
     SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
+    SEEDED  --StepStart "moments" / "moments_reveal", message "moments_result" (a job that
+              standardises or imputes, DESIGN §8)--> the table is prepared with the pooled scaling
     SEEDED  (xclp) every later step and message goes to client.jobs.xclp.XclpParty (DESIGN §5)
     any     --frame "result"--> keep the aggregate;  --JobEnd DONE--> DONE (result returned)
     JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
@@ -31,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.tables import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
+from xclp.client.jobs.prepare import MOMENTS_REVEAL, Preparation
 from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.crypto import aead, identity, masking
@@ -42,7 +45,8 @@ from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.jobs import JobParams, XclpJobParams, params_from_json
-from xclp.v1.steps import SEED_BYTES, SEED_PURPOSE, SEED_STEP
+from xclp.prep import Scaling
+from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
 Progress = Callable[[str], None]
 
@@ -83,11 +87,12 @@ class JobResult:
 
     job_type: str
     params: JobParams
-    dim: int
+    dim: int  # features the model works on (after preparation)
     seed: bytes  # the job's common seed (secret from the coordinator)
     aggregate: np.ndarray
     participants: tuple[str, ...]
-
+    scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
+    columns: tuple[str, ...] = ()  # the table's feature columns, as read
 
 class PartySession:
     allreduce_party: type[AllReduceParty] = AllReduceParty  # FlyNN and RACE jobs after the seed
@@ -111,6 +116,8 @@ class PartySession:
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
         self.job: XclpParty | AllReduceParty | None = None
+        self.prep: Preparation | None = None
+        self.columns = data.columns  # as read, before preparation drops any
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self.guard = StepGuard(config.policy, config.party_id)
         self._executor: Executor | None = None
@@ -151,6 +158,8 @@ class PartySession:
         self.job_type = challenge.spec.job_type
         self.params = params_from_json(challenge.spec.job_type, challenge.spec.params_json)
         self.config.policy.check_job(challenge.spec, self.params)
+        self.data = self.data.with_classes(self.params.classes)  # DESIGN §8: names map by the declared order
+        self.data.check_missing(impute=self.params.impute == "mean")
         check_data(self.params, self.data)
         if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
@@ -163,7 +172,8 @@ class PartySession:
             **paillier_fields(self.config.paillier.public if self.config.paillier else None)))
         # under a hidden label mask the coordinator does not even learn how many rows are labeled
         summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
-                                 labeled_rows=0 if hidden else int(self.data.labeled.sum()))
+                                 labeled_rows=0 if hidden else int(self.data.labeled.sum()),
+                                 schema=self.data.schema_digest)
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         response = conn.join(request)
@@ -188,7 +198,8 @@ class PartySession:
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
         assert self.aggregate is not None and self.seed is not None
-        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants)
+        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants,
+                         self.prep.scaling if self.prep is not None else None, self.columns)
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -243,6 +254,8 @@ class PartySession:
                 self._lead_seed(step)
             else:
                 self._try_open_seed()
+        elif step.step in (MOMENTS_STEP, MOMENTS_REVEAL):
+            self._preparation().on_step(step)
         else:
             self._job().on_step(step)
             self.participants = tuple(members)
@@ -251,6 +264,11 @@ class PartySession:
         if message.step == SEED_STEP:
             self.inbox[(message.step, message.round, message.sender)] = message.payload
             self._try_open_seed()
+            return
+        if message.step == MOMENTS_RESULT_MSG:
+            prep = self._preparation()
+            prep.on_message(message)
+            self.data = prep.prepared()
             return
         job = self._job()
         job.on_message(message)
@@ -280,12 +298,25 @@ class PartySession:
         else:
             raise PeerDropped(f"the job failed: {end.reason}")
 
+    def _preparation(self) -> Preparation:
+        """The moments step's state (DESIGN §8): only for a job that asks for it, before its first step."""
+        assert self.params is not None
+        if not self.params.prepares:
+            raise ProtocolError("the coordinator started the moments step of a job that neither standardises nor imputes")
+        if self.job is not None or self.masker is None or self.stage is not PartyStage.SEEDED:
+            raise ProtocolError("the moments step must come after the seed and before the job's first step")
+        if self.prep is None:
+            self.prep = Preparation(self.config.party_id, self.params, self.data, self.masker, self.conn, self.progress)
+        return self.prep
+
     def _job(self) -> XclpParty | AllReduceParty:
         """The job type's state machine, created once the common seed is here (DESIGN §5, §6)."""
         if self.job is None:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
                 raise ProtocolError("a job step started before this party had the common seed")
             assert self.params is not None
+            if self.params.prepares and (self.prep is None or self.prep.scaling is None):
+                raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
             if isinstance(self.params, XclpJobParams):
                 assert self.config.paillier is not None
                 self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,

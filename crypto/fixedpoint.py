@@ -119,3 +119,84 @@ def _float_at_most(limit: int) -> float:
     """The largest float64 not above the integer `limit` (float(2^63 − 1) would round up)."""
     f = float(limit)
     return math.nextafter(f, 0.0) if int(f) > limit else f
+
+
+LIMB_BITS = 32
+
+
+@dataclass(frozen=True)
+class WideFixedPoint:
+    """Fixed point wider than 64 bits, carried in 32-bit limbs of a Z_2^64 ring (DESIGN §8).
+
+    x is encoded as v = round(x · 2^frac_bits), two's complement mod 2^(32·limbs), split into
+    `limbs` 32-bit digits, each stored in a uint64: float64[...] -> uint64[..., limbs]. Summing
+    such arrays element-wise mod 2^64 (as the masked sum does) adds each digit exactly for up to
+    2^32 summands, so `decode` recombines the digit sums into the exact integer sum. The default,
+    128 fractional bits in 384 bits, holds sums of squares of any feature a float64 table can
+    reasonably hold (|x|·√n below 2^127 ≈ 1.7e38) to a resolution of 2^−128.
+    """
+
+    frac_bits: int = 128
+    limbs: int = 12
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.limbs <= 24 or not 0 <= self.frac_bits <= LIMB_BITS * self.limbs - 2:
+            raise InvalidInput(f"WideFixedPoint needs 1..24 limbs and frac_bits below their width, got "
+                               f"{self.limbs} limbs, frac_bits={self.frac_bits}")
+
+    @property
+    def total_bits(self) -> int:
+        return LIMB_BITS * self.limbs
+
+    def limit(self, n_terms: int) -> int:
+        """The largest |v| one summand may have so that `n_terms` of them cannot wrap."""
+        return (2 ** (self.total_bits - 1) - 1) // _check_terms(n_terms, "n_terms")
+
+    def scaled(self, value: float) -> int:
+        """round(value · 2^frac_bits), exactly (a power-of-two scale, then an integer)."""
+        return round(math.ldexp(value, self.frac_bits))
+
+    def to_limbs(self, values: np.ndarray, *, n_terms: int) -> np.ndarray:
+        """object[...] of Python ints (already scaled) -> uint64[..., limbs]; InvalidInput on a value
+        that could wrap when `n_terms` are summed."""
+        arr = np.asarray(values, dtype=object)
+        limit, modulus, digit = self.limit(n_terms), 1 << self.total_bits, (1 << LIMB_BITS) - 1
+        out = np.empty((*arr.shape, self.limbs), dtype=np.uint64)
+        flat = out.reshape(-1, self.limbs)
+        for k, v in enumerate(arr.reshape(-1).tolist()):
+            if abs(v) > limit:
+                where = tuple(int(i) for i in np.unravel_index(k, arr.shape))
+                raise InvalidInput(f"value {math.ldexp(float(v), -self.frac_bits):.6g} at index {where} exceeds the "
+                                   f"fixed-point range |x| <= {math.ldexp(limit, -self.frac_bits):.3g} for {n_terms} summands")
+            v %= modulus
+            flat[k] = [(v >> (LIMB_BITS * i)) & digit for i in range(self.limbs)]
+        return out
+
+    def from_limbs(self, u: np.ndarray) -> np.ndarray:
+        """uint64[..., limbs] digit sums -> object[...] of the signed integer sums (still scaled)."""
+        if not isinstance(u, np.ndarray) or u.dtype != np.uint64 or u.ndim < 1 or u.shape[-1] != self.limbs:
+            raise InvalidInput(f"expected uint64[..., {self.limbs}] digit sums")
+        modulus, half = 1 << self.total_bits, 1 << (self.total_bits - 1)
+        out = np.empty(u.shape[:-1], dtype=object)
+        flat = out.reshape(-1)
+        for k, digits in enumerate(u.reshape(-1, self.limbs).tolist()):
+            v = sum(d << (LIMB_BITS * i) for i, d in enumerate(digits)) % modulus
+            flat[k] = v - modulus if v >= half else v
+        return out
+
+    def encode(self, x: np.ndarray, *, n_terms: int) -> np.ndarray:
+        """float64[...] -> uint64[..., limbs]; InvalidInput on NaN/inf or a value that could wrap."""
+        arr = np.asarray(x, dtype=np.float64)
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InvalidInput(f"cannot encode {int(bad.sum())} NaN/inf values (first at index {where})")
+        ints = np.array([self.scaled(v) for v in arr.reshape(-1).tolist()], dtype=object).reshape(arr.shape)
+        return self.to_limbs(ints, n_terms=n_terms)
+
+    def decode(self, u: np.ndarray) -> np.ndarray:
+        """uint64[..., limbs] digit sums -> float64[...]: the signed sum / 2^frac_bits."""
+        ints = self.from_limbs(u)
+        # |v| < 2^767 (at most 24 limbs): float(v) cannot overflow
+        return np.array([math.ldexp(float(v), -self.frac_bits) for v in ints.reshape(-1).tolist()],
+                        dtype=np.float64).reshape(ints.shape)

@@ -1,12 +1,26 @@
-"""A party's data: CSV (features, a label column with empty = unlabeled, optional id column) or
-.npz (X, y, optional ids), validated with xclp.validation (DESIGN §8)."""
+"""A party's data: CSV, Parquet or .npz, read into float64 features, labels and row ids (DESIGN §8).
+
+- CSV and Parquet go through pyarrow's streaming readers (multi-threaded CSV parsing, typed
+  columns): batches are written straight into one preallocated float64 matrix, so memory stays
+  near the size of that matrix. A cell pyarrow cannot read sends the file through a line-by-line
+  diagnosis that names the line, column and value (slow, but only on the way to an error).
+- Feature cells that are empty (or NA, NaN, null) are *missing* and read as NaN: a job with
+  `impute = "mean"` fills them with the pooled mean, any other job refuses them (xclp.prep).
+- Labels are kept as written (`Labels`: a code per row into the distinct cell values), because a
+  label means a class number or a declared class name only once the job is known
+  (`PartyData.for_job`). Empty label cells are unlabeled rows.
+- Row ids must be unique; feature column names must be unique.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,65 +28,202 @@ import numpy as np
 from xclp.errors import InvalidInput
 from xclp.validation import UNLABELED, check_features
 
+DELIMITERS = ",;\t|"
+# Cells read as missing (NaN) in feature columns and as empty (unlabeled) in the label column:
+# what pandas, R, Excel and SQL exports write for "no value".
+NULL_CELLS = ("", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "#N/A", "None")
+BLOCK_BYTES = 16 << 20  # bytes of CSV per parsed batch
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The label column as written: `codes` int32[n] index `values`, −1 marks an empty cell."""
+
+    codes: np.ndarray
+    values: tuple[str, ...]
+
+    @property
+    def labeled(self) -> np.ndarray:
+        return self.codes >= 0
+
+    def numbers(self, where: Locator) -> np.ndarray:
+        """int64[n]: the cells as class numbers ("1", or "1.0" as pandas writes an integer column
+        with gaps); −1 for empty cells."""
+        table = np.empty(len(self.values) + 1, dtype=np.int64)
+        table[-1] = UNLABELED
+        for k, cell in enumerate(self.values):
+            number = _class_number(cell)
+            if number is None or number < 0:
+                row = int(np.flatnonzero(self.codes == k)[0])
+                hint = ("; declare the class names in the job file (classes = [...])"
+                        if number is None and not _numeric(cell) else " (leave it empty for unlabeled)")
+                raise InvalidInput(f"{where.at(row)}: label {cell!r} is not an integer class >= 0{hint}")
+            table[k] = number
+        return table[self.codes]
+
+    def named(self, classes: Sequence[str], where: Locator) -> np.ndarray:
+        """int64[n]: each cell's position in the declared `classes`; −1 for empty cells."""
+        index = {name: i for i, name in enumerate(classes)}
+        table = np.empty(len(self.values) + 1, dtype=np.int64)
+        table[-1] = UNLABELED
+        for k, cell in enumerate(self.values):
+            if cell not in index:
+                row = int(np.flatnonzero(self.codes == k)[0])
+                raise InvalidInput(f"{where.at(row)}: label {cell!r} is not one of the job's classes: "
+                                   f"{', '.join(repr(c) for c in classes)}")
+            table[k] = index[cell]
+        return table[self.codes]
+
+
+def _class_number(cell: str) -> int | None:
+    try:
+        return int(cell)
+    except ValueError:
+        pass
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value == int(value) else None
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Names row k of a source in messages: "data.csv line 12", "data.parquet row 3"."""
+
+    path: str = ""
+    kind: str = "row"  # "line" for CSV (found by a rescan, only when an error needs it)
+    delimiter: str = ","
+    base: int = 0  # what row 0 is called
+
+    def at(self, row: int) -> str:
+        prefix = f"{self.path} " if self.path else ""
+        if self.kind == "line":
+            return f"{prefix}line {_csv_line_of(Path(self.path), self.delimiter, row)}"
+        return f"{prefix}row {row + self.base}"
+
 
 @dataclass(frozen=True)
 class PartyData:
-    """X: float64[n, d]; y: int64[n] with -1 = unlabeled (or None: no label column); ids: str[n]."""
+    """X: float64[n, d], NaN = a missing cell; y: int64[n] with −1 = unlabeled (None: no class
+    numbers yet, see `labels`); ids: str[n]; columns: the feature names (empty when unnamed)."""
 
     X: np.ndarray
     y: np.ndarray | None
     ids: tuple[str, ...]
+    columns: tuple[str, ...] = ()
+    labels: Labels | None = None
+    where: Locator = field(default_factory=Locator)
 
     def __post_init__(self) -> None:
         n = self.X.shape[0]
         if self.y is not None and self.y.shape != (n,):
             raise InvalidInput(f"{self.y.shape[0]} labels for {n} rows")
+        if self.labels is not None and self.labels.codes.shape != (n,):
+            raise InvalidInput(f"{self.labels.codes.shape[0]} labels for {n} rows")
         if len(self.ids) != n:
             raise InvalidInput(f"{len(self.ids)} ids for {n} rows")
+        if self.columns and len(self.columns) != self.X.shape[1]:
+            raise InvalidInput(f"{len(self.columns)} column names for {self.X.shape[1]} features")
 
     @property
     def labeled(self) -> np.ndarray:
         """bool[n]: rows with a label."""
-        if self.y is None:
-            return np.zeros(self.X.shape[0], dtype=bool)
-        return self.y != UNLABELED
+        if self.y is not None:
+            return self.y != UNLABELED
+        if self.labels is not None:
+            return self.labels.labeled
+        return np.zeros(self.X.shape[0], dtype=bool)
 
+    @property
+    def missing(self) -> np.ndarray:
+        """int64[d]: missing cells per feature column."""
+        return np.isnan(self.X).sum(axis=0)
 
-DELIMITERS = ",;\t|"
+    def with_classes(self, classes: Sequence[str] | None) -> PartyData:
+        """The labels as class numbers: by position in the job's declared `classes`, else as written.
+        (Labels given as numbers in an array, y without `labels`, are class numbers already.)"""
+        if self.labels is None:
+            return self
+        y = self.labels.named(classes, self.where) if classes else self.labels.numbers(self.where)
+        return replace(self, y=y)
+
+    def check_missing(self, *, impute: bool, hint: str = "") -> np.ndarray:
+        """int64[d] missing cells per feature; InvalidInput naming the first unless the job imputes."""
+        missing = self.missing
+        if missing.any() and not impute:
+            j = int(np.flatnonzero(missing)[0])
+            row = int(np.flatnonzero(np.isnan(self.X[:, j]))[0])
+            name = repr(self.columns[j]) if self.columns else f"{j + 1}"
+            raise InvalidInput(f"{self.where.at(row)}, column {name}: the cell is empty or NaN ({int(missing.sum())} "
+                               "such feature cells in all); " + (hint or "the job fills them with the pooled mean if its "
+                               'file sets impute = "mean" (ask the operator), or fill or drop them yourself'))
+        return missing
+
+    @property
+    def schema_digest(self) -> bytes:
+        """SHA-256 of the feature column names in order (empty when unnamed): parties whose
+        columns differ are refused at Join without anyone seeing the names."""
+        if not self.columns:
+            return b""
+        return hashlib.sha256(json.dumps(list(self.columns)).encode()).digest()
 
 
 def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id_column: str | None = None,
          delimiter: str | None = None) -> PartyData:
-    """A party's table. CSV: UTF-8 (a byte-order mark, as Excel writes, is fine), a header row,
-    `delimiter` one of , ; tab | (None: detected from the header). Row ids must be unique."""
+    """A party's table: .csv (UTF-8, a header row, `delimiter` one of , ; tab | or None to detect it
+    from the header), .parquet, or .npz (X, optional y, ids, columns)."""
     path = Path(path)
-    if path.suffix == ".npz":
-        return _load_npz(path)
     if delimiter is not None and (len(delimiter) != 1 or delimiter not in DELIMITERS):
         raise InvalidInput(f"--delimiter must be one of , ; tab | (one character), got {delimiter!r}")
+    if not path.exists():
+        raise InvalidInput(f"cannot read {path}: no such file")
+    if path.is_dir():
+        raise InvalidInput(f"cannot read {path}: it is a directory")
+    if path.suffix == ".npz":
+        return _load_npz(path)
+    if path.suffix in (".parquet", ".pq"):
+        return _load_parquet(path, label_column=label_column, id_column=id_column)
     return _load_csv(path, label_column=label_column, id_column=id_column, delimiter=delimiter)
 
 
+# --- npz ----------------------------------------------------------------------------------------
+
+
 def _load_npz(path: Path) -> PartyData:
+    where = Locator(str(path))
     try:
         with np.load(path, allow_pickle=False) as npz:
             if "X" not in npz:
-                raise InvalidInput(f"{path} needs an array named X (and y, optionally ids)")
-            X = check_features(npz["X"], name=f"features in {path}")
-            y = _labels(npz["y"], path) if "y" in npz else None
+                raise InvalidInput(f"{path} needs an array named X (and y, optionally ids and columns)")
+            X = _features(npz["X"], f"features in {path}")
+            y, labels = _npz_labels(npz["y"], path) if "y" in npz else (None, None)
             ids = tuple(str(v) for v in npz["ids"]) if "ids" in npz else tuple(str(i) for i in range(X.shape[0]))
+            columns = tuple(str(c) for c in npz["columns"]) if "columns" in npz else ()
     except (OSError, ValueError) as exc:
         if isinstance(exc, InvalidInput):
             raise
         raise InvalidInput(f"cannot read {path}: {exc}") from None
-    _check_unique_ids(ids, [f"row {i}" for i in range(len(ids))], path)
-    return PartyData(X, y, ids)
+    _check_columns(columns, path)
+    _check_unique_ids(ids, where)
+    return PartyData(X, y, ids, columns, labels, where)
 
 
-def _labels(raw: np.ndarray, path: Path) -> np.ndarray:
+def _npz_labels(raw: np.ndarray, path: Path) -> tuple[np.ndarray | None, Labels | None]:
+    """(class numbers, None) for a numeric y; (None, names) for a string y ('' = unlabeled)."""
     arr = np.asarray(raw)
     if arr.ndim != 1:
         raise InvalidInput(f"labels in {path} must be 1-D")
+    if arr.dtype.kind == "U":
+        return None, _encode_labels(np.char.strip(arr))
     if arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr) | np.isnan(arr)):
             raise InvalidInput(f"labels in {path} must be whole numbers")
@@ -80,11 +231,41 @@ def _labels(raw: np.ndarray, path: Path) -> np.ndarray:
         if not np.all(arr == np.round(arr)):
             raise InvalidInput(f"labels in {path} must be whole numbers (-1 or NaN = unlabeled)")
     elif arr.dtype.kind not in "iu":
-        raise InvalidInput(f"labels in {path} must be integers, got {arr.dtype}")
+        raise InvalidInput(f"labels in {path} must be integers or class names, got {arr.dtype}")
     arr = arr.astype(np.int64)
     if np.any(arr < UNLABELED):
         raise InvalidInput(f"labels in {path} must be >= 0, or -1 for unlabeled")
-    return arr
+    return arr, None
+
+
+def _encode_labels(cells: np.ndarray) -> Labels:
+    """Labels of a str[n] array of cells ('' = empty)."""
+    values, codes = np.unique(cells, return_inverse=True)
+    values = values.tolist()
+    codes = codes.astype(np.int32)
+    if values and values[0] == "":
+        codes -= 1
+        values = values[1:]
+    return Labels(codes, tuple(values))
+
+
+def _all_numbers(labels: Labels) -> bool:
+    return all(_class_number(v) is not None for v in labels.values)
+
+
+def _features(raw: object, name: str) -> np.ndarray:
+    """float64[n, d]; NaN is a missing cell, ±inf is refused."""
+    try:
+        X = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{name} must be numeric: {exc}") from None
+    if X.ndim == 2 and X.size:
+        check_features(np.where(np.isnan(X), 0.0, X), name=name)  # shape, emptiness and ±inf
+        return X
+    return check_features(X, name=name)
+
+
+# --- CSV ----------------------------------------------------------------------------------------
 
 
 def _sniff(header_line: str) -> str:
@@ -94,48 +275,20 @@ def _sniff(header_line: str) -> str:
     return best if counts[best] else ","
 
 
-def _check_unique_ids(ids: tuple[str, ...], where: list[str], path: Path) -> None:
-    seen: dict[str, int] = {}
-    for k, row_id in enumerate(ids):
-        if row_id in seen:
-            raise InvalidInput(f"{path}: row id {row_id!r} appears twice ({where[seen[row_id]]} and {where[k]}); "
-                               "row ids must be unique, or predictions could not be told apart")
-        seen[row_id] = k
-
-
-def _label_cell(cell: str, path: Path, line: int) -> int:
-    """A label cell: empty = unlabeled; an integer class, also written as an integral float ("1.0",
-    as pandas writes an integer column that has empty cells)."""
-    if cell == "":
-        return UNLABELED
-    try:
-        return int(cell)
-    except ValueError:
-        pass
-    try:
-        value = float(cell)
-    except ValueError:
-        value = math.nan
-    if math.isfinite(value) and value == int(value):
-        return int(value)
-    raise InvalidInput(f"{path} line {line}: label {cell!r} is not an integer class (leave it empty for unlabeled)")
-
-
-def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, delimiter: str | None) -> PartyData:
+def _read_header(path: Path, delimiter: str | None) -> tuple[list[str], str, str]:
+    """(column names, delimiter, a hint for messages when the delimiter looks wrong)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
             first = fh.readline()  # utf-8-sig: Excel's byte-order mark is not part of the first name
             fh.seek(0)
             sep = delimiter or _sniff(first)
-            reader = csv.reader(fh, delimiter=sep)
-            rows = [(reader.line_num, r) for r in reader]
+            header = next(csv.reader(fh, delimiter=sep), None)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path} is not a readable UTF-8 CSV file: {exc}") from None
-    if not rows:
+    if not header or not any(h.strip() for h in header):
         raise InvalidInput(f"{path} is empty; it needs a header row naming the columns")
-    header = [h.strip() for h in rows[0][1]]
     hint = ""
     sniffed = _sniff(first)
     if sniffed != sep and first.count(sniffed) > first.count(sep):
@@ -143,39 +296,224 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
         hint = f" (the header looks {sniffed!r}-separated; pass --delimiter {flag})"
     elif len(header) == 1:
         hint = " (only one column was found: if the file is separated by something else, pass --delimiter)"
+    return [h.strip() for h in header], sep, hint
+
+
+def _check_columns(header: Sequence[str], path: Path) -> None:
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
         where = ", ".join(f"{h!r} (columns {', '.join(str(i + 1) for i, x in enumerate(header) if x == h)})" for h in dupes)
         raise InvalidInput(f"{path}: the header names a column twice: {where}; every column needs its own name")
-    body = [(line, r) for line, r in rows[1:] if any(cell.strip() for cell in r)]
-    for line, r in body:
-        if len(r) != len(header):
-            raise InvalidInput(f"{path} line {line} has {len(r)} cells but the header has {len(header)}{hint}")
+
+
+def _roles(header: list[str], path: Path, label_column: str | None, id_column: str | None,
+           hint: str) -> tuple[list[int], int | None, int | None]:
+    """(feature column indices, label column index, id column index)."""
+    _check_columns(header, path)
     if id_column is not None and id_column not in header:
         raise InvalidInput(f"{path} has no id column {id_column!r}; columns: {', '.join(header)}{hint}")
-    has_label = label_column is not None and label_column in header
-    feature_cols = [i for i, h in enumerate(header) if h not in {label_column, id_column}]
-    if not feature_cols:
+    label = header.index(label_column) if label_column is not None and label_column in header else None
+    ident = header.index(id_column) if id_column is not None else None
+    features = [i for i in range(len(header)) if i not in (label, ident)]
+    if not features:
         raise InvalidInput(f"{path} has no feature columns{hint}")
-    if not body:
-        raise InvalidInput(f"{path} has a header but no rows")
-    X = np.empty((len(body), len(feature_cols)), dtype=np.float64)
-    for k, (line, r) in enumerate(body):
-        for j, col in enumerate(feature_cols):
-            try:
-                X[k, j] = float(r[col])
-            except ValueError:
-                raise InvalidInput(f"{path} line {line}, column {header[col]!r}: {r[col]!r} is not a number{hint}") from None
-    X = check_features(X, name=f"features in {path}")
-    y = None
-    if has_label:
-        li = header.index(label_column)  # type: ignore[arg-type]
-        y = np.array([_label_cell(r[li].strip(), path, line) for line, r in body], dtype=np.int64)
-        if np.any(y < UNLABELED):
-            raise InvalidInput(f"{path}: labels must be class numbers >= 0 (empty = unlabeled)")
-    if id_column:
-        ids = tuple(r[header.index(id_column)] for _, r in body)
-        _check_unique_ids(ids, [f"line {line}" for line, _ in body], path)
-    else:
-        ids = tuple(str(i) for i in range(len(body)))
-    return PartyData(X, y, ids)
+    return features, label, ident
+
+
+def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, delimiter: str | None) -> PartyData:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    header, sep, hint = _read_header(path, delimiter)
+    try:
+        features, label, ident = _roles(header, path, label_column, id_column, hint)
+    except InvalidInput:
+        if hint:  # a wrong delimiter: the rows say so more plainly than the header
+            _diagnose_csv(path, sep, header, [], None, hint)
+        raise
+    names = [f"c{i}" for i in range(len(header))]  # pyarrow's names: free of duplicates and odd characters
+    types = {names[i]: pa.float64() for i in features}
+    types.update({names[i]: pa.string() for i in (label, ident) if i is not None})
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(column_names=names, skip_rows=1, block_size=BLOCK_BYTES, use_threads=True),
+            parse_options=pacsv.ParseOptions(delimiter=sep, newlines_in_values=True),
+            convert_options=pacsv.ConvertOptions(column_types=types, null_values=list(NULL_CELLS),
+                                                 strings_can_be_null=True, quoted_strings_can_be_null=True))
+        table = _Collector(_row_bound(path), [names[i] for i in features], names[label] if label is not None else None,
+                           names[ident] if ident is not None else None)
+        for batch in reader:
+            table.add(batch)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError) as exc:
+        _diagnose_csv(path, sep, header, features, label, hint)
+        raise InvalidInput(f"{path} cannot be read as CSV: {exc}{hint}") from None
+    where = Locator(str(path), "line", sep)
+    return table.finish(path, where, [header[i] for i in features], f"features in {path}")
+
+
+def _row_bound(path: Path) -> int:
+    """An upper bound on the data rows of a CSV file: its line count (newlines inside quoted cells
+    and blank lines only make it larger). The matrix is allocated to this bound untouched, so
+    only the pages of real rows are ever used."""
+    lines = 0
+    last = b"\n"
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 24):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    return lines + (last != b"\n")
+
+
+class _Collector:
+    """Writes record batches into one float64 matrix, the labels as codes and the ids as strings."""
+
+    def __init__(self, bound: int, features: list[str], label: str | None, ident: str | None) -> None:
+        self.X = np.empty((max(bound, 1), len(features)), dtype=np.float64)
+        self.features, self.label, self.ident = features, label, ident
+        self.n = 0
+        self.codes: list[np.ndarray] = []
+        self.values: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.blank: list[np.ndarray] = []  # bool per batch: rows with every cell empty
+
+    def add(self, batch: object) -> None:
+        import pyarrow.compute as pc
+
+        b = batch.num_rows  # type: ignore[attr-defined]
+        if self.n + b > self.X.shape[0]:
+            self.X = np.concatenate([self.X[: self.n], np.empty((self.n + b - self.X.shape[0], self.X.shape[1]))])
+        empty = np.ones(b, dtype=bool)
+        rows = slice(self.n, self.n + b)
+        for j, name in enumerate(self.features):
+            column = batch.column(name)  # type: ignore[attr-defined]
+            self.X[rows, j] = column.to_numpy(zero_copy_only=False)
+            empty &= column.is_null().to_numpy(zero_copy_only=False)
+        if self.label is not None:
+            column = pc.utf8_trim_whitespace(batch.column(self.label))  # type: ignore[attr-defined]
+            column = pc.if_else(pc.equal(column, ""), None, column)
+            encoded = column.dictionary_encode()
+            local = np.array([self.values.setdefault(v, len(self.values)) for v in encoded.dictionary.to_pylist()] + [-1],
+                             dtype=np.int32)
+            idx = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            self.codes.append(local[idx])
+            empty &= idx < 0
+        if self.ident is not None:
+            column = batch.column(self.ident)  # type: ignore[attr-defined]
+            self.ids.extend("" if v is None else v for v in column.to_pylist())
+            empty &= column.is_null().to_numpy(zero_copy_only=False)
+        self.blank.append(empty)
+        self.n += b
+
+    def finish(self, path: Path, where: Locator, columns: list[str], name: str) -> PartyData:
+        X = self.X[: self.n]
+        keep = ~np.concatenate(self.blank) if self.blank else np.zeros(0, dtype=bool)
+        if not keep.all():  # rows whose every cell is empty are not data (spreadsheets leave them)
+            X = X[keep]
+        if X.shape[0] == 0:
+            raise InvalidInput(f"{path} has a header but no rows")
+        X = _features(X, name)
+        labels = None
+        if self.label is not None:
+            codes = np.concatenate(self.codes)[keep]
+            labels = _sorted_labels(codes, self.values)
+        ids = tuple(i for i, k in zip(self.ids, keep) if k) if self.ident is not None else tuple(str(i) for i in range(X.shape[0]))
+        _check_unique_ids(ids, where)
+        y = labels.numbers(where) if labels is not None and _all_numbers(labels) else None
+        return PartyData(X, y, ids, tuple(columns), labels, where)
+
+
+def _sorted_labels(codes: np.ndarray, values: dict[str, int]) -> Labels:
+    """Labels with values in sorted order (so the same cells give the same codes in any file)."""
+    order = sorted(values, key=str)
+    remap = np.empty(len(values) + 1, dtype=np.int32)
+    remap[-1] = -1
+    for new, value in enumerate(order):
+        remap[values[value]] = new
+    return Labels(remap[codes], tuple(order))
+
+
+def _csv_records(path: Path, sep: str):
+    """(line number, cells) of every data record that has a non-blank cell, as Python's csv reads them."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh, delimiter=sep)
+        next(reader, None)
+        for cells in reader:
+            if any(cell.strip() for cell in cells):
+                yield reader.line_num, cells
+
+
+def _csv_line_of(path: Path, sep: str, row: int) -> int:
+    for k, (line, _) in enumerate(_csv_records(path, sep)):
+        if k == row:
+            return line
+    return -1
+
+
+def _diagnose_csv(path: Path, sep: str, header: list[str], features: list[int], label: int | None, hint: str) -> None:
+    """Find the first cell pyarrow could not read and raise an InvalidInput naming it."""
+    try:
+        for line, cells in _csv_records(path, sep):
+            if len(cells) != len(header):
+                raise InvalidInput(f"{path} line {line} has {len(cells)} cells but the header has {len(header)}{hint}")
+            for j in features:
+                cell = cells[j].strip()
+                if cell in NULL_CELLS:
+                    continue
+                try:
+                    float(cell)
+                except ValueError:
+                    raise InvalidInput(f"{path} line {line}, column {header[j]!r}: {cells[j]!r} is not a number{hint}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"{path} is not a readable UTF-8 CSV file: {exc}") from None
+
+
+# --- Parquet ------------------------------------------------------------------------------------
+
+
+def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None) -> PartyData:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
+    schema = pf.schema_arrow
+    header = list(schema.names)
+    features, label, ident = _roles(header, path, label_column, id_column, "")
+    for j in features:
+        kind = schema.field(j).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+                or pa.types.is_boolean(kind)):
+            raise InvalidInput(f"{path}: column {header[j]!r} holds {kind}, not numbers; every column other than "
+                               "the label and id columns is a feature and must be numeric")
+    names = [header[j] for j in features]
+    table = _Collector(pf.metadata.num_rows, names, header[label] if label is not None else None,
+                       header[ident] if ident is not None else None)
+    wanted = names + [header[i] for i in (label, ident) if i is not None]
+    try:
+        for batch in pf.iter_batches(batch_size=65536, columns=wanted):
+            columns = [batch.column(n).cast(pa.float64()) if n in names else batch.column(n).cast(pa.string())
+                       for n in batch.schema.names]
+            table.add(pa.RecordBatch.from_arrays(columns, names=batch.schema.names))
+    except (OSError, pa.ArrowException) as exc:
+        raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
+    return table.finish(path, Locator(str(path), "row", base=1), names, f"features in {path}")
+
+
+# --- ids ----------------------------------------------------------------------------------------
+
+
+def _check_unique_ids(ids: tuple[str, ...], where: Locator) -> None:
+    seen: dict[str, int] = {}
+    for k, row_id in enumerate(ids):
+        if row_id in seen:
+            first, second = where.at(seen[row_id]), where.at(k)
+            if where.path:
+                first, second = first.removeprefix(where.path + " "), second.removeprefix(where.path + " ")
+            raise InvalidInput(f"{where.path or 'the data'}: row id {row_id!r} appears twice ({first} and {second}); "
+                               "row ids must be unique, or predictions could not be told apart")
+        seen[row_id] = k

@@ -54,6 +54,15 @@ class AllReduceJob(Job):
 
     masked: Step | None = None  # the complete sum round whose self masks are being revealed
 
+    def check_prepared(self) -> None:
+        params = self.config.params
+        if isinstance(params, FlynnJobParams):
+            try:
+                params.method_params(self.dim)  # s <= d once constant columns are dropped
+            except InvalidInput as exc:
+                raise InvalidInput(f"job {self.config.job_id!r} cannot use the {self.dim} features left after "
+                                   f"dropping constant columns: {exc}") from None
+
     def begin(self) -> None:
         self.start_step(SUM_STEP)
 

@@ -8,6 +8,9 @@ Lifecycle (`Stage`):
     SETUP   (step "seed": the leader relays the sealed common seed, every party acks)
             --all acked--> RUNNING (the job type's first step)
             --leader dropped--> SETUP again, next round, next-smallest id leads
+    RUNNING, if the job standardises or imputes (DESIGN §8): step "moments" (masked sums of
+            (n, Σx, Σx²) per feature) --> "moments_reveal" --> message "moments_result" to every
+            participant --> the job type's first step; a drop during "moments" restarts it
     RUNNING (job-specific steps) --last step complete--> DONE
     any     --active parties < min_parties--> FAILED
 
@@ -31,15 +34,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
+import numpy as np
+
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
-from xclp.server.config import JobConfig
-from xclp.server.jobs.state import Party, Step
+from xclp.crypto.masking import ring_sum
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
-from xclp.v1 import wire
+from xclp.prep import Scaling
+from xclp.server.config import JobConfig
+from xclp.server.jobs.state import Party, Step, check_reveal, ring_array
+from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX
+from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX, reveal_step, self_mask, unpack_reveal
 from xclp.v1.jobs import params_json
-from xclp.v1.steps import SEED_STEP
+from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_STEP
 from xclp.v1.wire import MAX_DIM
 
 log = logging.getLogger("xclp.server")
@@ -48,6 +55,7 @@ STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
 MAILBOX_MAX_BYTES = 512 * 1024 * 1024  # relayed bytes waiting for one party
 MAX_PUSH_STREAMS = 4  # Push calls one party may have open at once
 SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes
+MOMENTS_REVEAL = reveal_step(MOMENTS_STEP)
 # Called with (job_id, step, round, sender, payload) for every contribution; tests only.
 Observer = Callable[[str, str, int, str, wire.Payload], None]
 
@@ -92,6 +100,9 @@ class Job:
         self.outcome_reason = ""
         self._message_ids = itertools.count(1)
         self.done_event = threading.Event()
+        # DESIGN §8: the pooled preparation, once the moments step has run (None: the job does not prepare)
+        self.scaling: Scaling | None = None
+        self._moments: Step | None = None  # the complete moments round whose self masks are revealed
 
     # --- spec -------------------------------------------------------------------------------
 
@@ -106,6 +117,15 @@ class Job:
 
     @property
     def dim(self) -> int:
+        """Feature columns the job's steps work on: the parties' columns, less those the
+        preparation dropped (DESIGN §8)."""
+        if self.scaling is not None:
+            return self.scaling.dim
+        return self.table_dim
+
+    @property
+    def table_dim(self) -> int:
+        """Feature columns of the parties' tables (their data summaries agree)."""
         return int(next(iter(self.parties.values())).summary.dim)
 
     # --- transitions ----------------------------------------------------------------------------
@@ -171,6 +191,11 @@ class Job:
             if step.name == SEED_STEP:
                 if msg.payload != b"":
                     raise InvalidInput("the seed step's acknowledgement must be an empty payload")
+            elif step.name == MOMENTS_STEP:
+                dtype, shape = moments.wire(self.table_dim)
+                ring_array(msg.payload, dtype, shape, f"the masked moments from {sender!r}")
+            elif step.name == MOMENTS_REVEAL:
+                check_reveal(msg.payload, self.session_id, MOMENTS_STEP, step, sender)
             else:
                 self.accept(step, sender, msg.payload)
             if self.observer is not None:
@@ -220,6 +245,9 @@ class Job:
         """The most bytes one message of `step` from `sender` can need (checked before buffering)."""
         if step == SEED_STEP:
             return SEED_RELAY_MAX_BYTES
+        if step == MOMENTS_STEP:
+            dtype, shape = moments.wire(self.table_dim)
+            return dtype.itemsize * shape[0] * shape[1] * shape[2]
         if step.endswith(REVEAL_SUFFIX):
             return REVEAL_BYTES
         return wire.DEFAULT_MAX_PAYLOAD_BYTES
@@ -237,9 +265,15 @@ class Job:
         for pid, other in self.parties.items():
             if other.summary.dim != summary.dim:
                 raise InvalidInput(f"data has {summary.dim} columns but {pid!r} has {other.summary.dim}; all parties must agree")
+            if other.summary.schema and summary.schema and other.summary.schema != summary.schema:
+                raise InvalidInput(f"the data's feature columns have other names, or another order, than those of "
+                                   f"{pid!r}; every party needs the same feature columns in the same order")
 
     def check_start(self) -> None:
         """Raise InvalidInput if the joined parties' data cannot run this job (checked before any work)."""
+
+    def check_prepared(self) -> None:
+        """Raise InvalidInput if the data, as prepared (`self.dim` features), cannot run this job."""
 
     def begin(self) -> None:
         """SETUP is over: start the first job-specific step (`start_step`)."""
@@ -334,9 +368,42 @@ class Job:
                  step.bytes_in, step.bytes_relayed)
         if step.name == SEED_STEP:
             self.stage = Stage.RUNNING
-            self.begin()
+            if self.config.params.prepares:
+                self.start_step(MOMENTS_STEP)
+            else:
+                self.begin()
+        elif step.name == MOMENTS_STEP:
+            self._moments = step  # DESIGN §6.1: all arrays are here; ask each party for its self mask
+            self.start_step(MOMENTS_REVEAL, list(step.participants), round=step.round)
+        elif step.name == MOMENTS_REVEAL:
+            self._prepared(step)
         else:
             self.on_step_complete(step)
+
+    def _prepared(self, reveal: Step) -> None:
+        """The pooled moments are in: every participant gets them, then the job type's first step."""
+        assert self._moments is not None
+        dtype, shape = moments.wire(self.table_dim)
+        masked = ring_sum(np.asarray(self._moments.received[p]) for p in reveal.participants)
+        total = masked - ring_sum(self_mask(unpack_reveal(reveal.received[p])[1], shape, dtype)
+                                  for p in reveal.participants)
+        params = self.config.params
+        self.scaling = Scaling.from_sums(moments.decode(total), moments.FRAC_BITS, standardise=params.standardise,
+                                         impute=params.impute == "mean")
+        dropped = self.table_dim - self.scaling.dim
+        log.info("job %s: pooled moments of %d parties; %d of %d features kept", self.config.job_id,
+                 len(reveal.participants), self.scaling.dim, self.table_dim)
+        for pid in reveal.participants:
+            self.send(pid, MOMENTS_RESULT_MSG, reveal.round, total)
+        try:
+            if self.scaling.dim == 0:
+                raise InvalidInput(f"all {self.table_dim} feature columns are constant or empty on every party")
+            self.check_prepared()
+        except InvalidInput as exc:
+            self._fail(f"{exc}" + (f" ({dropped} constant columns dropped)" if dropped else ""),
+                       outcome=pb.JobEnd.REFUSED)
+            return
+        self.begin()
 
     def _relay(self, step: Step, sender: str, msg: wire.Message) -> None:
         if step.name not in self.relay_steps:
@@ -382,6 +449,8 @@ class Job:
                 step.pending -= parties  # everyone left already holds the seed
                 if not step.pending:
                     self._complete(step)
+        elif step.name == MOMENTS_STEP:
+            self.start_step(MOMENTS_STEP)  # the dropped party's masks no longer cancel: a new round without it
         elif step.name.endswith(REVEAL_SUFFIX):
             # DESIGN §6.1, for every masked step: the others revealed their seeds and mask no
             # other round of it, so a reveal that cannot complete loses the aggregate.

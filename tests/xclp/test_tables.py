@@ -22,8 +22,6 @@ def test_csv_with_ids_and_unlabeled_rows(tmp_path):
 
 
 @pytest.mark.parametrize("text, match", [
-    ("x1,label\n1,a\n", "label 'a' is not an integer"),
-    ("x1,label\nnan,1\n", "NaN"),
     ("x1,label\n1,1,3\n", "has 3 cells"),
     ("label\n1\n", "no feature columns"),
     ("", "empty"),
@@ -68,10 +66,10 @@ def test_pandas_float_labels_are_read_as_classes_and_fractions_refused(tmp_path)
     assert party_data.load(tmp_path / "d.csv").y.tolist() == [1, -1, 0, 2]
     (tmp_path / "e.csv").write_text("x1,label\n1,1.0\n2,1.5\n")
     with pytest.raises(InvalidInput, match=r"line 3: label '1.5' is not an integer class"):
-        party_data.load(tmp_path / "e.csv")
+        party_data.load(tmp_path / "e.csv").with_classes(None)
     (tmp_path / "f.csv").write_text("x1,label\n1,inf\n")
     with pytest.raises(InvalidInput, match="label 'inf' is not an integer class"):
-        party_data.load(tmp_path / "f.csv")
+        party_data.load(tmp_path / "f.csv").with_classes(None)
 
 
 def test_excel_utf8_byte_order_mark_is_not_part_of_the_first_column_name(tmp_path):

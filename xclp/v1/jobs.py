@@ -74,19 +74,82 @@ def _no_extra(params: Mapping[str, Any], allowed: set[str], job_type: str) -> No
 _REQUIRED: Any = MISSING
 
 
-def _p(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED) -> Any:
+def _p(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED, kw_only: bool = False) -> Any:
     """A schema field with the text of the parameter reference (README "Job parameters")."""
-    return field(default=default, metadata={"meaning": meaning, "range": range_, "see": see})
+    return field(default=default, kw_only=kw_only, metadata={"meaning": meaning, "range": range_, "see": see})
+
+
+IMPUTE = ("none", "mean")
+DATA_KEYS = {"classes", "standardise", "impute"}
+MAX_CLASSES = 4096
 
 
 @dataclass(frozen=True)
-class FlynnJobParams:
+class DataParams:
+    """How every party prepares its table before the job's first step (DESIGN §8); any job type.
+
+    classes: label cells hold these names, numbered by their order here on every party.
+    standardise / impute: one masked sum of (n, Σx, Σx²) per feature (the "moments" step, DESIGN
+    §6.1); every party scales with the pooled mean and standard deviation and/or fills missing
+    cells with the pooled mean; features constant everywhere are dropped by every party alike.
+    """
+
+    classes: tuple[str, ...] | None = _p("class names, in the order that numbers them; label cells then hold "
+                                         "these names (unset: label cells are class numbers)",
+                                         "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+    standardise: bool = _p("scale every feature by the pooled mean and standard deviation of all parties "
+                           "(the coordinator learns those, nothing per party)", "true, false", "DESIGN §8",
+                           default=False, kw_only=True)
+    impute: str = _p('"mean": fill empty or NaN feature cells with the pooled mean; "none": refuse them',
+                     '"none", "mean"', "DESIGN §8", default="none", kw_only=True)
+
+    def _check_data(self, n_classes: int) -> None:
+        if self.classes is not None:
+            if not self.classes or any(not isinstance(c, str) or not c.strip() for c in self.classes):
+                raise ConfigError("classes must be a list of non-empty names")
+            if len(set(self.classes)) != len(self.classes):
+                raise ConfigError(f"classes names a class twice: {list(self.classes)}")
+            if len(self.classes) > MAX_CLASSES:
+                raise ConfigError(f"at most {MAX_CLASSES} classes")
+            if n_classes != len(self.classes):
+                raise ConfigError(f"n_classes = {n_classes} but classes names {len(self.classes)}; "
+                                  "leave n_classes out, it follows from classes")
+        if self.impute not in IMPUTE:
+            raise ConfigError(f"impute must be one of {', '.join(repr(v) for v in IMPUTE)}, got {self.impute!r}")
+
+    @property
+    def prepares(self) -> bool:
+        """Whether the job runs the "moments" step before its first step."""
+        return self.standardise or self.impute == "mean"
+
+
+def _data(params: Mapping[str, Any]) -> dict[str, Any]:
+    classes = params.get("classes")
+    if classes is not None:
+        if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):
+            raise ConfigError(f"job parameter 'classes' must be a list of names, got {classes!r}")
+        classes = tuple(c.strip() for c in classes)
+    impute = params.get("impute", "none")
+    if not isinstance(impute, str):
+        raise ConfigError(f"job parameter 'impute' must be \"none\" or \"mean\", got {impute!r}")
+    return {"classes": classes, "standardise": _bool(params, "standardise"), "impute": impute}
+
+
+def _n_classes(params: Mapping[str, Any], default: int | None = None, *, low: int = 2) -> int:
+    classes = params.get("classes")
+    if isinstance(classes, (list, tuple)):
+        default = len(classes)
+    return _int(params, "n_classes", default, low=low)
+
+
+@dataclass(frozen=True)
+class FlynnJobParams(DataParams):
     """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
 
     DP (paper 001 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
     """
 
-    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1", ">= 2")
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)", ">= 2")
     m: int = _p("FlyHash dimension (the paper uses 256 × the number of features)", ">= rho", "paper 001 §3")
     s: int = _p("ones per row of the FlyHash projection (the paper: ⌊0.3 × features⌋)", "1 .. features",
                 "paper 000 supplement Table 6")
@@ -101,6 +164,7 @@ class FlynnJobParams:
     def __post_init__(self) -> None:
         if self.n_classes < 2:
             raise ConfigError("n_classes must be >= 2")
+        self._check_data(self.n_classes)
         if self.rho > self.m:
             raise ConfigError(f"rho = {self.rho} exceeds m = {self.m}")
         if not 0.0 <= self.gamma < 1.0:
@@ -127,18 +191,20 @@ class FlynnJobParams:
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> FlynnJobParams:
-        _no_extra(params, {"n_classes", "m", "s", "rho", "gamma", "tie_seed", "epsilon", "T", "frac_bits"}, "flynn")
+        _no_extra(params, {"n_classes", "m", "s", "rho", "gamma", "tie_seed", "epsilon", "T", "frac_bits"} | DATA_KEYS,
+                  "flynn")
         T = params.get("T")
         return cls(
-            n_classes=_int(params, "n_classes", low=2), m=_int(params, "m"), s=_int(params, "s"),
+            n_classes=_n_classes(params), m=_int(params, "m"), s=_int(params, "s"),
             rho=_int(params, "rho"), gamma=_float(params, "gamma", 0.0) or 0.0,
             tie_seed=_int(params, "tie_seed", 0, low=0), epsilon=_float(params, "epsilon"),
             T=None if T is None else _int(params, "T"), frac_bits=_int(params, "frac_bits", 24, low=0),
+            **_data(params),
         )
 
 
 @dataclass(frozen=True)
-class RaceJobParams:
+class RaceJobParams(DataParams):
     """RACE (DESIGN §6): rows R, width W, family "srp"|"l2", p, bandwidth as in xclp.race.RaceParams.
 
     n_classes = 0 builds one KDE sketch of all rows; n_classes >= 2 one sketch per class from the
@@ -162,6 +228,7 @@ class RaceJobParams:
             raise ConfigError(f"family must be 'srp' or 'l2', got {self.family!r}")
         if self.n_classes == 1 or self.n_classes < 0:
             raise ConfigError("n_classes must be 0 (KDE sketch) or >= 2 (classifier)")
+        self._check_data(self.n_classes if self.classes is not None else 0)
         if self.epsilon is not None and self.epsilon <= 0:
             raise ConfigError(f"epsilon must be > 0, got {self.epsilon}")
         if not self.bandwidth > 0:
@@ -181,12 +248,12 @@ class RaceJobParams:
 
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> RaceJobParams:
-        _no_extra(params, {"rows", "width", "family", "p", "bandwidth", "n_classes", "epsilon"}, "race")
+        _no_extra(params, {"rows", "width", "family", "p", "bandwidth", "n_classes", "epsilon"} | DATA_KEYS, "race")
         family = params.get("family", "srp")
         return cls(
             rows=_int(params, "rows"), width=_int(params, "width"), family=str(family),
             p=_int(params, "p", 1), bandwidth=_float(params, "bandwidth", 1.0),  # type: ignore[arg-type]
-            n_classes=_int(params, "n_classes", 0, low=0), epsilon=_float(params, "epsilon"),
+            n_classes=_n_classes(params, 0, low=0), epsilon=_float(params, "epsilon"), **_data(params),
         )
 
 
@@ -195,7 +262,7 @@ SOLVERS = ("auto", "dense", "cg")
 
 
 @dataclass(frozen=True)
-class XclpJobParams:
+class XclpJobParams(DataParams):
     """XCLP (DESIGN §5, paper 003 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
     key size, SecureRowSums fixed point and what the coordinator may learn.
 
@@ -209,7 +276,7 @@ class XclpJobParams:
     gradients for large n (xclp.graph); frac_bits: SecureRowSums fixed-point scale 2^frac_bits.
     """
 
-    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1", ">= 2")
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)", ">= 2")
     lsh_bits: int = _p("L, LSH bits per row (the paper uses 4096); more bits, closer to exact cosine",
                        "multiple of 64", "paper 003 §3", default=1024)
     k: int = _p("neighbours kept per row of the graph", "1 .. all rows − 1", default=10)
@@ -231,6 +298,7 @@ class XclpJobParams:
     def __post_init__(self) -> None:
         if self.n_classes < 2:
             raise ConfigError("n_classes must be >= 2")
+        self._check_data(self.n_classes)
         if self.lsh_bits % 64:
             raise ConfigError(f"lsh_bits (L) must be a positive multiple of 64, got {self.lsh_bits}")
         if not 0.0 < self.alpha < 1.0:
@@ -266,15 +334,16 @@ class XclpJobParams:
     @classmethod
     def parse(cls, params: Mapping[str, Any]) -> XclpJobParams:
         allowed = {"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
-                   "label_norm", "solver", "frac_bits", "insecure_test_keys"}
+                   "label_norm", "solver", "frac_bits", "insecure_test_keys"} | DATA_KEYS
         _no_extra(params, allowed, "xclp")
         return cls(
-            n_classes=_int(params, "n_classes", low=2), lsh_bits=_int(params, "lsh_bits", 1024, low=64),
+            n_classes=_n_classes(params), lsh_bits=_int(params, "lsh_bits", 1024, low=64),
             k=_int(params, "k", 10), alpha=_float(params, "alpha", 0.99) or 0.0,
             power=_float(params, "power", 3.0) or 0.0, key_bits=_int(params, "key_bits", MIN_SECURE_BITS),
             hide_label_mask=_bool(params, "hide_label_mask"),
             label_norm=str(params.get("label_norm", "none")), solver=str(params.get("solver", "auto")),
             frac_bits=_int(params, "frac_bits", 32), insecure_test_keys=_bool(params, "insecure_test_keys"),
+            **_data(params),
         )
 
 
@@ -326,19 +395,24 @@ TITLES = {
 
 def parameter_reference() -> str:
     """The README's job parameter tables, made from the schemas (so the two cannot drift)."""
-    out = []
+    out = ["**Every job type**: how each party prepares its table first (DESIGN §8, README \"Your data\").\n"]
+    out += _table(fields(DataParams))
     for job_type, schema in SCHEMAS.items():
         out.append(f"**`type = \"{job_type}\"`**: {TITLES[job_type]}.\n")
-        out.append("| parameter | default | range | meaning |")
-        out.append("|---|---|---|---|")
-        for f in fields(schema):
-            if f.default is MISSING:
-                default = "required"
-            elif f.default is None:
-                default = "unset"
-            else:
-                default = f"`{json.dumps(f.default)}`"
-            see = f" ({f.metadata['see']})" if f.metadata["see"] else ""
-            out.append(f"| `{f.name}` | {default} | {f.metadata['range']} | {f.metadata['meaning']}{see} |")
-        out.append("")
+        out += _table([f for f in fields(schema) if f.name not in DATA_KEYS])
     return "\n".join(out)
+
+
+def _table(schema_fields: Any) -> list[str]:
+    out = ["| parameter | default | range | meaning |", "|---|---|---|---|"]
+    for f in schema_fields:
+        if f.default is MISSING:
+            default = "required"
+        elif f.default is None:
+            default = "unset"
+        else:
+            default = f"`{json.dumps(f.default)}`"
+        see = f" ({f.metadata['see']})" if f.metadata["see"] else ""
+        out.append(f"| `{f.name}` | {default} | {f.metadata['range']} | {f.metadata['meaning']}{see} |")
+    out.append("")
+    return out

@@ -12,6 +12,10 @@ from __future__ import annotations
 SEED_STEP = "seed"
 SEED_BYTES = 32
 
+# Data preparation before any job's first step (DESIGN §8): masked (n, Σx, Σx²) per feature.
+MOMENTS_STEP = "moments"
+MOMENTS_RESULT_MSG = "moments_result"
+
 # Masked all-reduce jobs, FlyNN and RACE (DESIGN §6).
 SUM_STEP = "sum"
 RESULT_MSG = "result"
@@ -31,3 +35,4 @@ ROWSUMS_RESULT_MSG = "rowsums_result"
 SEED_PURPOSE = SEED_STEP
 SUM_PURPOSE = SUM_STEP
 ROWSUMS_PURPOSE = ROWSUMS_STEP
+MOMENTS_PURPOSE = MOMENTS_STEP

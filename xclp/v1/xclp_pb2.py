@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12xclp/v1/xclp.proto\x12\x07xclp.v1\"1\n\x0cSignedBundle\x12\x0e\n\x06\x62undle\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\">\n\x0b\x44\x61taSummary\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\x14\n\x0clabeled_rows\x18\x02 \x01(\x04\x12\x0b\n\x03\x64im\x18\x03 \x01(\r\"k\n\x0bJoinRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x06\x62undle\x18\x02 \x01(\x0b\x32\x15.xclp.v1.SignedBundle\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.xclp.v1.DataSummary\"\x8e\x01\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_type\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x18\n\x10\x65xpected_parties\x18\x04 \x03(\t\x12\x13\n\x0bmin_parties\x18\x05 \x01(\r\x12\x1d\n\x15step_deadline_seconds\x18\x06 \x01(\x01\"\"\n\x10\x43hallengeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"F\n\x11\x43hallengeResponse\x12\x11\n\trun_nonce\x18\x01 \x01(\x0c\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.xclp.v1.JobSpec\"E\n\x0cJoinResponse\x12\x15\n\rsession_token\x18\x01 \x01(\x0c\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.xclp.v1.JobSpec\"\x1d\n\x0bPullRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"0\n\x06Roster\x12&\n\x07\x62undles\x18\x01 \x03(\x0b\x32\x15.xclp.v1.SignedBundle\"X\n\tStepStart\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x04 \x01(\x01\"\x96\x01\n\x06JobEnd\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.xclp.v1.JobEnd.Outcome\x12\x0e\n\x06reason\x18\x02 \x01(\t\"R\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07\x44ROPPED\x10\x03\x12\x0b\n\x07REFUSED\x10\x04\"w\n\nJoinStatus\x12\x0e\n\x06joined\x18\x01 \x01(\r\x12\x10\n\x08\x65xpected\x18\x02 \x01(\r\x12\x13\n\x0bmin_parties\x18\x03 \x01(\r\x12\x1d\n\x15join_deadline_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bwaiting_for\x18\x05 \x03(\t\"\xc1\x01\n\x08PullItem\x12!\n\x06roster\x18\x01 \x01(\x0b\x32\x0f.xclp.v1.RosterH\x00\x12\"\n\x04step\x18\x02 \x01(\x0b\x32\x12.xclp.v1.StepStartH\x00\x12\x1f\n\x05\x66rame\x18\x03 \x01(\x0b\x32\x0e.xclp.v1.FrameH\x00\x12\x1e\n\x03\x65nd\x18\x04 \x01(\x0b\x32\x0f.xclp.v1.JobEndH\x00\x12%\n\x06status\x18\x05 \x01(\x0b\x32\x13.xclp.v1.JoinStatusH\x00\x42\x06\n\x04item\"\xe6\x01\n\x05\x46rame\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x0e\n\x06sender\x18\x04 \x01(\t\x12\x11\n\trecipient\x18\x05 \x01(\t\x12\x12\n\nmessage_id\x18\x06 \x01(\x04\x12\x13\n\x0b\x63hunk_index\x18\x07 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x08 \x01(\r\x12\x13\n\x0btotal_bytes\x18\t \x01(\x04\x12\x0e\n\x06sha256\x18\n \x01(\x0c\x12\r\n\x05\x64type\x18\x0b \x01(\t\x12\r\n\x05shape\x18\x0c \x03(\x04\x12\x0c\n\x04\x64\x61ta\x18\r \x01(\x0c\"(\n\x07PushAck\x12\x0e\n\x06\x66rames\x18\x01 \x01(\r\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x32\xe5\x01\n\x0b\x43oordinator\x12\x42\n\tChallenge\x12\x19.xclp.v1.ChallengeRequest\x1a\x1a.xclp.v1.ChallengeResponse\x12\x33\n\x04Join\x12\x14.xclp.v1.JoinRequest\x1a\x15.xclp.v1.JoinResponse\x12\x31\n\x04Pull\x12\x14.xclp.v1.PullRequest\x1a\x11.xclp.v1.PullItem0\x01\x12*\n\x04Push\x12\x0e.xclp.v1.Frame\x1a\x10.xclp.v1.PushAck(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12xclp/v1/xclp.proto\x12\x07xclp.v1\"1\n\x0cSignedBundle\x12\x0e\n\x06\x62undle\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"N\n\x0b\x44\x61taSummary\x12\x0c\n\x04rows\x18\x01 \x01(\x04\x12\x14\n\x0clabeled_rows\x18\x02 \x01(\x04\x12\x0b\n\x03\x64im\x18\x03 \x01(\r\x12\x0e\n\x06schema\x18\x04 \x01(\x0c\"k\n\x0bJoinRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x06\x62undle\x18\x02 \x01(\x0b\x32\x15.xclp.v1.SignedBundle\x12%\n\x07summary\x18\x03 \x01(\x0b\x32\x14.xclp.v1.DataSummary\"\x8e\x01\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_type\x18\x02 \x01(\t\x12\x13\n\x0bparams_json\x18\x03 \x01(\t\x12\x18\n\x10\x65xpected_parties\x18\x04 \x03(\t\x12\x13\n\x0bmin_parties\x18\x05 \x01(\r\x12\x1d\n\x15step_deadline_seconds\x18\x06 \x01(\x01\"\"\n\x10\x43hallengeRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"F\n\x11\x43hallengeResponse\x12\x11\n\trun_nonce\x18\x01 \x01(\x0c\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.xclp.v1.JobSpec\"E\n\x0cJoinResponse\x12\x15\n\rsession_token\x18\x01 \x01(\x0c\x12\x1e\n\x04spec\x18\x02 \x01(\x0b\x32\x10.xclp.v1.JobSpec\"\x1d\n\x0bPullRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"0\n\x06Roster\x12&\n\x07\x62undles\x18\x01 \x03(\x0b\x32\x15.xclp.v1.SignedBundle\"X\n\tStepStart\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\r\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x04 \x01(\x01\"\x96\x01\n\x06JobEnd\x12(\n\x07outcome\x18\x01 \x01(\x0e\x32\x17.xclp.v1.JobEnd.Outcome\x12\x0e\n\x06reason\x18\x02 \x01(\t\"R\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x08\n\x04\x44ONE\x10\x01\x12\n\n\x06\x46\x41ILED\x10\x02\x12\x0b\n\x07\x44ROPPED\x10\x03\x12\x0b\n\x07REFUSED\x10\x04\"w\n\nJoinStatus\x12\x0e\n\x06joined\x18\x01 \x01(\r\x12\x10\n\x08\x65xpected\x18\x02 \x01(\r\x12\x13\n\x0bmin_parties\x18\x03 \x01(\r\x12\x1d\n\x15join_deadline_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bwaiting_for\x18\x05 \x03(\t\"\xc1\x01\n\x08PullItem\x12!\n\x06roster\x18\x01 \x01(\x0b\x32\x0f.xclp.v1.RosterH\x00\x12\"\n\x04step\x18\x02 \x01(\x0b\x32\x12.xclp.v1.StepStartH\x00\x12\x1f\n\x05\x66rame\x18\x03 \x01(\x0b\x32\x0e.xclp.v1.FrameH\x00\x12\x1e\n\x03\x65nd\x18\x04 \x01(\x0b\x32\x0f.xclp.v1.JobEndH\x00\x12%\n\x06status\x18\x05 \x01(\x0b\x32\x13.xclp.v1.JoinStatusH\x00\x42\x06\n\x04item\"\xe6\x01\n\x05\x46rame\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\t\x12\r\n\x05round\x18\x03 \x01(\r\x12\x0e\n\x06sender\x18\x04 \x01(\t\x12\x11\n\trecipient\x18\x05 \x01(\t\x12\x12\n\nmessage_id\x18\x06 \x01(\x04\x12\x13\n\x0b\x63hunk_index\x18\x07 \x01(\r\x12\x13\n\x0b\x63hunk_count\x18\x08 \x01(\r\x12\x13\n\x0btotal_bytes\x18\t \x01(\x04\x12\x0e\n\x06sha256\x18\n \x01(\x0c\x12\r\n\x05\x64type\x18\x0b \x01(\t\x12\r\n\x05shape\x18\x0c \x03(\x04\x12\x0c\n\x04\x64\x61ta\x18\r \x01(\x0c\"(\n\x07PushAck\x12\x0e\n\x06\x66rames\x18\x01 \x01(\r\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x32\xe5\x01\n\x0b\x43oordinator\x12\x42\n\tChallenge\x12\x19.xclp.v1.ChallengeRequest\x1a\x1a.xclp.v1.ChallengeResponse\x12\x33\n\x04Join\x12\x14.xclp.v1.JoinRequest\x1a\x15.xclp.v1.JoinResponse\x12\x31\n\x04Pull\x12\x14.xclp.v1.PullRequest\x1a\x11.xclp.v1.PullItem0\x01\x12*\n\x04Push\x12\x0e.xclp.v1.Frame\x1a\x10.xclp.v1.PushAck(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,35 +34,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SIGNEDBUNDLE']._serialized_start=31
   _globals['_SIGNEDBUNDLE']._serialized_end=80
   _globals['_DATASUMMARY']._serialized_start=82
-  _globals['_DATASUMMARY']._serialized_end=144
-  _globals['_JOINREQUEST']._serialized_start=146
-  _globals['_JOINREQUEST']._serialized_end=253
-  _globals['_JOBSPEC']._serialized_start=256
-  _globals['_JOBSPEC']._serialized_end=398
-  _globals['_CHALLENGEREQUEST']._serialized_start=400
-  _globals['_CHALLENGEREQUEST']._serialized_end=434
-  _globals['_CHALLENGERESPONSE']._serialized_start=436
-  _globals['_CHALLENGERESPONSE']._serialized_end=506
-  _globals['_JOINRESPONSE']._serialized_start=508
-  _globals['_JOINRESPONSE']._serialized_end=577
-  _globals['_PULLREQUEST']._serialized_start=579
-  _globals['_PULLREQUEST']._serialized_end=608
-  _globals['_ROSTER']._serialized_start=610
-  _globals['_ROSTER']._serialized_end=658
-  _globals['_STEPSTART']._serialized_start=660
-  _globals['_STEPSTART']._serialized_end=748
-  _globals['_JOBEND']._serialized_start=751
-  _globals['_JOBEND']._serialized_end=901
-  _globals['_JOBEND_OUTCOME']._serialized_start=819
-  _globals['_JOBEND_OUTCOME']._serialized_end=901
-  _globals['_JOINSTATUS']._serialized_start=903
-  _globals['_JOINSTATUS']._serialized_end=1022
-  _globals['_PULLITEM']._serialized_start=1025
-  _globals['_PULLITEM']._serialized_end=1218
-  _globals['_FRAME']._serialized_start=1221
-  _globals['_FRAME']._serialized_end=1451
-  _globals['_PUSHACK']._serialized_start=1453
-  _globals['_PUSHACK']._serialized_end=1493
-  _globals['_COORDINATOR']._serialized_start=1496
-  _globals['_COORDINATOR']._serialized_end=1725
+  _globals['_DATASUMMARY']._serialized_end=160
+  _globals['_JOINREQUEST']._serialized_start=162
+  _globals['_JOINREQUEST']._serialized_end=269
+  _globals['_JOBSPEC']._serialized_start=272
+  _globals['_JOBSPEC']._serialized_end=414
+  _globals['_CHALLENGEREQUEST']._serialized_start=416
+  _globals['_CHALLENGEREQUEST']._serialized_end=450
+  _globals['_CHALLENGERESPONSE']._serialized_start=452
+  _globals['_CHALLENGERESPONSE']._serialized_end=522
+  _globals['_JOINRESPONSE']._serialized_start=524
+  _globals['_JOINRESPONSE']._serialized_end=593
+  _globals['_PULLREQUEST']._serialized_start=595
+  _globals['_PULLREQUEST']._serialized_end=624
+  _globals['_ROSTER']._serialized_start=626
+  _globals['_ROSTER']._serialized_end=674
+  _globals['_STEPSTART']._serialized_start=676
+  _globals['_STEPSTART']._serialized_end=764
+  _globals['_JOBEND']._serialized_start=767
+  _globals['_JOBEND']._serialized_end=917
+  _globals['_JOBEND_OUTCOME']._serialized_start=835
+  _globals['_JOBEND_OUTCOME']._serialized_end=917
+  _globals['_JOINSTATUS']._serialized_start=919
+  _globals['_JOINSTATUS']._serialized_end=1038
+  _globals['_PULLITEM']._serialized_start=1041
+  _globals['_PULLITEM']._serialized_end=1234
+  _globals['_FRAME']._serialized_start=1237
+  _globals['_FRAME']._serialized_end=1467
+  _globals['_PUSHACK']._serialized_start=1469
+  _globals['_PUSHACK']._serialized_end=1509
+  _globals['_COORDINATOR']._serialized_start=1512
+  _globals['_COORDINATOR']._serialized_end=1741
 # @@protoc_insertion_point(module_scope)

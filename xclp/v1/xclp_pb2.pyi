@@ -16,14 +16,16 @@ class SignedBundle(_message.Message):
     def __init__(self, bundle: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class DataSummary(_message.Message):
-    __slots__ = ("rows", "labeled_rows", "dim")
+    __slots__ = ("rows", "labeled_rows", "dim", "schema")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     LABELED_ROWS_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
     rows: int
     labeled_rows: int
     dim: int
-    def __init__(self, rows: _Optional[int] = ..., labeled_rows: _Optional[int] = ..., dim: _Optional[int] = ...) -> None: ...
+    schema: bytes
+    def __init__(self, rows: _Optional[int] = ..., labeled_rows: _Optional[int] = ..., dim: _Optional[int] = ..., schema: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("job_id", "bundle", "summary")
