@@ -1,0 +1,178 @@
+"""Data preparation through a real coordinator (DESIGN §8): the masked moments step, federated
+standardisation and imputation, class names, and the bad tables it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, run_parties
+from tests.oracles.party_view import party_view
+from xclp.client.policy import PartyPolicy
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import InvalidInput, PolicyRefused
+from xclp.flynn import FlyHash, FlyNNParams, train_counts
+from xclp.graph import GraphParams
+from xclp.prep import local_moments
+from xclp.reference import xclp_reference
+from xclp.tables import Labels, PartyData
+from xclp.v1 import moments
+from xclp.v1.double_masking import self_mask, unpack_reveal
+
+FLYNN = {"n_classes": 3, "m": 512, "s": 2, "rho": 16}
+SCALES = np.array([1.0, 1e3, 1e-3, 50.0, 1.0])  # the last column is a constant (7) on every party
+COLUMNS = ("age", "income", "ratio", "dose", "site")
+
+
+def skewed_party(seed: int, n: int = 50, missing: int = 2) -> PartyData:
+    """Unscaled features, a label skew (each party mostly one class), a few empty cells."""
+    rng = np.random.default_rng(seed)
+    y = np.where(rng.random(n) < 0.7, seed % 3, rng.integers(0, 3, n))
+    X = (rng.normal(size=(n, 5)) + y[:, None]) * SCALES + [40, 5e4, 0, 300, 0]
+    X[:, 4] = 7.0
+    X[rng.choice(n, missing, replace=False), rng.integers(0, 4)] = np.nan
+    y[: n // 5] = -1
+    return PartyData(X, y, tuple(f"p{seed}-{i}" for i in range(n)), COLUMNS)
+
+
+def pooled_prepared(datas: dict[str, PartyData]) -> np.ndarray:
+    """What every party should work on: numpy's pooled mean fills the gaps, numpy's pooled
+    (population) std scales, the constant column goes."""
+    X = np.vstack([d.X for d in datas.values()])
+    mean, std = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    X = np.where(np.isnan(X), mean, X)
+    return (X[:, :4] - mean[:4]) / std[:4]
+
+
+def test_standardised_imputed_flynn_equals_flynn_on_the_pooled_standardised_table(keys):
+    datas = {p: skewed_party(i) for i, p in enumerate(PARTIES)}
+    rec = Recorder()
+    params = {**FLYNN, "standardise": True, "impute": "mean"}
+    with coordinator(allow_list(keys), [job("f", "flynn", params)], observer=rec) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas)
+        scaling = coord.jobs["f"].scaling
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+
+    # the pooled moments are numpy's on the concatenated table
+    X = np.vstack([d.X for d in datas.values()])
+    np.testing.assert_allclose(scaling.mean, np.nanmean(X, axis=0), rtol=1e-13)
+    np.testing.assert_allclose(scaling.std[:4], np.nanstd(X, axis=0)[:4], rtol=1e-12)
+    assert scaling.kept.tolist() == [True, True, True, True, False]  # the constant 'site' dropped alike
+
+    # the federated model is the pooled model on the globally standardised table (FlyNN Theorem 4)
+    Xp = pooled_prepared(datas)
+    y = np.concatenate([d.y for d in datas.values()])
+    seed = results["a"].seed
+    fh = FlyHash.from_seed(seed, FlyNNParams(4, FLYNN["m"], FLYNN["s"], FLYNN["rho"]))
+    want = train_counts(fh, Xp[y >= 0], y[y >= 0], 3)
+    for r in results.values():
+        assert r.dim == 4 and np.array_equal(r.aggregate, want)
+        np.testing.assert_array_equal(r.scaling.kept, scaling.kept)
+
+    # each masked moments upload is uniform; the coordinator opens only the sum
+    uploads = {p: rec.seen[("f", "moments", 0, p)] for p in PARTIES}
+    for p, masked in uploads.items():
+        assert masked.shape == moments.wire(5)[1]
+        own = moments.encode(local_moments(datas[p].X), 3)
+        assert np.mean(masked == own) < 0.01
+        top = np.bincount((masked.ravel() >> np.uint64(60)).astype(np.int64), minlength=16)
+        assert stats.chisquare(top).pvalue > 1e-6  # the digits of the cleartext are all < 2^32
+    total = sum(uploads.values())
+    for p in PARTIES:
+        total -= self_mask(unpack_reveal(rec.seen[("f", "moments_reveal", 0, p)])[1], total.shape, total.dtype)
+    want_sums = moments.decode(sum(moments.encode(local_moments(d.X), 3) for d in datas.values()))
+    assert moments.decode(total).tolist() == want_sums.tolist()
+
+
+def test_secure_xclp_with_standardise_equals_the_reference_on_the_standardised_table(keys):
+    datas = {p: replace(skewed_party(10 + i, n=24, missing=0)) for i, p in enumerate(PARTIES)}
+    params = {"n_classes": 3, "lsh_bits": 128, "k": 5, "key_bits": 512, "insecure_test_keys": True,
+              "standardise": True}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    Xp = pooled_prepared(datas)
+    offsets = np.cumsum([0] + [d.X.shape[0] for d in datas.values()])
+    parties = [(Xp[offsets[j]:offsets[j + 1]], d.y) for j, d in enumerate(datas.values())]
+    ref = xclp_reference(parties, results["a"].seed, 3, 128, GraphParams(k=5))
+    for j, p in enumerate(PARTIES):
+        labels, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, 3)
+        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)  # fixed point 2^-32 per term
+        assert np.array_equal(results[p].aggregate.argmax(axis=1), labels)
+    # unscaled, the reference differs: standardising changed the neighbours
+    raw = [(d.X, d.y) for d in datas.values()]
+    assert not np.array_equal(xclp_reference(raw, results["a"].seed, 3, 128, GraphParams(k=5)).H, ref.H)
+
+
+def test_class_names_map_by_the_declared_order_and_an_undeclared_name_lists_the_declared(keys):
+    names = np.array(["malignant", "benign", "", "benign", "malignant", "benign"] * 5)
+    def named(seed: int, cells=names) -> PartyData:
+        rng = np.random.default_rng(seed)
+        values, codes = np.unique(cells, return_inverse=True)
+        labels = Labels(codes.astype(np.int32) - 1, tuple(str(v) for v in values[1:]))  # '' sorts first: empty cells
+        return PartyData(rng.normal(size=(len(cells), 4)), None, tuple(str(i) for i in range(len(cells))), (),
+                         labels)
+    datas = {p: named(i) for i, p in enumerate(PARTIES)}
+    params = {"m": 256, "s": 2, "rho": 8, "classes": ["benign", "malignant"]}
+    with coordinator(allow_list(keys), [job("f", "flynn", params), job("g", "flynn", params)]) as (_, addr):
+        results = run_parties(addr, "f", keys, datas)
+        assert all(not isinstance(r, BaseException) for r in results.values()), results
+        assert results["a"].params.n_classes == 2
+        # the counts of class 0 come from the 'benign' rows on every party
+        y = np.where(names == "benign", 0, np.where(names == "malignant", 1, -1))
+        seed = results["a"].seed
+        fh = FlyHash.from_seed(seed, FlyNNParams(4, 256, 2, 8))
+        X = np.vstack([d.X for d in datas.values()])
+        want = train_counts(fh, X[np.tile(y, 3) >= 0], np.tile(y, 3)[np.tile(y, 3) >= 0], 2)
+        assert np.array_equal(results["b"].aggregate, want)
+
+        datas["c"] = named(2, np.where(names == "malignant", "Malignant", names))
+        bad = run_parties(addr, "g", keys, datas)
+    assert isinstance(bad["c"], InvalidInput)
+    assert "label 'Malignant' is not one of the job's classes: 'benign', 'malignant'" in str(bad["c"])
+
+
+def test_empty_cells_without_impute_are_refused_before_joining_and_point_at_impute(keys):
+    datas = {p: skewed_party(i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("f", "flynn", {**FLYNN, "standardise": True}, join_seconds=3)]) as (c, addr):
+        results = run_parties(addr, "f", keys, datas)
+        assert not c.jobs["f"].parties  # nobody joined: each refused before Join
+    for p in PARTIES:
+        assert isinstance(results[p], InvalidInput), results[p]
+        assert 'impute = "mean"' in str(results[p]) and "column" in str(results[p])
+
+
+def test_parties_with_other_feature_columns_are_refused_at_join(keys):
+    datas = {p: skewed_party(i, missing=0) for i, p in enumerate(PARTIES)}
+    datas["c"] = replace(datas["c"], columns=("age", "ratio", "income", "dose", "site"))  # same names, other order
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=PARTIES, join_seconds=5)]) as (_, addr):
+        results = run_parties(addr, "f", keys, datas)
+    assert isinstance(results["c"], InvalidInput)
+    assert "same feature columns in the same order" in str(results["c"])
+
+
+def test_features_constant_on_every_party_are_dropped_and_a_table_of_only_those_is_refused(keys):
+    datas = {p: PartyData(np.full((20, 3), 4.0) + [0, 1, 2], np.zeros(20, dtype=np.int64),
+                          tuple(map(str, range(20)))) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("f", "flynn", {**FLYNN, "s": 1, "standardise": True})]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas)
+        assert coord.jobs["f"].stage.value == "failed"
+    for p in PARTIES:
+        assert isinstance(results[p], InvalidInput)
+        assert "all 3 feature columns are constant or empty on every party" in str(results[p])
+
+
+def test_a_party_requiring_dp_refuses_a_job_that_releases_exact_moments():
+    from xclp.v1 import xclp_pb2 as pb
+    from xclp.v1.jobs import parse_params
+
+    params = parse_params("flynn", {**FLYNN, "epsilon": 1.0, "T": 10, "standardise": True})
+    spec = pb.JobSpec(job_id="f", job_type="flynn", expected_parties=list(PARTIES))
+    with pytest.raises(PolicyRefused, match="outside the DP guarantee"):
+        PartyPolicy(require_dp=2.0).check_job(spec, params)
+    PartyPolicy(require_dp=2.0).check_job(spec, replace(params, standardise=False))
