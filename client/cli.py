@@ -26,6 +26,7 @@ import numpy as np
 
 from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
+from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.models import ModelFile
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
@@ -38,7 +39,8 @@ from xclp.v1.status import EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
-            "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask"}
+            "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
+            "max_memory_gb", "max_paillier_hours"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
 PREDICTIONS_FILE = "predictions.csv"
 
@@ -85,6 +87,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
     r.add_argument("--workers", type=int, help="xclp: processes for Paillier work (default: the cores; 0 = none)")
+    r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
+                   "more memory than this (default: three quarters of the RAM; 0 = no limit)")
+    r.add_argument("--max-paillier-hours", type=float, help="xclp: refuse, before any Paillier work, a job estimated "
+                   "to take longer (timed with this party's key; default 24; 0 = no limit)")
     r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
                    "job's common seed to this file so a test can rebuild the plaintext reference")
 
@@ -161,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
                        idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
                        workers=None if workers is None else int(workers), peers=peers,
+                       max_memory_bytes=None if cfg.get("max_memory_gb") is None else int(float(cfg["max_memory_gb"]) * 2**30),
+                       max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
                                           insecure_test_keys=bool(cfg.get("insecure_test_keys"))))

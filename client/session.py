@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.tables import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
+from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
 from xclp.client.jobs.prepare import MOMENTS_REVEAL, Preparation
 from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.client.policy import PartyPolicy, StepGuard
@@ -76,6 +77,9 @@ class RunConfig:
     peers: Mapping[str, bytes] | None = None
     policy: PartyPolicy = PartyPolicy()  # this party's own minimums (DESIGN §2.3)
     workers: int | None = None  # XCLP Paillier process pool size (None = the cores, 0 = in-process)
+    # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
+    max_memory_bytes: int | None = None  # None: three quarters of the RAM
+    max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,9 @@ class PartySession:
         if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
                                f"(--paillier-bits {self.params.key_bits})")
+        if isinstance(self.params, XclpJobParams):  # quadratic: refuse before joining what cannot fit
+            limit = self.config.max_memory_bytes
+            check_memory(self.data.X.shape[0], default_max_memory() if limit is None else limit)
         hidden = isinstance(self.params, XclpJobParams) and self.params.hide_label_mask
         self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
             party_id=self.config.party_id, job_id=self.config.job_id,
@@ -320,7 +327,8 @@ class PartySession:
             if isinstance(self.params, XclpJobParams):
                 assert self.config.paillier is not None
                 self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
-                                     self.seed, self.masker, self.conn, self.progress, executor=self._executor)
+                                     self.seed, self.masker, self.conn, self.progress, executor=self._executor,
+                                     max_paillier_seconds=self.config.max_paillier_seconds)
             else:
                 self.job = self.allreduce_party(self.config.party_id, self.params, self.data, self.seed,
                                                 self.masker, self.conn, self.progress)

@@ -44,6 +44,9 @@ class JobConfig:
     step_seconds: float = 300.0
     summary_path: Path | None = None  # xclp: run summary JSON, written when the job ends
     max_rows_per_party: int = 1_000_000  # a party reporting more rows is refused at Join
+    # the joined parties' rows in all; xclp default 50 000 (the coordinator holds an N × N uint16 H:
+    # 5 GB at that size); 0 = no cap. A party whose rows would pass it is refused at Join.
+    max_total_rows: int | None = None
     debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
 
     def __post_init__(self) -> None:
@@ -64,6 +67,10 @@ class JobConfig:
         if isinstance(self.max_rows_per_party, bool) or not isinstance(self.max_rows_per_party, int) \
                 or self.max_rows_per_party < 1:
             raise ConfigError(f"job {self.job_id}: max_rows_per_party must be a positive integer")
+        if self.max_total_rows is None:
+            object.__setattr__(self, "max_total_rows", DEFAULT_XCLP_MAX_TOTAL_ROWS if self.job_type == "xclp" else 0)
+        if isinstance(self.max_total_rows, bool) or not isinstance(self.max_total_rows, int) or self.max_total_rows < 0:
+            raise ConfigError(f"job {self.job_id}: max_total_rows must be an integer >= 0 (0: no cap)")
         if not (self.join_seconds > 0 and self.step_seconds > 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
         if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
@@ -72,10 +79,13 @@ class JobConfig:
             require_testing(f"job {self.job_id}: debug_dump writes what the coordinator learned to disk")
 
 
+DEFAULT_XCLP_MAX_TOTAL_ROWS = 50_000
+
+
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
     raw = read_toml(path)
     known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump",
-             "max_rows_per_party"}
+             "max_rows_per_party", "max_total_rows"}
     check_keys(path, raw, known)
     try:
         parties = raw["expected_parties"]
@@ -96,6 +106,7 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
             summary_path=_relative(path, raw.get("summary")),
             debug_dump_dir=_relative(path, raw.get("debug_dump")),
             max_rows_per_party=raw.get("max_rows_per_party", 1_000_000),
+            max_total_rows=raw.get("max_total_rows"),
         )
     except KeyError as exc:
         raise ConfigError(f"{path}: missing required key {exc.args[0]!r}") from None

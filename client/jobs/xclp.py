@@ -22,7 +22,9 @@ from typing import Protocol
 import numpy as np
 
 from xclp.tables import PartyData
+from xclp.client.jobs.estimate import OperationCosts, check_time, paillier_seconds
 from xclp.client.jobs.selfmask import SelfMasks
+from xclp.crypto.secure_hamming import SlotLayout
 from xclp.client.steps import xclp as steps
 from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
@@ -79,6 +81,7 @@ class XclpParty:
     conn: Pusher
     progress: Callable[[str], None]
     executor: Executor | None = None
+    max_paillier_seconds: float = 0.0  # refuse a layout whose estimated Paillier work exceeds this (0: no limit)
     sizes: dict[str, int] = field(default_factory=dict)  # rows per party from "layout"
     graph: tuple[tuple[str, int], ...] = ()  # (party, rows) in H's order, from "graph"
     codes: np.ndarray | None = None
@@ -99,6 +102,18 @@ class XclpParty:
         X, y = steps.check_party_data(self.data.X, self._labels(), self.params.n_classes)
         self.X, self.y = X, y
         self.self_masks = SelfMasks(ROWSUMS_STEP, self.masker.session_id)
+
+    def _check_size(self) -> None:
+        """Estimate this party's Paillier work from the layout, before any of it (client/jobs/estimate.py)."""
+        peers = {p: n for p, n in self.sizes.items() if p != self.party_id}
+        if not peers or not self.max_paillier_seconds:
+            return
+        workers = getattr(self.executor, "_max_workers", 1) if self.executor is not None else 1
+        layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
+        seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers)
+        self.progress(f"estimated Paillier work: {seconds / 60:.1f} min on {workers} workers "
+                      f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers)")
+        check_time(seconds, self.max_paillier_seconds, self.X.shape[0], peers, workers)
 
     def _labels(self) -> np.ndarray:
         if self.data.y is None:
@@ -151,6 +166,7 @@ class XclpParty:
             rows = self._layout(payload, message.step)
             if message.step == LAYOUT_MSG:
                 self.sizes = {p: n for p, n in rows.items() if n}
+                self._check_size()
             else:
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
         elif message.step == PAIRS_MSG:

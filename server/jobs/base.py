@@ -258,6 +258,12 @@ class Job:
         if summary.rows > self.config.max_rows_per_party:
             raise InvalidInput(f"the data summary reports {summary.rows} rows; job {self.config.job_id!r} takes at "
                                f"most {self.config.max_rows_per_party} per party (max_rows_per_party)")
+        cap = self.config.max_total_rows
+        joined = sum(int(p.summary.rows) for p in self.parties.values())
+        if cap and joined + summary.rows > cap:
+            raise ResourceExhausted(f"job {self.config.job_id!r} takes at most {cap} rows in all (max_total_rows); "
+                                    f"{joined} have joined and this party brings {summary.rows}: subsample, or ask "
+                                    "the operator to raise the cap if the coordinator has the memory")
         if summary.dim > MAX_DIM:
             raise InvalidInput(f"the data summary reports {summary.dim} columns; at most {MAX_DIM}")
         if summary.labeled_rows > summary.rows:

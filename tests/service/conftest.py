@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -100,7 +100,8 @@ def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None,
 def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 session: Callable[..., PartySession] = PartySession, connection=None,
                 sessions: dict[str, Callable[..., PartySession]] | None = None, join_wait: float = 10.0,
-                policy: PartyPolicy | None = None, paillier=None) -> dict[str, JobResult | BaseException]:
+                policy: PartyPolicy | None = None, paillier=None,
+                overrides: dict[str, dict] | None = None) -> dict[str, JobResult | BaseException]:
     """Run one session per party on threads; each result is a JobResult or the exception raised."""
     results: dict[str, JobResult | BaseException] = {}
     def go(party: str) -> None:
@@ -110,10 +111,11 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
         try:
             # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
             peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
-            results[party] = factory(RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait,
-                                               idle_seconds=60, peers=peers, policy=policy or PartyPolicy(min_parties=2),
-                                               paillier=(paillier or {}).get(party), workers=0),
-                                     datas[party], progress=lambda m: None).run()
+            config = RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait, idle_seconds=60,
+                               peers=peers, policy=policy or PartyPolicy(min_parties=2),
+                               paillier=(paillier or {}).get(party), workers=0)
+            config = replace(config, **(overrides or {}).get(party, {}))
+            results[party] = factory(config, datas[party], progress=lambda m: None).run()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             results[party] = exc
 

@@ -1,0 +1,78 @@
+"""XCLP is quadratic: sizes are checked before any work, by the party and by the coordinator,
+and every refusal gives the estimate and what to change (issue: 390 000 rows ended in a 283 GiB
+allocation and exit 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.service.conftest import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from xclp.client.jobs.estimate import OperationCosts, check_memory, intra_bytes, paillier_seconds
+from xclp.client.policy import PartyPolicy
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.crypto.secure_hamming import SlotLayout
+from xclp.errors import ResourceExhausted
+from xclp.server.config import JobConfig
+from xclp.v1.jobs import parse_params
+
+XCLP = {"n_classes": 3, "lsh_bits": 128, "k": 3, "key_bits": 512, "insecure_test_keys": True}
+
+
+def test_the_memory_estimate_refuses_390000_rows_without_allocating_and_says_what_to_do():
+    with pytest.raises(ResourceExhausted) as exc:
+        check_memory(390_000, 64 * 2**30)
+    message = str(exc.value)
+    assert "566.6 GiB" in message and "390000 × 390000" in message and "subsample to at most about 131072 rows" in message
+    check_memory(10_000, 64 * 2**30)  # 0.4 GiB: fine
+    check_memory(390_000, 0)  # 0: no limit
+    assert intra_bytes(1000) == 4_000_000
+
+
+def test_a_party_over_its_memory_limit_refuses_before_joining(keys):
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, join_seconds=3)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier, overrides={"b": {"max_memory_bytes": 1000}},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        assert "b" not in coord.jobs["x"].parties
+    assert isinstance(results["b"], ResourceExhausted) and "--max-memory-gb" in str(results["b"])
+    assert all(not isinstance(results[p], BaseException) for p in ("a", "c")), results
+
+
+def test_a_party_refuses_when_the_layout_makes_its_paillier_work_too_long(keys):
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              overrides={"c": {"max_paillier_seconds": 1e-9}},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        assert coord.jobs["x"].hamming is None or "c" not in coord.jobs["x"].active
+    assert isinstance(results["c"], ResourceExhausted)
+    assert "--max-paillier-hours" in str(results["c"]) and "120 rows of 2 peers" in str(results["c"])
+
+
+def test_the_paillier_estimate_grows_with_the_product_of_the_rows():
+    keypair = PaillierKeypair.generate(512, allow_insecure_test_size=True)
+    costs = OperationCosts.measure(keypair)
+    assert costs.decrypt > 0 and costs.encrypt > 0 and costs.multiply > 0
+    layout = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
+    decrypt_only = OperationCosts(encrypt=0.0, multiply=0.0, decrypt=1.0)
+    assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 1) == 10 * 1500  # ⌈n/K⌉ · Σ n_k
+    assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 4) == 10 * 1500 / 4
+    encrypt_only = OperationCosts(encrypt=1.0, multiply=0.0, decrypt=0.0)
+    assert paillier_seconds(encrypt_only, layout, 1860, {"b": 500}, 1) == 1024 * 10  # L · ⌈n/K⌉ slices
+    multiply_only = OperationCosts(encrypt=0.0, multiply=1.0, decrypt=0.0)
+    assert paillier_seconds(multiply_only, layout, 1860, {"b": 372}, 1) == 512 * 2 * 1860  # L/2 · ⌈n_k/K⌉ · n
+
+
+def test_the_coordinator_refuses_at_join_the_party_that_would_pass_its_row_cap(keys):
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}  # 60 rows each
+    config = JobConfig("f", "flynn", parse_params("flynn", {"n_classes": 3, "m": 256, "s": 2, "rho": 8}), PARTIES, 2,
+                       join_seconds=5, max_total_rows=150)
+    with coordinator(allow_list(keys), [config]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas)
+    refused = [p for p, r in results.items() if isinstance(r, BaseException)]
+    assert len(refused) == 1, results
+    assert "at most 150 rows in all (max_total_rows); 120 have joined and this party brings 60" in str(results[refused[0]])
+    assert JobConfig("x", "xclp", parse_params("xclp", XCLP), PARTIES, 2).max_total_rows == 50_000
