@@ -27,18 +27,20 @@ CONSTANT_REL_STD = 1e-7  # std at or below this × |mean| is float rounding of a
 
 
 def local_moments(X: np.ndarray) -> np.ndarray:
-    """float64[3, d]: per feature the count n of non-missing cells, their sum S and their centred
-    sum of squares M2 = Σ(x − S/n)² (centred, so no digits cancel; xclp.v1.moments adds S²/n back).
+    """float64[4, d]: per feature the count n of non-missing cells, a centre c (their mean, as
+    float64), D = Σ(x − c) and M2 = Σ(x − c)², over the non-missing cells.
 
-    Raises InvalidInput if a square overflows float64 (values near 1e154 cannot be standardised).
+    Centred, so no digits cancel in float64: xclp.v1.moments forms Σx = n·c + D and
+    Σx² = M2 + n·c² + 2·c·D exactly in fixed-point integers. Raises InvalidInput if a square
+    overflows float64 (values near 1e154 cannot be standardised).
     """
     present = ~np.isnan(X)
     n = present.sum(axis=0).astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         total = np.where(present, X, 0.0).sum(axis=0)
-        local_mean = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
-        m2 = np.square(np.where(present, X - local_mean, 0.0)).sum(axis=0)
-    moments = np.stack([n, total, m2])
+        centre = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
+        deviation = np.where(present, X - centre, 0.0)
+        moments = np.stack([n, centre, deviation.sum(axis=0), np.square(deviation).sum(axis=0)])
     bad = ~np.isfinite(moments)
     if bad.any():
         col = int(np.argwhere(bad)[0][1])

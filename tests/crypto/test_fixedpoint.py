@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from xclp.crypto.fixedpoint import FixedPoint
+from xclp.crypto.fixedpoint import FixedPoint, WideFixedPoint
 from xclp.crypto.masking import PairwiseMasker, ring_sum
 from xclp.errors import InvalidInput
 
@@ -150,3 +150,38 @@ def test_decode_refuses_wrong_dtype() -> None:
         FP.decode(np.zeros(3, dtype=np.int64))
     with pytest.raises(InvalidInput, match="uint32"):
         FixedPoint(16, 32).decode(np.zeros(3, dtype=np.uint64))
+
+
+# ---- WideFixedPoint: the moments codec (DESIGN §8) ----------------------------------------------
+
+WIDE = WideFixedPoint()
+wide_floats = st.floats(min_value=-1e30, max_value=1e30, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(st.lists(wide_floats, min_size=1, max_size=4), min_size=1, max_size=6))
+def test_wide_limb_sums_mod_2_64_decode_to_the_exact_sum_of_the_rounded_values(rows) -> None:
+    """Each party's digits summed element-wise mod 2^64 (what the masked sum gives) recombine to
+    Σ round(x·2^128) exactly: nothing is lost between parties, whatever their signs."""
+    width = min(len(r) for r in rows)
+    arrays = [np.array(r[:width]) for r in rows]
+    total = np.zeros((width, WIDE.limbs), dtype=np.uint64)
+    for arr in arrays:
+        total += WIDE.encode(arr, n_terms=len(arrays))  # wraps mod 2^64 like ring_sum
+    exact = WIDE.from_limbs(total)
+    for j in range(width):
+        assert exact[j] == sum(WIDE.scaled(float(a[j])) for a in arrays)
+        error = Fraction(exact[j], 2**WIDE.frac_bits) - sum(Fraction(float(a[j])) for a in arrays)
+        assert abs(error) <= Fraction(len(arrays), 2 ** (WIDE.frac_bits + 1))  # half a unit of 2^-128 per term
+    np.testing.assert_allclose(WIDE.decode(total), np.sum(arrays, axis=0), rtol=1e-12, atol=1e-30)
+
+
+def test_wide_digits_are_32_bit_and_values_that_could_wrap_are_refused() -> None:
+    encoded = WIDE.encode(np.array([-1.5, 2.0**-128, 3e38]), n_terms=3)
+    assert encoded.dtype == np.uint64 and encoded.shape == (3, 12) and int(encoded.max()) < 2**32
+    assert WIDE.from_limbs(encoded).tolist() == [-3 * 2**127, 1, WIDE.scaled(3e38)]
+    with pytest.raises(InvalidInput, match="exceeds the fixed-point range"):
+        WIDE.encode(np.array([1.0, 2.0**254]), n_terms=2)
+    with pytest.raises(InvalidInput, match="NaN/inf"):
+        WIDE.encode(np.array([np.nan]), n_terms=2)
+    with pytest.raises(InvalidInput, match=r"uint64\[..., 12\]"):
+        WIDE.decode(np.zeros((3, 11), dtype=np.uint64))

@@ -98,3 +98,92 @@ def test_the_cli_delimiter_flag_spells_tab_as_a_word(tmp_path):
         party_data.load(tmp_path / "t.csv", id_column="id", delimiter=",")
     d = party_data.load(tmp_path / "t.csv", id_column="id", delimiter=cli._delimiter("tab"))
     assert d.ids == ("a",) and d.X.shape == (1, 1)
+
+
+# ---- pyarrow reading, Parquet, missing cells, class names (DESIGN §8) ---------------------------
+
+
+def test_empty_and_na_feature_cells_read_as_missing_and_are_refused_naming_the_line_unless_imputed(tmp_path):
+    (tmp_path / "d.csv").write_text("pid,x1,x2,label\nr1,1.5,2,0\nr2,,NA,1\n\n,,,\nr3,nan,4,\n")
+    d = party_data.load(tmp_path / "d.csv", id_column="pid")
+    assert d.ids == ("r1", "r2", "r3")  # the blank line and the row of empty cells are not data
+    np.testing.assert_array_equal(np.isnan(d.X), [[False, False], [True, True], [True, False]])
+    assert d.missing.tolist() == [2, 1]
+    with pytest.raises(InvalidInput, match=r"d.csv line 3, column 'x1': the cell is empty or NaN \(3 such feature cells "
+                                           r"in all\); .*impute = \"mean\""):
+        d.check_missing(impute=False)
+    assert d.check_missing(impute=True).tolist() == [2, 1]
+
+
+def test_a_bad_cell_after_the_first_batch_is_named_by_line_column_and_value(tmp_path, monkeypatch):
+    monkeypatch.setattr(party_data, "BLOCK_BYTES", 64)  # many small batches: the error is in a later one
+    lines = ["x1,x2,label"] + [f"{i},{i * 2},{i % 2}" for i in range(200)]
+    lines[150] = "149,2e,1"
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidInput, match=r"d.csv line 151, column 'x2': '2e' is not a number"):
+        party_data.load(tmp_path / "d.csv")
+    lines[150] = "149,1"
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InvalidInput, match=r"d.csv line 151 has 2 cells but the header has 3"):
+        party_data.load(tmp_path / "d.csv")
+    lines[150] = "149,298,1"
+    (tmp_path / "d.csv").write_text("\n".join(lines) + "\n")
+    d = party_data.load(tmp_path / "d.csv")
+    assert d.X.shape == (200, 2) and d.X[199].tolist() == [199.0, 398.0] and d.y[:4].tolist() == [0, 1, 0, 1]
+
+
+def test_infinite_feature_values_are_refused_not_read_as_missing(tmp_path):
+    (tmp_path / "d.csv").write_text("x1,label\n1,0\n1e400,1\n")
+    with pytest.raises(InvalidInput, match="NaN/inf"):
+        party_data.load(tmp_path / "d.csv")
+
+
+def test_parquet_tables_read_like_csv_and_text_features_are_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"pid": ["a", "b", "c"], "age": pa.array([40, None, 61], pa.int32()),
+                      "dose": [1.5, 2.0, float("nan")], "dx": ["benign", None, "malignant"]})
+    pq.write_table(table, tmp_path / "d.parquet")
+    d = party_data.load(tmp_path / "d.parquet", label_column="dx", id_column="pid")
+    assert d.ids == ("a", "b", "c") and d.columns == ("age", "dose")
+    np.testing.assert_array_equal(np.isnan(d.X), [[False, False], [True, False], [False, True]])
+    assert d.y is None and d.labeled.tolist() == [True, False, True]
+    assert d.with_classes(["malignant", "benign"]).y.tolist() == [1, -1, 0]
+    with pytest.raises(InvalidInput, match=r"d.parquet row 2, column 'age': the cell is empty"):
+        d.check_missing(impute=False)
+    pq.write_table(table.append_column("site", pa.array(["x", "y", "z"])), tmp_path / "e.parquet")
+    with pytest.raises(InvalidInput, match="column 'site' holds string, not numbers"):
+        party_data.load(tmp_path / "e.parquet", label_column="dx", id_column="pid")
+    (tmp_path / "f.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(InvalidInput, match="cannot read .*f.parquet as Parquet"):
+        party_data.load(tmp_path / "f.parquet")
+
+
+def test_class_names_map_by_the_declared_order_and_undeclared_names_list_the_declared(tmp_path):
+    (tmp_path / "d.csv").write_text("x1,diagnosis\n1, benign\n2,malignant\n3,\n4,benign\n")
+    d = party_data.load(tmp_path / "d.csv", label_column="diagnosis")
+    assert d.labeled.tolist() == [True, True, False, True]
+    assert d.with_classes(["benign", "malignant"]).y.tolist() == [0, 1, -1, 0]
+    assert d.with_classes(["malignant", "benign"]).y.tolist() == [1, 0, -1, 1]
+    with pytest.raises(InvalidInput, match=r"line 3: label 'malignant' is not one of the job's classes: 'benign', 'Malignant'"):
+        d.with_classes(["benign", "Malignant"])
+    with pytest.raises(InvalidInput, match=r"line 2: label 'benign' is not an integer class >= 0; declare the class "
+                                           r"names in the job file"):
+        d.with_classes(None)
+
+
+def test_npz_with_column_names_and_string_labels(tmp_path):
+    np.savez(tmp_path / "d.npz", X=np.array([[1.0, np.nan], [2.0, 3.0]]), y=np.array(["b", ""]),
+             columns=np.array(["f1", "f2"]))
+    d = party_data.load(tmp_path / "d.npz")
+    assert d.columns == ("f1", "f2") and d.with_classes(["a", "b"]).y.tolist() == [1, -1]
+    assert d.missing.tolist() == [0, 1] and len(d.schema_digest) == 32
+
+
+def test_the_schema_digest_follows_names_and_order():
+    X = np.zeros((1, 2))
+    a = party_data.PartyData(X, None, ("0",), ("age", "dose"))
+    assert a.schema_digest == party_data.PartyData(X, None, ("0",), ("age", "dose")).schema_digest
+    assert a.schema_digest != party_data.PartyData(X, None, ("0",), ("dose", "age")).schema_digest
+    assert party_data.PartyData(X, None, ("0",)).schema_digest == b""

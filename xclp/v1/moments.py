@@ -6,10 +6,10 @@ with 128 fractional bits. The coordinator sums the arrays mod 2^64, removes the 
 sends the sum back as message "moments_result"; both ends decode it with `decode` into the exact
 pooled sums, from which xclp.prep.Scaling follows.
 
-Σx² is not summed as float64 squares: a party computes its centred M2 = Σ(x − x̄)² (no
-cancellation) and adds S²/n exactly in the fixed-point integers, so the value it sends is Σx² to
-2^−128, and the pooled variance (computed in exact integers, xclp.prep) does not lose the digits
-that float64 would lose on a feature whose mean is large against its spread.
+Neither Σx nor Σx² is summed as float64: a party centres its values on its own mean c and sums
+D = Σ(x − c) and M2 = Σ(x − c)² (no cancellation), then forms Σx and Σx² from them exactly in the
+fixed-point integers. The pooled variance (exact integers, xclp.prep) so keeps the digits that
+float64 sums lose on a feature whose mean is large against its spread (a timestamp, say).
 """
 
 from __future__ import annotations
@@ -30,17 +30,18 @@ def wire(dim: int) -> tuple[np.dtype, tuple[int, int, int]]:
 
 
 def encode(local: np.ndarray, n_parties: int) -> np.ndarray:
-    """float64[3, d] local (n, S = Σx, M2 = Σ(x − S/n)²) -> uint64[3, d, LIMBS] of the fixed-point
-    integers (n, S, Σx²), refusing NaN/inf or any value that could wrap in a sum of `n_parties`."""
+    """float64[4, d] local (n, c, D, M2) of xclp.prep.local_moments -> uint64[3, d, LIMBS]: the
+    fixed-point integers of (n, Σx = n·c + D, Σx² = M2 + n·c² + 2·c·D), each product formed
+    exactly and rounded once; InvalidInput on NaN/inf or a value that could wrap among `n_parties`."""
     local = np.asarray(local, dtype=np.float64)
-    if local.ndim != 2 or local.shape[0] != 3 or not np.isfinite(local).all():
-        raise InvalidInput("local moments must be finite float64[3, d]")
-    ints = np.empty(local.shape, dtype=object)
-    for j, (n, total, m2) in enumerate(local.T.tolist()):
-        s = CODEC.scaled(total)
-        # S²/n in the scaled integers: (s/2^F)²/n · 2^F = s²/(n · 2^F), rounded once
-        between = _round_div(s * s, int(n) << CODEC.frac_bits) if n else 0
-        ints[:, j] = [int(n) << CODEC.frac_bits, s, CODEC.scaled(m2) + between]
+    if local.ndim != 2 or local.shape[0] != 4 or not np.isfinite(local).all():
+        raise InvalidInput("local moments must be finite float64[4, d]")
+    F = CODEC.frac_bits
+    ints = np.empty((3, local.shape[1]), dtype=object)
+    for j, (n, centre, deviation, m2) in enumerate(local.T.tolist()):
+        count, c, dev = int(n), CODEC.scaled(centre), CODEC.scaled(deviation)
+        square = _round_div(count * c * c + 2 * c * dev, 1 << F)  # (n·c² + 2·c·D) · 2^F
+        ints[:, j] = [count << F, count * c + dev, CODEC.scaled(m2) + square]
     return CODEC.to_limbs(ints, n_terms=n_parties)
 
 
