@@ -43,18 +43,29 @@ def make_data(seed: int, n: int = 50) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def write_csv(path: Path, X: np.ndarray, y: np.ndarray | None, prefix: str) -> None:
+SCALES = np.array([1.0, 1e3, 1e-2, 7.0, 1.0, 1e4, 0.5, 3.0])
+NAMES = ("benign", "malignant", "other")
+
+
+def write_csv(path: Path, X: np.ndarray, y: np.ndarray | None, prefix: str, names=None) -> None:
+    def label(c: int) -> object:
+        return "" if c < 0 else (names[c] if names else int(c))
+
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["row_id", *(f"f{j}" for j in range(D)), *(["diagnosis"] if y is not None else [])])
         for i, row in enumerate(X):
-            w.writerow([f"{prefix}{i}", *(repr(float(v)) for v in row), *(["" if y[i] < 0 else int(y[i])] if y is not None else [])])
+            cells = ["" if np.isnan(v) else repr(float(v)) for v in row]
+            w.writerow([f"{prefix}{i}", *cells, *([label(y[i])] if y is not None else [])])
 
 
 JOBS = {
     "flynn-tls": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 256\ns = 3\nrho = 8\ntie_seed = 7\n"),
     "race-tls": ('type = "race"\nexpected_parties = ["a", "b", "c"]\n', '[params]\nrows = 16\nwidth = 16\nfamily = "srp"\np = 4\n'),
     "flynn-kill": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n', "[params]\nn_classes = 3\nm = 256\ns = 3\nrho = 8\n"),
+    "flynn-prep": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n',
+                   '[params]\nm = 256\ns = 3\nrho = 8\ntie_seed = 3\nclasses = ["benign", "malignant", "other"]\n'
+                   'standardise = true\nimpute = "mean"\n'),
     "locked": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 64\ns = 3\nrho = 4\n"),
 }
 
@@ -83,6 +94,16 @@ def deploy(tmp_path_factory):
             np.savez(root / f"{party}.npz", X=X, y=y, ids=np.array([f"{party}{k}" for k in range(len(y))]))
     Xq, _ = make_data(99, n=30)
     write_csv(root / "queries.csv", Xq, None, "q")
+    # flynn-prep: unscaled features, a gap in a's table, class names in a's CSV (b and c: numbers)
+    for party in "abc":
+        X, y = data[party]
+        X = X * SCALES
+        if party == "a":
+            X[5, 2] = np.nan
+            write_csv(root / "a-prep.csv", X, y, "a", names=NAMES)
+        else:
+            np.savez(root / f"{party}-prep.npz", X=X, y=y)
+    write_csv(root / "queries-prep.csv", Xq * SCALES, None, "q")
     jobs = []
     for job_id, (head, params) in JOBS.items():
         path = root / f"{job_id}.toml"
@@ -103,6 +124,8 @@ def deploy(tmp_path_factory):
 
     def party_cmd(job_id: str, party: str, key_dir: str = "keys", peers: Path | None = None) -> list[str]:
         data_file = "a.csv" if party == "a" else ("b.npz" if party == "mallory" else f"{party}.npz")
+        if job_id == "flynn-prep":
+            data_file = "a-prep.csv" if party == "a" else f"{party}-prep.npz"
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
                 str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"), "--min-parties", "2",
@@ -119,7 +142,7 @@ def deploy(tmp_path_factory):
         return path
 
     procs: dict[tuple[str, str], subprocess.Popen] = {}
-    for job_id in ("flynn-tls", "race-tls"):
+    for job_id in ("flynn-tls", "race-tls", "flynn-prep"):
         for party in "abc":
             procs[(job_id, party)] = subprocess.Popen(party_cmd(job_id, party), stderr=subprocess.PIPE, text=True)
     for party in "ab":
@@ -180,6 +203,33 @@ def test_federated_flynn_equals_pooled_model_bit_for_bit_and_predicts_identicall
     expected = FlyNNModel(want, 0.0, flyhash).predict(Xq, tie_seed=7)
     assert [r["id"] for r in rows] == [f"q{i}" for i in range(30)]
     assert [int(r["prediction"]) for r in rows] == expected.tolist()
+
+
+def test_standardised_flynn_with_class_names_predicts_names_from_pooled_scaling(deploy):
+    """standardise + impute + classes through the CLIs: a's CSV says "benign", has an empty cell and
+    unscaled columns; the model file keeps the pooled scaling, so `predict` scales new rows alike
+    and writes class names."""
+    assert_ok(deploy, "flynn-prep", "abc")
+    root = deploy["root"]
+    assert "filled 1 empty cells of column 'f2' with the pooled mean" in deploy["outcomes"][("flynn-prep", "a")][1]
+    X, y = pooled(deploy["data"], "abc")
+    X = X * SCALES
+    X[5, 2] = np.nan
+    mean, std = np.nanmean(X, axis=0), np.nanstd(X, axis=0)
+    Xs = (np.where(np.isnan(X), mean, X) - mean) / std
+    model = ModelFile.load(root / "flynn-prep-c.npz")
+    np.testing.assert_allclose(model.scaling.mean, mean, rtol=1e-12)
+    np.testing.assert_allclose(model.scaling.std, std, rtol=1e-12)
+    flyhash = FlyHash.from_seed(model.seed, FlyNNParams(D, 256, 3, 8))
+    want = train_counts(flyhash, Xs[y >= 0], y[y >= 0], 3)
+    assert np.array_equal(model.aggregate, want)
+    res = cli("xclp-client", "predict", "--model", str(root / "flynn-prep-a.npz"), "--data",
+              str(root / "queries-prep.csv"), "--id-column", "row_id", "--out", str(root / "pred-prep.csv"))
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(open(root / "pred-prep.csv")))
+    Xq = make_data(99, n=30)[0]  # queries-prep.csv holds Xq · SCALES: scaled back, the pooled statistics apply
+    expected = FlyNNModel(want, 0.0, flyhash).predict((Xq * SCALES - mean) / std, tie_seed=3)
+    assert [r["prediction"] for r in rows] == [NAMES[c] for c in expected]
 
 
 def test_federated_race_sketch_equals_pooled_sketch(deploy):
