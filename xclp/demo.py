@@ -86,8 +86,9 @@ def _prefix_lines(stream: object, prefix: str) -> None:
         print(f"[{prefix}] {line.rstrip()}", file=sys.stderr, flush=True)
 
 
-def _setup(work: Path, options: DemoOptions) -> None:
-    """Dev CA, server certificate for localhost, identity keys, allow-list, job and server files."""
+def setup(work: Path, options: DemoOptions, job_text: str | None = None) -> None:
+    """Dev CA, server certificate for localhost, identity keys, allow-list, job and server files
+    (`job_text`: another xclp job file with job_id "xclp-demo", e.g. for a benchmark)."""
     certs.init_ca(work / "ca")
     certs.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
     lines = []
@@ -97,7 +98,7 @@ def _setup(work: Path, options: DemoOptions) -> None:
         identity.save_identity(key, work / "keys" / f"{party}.key", overwrite=True)
         lines.append(f'{party} = "{identity.public_key_text(key)}"')
     (work / "allow.toml").write_text("[parties]\n" + "\n".join(lines) + "\n")
-    (work / f"{JOB_ID}.toml").write_text(job_toml(options))
+    (work / f"{JOB_ID}.toml").write_text(job_text or job_toml(options))
     (work / "server.toml").write_text(
         f'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["{JOB_ID}.toml"]\n'
         'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
@@ -159,39 +160,45 @@ def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float,
     return table
 
 
+def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen[str]]) -> None:
+    """The coordinator and the three institutions as real processes on `work` (after `setup`),
+    until all exit; PeerDropped if any party fails. Started processes are appended to `procs`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(work / "coordinator.log", "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
+                                  stderr=log, stdout=subprocess.DEVNULL, text=True, env=env)
+    procs.append(server)
+    port = _wait_port(work, server)
+    _say(f"coordinator listening on localhost:{port} (TLS); starting {', '.join(PARTIES)} "
+         f"({options.key_bits}-bit Paillier keys, L = {options.lsh_bits})")
+    readers = []
+    parties = []
+    for party in PARTIES:
+        proc = subprocess.Popen(_party_cmd(work, port, party, options), stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True, env=env)
+        procs.append(proc)
+        parties.append(proc)
+        reader = threading.Thread(target=_prefix_lines, args=(proc.stderr, party), daemon=True)
+        reader.start()
+        readers.append(reader)
+    codes = [p.wait() for p in parties]
+    for reader in readers:
+        reader.join(5)
+    server.wait(30)
+    if any(codes):
+        failed = ", ".join(p for p, c in zip(PARTIES, codes) if c)
+        raise PeerDropped(f"the job did not complete for {failed}; see the log above and {work / 'coordinator.log'}")
+
+
 def run_demo(options: DemoOptions) -> int:
     work = Path(tempfile.mkdtemp(prefix="xclp-demo-")) if options.keep is None else options.keep
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     procs: list[subprocess.Popen[str]] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        _setup(work, options)
+        setup(work, options)
         _say(f"work directory {work}; dev CA, server certificate, 3 identity keys and the allow-list made")
-        with open(work / "coordinator.log", "w") as log:
-            server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
-                                      stderr=log, stdout=subprocess.DEVNULL, text=True, env=env)
-        procs.append(server)
-        port = _wait_port(work, server)
-        _say(f"coordinator listening on localhost:{port} (TLS); starting {', '.join(PARTIES)} "
-             f"({options.key_bits}-bit Paillier keys, L = {options.lsh_bits})")
-        readers = []
-        parties = []
-        for party in PARTIES:
-            proc = subprocess.Popen(_party_cmd(work, port, party, options), stderr=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, text=True, env=env)
-            procs.append(proc)
-            parties.append(proc)
-            reader = threading.Thread(target=_prefix_lines, args=(proc.stderr, party), daemon=True)
-            reader.start()
-            readers.append(reader)
-        codes = [p.wait() for p in parties]
-        for reader in readers:
-            reader.join(5)
-        server.wait(30)
-        if any(codes):
-            failed = ", ".join(p for p, c in zip(PARTIES, codes) if c)
-            raise PeerDropped(f"the job did not complete for {failed}; see the log above and {work / 'coordinator.log'}")
+        run_processes(work, options, procs)
         table = evaluate(options, work / "out")
     finally:
         for proc in procs:

@@ -32,7 +32,7 @@ DELIMITERS = ",;\t|"
 # Cells read as missing (NaN) in feature columns and as empty (unlabeled) in the label column:
 # what pandas, R, Excel and SQL exports write for "no value".
 NULL_CELLS = ("", "NA", "N/A", "n/a", "NaN", "nan", "null", "NULL", "#N/A", "None")
-BLOCK_BYTES = 16 << 20  # bytes of CSV per parsed batch
+BLOCK_BYTES = 4 << 20  # bytes of CSV per parsed batch (pyarrow reads a few ahead)
 
 
 @dataclass(frozen=True)
@@ -254,15 +254,19 @@ def _all_numbers(labels: Labels) -> bool:
 
 
 def _features(raw: object, name: str) -> np.ndarray:
-    """float64[n, d]; NaN is a missing cell, ±inf is refused."""
+    """float64[n, d]; NaN is a missing cell, ±inf is refused. No copy of a float64 matrix."""
     try:
         X = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{name} must be numeric: {exc}") from None
-    if X.ndim == 2 and X.size:
-        check_features(np.where(np.isnan(X), 0.0, X), name=name)  # shape, emptiness and ±inf
-        return X
-    return check_features(X, name=name)
+    if X.ndim != 2 or X.size == 0:
+        return check_features(X, name=name)  # its message for the wrong shape or an empty table
+    inf = np.isinf(X)
+    if inf.any():
+        row, col = (int(v) for v in np.argwhere(inf)[0])
+        raise InvalidInput(f"{name} contain {int(inf.sum())} NaN/inf values that are not empty cells (first at row "
+                           f"{row}, column {col}); fix or empty them")
+    return X
 
 
 # --- CSV ----------------------------------------------------------------------------------------

@@ -176,3 +176,30 @@ def test_a_party_requiring_dp_refuses_a_job_that_releases_exact_moments():
     with pytest.raises(PolicyRefused, match="outside the DP guarantee"):
         PartyPolicy(require_dp=2.0).check_job(spec, params)
     PartyPolicy(require_dp=2.0).check_job(spec, replace(params, standardise=False))
+
+
+def test_a_party_vanishing_in_the_moments_step_leaves_the_others_a_scaling_of_their_own_rows(keys):
+    """The moments sum restarts among the rest under fresh masks (DESIGN §6.1): the scaling and the
+    model are those of the two parties left, as if the third had never come."""
+    from xclp.client.session import PartySession
+
+    class Vanishing(PartySession):
+        def on_step(self, step):
+            if step.step == "moments":
+                raise ConnectionAbortedError("simulated crash")  # leaves run(): its channel closes
+            super().on_step(step)
+
+    datas = {p: skewed_party(20 + i) for i, p in enumerate(PARTIES)}
+    params = {**FLYNN, "standardise": True, "impute": "mean"}
+    with coordinator(allow_list(keys), [job("f", "flynn", params)]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, sessions={"c": Vanishing})
+        assert coord.jobs["f"].drop_reasons == {"c": "disconnected"}
+    assert isinstance(results["c"], ConnectionAbortedError)
+    left = {p: datas[p] for p in "ab"}
+    X = np.vstack([d.X for d in left.values()])
+    for p in "ab":
+        np.testing.assert_allclose(results[p].scaling.mean, np.nanmean(X, axis=0), rtol=1e-13)
+    Xp = pooled_prepared(left)
+    y = np.concatenate([d.y for d in left.values()])
+    fh = FlyHash.from_seed(results["a"].seed, FlyNNParams(4, FLYNN["m"], FLYNN["s"], FLYNN["rho"]))
+    assert np.array_equal(results["b"].aggregate, train_counts(fh, Xp[y >= 0], y[y >= 0], 3))
