@@ -155,8 +155,10 @@ def run(args: argparse.Namespace) -> int:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
                            id_column=cfg.get("id_column") or None, delimiter=_delimiter(cfg.get("delimiter")))
+    empty = int(data.missing.sum())
     stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
-                    f"({int(data.labeled.sum())} labeled) from {cfg['data']}")
+                    f"({int(data.labeled.sum())} labeled{f', {empty} empty feature cells' if empty else ''}) "
+                    f"from {cfg['data']}")
     paillier = None
     if cfg.get("paillier_bits"):
         bits = int(cfg["paillier_bits"])

@@ -440,12 +440,13 @@ def _sorted_labels(codes: np.ndarray, values: dict[str, int]) -> Labels:
 
 
 def _csv_records(path: Path, sep: str):
-    """(line number, cells) of every data record that has a non-blank cell, as Python's csv reads them."""
+    """(line number, cells) of every data record with a cell that is not empty (as the pyarrow read
+    skips the others), as Python's csv reads them."""
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh, delimiter=sep)
         next(reader, None)
         for cells in reader:
-            if any(cell.strip() for cell in cells):
+            if any(cell.strip() not in NULL_CELLS for cell in cells):
                 yield reader.line_num, cells
 
 

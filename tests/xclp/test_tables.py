@@ -187,3 +187,14 @@ def test_the_schema_digest_follows_names_and_order():
     assert a.schema_digest == party_data.PartyData(X, None, ("0",), ("age", "dose")).schema_digest
     assert a.schema_digest != party_data.PartyData(X, None, ("0",), ("dose", "age")).schema_digest
     assert party_data.PartyData(X, None, ("0",)).schema_digest == b""
+
+
+def test_line_numbers_count_rows_of_only_na_cells_as_skipped_like_the_reader(tmp_path):
+    (tmp_path / "d.csv").write_text("pid,x1,label\nr1,1,0\nNA,NA,NA\nr2,x,1\n")
+    with pytest.raises(InvalidInput, match=r"line 4, column 'x1': 'x' is not a number"):
+        party_data.load(tmp_path / "d.csv", id_column="pid")
+    (tmp_path / "e.csv").write_text("pid,x1,label\nr1,1,0\nNA,NA,NA\nr2,,1\n")
+    d = party_data.load(tmp_path / "e.csv", id_column="pid")
+    assert d.ids == ("r1", "r2")
+    with pytest.raises(InvalidInput, match=r"e.csv line 4, column 'x1'"):
+        d.check_missing(impute=False)
