@@ -33,7 +33,8 @@ from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.propagation import predict as xclp_predict
-from xclp.errors import ConfigError, XclpError
+from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.v1.jobs import JobParams
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
 from xclp.v1.status import EXIT_OK, exit_code
 
@@ -153,12 +154,35 @@ def run(args: argparse.Namespace) -> int:
     seed_path = cfg.get("debug_dump_seed")
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
-    data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
-                           id_column=cfg.get("id_column") or None, delimiter=_delimiter(cfg.get("delimiter")))
-    empty = int(data.missing.sum())
-    stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
-                    f"({int(data.labeled.sum())} labeled{f', {empty} empty feature cells' if empty else ''}) "
-                    f"from {cfg['data']}")
+    loaded: list[party_data.PartyData] = []
+
+    def read(categorical: dict[str, tuple[str, ...]] | None) -> party_data.PartyData:
+        data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
+                               id_column=cfg.get("id_column") or None, delimiter=_delimiter(cfg.get("delimiter")),
+                               categorical=categorical)
+        empty = int(data.missing.sum())
+        stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
+                        f"({int(data.labeled.sum())} labeled{f', {empty} empty feature cells' if empty else ''}) "
+                        f"from {cfg['data']}")
+        loaded.append(data)
+        return data
+
+    # Read before connecting, so a bad table fails at once; a text column may still be one the job
+    # declares categorical, so such a failure waits for the job's parameters (and a re-read).
+    if not Path(cfg["data"]).is_file():
+        raise InvalidInput(f"cannot read {cfg['data']}: no such file")
+    try:
+        early: party_data.PartyData | XclpError = read(None)
+    except XclpError as exc:
+        early = exc
+
+    def load(params: JobParams) -> party_data.PartyData:
+        if params.categorical:
+            return read(params.categorical)
+        if isinstance(early, XclpError):
+            raise early
+        return early
+
     paillier = None
     if cfg.get("paillier_bits"):
         bits = int(cfg["paillier_bits"])
@@ -174,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
                                           insecure_test_keys=bool(cfg.get("insecure_test_keys"))))
-    result = run_job(config, data)
+    result = run_job(config, load)
+    data = loaded[-1]
     if seed_path:
         write_atomic(seed_path, result.seed)
     if result.job_type == "xclp":
@@ -245,7 +270,7 @@ def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
     flynn = model.flynn()
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=_delimiter(args.delimiter))
+                           delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
     predictions = flynn.predict(model.features(data), tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
     names = _class_names(model.class_names, model.params.n_classes)
     _write_csv(args.out, ["id", "prediction"], [[i, names[p]] for i, p in zip(data.ids, predictions)])
@@ -258,7 +283,7 @@ def query(args: argparse.Namespace) -> int:
 
     model = ModelFile.load(args.model)
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=_delimiter(args.delimiter))
+                           delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
     X = model.features(data)
     if model.aggregate.ndim == 3:
         classifier = model.race_classifier()

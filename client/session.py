@@ -50,6 +50,8 @@ from xclp.prep import Scaling
 from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
 Progress = Callable[[str], None]
+DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
+_NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
 
 
 def stderr_progress(message: str) -> None:
@@ -100,9 +102,11 @@ class JobResult:
 
 class PartySession:
     allreduce_party: type[AllReduceParty] = AllReduceParty  # FlyNN and RACE jobs after the seed
-    def __init__(self, config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> None:
+    def __init__(self, config: RunConfig, data: PartyData | DataLoader, *, progress: Progress = stderr_progress) -> None:
         self.config = config
-        self.data = data
+        # a loader reads the table once the job's parameters are known (categorical columns, DESIGN §8)
+        self.loader: DataLoader | None = None if isinstance(data, PartyData) else data
+        self.data = data if isinstance(data, PartyData) else _NOT_LOADED
         self.progress = progress
         self.stage = PartyStage.JOINED
         self.x25519 = masking.generate_x25519()
@@ -121,7 +125,7 @@ class PartySession:
         self.participants: tuple[str, ...] = ()
         self.job: XclpParty | AllReduceParty | None = None
         self.prep: Preparation | None = None
-        self.columns = data.columns  # as read, before preparation drops any
+        self.columns = self.data.columns  # as read, before preparation drops any
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self.guard = StepGuard(config.policy, config.party_id)
         self._executor: Executor | None = None
@@ -162,6 +166,11 @@ class PartySession:
         self.job_type = challenge.spec.job_type
         self.params = params_from_json(challenge.spec.job_type, challenge.spec.params_json)
         self.config.policy.check_job(challenge.spec, self.params)
+        if self.loader is not None:
+            self.data = self.loader(self.params)
+            self.columns = self.data.columns
+        if self.data.X.shape[0] == 0:
+            raise InvalidInput("the party's data has no rows")
         self.data = self.data.with_classes(self.params.classes)  # DESIGN §8: names map by the declared order
         self.data.check_missing(impute=self.params.impute == "mean")
         check_data(self.params, self.data)
@@ -389,7 +398,8 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
 
 
-def run_job(config: RunConfig, data: PartyData, *, progress: Progress = stderr_progress) -> JobResult:
-    if data.X.shape[0] == 0:
+def run_job(config: RunConfig, data: PartyData | DataLoader, *, progress: Progress = stderr_progress) -> JobResult:
+    """Take part in one job with `data`, or with what `data(params)` reads once the job is known."""
+    if isinstance(data, PartyData) and data.X.shape[0] == 0:
         raise InvalidInput("the party's data has no rows")
     return PartySession(config, data, progress=progress).run()

@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -178,9 +178,13 @@ class PartyData:
 
 
 def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id_column: str | None = None,
-         delimiter: str | None = None) -> PartyData:
+         delimiter: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None) -> PartyData:
     """A party's table: .csv (UTF-8, a header row, `delimiter` one of , ; tab | or None to detect it
-    from the header), .parquet, or .npz (X, optional y, ids, columns)."""
+    from the header), .parquet, or .npz (X, optional y, ids, columns).
+
+    `categorical` (CSV and Parquet): column name -> its categories; each such column becomes one
+    0/1 column per category, in the declared order, named "column=category" (an empty cell: NaN
+    in all of them; a category not declared: refused)."""
     path = Path(path)
     if delimiter is not None and (len(delimiter) != 1 or delimiter not in DELIMITERS):
         raise InvalidInput(f"--delimiter must be one of , ; tab | (one character), got {delimiter!r}")
@@ -188,11 +192,15 @@ def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id
         raise InvalidInput(f"cannot read {path}: no such file")
     if path.is_dir():
         raise InvalidInput(f"cannot read {path}: it is a directory")
+    categorical = dict(categorical or {})
     if path.suffix == ".npz":
+        if categorical:
+            raise InvalidInput(f"{path}: the job declares categorical columns ({', '.join(categorical)}), which a .npz "
+                               "matrix cannot hold; give the table as CSV or Parquet")
         return _load_npz(path)
     if path.suffix in (".parquet", ".pq"):
-        return _load_parquet(path, label_column=label_column, id_column=id_column)
-    return _load_csv(path, label_column=label_column, id_column=id_column, delimiter=delimiter)
+        return _load_parquet(path, label_column=label_column, id_column=id_column, categorical=categorical)
+    return _load_csv(path, label_column=label_column, id_column=id_column, delimiter=delimiter, categorical=categorical)
 
 
 # --- npz ----------------------------------------------------------------------------------------
@@ -311,9 +319,13 @@ def _check_columns(header: Sequence[str], path: Path) -> None:
 
 
 def _roles(header: list[str], path: Path, label_column: str | None, id_column: str | None,
-           hint: str) -> tuple[list[int], int | None, int | None]:
+           hint: str, categorical: Mapping[str, Sequence[str]] = {}) -> tuple[list[int], int | None, int | None]:
     """(feature column indices, label column index, id column index)."""
     _check_columns(header, path)
+    absent = [c for c in categorical if c not in header]
+    if absent:
+        raise InvalidInput(f"{path} has no column {', '.join(repr(c) for c in absent)}, which the job declares "
+                           f"categorical; columns: {', '.join(header)}{hint}")
     if id_column is not None and id_column not in header:
         raise InvalidInput(f"{path} has no id column {id_column!r}; columns: {', '.join(header)}{hint}")
     label = header.index(label_column) if label_column is not None and label_column in header else None
@@ -324,19 +336,20 @@ def _roles(header: list[str], path: Path, label_column: str | None, id_column: s
     return features, label, ident
 
 
-def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, delimiter: str | None) -> PartyData:
+def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, delimiter: str | None,
+              categorical: Mapping[str, Sequence[str]]) -> PartyData:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     header, sep, hint = _read_header(path, delimiter)
     try:
-        features, label, ident = _roles(header, path, label_column, id_column, hint)
+        features, label, ident = _roles(header, path, label_column, id_column, hint, categorical)
     except InvalidInput:
         if hint:  # a wrong delimiter: the rows say so more plainly than the header
             _diagnose_csv(path, sep, header, [], None, hint)
         raise
     names = [f"c{i}" for i in range(len(header))]  # pyarrow's names: free of duplicates and odd characters
-    types = {names[i]: pa.float64() for i in features}
+    types = {names[i]: pa.string() if header[i] in categorical else pa.float64() for i in features}
     types.update({names[i]: pa.string() for i in (label, ident) if i is not None})
     try:
         reader = pacsv.open_csv(
@@ -345,17 +358,18 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
             parse_options=pacsv.ParseOptions(delimiter=sep, newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(column_types=types, null_values=list(NULL_CELLS),
                                                  strings_can_be_null=True, quoted_strings_can_be_null=True))
-        table = _Collector(_row_bound(path), [names[i] for i in features], names[label] if label is not None else None,
-                           names[ident] if ident is not None else None)
+        where = Locator(str(path), "line", sep)
+        table = _Collector(_row_bound(path), [(names[i], header[i], categorical.get(header[i])) for i in features],
+                           names[label] if label is not None else None, names[ident] if ident is not None else None,
+                           where)
         for batch in reader:
             table.add(batch)
     except OSError as exc:
         raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from None
     except (pa.ArrowInvalid, pa.ArrowException, UnicodeDecodeError) as exc:
-        _diagnose_csv(path, sep, header, features, label, hint)
+        _diagnose_csv(path, sep, header, [i for i in features if header[i] not in categorical], label, hint)
         raise InvalidInput(f"{path} cannot be read as CSV: {exc}{hint}") from None
-    where = Locator(str(path), "line", sep)
-    return table.finish(path, where, [header[i] for i in features], f"features in {path}")
+    return table.finish(path, f"features in {path}")
 
 
 def _row_bound(path: Path) -> int:
@@ -371,12 +385,18 @@ def _row_bound(path: Path) -> int:
     return lines + (last != b"\n")
 
 
-class _Collector:
-    """Writes record batches into one float64 matrix, the labels as codes and the ids as strings."""
+Feature = tuple[str, str, "Sequence[str] | None"]  # (arrow column, column name, categories or None)
 
-    def __init__(self, bound: int, features: list[str], label: str | None, ident: str | None) -> None:
-        self.X = np.empty((max(bound, 1), len(features)), dtype=np.float64)
-        self.features, self.label, self.ident = features, label, ident
+
+class _Collector:
+    """Writes record batches into one float64 matrix (a categorical column as one 0/1 column per
+    category), the labels as codes and the ids as strings."""
+
+    def __init__(self, bound: int, features: list[Feature], label: str | None, ident: str | None,
+                 where: Locator) -> None:
+        self.features, self.label, self.ident, self.where = features, label, ident, where
+        self.columns = [col for _, name, cats in features for col in ([f"{name}={c}" for c in cats] if cats else [name])]
+        self.X = np.empty((max(bound, 1), len(self.columns)), dtype=np.float64)
         self.n = 0
         self.codes: list[np.ndarray] = []
         self.values: dict[str, int] = {}
@@ -391,27 +411,44 @@ class _Collector:
             self.X = np.concatenate([self.X[: self.n], np.empty((self.n + b - self.X.shape[0], self.X.shape[1]))])
         empty = np.ones(b, dtype=bool)
         rows = slice(self.n, self.n + b)
-        for j, name in enumerate(self.features):
-            column = batch.column(name)  # type: ignore[attr-defined]
-            self.X[rows, j] = column.to_numpy(zero_copy_only=False)
+        j = 0
+        unknown: tuple[int, str, str, Sequence[str]] | None = None
+        for arrow_name, name, categories in self.features:
+            column = batch.column(arrow_name)  # type: ignore[attr-defined]
+            if categories is None:
+                self.X[rows, j] = column.to_numpy(zero_copy_only=False)
+                j += 1
+            else:
+                idx, values = _encode(pc, column)
+                index = {c: k for k, c in enumerate(categories)}
+                local = np.array([index.get(v, -2) for v in values] + [-1], dtype=np.int64)
+                level = local[idx]
+                if (level == -2).any() and unknown is None:
+                    i = int(np.flatnonzero(level == -2)[0])
+                    unknown = (i, name, values[idx[i]], categories)
+                onehot = (level[:, None] == np.arange(len(categories))).astype(np.float64)
+                onehot[level == -1] = np.nan
+                self.X[rows, j: j + len(categories)] = onehot
+                j += len(categories)
             empty &= column.is_null().to_numpy(zero_copy_only=False)
         if self.label is not None:
-            column = pc.utf8_trim_whitespace(batch.column(self.label))  # type: ignore[attr-defined]
-            column = pc.if_else(pc.equal(column, ""), None, column)
-            encoded = column.dictionary_encode()
-            local = np.array([self.values.setdefault(v, len(self.values)) for v in encoded.dictionary.to_pylist()] + [-1],
-                             dtype=np.int32)
-            idx = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            idx, values = _encode(pc, batch.column(self.label))  # type: ignore[attr-defined]
+            local = np.array([self.values.setdefault(v, len(self.values)) for v in values] + [-1], dtype=np.int32)
             self.codes.append(local[idx])
             empty &= idx < 0
         if self.ident is not None:
             column = batch.column(self.ident)  # type: ignore[attr-defined]
             self.ids.extend("" if v is None else v for v in column.to_pylist())
             empty &= column.is_null().to_numpy(zero_copy_only=False)
+        if unknown is not None:
+            i, name, value, categories = unknown
+            row = self.n - sum(int(e.sum()) for e in self.blank) + i - int(empty[:i].sum())
+            raise InvalidInput(f"{self.where.at(row)}, column {name!r}: {value!r} is not one of the job's categories "
+                               f"for it: {', '.join(repr(c) for c in categories)}")
         self.blank.append(empty)
         self.n += b
 
-    def finish(self, path: Path, where: Locator, columns: list[str], name: str) -> PartyData:
+    def finish(self, path: Path, name: str) -> PartyData:
         X = self.X[: self.n]
         keep = ~np.concatenate(self.blank) if self.blank else np.zeros(0, dtype=bool)
         if not keep.all():  # rows whose every cell is empty are not data (spreadsheets leave them)
@@ -424,9 +461,17 @@ class _Collector:
             codes = np.concatenate(self.codes)[keep]
             labels = _sorted_labels(codes, self.values)
         ids = tuple(i for i, k in zip(self.ids, keep) if k) if self.ident is not None else tuple(str(i) for i in range(X.shape[0]))
-        _check_unique_ids(ids, where)
-        y = labels.numbers(where) if labels is not None and _all_numbers(labels) else None
-        return PartyData(X, y, ids, tuple(columns), labels, where)
+        _check_unique_ids(ids, self.where)
+        y = labels.numbers(self.where) if labels is not None and _all_numbers(labels) else None
+        return PartyData(X, y, ids, tuple(self.columns), labels, self.where)
+
+
+def _encode(pc: object, column: object) -> tuple[np.ndarray, list[str]]:
+    """(int64[b] index into the values, −1 for an empty cell; the distinct values, trimmed)."""
+    column = pc.utf8_trim_whitespace(column)  # type: ignore[attr-defined]
+    column = pc.if_else(pc.equal(column, ""), None, column)  # type: ignore[attr-defined]
+    encoded = column.dictionary_encode()  # type: ignore[attr-defined]
+    return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
 def _sorted_labels(codes: np.ndarray, values: dict[str, int]) -> Labels:
@@ -478,7 +523,8 @@ def _diagnose_csv(path: Path, sep: str, header: list[str], features: list[int], 
 # --- Parquet ------------------------------------------------------------------------------------
 
 
-def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None) -> PartyData:
+def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None,
+                  categorical: Mapping[str, Sequence[str]]) -> PartyData:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -488,25 +534,29 @@ def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None
         raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
     schema = pf.schema_arrow
     header = list(schema.names)
-    features, label, ident = _roles(header, path, label_column, id_column, "")
+    features, label, ident = _roles(header, path, label_column, id_column, "", categorical)
     for j in features:
+        if header[j] in categorical:
+            continue
         kind = schema.field(j).type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
                 or pa.types.is_boolean(kind)):
             raise InvalidInput(f"{path}: column {header[j]!r} holds {kind}, not numbers; every column other than "
                                "the label and id columns is a feature and must be numeric")
     names = [header[j] for j in features]
-    table = _Collector(pf.metadata.num_rows, names, header[label] if label is not None else None,
-                       header[ident] if ident is not None else None)
+    numeric = [n for n in names if n not in categorical]
+    table = _Collector(pf.metadata.num_rows, [(n, n, categorical.get(n)) for n in names],
+                       header[label] if label is not None else None, header[ident] if ident is not None else None,
+                       Locator(str(path), "row", base=1))
     wanted = names + [header[i] for i in (label, ident) if i is not None]
     try:
         for batch in pf.iter_batches(batch_size=65536, columns=wanted):
-            columns = [batch.column(n).cast(pa.float64()) if n in names else batch.column(n).cast(pa.string())
+            columns = [batch.column(n).cast(pa.float64()) if n in numeric else batch.column(n).cast(pa.string())
                        for n in batch.schema.names]
             table.add(pa.RecordBatch.from_arrays(columns, names=batch.schema.names))
     except (OSError, pa.ArrowException) as exc:
         raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
-    return table.finish(path, Locator(str(path), "row", base=1), names, f"features in {path}")
+    return table.finish(path, f"features in {path}")
 
 
 # --- ids ----------------------------------------------------------------------------------------

@@ -203,3 +203,32 @@ def test_a_party_vanishing_in_the_moments_step_leaves_the_others_a_scaling_of_th
     y = np.concatenate([d.y for d in left.values()])
     fh = FlyHash.from_seed(results["a"].seed, FlyNNParams(4, FLYNN["m"], FLYNN["s"], FLYNN["rho"]))
     assert np.array_equal(results["b"].aggregate, train_counts(fh, Xp[y >= 0], y[y >= 0], 3))
+
+
+def test_categorical_columns_read_for_the_job_give_every_party_the_same_one_hot_columns(keys, tmp_path):
+    """Each party's CSV meets the sites in another order; the job's declared order numbers the
+    one-hot columns alike, so the federated model is the pooled one on the declared encoding."""
+    from xclp import tables
+
+    sites = ("north", "south", "east")
+    rng = np.random.default_rng(5)
+    frames = {}
+    for i, p in enumerate(PARTIES):
+        n = 30
+        site = rng.choice(np.roll(sites, i), size=n)  # other frequencies and first appearances per party
+        y = rng.integers(0, 3, size=n)
+        age = rng.normal(50, 10, size=n) + 5 * y
+        path = tmp_path / f"{p}.csv"
+        path.write_text("age,site,label\n" + "".join(f"{a!r},{s},{c}\n" for a, s, c in zip(age.tolist(), site, y)))
+        frames[p] = (age, site, y, path)
+    loaders = {p: (lambda params, path=path: tables.load(path, categorical=params.categorical))
+               for p, (_, _, _, path) in frames.items()}
+    params = {"n_classes": 3, "m": 256, "s": 2, "rho": 8, "categorical": {"site": list(sites)}}
+    with coordinator(allow_list(keys), [job("f", "flynn", params)]) as (_, addr):
+        results = run_parties(addr, "f", keys, loaders)
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    X = np.vstack([np.column_stack([age, *(site == s for s in sites)]) for age, site, _, _ in frames.values()])
+    y = np.concatenate([f[2] for f in frames.values()])
+    fh = FlyHash.from_seed(results["a"].seed, FlyNNParams(4, 256, 2, 8))
+    assert results["a"].columns == ("age", "site=north", "site=south", "site=east")
+    assert np.array_equal(results["c"].aggregate, train_counts(fh, X.astype(np.float64), y, 3))

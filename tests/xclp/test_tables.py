@@ -198,3 +198,31 @@ def test_line_numbers_count_rows_of_only_na_cells_as_skipped_like_the_reader(tmp
     assert d.ids == ("r1", "r2")
     with pytest.raises(InvalidInput, match=r"e.csv line 4, column 'x1'"):
         d.check_missing(impute=False)
+
+
+def test_categorical_columns_become_one_hot_columns_in_the_declared_order(tmp_path):
+    (tmp_path / "d.csv").write_text("pid,age,site,label\nr1,40,north,0\nr2,51, south ,1\nr3,62,,\n")
+    d = party_data.load(tmp_path / "d.csv", id_column="pid", categorical={"site": ["south", "east", "north"]})
+    assert d.columns == ("age", "site=south", "site=east", "site=north")
+    np.testing.assert_array_equal(d.X[:2], [[40, 0, 0, 1], [51, 1, 0, 0]])
+    assert np.isnan(d.X[2, 1:]).all() and d.X[2, 0] == 62  # an empty cell is missing in every one-hot column
+    with pytest.raises(InvalidInput, match=r"d.csv line 3, column 'site': 'south' is not one of the job's "
+                                           r"categories for it: 'north', 'east'"):
+        party_data.load(tmp_path / "d.csv", id_column="pid", categorical={"site": ["north", "east"]})
+    with pytest.raises(InvalidInput, match="has no column 'region', which the job declares categorical"):
+        party_data.load(tmp_path / "d.csv", id_column="pid", categorical={"region": ["a"]})
+    with pytest.raises(InvalidInput, match=r"line 2, column 'site': 'north' is not a number"):
+        party_data.load(tmp_path / "d.csv", id_column="pid")  # text without a declaration
+    np.savez(tmp_path / "d.npz", X=np.ones((2, 2)))
+    with pytest.raises(InvalidInput, match="a .npz matrix cannot hold"):
+        party_data.load(tmp_path / "d.npz", categorical={"site": ["a"]})
+
+
+def test_categorical_parquet_columns(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"age": [1.0, 2.0], "site": ["b", "a"], "label": [0, 1]}), tmp_path / "d.parquet")
+    d = party_data.load(tmp_path / "d.parquet", categorical={"site": ["a", "b"]})
+    assert d.columns == ("age", "site=a", "site=b") and d.X.tolist() == [[1, 0, 1], [2, 1, 0]]
+    assert d.y.tolist() == [0, 1]

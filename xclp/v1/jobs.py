@@ -80,7 +80,7 @@ def _p(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED, kw
 
 
 IMPUTE = ("none", "mean")
-DATA_KEYS = {"classes", "standardise", "impute"}
+DATA_KEYS = {"classes", "standardise", "impute", "categorical"}
 MAX_CLASSES = 4096
 
 
@@ -102,6 +102,10 @@ class DataParams:
                            default=False, kw_only=True)
     impute: str = _p('"mean": fill empty or NaN feature cells with the pooled mean; "none": refuse them',
                      '"none", "mean"', "DESIGN §8", default="none", kw_only=True)
+    categorical: dict[str, tuple[str, ...]] | None = _p(
+        "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
+        "column per category, in the declared order, on every party (CSV and Parquet)",
+        "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
 
     def _check_data(self, n_classes: int) -> None:
         if self.classes is not None:
@@ -114,6 +118,9 @@ class DataParams:
             if n_classes != len(self.classes):
                 raise ConfigError(f"n_classes = {n_classes} but classes names {len(self.classes)}; "
                                   "leave n_classes out, it follows from classes")
+        for column, categories in (self.categorical or {}).items():
+            if not column or not categories or any(not c for c in categories) or len(set(categories)) != len(categories):
+                raise ConfigError(f"categorical column {column!r} needs a list of distinct, non-empty categories")
         if self.impute not in IMPUTE:
             raise ConfigError(f"impute must be one of {', '.join(repr(v) for v in IMPUTE)}, got {self.impute!r}")
 
@@ -132,7 +139,14 @@ def _data(params: Mapping[str, Any]) -> dict[str, Any]:
     impute = params.get("impute", "none")
     if not isinstance(impute, str):
         raise ConfigError(f"job parameter 'impute' must be \"none\" or \"mean\", got {impute!r}")
-    return {"classes": classes, "standardise": _bool(params, "standardise"), "impute": impute}
+    categorical = params.get("categorical")
+    if categorical is not None:
+        if not isinstance(categorical, Mapping) or not all(
+                isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v) for v in categorical.values()):
+            raise ConfigError("job parameter 'categorical' must be a table of column = [category names]")
+        categorical = {str(k): tuple(c.strip() for c in v) for k, v in categorical.items()}
+    return {"classes": classes, "standardise": _bool(params, "standardise"), "impute": impute,
+            "categorical": categorical}
 
 
 def _n_classes(params: Mapping[str, Any], default: int | None = None, *, low: int = 2) -> int:
