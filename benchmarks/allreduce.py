@@ -41,7 +41,7 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
     from xclp.client.jobs.allreduce import AllReduceParty
     from xclp.client.policy import PartyPolicy
     from xclp.client.session import PartySession, RunConfig
-    from xclp.tables import PartyData
+    from xclp.party_table import PartyData
 
     key = serialization.load_pem_private_key(key_pem, password=None)
     counts = np.random.default_rng(PARTIES.index(party)).integers(0, 1000, size=(2, elements // 2)).astype(np.uint32)

@@ -19,7 +19,7 @@ import numpy as np
 
 from xclp.errors import InvalidInput
 from xclp.prep import Scaling
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel
 from xclp.race import RaceClassifier, RaceHashes

@@ -31,7 +31,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
 from xclp.client.jobs.prepare import MOMENTS_REVEAL, Preparation

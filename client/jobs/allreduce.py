@@ -25,7 +25,7 @@ from xclp.crypto.masking import PairwiseMasker
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.flynn import FlyHash, privatise_counts, train_counts
 from xclp.race import RaceClassifier, RaceHashes, private_release_share, sketch
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import FlynnJobParams, JobParams, RaceJobParams

@@ -17,7 +17,7 @@ from xclp.client.jobs.xclp import Pusher
 from xclp.crypto.masking import PairwiseMasker
 from xclp.errors import ProtocolError
 from xclp.prep import Scaling, local_moments
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import reveal_step

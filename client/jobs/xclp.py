@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.client.jobs.estimate import OperationCosts, check_time, paillier_seconds
 from xclp.client.jobs.selfmask import SelfMasks
 from xclp.crypto.secure_hamming import SlotLayout

@@ -17,7 +17,7 @@ from xclp.client.jobs.xclp import XclpParty
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.errors import ProtocolError
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.v1.jobs import XclpJobParams
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.wire import Message

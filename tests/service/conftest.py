@@ -11,7 +11,7 @@ import numpy as np
 
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.client.session import JobResult, PartySession, RunConfig
 from xclp.crypto import identity
 from xclp.server.config import JobConfig, TlsFiles

@@ -3,6 +3,7 @@ standardisation and imputation, class names, and the bad tables it refuses."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -18,7 +19,7 @@ from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.graph import GraphParams
 from xclp.prep import local_moments
 from xclp.reference import xclp_reference
-from xclp.tables import Labels, PartyData
+from xclp.party_table import Labels, PartyData
 from xclp.v1 import moments
 from xclp.v1.double_masking import self_mask, unpack_reveal
 
@@ -148,12 +149,31 @@ def test_empty_cells_without_impute_are_refused_before_joining_and_point_at_impu
 
 
 def test_parties_with_other_feature_columns_are_refused_at_join(keys):
+    """The first to join sets the columns; c, with the same names in another order, joins after a
+    and b (its session starts once both are in) and is refused."""
+    from xclp.client.session import PartySession
+
     datas = {p: skewed_party(i, missing=0) for i, p in enumerate(PARTIES)}
     datas["c"] = replace(datas["c"], columns=("age", "ratio", "income", "dose", "site"))  # same names, other order
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=PARTIES, join_seconds=5)]) as (_, addr):
-        results = run_parties(addr, "f", keys, datas)
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=PARTIES, join_seconds=5)]) as (coord, addr):
+        joined = threading.Event()
+
+        class Last(PartySession):
+            def run(self):
+                joined.wait(30)
+                return super().run()
+
+        def watch() -> None:
+            while len(coord.jobs["f"].parties) < 2:
+                coord.jobs["f"].done_event.wait(0.01)
+            joined.set()
+
+        threading.Thread(target=watch, daemon=True).start()
+        results = run_parties(addr, "f", keys, datas, sessions={"c": Last})
+    assert joined.is_set()
     assert isinstance(results["c"], InvalidInput)
     assert "same feature columns in the same order" in str(results["c"])
+    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
 
 
 def test_features_constant_on_every_party_are_dropped_and_a_table_of_only_those_is_refused(keys):

@@ -4,7 +4,6 @@ allocation and exit 1)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tests.service.conftest import PARTIES, allow_list, coordinator, job, party_data, run_parties

@@ -30,7 +30,7 @@ import pytest
 from scipy import stats
 
 from xclp.client.jobs.xclp import XclpParty
-from xclp.tables import PartyData
+from xclp.party_table import PartyData
 from xclp.crypto import certs, identity
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.server.config import JobConfig, TlsFiles, load_job
