@@ -34,7 +34,7 @@ from xclp.client.connection import Connection, ConnectionConfig
 from xclp.party_table import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
-from xclp.client.jobs.prepare import MOMENTS_REVEAL, Preparation
+from xclp.client.jobs.prepare import Preparation
 from xclp.client.jobs.xclp import XclpParty, make_executor
 from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.crypto import aead, identity, masking
@@ -42,7 +42,7 @@ from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAuthorized, PeerDropped,
                          ProtocolError)
-from xclp.v1 import wire
+from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.jobs import JobParams, XclpJobParams, params_from_json
@@ -99,6 +99,7 @@ class JobResult:
     participants: tuple[str, ...]
     scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
+
 
 class PartySession:
     allreduce_party: type[AllReduceParty] = AllReduceParty  # FlyNN and RACE jobs after the seed
@@ -270,7 +271,7 @@ class PartySession:
                 self._lead_seed(step)
             else:
                 self._try_open_seed()
-        elif step.step in (MOMENTS_STEP, MOMENTS_REVEAL):
+        elif step.step in (MOMENTS_STEP, moments.REVEAL_STEP):
             self._preparation().on_step(step)
         else:
             self._job().on_step(step)

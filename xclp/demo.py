@@ -67,14 +67,15 @@ class DemoOptions:
         return self.data_dir or DEMO_DATA
 
 
-def job_toml(options: DemoOptions) -> str:
-    """The demo's job file (xclp/demo_data/xclp-demo.toml with the chosen key size and L)."""
+def job_toml(options: DemoOptions, *, n_classes: int = N_CLASSES, extra: str = "") -> str:
+    """The demo's job file (xclp/demo_data/xclp-demo.toml with the chosen key size and L); `extra`
+    adds [params] lines (a benchmark's classes and standardise)."""
     insecure = "insecure_test_keys = true\n" if options.insecure_test_keys else ""
     parties = ", ".join(f'"{p}"' for p in PARTIES)
     return (f'job_id = "{JOB_ID}"\ntype = "xclp"\nexpected_parties = [{parties}]\n'
             f'min_parties = 2\nsummary = "summary.json"\n\n[deadlines]\njoin_seconds = 120\nstep_seconds = 300\n\n'
-            f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {options.lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
-            f'power = {GRAPH.power}\nlabel_norm = "{LABEL_NORM}"\nkey_bits = {options.key_bits}\n{insecure}')
+            f"[params]\nn_classes = {n_classes}\nlsh_bits = {options.lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
+            f'power = {GRAPH.power}\nlabel_norm = "{LABEL_NORM}"\nkey_bits = {options.key_bits}\n{insecure}{extra}')
 
 
 def _say(message: str) -> None:

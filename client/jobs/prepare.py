@@ -20,11 +20,8 @@ from xclp.prep import Scaling, local_moments
 from xclp.party_table import PartyData
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import reveal_step
 from xclp.v1.jobs import JobParams
 from xclp.v1.steps import MOMENTS_PURPOSE, MOMENTS_RESULT_MSG, MOMENTS_STEP
-
-MOMENTS_REVEAL = reveal_step(MOMENTS_STEP)
 
 
 @dataclass
@@ -45,7 +42,7 @@ class Preparation:
     def on_step(self, step: pb.StepStart) -> None:
         assert self.self_masks is not None
         members = list(step.participants)
-        if step.step == MOMENTS_REVEAL:
+        if step.step == moments.REVEAL_STEP:
             self.conn.push(self.self_masks.reveal(step.round, members), sender=self.party_id, step=step.step,
                            round=step.round)
             return

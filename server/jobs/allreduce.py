@@ -18,14 +18,13 @@ import logging
 
 import numpy as np
 
-from xclp.crypto.masking import ring_sum
 from xclp.server.jobs.base import Job
-from xclp.server.jobs.state import Step, check_reveal, ring_array
+from xclp.server.jobs.state import Step, check_reveal, open_sum, ring_array
 from xclp.errors import InvalidInput
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.jobs import FlynnJobParams
-from xclp.v1.double_masking import reveal_step, self_mask, unpack_reveal
+from xclp.v1.double_masking import reveal_step
 from xclp.v1.steps import RESULT_MSG, SUM_STEP
 
 REVEAL_STEP = reveal_step(SUM_STEP)
@@ -83,9 +82,7 @@ class AllReduceJob(Job):
             self.start_step(REVEAL_STEP, list(step.participants), round=step.round)
             return
         assert self.masked is not None
-        dtype, shape = self.expected()
-        masked = ring_sum(np.asarray(self.masked.received[p]) for p in step.participants)
-        total = masked - ring_sum(self_mask(unpack_reveal(step.received[p])[1], shape, dtype) for p in step.participants)
+        total = open_sum(self.masked, step, *self.expected())
         sent = sum(self.send(pid, RESULT_MSG, step.round, total) for pid in step.participants)
         log.info("job %s: aggregate of %d parties sent (%d bytes)", self.config.job_id, len(step.participants), sent)
         self.finish(f"aggregate of {len(step.participants)} parties")

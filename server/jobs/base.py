@@ -34,17 +34,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import ClassVar
 
-import numpy as np
-
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
-from xclp.crypto.masking import ring_sum
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
 from xclp.prep import Scaling
 from xclp.server.config import JobConfig
-from xclp.server.jobs.state import Party, Step, check_reveal, ring_array
+from xclp.server.jobs.state import Party, Step, check_reveal, open_sum, ring_array
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX, reveal_step, self_mask, unpack_reveal
+from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX
 from xclp.v1.jobs import params_json
 from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_STEP
 from xclp.v1.wire import MAX_DIM
@@ -55,7 +52,6 @@ STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
 MAILBOX_MAX_BYTES = 512 * 1024 * 1024  # relayed bytes waiting for one party
 MAX_PUSH_STREAMS = 4  # Push calls one party may have open at once
 SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes
-MOMENTS_REVEAL = reveal_step(MOMENTS_STEP)
 # Called with (job_id, step, round, sender, payload) for every contribution; tests only.
 Observer = Callable[[str, str, int, str, wire.Payload], None]
 
@@ -194,7 +190,7 @@ class Job:
             elif step.name == MOMENTS_STEP:
                 dtype, shape = moments.wire(self.table_dim)
                 ring_array(msg.payload, dtype, shape, f"the masked moments from {sender!r}")
-            elif step.name == MOMENTS_REVEAL:
+            elif step.name == moments.REVEAL_STEP:
                 check_reveal(msg.payload, self.session_id, MOMENTS_STEP, step, sender)
             else:
                 self.accept(step, sender, msg.payload)
@@ -380,8 +376,8 @@ class Job:
                 self.begin()
         elif step.name == MOMENTS_STEP:
             self._moments = step  # DESIGN §6.1: all arrays are here; ask each party for its self mask
-            self.start_step(MOMENTS_REVEAL, list(step.participants), round=step.round)
-        elif step.name == MOMENTS_REVEAL:
+            self.start_step(moments.REVEAL_STEP, list(step.participants), round=step.round)
+        elif step.name == moments.REVEAL_STEP:
             self._prepared(step)
         else:
             self.on_step_complete(step)
@@ -389,10 +385,7 @@ class Job:
     def _prepared(self, reveal: Step) -> None:
         """The pooled moments are in: every participant gets them, then the job type's first step."""
         assert self._moments is not None
-        dtype, shape = moments.wire(self.table_dim)
-        masked = ring_sum(np.asarray(self._moments.received[p]) for p in reveal.participants)
-        total = masked - ring_sum(self_mask(unpack_reveal(reveal.received[p])[1], shape, dtype)
-                                  for p in reveal.participants)
+        total = open_sum(self._moments, reveal, *moments.wire(self.table_dim))
         params = self.config.params
         self.scaling = Scaling.from_sums(moments.decode(total), moments.FRAC_BITS, standardise=params.standardise,
                                          impute=params.impute == "mean")

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.crypto.identity import KeyBundle, SignedBundle
+from xclp.crypto.masking import ring_sum
 from xclp.errors import InvalidInput
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import round_digest, unpack_reveal
+from xclp.v1.double_masking import round_digest, self_mask, unpack_reveal
 
 
 class Mailbox:
@@ -77,6 +78,13 @@ def check_reveal(payload: wire.Payload, session: bytes, masked_step: str, step: 
     digest, _ = unpack_reveal(payload)
     if not hmac.compare_digest(digest, round_digest(session, masked_step, step.round, step.participants)):
         raise InvalidInput(f"the self-mask reveal of {sender!r} is for another session, round or participant set")
+
+
+def open_sum(masked: Step, reveal: Step, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The aggregate of a double-masked step (DESIGN §6.1): the ring sum of the masked arrays, where
+    the pairwise masks cancel, less each participant's self mask expanded from its revealed seed."""
+    total = ring_sum(np.asarray(masked.received[p]) for p in reveal.participants)
+    return total - ring_sum(self_mask(unpack_reveal(reveal.received[p])[1], shape, dtype) for p in reveal.participants)
 
 
 def ring_array(payload: wire.Payload, dtype: np.dtype, shape: tuple[int, ...], what: str) -> np.ndarray:

@@ -18,10 +18,13 @@ import numpy as np
 
 from xclp.crypto.fixedpoint import WideFixedPoint
 from xclp.errors import InvalidInput
+from xclp.v1.double_masking import reveal_step
+from xclp.v1.steps import MOMENTS_STEP
 
 CODEC = WideFixedPoint()
 LIMBS = CODEC.limbs
 MAX_PARTIES = 2**32 - 1  # digit sums stay exact in Z_2^64 up to this many summands
+REVEAL_STEP = reveal_step(MOMENTS_STEP)  # each party's self-mask seed, once the round is complete
 
 
 def wire(dim: int) -> tuple[np.dtype, tuple[int, int, int]]:
