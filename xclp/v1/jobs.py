@@ -26,11 +26,13 @@ import numpy as np
 
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, InvalidInput
+from xclp.fedavg import PSEUDO_LABELS
 from xclp.flynn import FlyNNParams
 from xclp.graph import GraphParams
+from xclp.nn import SGD, Architecture
 from xclp.race import RaceParams
 
-JOB_TYPES = ("flynn", "race", "xclp")
+JOB_TYPES = ("flynn", "race", "xclp", "fedavg")
 
 
 def _int(params: Mapping[str, Any], key: str, default: int | None = None, *, low: int = 1) -> int:
@@ -361,6 +363,107 @@ class XclpJobParams(DataParams):
         )
 
 
+@dataclass(frozen=True)
+class FedavgJobParams(DataParams):
+    """Secure FedAvg of a small network (DESIGN §7, paper 003 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
+
+    Each round samples ⌈fraction · parties⌉ parties from `seed` (public: every party checks the
+    draw), trains `local_epochs` of SGD on each and adds n_j·(θ_j − θ) under double masking.
+    pseudo_label picks what the unlabeled rows are trained on: "none", "local_lp", "network" or
+    "xclp" (one secure XCLP run among the round's parties on the embeddings, DESIGN §5), from
+    round `warmup_rounds` on. lsh_bits, k, alpha, power, key_bits and insecure_test_keys are the
+    XCLP (and local LP) parameters of the xclp job type.
+    """
+
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)", ">= 2")
+    hidden: tuple[int, ...] = _p("widths of the hidden ReLU layers; the last one is the embedding f_φ",
+                                 "1 to 8 layers of 1 .. 4096", "xclp.nn", default=(64,))
+    rounds: int = _p("training rounds", "1 .. 100000", default=20)
+    fraction: float = _p("fraction of the parties sampled each round (at least one)", "(0, 1]", default=1.0)
+    local_epochs: int = _p("epochs of local SGD per round (ClientUpdate; the paper: 5)", ">= 1", default=5)
+    batch_size: int = _p("rows per SGD step", ">= 1", default=32)
+    learning_rate: float = _p("SGD step size η", "> 0", default=0.1)
+    momentum: float = _p("SGD momentum μ (0: plain SGD); it restarts every round", "[0, 1)", default=0.0)
+    frac_bits: int = _p("fractional bits of the update's fixed-point ring (2^-frac_bits resolution)",
+                        "8 .. 40", default=24)
+    pseudo_label: str = _p('what unlabeled rows train on: "none" (left out), "local_lp" (each party\'s own label '
+                           'propagation), "network" (the model\'s predictions), "xclp" (secure XCLP among the '
+                           'round\'s parties); weight = confidence ω', '"none", "local_lp", "network", "xclp"',
+                           "paper 003 Alg. 2", default="none")
+    warmup_rounds: int = _p("rounds on labeled rows only before pseudo-labelling starts", ">= 0", default=0)
+    seed: int = _p("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    lsh_bits: int = _p("XCLP: L, LSH bits per embedded row", "multiple of 64", default=1024)
+    k: int = _p("XCLP and local LP: neighbours per row", ">= 1", default=10)
+    alpha: float = _p("XCLP and local LP: propagation weight α", "(0, 1)", default=0.99)
+    power: float = _p("XCLP and local LP: similarity exponent", "> 0", default=3.0)
+    key_bits: int = _p("XCLP: Paillier modulus size (each party's key serves every round)",
+                       ">= 2048 (smaller with insecure_test_keys)", default=MIN_SECURE_BITS)
+    insecure_test_keys: bool = _p("XCLP: allow key_bits below 2048 (tests only)", "true, false", default=False)
+
+    def __post_init__(self) -> None:
+        if self.n_classes < 2:
+            raise ConfigError("n_classes must be >= 2")
+        self._check_data(self.n_classes)
+        if not 1 <= len(self.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
+                                                 for h in self.hidden):
+            raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(self.hidden)}")
+        if not 1 <= self.rounds <= 100_000:
+            raise ConfigError(f"rounds must be in 1..100000, got {self.rounds}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"fraction must be in (0, 1], got {self.fraction}")
+        if not 8 <= self.frac_bits <= 40:
+            raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
+        if self.pseudo_label not in PSEUDO_LABELS:
+            raise ConfigError(f"pseudo_label must be one of {', '.join(repr(v) for v in PSEUDO_LABELS)}, "
+                              f"got {self.pseudo_label!r}")
+        _method(lambda: self.optimiser)
+        if self.pseudo_label == "xclp":
+            _method(lambda: self.xclp_params())
+
+    @property
+    def optimiser(self) -> SGD:
+        return SGD(self.learning_rate, self.momentum, self.batch_size, self.local_epochs)
+
+    @property
+    def graph_params(self) -> GraphParams:
+        return GraphParams(self.k, self.alpha, self.power)
+
+    def architecture(self, dim: int) -> Architecture:
+        return _method(lambda: Architecture((dim, *self.hidden, self.n_classes)))
+
+    def xclp_params(self) -> XclpJobParams:
+        """The parameters of each round's XCLP run (on embeddings, already prepared)."""
+        return XclpJobParams(n_classes=self.n_classes, lsh_bits=self.lsh_bits, k=self.k, alpha=self.alpha,
+                             power=self.power, key_bits=self.key_bits, insecure_test_keys=self.insecure_test_keys)
+
+    def pseudo_labels_in(self, round: int) -> str:
+        """The pseudo-labelling of round t: "none" during the warm-up."""
+        return "none" if round < self.warmup_rounds else self.pseudo_label
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any]) -> FedavgJobParams:
+        allowed = {"n_classes", "hidden", "rounds", "fraction", "local_epochs", "batch_size", "learning_rate",
+                   "momentum", "frac_bits", "pseudo_label", "warmup_rounds", "seed", "lsh_bits", "k", "alpha",
+                   "power", "key_bits", "insecure_test_keys"} | DATA_KEYS
+        _no_extra(params, allowed, "fedavg")
+        hidden = params.get("hidden", [64])
+        if not isinstance(hidden, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool)
+                                                            for h in hidden):
+            raise ConfigError(f"job parameter 'hidden' must be a list of layer widths, got {hidden!r}")
+        return cls(
+            n_classes=_n_classes(params), hidden=tuple(hidden), rounds=_int(params, "rounds", 20),
+            fraction=_float(params, "fraction", 1.0) or 0.0, local_epochs=_int(params, "local_epochs", 5),
+            batch_size=_int(params, "batch_size", 32), learning_rate=_float(params, "learning_rate", 0.1) or 0.0,
+            momentum=_float(params, "momentum", 0.0) or 0.0, frac_bits=_int(params, "frac_bits", 24),
+            pseudo_label=str(params.get("pseudo_label", "none")),
+            warmup_rounds=_int(params, "warmup_rounds", 0, low=0), seed=_int(params, "seed", 0, low=0),
+            lsh_bits=_int(params, "lsh_bits", 1024, low=64), k=_int(params, "k", 10),
+            alpha=_float(params, "alpha", 0.99) or 0.0, power=_float(params, "power", 3.0) or 0.0,
+            key_bits=_int(params, "key_bits", MIN_SECURE_BITS), insecure_test_keys=_bool(params, "insecure_test_keys"),
+            **_data(params),
+        )
+
+
 def _method(build: Any) -> Any:
     """Build a method's parameter object; its InvalidInput becomes a ConfigError (a job file is wrong)."""
     try:
@@ -371,7 +474,7 @@ def _method(build: Any) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-JobParams = FlynnJobParams | RaceJobParams | XclpJobParams
+JobParams = FlynnJobParams | RaceJobParams | XclpJobParams | FedavgJobParams
 
 
 def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
@@ -381,6 +484,8 @@ def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
         return RaceJobParams.parse(params)
     if job_type == "xclp":
         return XclpJobParams.parse(params)
+    if job_type == "fedavg":
+        return FedavgJobParams.parse(params)
     raise ConfigError(f"unknown job type {job_type!r}; known: {', '.join(JOB_TYPES)}")
 
 
@@ -398,12 +503,14 @@ def params_from_json(job_type: str, text: str) -> JobParams:
     return parse_params(job_type, raw)
 
 
-SCHEMAS: dict[str, type[FlynnJobParams] | type[RaceJobParams] | type[XclpJobParams]] = {
-    "xclp": XclpJobParams, "flynn": FlynnJobParams, "race": RaceJobParams}
+SCHEMAS: dict[str, type[JobParams]] = {
+    "xclp": XclpJobParams, "flynn": FlynnJobParams, "race": RaceJobParams, "fedavg": FedavgJobParams}
 TITLES = {
     "xclp": "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
     "flynn": "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
     "race": "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
+    "fedavg": "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
+              "(paper 003 Alg. 2, DESIGN §7)",
 }
 
 
