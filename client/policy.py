@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import JobParams, XclpJobParams
+from xclp.v1.jobs import JobParams, XclpJobParams, uses_paillier
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,8 @@ class PartyPolicy:
                 raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
                                     "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
                                     "take part only with --allow-hide-label-mask")
-            if params.key_bits < MIN_SECURE_BITS and not self.insecure_test_keys:
+        if uses_paillier(params):
+            if params.key_bits < MIN_SECURE_BITS and not self.insecure_test_keys:  # type: ignore[union-attr]
                 raise PolicyRefused(f"job {spec.job_id!r} uses {params.key_bits}-bit Paillier keys, below the secure "
                                     f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
 

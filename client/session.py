@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.party_table import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
+from xclp.client.jobs.fedavg import FedavgParty, RoundRecord
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
 from xclp.client.jobs.prepare import Preparation
 from xclp.client.jobs.xclp import XclpParty, make_executor
@@ -45,7 +46,7 @@ from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAu
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
-from xclp.v1.jobs import JobParams, XclpJobParams, params_from_json
+from xclp.v1.jobs import FedavgJobParams, JobParams, XclpJobParams, params_from_json, uses_paillier
 from xclp.prep import Scaling
 from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
@@ -99,6 +100,7 @@ class JobResult:
     participants: tuple[str, ...]
     scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
+    rounds: tuple[RoundRecord, ...] = ()  # fedavg: what this party saw of each round it took part in
 
 
 class PartySession:
@@ -124,7 +126,7 @@ class PartySession:
         self.job_type = ""
         self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
-        self.job: XclpParty | AllReduceParty | None = None
+        self.job: XclpParty | AllReduceParty | FedavgParty | None = None
         self.prep: Preparation | None = None
         self.columns = self.data.columns  # as read, before preparation drops any
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
@@ -175,10 +177,10 @@ class PartySession:
         self.data = self.data.with_classes(self.params.classes)  # DESIGN §8: names map by the declared order
         self.data.check_missing(impute=self.params.impute == "mean")
         check_data(self.params, self.data)
-        if isinstance(self.params, XclpJobParams) and self.config.paillier is None:
-            raise InvalidInput(f"job {self.config.job_id!r} is an xclp job: start the party with a Paillier key "
-                               f"(--paillier-bits {self.params.key_bits})")
-        if isinstance(self.params, XclpJobParams):  # quadratic: refuse before joining what cannot fit
+        if uses_paillier(self.params) and self.config.paillier is None:
+            raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
+                               f"(--paillier-bits {self.params.key_bits})")  # type: ignore[union-attr]
+        if uses_paillier(self.params):  # quadratic: refuse before joining what cannot fit
             limit = self.config.max_memory_bytes
             check_memory(self.data.X.shape[0], default_max_memory() if limit is None else limit)
         hidden = isinstance(self.params, XclpJobParams) and self.params.hide_label_mask
@@ -198,7 +200,7 @@ class PartySession:
             raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"{len(response.spec.expected_parties)} parties expected")
-        self._executor = make_executor(self.config.workers) if isinstance(self.params, XclpJobParams) else None
+        self._executor = make_executor(self.config.workers) if uses_paillier(self.params) else None
         reader = conn.pull()
         try:
             while self.stage is not PartyStage.DONE:
@@ -215,8 +217,9 @@ class PartySession:
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
         assert self.aggregate is not None and self.seed is not None
+        rounds = tuple(self.job.history) if isinstance(self.job, FedavgParty) else ()
         return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants,
-                         self.prep.scaling if self.prep is not None else None, self.columns)
+                         self.prep.scaling if self.prep is not None else None, self.columns, rounds)
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -326,7 +329,7 @@ class PartySession:
             self.prep = Preparation(self.config.party_id, self.params, self.data, self.masker, self.conn, self.progress)
         return self.prep
 
-    def _job(self) -> XclpParty | AllReduceParty:
+    def _job(self) -> XclpParty | AllReduceParty | FedavgParty:
         """The job type's state machine, created once the common seed is here (DESIGN §5, §6)."""
         if self.job is None:
             if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
@@ -339,6 +342,10 @@ class PartySession:
                 self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
                                      self.seed, self.masker, self.conn, self.progress, executor=self._executor,
                                      max_paillier_seconds=self.config.max_paillier_seconds)
+            elif isinstance(self.params, FedavgJobParams):
+                self.job = FedavgParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
+                                       self.seed, self.masker, self.conn, self.progress, executor=self._executor,
+                                       max_paillier_seconds=self.config.max_paillier_seconds)
             else:
                 self.job = self.allreduce_party(self.config.party_id, self.params, self.data, self.seed,
                                                 self.masker, self.conn, self.progress)

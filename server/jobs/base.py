@@ -293,6 +293,17 @@ class Job:
         (A drop in a reveal step never gets here: the base fails the job, DESIGN §6.1.)"""
         raise NotImplementedError
 
+    def wire_name(self, name: str) -> str:
+        """The name a step or message has on the wire (a federated round scopes its names, xclp.v1.fedavg)."""
+        return name
+
+    def on_reveal_lost(self, step: Step, dropped: set[str]) -> None:
+        """A participant of the reveal step `step` dropped: DESIGN §6.1, the others revealed their seeds
+        and mask no other round of the step, so the aggregate is lost; by default the job fails."""
+        masked = step.name.removesuffix(REVEAL_SUFFIX)
+        self._fail(f"{', '.join(sorted(dropped))} dropped while revealing self masks; the {masked!r} "
+                   "aggregate cannot be released (DESIGN §6.1)")
+
     # --- helpers for job types --------------------------------------------------------------
 
     def start_step(self, name: str, participants: list[str] | None = None, round: int | None = None) -> Step:
@@ -304,7 +315,7 @@ class Job:
         now = self.clock()
         step = Step(name, round, members, now, now + self.config.step_seconds, set(members))
         self.step = step
-        start = pb.StepStart(step=name, round=round, participants=list(members),
+        start = pb.StepStart(step=self.wire_name(name), round=round, participants=list(members),
                              deadline_seconds=self.config.step_seconds)
         for pid in members:
             self.parties[pid].mailbox.put(pb.PullItem(step=start))
@@ -315,7 +326,7 @@ class Job:
         """Queue a coordinator payload (sender "") for a party; returns the bytes queued."""
         mid = next(self._message_ids)
         size = 0
-        for frame in wire.encode(payload, job_id=self.config.job_id, step=step, round=round, sender="",
+        for frame in wire.encode(payload, job_id=self.config.job_id, step=self.wire_name(step), round=round, sender="",
                                  recipient=party_id, message_id=mid):
             size += len(frame.data)
             self.parties[party_id].mailbox.put(pb.PullItem(frame=frame))
@@ -420,7 +431,7 @@ class Job:
                                     "the coordinator will not queue more for it")
         step.relays.add((sender, msg.recipient))
         mid = next(self._message_ids)
-        for frame in wire.encode(msg.payload, job_id=self.config.job_id, step=msg.step, round=msg.round,
+        for frame in wire.encode(msg.payload, job_id=self.config.job_id, step=self.wire_name(msg.step), round=msg.round,
                                  sender=sender, recipient=msg.recipient, message_id=mid):
             self.parties[msg.recipient].mailbox.put(pb.PullItem(frame=frame))
         step.bytes_relayed += msg.nbytes
@@ -451,11 +462,7 @@ class Job:
         elif step.name == MOMENTS_STEP:
             self.start_step(MOMENTS_STEP)  # the dropped party's masks no longer cancel: a new round without it
         elif step.name.endswith(REVEAL_SUFFIX):
-            # DESIGN §6.1, for every masked step: the others revealed their seeds and mask no
-            # other round of it, so a reveal that cannot complete loses the aggregate.
-            masked = step.name.removesuffix(REVEAL_SUFFIX)
-            self._fail(f"{', '.join(sorted(parties))} dropped while revealing self masks; the {masked!r} "
-                       "aggregate cannot be released (DESIGN §6.1)")
+            self.on_reveal_lost(step, parties & set(step.participants))
         else:
             self.on_dropped(step, parties)
 

@@ -477,6 +477,11 @@ def _method(build: Any) -> Any:
 JobParams = FlynnJobParams | RaceJobParams | XclpJobParams | FedavgJobParams
 
 
+def uses_paillier(params: JobParams) -> bool:
+    """Whether the job runs XCLP, so every party publishes a Paillier key in its bundle (DESIGN §4.1)."""
+    return isinstance(params, XclpJobParams) or (isinstance(params, FedavgJobParams) and params.pseudo_label == "xclp")
+
+
 def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
     if job_type == "flynn":
         return FlynnJobParams.parse(params)
