@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,7 @@ import numpy as np
 from xclp.baselines import per_client_lp
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
-from xclp.nn import SGD, Architecture, Network
+from xclp.nn import SGD, Architecture, Network, check_examples
 from xclp.propagation import predict
 from xclp.seeding import Seed, public_rng, seed_bytes
 from xclp.validation import UNLABELED
@@ -88,29 +88,77 @@ def local_lp_pseudo_labels(embedded: np.ndarray, y: np.ndarray, n_classes: int, 
     return PseudoLabels(result.labels[unlabeled], result.confidence[unlabeled])
 
 
-def training_set(X: np.ndarray, y: np.ndarray, pseudo: PseudoLabels | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, labels, weights): labeled rows with weight 1, then the unlabeled ones with their
-    pseudo-label and weight ω (Alg. 2 line 3); without pseudo-labels, the labeled rows only."""
+@dataclass(frozen=True)
+class TrainingSet:
+    """A party's rows for ClientUpdate: labeled (weight 1) and pseudo-labeled (weight ω > 0)."""
+
+    X_labeled: np.ndarray
+    y_labeled: np.ndarray
+    X_pseudo: np.ndarray
+    y_pseudo: np.ndarray
+    w_pseudo: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        """n_j, the rows the party trains on: its weight in the average."""
+        return int(self.y_labeled.shape[0] + self.y_pseudo.shape[0])
+
+
+def training_set(X: np.ndarray, y: np.ndarray, pseudo: PseudoLabels | None) -> TrainingSet:
+    """The labeled rows, and the unlabeled ones with their pseudo-label and weight ω (Alg. 2 line 3);
+    rows of confidence 0 weigh nothing and are left out. Without pseudo-labels: labeled rows only."""
     labeled = y != UNLABELED
-    Xs, ys, ws = [X[labeled]], [y[labeled]], [np.ones(int(labeled.sum()))]
-    if pseudo is not None:
-        u = int((~labeled).sum())
-        if pseudo.labels.shape != (u,) or pseudo.confidence.shape != (u,):
-            raise InvalidInput(f"pseudo-labels for {pseudo.labels.shape[0]} rows, but the party has {u} unlabeled rows")
-        keep = pseudo.confidence > 0  # a zero weight trains nothing; n_i counts the rows that weigh
-        Xs.append(X[~labeled][keep])
-        ys.append(pseudo.labels[keep])
-        ws.append(pseudo.confidence[keep])
-    return np.concatenate(Xs), np.concatenate(ys).astype(np.int64), np.concatenate(ws)
+    if pseudo is None:
+        empty = np.empty((0, X.shape[1]))
+        return TrainingSet(X[labeled], y[labeled], empty, np.empty(0, dtype=np.int64), np.empty(0))
+    u = int((~labeled).sum())
+    if pseudo.labels.shape != (u,) or pseudo.confidence.shape != (u,):
+        raise InvalidInput(f"pseudo-labels for {pseudo.labels.shape[0]} rows, but the party has {u} unlabeled rows")
+    keep = pseudo.confidence > 0
+    return TrainingSet(X[labeled], y[labeled], X[~labeled][keep], pseudo.labels[keep].astype(np.int64),
+                       pseudo.confidence[keep])
 
 
-def client_update(net: Network, X: np.ndarray, y: np.ndarray, w: np.ndarray, opt: SGD,
-                  rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """(n_i·(θ_i − θ) float64[n_params], n_i): E epochs of SGD from θ on the party's training set."""
-    n = int(X.shape[0])
+def batches(data: TrainingSet, opt: SGD, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """SGD batches of ClientUpdate (paper 003 §A.2): with pseudo-labels, each batch is b = min(batch,
+    labeled rows) labeled rows and b pseudo-labeled ones, |B_U| = |B_L|; an epoch passes once over
+    the larger set while the smaller one cycles in fresh orders. Without, plain batches of rows."""
+    n_l, n_u = data.y_labeled.shape[0], data.y_pseudo.shape[0]
+    if n_l == 0 or n_u == 0:
+        X = data.X_labeled if n_u == 0 else data.X_pseudo
+        y = data.y_labeled if n_u == 0 else data.y_pseudo
+        w = np.ones(n_l) if n_u == 0 else data.w_pseudo
+        for _ in range(opt.epochs if y.shape[0] else 0):
+            order = rng.permutation(y.shape[0])
+            for start in range(0, y.shape[0], opt.batch):
+                rows = order[start:start + opt.batch]
+                yield X[rows], y[rows], w[rows]
+        return
+    b = min(opt.batch, n_l)
+    steps = math.ceil(max(n_l, n_u) / b)
+    for _ in range(opt.epochs):
+        L, U = _cycled(rng, n_l, steps * b), _cycled(rng, n_u, steps * b)
+        for s in range(steps):
+            rl, ru = L[s * b:(s + 1) * b], U[s * b:(s + 1) * b]
+            yield (np.concatenate([data.X_labeled[rl], data.X_pseudo[ru]]),
+                   np.concatenate([data.y_labeled[rl], data.y_pseudo[ru]]),
+                   np.concatenate([np.ones(b), data.w_pseudo[ru]]))
+
+
+def _cycled(rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+    """`count` row numbers: fresh random orders of 0..n−1, one after another."""
+    return np.concatenate([rng.permutation(n) for _ in range(math.ceil(count / n))])[:count]
+
+
+def client_update(net: Network, data: TrainingSet, opt: SGD, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """(n_j·(θ_j − θ) float64[n_params], n_j): E epochs of SGD from θ on the party's training set."""
+    n = data.rows
     if n == 0:
         return np.zeros_like(net.flat), 0
-    trained = opt.train(net, X, y, w, rng)
+    for X, y, w in ((data.X_labeled, data.y_labeled, np.ones(data.y_labeled.shape[0])),
+                    (data.X_pseudo, data.y_pseudo, data.w_pseudo)):
+        check_examples(net, X, y, w)
+    trained = opt.run(net, batches(data, opt, rng))
     return n * (trained.flat - net.flat), n
 
 

@@ -17,6 +17,7 @@ ClientUpdate of FedAvg; every random draw comes from a Generator the caller pass
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,27 +181,38 @@ class SGD:
             raise InvalidInput(f"batch and epochs must be >= 1, got {self.batch} and {self.epochs}")
 
     def train(self, net: Network, X: np.ndarray, y: np.ndarray, w: np.ndarray, rng: np.random.Generator) -> Network:
-        """A trained copy of `net` on rows X float[n, d], labels int[n], weights float[n] >= 0."""
-        X = net._check(X)
-        y = np.asarray(y, dtype=np.int64)
-        w = np.asarray(w, dtype=np.float64)
+        """A trained copy of `net` on rows X float[n, d], labels int[n], weights float[n] >= 0:
+        `epochs` passes over the rows in a fresh random order, `batch` rows a step."""
+        X, y, w = check_examples(net, X, y, w)
         n = X.shape[0]
-        if y.shape != (n,) or w.shape != (n,):
-            raise InvalidInput(f"labels and weights must have one entry per row ({n}), got {y.shape} and {w.shape}")
-        if n and (y.min() < 0 or y.max() >= net.arch.sizes[-1]):
-            raise InvalidInput(f"labels must be in 0..{net.arch.sizes[-1] - 1}")
-        if not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise InvalidInput("example weights must be finite and >= 0")
+        return self.run(net, ((X[rows], y[rows], w[rows]) for _ in range(self.epochs if n else 0)
+                              for order in [rng.permutation(n)]
+                              for rows in (order[s:s + self.batch] for s in range(0, n, self.batch))))
+
+    def run(self, net: Network, batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Network:
+        """A trained copy of `net`: one SGD step per (rows, labels, weights) batch, in order."""
         out = net.copy()
         velocity = np.zeros_like(out.flat)
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is reported below, once
-            for _ in range(self.epochs if n else 0):
-                order = rng.permutation(n)
-                for start in range(0, n, self.batch):
-                    rows = order[start:start + self.batch]
-                    _, grad = out.loss_and_grad(X[rows], y[rows], w[rows])
-                    velocity = self.momentum * velocity + grad
-                    out.flat -= self.learning_rate * velocity  # the layer views see the update
+            for X, y, w in batches:
+                _, grad = out.loss_and_grad(X, y, w)
+                velocity = self.momentum * velocity + grad
+                out.flat -= self.learning_rate * velocity  # the layer views see the update
         if not np.all(np.isfinite(out.flat)):
             raise InvalidInput("training diverged (NaN or infinite parameters): lower the learning rate")
         return out
+
+
+def check_examples(net: Network, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows float64[n, d_in], labels int64[n] in 0..C−1, weights float64[n] finite and >= 0."""
+    X = net._check(X)
+    y = np.asarray(y, dtype=np.int64)
+    w = np.asarray(w, dtype=np.float64)
+    n = X.shape[0]
+    if y.shape != (n,) or w.shape != (n,):
+        raise InvalidInput(f"labels and weights must have one entry per row ({n}), got {y.shape} and {w.shape}")
+    if n and (y.min() < 0 or y.max() >= net.arch.sizes[-1]):
+        raise InvalidInput(f"labels must be in 0..{net.arch.sizes[-1] - 1}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InvalidInput("example weights must be finite and >= 0")
+    return X, y, w

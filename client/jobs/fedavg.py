@@ -180,8 +180,7 @@ class FedavgParty:
         if self.update is None:  # a restart sends the same update under fresh masks
             pseudo = self._pseudo_labels()  # XCLP's ran between the model and this step
             labeled_at = time.monotonic()
-            X, y, w = training_set(self.data.X, self.y, pseudo)
-            self.update = client_update(self.model, X, y, w, self.params.optimiser,
+            self.update = client_update(self.model, training_set(self.data.X, self.y, pseudo), self.params.optimiser,
                                         local_rng(self.seed, self.party_id, self.round))
             self.history.append(RoundRecord(self.round, self.model.flat.copy(), pseudo, self.update[1],
                                             labeled_at - self._round_started, time.monotonic() - labeled_at))

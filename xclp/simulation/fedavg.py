@@ -85,8 +85,7 @@ def run_fedavg(
         rows = 0
         for pid in members:
             X, y = data[pid]
-            Xs, ys, ws = training_set(X, y, pseudo[pid])
-            delta, n = client_update(net, Xs, ys, ws, params.optimiser, local_rng(seed, pid, t))
+            delta, n = client_update(net, training_set(X, y, pseudo[pid]), params.optimiser, local_rng(seed, pid, t))
             total += delta
             rows += n
         new = server_update(net, total, rows)
