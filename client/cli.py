@@ -3,7 +3,7 @@
     xclp-client keygen --party hospital-a --out keys/        # send keys/hospital-a.pub to the operator
     xclp-client run --coordinator coord.example.org:50051 --ca-cert ca.pem --job flynn-demo \\
         --party hospital-a --identity keys/hospital-a.key --data train.csv --out flynn-model.npz
-    xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv
+    xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv   (FlyNN or fedavg)
     xclp-client query --model race-model.npz --data queries.csv --out kde.csv
     xclp-client run ... --job xclp-demo --paillier-bits 2048 --out results/   # XCLP: writes results/predictions.csv
     xclp-client demo                      # coordinator + three institutions on localhost, XCLP end to end
@@ -106,8 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                     "(default: the bundled demo data)")
     dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
 
-    pr = sub.add_parser("predict", help="FlyNN predictions for a CSV, locally",
-                        description="Predict classes with a FlyNN model file; no network. Writes id,prediction.")
+    pr = sub.add_parser("predict", help="FlyNN or fedavg network predictions for a CSV, locally",
+                        description="Predict classes with a FlyNN or fedavg model file; no network. Writes "
+                        "id,prediction (a network also writes its confidence).")
     q = sub.add_parser("query", help="RACE kernel density (or class) estimates for a CSV, locally",
                        description="Query a RACE model file; no network. A KDE model writes id,kde; a class "
                        "model writes id,prediction,score_<c>...")
@@ -268,13 +269,22 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    flynn = model.flynn()
+    if model.job_type not in ("flynn", "fedavg"):
+        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes FlyNN and fedavg models "
+                           "(RACE models answer `xclp-client query`)")
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
-    predictions = flynn.predict(model.features(data), tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
     names = _class_names(model.class_names, model.params.n_classes)
-    _write_csv(args.out, ["id", "prediction"], [[i, names[p]] for i, p in zip(data.ids, predictions)])
-    stderr_progress(f"wrote {len(predictions)} predictions to {args.out}")
+    X = model.features(data)
+    if model.job_type == "fedavg":
+        labels, confidence = xclp_predict(model.network().probabilities(X))
+        rows = [[i, names[p], repr(float(w))] for i, p, w in zip(data.ids, labels, confidence)]
+        _write_csv(args.out, ["id", "prediction", "confidence"], rows)
+    else:
+        predictions = model.flynn().predict(X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
+        rows = [[i, names[p]] for i, p in zip(data.ids, predictions)]
+        _write_csv(args.out, ["id", "prediction"], rows)
+    stderr_progress(f"wrote {len(rows)} predictions of the {model.job_type} model to {args.out}")
     return EXIT_OK
 
 

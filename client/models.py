@@ -23,12 +23,14 @@ from xclp.party_table import PartyData
 from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel
 from xclp.race import RaceClassifier, RaceHashes
-from xclp.v1.jobs import FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
+from xclp.nn import Network
+from xclp.v1.jobs import FedavgJobParams, FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
 
 
 @dataclass(frozen=True)
 class ModelFile:
-    """job_type "flynn": aggregate = counts float64[C, m]; "race": sketch(es) float64[(C,) R, W]."""
+    """job_type "flynn": aggregate = counts float64[C, m]; "race": sketch(es) float64[(C,) R, W];
+    "fedavg": the network's parameters θ float64[n_params] (xclp.nn, layer sizes from the params)."""
 
     job_type: str
     params: JobParams
@@ -88,6 +90,12 @@ class ModelFile:
             raise InvalidInput(f"this is a {self.job_type} model, not a FlyNN model")
         flyhash = FlyHash.from_seed(self.seed, p.method_params(self.dim))
         return FlyNNModel(self.aggregate, p.gamma, flyhash)
+
+    def network(self) -> Network:
+        p = self.params
+        if not isinstance(p, FedavgJobParams):
+            raise InvalidInput(f"this is a {self.job_type} model, not a network trained by a fedavg job")
+        return Network(p.architecture(self.dim), np.asarray(self.aggregate, dtype=np.float64))
 
     def race_hashes(self) -> RaceHashes:
         p = self.params

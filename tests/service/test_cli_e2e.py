@@ -66,6 +66,10 @@ JOBS = {
     "flynn-prep": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n',
                    '[params]\nm = 256\ns = 3\nrho = 8\ntie_seed = 3\nclasses = ["benign", "malignant", "other"]\n'
                    'standardise = true\nimpute = "mean"\n'),
+    "fedavg-xclp": ('type = "fedavg"\nexpected_parties = ["a", "b", "c"]\n',
+                    '[params]\nn_classes = 3\nhidden = [6]\nrounds = 2\nlocal_epochs = 2\nbatch_size = 8\n'
+                    'pseudo_label = "xclp"\nstandardise = true\nk = 5\nlsh_bits = 64\nkey_bits = 512\n'
+                    'insecure_test_keys = true\n'),
     "locked": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 64\ns = 3\nrho = 4\n"),
 }
 
@@ -126,11 +130,12 @@ def deploy(tmp_path_factory):
         data_file = "a.csv" if party == "a" else ("b.npz" if party == "mallory" else f"{party}.npz")
         if job_id == "flynn-prep":
             data_file = "a-prep.csv" if party == "a" else f"{party}-prep.npz"
+        xclp = ["--paillier-bits", "512", "--insecure-test-keys", "--workers", "0"] if job_id == "fedavg-xclp" else []
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
                 str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"), "--min-parties", "2",
                 "--data", str(root / data_file), "--label-column",
-                "diagnosis", "--id-column", "row_id", "--out", str(root / f"{job_id}-{party}.npz")]
+                "diagnosis", "--id-column", "row_id", "--out", str(root / f"{job_id}-{party}.npz"), *xclp]
 
     def pin_self(party: str, key_dir: str) -> Path:
         """The peers file a hostile party would write (the allow-list with its own key for itself),
@@ -142,7 +147,7 @@ def deploy(tmp_path_factory):
         return path
 
     procs: dict[tuple[str, str], subprocess.Popen] = {}
-    for job_id in ("flynn-tls", "race-tls", "flynn-prep"):
+    for job_id in ("flynn-tls", "race-tls", "flynn-prep", "fedavg-xclp"):
         for party in "abc":
             procs[(job_id, party)] = subprocess.Popen(party_cmd(job_id, party), stderr=subprocess.PIPE, text=True)
     for party in "ab":
@@ -285,3 +290,30 @@ def test_cli_input_errors_exit_2_with_one_line(deploy, tmp_path):
     res = cli("xclp-server", "serve", "--allow-list", str(deploy["root"] / "allow.toml"), "--job",
               str(deploy["root"] / "locked.toml"))
     assert res.returncode == EXIT_BAD_INPUT and "--tls-cert" in res.stderr
+
+
+def test_fedavg_with_xclp_pseudo_labels_trains_one_network_that_predict_uses(deploy):
+    """type = "fedavg", pseudo_label = "xclp", standardised, over TLS with real processes: every party
+    writes the same network (its model file says so), and `predict` gives the network's classes."""
+    assert_ok(deploy, "fedavg-xclp", "abc")
+    root = deploy["root"]
+    models = [ModelFile.load(root / f"fedavg-xclp-{p}.npz") for p in "abc"]
+    for model in models:
+        assert model.job_type == "fedavg" and model.scaling is not None
+        np.testing.assert_array_equal(model.aggregate, models[0].aggregate)
+    _, err = deploy["outcomes"][("fedavg-xclp", "a")]
+    assert "round 1: model received" in err and "SecureHamming" in err
+    out = root / "fedavg-pred.csv"
+    res = cli("xclp-client", "predict", "--model", str(root / "fedavg-xclp-a.npz"), "--data", str(root / "queries.csv"),
+              "--id-column", "row_id", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    with open(out) as fh:
+        rows = list(csv.DictReader(fh))
+    from xclp.tables import load
+    queries = load(root / "queries.csv", label_column=None, id_column="row_id")
+    want = models[0].network().predict(models[0].features(queries))
+    assert [r["id"] for r in rows] == list(queries.ids)
+    assert [int(r["prediction"]) for r in rows] == want.tolist()
+    race = cli("xclp-client", "predict", "--model", str(root / "race-tls-a.npz"), "--data", str(root / "queries.csv"),
+               "--id-column", "row_id", "--out", str(root / "nope.csv"))
+    assert race.returncode == EXIT_BAD_INPUT and "xclp-client query" in race.stderr
