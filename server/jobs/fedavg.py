@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,6 +114,7 @@ class FedavgJob(Job):
         self.net: Network | None = None
         self.round = -1
         self.members: tuple[str, ...] = ()  # this round's parties still in it
+        self.round_changed = threading.Condition(self.lock)  # notified when the round or its parties change
         self.xclp: RoundXclp | None = None
         self.masked: Step | None = None  # this round's complete update step, whose self masks are being revealed
         self.skipped: list[int] = []
@@ -214,6 +216,7 @@ class FedavgJob(Job):
         self.members = tuple(p for p in sample_parties(self.params.seed, t, roster, self.params.fraction)
                              if p in self.active)
         self._round_started = self.clock()
+        self.round_changed.notify_all()
         if len(self.members) < self.config.min_parties:
             self._skip(f"only {len(self.members)} of its sampled parties are left")
             return
@@ -289,6 +292,7 @@ class FedavgJob(Job):
         for pid in sorted(parties):
             log.warning("job %s: round %d goes on without %s (%s)", self.config.job_id, self.round, pid, reason)
         self.members = tuple(p for p in self.members if p not in parties)
+        self.round_changed.notify_all()
         sub = self.xclp
         step = self.step
         if sub is not None and sub.stage is Stage.RUNNING:

@@ -3,12 +3,17 @@ round by round; dropouts; what a hostile coordinator cannot make a party do."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
-from tests.service.conftest import PARTIES, allow_list, coordinator, job, run_parties
+from tests.service.conftest import PARTIES, ManualClock, Recorder, allow_list, coordinator, job, run_parties
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.session import JobResult, PartySession
+from xclp.errors import InvalidInput, ProtocolError
+from xclp.v1 import xclp_pb2 as pb
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.fedavg import sample_parties
 from xclp.party_table import PartyData
@@ -87,3 +92,109 @@ def test_sampling_is_public_and_dropped_parties_leave_the_sample(keys) -> None:
         assert [r.round for r in result.rounds] == [t for t in range(4) if party in expected[t]]
     finals = [r.aggregate for r in results.values()]  # type: ignore[union-attr]
     assert all(np.array_equal(finals[0], f) for f in finals)
+
+
+class DiesAt(PartySession):
+    """A party whose process dies when the step named `at` starts (its Pull stream ends), once
+    `first()` returns (what the others must have done by then)."""
+
+    at = ""
+    first: Callable[[], object] = staticmethod(lambda: None)
+
+    def on_step(self, step: pb.StepStart) -> None:
+        if step.step == self.at:
+            type(self).first()
+            raise KeyboardInterrupt(f"killed at {step.step}")
+        super().on_step(step)
+
+
+def test_a_party_lost_in_the_update_is_dropped_and_the_sum_restarts_without_it(keys) -> None:
+    rec = Recorder()
+
+    class Dies(DiesAt):
+        at = "r1.update"
+        first = staticmethod(lambda: rec.wait_for(("lost", "r1.update", 0, "a"), ("lost", "r1.update", 0, "b")))
+
+    datas = {p: blobs(40 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("lost", "fedavg", params("network"))], observer=rec) as (coord, address):
+        results = run_parties(address, "lost", keys, datas, sessions={"c": Dies})
+        state = coord.jobs["lost"]
+    assert isinstance(results["c"], KeyboardInterrupt)
+    assert state.skipped == [] and [h["parties"] for h in state.history] == [["a", "b", "c"], ["a", "b"], ["a", "b"]]
+    # the restarted sum opened to exactly the rows a and b trained on: fresh masks that cancel
+    a, b = results["a"], results["b"]
+    assert state.history[1]["rows"] == a.rounds[1].rows + b.rounds[1].rows
+    np.testing.assert_array_equal(a.aggregate, b.aggregate)
+    # round 1 attempt 0 (masked with c) and attempt 1 (without c) carry the same update under other masks
+    first, second = rec.seen[("lost", "r1.update", 0, "a")], rec.seen[("lost", "r1.update", 1, "a")]
+    assert np.mean(first == second) < 0.01
+
+
+def test_a_reveal_that_cannot_complete_skips_the_round_and_training_goes_on(keys) -> None:
+    class Dies(DiesAt):
+        at = "r0.update_reveal"
+
+    datas = {p: blobs(50 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("reveal", "fedavg", params("none"))]) as (coord, address):
+        results = run_parties(address, "reveal", keys, datas, sessions={"c": Dies})
+        state = coord.jobs["reveal"]
+    assert state.skipped == [0] and [h["round"] for h in state.history] == [1, 2]
+    assert "rounds 0 skipped" in state.outcome_reason
+    # round 0's sum was never opened: round 1 started from θ₀
+    np.testing.assert_array_equal(results["a"].rounds[0].model_in, results["a"].rounds[1].model_in)
+
+
+class SlowInRound0(PartySession):
+    """Misses the deadline of round 0's XCLP (it waits until the test has moved the clock on)."""
+
+    released = threading.Event()
+
+    def on_step(self, step: pb.StepStart) -> None:
+        if step.step == "r0.intra_hamming":
+            SlowInRound0.released.wait(60)
+        super().on_step(step)
+
+
+def test_a_party_late_in_a_round_misses_only_that_round_and_is_sampled_again(keys, paillier) -> None:
+    datas = {p: blobs(60 + i) for i, p in enumerate(PARTIES)}
+    rec, clock = Recorder(), ManualClock()
+    SlowInRound0.released.clear()
+    with coordinator(allow_list(keys), [job("late", "fedavg", params("xclp"))], observer=rec,
+                     clock=clock) as (coord, address):
+        def late() -> None:  # once a and b are in, the deadline passes; c goes on once it is left out
+            rec.wait_for(("late", "intra_hamming", 0, "a"), ("late", "intra_hamming", 0, "b"))
+            clock.advance(31)
+            job_state = coord.jobs["late"]
+            with job_state.lock:
+                job_state.round_changed.wait_for(lambda: "c" not in job_state.members, timeout=60)
+            SlowInRound0.released.set()
+
+        threading.Thread(target=late, daemon=True).start()
+        results = run_parties(address, "late", keys, datas, sessions={"c": SlowInRound0}, policy=TEST_KEYS,
+                              paillier=paillier)
+        state = coord.jobs["late"]
+    assert all(isinstance(r, JobResult) for r in results.values()), results
+    assert [h["parties"] for h in state.history] == [["a", "b"], ["a", "b", "c"], ["a", "b", "c"]]
+    assert [r.round for r in results["c"].rounds] == [1, 2]
+    assert state.dropped == set()
+
+
+def test_a_party_refuses_a_round_outside_the_public_sample(keys, monkeypatch) -> None:
+    """A coordinator that picks its own sets (say, to difference two sums) is refused by the parties."""
+    import xclp.server.jobs.fedavg as server_fedavg
+
+    monkeypatch.setattr(server_fedavg, "sample_parties", lambda seed, t, roster, fraction: tuple(roster))
+    parties = ("a", "b", "c", "d")
+    datas = {p: blobs(70 + i) for i, p in enumerate(parties)}
+    with coordinator(allow_list(keys), [job("greedy", "fedavg", params("none", fraction=0.75), parties=parties)]) \
+            as (_, address):
+        results = run_parties(address, "greedy", keys, datas)
+    outside = next(p for p in parties if p not in sample_parties(0, 0, parties, 0.75))
+    assert isinstance(results[outside], ProtocolError) and "public sample" in str(results[outside])
+
+
+def test_a_job_whose_sample_is_below_min_parties_is_refused_at_load() -> None:
+    from xclp.server.jobs.fedavg import FedavgJob
+
+    with pytest.raises(InvalidInput, match="fewer than min_parties"):
+        FedavgJob(job("small", "fedavg", params("none", fraction=0.3), min_parties=2), {})
