@@ -207,10 +207,15 @@ def run(args: argparse.Namespace) -> int:
         out = write_predictions(Path(cfg["out"]), data, result)
         stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
         return EXIT_OK
+    out = Path(cfg["out"])
+    target = out / MODEL_FILE if out.is_dir() or str(cfg["out"]).endswith("/") else out
     path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
-                     result.columns).save(cfg["out"])
+                     result.columns).save(target)
     stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
+
+
+MODEL_FILE = "model.npz"  # the model's name when --out is a directory
 
 
 def _delimiter(value: str | None) -> str | None:

@@ -82,9 +82,11 @@ def _say(message: str) -> None:
     print(f"xclp-demo: {message}", file=sys.stderr, flush=True)
 
 
-def _prefix_lines(stream: object, prefix: str) -> None:
+def _prefix_lines(stream: object, prefix: str, keep: list[str] | None = None) -> None:
     for line in stream:  # type: ignore[attr-defined]
         print(f"[{prefix}] {line.rstrip()}", file=sys.stderr, flush=True)
+        if keep is not None:
+            keep.append(line.rstrip())
 
 
 def setup(work: Path, options: DemoOptions, job_text: str | None = None) -> None:
@@ -161,9 +163,11 @@ def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float,
     return table
 
 
-def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen[str]]) -> None:
+def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen[str]],
+                  party_lines: dict[str, list[str]] | None = None) -> None:
     """The coordinator and the three institutions as real processes on `work` (after `setup`),
-    until all exit; PeerDropped if any party fails. Started processes are appended to `procs`."""
+    until all exit; PeerDropped if any party fails. Started processes are appended to `procs`;
+    each party's progress lines are also kept in `party_lines[party]` if given."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(work / "coordinator.log", "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
@@ -179,7 +183,8 @@ def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen
                                 stdout=subprocess.DEVNULL, text=True, env=env)
         procs.append(proc)
         parties.append(proc)
-        reader = threading.Thread(target=_prefix_lines, args=(proc.stderr, party), daemon=True)
+        keep = None if party_lines is None else party_lines.setdefault(party, [])
+        reader = threading.Thread(target=_prefix_lines, args=(proc.stderr, party, keep), daemon=True)
         reader.start()
         readers.append(reader)
     codes = [p.wait() for p in parties]

@@ -191,8 +191,8 @@ class FedavgParty:
         sent = self.conn.push(self.self_masks.add(masked, step.round, members), sender=self.party_id, step=step.step,
                               round=step.round)
         record = self.history[-1]
-        self.progress(f"round {self.round}: trained on {rows} rows ({record.train_seconds:.1f}s), masked update "
-                      f"sent ({sent} bytes, {len(members)} parties)")
+        self.progress(f"round {self.round}: pseudo-labels in {record.pseudo_seconds:.2f}s, trained on {rows} rows in "
+                      f"{record.train_seconds:.2f}s; masked update sent ({sent} bytes, {len(members)} parties)")
 
     # --- checks -----------------------------------------------------------------------------
 
