@@ -77,6 +77,12 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_
                 np.testing.assert_allclose(mine.pseudo.confidence, expected.confidence, atol=1e-6)
         np.testing.assert_allclose(result.aggregate, sim.model.flat, rtol=0, atol=4 * resolution)
     assert not np.allclose(sim.rounds[0].model_in, sim.model.flat)  # training moved the model
+    if pseudo_label == "xclp":  # DESIGN §7: the secure pseudo-labels are the plaintext XCLP reference's
+        ref = run_fedavg({q: (d.X, d.y) for q, d in datas.items()}, FedavgJobParams.parse(p), seed=seed)
+        for mine, theirs in zip(sim.rounds, ref.rounds):
+            for party in PARTIES:
+                np.testing.assert_array_equal(mine.pseudo[party].labels, theirs.pseudo[party].labels)
+                np.testing.assert_allclose(mine.pseudo[party].confidence, theirs.pseudo[party].confidence, atol=1e-6)
 
 
 def test_sampling_is_public_and_dropped_parties_leave_the_sample(keys) -> None:
