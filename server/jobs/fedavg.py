@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 
-from xclp.crypto.identity import KeyBundle, SignedBundle
+from xclp.crypto.identity import KeyBundle
 from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network, sample_parties, server_update
 from xclp.nn import Network
@@ -64,7 +64,6 @@ class RoundXclp(XclpJob):
         self.active = list(members)
         self.session_id = fedavg.round_session(parent.session_id, round)
         self.stage = Stage.RUNNING
-        self.outcome: str | None = None  # "done" or the reason it failed
 
     def wire_name(self, name: str) -> str:
         return fedavg.scoped(self.round, name)
@@ -81,13 +80,11 @@ class RoundXclp(XclpJob):
     def finish(self, reason: str = "") -> None:
         self.stage = Stage.DONE
         self.step = None
-        self.outcome = "done"
         self.parent.xclp_done(self)
 
     def _fail(self, reason: str, outcome: int = pb.JobEnd.FAILED) -> None:
         self.stage = Stage.FAILED
         self.step = None
-        self.outcome = reason
         self.parent.xclp_failed(self, reason)
 
     def _end(self, party_id: str, outcome: int, reason: str) -> None:
@@ -123,30 +120,22 @@ class FedavgJob(Job):
 
     # --- admission --------------------------------------------------------------------------
 
-    def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
-        with self.lock:
-            if self.params.pseudo_label == "xclp":
-                try:
-                    claimed = KeyBundle.from_bytes(signed.bundle)
-                except InvalidInput:
-                    claimed = None  # the base reports the malformed bundle
-                if claimed is not None and claimed.party_id in self.allow_list:
-                    try:
-                        check_paillier_size(claimed, self.params.key_bits,
-                                            allow_insecure=self.params.insecure_test_keys)
-                    except InvalidInput as exc:
-                        raise InvalidInput(f"job {self.config.job_id!r} pseudo-labels with XCLP: {exc}") from None
-            return super().join(signed, summary)
+    def check_claimed_bundle(self, claimed: KeyBundle) -> None:
+        if self.params.pseudo_label != "xclp":
+            return
+        try:
+            check_paillier_size(claimed, self.params.key_bits, allow_insecure=self.params.insecure_test_keys)
+        except InvalidInput as exc:
+            raise InvalidInput(f"job {self.config.job_id!r} pseudo-labels with XCLP: {exc}") from None
 
     def check_start(self) -> None:
         rows = sorted(int(p.summary.rows) for p in self.parties.values())
         if not any(p.summary.labeled_rows for p in self.parties.values()):
             raise InvalidInput("no party brought a labeled row: there is nothing to train on")
-        if self.params.pseudo_label in ("xclp", "local_lp"):
-            smallest = sum(rows[: self.config.min_parties])
-            if self.params.pseudo_label == "xclp" and self.params.k > smallest - 1:
-                raise InvalidInput(f"k = {self.params.k} neighbours need at least {self.params.k + 1} rows among the "
-                                   f"parties of a round, but the smallest {self.config.min_parties} bring {smallest}")
+        smallest = sum(rows[: self.config.min_parties])
+        if self.params.pseudo_label == "xclp" and self.params.k > smallest - 1:
+            raise InvalidInput(f"k = {self.params.k} neighbours need at least {self.params.k + 1} rows among the "
+                               f"parties of a round, but the smallest {self.config.min_parties} bring {smallest}")
 
     # --- routing: a round's XCLP steps go to its RoundXclp ---------------------------------
 

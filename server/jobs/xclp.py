@@ -95,16 +95,12 @@ class XclpJob(Job):
     # --- admission: XCLP parties publish a Paillier key in their signed bundle (DESIGN §4.1) ---
 
     def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
-        with self.lock:
-            try:
-                claimed = KeyBundle.from_bytes(signed.bundle)
-            except InvalidInput:
-                claimed = None  # the base reports the malformed bundle
-            if claimed is not None and claimed.party_id in self.allow_list:
-                self._check_paillier(claimed)
-            bundle = super().join(signed, summary)
+        bundle = super().join(signed, summary)
         self._after_transition()
         return bundle
+
+    def check_claimed_bundle(self, claimed: KeyBundle) -> None:
+        self._check_paillier(claimed)
 
     def payload_limit(self, sender: str, step: str, recipient: str) -> int:
         """Generous upper bounds from the row counts and the slot layout (DESIGN §5 payloads)."""

@@ -204,3 +204,14 @@ def test_a_job_whose_sample_is_below_min_parties_is_refused_at_load() -> None:
 
     with pytest.raises(InvalidInput, match="fewer than min_parties"):
         FedavgJob(job("small", "fedavg", params("none", fraction=0.3), min_parties=2), {})
+
+
+def test_a_party_with_a_paillier_key_of_another_size_is_refused_at_join(keys, paillier) -> None:
+    other = {**paillier, "c": PaillierKeypair.generate(768, allow_insecure_test_size=True)}
+    datas = {p: blobs(80 + i) for i, p in enumerate(PARTIES)}
+    config = job("keys", "fedavg", params("xclp", rounds=1), join_seconds=3.0)
+    with coordinator(allow_list(keys), [config]) as (_, address):
+        results = run_parties(address, "keys", keys, datas, policy=TEST_KEYS, paillier=other)
+    assert isinstance(results["c"], InvalidInput)
+    assert "pseudo-labels with XCLP" in str(results["c"]) and "768-bit key" in str(results["c"])
+    assert isinstance(results["a"], JobResult) and results["a"].participants == ("a", "b")

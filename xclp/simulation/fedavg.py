@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.fedavg import (PseudoLabels, client_update, initial_network, local_lp_pseudo_labels, local_rng,
-                         network_pseudo_labels, round_seed, sample_parties, server_update, training_set)
+from xclp.fedavg import (PseudoLabels, client_update, initial_network, local_pseudo_labels, local_rng, round_seed,
+                         sample_parties, server_update, training_set)
 from xclp.nn import Network
 from xclp.reference import xclp_reference
 from xclp.simulation.xclp import run_xclp_inprocess
@@ -101,14 +101,10 @@ def run_fedavg(
 
 def _pseudo_labels(net: Network, data: Mapping[str, tuple[np.ndarray, np.ndarray]], params: FedavgJobParams,
                    kind: str, seed: bytes, xclp: str, executor: Executor | None) -> dict[str, PseudoLabels | None]:
-    if kind == "none":
-        return {pid: None for pid in data}
-    if kind == "network":
-        return {pid: network_pseudo_labels(net, X[y == UNLABELED]) for pid, (X, y) in data.items()}
+    if kind != "xclp":
+        return {pid: local_pseudo_labels(kind, net, X, y, params.n_classes, params.graph_params)
+                for pid, (X, y) in data.items()}
     embedded = {pid: (net.embed(X), y) for pid, (X, y) in data.items()}
-    if kind == "local_lp":
-        return {pid: local_lp_pseudo_labels(E, y, params.n_classes, params.graph_params)
-                for pid, (E, y) in embedded.items()}
     if xclp == "secure":
         result = run_xclp_inprocess(embedded, params.n_classes, seed=seed, L=params.lsh_bits,
                                     key_bits=params.key_bits, params=params.graph_params, executor=executor,
