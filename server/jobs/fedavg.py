@@ -37,12 +37,10 @@ from xclp.server.config import JobConfig
 from xclp.server.jobs.base import Job, Observer, Stage
 from xclp.server.jobs.state import Step, check_reveal, open_sum, ring_array
 from xclp.server.jobs.xclp import XclpJob
-from xclp.server.steps import xclp as steps
 from xclp.v1 import fedavg, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import check_paillier_size
 from xclp.v1.jobs import FedavgJobParams
-from xclp.v1.steps import INTRA_STEP, LAYOUT_MSG
 
 log = logging.getLogger("xclp.server")
 
@@ -67,15 +65,6 @@ class RoundXclp(XclpJob):
 
     def wire_name(self, name: str) -> str:
         return fedavg.scoped(self.round, name)
-
-    def begin(self) -> None:
-        """DESIGN §5 from "layout" on; rows are laid out over the job's whole roster (0 = not this round)."""
-        self.roster = tuple(sorted(self.parties))  # the order of the job's Roster message
-        self.sizes = {p: int(self.parties[p].summary.rows) for p in self.roster}
-        self.moduli = {p: int.from_bytes(self.parties[p].bundle.paillier_n, "big") for p in self.roster}
-        self.membership = steps.start_membership(tuple(self.active))
-        self._send_layout(LAYOUT_MSG, self.membership.graph)
-        self.start_step(INTRA_STEP)
 
     def finish(self, reason: str = "") -> None:
         self.stage = Stage.DONE

@@ -106,7 +106,8 @@ class XclpJob(Job):
         """Generous upper bounds from the row counts and the slot layout (DESIGN §5 payloads)."""
         if not self.sizes:
             return super().payload_limit(sender, step, recipient)
-        n, n_j = sum(self.sizes.values()), self.sizes.get(sender, 0)
+        graph = self.membership.graph if self.membership is not None else self.roster
+        n, n_j = sum(self.sizes[p] for p in graph), self.sizes.get(sender, 0)
         layout = self._hamming_layout()
         ct = 2 * layout.value_bytes
         if step == INTRA_STEP:
@@ -163,10 +164,12 @@ class XclpJob(Job):
             raise InvalidInput("no party brought a labeled row, so there is nothing to propagate: label some rows")
 
     def begin(self) -> None:
-        self.roster = tuple(self.active)
+        # Layouts and pairs index the roster every party holds (all who joined, sorted), with 0 rows
+        # for a party no longer active, e.g. one lost in the seed step.
+        self.roster = tuple(sorted(self.parties))
         self.sizes = {p: int(self.parties[p].summary.rows) for p in self.roster}
         self.moduli = {p: int.from_bytes(self.parties[p].bundle.paillier_n, "big") for p in self.roster}
-        self.membership = steps.start_membership(self.roster)
+        self.membership = steps.start_membership(tuple(self.active))
         self._send_layout(LAYOUT_MSG, self.membership.graph)
         self.start_step(INTRA_STEP)
 

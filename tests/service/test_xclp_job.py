@@ -390,3 +390,34 @@ def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["outcome"] == "done" and summary["label_parties"] == ["hospital-a", "hospital-b", "hospital-c"]
     assert "true_label" not in (ROOT / "xclp" / "demo_data" / "hospital-a.csv").read_text().splitlines()[0]
+
+
+def test_a_party_lost_before_the_first_xclp_step_leaves_a_layout_over_the_whole_roster(keys):
+    """The roster (and every party's layout of it) keeps a party that joined and then left in the
+    seed step; the layout and the pairs table must be laid out over that roster, with 0 rows for it."""
+    from xclp.client.policy import PartyPolicy
+    from xclp.client.session import JobResult, PartySession
+    from xclp.crypto.paillier import PaillierKeypair
+
+    from .conftest import allow_list, job, run_parties
+
+    class DiesInSeed(PartySession):
+        def on_step(self, step):
+            if step.step == "seed":
+                raise KeyboardInterrupt("killed in the seed step")
+            super().on_step(step)
+
+    rng = np.random.default_rng(5)
+    datas = {}
+    for i, p in enumerate(PARTIES):
+        y = rng.integers(0, C, 20)
+        y[10:] = -1
+        datas[p] = PartyData(rng.normal(size=(20, D)) + y[:, None], y, tuple(f"{p}{k}" for k in range(20)))
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("early", "xclp", PARAMS)]) as (_, address):
+        results = run_parties(address, "early", keys, datas, sessions={"c": DiesInSeed}, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert isinstance(results["c"], KeyboardInterrupt)
+    for p in ("a", "b"):
+        assert isinstance(results[p], JobResult), results[p]
+        assert results[p].participants == ("a", "b") and results[p].aggregate.shape == (20, C)
