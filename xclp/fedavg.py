@@ -138,14 +138,10 @@ def batches(data: TrainingSet, opt: SGD, rng: np.random.Generator) -> Iterator[t
     the larger set while the smaller one cycles in fresh orders. Without, plain batches of rows."""
     n_l, n_u = data.y_labeled.shape[0], data.y_pseudo.shape[0]
     if n_l == 0 or n_u == 0:
-        X = data.X_labeled if n_u == 0 else data.X_pseudo
-        y = data.y_labeled if n_u == 0 else data.y_pseudo
-        w = np.ones(n_l) if n_u == 0 else data.w_pseudo
-        for _ in range(opt.epochs if y.shape[0] else 0):
-            order = rng.permutation(y.shape[0])
-            for start in range(0, y.shape[0], opt.batch):
-                rows = order[start:start + opt.batch]
-                yield X[rows], y[rows], w[rows]
+        if n_u == 0:
+            yield from opt.batches(data.X_labeled, data.y_labeled, np.ones(n_l), rng)
+        else:
+            yield from opt.batches(data.X_pseudo, data.y_pseudo, data.w_pseudo, rng)
         return
     b = min(opt.batch, n_l)
     steps = math.ceil(max(n_l, n_u) / b)

@@ -17,7 +17,7 @@ ClientUpdate of FedAvg; every random draw comes from a Generator the caller pass
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,10 +184,17 @@ class SGD:
         """A trained copy of `net` on rows X float[n, d], labels int[n], weights float[n] >= 0:
         `epochs` passes over the rows in a fresh random order, `batch` rows a step."""
         X, y, w = check_examples(net, X, y, w)
-        n = X.shape[0]
-        return self.run(net, ((X[rows], y[rows], w[rows]) for _ in range(self.epochs if n else 0)
-                              for order in [rng.permutation(n)]
-                              for rows in (order[s:s + self.batch] for s in range(0, n, self.batch))))
+        return self.run(net, self.batches(X, y, w, rng))
+
+    def batches(self, X: np.ndarray, y: np.ndarray, w: np.ndarray,
+                rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """`epochs` passes over the rows, each in a fresh random order, `batch` rows at a time."""
+        n = y.shape[0]
+        for _ in range(self.epochs if n else 0):
+            order = rng.permutation(n)
+            for start in range(0, n, self.batch):
+                rows = order[start:start + self.batch]
+                yield X[rows], y[rows], w[rows]
 
     def run(self, net: Network, batches: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Network:
         """A trained copy of `net`: one SGD step per (rows, labels, weights) batch, in order."""
