@@ -9,18 +9,32 @@ A party forward-passes with Z = (X S) W̃ + b, back-propagates G = ∂ℓ/∂Z a
 (`sketched_backward`); it returns the gradients of what it was given (`RoundView.loss_and_grad`).
 The coordinator maps the summed sketched gradient back, W ← W − η S Σ_i ∂ℓ/∂W̃_i
 (`unsketch_gradient`). Parties never see W; with masking, the coordinator sees only the sum.
+
+A round of the `type = "dbcl"` job (`client_gradient`, `ServerOptimiser`):
+- party i draws a batch of b_i of its labeled rows and returns b_i · ∂ℓ/∂(W̃, b) (the gradient of
+  the batch's summed loss) and b_i; the coordinator divides the sum by Σ b_i, so the step follows
+  the mean loss over every party's batch, whatever the batch sizes;
+- with E > 1 local steps the party also steps its copy of the released parameters between
+  batches, as the coordinator would: W ← W − η S G̃ becomes W̃ ← SᵀW − η SᵀS G̃ (SᵀS diagonal,
+  known from the seed), and it returns the sum of its E scaled gradients;
+- the coordinator maps the mean back with S and steps θ with SGD (momentum optional) or
+  RMSProp (the optimiser of the paper's Figure 2).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.nn import Network, dense_backward, dense_forward, weighted_cross_entropy
+from xclp.nn import Architecture, Network, dense_backward, dense_forward, weighted_cross_entropy
 from xclp.sketch import Sketch
+from xclp.validation import UNLABELED
+
+OPTIMISERS = ("sgd", "rmsprop")
 
 
 def sketched_forward(X: np.ndarray, S: Sketch, W_sketched: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -61,6 +75,23 @@ class RoundView:
         weights = [sketches[i].transpose_left(W) if i in sketches else W.copy() for i, (W, _) in enumerate(net.layers)]
         return cls(weights, [b.copy() for _, b in net.layers], dict(sketches))
 
+    @classmethod
+    def from_flat(cls, arch: Architecture, sketches: Mapping[int, Sketch], flat: np.ndarray) -> RoundView:
+        """A party's view from the released vector (`flat`); InvalidInput unless it fits exactly."""
+        weights, biases = unpack(view_shapes(arch, {i: S.s for i, S in sketches.items()}), flat)
+        return cls(weights, biases, dict(sketches))
+
+    def flat(self) -> np.ndarray:
+        """The released parameters as one float64 vector: per layer W (or W̃) row-major, then b."""
+        return pack(self.weights, self.biases)
+
+    @property
+    def size(self) -> int:
+        return sum(W.size + b.size for W, b in zip(self.weights, self.biases))
+
+    def copy(self) -> RoundView:
+        return RoundView([W.copy() for W in self.weights], [b.copy() for b in self.biases], self.sketches)
+
     def forward(self, X: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         A = np.asarray(X, dtype=np.float64)
         inputs = []
@@ -97,3 +128,123 @@ def unsketch_gradient(net: Network, sketches: Mapping[int, Sketch], dWs: Sequenc
     if flat.shape != net.flat.shape:
         raise InvalidInput(f"the gradients do not fit the network: {flat.shape[0]} values for {net.flat.shape[0]}")
     return flat
+
+
+# --- a round of the dbcl job --------------------------------------------------------------------
+
+
+def sketch_sizes(arch: Architecture, layers: Sequence[int], ratio: float) -> dict[int, int]:
+    """s_ℓ = ⌈ratio · d_ℓ⌉ (at least 1) for each sketched layer ℓ with d_ℓ inputs (paper: ratio ½)."""
+    if not 0.0 < ratio <= 1.0:
+        raise InvalidInput(f"the sketch ratio s/d must be in (0, 1], got {ratio}")
+    n_layers = len(arch.sizes) - 1
+    out = {}
+    for layer in layers:
+        if not 0 <= layer < n_layers:
+            raise InvalidInput(f"layer {layer} does not exist: the network has layers 0..{n_layers - 1}")
+        out[layer] = max(1, math.ceil(ratio * arch.sizes[layer] - 1e-9))
+    return out
+
+
+def view_shapes(arch: Architecture, sizes: Mapping[int, int]) -> list[tuple[int, int]]:
+    """The weight shapes a party holds: (s_ℓ, k_ℓ) for sketched layers, (d_ℓ, k_ℓ) for the others."""
+    return [(sizes.get(i, d), k) for i, (d, k) in enumerate(zip(arch.sizes[:-1], arch.sizes[1:]))]
+
+
+def view_size(arch: Architecture, sizes: Mapping[int, int]) -> int:
+    """Floats released (and gradients returned) per party per round."""
+    return sum(rows * k + k for rows, k in view_shapes(arch, sizes))
+
+
+def pack(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> np.ndarray:
+    return np.concatenate([part for W, b in zip(weights, biases) for part in (np.ravel(W), np.ravel(b))]).astype(np.float64)
+
+
+def unpack(shapes: Sequence[tuple[int, int]], flat: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    flat = np.asarray(flat)
+    total = sum(r * k + k for r, k in shapes)
+    if flat.dtype != np.float64 or flat.shape != (total,):
+        raise InvalidInput(f"the sketched parameters are float64[{total}], got {flat.dtype}{list(flat.shape)}")
+    if not np.all(np.isfinite(flat)):
+        raise InvalidInput("the sketched parameters contain NaN or infinity")
+    weights, biases, start = [], [], 0
+    for rows, k in shapes:
+        weights.append(flat[start:start + rows * k].reshape(rows, k).copy())
+        biases.append(flat[start + rows * k:start + rows * k + k].copy())
+        start += rows * k + k
+    return weights, biases
+
+
+def client_gradient(view: RoundView, X: np.ndarray, y: np.ndarray, batch: int, steps: int, learning_rate: float,
+                    rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """(Σ over `steps` batches of b · ∂ℓ/∂(released parameters), b): the party's contribution.
+
+    Each batch is b = min(batch, labeled rows) labeled rows drawn without replacement from `rng`;
+    ℓ is the batch's mean cross-entropy, so b · ∂ℓ is the gradient of its summed loss. Between
+    steps the party moves its copy as the coordinator would move W (W̃ −= η SᵀS G̃, others −= η G).
+    A party without labeled rows contributes zeros and b = 0.
+    """
+    labeled = np.flatnonzero(np.asarray(y) != UNLABELED)
+    total = np.zeros(view.size)
+    if labeled.size == 0:
+        return total, 0
+    b = min(batch, labeled.size)
+    work = view.copy() if steps > 1 else view
+    grams = {i: S.gram_diagonal()[:, None] for i, S in view.sketches.items()}
+    for step in range(steps):
+        rows = rng.choice(labeled, size=b, replace=False)
+        _, dWs, dbs = work.loss_and_grad(X[rows], y[rows], np.ones(b))
+        total += b * pack(dWs, dbs)
+        if step < steps - 1:
+            for i, (dW, db) in enumerate(zip(dWs, dbs)):
+                work.weights[i] -= learning_rate * (grams[i] * dW if i in grams else dW)
+                work.biases[i] -= learning_rate * db
+    return total, b
+
+
+@dataclass
+class ServerOptimiser:
+    """The coordinator's step on θ from the mean unsketched gradient g.
+
+    "sgd": v ← μ v + g, θ ← θ − η v (μ = 0: plain SGD).
+    "rmsprop": r ← ρ r + (1 − ρ) g², θ ← θ − η g / (√r + ε) (Tieleman and Hinton; paper 004 Fig. 2).
+    """
+
+    kind: str = "sgd"
+    learning_rate: float = 0.1
+    momentum: float = 0.0
+    decay: float = 0.9
+    eps: float = 1e-8
+    state: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in OPTIMISERS:
+            raise InvalidInput(f"optimiser must be one of {', '.join(OPTIMISERS)}, got {self.kind!r}")
+        if not self.learning_rate > 0.0:
+            raise InvalidInput(f"the learning rate must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.momentum < 1.0 or not 0.0 < self.decay < 1.0:
+            raise InvalidInput("momentum must be in [0, 1) and the RMSProp decay in (0, 1)")
+
+    def step(self, net: Network, gradient: np.ndarray) -> Network:
+        g = np.asarray(gradient, dtype=np.float64)
+        if g.shape != net.flat.shape or not np.all(np.isfinite(g)):
+            raise InvalidInput(f"the gradient must be finite float64[{net.flat.shape[0]}]")
+        if self.state is None:
+            self.state = np.zeros_like(g)
+        if self.kind == "sgd":
+            self.state = self.momentum * self.state + g
+            move = self.state
+        else:
+            self.state = self.decay * self.state + (1.0 - self.decay) * g * g
+            move = g / (np.sqrt(self.state) + self.eps)
+        return Network(net.arch, net.flat - self.learning_rate * move)
+
+
+def server_step(net: Network, sketches: Mapping[int, Sketch], summed: np.ndarray, rows: int,
+                optimiser: ServerOptimiser) -> Network:
+    """θ after a round: the parties' summed view gradient over Σ b_i rows, mapped back with S, one optimiser step."""
+    if rows <= 0:
+        raise InvalidInput("no party trained on a labeled row this round")
+    shapes = view_shapes(net.arch, {i: S.s for i, S in sketches.items()})
+    dWs, dbs = unpack(shapes, np.asarray(summed, dtype=np.float64) / rows)
+    return optimiser.step(net, unsketch_gradient(net, sketches, dWs, dbs))

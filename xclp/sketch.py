@@ -82,6 +82,12 @@ class Sketch:
         out[kept] = G[self.column[kept]] * self.value[kept, None]
         return out
 
+    def gram_diagonal(self) -> np.ndarray:
+        """diag(Sᵀ S) float64[s] (Sᵀ S is diagonal: no input coordinate has two columns): the rows
+        hashed to each column (CountSketch), d/s for each kept coordinate (uniform)."""
+        kept = self._kept()
+        return np.bincount(self.column[kept], weights=self.value[kept] ** 2, minlength=self.s)
+
     def dense(self) -> np.ndarray:
         """S as a dense float64[d, s] (tests and small sizes only)."""
         out = np.zeros((self.d, self.s))
