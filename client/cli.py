@@ -3,7 +3,7 @@
     xclp-client keygen --party hospital-a --out keys/        # send keys/hospital-a.pub to the operator
     xclp-client run --coordinator coord.example.org:50051 --ca-cert ca.pem --job flynn-demo \\
         --party hospital-a --identity keys/hospital-a.key --data train.csv --out flynn-model.npz
-    xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv   (FlyNN or fedavg)
+    xclp-client predict --model flynn-model.npz --data new.csv --out predictions.csv   (FlyNN, fedavg, dbcl)
     xclp-client query --model race-model.npz --data queries.csv --out kde.csv
     xclp-client run ... --job xclp-demo --paillier-bits 2048 --out results/   # XCLP: writes results/predictions.csv
     xclp-client demo                      # coordinator + three institutions on localhost, XCLP end to end
@@ -106,8 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                     "(default: the bundled demo data)")
     dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
 
-    pr = sub.add_parser("predict", help="FlyNN or fedavg network predictions for a CSV, locally",
-                        description="Predict classes with a FlyNN or fedavg model file; no network. Writes "
+    pr = sub.add_parser("predict", help="FlyNN, fedavg or dbcl network predictions for a CSV, locally",
+                        description="Predict classes with a FlyNN, fedavg or dbcl model file; no network. Writes "
                         "id,prediction (a network also writes its confidence).")
     q = sub.add_parser("query", help="RACE kernel density (or class) estimates for a CSV, locally",
                        description="Query a RACE model file; no network. A KDE model writes id,kde; a class "
@@ -207,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
         out = write_predictions(Path(cfg["out"]), data, result)
         stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
         return EXIT_OK
+    if result.job_type == "dbcl" and result.aggregate.size == 0:
+        stderr_progress(f"trained for {len(result.rounds)} rounds; the job withholds the model from the parties "
+                        "(withhold_model = true), so there is no model to write")
+        return EXIT_OK
     out = Path(cfg["out"])
     target = out / MODEL_FILE if out.is_dir() or str(cfg["out"]).endswith("/") else out
     path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
@@ -274,14 +278,14 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    if model.job_type not in ("flynn", "fedavg"):
-        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes FlyNN and fedavg models "
+    if model.job_type not in ("flynn", "fedavg", "dbcl"):
+        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes FlyNN, fedavg and dbcl models "
                            "(RACE models answer `xclp-client query`)")
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
     names = _class_names(model.class_names, model.params.n_classes)
     X = model.features(data)
-    if model.job_type == "fedavg":
+    if model.job_type in ("fedavg", "dbcl"):
         labels, confidence = xclp_predict(model.network().probabilities(X))
         rows = [[i, names[p], repr(float(w))] for i, p, w in zip(data.ids, labels, confidence)]
         _write_csv(args.out, ["id", "prediction", "confidence"], rows)

@@ -24,13 +24,13 @@ from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel
 from xclp.race import RaceClassifier, RaceHashes
 from xclp.nn import Network
-from xclp.v1.jobs import FedavgJobParams, FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
+from xclp.v1.jobs import DbclJobParams, FedavgJobParams, FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
 
 
 @dataclass(frozen=True)
 class ModelFile:
     """job_type "flynn": aggregate = counts float64[C, m]; "race": sketch(es) float64[(C,) R, W];
-    "fedavg": the network's parameters θ float64[n_params] (xclp.nn, layer sizes from the params)."""
+    "fedavg", "dbcl": the network's parameters θ float64[n_params] (xclp.nn, layer sizes from the params)."""
 
     job_type: str
     params: JobParams
@@ -93,8 +93,8 @@ class ModelFile:
 
     def network(self) -> Network:
         p = self.params
-        if not isinstance(p, FedavgJobParams):
-            raise InvalidInput(f"this is a {self.job_type} model, not a network trained by a fedavg job")
+        if not isinstance(p, (FedavgJobParams, DbclJobParams)):
+            raise InvalidInput(f"this is a {self.job_type} model, not a network trained by a fedavg or dbcl job")
         return Network(p.architecture(self.dim), np.asarray(self.aggregate, dtype=np.float64))
 
     def race_hashes(self) -> RaceHashes:

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.party_table import PartyData
 from xclp.client.jobs.allreduce import AllReduceParty, check_data
+from xclp.client.jobs.dbcl import DbclParty
 from xclp.client.jobs.fedavg import FedavgParty, RoundRecord
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
 from xclp.client.jobs.prepare import Preparation
@@ -46,7 +47,7 @@ from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAu
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
-from xclp.v1.jobs import FedavgJobParams, JobParams, XclpJobParams, params_from_json, uses_paillier
+from xclp.v1.jobs import DbclJobParams, FedavgJobParams, JobParams, XclpJobParams, params_from_json, uses_paillier
 from xclp.prep import Scaling
 from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
@@ -100,7 +101,7 @@ class JobResult:
     participants: tuple[str, ...]
     scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
-    rounds: tuple[RoundRecord, ...] = ()  # fedavg: what this party saw of each round it took part in
+    rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
 
 
 class PartySession:
@@ -342,6 +343,9 @@ class PartySession:
                 self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
                                      self.seed, self.masker, self.conn, self.progress, executor=self._executor,
                                      max_paillier_seconds=self.config.max_paillier_seconds)
+            elif isinstance(self.params, DbclJobParams):
+                self.job = DbclParty(self.config.party_id, self.params, self.data, None, self.roster, self.seed,
+                                     self.masker, self.conn, self.progress)
             elif isinstance(self.params, FedavgJobParams):
                 self.job = FedavgParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
                                        self.seed, self.masker, self.conn, self.progress, executor=self._executor,

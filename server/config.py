@@ -16,7 +16,9 @@ allow-list TOML:                          job TOML:
 An xclp job may also name `summary = "run.json"` (a run summary with per-step seconds and bytes,
 written when the job ends) and, for tests only (refused unless XCLP_TESTING=1 is set),
 `debug_dump = "dir"` (the coordinator's H and the SecureRowSums payloads it received, as .npy).
-Both paths are relative to the job file.
+A fedavg or dbcl job may name `model = "model.npz"`: the coordinator writes the trained network
+there when the job ends (a dbcl job that withholds the model from the parties must name it).
+All paths are relative to the job file.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class JobConfig:
     # 5 GB at that size); 0 = no cap. A party whose rows would pass it is refused at Join.
     max_total_rows: int | None = None
     debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
+    model_path: Path | None = None  # fedavg, dbcl: the coordinator writes the trained network here
 
     def __post_init__(self) -> None:
         if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id:
@@ -75,6 +78,11 @@ class JobConfig:
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
         if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
             raise ConfigError(f"job {self.job_id}: summary and debug_dump are options of xclp jobs only")
+        if self.model_path is not None and self.job_type not in ("fedavg", "dbcl"):
+            raise ConfigError(f"job {self.job_id}: model is an option of fedavg and dbcl jobs only")
+        if getattr(self.params, "withhold_model", False) and self.model_path is None:
+            raise ConfigError(f"job {self.job_id}: withhold_model = true keeps the trained network from the parties, "
+                              "so the job must name model = \"<file>.npz\" for the coordinator to write it")
         if self.debug_dump_dir is not None:
             require_testing(f"job {self.job_id}: debug_dump writes what the coordinator learned to disk")
 
@@ -85,7 +93,7 @@ DEFAULT_XCLP_MAX_TOTAL_ROWS = 50_000
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
     raw = read_toml(path)
     known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump",
-             "max_rows_per_party", "max_total_rows"}
+             "model", "max_rows_per_party", "max_total_rows"}
     check_keys(path, raw, known)
     try:
         parties = raw["expected_parties"]
@@ -105,6 +113,7 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
             summary_path=_relative(path, raw.get("summary")),
             debug_dump_dir=_relative(path, raw.get("debug_dump")),
+            model_path=_relative(path, raw.get("model")),
             max_rows_per_party=raw.get("max_rows_per_party", 1_000_000),
             max_total_rows=raw.get("max_total_rows"),
         )

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from xclp.crypto.identity import SignedBundle
 from xclp.server.config import JobConfig
 from xclp.server.jobs.allreduce import AllReduceJob
+from xclp.server.jobs.dbcl import DbclJob
 from xclp.server.jobs.fedavg import FedavgJob
 from xclp.server.jobs.base import Job, Observer, Stage
 from xclp.server.jobs.xclp import XclpJob
@@ -30,7 +31,8 @@ from xclp.v1 import xclp_pb2 as pb
 
 log = logging.getLogger("xclp.server")
 
-JOB_TYPES: dict[str, type[Job]] = {"flynn": AllReduceJob, "race": AllReduceJob, "xclp": XclpJob, "fedavg": FedavgJob}
+JOB_TYPES: dict[str, type[Job]] = {"flynn": AllReduceJob, "race": AllReduceJob, "xclp": XclpJob, "fedavg": FedavgJob,
+                                   "dbcl": DbclJob}
 TICK_SECONDS = 0.2
 
 

@@ -49,14 +49,15 @@ def sketched_backward(X: np.ndarray, S: Sketch, W_sketched: np.ndarray,
     return dW, db, S.left(dXS.T).T
 
 
-def draw_sketches(net: Network, layers: Sequence[int], kind: str, sizes: Mapping[int, int],
+def draw_sketches(arch: Architecture, layers: Sequence[int], kind: str, sizes: Mapping[int, int],
                   seed: bytes) -> dict[int, Sketch]:
     """A fresh sketch for each sketched layer ℓ (its d_ℓ inputs to sizes[ℓ] columns), from the round's seed."""
     out = {}
+    n_layers = len(arch.sizes) - 1
     for layer in layers:
-        if not 0 <= layer < len(net.layers):
-            raise InvalidInput(f"layer {layer} does not exist: the network has layers 0..{len(net.layers) - 1}")
-        d = net.arch.sizes[layer]
+        if not 0 <= layer < n_layers:
+            raise InvalidInput(f"layer {layer} does not exist: the network has layers 0..{n_layers - 1}")
+        d = arch.sizes[layer]
         out[layer] = Sketch.draw(kind, d, sizes[layer], seed, purpose=f"dbcl/layer/{layer}")
     return out
 

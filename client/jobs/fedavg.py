@@ -54,7 +54,7 @@ class ScopedPusher:
 @dataclass(frozen=True)
 class RoundRecord:
     """What this party saw of round t: θ as received, its pseudo-labels (None: none), rows trained on,
-    and seconds spent on pseudo-labels and on training."""
+    and seconds spent on pseudo-labels and on training (DbclParty: the released parameters, its seed)."""
 
     round: int
     model_in: np.ndarray
@@ -62,6 +62,7 @@ class RoundRecord:
     rows: int
     pseudo_seconds: float
     train_seconds: float
+    seed: bytes = b""  # dbcl: the round's sketch seed (model_in is then the released W̃, b)
 
 
 @dataclass
@@ -104,8 +105,7 @@ class FedavgParty:
                 return
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message outside this round's XCLP run")
         if message.step == fedavg.FINAL_MSG:
-            self.result = self._model(message.payload, "the final model").flat
-            self.progress(f"final model received ({self.arch.n_params} parameters)")
+            self._final(message.payload)
             return
         if scope is None:
             raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
@@ -122,7 +122,7 @@ class FedavgParty:
         if scope is None:
             raise ProtocolError(f"unknown step {step.step!r} for a fedavg job")
         t, name = scope
-        if t != self.round or self.model is None:
+        if t != self.round:
             raise ProtocolError(f"step {step.step!r} started, but this party is in round {self.round}")
         self._check_sample(t, step.participants)
         if name == fedavg.UPDATE_STEP:
@@ -146,12 +146,17 @@ class FedavgParty:
             raise ProtocolError(f"round {t} started, but the job has {self.params.rounds} rounds")
         self.sample = frozenset(sample_parties(self.params.seed, t, self.roster.party_ids, self.params.fraction))
         self._check_sample(t, [self.party_id])
-        self.round, self.model = t, self._model(payload, f"the model of round {t}")
-        self.update, self.xclp = None, None
+        self.round, self.update, self.xclp = t, None, None
         session = fedavg.round_session(self.masker.session_id, t)
         self.round_masker = PairwiseMasker(self.party_id, self.masker.secrets, session)
         self.self_masks = SelfMasks(fedavg.scoped(t, fedavg.UPDATE_STEP), session)
         self._round_started = time.monotonic()
+        self._open_round(t, payload)
+        self.progress(f"round {t}: model received")
+
+    def _open_round(self, t: int, payload: wire.Payload) -> None:
+        """θ of round t, and with pseudo_label = "xclp" the round's XCLP party."""
+        self.model = self._model(payload, f"the model of round {t}")
         if self.params.pseudo_labels_in(t) == "xclp":
             if self.keypair is None:
                 raise InvalidInput("pseudo_label = \"xclp\" needs this party's Paillier key")
@@ -159,7 +164,6 @@ class FedavgParty:
             self.xclp = XclpParty(self.party_id, self.params.xclp_params(), embedded, self.keypair, self.roster,
                                   round_seed(self.seed, t), self.round_masker, ScopedPusher(self.conn, t),
                                   self.progress, executor=self.executor, max_paillier_seconds=self.max_paillier_seconds)
-        self.progress(f"round {t}: model received")
 
     def _pseudo_labels(self) -> PseudoLabels | None:
         assert self.model is not None
@@ -174,24 +178,37 @@ class FedavgParty:
         return PseudoLabels(labels[unlabeled], confidence[unlabeled])
 
     def _push_update(self, step: pb.StepStart) -> None:
-        assert self.model is not None and self.self_masks is not None
+        assert self.self_masks is not None and self.round_masker is not None
         members = list(step.participants)
         if self.update is None:  # a restart sends the same update under fresh masks
-            pseudo = self._pseudo_labels()  # XCLP's ran between the model and this step
-            labeled_at = time.monotonic()
-            self.update = client_update(self.model, training_set(self.data.X, self.y, pseudo), self.params.optimiser,
-                                        local_rng(self.seed, self.party_id, self.round))
-            self.history.append(RoundRecord(self.round, self.model.flat.copy(), pseudo, self.update[1],
-                                            labeled_at - self._round_started, time.monotonic() - labeled_at))
-        delta, rows = self.update
-        local = fedavg.encode_update(delta, rows, self.params.frac_bits, len(members))
-        assert self.round_masker is not None
+            self.update = self._train()
+        vector, rows = self.update
+        local = fedavg.encode_update(vector, rows, self.params.frac_bits, len(members))
         masked = self.round_masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, round=step.round, participants=members)
         sent = self.conn.push(self.self_masks.add(masked, step.round, members), sender=self.party_id, step=step.step,
                               round=step.round)
+        self.progress(f"round {self.round}: {self._trained()}; masked update sent ({sent} bytes, "
+                      f"{len(members)} parties)")
+
+    def _train(self) -> tuple[np.ndarray, int]:
+        """ClientUpdate from θ: (n_j·(θ_j − θ), n_j), recorded in `history`."""
+        assert self.model is not None
+        pseudo = self._pseudo_labels()  # XCLP's ran between the model and this step
+        labeled_at = time.monotonic()
+        update = client_update(self.model, training_set(self.data.X, self.y, pseudo), self.params.optimiser,
+                               local_rng(self.seed, self.party_id, self.round))
+        self.history.append(RoundRecord(self.round, self.model.flat.copy(), pseudo, update[1],
+                                        labeled_at - self._round_started, time.monotonic() - labeled_at))
+        return update
+
+    def _trained(self) -> str:
         record = self.history[-1]
-        self.progress(f"round {self.round}: pseudo-labels in {record.pseudo_seconds:.2f}s, trained on {rows} rows in "
-                      f"{record.train_seconds:.2f}s; masked update sent ({sent} bytes, {len(members)} parties)")
+        return (f"pseudo-labels in {record.pseudo_seconds:.2f}s, trained on {record.rows} rows in "
+                f"{record.train_seconds:.2f}s")
+
+    def _final(self, payload: wire.Payload) -> None:
+        self.result = self._model(payload, "the final model").flat
+        self.progress(f"final model received ({self.arch.n_params} parameters)")
 
     # --- checks -----------------------------------------------------------------------------
 

@@ -21,18 +21,22 @@ The coordinator sees θ, the pooled update of each round and who took part; neve
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 
 from xclp.crypto.identity import KeyBundle
 from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network, sample_parties, server_update
 from xclp.nn import Network
+from xclp.runtime import write_atomic
 from xclp.server.config import JobConfig
 from xclp.server.jobs.base import Job, Observer, Stage
 from xclp.server.jobs.state import Step, check_reveal, open_sum, ring_array
@@ -40,7 +44,7 @@ from xclp.server.jobs.xclp import XclpJob
 from xclp.v1 import fedavg, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import check_paillier_size
-from xclp.v1.jobs import FedavgJobParams
+from xclp.v1.jobs import FedavgJobParams, params_json
 
 log = logging.getLogger("xclp.server")
 
@@ -84,14 +88,21 @@ class RoundXclp(XclpJob):
 
 
 class FedavgJob(Job):
-    """Rounds of sampling, optional XCLP pseudo-labels, and one double-masked update sum each."""
+    """Rounds of sampling, optional XCLP pseudo-labels, and one double-masked update sum each.
+
+    The rounds, their dropouts and their update sum are shared with the dbcl job
+    (server/jobs/dbcl.py), which overrides what a round releases (`_open_round`), how wide an
+    update is (`_update_len`), how the opened sum moves the model (`_apply_sum`) and what the
+    parties get at the end (`_final_payload`)."""
+
+    params_type: type = FedavgJobParams
 
     def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
                  clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
         super().__init__(config, allow_list, clock=clock, observer=observer)
-        if not isinstance(config.params, FedavgJobParams):
-            raise InvalidInput(f"job {config.job_id!r} is not a fedavg job")
-        self.params: FedavgJobParams = config.params
+        if not isinstance(config.params, self.params_type):
+            raise InvalidInput(f"job {config.job_id!r} is not a {self.params_type.__name__} job")
+        self.params: Any = config.params
         per_round = math.ceil(self.params.fraction * len(config.expected_parties) - 1e-9)
         if per_round < config.min_parties:
             raise InvalidInput(f"job {config.job_id!r}: fraction = {self.params.fraction} samples {per_round} of the "
@@ -134,7 +145,7 @@ class FedavgJob(Job):
             return super().payload_limit(sender, step, recipient)
         t, name = scope
         if name == fedavg.UPDATE_STEP:
-            return 8 * (self._n_params() + 1)
+            return 8 * (self._update_len() + 1)
         if name == fedavg.UPDATE_REVEAL:
             return super().payload_limit(sender, name, recipient)
         if self.xclp is not None and t == self.xclp.round:
@@ -198,6 +209,11 @@ class FedavgJob(Job):
         if len(self.members) < self.config.min_parties:
             self._skip(f"only {len(self.members)} of its sampled parties are left")
             return
+        self._open_round(t)
+
+    def _open_round(self, t: int) -> None:
+        """Send round t's parties θ, then run its XCLP or start its update."""
+        assert self.net is not None
         for pid in self.members:
             self.send(pid, fedavg.scoped(t, fedavg.MODEL_MSG), 0, self.net.flat)
         if self.params.pseudo_labels_in(t) == "xclp":
@@ -226,7 +242,7 @@ class FedavgJob(Job):
         scope = fedavg.unscope(step.name)
         assert scope is not None
         if scope[1] == fedavg.UPDATE_STEP:
-            ring_array(payload, *fedavg.wire(self._n_params()), f"the masked update from {sender!r}")
+            ring_array(payload, *fedavg.wire(self._update_len()), f"the masked update from {sender!r}")
         elif scope[1] == fedavg.UPDATE_REVEAL:
             check_reveal(payload, fedavg.round_session(self.session_id, self.round),
                          fedavg.scoped(self.round, fedavg.UPDATE_STEP), step, sender)
@@ -239,10 +255,9 @@ class FedavgJob(Job):
             self.start_step(fedavg.scoped(self.round, fedavg.UPDATE_REVEAL), list(step.participants), round=step.round)
             return
         assert self.masked is not None and self.net is not None
-        total = open_sum(self.masked, step, *fedavg.wire(self._n_params()))
+        total = open_sum(self.masked, step, *fedavg.wire(self._update_len()))
         try:
-            delta, rows = fedavg.decode_update(total, self.params.frac_bits)
-            self.net = server_update(self.net, delta, rows)
+            rows = self._apply_sum(total)
         except InvalidInput as exc:  # the parties' sum decodes to nonsense (NaN, impossible rows)
             self._skip(f"its update sum is unusable: {exc}")
             return
@@ -295,13 +310,38 @@ class FedavgJob(Job):
         self.step = None
         self._next_round()
 
+    def _apply_sum(self, total: np.ndarray) -> int:
+        """θ ← θ + Σ n_jΔ_j / Σ n_j from the opened sum; returns Σ n_j (InvalidInput: unusable sum)."""
+        assert self.net is not None
+        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        self.net = server_update(self.net, delta, rows)
+        return rows
+
+    def _final_payload(self) -> np.ndarray:
+        assert self.net is not None
+        return self.net.flat
+
     def _finish_training(self) -> None:
         assert self.net is not None
+        if self.config.model_path is not None:
+            path = save_network(self.config.model_path, self.config.job_type, self.params, self.net)
+            log.info("job %s: wrote the trained network to %s", self.config.job_id, path)
+        final = self._final_payload()
         for pid in self.active:
-            self.send(pid, fedavg.FINAL_MSG, 0, self.net.flat)
+            self.send(pid, fedavg.FINAL_MSG, 0, final)
         done = self.params.rounds - len(self.skipped)
         self.finish(f"{done} of {self.params.rounds} rounds trained" +
                     (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
 
-    def _n_params(self) -> int:
+    def _update_len(self) -> int:
+        """Values in one party's update before its row count."""
         return self.params.architecture(self.dim).n_params
+
+
+def save_network(path: Path, job_type: str, params: Any, net: Network) -> Path:
+    """The coordinator's copy of a trained network (`model = "…"` in the job file), written atomically:
+    job_type, params_json, the layer sizes and θ."""
+    buf = io.BytesIO()
+    np.savez(buf, job_type=np.array(job_type), params_json=np.array(params_json(params)),
+             sizes=np.array(net.arch.sizes, dtype=np.int64), theta=net.flat)
+    return write_atomic(path, buf.getvalue())

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from xclp.dbcl import (RoundView, ServerOptimiser, client_gradient, draw_sketches, pack, server_step, sketch_sizes,
                        unsketch_gradient, view_size)
-from xclp.errors import InvalidInput
+from xclp.errors import ConfigError, InvalidInput
+from xclp.v1.jobs import DbclJobParams, parse_params
 from xclp.nn import Architecture, Network
 
 
@@ -19,7 +20,7 @@ def test_sketched_gradients_match_finite_differences(seed: int, kind: str) -> No
     rng = np.random.default_rng(seed)
     net = Network.init(Architecture((6, 5, 3)), rng)
     net.flat += rng.normal(0, 0.1, net.arch.n_params)
-    view = RoundView.release(net, draw_sketches(net, [0, 1], kind, {0: 3, 1: 2}, seed.to_bytes(8, "big")))
+    view = RoundView.release(net, draw_sketches(net.arch, [0, 1], kind, {0: 3, 1: 2}, seed.to_bytes(8, "big")))
     X, y, w = rng.normal(size=(7, 6)), rng.integers(0, 3, 7), rng.uniform(0, 2, 7)
     _, dWs, dbs = view.loss_and_grad(X, y, w)
     eps = 1e-6
@@ -43,7 +44,7 @@ def test_a_full_size_countsketch_changes_nothing() -> None:
     rng = np.random.default_rng(3)
     net = Network.init(Architecture((5, 4, 3)), rng)
     def permutation(k: int) -> dict:
-        sketches = draw_sketches(net, [0, 1], "countsketch", {0: 5, 1: 4}, k.to_bytes(4, "big"))
+        sketches = draw_sketches(net.arch, [0, 1], "countsketch", {0: 5, 1: 4}, k.to_bytes(4, "big"))
         return sketches if all(len(set(S.column)) == S.d for S in sketches.values()) else {}
 
     sketches = next(s for s in map(permutation, range(10_000)) if s)  # a draw whose h is one-to-one
@@ -61,7 +62,7 @@ def test_unsketched_gradient_is_unbiased_for_the_first_layer_in_expectation() ->
     total = np.zeros_like(G)
     draws = 3000
     for k in range(draws):
-        S = draw_sketches(Network.init(Architecture((8, 3, 2)), rng), [0], "countsketch", {0: 4},
+        S = draw_sketches(Architecture((8, 3, 2)), [0], "countsketch", {0: 4},
                           k.to_bytes(4, "big"))[0]
         total += S.left(S.transpose_left(G))
     # entry (i, j) is G_ij plus Σ_{k≠i} σ_iσ_k[h(i) = h(k)] G_kj: mean 0, variance <= Σ_k G_kj² / s
@@ -90,7 +91,7 @@ def test_sketch_sizes_default_to_half_the_inputs_and_refuse_what_does_not_exist(
 
 def test_the_released_vector_round_trips_and_a_wrong_one_is_refused() -> None:
     net = _net((6, 5, 3))
-    sketches = draw_sketches(net, [0], "countsketch", {0: 3}, b"s")
+    sketches = draw_sketches(net.arch, [0], "countsketch", {0: 3}, b"s")
     view = RoundView.release(net, sketches)
     flat = view.flat()
     assert flat.shape == (view_size(net.arch, {0: 3}),) == (view.size,)
@@ -126,7 +127,7 @@ def test_local_steps_move_the_view_as_the_coordinator_would_move_w() -> None:
     network the coordinator would hold after the first step (W̃ −= η SᵀS G̃₁)."""
     rng = np.random.default_rng(8)
     net = _net((10, 6, 3), 2)
-    sketches = draw_sketches(net, [0, 1], "countsketch", {0: 4, 1: 3}, b"local")
+    sketches = draw_sketches(net.arch, [0, 1], "countsketch", {0: 4, 1: 3}, b"local")
     assert max(S.gram_diagonal().max() for S in sketches.values()) > 1  # SᵀS is not I here
     X, y = rng.normal(size=(12, 10)), rng.integers(0, 3, 12)
     total, b = client_gradient(RoundView.release(net, sketches), X, y, 5, 2, 0.2, np.random.default_rng(1))
@@ -168,7 +169,32 @@ def test_rmsprop_and_momentum_follow_their_definitions() -> None:
 
 def test_gram_diagonal_is_the_diagonal_of_sts() -> None:
     for kind in ("countsketch", "uniform"):
-        S = draw_sketches(_net((9, 2, 2)), [0], kind, {0: 4}, b"g")[0]
+        S = draw_sketches(Architecture((9, 2, 2)), [0], kind, {0: 4}, b"g")[0]
         D = S.dense()
         np.testing.assert_allclose(np.diag(D.T @ D), S.gram_diagonal())
         np.testing.assert_allclose(D.T @ D, np.diag(S.gram_diagonal()), atol=1e-12)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"sketch": "gaussian"}, "sketch must be one of countsketch, uniform, none"),
+    ({"optimiser": "adam"}, "optimiser must be one of sgd, rmsprop"),
+    ({"sketch_ratio": 0}, r"ratio s/d must be in \(0, 1\]"),
+    ({"sketch_ratio": 1.5}, r"ratio s/d must be in \(0, 1\]"),
+    ({"sketched_layers": [2]}, r"sketched_layers must name distinct layers in 0..1"),
+    ({"sketched_layers": [0, 0]}, "distinct layers"),
+    ({"sketched_layers": "0"}, "list of layer numbers"),
+    ({"rmsprop_decay": 1.0}, "RMSProp decay"),
+    ({"learning_rate": 0}, "learning rate"),
+    ({"local_steps": 0}, "'local_steps' must be an integer >= 1"),
+    ({"withhold": True}, "unknown dbcl job parameter"),
+])
+def test_bad_dbcl_parameters_are_refused_with_the_reason(params: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_params("dbcl", {"n_classes": 3, **params})
+
+
+def test_dbcl_params_default_to_every_layer_but_the_output_at_half_size() -> None:
+    p = DbclJobParams.parse({"n_classes": 4, "hidden": [20, 10]})
+    assert p.layers == (0, 1) and p.sizes(30) == {0: 15, 1: 10}
+    assert DbclJobParams.parse({"n_classes": 4, "sketch": "none"}).layers == ()
+    assert DbclJobParams.parse({"n_classes": 4, "sketched_layers": [1]}).sizes(9) == {1: 32}

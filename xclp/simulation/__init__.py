@@ -3,11 +3,14 @@
 - `run_xclp_inprocess` (xclp.simulation.xclp): one XCLP job, real cryptography, every message
   through the wire encoding;
 - `run_fedavg` (xclp.simulation.fedavg): a federated training job round by round, the oracle of
-  the service's parity test and what benchmarks/fedavg_xclp.py measures.
+  the service's parity test and what benchmarks/fedavg_xclp.py measures;
+- `run_dbcl` (xclp.simulation.dbcl): a dbcl job round by round, the oracle of its parity test and
+  what benchmarks/dbcl.py measures.
 """
 
+from xclp.simulation.dbcl import DbclRound, DbclRun, run_dbcl
 from xclp.simulation.fedavg import FedavgRun, RoundRecord, run_fedavg
 from xclp.simulation.xclp import InProcessResult, PartyOutput, RowSumsAttempt, run_xclp_inprocess
 
-__all__ = ["FedavgRun", "InProcessResult", "PartyOutput", "RoundRecord", "RowSumsAttempt", "run_fedavg",
-           "run_xclp_inprocess"]
+__all__ = ["DbclRound", "DbclRun", "FedavgRun", "InProcessResult", "PartyOutput", "RoundRecord", "RowSumsAttempt",
+           "run_dbcl", "run_fedavg", "run_xclp_inprocess"]

@@ -26,13 +26,15 @@ import numpy as np
 
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, InvalidInput
+from xclp.dbcl import OPTIMISERS, ServerOptimiser, sketch_sizes
 from xclp.fedavg import PSEUDO_LABELS
 from xclp.flynn import FlyNNParams
 from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture
 from xclp.race import RaceParams
+from xclp.sketch import KINDS as SKETCH_KINDS
 
-JOB_TYPES = ("flynn", "race", "xclp", "fedavg")
+JOB_TYPES = ("flynn", "race", "xclp", "fedavg", "dbcl")
 
 
 def _int(params: Mapping[str, Any], key: str, default: int | None = None, *, low: int = 1) -> int:
@@ -446,10 +448,7 @@ class FedavgJobParams(DataParams):
                    "momentum", "frac_bits", "pseudo_label", "warmup_rounds", "seed", "lsh_bits", "k", "alpha",
                    "power", "key_bits", "insecure_test_keys"} | DATA_KEYS
         _no_extra(params, allowed, "fedavg")
-        hidden = params.get("hidden", [64])
-        if not isinstance(hidden, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                                            for h in hidden):
-            raise ConfigError(f"job parameter 'hidden' must be a list of layer widths, got {hidden!r}")
+        hidden = _int_list(params, "hidden", [64], "layer widths")
         return cls(
             n_classes=_n_classes(params), hidden=tuple(hidden), rounds=_int(params, "rounds", 20),
             fraction=_float(params, "fraction", 1.0) or 0.0, local_epochs=_int(params, "local_epochs", 5),
@@ -464,6 +463,115 @@ class FedavgJobParams(DataParams):
         )
 
 
+@dataclass(frozen=True)
+class DbclJobParams(DataParams):
+    """Double-blind collaborative learning of a small network (DESIGN §7, paper 004 §4.2; xclp.dbcl).
+
+    Each round the coordinator draws a fresh seed, sketches each layer in `sketched_layers` with
+    S_t ∈ R^{d×s} (s = ⌈sketch_ratio · d⌉) and releases W̃ = S_tᵀW with the seed; every sampled
+    party returns b·∂ℓ/∂W̃ on a batch of its labeled rows (or the sum over `local_steps` batches)
+    under double masking, and the coordinator steps W with S_t times the mean. sketch = "none"
+    runs plain federated SGD (every layer released as it is), the baseline DBCL is measured against.
+    """
+
+    n_classes: int = _p("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)", ">= 2")
+    hidden: tuple[int, ...] = _p("widths of the hidden ReLU layers", "1 to 8 layers of 1 .. 4096", "xclp.nn",
+                                 default=(64,))
+    rounds: int = _p("training rounds (one coordinator step each)", "1 .. 100000", default=200)
+    fraction: float = _p("fraction of the parties sampled each round (a public draw from `seed`)", "(0, 1]",
+                         default=1.0)
+    batch_size: int = _p("labeled rows per party per local step", ">= 1", default=32)
+    local_steps: int = _p("local steps E per round; between them a party moves its sketched copy as the "
+                          "coordinator would move W", ">= 1", default=1)
+    optimiser: str = _p("the coordinator's step: \"sgd\" (with `momentum`) or \"rmsprop\" (the paper's Fig. 2)",
+                        '"sgd", "rmsprop"', default="sgd")
+    learning_rate: float = _p("step size η of the coordinator (and of local steps)", "> 0", default=0.1)
+    momentum: float = _p("SGD momentum μ, kept by the coordinator across rounds", "[0, 1)", default=0.0)
+    rmsprop_decay: float = _p("RMSProp decay ρ of the mean squared gradient", "(0, 1)", default=0.9)
+    sketch: str = _p('the sketch S_t: "countsketch" (one ±1 per row), "uniform" (sampling: dropout, which the '
+                     'paper shows does not stop the probe) or "none" (unsketched federated SGD)',
+                     '"countsketch", "uniform", "none"', "paper 004 §2, §4.4", default="countsketch")
+    sketch_ratio: float = _p("s/d: each sketched layer with d inputs is released as s = ⌈ratio · d⌉ rows",
+                             "(0, 1]", default=0.5)
+    sketched_layers: tuple[int, ...] | None = _p("which layers are sketched, 0 = the input layer; unset: every "
+                                                 "layer but the output layer (as the paper)",
+                                                 "layer numbers", default=None)
+    frac_bits: int = _p("fractional bits of the gradient's fixed-point ring (2^-frac_bits resolution)",
+                        "8 .. 40", default=24)
+    seed: int = _p("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    withhold_model: bool = _p("keep the final W from the parties too (the paper's parties never see W); the "
+                              "coordinator writes it to the job's `model` file", "true, false", default=False)
+
+    def __post_init__(self) -> None:
+        if self.n_classes < 2:
+            raise ConfigError("n_classes must be >= 2")
+        self._check_data(self.n_classes)
+        if not 1 <= len(self.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
+                                                 for h in self.hidden):
+            raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(self.hidden)}")
+        if not 1 <= self.rounds <= 100_000:
+            raise ConfigError(f"rounds must be in 1..100000, got {self.rounds}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ConfigError(f"fraction must be in (0, 1], got {self.fraction}")
+        if not 8 <= self.frac_bits <= 40:
+            raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
+        if self.sketch not in (*SKETCH_KINDS, "none"):
+            raise ConfigError(f"sketch must be one of countsketch, uniform, none, got {self.sketch!r}")
+        if self.optimiser not in OPTIMISERS:
+            raise ConfigError(f"optimiser must be one of {', '.join(OPTIMISERS)}, got {self.optimiser!r}")
+        _method(lambda: self.server_optimiser())
+        layers = self.layers
+        if len(set(layers)) != len(layers) or any(not 0 <= i <= len(self.hidden) for i in layers):
+            raise ConfigError(f"sketched_layers must name distinct layers in 0..{len(self.hidden)} (the network has "
+                              f"{len(self.hidden) + 1}), got {list(layers)}")
+        _method(lambda: sketch_sizes(Architecture((1, *self.hidden, self.n_classes)), layers, self.sketch_ratio))
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The sketched layers (none when sketch = "none")."""
+        if self.sketch == "none":
+            return ()
+        return tuple(range(len(self.hidden))) if self.sketched_layers is None else tuple(self.sketched_layers)
+
+    def architecture(self, dim: int) -> Architecture:
+        return _method(lambda: Architecture((dim, *self.hidden, self.n_classes)))
+
+    def sizes(self, dim: int) -> dict[int, int]:
+        """s_ℓ of each sketched layer once the data dimension is known."""
+        return sketch_sizes(self.architecture(dim), self.layers, self.sketch_ratio)
+
+    def server_optimiser(self) -> ServerOptimiser:
+        """A fresh coordinator optimiser (its state lives for the whole job)."""
+        return ServerOptimiser(self.optimiser, self.learning_rate, self.momentum, self.rmsprop_decay)
+
+    @classmethod
+    def parse(cls, params: Mapping[str, Any]) -> DbclJobParams:
+        allowed = {"n_classes", "hidden", "rounds", "fraction", "batch_size", "local_steps", "optimiser",
+                   "learning_rate", "momentum", "rmsprop_decay", "sketch", "sketch_ratio", "sketched_layers",
+                   "frac_bits", "seed", "withhold_model"} | DATA_KEYS
+        _no_extra(params, allowed, "dbcl")
+        hidden = _int_list(params, "hidden", [64], "layer widths")
+        layers = params.get("sketched_layers")
+        return cls(
+            n_classes=_n_classes(params), hidden=tuple(hidden), rounds=_int(params, "rounds", 200),
+            fraction=_float(params, "fraction", 1.0) or 0.0, batch_size=_int(params, "batch_size", 32),
+            local_steps=_int(params, "local_steps", 1), optimiser=str(params.get("optimiser", "sgd")),
+            learning_rate=_float(params, "learning_rate", 0.1) or 0.0, momentum=_float(params, "momentum", 0.0) or 0.0,
+            rmsprop_decay=_float(params, "rmsprop_decay", 0.9) or 0.0, sketch=str(params.get("sketch", "countsketch")),
+            sketch_ratio=_float(params, "sketch_ratio", 0.5) or 0.0,
+            sketched_layers=None if layers is None else tuple(_int_list(params, "sketched_layers", [], "layer numbers")),
+            frac_bits=_int(params, "frac_bits", 24), seed=_int(params, "seed", 0, low=0),
+            withhold_model=_bool(params, "withhold_model"), **_data(params),
+        )
+
+
+def _int_list(params: Mapping[str, Any], key: str, default: list[int], what: str) -> list[int]:
+    value = params.get(key, default)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        raise ConfigError(f"job parameter {key!r} must be a list of {what}, got {value!r}")
+    return list(value)
+
+
 def _method(build: Any) -> Any:
     """Build a method's parameter object; its InvalidInput becomes a ConfigError (a job file is wrong)."""
     try:
@@ -474,7 +582,7 @@ def _method(build: Any) -> Any:
         raise ConfigError(str(exc)) from None
 
 
-JobParams = FlynnJobParams | RaceJobParams | XclpJobParams | FedavgJobParams
+JobParams = FlynnJobParams | RaceJobParams | XclpJobParams | FedavgJobParams | DbclJobParams
 
 
 def uses_paillier(params: JobParams) -> bool:
@@ -491,6 +599,8 @@ def parse_params(job_type: str, params: Mapping[str, Any]) -> JobParams:
         return XclpJobParams.parse(params)
     if job_type == "fedavg":
         return FedavgJobParams.parse(params)
+    if job_type == "dbcl":
+        return DbclJobParams.parse(params)
     raise ConfigError(f"unknown job type {job_type!r}; known: {', '.join(JOB_TYPES)}")
 
 
@@ -509,13 +619,16 @@ def params_from_json(job_type: str, text: str) -> JobParams:
 
 
 SCHEMAS: dict[str, type[JobParams]] = {
-    "xclp": XclpJobParams, "flynn": FlynnJobParams, "race": RaceJobParams, "fedavg": FedavgJobParams}
+    "xclp": XclpJobParams, "flynn": FlynnJobParams, "race": RaceJobParams, "fedavg": FedavgJobParams,
+    "dbcl": DbclJobParams}
 TITLES = {
     "xclp": "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
     "flynn": "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
     "race": "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
     "fedavg": "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
               "(paper 003 Alg. 2, DESIGN §7)",
+    "dbcl": "a small network trained by double-blind collaborative learning: parties see only sketched "
+            "parameters, the coordinator only the sum of sketched gradients (paper 004, DESIGN §7)",
 }
 
 
