@@ -61,3 +61,22 @@ def subsample_labels(
         keep = rng.choice(rows, size=max(1, round(fraction * rows.size)), replace=False)
         partial[keep] = y[keep]
     return partial
+
+
+def load_breast_cancer_data() -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's bundled Wisconsin breast cancer table: X float64[569, 30], y int64[569] in 0..1."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return X.astype(np.float64), y.astype(np.int64)
+
+
+def write_party_csv(path, ids_prefix: str, X: np.ndarray, y: np.ndarray) -> None:
+    """One party's table as the CLI reads it: row_id, px0.., label (empty = unlabeled)."""
+    import csv
+
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", *(f"px{j}" for j in range(X.shape[1])), "label"])
+        for i, (row, label) in enumerate(zip(X, y)):
+            w.writerow([f"{ids_prefix}-{i}", *map(repr, row.tolist()), "" if label < 0 else int(label)])

@@ -10,7 +10,6 @@ SecureHamming, graph, SecureRowSums) and on local training (from its progress li
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import shutil
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _data import dirichlet_split, load_digits_data, subsample_labels
+from _data import dirichlet_split, load_digits_data, subsample_labels, write_party_csv
 from xclp.client.models import ModelFile
 from xclp.demo import JOB_ID, PARTIES, DemoOptions, run_processes, setup
 from xclp.seeding import public_rng
@@ -53,11 +52,7 @@ def secure_run(args: argparse.Namespace) -> dict[str, object]:
         data = work / "data"
         data.mkdir()
         for party, part in zip(PARTIES, clients):
-            with open(data / f"{party}.csv", "w", newline="") as fh:
-                w = csv.writer(fh)
-                w.writerow(["row_id", *(f"px{j}" for j in range(X.shape[1])), "label"])
-                for i, r in enumerate(part):
-                    w.writerow([f"{party}-{i}", *map(repr, X[train][r].tolist()), "" if partial[r] < 0 else partial[r]])
+            write_party_csv(data / f"{party}.csv", party, X[train][part], partial[part])
         options = DemoOptions(options.key_bits, options.insecure_test_keys, options.lsh_bits, data)
         setup(work, options, job_text(options, rounds))
         lines: dict[str, list[str]] = {}
