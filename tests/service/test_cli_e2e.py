@@ -70,6 +70,11 @@ JOBS = {
                     '[params]\nn_classes = 3\nhidden = [6]\nrounds = 2\nlocal_epochs = 2\nbatch_size = 8\n'
                     'pseudo_label = "xclp"\nstandardise = true\nk = 5\nlsh_bits = 64\nkey_bits = 512\n'
                     'insecure_test_keys = true\n'),
+    "dbcl-tls": ('type = "dbcl"\nexpected_parties = ["a", "b", "c"]\nmodel = "dbcl-coordinator.npz"\n',
+                 '[params]\nn_classes = 3\nhidden = [6, 5]\nrounds = 6\nbatch_size = 8\noptimiser = "rmsprop"\n'
+                 'learning_rate = 0.01\nstandardise = true\n'),
+    "dbcl-withheld": ('type = "dbcl"\nexpected_parties = ["a", "b", "c"]\nmodel = "dbcl-withheld.npz"\n',
+                      '[params]\nn_classes = 3\nrounds = 2\nwithhold_model = true\n'),
     "locked": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 64\ns = 3\nrho = 4\n"),
 }
 
@@ -147,7 +152,7 @@ def deploy(tmp_path_factory):
         return path
 
     procs: dict[tuple[str, str], subprocess.Popen] = {}
-    for job_id in ("flynn-tls", "race-tls", "flynn-prep", "fedavg-xclp"):
+    for job_id in ("flynn-tls", "race-tls", "flynn-prep", "fedavg-xclp", "dbcl-tls", "dbcl-withheld"):
         for party in "abc":
             procs[(job_id, party)] = subprocess.Popen(party_cmd(job_id, party), stderr=subprocess.PIPE, text=True)
     for party in "ab":
@@ -317,3 +322,35 @@ def test_fedavg_with_xclp_pseudo_labels_trains_one_network_that_predict_uses(dep
     race = cli("xclp-client", "predict", "--model", str(root / "race-tls-a.npz"), "--data", str(root / "queries.csv"),
                "--id-column", "row_id", "--out", str(root / "nope.csv"))
     assert race.returncode == EXIT_BAD_INPUT and "xclp-client query" in race.stderr
+
+
+def test_dbcl_parties_get_the_coordinators_network_unless_it_is_withheld(deploy):
+    """type = "dbcl" over TLS with real processes: every party writes the network the coordinator
+    trained (its own copy, `model = …`), and `predict` uses it; a job that withholds the model
+    leaves the parties without one, and only the coordinator's file holds W."""
+    assert_ok(deploy, "dbcl-tls", "abc")
+    root = deploy["root"]
+    models = [ModelFile.load(root / f"dbcl-tls-{p}.npz") for p in "abc"]
+    with np.load(root / "dbcl-coordinator.npz") as saved:
+        assert str(saved["job_type"]) == "dbcl"
+        for model in models:
+            assert model.job_type == "dbcl" and model.scaling is not None
+            np.testing.assert_array_equal(model.aggregate, saved["theta"])
+    _, err = deploy["outcomes"][("dbcl-tls", "a")]
+    assert "round 5: sketched gradient on 8 labeled rows" in err
+    out = root / "dbcl-pred.csv"
+    res = cli("xclp-client", "predict", "--model", str(root / "dbcl-tls-a.npz"), "--data", str(root / "queries.csv"),
+              "--id-column", "row_id", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    from xclp.tables import load
+    queries = load(root / "queries.csv", label_column=None, id_column="row_id")
+    with open(out) as fh:
+        got = [int(r["prediction"]) for r in csv.DictReader(fh)]
+    assert got == models[0].network().predict(models[0].features(queries)).tolist()
+
+    assert_ok(deploy, "dbcl-withheld", "abc")
+    _, err = deploy["outcomes"][("dbcl-withheld", "b")]
+    assert "withholds the model" in err
+    assert not any((root / f"dbcl-withheld-{p}.npz").exists() for p in "abc")
+    with np.load(root / "dbcl-withheld.npz") as saved:
+        assert list(saved["sizes"]) == [D, 64, 3] and saved["theta"].shape == (D * 64 + 64 + 64 * 3 + 3,)
