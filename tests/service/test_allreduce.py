@@ -232,7 +232,7 @@ def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path,
     hashes = RaceHashes.from_seed(r.seed, RaceParams(16, 32, "srp", 4), Xq.shape[1])
     assert [int(row["prediction"]) for row in rows] == RaceClassifier(hashes, r.aggregate).predict(Xq).tolist()
     assert cli.main(["predict", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "is a race model: predict takes FlyNN and fedavg models" in capsys.readouterr().err
+    assert "is a race model: predict takes FlyNN, fedavg and dbcl models" in capsys.readouterr().err
 
 
 def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(keys):
