@@ -403,18 +403,7 @@ class FedavgJobParams(DataParams):
     insecure_test_keys: bool = _p("XCLP: allow key_bits below 2048 (tests only)", "true, false", default=False)
 
     def __post_init__(self) -> None:
-        if self.n_classes < 2:
-            raise ConfigError("n_classes must be >= 2")
-        self._check_data(self.n_classes)
-        if not 1 <= len(self.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
-                                                 for h in self.hidden):
-            raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(self.hidden)}")
-        if not 1 <= self.rounds <= 100_000:
-            raise ConfigError(f"rounds must be in 1..100000, got {self.rounds}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ConfigError(f"fraction must be in (0, 1], got {self.fraction}")
-        if not 8 <= self.frac_bits <= 40:
-            raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
+        _check_training(self)
         if self.pseudo_label not in PSEUDO_LABELS:
             raise ConfigError(f"pseudo_label must be one of {', '.join(repr(v) for v in PSEUDO_LABELS)}, "
                               f"got {self.pseudo_label!r}")
@@ -503,18 +492,7 @@ class DbclJobParams(DataParams):
                               "coordinator writes it to the job's `model` file", "true, false", default=False)
 
     def __post_init__(self) -> None:
-        if self.n_classes < 2:
-            raise ConfigError("n_classes must be >= 2")
-        self._check_data(self.n_classes)
-        if not 1 <= len(self.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
-                                                 for h in self.hidden):
-            raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(self.hidden)}")
-        if not 1 <= self.rounds <= 100_000:
-            raise ConfigError(f"rounds must be in 1..100000, got {self.rounds}")
-        if not 0.0 < self.fraction <= 1.0:
-            raise ConfigError(f"fraction must be in (0, 1], got {self.fraction}")
-        if not 8 <= self.frac_bits <= 40:
-            raise ConfigError(f"frac_bits must be in [8, 40], got {self.frac_bits}")
+        _check_training(self)
         if self.sketch not in (*SKETCH_KINDS, "none"):
             raise ConfigError(f"sketch must be one of countsketch, uniform, none, got {self.sketch!r}")
         if self.optimiser not in OPTIMISERS:
@@ -563,6 +541,22 @@ class DbclJobParams(DataParams):
             frac_bits=_int(params, "frac_bits", 24), seed=_int(params, "seed", 0, low=0),
             withhold_model=_bool(params, "withhold_model"), **_data(params),
         )
+
+
+def _check_training(p: FedavgJobParams | DbclJobParams) -> None:
+    """What the fedavg and dbcl schemas share: classes, data preparation, the network, the rounds."""
+    if p.n_classes < 2:
+        raise ConfigError("n_classes must be >= 2")
+    p._check_data(p.n_classes)
+    if not 1 <= len(p.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
+                                          for h in p.hidden):
+        raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(p.hidden)}")
+    if not 1 <= p.rounds <= 100_000:
+        raise ConfigError(f"rounds must be in 1..100000, got {p.rounds}")
+    if not 0.0 < p.fraction <= 1.0:
+        raise ConfigError(f"fraction must be in (0, 1], got {p.fraction}")
+    if not 8 <= p.frac_bits <= 40:
+        raise ConfigError(f"frac_bits must be in [8, 40], got {p.frac_bits}")
 
 
 def _int_list(params: Mapping[str, Any], key: str, default: list[int], what: str) -> list[int]:
