@@ -7,6 +7,7 @@
     xclp-client query --model race-model.npz --data queries.csv --out kde.csv
     xclp-client run ... --job xclp-demo --paillier-bits 2048 --out results/   # XCLP: writes results/predictions.csv
     xclp-client demo                      # coordinator + three institutions on localhost, XCLP end to end
+    xclp-client agent --config agent.toml # always on: takes part in the runs its policy accepts
 
 `run` settings come from flags or `--config party.toml` (same names, underscores; flags win).
 Exit codes: 0 success, 2 bad input or settings, 3 protocol violation, 4 refused (not allow-listed,
@@ -16,8 +17,6 @@ bad signature), 5 dropped or timed out, 1 unexpected error.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,9 @@ from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.models import ModelFile
+from xclp.client.outputs import MODEL_FILE, PREDICTIONS_FILE, class_names, write_csv, write_predictions
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult, RunConfig, run_job, stderr_progress
+from xclp.client.session import RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.propagation import predict as xclp_predict
@@ -43,7 +43,6 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
             "max_memory_gb", "max_paillier_hours"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
-PREDICTIONS_FILE = "predictions.csv"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
                    "to take longer (timed with this party's key; default 24; 0 = no limit)")
     r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
                    "job's common seed to this file so a test can rebuild the plaintext reference")
+
+    ag = sub.add_parser("agent", help="an always-on party: joins the runs that name it and its policy accepts",
+                        description="Poll the coordinator for runs that name this party; take part in those whose "
+                        "type, data set (by catalogue name) and security requirements the agent's config accepts; "
+                        "write each run's outputs to <out>/<job>/<run>/ atomically; log every refusal with its "
+                        "reason. Stops cleanly on SIGTERM/SIGINT. See client/agent.py for agent.toml.")
+    ag.add_argument("--config", type=Path, required=True, help="agent TOML file")
+    ag.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     dm = sub.add_parser("demo", help="XCLP across three institutions on localhost, no Docker",
                         description="Start a coordinator and three institutions (real processes, TLS with a "
@@ -219,33 +226,28 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-MODEL_FILE = "model.npz"  # the model's name when --out is a directory
-
-
 def _delimiter(value: str | None) -> str | None:
     """--delimiter as typed: "tab" and "\\t" mean a tab."""
     return "\t" if value in ("tab", "\\t") else value
 
 
-def write_predictions(out: Path, data: party_data.PartyData, result: JobResult) -> Path:
-    """The XCLP output (DESIGN §5.7): id, label, confidence, score_<c>, atomically, own row ids.
+def agent(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
 
-    `out` is a .csv file or a directory that gets predictions.csv.
-    """
-    path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
-    scores = result.aggregate
-    labels, confidence = xclp_predict(scores)
-    names = _class_names(result.params.classes, scores.shape[1])
-    header = ["id", "label", "confidence"] + [f"score_{c}" for c in names]
-    rows = [[i, names[lab], repr(float(w)), *(repr(float(v)) for v in row)]
-            for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
-    _write_csv(path, header, rows)
-    return path
+    from xclp.client.agent import Agent, AgentConfig
 
-
-def _class_names(classes: tuple[str, ...] | None, n_classes: int) -> list[str]:
-    """How outputs name classes: the job's declared names, else the class numbers."""
-    return list(classes) if classes else [str(c) for c in range(n_classes)]
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = AgentConfig.load(args.config)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    runner = Agent(config)
+    runner.serve(stop)
+    stderr_progress("agent stopped")
+    return EXIT_OK
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -268,14 +270,6 @@ def keygen(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_atomic(path, buf.getvalue().encode(), mode=0o600)  # predictions are the party's data
-
-
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
     if model.job_type not in ("flynn", "fedavg", "dbcl"):
@@ -283,16 +277,16 @@ def predict(args: argparse.Namespace) -> int:
                            "(RACE models answer `xclp-client query`)")
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
-    names = _class_names(model.class_names, model.params.n_classes)
+    names = class_names(model.class_names, model.params.n_classes)
     X = model.features(data)
     if model.job_type in ("fedavg", "dbcl"):
         labels, confidence = xclp_predict(model.network().probabilities(X))
         rows = [[i, names[p], repr(float(w))] for i, p, w in zip(data.ids, labels, confidence)]
-        _write_csv(args.out, ["id", "prediction", "confidence"], rows)
+        write_csv(args.out, ["id", "prediction", "confidence"], rows)
     else:
         predictions = model.flynn().predict(X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
         rows = [[i, names[p]] for i, p in zip(data.ids, predictions)]
-        _write_csv(args.out, ["id", "prediction"], rows)
+        write_csv(args.out, ["id", "prediction"], rows)
     stderr_progress(f"wrote {len(rows)} predictions of the {model.job_type} model to {args.out}")
     return EXIT_OK
 
@@ -308,20 +302,20 @@ def query(args: argparse.Namespace) -> int:
         classifier = model.race_classifier()
         scores = classifier.scores(X)
         predictions = np.argmax(scores, axis=1)
-        names = _class_names(model.class_names, scores.shape[1])
+        names = class_names(model.class_names, scores.shape[1])
         header = ["id", "prediction"] + [f"score_{c}" for c in names]
         rows = [[i, names[p], *(f"{s:.10g}" for s in row)] for i, p, row in zip(data.ids, predictions, scores)]
     else:
         kde = race_query(model.aggregate, None, model.race_hashes(), X, estimator=args.estimator, groups=args.groups)
         header, rows = ["id", "kde"], [[i, f"{v:.10g}"] for i, v in zip(data.ids, kde)]
-    _write_csv(args.out, header, rows)
+    write_csv(args.out, header, rows)
     stderr_progress(f"wrote {len(rows)} estimates to {args.out}")
     return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo}
+    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo, "agent": agent}
     try:
         return commands[args.command](args)
     except XclpError as exc:

@@ -13,6 +13,7 @@
     JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
             --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
             --JobEnd REFUSED (the job cannot run with the parties' data)--> InvalidInput (exit 2)
+    any     --JobEnd CANCELLED (the operator cancelled the run, or the coordinator shut down)--> RunCancelled
 
 The coordinator relays the seed without learning it: it is sealed (AES-256-GCM, AAD = session id)
 under the pair's "seed" key, HKDF-derived from the pairwise X25519 secret (DESIGN §4.2–4.3).
@@ -43,7 +44,7 @@ from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAuthorized, PeerDropped,
-                         ProtocolError)
+                         ProtocolError, RunCancelled)
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -84,6 +85,7 @@ class RunConfig:
     # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
+    run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,29 @@ class PartySession:
         self.guard = StepGuard(config.policy, config.party_id)
         self._executor: Executor | None = None
         self._conn: Connection | None = None
+        self._aborted = False
 
     # --- driver -------------------------------------------------------------------------------
 
     def run(self) -> JobResult:
         conn = Connection(self.config.connection, self.config.job_id)
+        self._conn = conn
         try:
+            if self._aborted:
+                raise RunCancelled("stopped before joining")
             return self._run(conn)
+        except Exception:  # a closed channel fails the next call with whatever gRPC raises
+            if self._aborted:
+                raise RunCancelled("this party stopped during the run") from None
+            raise
         finally:
             conn.close()
+
+    def abort(self) -> None:
+        """From another thread: stop the run now (the session's thread raises RunCancelled)."""
+        self._aborted = True
+        if self._conn is not None:
+            self._conn.close()
 
     @property
     def conn(self) -> Connection:
@@ -166,6 +182,9 @@ class PartySession:
                                    on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
         if len(challenge.run_nonce) != 16:
             raise ProtocolError("the coordinator's run nonce must be 16 bytes")
+        if self.config.run_id and challenge.run_id != self.config.run_id:
+            raise ProtocolError(f"run {self.config.run_id} of job {self.config.job_id!r} is no longer open for joining "
+                                f"(the coordinator now offers run {challenge.run_id or 'none'})")
         self.run_nonce = challenge.run_nonce
         self.job_type = challenge.spec.job_type
         self.params = params_from_json(challenge.spec.job_type, challenge.spec.params_json)
@@ -314,6 +333,8 @@ class PartySession:
             self.progress(f"job done: {end.reason}")
         elif end.outcome == pb.JobEnd.REFUSED:
             raise InvalidInput(f"the job cannot run with the parties' data: {end.reason}")
+        elif end.outcome == pb.JobEnd.CANCELLED:
+            raise RunCancelled(f"the run was cancelled: {end.reason}")
         elif end.outcome == pb.JobEnd.DROPPED:
             raise PeerDropped(f"the coordinator dropped this party: {end.reason}", frozenset({self.config.party_id}))
         else:

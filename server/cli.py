@@ -1,12 +1,17 @@
-"""`xclp-server`: run the coordinator, and make a development CA and certificates (DESIGN §8).
+"""`xclp-server`: run the coordinator, operate it, and make a development CA and certificates.
 
     xclp-server ca init --dir ca/
     xclp-server cert server --ca-dir ca/ --out certs/ --dns coordinator.example.org --ip 10.0.0.5
     xclp-server cert party --ca-dir ca/ --out certs/ --party hospital-a       # for mutual TLS
+    xclp-server serve --config server.toml            # a long-running service; state in SQLite
     xclp-server serve --listen 0.0.0.0:50051 --allow-list allow.toml --job flynn.toml \\
-        --tls-cert certs/server.pem --tls-key certs/server-key.pem
+        --tls-cert certs/server.pem --tls-key certs/server-key.pem --exit-when-done   # one-shot
+    xclp-server operator keygen --name alice --out keys/
+    xclp-server job submit|list|show|cancel ...       # the Admin API (server/admin_cli.py)
+    xclp-server health --coordinator localhost:50051 --ca-cert ca.pem
 
-Settings come from flags or `--config server.toml` (same names, underscores; flags win).
+Settings come from flags or `--config server.toml` (same names, underscores; flags win); the
+operator keys of the Admin API are the config's `[operators]` table (name = "ed25519:...").
 """
 
 from __future__ import annotations
@@ -19,14 +24,21 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from xclp.crypto import certs
 from xclp.runtime import read_toml
-from xclp.crypto.identity import load_allow_list
+from xclp.crypto.identity import load_allow_list, parse_public_key
+from xclp.server import admin_cli
+from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
 from xclp.server.config import TlsFiles, load_job
 from xclp.server.coordinator import Coordinator
+from xclp.server.metrics import Metrics
 from xclp.server.service import build_server
+from xclp.server.store import DEFAULT_STATE, StateStore
 from xclp.errors import ConfigError, XclpError
-from xclp.v1.status import EXIT_OK, exit_code
+from xclp.v1.status import EXIT_OK, EXIT_UNEXPECTED, exit_code
 
 log = logging.getLogger("xclp.server")
 
@@ -40,13 +52,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", type=Path, help="server TOML file (keys as the flags below, with underscores)")
     s.add_argument("--listen", help="address to listen on, host:port (default 0.0.0.0:50051; port 0 = any free port)")
     s.add_argument("--allow-list", type=Path, help="TOML file: [parties] party-id = \"ed25519:<base64>\"")
-    s.add_argument("--job", type=Path, action="append", help="job TOML file (repeat for several jobs)")
+    s.add_argument("--job", type=Path, action="append", help="job TOML file to run once at start (repeatable; "
+                   "optional: jobs can be submitted at runtime with `xclp-server job submit`)")
+    s.add_argument("--state", type=Path, help=f"SQLite file of job definitions and run history (default "
+                   f"{DEFAULT_STATE} beside --config, else in the current directory)")
+    s.add_argument("--admin-listen", help=f"address of the Admin API (default {DEFAULT_ADMIN_LISTEN}; loopback "
+                   "unless TLS; on when the config lists [operators]; 'off' to turn it off)")
+    s.add_argument("--metrics-listen", help="serve Prometheus metrics on host:port (default: off)")
     s.add_argument("--tls-cert", type=Path, help="server certificate (PEM)")
     s.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     s.add_argument("--client-ca", type=Path, help="CA certificate (PEM) of party client certificates: turns on mutual TLS")
     s.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (testing only; never across networks)")
     s.add_argument("--port-file", type=Path, help="write the bound port to this file once listening")
-    s.add_argument("--exit-when-done", action="store_true", default=None, help="exit once every job is done or failed")
+    s.add_argument("--exit-when-done", action="store_true", default=None,
+                   help="exit once every run is over and none is queued (a one-shot coordinator)")
     s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     ca = sub.add_parser("ca", help="development certificate authority").add_subparsers(dest="ca_command", required=True)
@@ -67,6 +86,14 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--out", type=Path, required=True, help="output directory (writes <party>.pem, <party>-key.pem)")
     party.add_argument("--party", required=True, help="party id (the certificate's common name)")
     party.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
+
+    admin_cli.add_parsers(sub)
+    h = sub.add_parser("health", help="ask a coordinator's gRPC health service (exit 0 if SERVING)")
+    h.add_argument("--coordinator", default="localhost:50051", help="host:port (default localhost:50051)")
+    h.add_argument("--ca-cert", type=Path, help="CA of the coordinator's certificate")
+    h.add_argument("--server-name", help="TLS name to expect, if not the host in --coordinator")
+    h.add_argument("--insecure", action="store_true", help="plaintext gRPC")
+    h.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     return p
 
 
@@ -77,11 +104,17 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raw = read_toml(args.config)
         base = args.config.parent
         tls = raw.pop("tls", {})
-        known = {"listen", "allow_list", "jobs", "insecure", "port_file", "exit_when_done"}
+        operators = raw.pop("operators", {})
+        if not isinstance(operators, dict):
+            raise ConfigError(f"{args.config}: [operators] must be a table: name = \"ed25519:<base64>\"")
+        raw["operators"] = {name: parse_public_key(str(key)) for name, key in operators.items()}
+        known = {"listen", "allow_list", "jobs", "insecure", "port_file", "exit_when_done", "state", "admin_listen",
+                 "metrics_listen", "operators"}
         extra = sorted(set(raw) - known)
         if extra:
             raise ConfigError(f"{args.config}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}, [tls]")
-        for key in ("allow_list", "port_file"):
+        raw.setdefault("state", DEFAULT_STATE)
+        for key in ("allow_list", "port_file", "state"):
             if key in raw:
                 raw[key] = base / raw[key]
         if "jobs" in raw:
@@ -100,8 +133,6 @@ def serve(args: argparse.Namespace) -> int:
     cfg = _settings(args)
     if not cfg.get("allow_list"):
         raise ConfigError("serve needs --allow-list (or allow_list in --config)")
-    if not cfg.get("job"):
-        raise ConfigError("serve needs at least one --job file (or jobs in --config)")
     insecure = bool(cfg.get("insecure"))
     tls = None
     if not insecure:
@@ -109,8 +140,31 @@ def serve(args: argparse.Namespace) -> int:
             raise ConfigError("TLS needs --tls-cert and --tls-key (make them with `xclp-server cert server`), "
                               "or pass --insecure for a local test")
         tls = TlsFiles(Path(cfg["tls_cert"]), Path(cfg["tls_key"]), None if not cfg.get("client_ca") else Path(cfg["client_ca"]))
-    coordinator = Coordinator(load_allow_list(cfg["allow_list"]), [load_job(p) for p in cfg["job"]])
+    job_files = [Path(p) for p in cfg.get("job") or []]
+    texts = []
+    for path in job_files:
+        try:
+            texts.append((path.read_text(), str(path)))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from None
+    state = Path(cfg.get("state") or DEFAULT_STATE)
+    store = StateStore(state)
+    metrics = Metrics(store) if cfg.get("metrics_listen") else None
+    coordinator = Coordinator(load_allow_list(cfg["allow_list"]), [load_job(p) for p in job_files], store=store,
+                              metrics=metrics, job_root=state.parent / "jobs", job_texts=texts)
     server, port = build_server(coordinator, cfg.get("listen") or "0.0.0.0:50051", tls=tls)
+    operators = cfg.get("operators") or {}
+    admin_address = cfg.get("admin_listen") or DEFAULT_ADMIN_LISTEN
+    admin = None
+    if operators and admin_address != "off":
+        admin, admin_port = build_admin_server(coordinator, operators, admin_address, tls=tls)
+        admin.start()
+        log.info("Admin API on %s (port %d) for %d operator(s)", admin_address, admin_port, len(operators))
+    elif not job_files:
+        log.warning("no job files and no [operators] for the Admin API: nothing can run on this coordinator")
+    if metrics is not None:
+        _, metrics_port = metrics.serve(cfg["metrics_listen"])
+        log.info("Prometheus metrics on %s (port %d)", cfg["metrics_listen"], metrics_port)
     if insecure:
         log.warning("*** INSECURE: serving plaintext gRPC without TLS; session tokens and payloads are exposed "
                     "to the network. Use only on localhost for testing. ***")
@@ -120,7 +174,8 @@ def serve(args: argparse.Namespace) -> int:
     server.start()
     coordinator.start()
     mode = "plaintext" if insecure else ("mutual TLS" if tls and tls.client_ca else "TLS")
-    log.info("listening on port %d (%s); jobs: %s", port, mode, ", ".join(coordinator.jobs))
+    log.info("listening on port %d (%s); state %s; runs open: %s", port, mode, state,
+             ", ".join(f"{j} (run {job.run_id})" for j, job in coordinator.jobs.items()) or "none")
     if cfg.get("port_file"):
         Path(cfg["port_file"]).write_text(f"{port}\n")
     while not stop.wait(0.5):
@@ -129,11 +184,35 @@ def serve(args: argparse.Namespace) -> int:
             break
     log.info("shutting down")
     coordinator.stop()
+    stop.wait(0.5)  # let the Pull streams deliver the interrupted runs' JobEnd
+    if admin is not None:
+        admin.stop(grace=1)
     server.stop(grace=2).wait()
     failed = [j for j, job in coordinator.jobs.items() if job.stage.value == "failed"]
     if failed:
         log.warning("jobs that failed: %s", ", ".join(failed))
+    store.close()
     return EXIT_OK
+
+
+def health(args: argparse.Namespace) -> int:
+    if args.insecure:
+        channel = grpc.insecure_channel(args.coordinator)
+    else:
+        ca = args.ca_cert.read_bytes() if args.ca_cert else None
+        options = [("grpc.ssl_target_name_override", args.server_name)] if args.server_name else []
+        channel = grpc.secure_channel(args.coordinator, grpc.ssl_channel_credentials(ca), options=options)
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="xclp.v1.Coordinator"),
+                                                          timeout=args.timeout)
+    except grpc.RpcError as exc:
+        print(f"xclp-server: health: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return EXIT_UNEXPECTED
+    finally:
+        channel.close()
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    print(status)
+    return EXIT_OK if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_UNEXPECTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return serve(args)
+        if args.command == "job":
+            return admin_cli.job_command(args)
+        if args.command == "operator":
+            return admin_cli.operator_keygen(args)
+        if args.command == "health":
+            return health(args)
         if args.command == "ca":
             issued = certs.init_ca(args.dir, days=args.days)
             print(f"CA certificate: {issued.cert_path}\nCA key (keep private): {issued.key_path}", file=sys.stderr)

@@ -18,14 +18,23 @@ written when the job ends) and, for tests only (refused unless XCLP_TESTING=1 is
 `debug_dump = "dir"` (the coordinator's H and the SecureRowSums payloads it received, as .npy).
 A fedavg or dbcl job may name `model = "model.npz"`: the coordinator writes the trained network
 there when the job ends (a dbcl job that withholds the model from the parties must name it).
-All paths are relative to the job file.
+All paths are relative to the job file. A job submitted at runtime (`xclp-server job submit`) has
+no directory of its own: its paths must be relative, stay inside, and resolve under
+`<state directory>/jobs/<job_id>/`.
+
+A job run by party agents names each party's data set by its name in that party's catalogue
+(`xclp-client agent`), never by path: `dataset = "train"` for every party, or a `[datasets]`
+table, party id = name, for some or all of them.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xclp.crypto.identity import check_party_id
 from xclp.errors import ConfigError, InvalidInput
@@ -51,6 +60,7 @@ class JobConfig:
     max_total_rows: int | None = None
     debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
     model_path: Path | None = None  # fedavg, dbcl: the coordinator writes the trained network here
+    datasets: dict[str, str] = field(default_factory=dict)  # party id -> catalogue name (party agents)
 
     def __post_init__(self) -> None:
         if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id:
@@ -85,16 +95,42 @@ class JobConfig:
                               "so the job must name model = \"<file>.npz\" for the coordinator to write it")
         if self.debug_dump_dir is not None:
             require_testing(f"job {self.job_id}: debug_dump writes what the coordinator learned to disk")
+        for party, name in self.datasets.items():
+            if party not in self.expected_parties:
+                raise ConfigError(f"job {self.job_id}: [datasets] names {party!r}, which is not an expected party")
+            if not isinstance(name, str) or not DATASET_NAME.match(name):
+                raise ConfigError(f"job {self.job_id}: data set {name!r} of {party!r} must be a catalogue name (letters, "
+                                  "digits, '.', '_', '-'; no '/'): a job names data sets, never paths, and each party "
+                                  "maps the name to its own file")
+
+
+DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 DEFAULT_XCLP_MAX_TOTAL_ROWS = 50_000
 
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
-    raw = read_toml(path)
+    return _job(read_toml(path), path, Path(path).parent, confined=False)
+
+
+def parse_job(text: str, name: str, base: Path | None) -> JobConfig:
+    """A job file's text submitted at runtime: its paths stay under `base` (None: it may name none)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{name} is not valid TOML: {exc}") from None
+    return _job(raw, name, base, confined=True)
+
+
+def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *, confined: bool) -> JobConfig:
     known = {"job_id", "type", "expected_parties", "min_parties", "deadlines", "params", "summary", "debug_dump",
-             "model", "max_rows_per_party", "max_total_rows"}
+             "model", "max_rows_per_party", "max_total_rows", "dataset", "datasets"}
     check_keys(path, raw, known)
+
+    def relative(value: object) -> Path | None:
+        return _relative(base, value, confined=confined)
+
     try:
         parties = raw["expected_parties"]
         if not isinstance(parties, list) or not all(isinstance(p, str) for p in parties):
@@ -111,11 +147,12 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
             min_parties=int(raw.get("min_parties", len(parties))),
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
-            summary_path=_relative(path, raw.get("summary")),
-            debug_dump_dir=_relative(path, raw.get("debug_dump")),
-            model_path=_relative(path, raw.get("model")),
+            summary_path=relative(raw.get("summary")),
+            debug_dump_dir=relative(raw.get("debug_dump")),
+            model_path=relative(raw.get("model")),
             max_rows_per_party=raw.get("max_rows_per_party", 1_000_000),
             max_total_rows=raw.get("max_total_rows"),
+            datasets=_datasets(raw, parties),
         )
     except KeyError as exc:
         raise ConfigError(f"{path}: missing required key {exc.args[0]!r}") from None
@@ -123,13 +160,34 @@ def load_job(path: str | os.PathLike[str]) -> JobConfig:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _relative(job_file: str | os.PathLike[str], value: object) -> Path | None:
-    """A path option of a job file, relative to that file's directory."""
+def _datasets(raw: dict[str, Any], parties: list[str]) -> dict[str, str]:
+    """`dataset = "name"` for every party, then `[datasets]` party = "name" on top."""
+    common = raw.get("dataset")
+    table = raw.get("datasets", {})
+    if common is not None and not isinstance(common, str):
+        raise ConfigError("dataset must be a catalogue name (a string)")
+    if not isinstance(table, dict):
+        raise ConfigError("[datasets] must be a table: party id = catalogue name")
+    names = {p: common for p in parties} if common is not None else {}
+    names.update(table)
+    return names
+
+
+def _relative(base: Path | None, value: object, *, confined: bool) -> Path | None:
+    """A path option of a job file: relative to its directory, or for a submitted job confined to `base`."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise ConfigError(f"path options must be non-empty strings, got {value!r}")
-    return Path(job_file).parent / value
+    if confined:
+        if base is None:
+            raise ConfigError(f"a submitted job may name files only when the coordinator keeps state on disk (--state); "
+                              f"got {value!r}")
+        if Path(value).is_absolute() or ".." in Path(value).parts:
+            raise ConfigError(f"a submitted job's paths are relative to the coordinator's job directory and stay in "
+                              f"it: {value!r} is absolute or climbs out with '..'")
+    assert base is not None
+    return base / value
 
 
 @dataclass(frozen=True)

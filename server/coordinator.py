@@ -1,8 +1,18 @@
-"""The coordinator's state across jobs: admission tokens, the job registry and the deadline clock.
+"""The coordinator's state across jobs and runs: job definitions, runs, admission tokens and the
+deadline clock.
+
+Jobs and runs (README "The coordinator as a service"): a job definition (a job file, given at
+start or submitted at runtime) can run many times. Each run is a fresh `Job` state machine with
+its own run id and nonce (every key bundle of the run signs the nonce, so a bundle of an earlier
+run is refused). At most one run of a job is in flight (joining or running) at a time, since
+parties name the job, not the run, when they join; later runs of it wait `queued`. Every
+transition is recorded in the state store (server/store.py) as the job reports it
+(`RunEvents`); when the coordinator starts, runs a previous process left in flight become
+`interrupted`, and queued runs resume.
 
 Authentication choice (DESIGN §2, §3): a party proves who it is once, at Join, with a key bundle
 signed by its allow-listed Ed25519 identity key. The coordinator answers with a random 256-bit
-session token bound to that (job, party, bundle); every Pull and Push carries it as metadata and
+session token bound to that (run, party, bundle); every Pull and Push carries it as metadata and
 every frame's `sender` must be the party the token belongs to. Over TLS the token is as good as
 a per-message signature for the coordinator's purposes (TLS already authenticates and protects
 the channel) and costs nothing per 3 MiB chunk; what the *peers* must trust — the key-agreement
@@ -17,16 +27,20 @@ import logging
 import secrets
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from xclp.crypto.identity import SignedBundle
-from xclp.server.config import JobConfig
+from xclp.server.config import JobConfig, parse_job
+from xclp.server.metrics import Metrics
+from xclp.server.store import RunRecord, StateStore
 from xclp.server.jobs.allreduce import AllReduceJob
 from xclp.server.jobs.dbcl import DbclJob
 from xclp.server.jobs.fedavg import FedavgJob
 from xclp.server.jobs.base import Job, Observer, Stage
 from xclp.server.jobs.xclp import XclpJob
-from xclp.errors import ConfigError, InvalidInput, InvalidSignature
+from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError, XclpError
 from xclp.v1 import xclp_pb2 as pb
 
 log = logging.getLogger("xclp.server")
@@ -37,69 +51,294 @@ TICK_SECONDS = 0.2
 
 
 class Coordinator:
-    def __init__(self, allow_list: Mapping[str, bytes], jobs: Sequence[JobConfig], *,
-                 observer: Observer | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, allow_list: Mapping[str, bytes], jobs: Sequence[JobConfig] = (), *,
+                 observer: Observer | None = None, clock: Callable[[], float] = time.monotonic,
+                 store: StateStore | None = None, metrics: Metrics | None = None,
+                 job_root: Path | None = None, job_texts: Sequence[tuple[str, str]] = ()) -> None:
+        """`jobs` start a run each now (job files given at start); `job_texts` are their
+        (TOML text, file) as recorded in the store. `job_root` holds submitted jobs' files."""
         self.allow_list = allow_list
-        self.jobs: dict[str, Job] = {}
-        for config in jobs:
-            if config.job_id in self.jobs:
-                raise ConfigError(f"two job files define job {config.job_id!r}")
-            unknown = sorted(set(config.expected_parties) - set(allow_list))
-            if unknown:
-                raise ConfigError(f"job {config.job_id!r} expects parties not on the allow-list: {', '.join(unknown)}")
-            self.jobs[config.job_id] = JOB_TYPES[config.job_type](config, allow_list, clock=clock, observer=observer)
-        self._tokens: dict[bytes, tuple[str, str]] = {}
-        self._lock = threading.Lock()
+        self.observer = observer
+        self.store = store if store is not None else StateStore()
+        self.metrics = metrics
+        self.job_root = job_root
+        self.jobs: dict[str, Job] = {}  # job id -> its latest run that left the queue
+        self.runs: dict[str, Job] = {}  # run id -> the runs this process started
+        self.definitions: dict[str, JobConfig] = {}
+        self._queued: dict[str, list[str]] = {}  # job id -> queued run ids, oldest first
+        self._queued_by: dict[str, str] = {}  # run id -> who submitted it
+        self._tokens: dict[bytes, tuple[Job, str]] = {}
+        self._lock = threading.RLock()
         self._clock = clock
         self._stop = threading.Event()
+        self._shutting_down = False
+        self._cancelled_by: dict[str, str] = {}  # run id -> the operator who cancelled it
+        self._steps_saved: dict[str, float] = {}  # run id -> when its step ledger was last stored
         self._ticker = threading.Thread(target=self._tick_loop, name="xclp-deadlines", daemon=True)
+        seen: set[str] = set()
+        for config in jobs:
+            if config.job_id in seen:
+                raise ConfigError(f"two job files define job {config.job_id!r}")
+            seen.add(config.job_id)
+            self._check_parties(config)
+        interrupted = self.store.interrupt_in_flight(
+            "the coordinator stopped while the run was in flight; submit the job again to rerun it")
+        if interrupted:
+            log.warning("runs interrupted by the coordinator's restart: %s", ", ".join(interrupted))
+        for job_id, text, source in self.store.definitions():
+            self._restore(job_id, text, source)
+        for config, (text, name) in zip(jobs, list(job_texts) or [("", "in-process")] * len(jobs)):
+            self.definitions[config.job_id] = config  # a job file given at start is the operator's latest word
+            self.store.define_job(config.job_id, config.job_type, text or repr(config.params), name, replace=True)
+        for record in self.store.runs(states=("queued",), oldest_first=True):
+            if record.job_id in self.definitions:
+                self._queued.setdefault(record.job_id, []).append(record.run_id)
+            else:
+                self.store.set_state(record.run_id, "interrupted", "its job definition can no longer be read")
+        for config in jobs:
+            self._queue_run(config.job_id, "")
+        for job_id in list(self._queued):
+            self._advance(job_id)
+
+    # --- definitions and runs ---------------------------------------------------------------
+
+    def _check_parties(self, config: JobConfig) -> None:
+        unknown = sorted(set(config.expected_parties) - set(self.allow_list))
+        if unknown:
+            raise ConfigError(f"job {config.job_id!r} expects parties not on the allow-list: {', '.join(unknown)}")
+
+    def _restore(self, job_id: str, text: str, source: str) -> None:
+        """A stored definition, read again at start (a submitted one resolves under `job_root`)."""
+        if source != SUBMITTED:
+            return  # a job file: it runs again only if given at start again (it may have changed)
+        try:
+            config = parse_job(text, f"stored job {job_id}", self._job_dir(job_id))
+            self._check_parties(config)
+        except XclpError as exc:
+            log.warning("stored job %s cannot be read again: %s", job_id, exc)
+            return
+        self.definitions[job_id] = config
+
+    def _job_dir(self, job_id: str) -> Path | None:
+        return None if self.job_root is None else self.job_root / job_id
+
+    def submit(self, text: str, name: str, submitted_by: str) -> str:
+        """A job file's text from the operator: define it (or find its same definition) and queue a run."""
+        config = parse_job(text, name, self._job_dir(_peek_job_id(text)))
+        self._check_parties(config)
+        with self._lock:
+            self.store.define_job(config.job_id, config.job_type, text, SUBMITTED)
+            self.definitions.setdefault(config.job_id, config)
+            run_id = self._queue_run(config.job_id, submitted_by)
+            self._advance(config.job_id)
+        log.info("job %s: run %s submitted by %s", config.job_id, run_id, submitted_by)
+        return run_id
+
+    def _queue_run(self, job_id: str, submitted_by: str) -> str:
+        run_id = self.store.create_run(job_id, b"", submitted_by=submitted_by)
+        self._queued.setdefault(job_id, []).append(run_id)
+        return run_id
+
+    def _advance(self, job_id: str) -> None:
+        """Start the oldest queued run of `job_id` if none of its runs is in flight."""
+        with self._lock:
+            current = self.jobs.get(job_id)
+            queue = self._queued.get(job_id)
+            if self._shutting_down or not queue or (current is not None and not current.stage.ended):
+                return
+            run_id = queue.pop(0)
+            config = self.definitions[job_id]
+            job = JOB_TYPES[config.job_type](config, self.allow_list, clock=self._clock, observer=self.observer)
+            job.run_id = run_id
+            job.events = self
+            self.store.set_nonce(run_id, job.run_nonce)
+            self.store.set_state(run_id, "joining")
+            self.jobs[job_id] = job
+            self.runs[run_id] = job
+        log.info("job %s: run %s open for joining", job_id, run_id)
+
+    def cancel(self, run_id: str, operator: str, reason: str = "") -> None:
+        reason = reason or f"cancelled by the operator {operator}"
+        with self._lock:
+            record = self.store.run(run_id)
+            queue = self._queued.get(record.job_id, [])
+            if run_id in queue:
+                queue.remove(run_id)
+                self.store.set_state(run_id, "cancelled", reason, cancelled_by=operator)
+                return
+            job = self.runs.get(run_id)
+        if job is None:
+            raise InvalidInput(f"run {run_id} is {record.state}; only queued, joining or running runs can be cancelled")
+        self._cancelled_by[run_id] = operator
+        job.cancel(reason)
+
+    def offers(self, party_id: str) -> list[pb.Offer]:
+        """Runs open for joining that expect `party_id` and that it has not joined."""
+        with self._lock:
+            open_runs = [job for job in self.jobs.values() if job.stage is Stage.JOINING]
+        return [pb.Offer(run_id=job.run_id, spec=job.spec()) for job in open_runs
+                if party_id in job.config.expected_parties and party_id not in job.parties]
 
     def start(self) -> None:
         self._ticker.start()
 
     def stop(self) -> None:
+        """Stop the deadline clock; runs still in flight end as interrupted, and their parties hear why."""
+        with self._lock:
+            self._shutting_down = True
+            live = [job for job in self.runs.values() if not job.stage.ended]
+        for job in live:
+            try:
+                job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted (submit it again)")
+            except InvalidInput:
+                pass  # it ended meanwhile
         self._stop.set()
 
     def all_finished(self) -> bool:
-        return all(job.stage in (Stage.DONE, Stage.FAILED) for job in self.jobs.values())
+        with self._lock:
+            return not any(self._queued.values()) and all(job.stage.ended for job in self.jobs.values())
 
     def job(self, job_id: str) -> Job:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise InvalidInput(f"no job {job_id!r} on this coordinator")
+        """The run of `job_id` that parties join now."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+            queued = bool(self._queued.get(job_id))
+        if job is None or (job.stage.ended and not queued):
+            if job_id not in self.definitions:
+                raise InvalidInput(f"no job {job_id!r} on this coordinator")
+            last = job.run_id if job is not None else "none"
+            state = job.stage.value if job is not None else "-"
+            raise ProtocolError(f"job {job_id!r} has no run open for joining (its last run, {last}, is {state}); "
+                                "the operator starts one with `xclp-server job submit`")
         return job
+
+    # --- what the operator sees ----------------------------------------------------------------
+
+    def run_info(self, run_id: str) -> pb.RunInfo:
+        return self._info(self.store.run(run_id))
+
+    def list_runs(self, job_id: str = "", limit: int = 50) -> list[pb.RunInfo]:
+        return [self._info(r) for r in self.store.runs(job_id=job_id, limit=limit)]
+
+    def _info(self, record: RunRecord) -> pb.RunInfo:
+        """A stored run, with the live step and timings if this process runs it now."""
+        job = self.runs.get(record.run_id)
+        steps = record.steps
+        info = pb.RunInfo(run_id=record.run_id, job_id=record.job_id, job_type=record.job_type, state=record.state,
+                          reason=record.reason, created_at=record.created_at, started_at=record.started_at,
+                          ended_at=record.ended_at, submitted_by=record.submitted_by)
+        if job is not None and record.state in ("joining", "running"):
+            with job.lock:
+                steps = job.run_ledger.as_dict()
+                if job.step is not None:
+                    info.step, info.round = job.step.name, job.step.round
+        for p in record.parties:
+            info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason)
+        for name, st in steps.items():
+            info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]), bytes_in=int(st["bytes_in"]),
+                           bytes_relayed=int(st["bytes_relayed"]), bytes_out=int(st["bytes_out"]))
+            info.bytes_total += int(st["bytes_in"]) + int(st["bytes_relayed"]) + int(st["bytes_out"])
+        return info
+
+    # --- the parties' calls -------------------------------------------------------------------
 
     def challenge(self, request: pb.ChallengeRequest) -> pb.ChallengeResponse:
         return self.job(request.job_id).challenge()
 
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
-        job = self.job(request.job_id)
-        signed = SignedBundle(request.bundle.bundle, request.bundle.signature)
-        bundle = job.join(signed, request.summary)
+        try:
+            job = self.job(request.job_id)
+            signed = SignedBundle(request.bundle.bundle, request.bundle.signature)
+            bundle = job.join(signed, request.summary)
+        except XclpError as exc:
+            if self.metrics is not None:
+                self.metrics.refused_joins.labels(type(exc).__name__).inc()
+            raise
         token = secrets.token_bytes(32)
         with self._lock:
-            self._tokens[hashlib.sha256(token).digest()] = (job.config.job_id, bundle.party_id)
+            self._tokens[hashlib.sha256(token).digest()] = (job, bundle.party_id)
         return pb.JoinResponse(session_token=token, spec=job.spec())
 
     def authenticate(self, token: bytes | None, job_id: str) -> tuple[Job, str]:
-        """(job, party id) the token was issued for; the call must name that job."""
+        """(run, party id) the token was issued for; the call must name that run's job."""
         if not token:
             raise InvalidSignature("missing session token: call Join first and send x-xclp-token-bin")
         with self._lock:
             entry = self._tokens.get(hashlib.sha256(token).digest())
-        if entry is None or not hmac.compare_digest(entry[0].encode(), job_id.encode()):
-            raise InvalidSignature(f"the session token is not valid for job {job_id!r}")
-        job = self.job(entry[0])
-        party = job.parties.get(entry[1])
+        if entry is None or not hmac.compare_digest(entry[0].config.job_id.encode(), job_id.encode()):
+            raise InvalidSignature(f"the session token is not valid for job {job_id!r}" + self._interrupted_hint(job_id))
+        job, party_id = entry
+        party = job.parties.get(party_id)
         if party is None or party.end_delivered:  # tokens expire with the party's place in the job
             raise InvalidSignature(f"the session token for job {job_id!r} has expired: the job is over for this party")
-        return job, entry[1]
+        return job, party_id
+
+    def _interrupted_hint(self, job_id: str) -> str:
+        """Why an old token is unknown: the coordinator restarted and its run was interrupted."""
+        last = self.store.runs(job_id=job_id, limit=1)
+        if last and last[0].state == "interrupted":
+            return f" (run {last[0].run_id} of it was interrupted: {last[0].reason})"
+        return ""
+
+    # --- RunEvents: what the jobs report, recorded in the store -------------------------------
+
+    def joined(self, job: Job, party_id: str, rows: int) -> None:
+        self.store.party(job.run_id, party_id, "joined", rows=rows)
+
+    def left(self, job: Job, party_id: str) -> None:
+        self.store.forget_party(job.run_id, party_id)
+
+    def started(self, job: Job) -> None:
+        self.store.set_state(job.run_id, "running")
+        for pid in job.config.expected_parties:
+            if pid not in job.parties:
+                self.store.party(job.run_id, pid, "never joined")
+
+    def dropped(self, job: Job, party_id: str, reason: str) -> None:
+        self.store.party(job.run_id, party_id, "dropped", reason=reason)
+
+    def step_done(self, job: Job, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None:
+        if self.metrics is not None:
+            self.metrics.step(job.config.job_type, name, seconds, bytes_in, bytes_relayed)
+        now = time.monotonic()
+        if now - self._steps_saved.get(job.run_id, 0.0) >= STEPS_SAVE_SECONDS:
+            self._steps_saved[job.run_id] = now
+            self.store.set_steps(job.run_id, job.run_ledger.as_dict())
+
+    def ended(self, job: Job) -> None:
+        if job.stage is Stage.CANCELLED:
+            state = "interrupted" if self._shutting_down else "cancelled"
+        else:
+            state = job.stage.value
+        by = self._cancelled_by.get(job.run_id, "") if state == "cancelled" else ""
+        self.store.set_steps(job.run_id, job.run_ledger.as_dict())
+        self.store.set_state(job.run_id, state, job.outcome_reason, cancelled_by=by)
+        if self.metrics is not None:
+            self.metrics.sent(job.config.job_type, sum(s.bytes_out for s in job.run_ledger.steps.values()))
+        log.info("job %s: run %s %s", job.config.job_id, job.run_id, state)
+        self._advance(job.config.job_id)  # the job's next queued run, if any
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(TICK_SECONDS):
             now = self._clock()
-            for job in self.jobs.values():
+            with self._lock:
+                live = [job for job in self.jobs.values() if not job.stage.ended]
+            for job in live:
                 try:
                     job.tick(now)
                 except Exception:  # a bug in one job must not stop the others' deadlines
                     log.exception("job %s: deadline handling failed", job.config.job_id)
+
+
+SUBMITTED = "submitted"
+STEPS_SAVE_SECONDS = 2.0  # how often a running run's step timings reach the store
+
+
+def _peek_job_id(text: str) -> str:
+    """The job id of a submitted job file, to place its files before the whole file is checked."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return "_"
+    job_id = raw.get("job_id")
+    return job_id if isinstance(job_id, str) and job_id and "/" not in job_id and job_id not in (".", "..") else "_"

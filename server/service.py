@@ -1,7 +1,8 @@
 """The gRPC servicer: authenticate, validate and route; no protocol logic lives here (DESIGN §3).
 
 Join admits a party; Pull drains its mailbox; Push reassembles frames into validated messages
-and hands each to its job. Anything malformed is answered with INVALID_ARGUMENT for that call
+and hands each to its job; Offers tells a party agent, by a call it signed, which runs wait for it.
+The standard gRPC health service (grpc.health.v1) answers on the same port. Anything malformed is answered with INVALID_ARGUMENT for that call
 only; the coordinator goes on serving every other party and job.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from xclp.crypto.identity import KeyBundle
 from xclp.server.config import TlsFiles
@@ -19,7 +21,7 @@ from xclp.server.coordinator import Coordinator
 from xclp.server.jobs.base import MAX_PUSH_STREAMS
 from xclp.server.status import abort_on_error
 from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
-from xclp.v1 import wire
+from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import status_code
@@ -42,6 +44,13 @@ def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
 class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
+        self.offer_calls = calls.CallVerifier(coordinator.allow_list, coordinator.store.remember_nonce, who="party")
+
+    @abort_on_error
+    def Offers(self, request: pb.SignedCall, context: grpc.ServicerContext) -> pb.OfferList:
+        party_id = self.offer_calls.open(request, calls.OFFERS, pb.OffersRequest())
+        _check_client_name(context, party_id)
+        return pb.OfferList(offers=self.coordinator.offers(party_id))
 
     @abort_on_error
     def Challenge(self, request: pb.ChallengeRequest, context: grpc.ServicerContext) -> pb.ChallengeResponse:
@@ -70,6 +79,10 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             context.abort(status_code(exc), str(exc))
         # The RPC ending for any reason other than our JobEnd is a disconnect (a dropout).
         context.add_callback(lambda: job.disconnected(party_id))
+        metrics = self.coordinator.metrics
+        if metrics is not None:
+            metrics.connected.inc()
+            context.add_callback(metrics.connected.dec)
         mailbox = party.mailbox
         while context.is_active():
             item = mailbox.get(POLL_SECONDS)
@@ -133,6 +146,7 @@ def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None
     server = grpc.server(ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="xclp-rpc"),
                          options=SERVER_OPTIONS)
     pb_grpc.add_CoordinatorServicer_to_server(CoordinatorService(coordinator), server)
+    health_pb2_grpc.add_HealthServicer_to_server(serving_health(), server)
     if tls is None:
         port = server.add_insecure_port(address)
     else:
@@ -144,3 +158,11 @@ def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None
     if port == 0:
         raise InvalidInput(f"cannot listen on {address}")
     return server, port
+
+
+def serving_health() -> health.HealthServicer:
+    """grpc.health.v1: SERVING for the server as a whole ("") and for xclp.v1.Coordinator."""
+    servicer = health.HealthServicer()
+    for service in ("", "xclp.v1.Coordinator"):
+        servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    return servicer

@@ -60,3 +60,7 @@ class PolicyRefused(InvalidInput):
 class ResourceExhausted(InvalidInput):
     """A party sent more than the protocol allows it: a payload above the step's size, a second
     relay to the same recipient in a round, too many streams, a full mailbox."""
+
+
+class RunCancelled(PeerDropped):
+    """The coordinator's operator cancelled the run (or the coordinator shut down during it)."""

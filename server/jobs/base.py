@@ -13,6 +13,7 @@ Lifecycle (`Stage`):
             participant --> the job type's first step; a drop during "moments" restarts it
     RUNNING (job-specific steps) --last step complete--> DONE
     any     --active parties < min_parties--> FAILED
+    any     --`cancel` (the operator, or the coordinator shutting down)--> CANCELLED
 
 Every transition is one method call made under the job's lock: `join`, `message` (a complete,
 validated payload from an authenticated party), `disconnected` (its Pull stream ended) and
@@ -32,13 +33,14 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
 from xclp.prep import Scaling
 from xclp.server.config import JobConfig
 from xclp.server.jobs.state import Party, Step, check_reveal, open_sum, ring_array
+from xclp.server.jobs.summary import StepLedger
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX
@@ -62,6 +64,23 @@ class Stage(enum.Enum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def ended(self) -> bool:
+        return self in (Stage.DONE, Stage.FAILED, Stage.CANCELLED)
+
+
+class RunEvents(Protocol):
+    """What the coordinator's run registry hears of a job (server/runs.py): called under the job's
+    lock, so each must be quick; none carries data, keys or masks."""
+
+    def joined(self, job: Job, party_id: str, rows: int) -> None: ...
+    def left(self, job: Job, party_id: str) -> None: ...
+    def started(self, job: Job) -> None: ...
+    def dropped(self, job: Job, party_id: str, reason: str) -> None: ...
+    def step_done(self, job: Job, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None: ...
+    def ended(self, job: Job) -> None: ...
 
 
 class Job:
@@ -96,6 +115,10 @@ class Job:
         self.outcome_reason = ""
         self._message_ids = itertools.count(1)
         self.done_event = threading.Event()
+        self.run_id = ""  # the coordinator's id of this run (server/runs.py)
+        self.events: RunEvents | None = None
+        # seconds and bytes of every step of the run, for the operator (`xclp-server job show`)
+        self.run_ledger = StepLedger()
         # DESIGN §8: the pooled preparation, once the moments step has run (None: the job does not prepare)
         self.scaling: Scaling | None = None
         self._moments: Step | None = None  # the complete moments round whose self masks are revealed
@@ -103,13 +126,13 @@ class Job:
     # --- spec -------------------------------------------------------------------------------
 
     def challenge(self) -> pb.ChallengeResponse:
-        return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=self.spec())
+        return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=self.spec(), run_id=self.run_id)
 
     def spec(self) -> pb.JobSpec:
         c = self.config
         return pb.JobSpec(job_id=c.job_id, job_type=c.job_type, params_json=params_json(c.params),
                           expected_parties=list(c.expected_parties), min_parties=c.min_parties,
-                          step_deadline_seconds=c.step_seconds)
+                          step_deadline_seconds=c.step_seconds, datasets=c.datasets)
 
     @property
     def dim(self) -> int:
@@ -151,6 +174,8 @@ class Job:
                 raise ProtocolError(f"party {bundle.party_id!r} has already joined job {self.config.job_id!r}")
             self.check_summary(summary)
             self.parties[bundle.party_id] = Party(bundle, signed, summary)
+            if self.events is not None:
+                self.events.joined(self, bundle.party_id, int(summary.rows))
             log.info("job %s: %s joined (%d/%d)", self.config.job_id, bundle.party_id,
                      len(self.parties), len(self.config.expected_parties))
             if len(self.parties) == len(self.config.expected_parties):
@@ -206,11 +231,13 @@ class Job:
     def disconnected(self, party_id: str) -> None:
         with self.lock:
             party = self.parties.get(party_id)
-            if party is None or party.ended or self.stage in (Stage.DONE, Stage.FAILED):
+            if party is None or party.ended or self.stage.ended:
                 return
             if self.stage is Stage.JOINING:
                 # Not yet on a roster: forget it, it may join again with fresh keys.
                 del self.parties[party_id]
+                if self.events is not None:
+                    self.events.left(self, party_id)
                 log.info("job %s: %s left before the roster was sent", self.config.job_id, party_id)
                 return
             self._drop({party_id}, "disconnected")
@@ -334,6 +361,7 @@ class Job:
                                  recipient=party_id, message_id=mid):
             size += len(frame.data)
             self.parties[party_id].mailbox.put(pb.PullItem(frame=frame))
+        self.run_ledger.sent(step, size)
         return size
 
     def finish(self, reason: str = "") -> None:
@@ -346,7 +374,28 @@ class Job:
             self._end(pid, pb.JobEnd.DONE, reason or "job complete")
         log.info("job %s: done in %.3fs with %d parties", self.config.job_id, self.clock() - self.started_at,
                  len(self.active))
+        self._ended()
+
+    def cancel(self, reason: str) -> None:
+        """End the run now (the operator's `job cancel`, or the coordinator shutting down): every
+        joined party hears CANCELLED with `reason` and stops; nothing more is accepted."""
+        with self.lock:
+            if self.stage.ended:
+                raise InvalidInput(f"run {self.run_id or self.config.job_id} is already {self.stage.value}")
+            self.stage = Stage.CANCELLED
+            self.outcome_reason = reason
+            if self.step is not None:
+                self.past_steps.add(self.step.name)
+            self.step = None
+            for pid in self.parties:
+                self._end(pid, pb.JobEnd.CANCELLED, reason)
+            log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
+            self._ended()
+
+    def _ended(self) -> None:
         self.done_event.set()
+        if self.events is not None:
+            self.events.ended(self)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -377,9 +426,15 @@ class Job:
         for pid in self.active:
             self.parties[pid].mailbox.put(pb.PullItem(roster=roster))
         self.stage = Stage.SETUP
+        if self.events is not None:
+            self.events.started(self)
         self.start_step(SEED_STEP)
 
     def _complete(self, step: Step) -> None:
+        seconds = self.clock() - step.started
+        self.run_ledger.record(step.name, seconds, bytes_in=step.bytes_in, bytes_relayed=step.bytes_relayed)
+        if self.events is not None:
+            self.events.step_done(self, step.name, seconds, step.bytes_in, step.bytes_relayed)
         log.info("job %s: step %s round %d complete in %.3fs; %d parties, %d bytes in, %d bytes relayed",
                  self.config.job_id, step.name, step.round, self.clock() - step.started, len(step.participants),
                  step.bytes_in, step.bytes_relayed)
@@ -449,6 +504,8 @@ class Job:
             self.dropped.add(pid)
             self.drop_reasons[pid] = reason
             self._end(pid, pb.JobEnd.DROPPED, reason)
+            if self.events is not None:
+                self.events.dropped(self, pid, reason)
             log.warning("job %s: dropped %s (%s)", self.config.job_id, pid, reason)
         if len(self.active) < self.config.min_parties:
             self._fail(f"{len(self.active)} parties left, fewer than min_parties = {self.config.min_parties}")
@@ -479,7 +536,7 @@ class Job:
         for pid in self.parties:  # joined parties too, if it fails before the roster went out
             self._end(pid, outcome, reason)
         log.error("job %s: failed: %s", self.config.job_id, reason)
-        self.done_event.set()
+        self._ended()
 
     def _end(self, party_id: str, outcome: int, reason: str) -> None:
         party = self.parties[party_id]

@@ -66,6 +66,7 @@ class RoundXclp(XclpJob):
         self.active = list(members)
         self.session_id = fedavg.round_session(parent.session_id, round)
         self.stage = Stage.RUNNING
+        self.run_ledger = parent.run_ledger  # the operator sees the round's XCLP steps in the job's
 
     def wire_name(self, name: str) -> str:
         return fedavg.scoped(self.round, name)

@@ -40,7 +40,7 @@ from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.server.config import JobConfig
 from xclp.runtime import write_json_atomic
-from xclp.server.jobs.base import Job, Observer, Stage
+from xclp.server.jobs.base import Job, Observer
 from xclp.server.jobs.state import Step, check_reveal, ring_array
 from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.steps import xclp as steps
@@ -391,7 +391,7 @@ class XclpJob(Job):
 
     def _after_transition(self) -> None:
         with self.lock:
-            if self.summary_written or self.stage not in (Stage.DONE, Stage.FAILED):
+            if self.summary_written or not self.stage.ended:
                 return
             self.summary_written = True
             summary = self.summary()

@@ -7,6 +7,144 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class SignedCall(_message.Message):
+    __slots__ = ("signer", "call", "signature")
+    SIGNER_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    signer: str
+    call: bytes
+    signature: bytes
+    def __init__(self, signer: _Optional[str] = ..., call: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class Call(_message.Message):
+    __slots__ = ("method", "timestamp_ms", "nonce", "body")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    timestamp_ms: int
+    nonce: bytes
+    body: bytes
+    def __init__(self, method: _Optional[str] = ..., timestamp_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("job_toml", "file_name")
+    JOB_TOML_FIELD_NUMBER: _ClassVar[int]
+    FILE_NAME_FIELD_NUMBER: _ClassVar[int]
+    job_toml: str
+    file_name: str
+    def __init__(self, job_toml: _Optional[str] = ..., file_name: _Optional[str] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("job_id", "limit")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    limit: int
+    def __init__(self, job_id: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ShowRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class OffersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Offer(_message.Message):
+    __slots__ = ("run_id", "spec")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    spec: JobSpec
+    def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+
+class OfferList(_message.Message):
+    __slots__ = ("offers",)
+    OFFERS_FIELD_NUMBER: _ClassVar[int]
+    offers: _containers.RepeatedCompositeFieldContainer[Offer]
+    def __init__(self, offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ...) -> None: ...
+
+class PartyInfo(_message.Message):
+    __slots__ = ("party_id", "state", "rows", "joined_at", "reason")
+    PARTY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    JOINED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    party_id: str
+    state: str
+    rows: int
+    joined_at: float
+    reason: str
+    def __init__(self, party_id: _Optional[str] = ..., state: _Optional[str] = ..., rows: _Optional[int] = ..., joined_at: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class StepInfo(_message.Message):
+    __slots__ = ("name", "rounds", "seconds", "bytes_in", "bytes_relayed", "bytes_out")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_RELAYED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rounds: int
+    seconds: float
+    bytes_in: int
+    bytes_relayed: int
+    bytes_out: int
+    def __init__(self, name: _Optional[str] = ..., rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., bytes_in: _Optional[int] = ..., bytes_relayed: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
+
+class RunInfo(_message.Message):
+    __slots__ = ("run_id", "job_id", "job_type", "state", "reason", "created_at", "started_at", "ended_at", "parties", "step", "round", "steps", "bytes_total", "submitted_by")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    job_id: str
+    job_type: str
+    state: str
+    reason: str
+    created_at: float
+    started_at: float
+    ended_at: float
+    parties: _containers.RepeatedCompositeFieldContainer[PartyInfo]
+    step: str
+    round: int
+    steps: _containers.RepeatedCompositeFieldContainer[StepInfo]
+    bytes_total: int
+    submitted_by: str
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., parties: _Optional[_Iterable[_Union[PartyInfo, _Mapping]]] = ..., step: _Optional[str] = ..., round: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., bytes_total: _Optional[int] = ..., submitted_by: _Optional[str] = ...) -> None: ...
+
+class RunList(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunInfo]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ...) -> None: ...
+
 class SignedBundle(_message.Message):
     __slots__ = ("bundle", "signature")
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
@@ -38,20 +176,29 @@ class JoinRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds")
+    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets")
+    class DatasetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
     PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_PARTIES_FIELD_NUMBER: _ClassVar[int]
     MIN_PARTIES_FIELD_NUMBER: _ClassVar[int]
     STEP_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_type: str
     params_json: str
     expected_parties: _containers.RepeatedScalarFieldContainer[str]
     min_parties: int
     step_deadline_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ...) -> None: ...
+    datasets: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ..., datasets: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ChallengeRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -60,12 +207,14 @@ class ChallengeRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class ChallengeResponse(_message.Message):
-    __slots__ = ("run_nonce", "spec")
+    __slots__ = ("run_nonce", "spec", "run_id")
     RUN_NONCE_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     run_nonce: bytes
     spec: JobSpec
-    def __init__(self, run_nonce: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+    run_id: str
+    def __init__(self, run_nonce: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class JoinResponse(_message.Message):
     __slots__ = ("session_token", "spec")
@@ -108,11 +257,13 @@ class JobEnd(_message.Message):
         FAILED: _ClassVar[JobEnd.Outcome]
         DROPPED: _ClassVar[JobEnd.Outcome]
         REFUSED: _ClassVar[JobEnd.Outcome]
+        CANCELLED: _ClassVar[JobEnd.Outcome]
     OUTCOME_UNSPECIFIED: JobEnd.Outcome
     DONE: JobEnd.Outcome
     FAILED: JobEnd.Outcome
     DROPPED: JobEnd.Outcome
     REFUSED: JobEnd.Outcome
+    CANCELLED: JobEnd.Outcome
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     outcome: JobEnd.Outcome

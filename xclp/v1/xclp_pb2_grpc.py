@@ -54,6 +54,11 @@ class CoordinatorStub:
                 request_serializer=xclp_dot_v1_dot_xclp__pb2.Frame.SerializeToString,
                 response_deserializer=xclp_dot_v1_dot_xclp__pb2.PushAck.FromString,
                 _registered_method=True)
+        self.Offers = channel.unary_unary(
+                '/xclp.v1.Coordinator/Offers',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.OfferList.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -88,6 +93,13 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Offers(self, request, context):
+        """A party agent's poll: the runs now open for joining that name the signing party.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +122,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Push,
                     request_deserializer=xclp_dot_v1_dot_xclp__pb2.Frame.FromString,
                     response_serializer=xclp_dot_v1_dot_xclp__pb2.PushAck.SerializeToString,
+            ),
+            'Offers': grpc.unary_unary_rpc_method_handler(
+                    servicer.Offers,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.OfferList.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +237,244 @@ class Coordinator:
             '/xclp.v1.Coordinator/Push',
             xclp_dot_v1_dot_xclp__pb2.Frame.SerializeToString,
             xclp_dot_v1_dot_xclp__pb2.PushAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Offers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Coordinator/Offers',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.OfferList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class AdminStub:
+    """The operator's API, served on its own address (loopback by default). Every call
+    is a SignedCall by an operator key listed in the server config.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Submit = channel.unary_unary(
+                '/xclp.v1.Admin/Submit',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/xclp.v1.Admin/List',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.RunList.FromString,
+                _registered_method=True)
+        self.Show = channel.unary_unary(
+                '/xclp.v1.Admin/Show',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
+                _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/xclp.v1.Admin/Cancel',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
+                _registered_method=True)
+
+
+class AdminServicer:
+    """The operator's API, served on its own address (loopback by default). Every call
+    is a SignedCall by an operator key listed in the server config.
+    """
+
+    def Submit(self, request, context):
+        """body: SubmitRequest
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """body: ListRequest
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Show(self, request, context):
+        """body: ShowRequest
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Cancel(self, request, context):
+        """body: CancelRequest
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Submit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Submit,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.RunList.SerializeToString,
+            ),
+            'Show': grpc.unary_unary_rpc_method_handler(
+                    servicer.Show,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.RunInfo.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'xclp.v1.Admin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('xclp.v1.Admin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Admin:
+    """The operator's API, served on its own address (loopback by default). Every call
+    is a SignedCall by an operator key listed in the server config.
+    """
+
+    @staticmethod
+    def Submit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Admin/Submit',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Admin/List',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.RunList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Show(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Admin/Show',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Admin/Cancel',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.RunInfo.FromString,
             options,
             channel_credentials,
             insecure,

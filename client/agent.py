@@ -1,0 +1,312 @@
+"""`xclp-client agent`: an institution's always-on party.
+
+    xclp-client agent --config agent.toml
+
+The agent polls the coordinator (`Offers`, a call signed with the party's identity key) for runs
+open for joining that name this party, and decides on each by its own configuration, whatever
+the coordinator says:
+
+- the job type must be in `policy.job_types`;
+- the job must name, for this party, a data set of the agent's catalogue (`[datasets.<name>]`:
+  path, label and id columns); jobs name data sets, never paths;
+- the party's policy (DESIGN §2.3) must accept the job: enough parties, DP if required, no
+  hidden label mask unless allowed, Paillier keys between `min_key_bits` and `max_key_bits`.
+
+A refused run is logged once, with the reason, and left alone. An accepted run runs on its own
+thread with a fresh Paillier key if the job needs one; every key bundle signs the run's nonce,
+and the session checks the coordinator still offers the same run. Outputs go to
+`<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
+nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
+its runs (their partial outputs are removed) and exits 0.
+
+agent.toml:
+
+    party = "hospital-a"
+    identity = "keys/hospital-a.key"
+    peers = "allow.toml"                 # pinned identity keys (from the operator, authenticated)
+    coordinator = "coord.example.org:50051"
+    ca_cert = "ca.pem"                   # and client_cert, client_key, server_name, insecure
+    out = "runs/"
+    poll_seconds = 2.0                   # also: join_wait, idle_timeout, workers
+
+    [policy]
+    job_types = ["xclp", "flynn"]        # default: every type
+    min_parties = 3
+    require_dp = 1.0                     # optional
+    allow_hide_label_mask = false
+    min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
+    max_key_bits = 4096
+    max_memory_gb = 16                   # and max_paillier_hours
+
+    [datasets.train]
+    path = "data/train.csv"
+    label_column = "label"
+    id_column = "patient_id"             # and delimiter
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from xclp import tables
+from xclp.client.connection import ConnectionConfig
+from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.outputs import remove_partial, write_run_dir
+from xclp.client.policy import PartyPolicy
+from xclp.client.session import PartySession, RunConfig
+from xclp.crypto import identity
+from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
+from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
+from xclp.party_table import PartyData
+from xclp.runtime import check_keys, read_toml
+from xclp.v1 import calls
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.jobs import JOB_TYPES, JobParams, params_from_json, uses_paillier
+from xclp.v1.status import error_from_rpc
+
+log = logging.getLogger("xclp.agent")
+
+AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
+              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "policy", "datasets"}
+POLICY_KEYS = {"job_types", "min_parties", "require_dp", "allow_hide_label_mask", "insecure_test_keys", "min_key_bits",
+               "max_key_bits", "max_memory_gb", "max_paillier_hours"}
+DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    path: Path
+    label_column: str | None = "label"
+    id_column: str | None = None
+    delimiter: str | None = None
+
+    def load(self, params: JobParams) -> PartyData:
+        return tables.load(self.path, label_column=self.label_column, id_column=self.id_column,
+                           delimiter=self.delimiter, categorical=params.categorical)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    party: str
+    identity: Path
+    peers: Path
+    connection: ConnectionConfig
+    out: Path
+    datasets: dict[str, Dataset]
+    policy: PartyPolicy = PartyPolicy()
+    job_types: frozenset[str] = frozenset(JOB_TYPES)
+    min_key_bits: int = MIN_SECURE_BITS
+    max_key_bits: int = 4096
+    poll_seconds: float = 2.0
+    join_wait: float = 60.0
+    idle_timeout: float = 900.0
+    workers: int | None = None
+    max_memory_bytes: int | None = None
+    max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
+
+    @classmethod
+    def load(cls, path: Path) -> AgentConfig:
+        raw = read_toml(path)
+        check_keys(path, raw, AGENT_KEYS)
+        base = path.parent
+        missing = [k for k in ("party", "identity", "peers", "coordinator", "out") if not raw.get(k)]
+        if missing:
+            raise ConfigError(f"{path}: missing {', '.join(missing)}")
+        policy = raw.get("policy", {})
+        catalogue = raw.get("datasets", {})
+        if not isinstance(policy, dict) or not isinstance(catalogue, dict):
+            raise ConfigError(f"{path}: [policy] and [datasets.<name>] must be tables")
+        check_keys(f"{path} [policy]", policy, POLICY_KEYS)
+        datasets = {}
+        for name, entry in catalogue.items():
+            if not isinstance(entry, dict) or "path" not in entry:
+                raise ConfigError(f"{path}: [datasets.{name}] needs path = \"<file>\"")
+            check_keys(f"{path} [datasets.{name}]", entry, DATASET_KEYS)
+            datasets[name] = Dataset(base / entry["path"], entry.get("label_column", "label") or None,
+                                     entry.get("id_column") or None, _delimiter(entry.get("delimiter")))
+        if not datasets:
+            raise ConfigError(f"{path}: the catalogue is empty: add [datasets.<name>] with the path of a table")
+        types = policy.get("job_types", sorted(JOB_TYPES))
+        unknown = sorted(set(types) - set(JOB_TYPES))
+        if unknown:
+            raise ConfigError(f"{path}: [policy] job_types names unknown type(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(JOB_TYPES))}")
+
+        def optional(key: str) -> Path | None:
+            return base / raw[key] if raw.get(key) else None
+
+        identity.check_party_id(raw["party"])
+        memory = policy.get("max_memory_gb")
+        return cls(
+            party=raw["party"], identity=base / raw["identity"], peers=base / raw["peers"], out=base / raw["out"],
+            connection=ConnectionConfig(address=raw["coordinator"], ca_cert=optional("ca_cert"),
+                                        client_cert=optional("client_cert"), client_key=optional("client_key"),
+                                        server_name=raw.get("server_name"), insecure=bool(raw.get("insecure"))),
+            datasets=datasets,
+            policy=PartyPolicy(min_parties=int(policy.get("min_parties", 3)), require_dp=policy.get("require_dp"),
+                               allow_hide_label_mask=bool(policy.get("allow_hide_label_mask")),
+                               insecure_test_keys=bool(policy.get("insecure_test_keys"))),
+            job_types=frozenset(types),
+            min_key_bits=int(policy.get("min_key_bits", MIN_SECURE_BITS)),
+            max_key_bits=int(policy.get("max_key_bits", 4096)),
+            poll_seconds=float(raw.get("poll_seconds", 2.0)), join_wait=float(raw.get("join_wait", 60.0)),
+            idle_timeout=float(raw.get("idle_timeout", 900.0)),
+            workers=None if raw.get("workers") is None else int(raw["workers"]),
+            max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
+            max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600)
+
+
+def _delimiter(value: Any) -> str | None:
+    return "\t" if value in ("tab", "\\t") else value
+
+
+@dataclass
+class _Active:
+    job_id: str
+    session: PartySession | None = None
+    thread: threading.Thread | None = None
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    say: Callable[[str], None] = field(default=lambda message: log.info("%s", message))
+
+    def __post_init__(self) -> None:
+        self.key = identity.load_identity(self.config.identity)
+        self.peers = identity.load_allow_list(self.config.peers)
+        if self.peers.get(self.config.party) != identity.public_bytes(self.key):
+            raise ConfigError(f"the identity key {self.config.identity} is not the key pinned for "
+                              f"{self.config.party!r} in {self.config.peers}")
+        self.seen: set[str] = set()  # run ids decided on
+        self.active: dict[str, _Active] = {}
+        self.lock = threading.Lock()
+        self._last_poll_error = ""
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def serve(self, stop: threading.Event) -> None:
+        channel = self.config.connection.channel()
+        stub = pb_grpc.CoordinatorStub(channel)
+        self.say(f"agent for {self.config.party}: polling {self.config.connection.address} every "
+                 f"{self.config.poll_seconds:g} s; catalogue: {', '.join(sorted(self.config.datasets))}; "
+                 f"job types: {', '.join(sorted(self.config.job_types))}")
+        try:
+            while not stop.is_set():
+                for offer in self.poll(stub):
+                    self.consider(offer)
+                stop.wait(self.config.poll_seconds)
+        finally:
+            self.stop_runs()
+            channel.close()
+
+    def poll(self, stub: pb_grpc.CoordinatorStub) -> list[pb.Offer]:
+        signed = calls.sign_call(self.key, self.config.party, calls.OFFERS, pb.OffersRequest())
+        try:
+            offers = list(stub.Offers(signed, timeout=30).offers)
+        except grpc.RpcError as exc:
+            message = str(error_from_rpc(exc))
+            if message != self._last_poll_error:  # say it once, not every poll
+                self.say(f"polling the coordinator failed: {message}; retrying")
+            self._last_poll_error = message
+            return []
+        if self._last_poll_error:
+            self.say("polling the coordinator works again")
+            self._last_poll_error = ""
+        return offers
+
+    def consider(self, offer: pb.Offer) -> None:
+        with self.lock:
+            if offer.run_id in self.seen:
+                return
+            self.seen.add(offer.run_id)
+        job = offer.spec.job_id
+        try:
+            params, dataset = self.check(offer)
+        except XclpError as exc:
+            self.say(f"refused run {offer.run_id} of job {job}: {exc}")
+            return
+        self.say(f"taking part in run {offer.run_id} of job {job} ({offer.spec.job_type}) with data set "
+                 f"{offer.spec.datasets[self.config.party]!r}")
+        active = _Active(job)
+        active.thread = threading.Thread(target=self._run, args=(offer, params, dataset, active),
+                                         name=f"xclp-run-{offer.run_id}", daemon=True)
+        with self.lock:
+            self.active[offer.run_id] = active
+        active.thread.start()
+
+    def check(self, offer: pb.Offer) -> tuple[JobParams, Dataset]:
+        """This party's own decision on an offered run (raises PolicyRefused or ConfigError)."""
+        spec = offer.spec
+        if spec.job_type not in self.config.job_types:
+            raise PolicyRefused(f"job type {spec.job_type!r} is not among this agent's job_types "
+                                f"({', '.join(sorted(self.config.job_types))})")
+        name = spec.datasets.get(self.config.party)
+        if not name:
+            raise PolicyRefused("the job names no data set for this party (dataset = \"<catalogue name>\")")
+        dataset = self.config.datasets.get(name)
+        if dataset is None:
+            raise PolicyRefused(f"the job asks for data set {name!r}, which is not in this agent's catalogue "
+                                f"({', '.join(sorted(self.config.datasets))})")
+        params = params_from_json(spec.job_type, spec.params_json)
+        self.config.policy.check_job(spec, params)
+        if uses_paillier(params):
+            bits = params.key_bits  # type: ignore[union-attr]
+            low = self.config.min_key_bits if not self.config.policy.insecure_test_keys else 0
+            if not low <= bits <= self.config.max_key_bits:
+                raise PolicyRefused(f"the job uses {bits}-bit Paillier keys; this agent takes "
+                                    f"{self.config.min_key_bits} to {self.config.max_key_bits} (min_key_bits, max_key_bits)")
+        return params, dataset
+
+    def _run(self, offer: pb.Offer, params: JobParams, dataset: Dataset, active: _Active) -> None:
+        job, run = offer.spec.job_id, offer.run_id
+        loaded: list[PartyData] = []
+
+        def load(p: JobParams) -> PartyData:
+            loaded.append(dataset.load(p))
+            return loaded[-1]
+
+        try:
+            paillier = None
+            if uses_paillier(params):
+                paillier = PaillierKeypair.generate(params.key_bits,  # type: ignore[union-attr]
+                                                    allow_insecure_test_size=self.config.policy.insecure_test_keys)
+            config = RunConfig(job_id=job, party_id=self.config.party, identity=self.key,
+                               connection=self.config.connection, join_wait_seconds=self.config.join_wait,
+                               idle_seconds=self.config.idle_timeout, paillier=paillier, peers=self.peers,
+                               policy=self.config.policy, workers=self.config.workers,
+                               max_memory_bytes=self.config.max_memory_bytes,
+                               max_paillier_seconds=self.config.max_paillier_seconds, run_id=run)
+            session = PartySession(config, load, progress=lambda m: self.say(f"[{job} run {run}] {m}"))
+            active.session = session
+            result = session.run()
+            path = write_run_dir(self.config.out, job, run, loaded[-1], result)
+            self.say(f"run {run} of job {job} done: outputs in {path}")
+        except RunCancelled as exc:
+            self.say(f"run {run} of job {job} stopped: {exc}; nothing written")
+        except XclpError as exc:
+            self.say(f"run {run} of job {job} failed: {exc}; nothing written")
+        except Exception:
+            log.exception("run %s of job %s failed unexpectedly; nothing written", run, job)
+        finally:
+            remove_partial(self.config.out, job, run)
+            with self.lock:
+                self.active.pop(run, None)
+
+    def stop_runs(self, timeout: float = 30.0) -> None:
+        with self.lock:
+            active = list(self.active.values())
+        for a in active:
+            if a.session is not None:
+                a.session.abort()
+        for a in active:
+            if a.thread is not None:
+                a.thread.join(timeout)

@@ -1,0 +1,88 @@
+"""What a party writes: XCLP predictions, model files, and an agent's run directory.
+
+Every file is written atomically (a temporary file, then a rename) with mode 0600: outputs are
+the party's data. An agent's run directory `<out>/<job>/<run>/` appears whole or not at all: it is
+filled as `<out>/<job>/.<run>.partial/` and renamed once every file is in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from xclp.client.models import ModelFile
+from xclp.client.session import JobResult
+from xclp.errors import ConfigError
+from xclp.party_table import PartyData
+from xclp.propagation import predict as xclp_predict
+from xclp.runtime import write_atomic
+
+PREDICTIONS_FILE = "predictions.csv"
+MODEL_FILE = "model.npz"  # the model's name when --out is a directory
+RUN_FILE = "run.json"
+
+
+def write_predictions(out: Path, data: PartyData, result: JobResult) -> Path:
+    """The XCLP output (DESIGN §5.7): id, label, confidence, score_<c>, atomically, own row ids.
+
+    `out` is a .csv file or a directory that gets predictions.csv.
+    """
+    path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
+    scores = result.aggregate
+    labels, confidence = xclp_predict(scores)
+    names = class_names(result.params.classes, scores.shape[1])
+    header = ["id", "label", "confidence"] + [f"score_{c}" for c in names]
+    rows = [[i, names[lab], repr(float(w)), *(repr(float(v)) for v in row)]
+            for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
+    write_csv(path, header, rows)
+    return path
+
+
+def class_names(classes: tuple[str, ...] | None, n_classes: int) -> list[str]:
+    """How outputs name classes: the job's declared names, else the class numbers."""
+    return list(classes) if classes else [str(c) for c in range(n_classes)]
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_atomic(path, buf.getvalue().encode(), mode=0o600)  # predictions are the party's data
+
+
+def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: JobResult) -> Path:
+    """An agent's outputs of one run, atomically: predictions.csv (xclp) or model.npz, and run.json
+    (ids, type, participants, time: nothing about the data)."""
+    final = out / job_id / run_id
+    if final.exists():
+        raise ConfigError(f"{final} exists already: is another agent writing to this output directory?")
+    partial = out / job_id / f".{run_id}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True, mode=0o700)
+    try:
+        files = []
+        if result.job_type == "xclp":
+            files.append(write_predictions(partial / PREDICTIONS_FILE, data, result).name)
+        elif not (result.job_type == "dbcl" and result.aggregate.size == 0):  # dbcl may withhold the model
+            ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
+                      result.columns).save(partial / MODEL_FILE)
+            files.append(MODEL_FILE)
+        write_atomic(partial / RUN_FILE, (json.dumps({
+            "job_id": job_id, "run_id": run_id, "job_type": result.job_type, "participants": list(result.participants),
+            "rows": int(data.X.shape[0]), "files": files, "finished_at": time.time()}, indent=2) + "\n").encode())
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def remove_partial(out: Path, job_id: str, run_id: str) -> None:
+    shutil.rmtree(out / job_id / f".{run_id}.partial", ignore_errors=True)

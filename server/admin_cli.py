@@ -1,0 +1,214 @@
+"""`xclp-server job ...` and `xclp-server operator keygen`: the operator's side of the Admin API.
+
+    xclp-server operator keygen --name alice --out keys/     # add the printed line to [operators]
+    xclp-server job submit flynn.toml [--wait]                # queue a run; prints its id
+    xclp-server job list [--job flynn-demo] [--limit 20]
+    xclp-server job show 12 [--wait]
+    xclp-server job cancel 12 [--reason "wrong data set"]
+
+Each signs its call with the operator key (`--operator`, `--operator-key`, or XCLP_OPERATOR and
+XCLP_OPERATOR_KEY) and talks to `--admin` (default 127.0.0.1:50052, or XCLP_ADMIN); `--json`
+prints the runs as JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+
+from xclp.crypto import identity
+from xclp.errors import ConfigError, XclpError
+from xclp.server.admin import DEFAULT_ADMIN_LISTEN
+from xclp.v1 import calls
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.status import EXIT_OK, error_from_rpc
+
+FINAL = ("done", "failed", "cancelled", "interrupted")
+WAIT_POLL_SECONDS = 1.0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    op = sub.add_parser("operator", help="operator keys for the Admin API").add_subparsers(dest="operator_command",
+                                                                                           required=True)
+    kg = op.add_parser("keygen", help="create an operator's Ed25519 key",
+                       description="Write <out>/<name>.key (private, 0600) and print the line for the server "
+                       "config's [operators] table.")
+    kg.add_argument("--name", required=True, help="operator name, e.g. alice")
+    kg.add_argument("--out", type=Path, default=Path("."), help="output directory (default: current)")
+
+    job = sub.add_parser("job", help="submit, list, show and cancel runs (the Admin API)")
+    jobs = job.add_subparsers(dest="job_command", required=True)
+    submit = jobs.add_parser("submit", help="queue a run of a job file", description="Send a job file to the "
+                             "coordinator and queue a run of it. A job id already defined with the same text gets "
+                             "another run; another text under the same id is refused.")
+    submit.add_argument("file", type=Path, help="job TOML file (data sets named by catalogue name)")
+    ls = jobs.add_parser("list", help="runs, newest first")
+    ls.add_argument("--job", default="", help="only runs of this job id")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    show = jobs.add_parser("show", help="one run: stage, parties, steps, durations and bytes")
+    show.add_argument("run", help="run id (from `job list` or `job submit`)")
+    cancel = jobs.add_parser("cancel", help="cancel a queued, joining or running run")
+    cancel.add_argument("run", help="run id")
+    cancel.add_argument("--reason", default="", help="told to the parties (default: cancelled by <operator>)")
+    for p in (submit, show):
+        p.add_argument("--wait", action="store_true", help="wait until the run is done, failed, cancelled or "
+                       "interrupted; exit 0 only if it is done")
+        p.add_argument("--timeout", type=float, default=0, help="with --wait: give up after this many seconds (0: never)")
+    for p in (submit, ls, show, cancel):
+        p.add_argument("--admin", default=os.environ.get("XCLP_ADMIN", DEFAULT_ADMIN_LISTEN),
+                       help=f"the coordinator's Admin address (default {DEFAULT_ADMIN_LISTEN} or $XCLP_ADMIN)")
+        p.add_argument("--operator", default=os.environ.get("XCLP_OPERATOR"), help="operator name (or $XCLP_OPERATOR)")
+        p.add_argument("--operator-key", type=Path, default=os.environ.get("XCLP_OPERATOR_KEY"),
+                       help="operator key from `xclp-server operator keygen` (or $XCLP_OPERATOR_KEY)")
+        p.add_argument("--ca-cert", type=Path, help="CA of the coordinator's certificate, if --admin is not loopback")
+        p.add_argument("--server-name", help="TLS name to expect, if not the host in --admin")
+        p.add_argument("--json", action="store_true", help="print JSON (one object per run) for scripts")
+
+
+def operator_keygen(args: argparse.Namespace) -> int:
+    identity.check_party_id(args.name)
+    args.out.mkdir(parents=True, exist_ok=True)
+    key = identity.generate_identity()
+    path = identity.save_identity(key, args.out / f"{args.name}.key")
+    print(f'{args.name} = "{identity.public_key_text(key)}"')
+    print(f"xclp-server: operator key {path} (keep private); add the line above to [operators] in the server "
+          "config", file=sys.stderr)
+    return EXIT_OK
+
+
+class AdminClient:
+    def __init__(self, args: argparse.Namespace) -> None:
+        if not args.operator or not args.operator_key:
+            raise ConfigError("the Admin API needs --operator and --operator-key (or XCLP_OPERATOR and XCLP_OPERATOR_KEY)")
+        self.operator = args.operator
+        self.key = identity.load_identity(args.operator_key)
+        if args.ca_cert is None:
+            self.channel = grpc.insecure_channel(args.admin)
+        else:
+            options = [("grpc.ssl_target_name_override", args.server_name)] if args.server_name else []
+            self.channel = grpc.secure_channel(args.admin, grpc.ssl_channel_credentials(args.ca_cert.read_bytes()),
+                                               options=options)
+        self.stub = pb_grpc.AdminStub(self.channel)
+
+    def call(self, method: str, body: Message) -> Any:
+        signed = calls.sign_call(self.key, self.operator, method, body)
+        rpc = getattr(self.stub, method.rsplit("/", 1)[1])
+        try:
+            return rpc(signed, timeout=30)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, where="coordinator's Admin API") from None
+
+
+def job_command(args: argparse.Namespace) -> int:
+    client = AdminClient(args)
+    try:
+        if args.job_command == "submit":
+            try:
+                text = args.file.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {args.file}: {exc}") from None
+            info = client.call(calls.ADMIN_SUBMIT, pb.SubmitRequest(job_toml=text, file_name=str(args.file)))
+            if not args.json:
+                print(f"submitted run {info.run_id} of job {info.job_id} ({info.state})", file=sys.stderr)
+            return _maybe_wait(client, args, info)
+        if args.job_command == "list":
+            runs = client.call(calls.ADMIN_LIST, pb.ListRequest(job_id=args.job, limit=max(1, args.limit))).runs
+            if args.json:
+                print(json.dumps([_as_dict(r) for r in runs], indent=2))
+            else:
+                print(format_list(runs))
+            return EXIT_OK
+        if args.job_command == "show":
+            info = client.call(calls.ADMIN_SHOW, pb.ShowRequest(run_id=args.run))
+            return _maybe_wait(client, args, info)
+        info = client.call(calls.ADMIN_CANCEL, pb.CancelRequest(run_id=args.run, reason=args.reason))
+        _print(info, args.json)
+        return EXIT_OK
+    finally:
+        client.channel.close()
+
+
+def _maybe_wait(client: AdminClient, args: argparse.Namespace, info: pb.RunInfo) -> int:
+    if not args.wait:
+        _print(info, args.json)
+        return EXIT_OK
+    give_up = time.monotonic() + args.timeout if args.timeout else None
+    while info.state not in FINAL:
+        if give_up is not None and time.monotonic() > give_up:
+            _print(info, args.json)
+            raise XclpError(f"run {info.run_id} is still {info.state} after {args.timeout:.0f} s")
+        time.sleep(WAIT_POLL_SECONDS)
+        info = client.call(calls.ADMIN_SHOW, pb.ShowRequest(run_id=info.run_id))
+    _print(info, args.json)
+    return EXIT_OK if info.state == "done" else 1
+
+
+def _as_dict(info: pb.RunInfo) -> dict[str, Any]:
+    data = MessageToDict(info, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    data["duration_seconds"] = round(_duration(info), 3)
+    return data
+
+
+def _print(info: pb.RunInfo, as_json: bool) -> None:
+    print(json.dumps(_as_dict(info), indent=2) if as_json else format_run(info))
+
+
+def _duration(info: pb.RunInfo) -> float:
+    if not info.started_at:
+        return 0.0
+    return (info.ended_at or time.time()) - info.started_at
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
+def format_run(info: pb.RunInfo) -> str:
+    step = f", step {info.step} round {info.round}" if info.step else ""
+    lines = [f"run {info.run_id}: job {info.job_id} ({info.job_type}), {info.state}{step}"]
+    if info.reason:
+        lines.append(f"  reason:    {info.reason}")
+    lines.append(f"  created:   {_when(info.created_at)}" + (f" by {info.submitted_by}" if info.submitted_by else ""))
+    lines.append(f"  started:   {_when(info.started_at)}    ended: {_when(info.ended_at)}    "
+                 f"duration: {_duration(info):.1f} s")
+    lines.append(f"  bytes:     {_bytes(info.bytes_total)}")
+    if info.parties:
+        lines.append("  parties:")
+        for p in info.parties:
+            extra = f"{p.rows} rows" if p.rows else ""
+            lines.append(f"    {p.party_id:<20} {p.state:<13} {extra}" + (f"  ({p.reason})" if p.reason else ""))
+    if info.steps:
+        lines.append(f"  {'step':<24} {'rounds':>6} {'seconds':>9} {'in':>10} {'relayed':>10} {'out':>10}")
+        for s in info.steps:
+            lines.append(f"  {s.name:<24} {s.rounds:>6} {s.seconds:>9.3f} {_bytes(s.bytes_in):>10} "
+                         f"{_bytes(s.bytes_relayed):>10} {_bytes(s.bytes_out):>10}")
+    return "\n".join(lines)
+
+
+def format_list(runs: Any) -> str:
+    header = f"{'RUN':>5}  {'JOB':<24} {'TYPE':<7} {'STATE':<12} {'PARTIES':>7}  {'STEP':<20} {'SECONDS':>8} {'BYTES':>10}"
+    lines = [header]
+    for r in runs:
+        joined = sum(1 for p in r.parties if p.state != "never joined")
+        step = f"{r.step}/{r.round}" if r.step else "-"
+        lines.append(f"{r.run_id:>5}  {r.job_id:<24} {r.job_type:<7} {r.state:<12} {joined:>7}  {step:<20} "
+                     f"{_duration(r):>8.1f} {_bytes(r.bytes_total):>10}")
+    return "\n".join(lines)

@@ -1,0 +1,344 @@
+"""The coordinator as a service, end to end with real processes over TLS: `xclp-server serve` with
+no job and a SQLite state file, three `xclp-client agent`s, and the operator's `xclp-server job`
+commands over the signed Admin API.
+
+The module's stack: a coordinator started with no job, three agents (a, b, c) with a catalogue
+each and a party d that is allow-listed but never runs (so a run that expects a, b, c and d waits
+its join deadline in `joining`, which the tests use to look at it, or to act in it, without
+racing it).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from xclp.client.models import ModelFile
+from xclp.crypto import identity, masking
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.flynn import FlyHash, FlyNNParams, train_counts
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.bundles import paillier_fields
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+D = 6
+PARTIES = "abc"
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_data(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=n)
+    X = rng.normal(size=(n, D)) + 2.0 * np.eye(3, D)[y]
+    y[: n // 10] = -1
+    return X, y
+
+
+def write_table(path: Path, X: np.ndarray, y: np.ndarray, prefix: str) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", *(f"f{j}" for j in range(D)), "diagnosis"])
+        for i, row in enumerate(X):
+            w.writerow([f"{prefix}{i}", *(repr(float(v)) for v in row), "" if y[i] < 0 else int(y[i])])
+
+
+def job_file(root: Path, job_id: str, body: str, *, parties: str = '["a", "b", "c", "d"]', join: float = 4.0) -> Path:
+    path = root / f"{job_id}.toml"
+    head, params = body.split("[params]")
+    path.write_text(f'job_id = "{job_id}"\nexpected_parties = {parties}\nmin_parties = 3\n{head}'
+                    f'[deadlines]\njoin_seconds = {join}\nstep_seconds = 120\n[params]{params}\n')
+    return path
+
+
+XCLP = 'type = "xclp"\ndataset = "demo"\n[params]\nn_classes = 3\nlsh_bits = 64\nk = 5\nkey_bits = 512\ninsecure_test_keys = true'
+FLYNN = 'type = "flynn"\ndataset = "demo"\n[params]\nn_classes = 3\nm = 128\ns = 3\nrho = 6\ntie_seed = 1'
+STALLING = Path(__file__).with_name("stalling_party.py")
+
+
+class Stack:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.server: subprocess.Popen | None = None
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.port = free_port()
+        self.admin = free_port()
+        self.metrics = free_port()
+
+    def serve(self) -> None:
+        log = open(self.root / "server.log", "a")
+        self.server = subprocess.Popen([str(BIN / "xclp-server"), "serve", "--config", str(self.root / "server.toml")],
+                                       stderr=log)
+        for _ in range(300):
+            if cli("xclp-server", "health", "--coordinator", f"localhost:{self.port}", "--ca-cert",
+                   str(self.root / "ca" / "ca.pem"), "--timeout", "1").returncode == 0:
+                return
+            assert self.server.poll() is None, (self.root / "server.log").read_text()
+            time.sleep(0.2)
+        raise AssertionError("the coordinator never became healthy")
+
+    def stop_server(self) -> int:
+        assert self.server is not None
+        self.server.send_signal(signal.SIGTERM)
+        return self.server.wait(timeout=30)
+
+    def job(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return cli("xclp-server", "job", *args, "--admin", f"127.0.0.1:{self.admin}", "--operator", "alice",
+                   "--operator-key", str(self.root / "ops" / "alice.key"), timeout=timeout)
+
+    def show(self, run_id: str) -> dict:
+        out = self.job("show", run_id, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def submit(self, path: Path) -> dict:
+        out = self.job("submit", str(path), "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def wait(self, run_id: str, until, timeout: float = 180) -> dict:
+        give_up = time.monotonic() + timeout
+        while True:
+            info = self.show(run_id)
+            if until(info):
+                return info
+            assert info["state"] not in ("done", "failed", "cancelled", "interrupted"), f"run {run_id} ended: {info}"
+            assert time.monotonic() < give_up, f"run {run_id} never got there: {info}"
+            time.sleep(0.2)
+
+    def agent_log(self, party: str) -> str:
+        return (self.root / f"agent-{party}.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("service")
+    assert cli("xclp-server", "ca", "init", "--dir", str(root / "ca")).returncode == 0
+    assert cli("xclp-server", "cert", "server", "--ca-dir", str(root / "ca"), "--out", str(root / "certs"),
+               "--dns", "localhost").returncode == 0
+    lines = [cli("xclp-client", "keygen", "--party", p, "--out", str(root / "keys")).stdout.strip() for p in "abcd"]
+    (root / "allow.toml").write_text("[parties]\n" + "\n".join(lines) + "\n")
+    operator = cli("xclp-server", "operator", "keygen", "--name", "alice", "--out", str(root / "ops"))
+    assert operator.returncode == 0, operator.stderr
+    s = Stack(root)
+    (root / "server.toml").write_text(
+        f'listen = "127.0.0.1:{s.port}"\nallow_list = "allow.toml"\nstate = "state/xclp.db"\n'
+        f'admin_listen = "127.0.0.1:{s.admin}"\nmetrics_listen = "127.0.0.1:{s.metrics}"\n'
+        f'[operators]\n{operator.stdout.strip()}\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
+    (root / "state").mkdir()
+    data = {}
+    for i, party in enumerate(PARTIES):
+        data[party] = make_data(i, 40)
+        write_table(root / f"{party}.csv", *data[party], party)
+        (root / f"agent-{party}.toml").write_text(
+            f'party = "{party}"\nidentity = "keys/{party}.key"\npeers = "allow.toml"\n'
+            f'coordinator = "localhost:{s.port}"\nca_cert = "ca/ca.pem"\nout = "out-{party}"\npoll_seconds = 0.3\n'
+            f'workers = 0\n[policy]\nmin_parties = 3\ninsecure_test_keys = true\njob_types = ["xclp", "flynn"]\n'
+            f'[datasets.demo]\npath = "{party}.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n')
+    s.data = data
+    s.serve()
+    for party in PARTIES:
+        s.agents[party] = subprocess.Popen([str(BIN / "xclp-client"), "agent", "--config", str(root / f"agent-{party}.toml")],
+                                           stderr=open(root / f"agent-{party}.log", "w"))
+    yield s
+    for proc in s.agents.values():
+        proc.send_signal(signal.SIGTERM)
+    codes = {p: proc.wait(timeout=60) for p, proc in s.agents.items()}
+    if s.server.poll() is None:
+        s.stop_server()
+    assert codes == {p: 0 for p in PARTIES}, "agents must exit 0 on SIGTERM"
+
+
+def old_bundle(stack: Stack, job_id: str) -> tuple[str, pb.SignedBundle]:
+    """What an attacker recorded: party a's correctly signed bundle for the run open now."""
+    with grpc.secure_channel(f"localhost:{stack.port}",
+                             grpc.ssl_channel_credentials((stack.root / "ca" / "ca.pem").read_bytes())) as channel:
+        challenge = pb_grpc.CoordinatorStub(channel).Challenge(pb.ChallengeRequest(job_id=job_id), timeout=10)
+    key = identity.load_identity(stack.root / "keys" / "a.key")
+    paillier = PaillierKeypair.generate(512, allow_insecure_test_size=True)
+    signed = identity.sign_bundle(key, identity.KeyBundle(
+        party_id="a", job_id=job_id, identity_public=identity.public_bytes(key),
+        x25519_public=masking.public_bytes(masking.generate_x25519()), nonce=challenge.run_nonce,
+        **paillier_fields(paillier.public)))
+    return challenge.run_id, pb.SignedBundle(bundle=signed.bundle, signature=signed.signature)
+
+
+def replay(stack: Stack, job_id: str, bundle: pb.SignedBundle) -> grpc.RpcError:
+    with grpc.secure_channel(f"localhost:{stack.port}",
+                             grpc.ssl_channel_credentials((stack.root / "ca" / "ca.pem").read_bytes())) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.CoordinatorStub(channel).Join(pb.JoinRequest(job_id=job_id, bundle=bundle,
+                                                                 summary=pb.DataSummary(rows=40, dim=D)), timeout=10)
+    return refused.value
+
+
+def scrape(stack: Stack) -> dict[tuple[str, tuple], float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{stack.metrics}/metrics", timeout=10).read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_refuses_an_old_bundle(stack):
+    root = stack.root
+    xclp_job = job_file(root, "xclp-agents", XCLP, join=10)
+    first = stack.submit(xclp_job)
+    run1 = first["run_id"]
+    assert first["state"] == "joining" and first["submitted_by"] == "alice"
+    # seen in list and show while it waits for d: a, b and c have joined
+    recorded_run, recorded = old_bundle(stack, "xclp-agents")
+    assert recorded_run == run1
+    joined = stack.wait(run1, lambda i: sum(p["state"] == "joined" for p in i["parties"]) == 3 or i["state"] != "joining")
+    assert joined["state"] == "joining", joined
+    listed = json.loads(stack.job("list", "--json").stdout)
+    assert [r["run_id"] for r in listed if r["job_id"] == "xclp-agents"] == [run1]
+    human = stack.job("show", run1)
+    assert human.returncode == 0 and f"run {run1}: job xclp-agents (xclp), joining" in human.stdout
+    running = stack.wait(run1, lambda i: i["state"] != "joining")
+    assert running["state"] in ("running", "done")
+    done = stack.wait(run1, lambda i: i["state"] in ("done", "failed"))
+    assert done["state"] == "done", done
+    assert {p["party_id"]: p["state"] for p in done["parties"]} == {"a": "joined", "b": "joined", "c": "joined",
+                                                                     "d": "never joined"}
+    steps = {s["name"]: s for s in done["steps"]}
+    assert steps["secure_hamming"]["seconds"] > 0 and int(done["bytes_total"]) > 0
+    # the agents' outputs: <out>/<job>/<run>/, whole, their own rows
+    for party in PARTIES:
+        out = root / f"out-{party}" / "xclp-agents"
+        assert sorted(p.name for p in out.iterdir()) == [run1], list(out.iterdir())
+        rows = list(csv.DictReader(open(out / run1 / "predictions.csv")))
+        y = stack.data[party][1]
+        assert [r["id"] for r in rows] == [f"{party}{i}" for i in range(len(y))]
+        assert {r["label"] for r in rows} <= {"0", "1", "2"}
+        meta = json.loads((out / run1 / "run.json").read_text())
+        assert meta["run_id"] == run1 and meta["participants"] == ["a", "b", "c"]
+
+    # a FlyNN job by catalogue name: every agent's model equals the pooled one bit for bit
+    flynn = stack.submit(job_file(root, "flynn-agents", FLYNN, parties='["a", "b", "c"]'))
+    stack.wait(flynn["run_id"], lambda i: i["state"] == "done")
+    X = np.vstack([stack.data[p][0] for p in PARTIES])
+    y = np.concatenate([stack.data[p][1] for p in PARTIES])
+    for party in PARTIES:
+        model = ModelFile.load(root / f"out-{party}" / "flynn-agents" / flynn["run_id"] / "model.npz")
+        want = train_counts(FlyHash.from_seed(model.seed, FlyNNParams(D, 128, 3, 6)), X[y >= 0], y[y >= 0], 3)
+        assert np.array_equal(model.aggregate, want)
+
+    # a job naming a data set a's catalogue lacks: a refuses and says why; the run waits
+    missing = stack.submit(job_file(root, "flynn-missing", FLYNN.replace('dataset = "demo"\n', '[datasets]\na = "icu"\n'
+                                                                         'b = "demo"\nc = "demo"\n'), join=600))
+    give_up = time.monotonic() + 30
+    while f"refused run {missing['run_id']} of job flynn-missing" not in stack.agent_log("a"):
+        assert time.monotonic() < give_up, stack.agent_log("a")
+        time.sleep(0.2)
+    assert "data set 'icu', which is not in this agent's catalogue" in stack.agent_log("a")
+
+    # the second run of the same job: a bundle recorded in the first is refused
+    second = stack.submit(xclp_job)
+    run2 = second["run_id"]
+    assert run2 != run1 and second["state"] == "joining"
+    refused = replay(stack, "xclp-agents", recorded)
+    assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION and "another run's nonce" in refused.details()
+    stack.wait(run2, lambda i: i["state"] == "done")
+    for party in PARTIES:
+        assert sorted(p.name for p in (root / f"out-{party}" / "xclp-agents").iterdir()) == sorted([run1, run2])
+
+    # metrics, scraped: runs by state, step seconds, bytes, Pull streams, the refused replay
+    metrics = scrape(stack)
+    assert metrics[("xclp_runs", (("state", "done"),))] == 3
+    assert metrics[("xclp_runs", (("state", "joining"),))] == 1
+    assert metrics[("xclp_step_seconds_count", (("job_type", "xclp"), ("step", "secure_hamming")))] == 2
+    assert metrics[("xclp_bytes_moved_total", (("direction", "relayed"), ("job_type", "xclp")))] > 0
+    assert metrics[("xclp_bytes_moved_total", (("direction", "out"), ("job_type", "flynn")))] > 0
+    assert metrics[("xclp_refused_joins_total", (("reason", "ReplayRefused"),))] == 1
+    assert ("xclp_connected_parties", ()) in metrics
+
+    # restart: the history stays; the run left joining is interrupted, with the reason
+    assert stack.stop_server() == 0
+    stack.serve()
+    after = {r["run_id"]: r for r in json.loads(stack.job("list", "--json").stdout)}
+    assert {after[r]["state"] for r in (run1, run2, flynn["run_id"])} == {"done"}
+    assert after[missing["run_id"]]["state"] == "interrupted"
+    assert "shutting down" in after[missing["run_id"]]["reason"]
+    assert {p["party_id"] for p in after[run1]["parties"]} == {"a", "b", "c", "d"}
+    assert {s["name"] for s in after[run1]["steps"]} >= {"seed", "secure_hamming", "rowsums"}
+    for party in "bc":  # b and c had joined the interrupted run: they heard why, and kept running
+        assert "the run was cancelled: the coordinator is shutting down" in stack.agent_log(party)
+        assert stack.agents[party].poll() is None
+
+
+def test_a_run_cancelled_mid_secure_hamming_stops_the_agents_cleanly_and_leaves_nothing(stack):
+    """d is a real party that stalls in SecureHamming, so the run is there, with a, b and c having
+    sent their encrypted slices and waiting for d's, when the operator cancels it."""
+    root = stack.root
+    write_table(root / "d.csv", *make_data(3, 40), "d")
+    run = stack.submit(job_file(root, "xclp-cancel", XCLP, join=60))["run_id"]
+    d = subprocess.Popen([sys.executable, str(STALLING), "secure_hamming", "run", "--coordinator",
+                          f"localhost:{stack.port}", "--ca-cert", str(root / "ca" / "ca.pem"), "--job", "xclp-cancel",
+                          "--party", "d", "--identity", str(root / "keys" / "d.key"), "--peers", str(root / "allow.toml"),
+                          "--data", str(root / "d.csv"), "--label-column", "diagnosis", "--id-column", "row_id",
+                          "--paillier-bits", "512", "--insecure-test-keys", "--workers", "0", "--out", str(root / "d-out")],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        for line in d.stderr:
+            if "STALLING" in line:
+                break
+        busy = stack.wait(run, lambda i: i.get("step") == "secure_hamming")
+        assert busy["state"] == "running" and "secure_hamming" not in {s["name"] for s in busy["steps"]}
+        out = stack.job("cancel", run, "--reason", "wrong data set", "--json")
+        assert out.returncode == 0, out.stderr
+        cancelled = json.loads(out.stdout)
+        assert cancelled["state"] == "cancelled" and cancelled["reason"] == "wrong data set"
+        for party in PARTIES:
+            give_up = time.monotonic() + 120
+            while f"run {run} of job xclp-cancel stopped: the run was cancelled: wrong data set" not in stack.agent_log(party):
+                assert time.monotonic() < give_up, stack.agent_log(party)
+                time.sleep(0.2)
+            out_dir = root / f"out-{party}" / "xclp-cancel"
+            assert not out_dir.exists() or not list(out_dir.iterdir()), "nothing half-written"
+            assert stack.agents[party].poll() is None
+    finally:
+        d.kill()
+        d.wait()
+    again = stack.job("cancel", run)
+    assert again.returncode != 0 and "already cancelled" in again.stderr
+    # the agents still take part in the next run
+    flynn = stack.submit(job_file(root, "flynn-after-cancel", FLYNN, parties='["a", "b", "c"]'))
+    stack.wait(flynn["run_id"], lambda i: i["state"] == "done")
+
+
+def test_the_admin_api_refuses_an_unknown_operator_and_a_wrong_key(stack):
+    intruder = cli("xclp-server", "operator", "keygen", "--name", "mallory", "--out", str(stack.root / "intruder"))
+    assert intruder.returncode == 0
+    as_mallory = cli("xclp-server", "job", "list", "--admin", f"127.0.0.1:{stack.admin}", "--operator", "mallory",
+                     "--operator-key", str(stack.root / "intruder" / "mallory.key"))
+    assert as_mallory.returncode == 4 and "operator 'mallory' is not known" in as_mallory.stderr
+    posing = cli("xclp-server", "job", "list", "--admin", f"127.0.0.1:{stack.admin}", "--operator", "alice",
+                 "--operator-key", str(stack.root / "intruder" / "mallory.key"))
+    assert posing.returncode == 4 and "does not verify under the key of operator 'alice'" in posing.stderr
+    env_ok = subprocess.run([str(BIN / "xclp-server"), "job", "list"], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "XCLP_ADMIN": f"127.0.0.1:{stack.admin}", "XCLP_OPERATOR": "alice",
+                                 "XCLP_OPERATOR_KEY": str(stack.root / "ops" / "alice.key")})
+    assert env_ok.returncode == 0 and env_ok.stdout.startswith("  RUN")
