@@ -279,10 +279,11 @@ class StateStore:
 
     # --- signed calls -----------------------------------------------------------------------
 
-    def remember_nonce(self, nonce: bytes, expires: float) -> bool:
-        """Record a signed call's nonce; False if it is already recorded (a replay)."""
+    def remember_nonce(self, nonce: bytes, now: float, expires: float) -> bool:
+        """Record a signed call's nonce until `expires` (forgetting those expired at `now`, both on
+        the verifier's clock); False if it is already recorded (a replay)."""
         with self._tx() as db:
-            db.execute("DELETE FROM call_nonces WHERE expires < ?", (self.clock(),))
+            db.execute("DELETE FROM call_nonces WHERE expires < ?", (now,))
             try:
                 db.execute("INSERT INTO call_nonces VALUES (?, ?)", (nonce, expires))
             except sqlite3.IntegrityError:

@@ -6,7 +6,8 @@ bytes and the request message — and signs those exact bytes with its Ed25519 k
 checks, in order: the signer is known, the signature verifies over the bytes received, the call
 names this method (a signed List cannot be replayed as a Cancel), the timestamp is within
 `window` seconds of the verifier's clock, and the nonce has not been seen in that window (the
-caller supplies `remember`, which must record the nonce durably and say whether it was new).
+caller supplies `remember(nonce, now, expires)`, which must record the nonce durably until
+`expires` and say whether it was new).
 Only then is the body parsed.
 """
 
@@ -46,7 +47,7 @@ def sign_call(key: Ed25519PrivateKey, signer: str, method: str, body: Message, *
 class CallVerifier:
     """Checks SignedCalls against `keys` (signer -> 32-byte Ed25519 public key)."""
 
-    def __init__(self, keys: Mapping[str, bytes], remember: Callable[[bytes, float], bool], *,
+    def __init__(self, keys: Mapping[str, bytes], remember: Callable[[bytes, float, float], bool], *,
                  window: float = WINDOW_SECONDS, clock: Callable[[], float] = time.time, who: str = "signer") -> None:
         self.keys = keys
         self.remember = remember
@@ -80,7 +81,7 @@ class CallVerifier:
                                 f"±{self.window:.0f} s): check the clocks, and sign a fresh call")
         if len(call.nonce) != NONCE_BYTES:
             raise InvalidInput(f"the call's nonce must be {NONCE_BYTES} bytes")
-        if not self.remember(call.nonce, now + 2 * self.window):
+        if not self.remember(call.nonce, now, now + 2 * self.window):
             raise ReplayRefused("the call's nonce was used before (a replayed call)")
         try:
             body.ParseFromString(call.body)

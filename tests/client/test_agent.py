@@ -1,0 +1,116 @@
+"""The party agent's own decisions on offered runs (client/agent.py), its config, and the README's
+examples of the agent and a job naming data sets (no network: the offers are built here)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from xclp.client.agent import Agent, AgentConfig
+from xclp.client.outputs import write_run_dir
+from xclp.client.session import JobResult
+from xclp.crypto import identity
+from xclp.errors import ConfigError, PolicyRefused
+from xclp.party_table import PartyData
+from xclp.server.config import parse_job
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.jobs import params_json, parse_params
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_block(marker: str) -> str:
+    text = README.read_text()
+    return re.search(r"```toml\n# " + re.escape(marker) + r"\n(.*?)```", text, re.S).group(1)
+
+
+@pytest.fixture
+def agent(tmp_path) -> Agent:
+    key = identity.generate_identity()
+    identity.save_identity(key, tmp_path / "a.key")
+    (tmp_path / "allow.toml").write_text(f'[parties]\na = "{identity.public_key_text(key)}"\n')
+    (tmp_path / "agent.toml").write_text(
+        'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "localhost:1"\nout = "out"\n'
+        '[policy]\njob_types = ["xclp", "flynn"]\nmin_parties = 3\nmin_key_bits = 2048\nmax_key_bits = 3072\n'
+        '[datasets.demo]\npath = "a.csv"\n')
+    return Agent(AgentConfig.load(tmp_path / "agent.toml"), say=lambda m: None)
+
+
+def offer(job_type: str, params: dict, *, dataset: str | None = "demo", parties=("a", "b", "c")) -> pb.Offer:
+    spec = pb.JobSpec(job_id="j", job_type=job_type, params_json=params_json(parse_params(job_type, params)),
+                      expected_parties=list(parties), min_parties=2,
+                      datasets={p: dataset for p in parties} if dataset else {})
+    return pb.Offer(run_id="1", spec=spec)
+
+
+FLYNN = {"n_classes": 2, "m": 64, "s": 2, "rho": 4}
+
+
+def test_the_agent_takes_what_its_policy_accepts_and_says_why_it_refuses_the_rest(agent):
+    params, dataset = agent.check(offer("flynn", FLYNN))
+    assert dataset.path.name == "a.csv" and params.m == 64
+    refusals = {
+        "job type 'race' is not among this agent's job_types": offer("race", {"rows": 4, "width": 8}),
+        "names no data set for this party": offer("flynn", FLYNN, dataset=None),
+        "data set 'icu', which is not in this agent's catalogue (demo)": offer("flynn", FLYNN, dataset="icu"),
+        "expects 2 parties; this party masks with at least 3": offer("flynn", FLYNN, parties=("a", "b")),
+        "4096-bit Paillier keys; this agent takes 2048 to 3072": offer("xclp", {"n_classes": 2, "key_bits": 4096}),
+    }
+    for reason, refused in refusals.items():
+        with pytest.raises(PolicyRefused, match=re.escape(reason)):
+            agent.check(refused)
+
+
+def test_an_offered_run_is_decided_once(agent):
+    taken: list[str] = []
+    agent.check = lambda o: (_ for _ in ()).throw(PolicyRefused("no"))  # type: ignore[method-assign]
+    agent.say = taken.append
+    agent.consider(offer("flynn", FLYNN))
+    agent.consider(offer("flynn", FLYNN))
+    assert taken == ["refused run 1 of job j: no"]
+
+
+def test_a_job_names_data_sets_never_paths():
+    head = 'job_id = "j"\ntype = "flynn"\nexpected_parties = ["a", "b"]\n'
+    tail = "[params]\nn_classes = 2\nm = 64\ns = 2\nrho = 4\n"
+    assert parse_job(head + 'dataset = "demo"\n[datasets]\nb = "other"\n' + tail, "j.toml", None).datasets == \
+        {"a": "demo", "b": "other"}
+    for bad, reason in (('dataset = "/srv/data/a.csv"\n', "must be a catalogue name"),
+                        ('dataset = "../a"\n', "must be a catalogue name"),
+                        ('[datasets]\nz = "demo"\n', "not an expected party")):
+        with pytest.raises(ConfigError, match=reason):
+            parse_job(head + bad + tail, "j.toml", None)
+    with pytest.raises(ConfigError, match="climbs out with '..'"):
+        parse_job(head + 'model = "../../etc/x.npz"\n' + tail.replace("flynn", "flynn"), "j.toml", Path("/tmp/jobs/j"))
+
+
+def test_the_readme_examples_load(tmp_path):
+    (tmp_path / "agent.toml").write_text(readme_block("agent.toml"))
+    config = AgentConfig.load(tmp_path / "agent.toml")
+    assert config.party == "hospital-a" and set(config.datasets) == {"icu-2026"}
+    assert config.job_types == {"xclp", "flynn"} and (config.min_key_bits, config.max_key_bits) == (2048, 4096)
+    text = README.read_text()
+    job = re.search(r'```toml\n(job_id = "xclp-icu".*?)```', text, re.S).group(1)
+    assert parse_job(job, "xclp-icu.toml", None).datasets == {p: "icu-2026" for p in
+                                                             ("hospital-a", "hospital-b", "hospital-c")}
+
+
+def test_a_run_directory_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    import numpy as np
+
+    data = PartyData(np.zeros((2, 3)), np.array([0, -1]), ("r0", "r1"))
+    result = JobResult("xclp", parse_params("xclp", {"n_classes": 2}), 3, b"s" * 32, np.array([[0.2, 0.8], [0.9, 0.1]]),
+                       ("a", "b", "c"))
+    path = write_run_dir(tmp_path, "j", "5", data, result)
+    assert sorted(p.name for p in path.iterdir()) == ["predictions.csv", "run.json"]
+    import xclp.client.outputs as outputs
+
+    def broken(*args, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs, "write_atomic", broken)
+    with pytest.raises(OSError):
+        write_run_dir(tmp_path, "j", "6", data, result)
+    assert sorted(p.name for p in (tmp_path / "j").iterdir()) == ["5"]  # no 6, no partial left

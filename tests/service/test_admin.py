@@ -1,0 +1,154 @@
+"""The operator's Admin API and the agents' Offers, attacked as a caller would: forged, replayed,
+re-targeted and stale signed calls; and runs queued, opened and cancelled at runtime."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from xclp import errors
+from xclp.crypto import identity
+from xclp.server.admin import build_admin_server
+from xclp.server.store import StateStore
+from xclp.v1 import calls
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from tests.service.conftest import PARTIES, allow_list, coordinator, party_data, run_parties
+
+FLYNN_TOML = ('job_id = "{id}"\ntype = "flynn"\nexpected_parties = {parties}\nmin_parties = 2\ndataset = "demo"\n'
+              '[deadlines]\njoin_seconds = {join}\n[params]\nn_classes = 3\nm = 128\ns = 2\nrho = 8\n')
+
+
+def flynn(job_id: str, parties=PARTIES, join: float = 30) -> str:
+    return FLYNN_TOML.format(id=job_id, parties=list(parties), join=join).replace("'", '"')
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def verifier(keys, clock=None, store=None):
+    store = store or StateStore()
+    return calls.CallVerifier({"alice": identity.public_bytes(keys["a"])}, store.remember_nonce,
+                              clock=clock or Clock(), who="operator")
+
+
+def test_a_signed_call_opens_once_for_its_method_within_the_window(keys):
+    clock = Clock()
+    check = verifier(keys, clock)
+    signed = calls.sign_call(keys["a"], "alice", calls.ADMIN_SHOW, pb.ShowRequest(run_id="7"), clock=clock)
+    body = pb.ShowRequest()
+    assert check.open(signed, calls.ADMIN_SHOW, body) == "alice" and body.run_id == "7"
+    with pytest.raises(errors.ReplayRefused, match="nonce was used before"):
+        check.open(signed, calls.ADMIN_SHOW, pb.ShowRequest())
+    # a List the operator signed cannot be replayed as a Cancel
+    listed = calls.sign_call(keys["a"], "alice", calls.ADMIN_LIST, pb.ListRequest(), clock=clock)
+    with pytest.raises(errors.InvalidSignature, match="signed for '/xclp.v1.Admin/List'"):
+        check.open(listed, calls.ADMIN_CANCEL, pb.CancelRequest())
+    for skew in (-301, 301):  # recorded long ago, or dated ahead to outlive the nonce memory
+        stale = calls.sign_call(keys["a"], "alice", calls.ADMIN_SHOW, pb.ShowRequest(), clock=lambda: clock.now + skew)
+        with pytest.raises(errors.ReplayRefused, match="from the coordinator's clock"):
+            check.open(stale, calls.ADMIN_SHOW, pb.ShowRequest())
+
+
+def test_forged_tampered_and_unknown_signers_are_refused(keys):
+    check = verifier(keys)
+    clock = check.clock
+    forged = calls.sign_call(keys["mallory"], "alice", calls.ADMIN_SUBMIT, pb.SubmitRequest(), clock=clock)
+    with pytest.raises(errors.InvalidSignature, match="does not verify under the key of operator 'alice'"):
+        check.open(forged, calls.ADMIN_SUBMIT, pb.SubmitRequest())
+    good = calls.sign_call(keys["a"], "alice", calls.ADMIN_CANCEL, pb.CancelRequest(run_id="1"), clock=clock)
+    call = pb.Call.FromString(good.call)
+    call.body = pb.CancelRequest(run_id="2").SerializeToString()  # another run, same signature
+    tampered = pb.SignedCall(signer="alice", call=call.SerializeToString(), signature=good.signature)
+    with pytest.raises(errors.InvalidSignature):
+        check.open(tampered, calls.ADMIN_CANCEL, pb.CancelRequest())
+    unknown = calls.sign_call(keys["mallory"], "mallory", calls.ADMIN_LIST, pb.ListRequest(), clock=clock)
+    with pytest.raises(errors.NotAuthorized, match="operator 'mallory' is not known"):
+        check.open(unknown, calls.ADMIN_LIST, pb.ListRequest())
+
+
+def test_nonces_outlive_a_restart(tmp_path, keys):
+    clock = Clock()
+    signed = calls.sign_call(keys["a"], "alice", calls.ADMIN_LIST, pb.ListRequest(), clock=clock)
+    assert verifier(keys, clock, StateStore(tmp_path / "s.db")).open(signed, calls.ADMIN_LIST, pb.ListRequest())
+    with pytest.raises(errors.ReplayRefused):
+        verifier(keys, clock, StateStore(tmp_path / "s.db")).open(signed, calls.ADMIN_LIST, pb.ListRequest())
+
+
+def test_runs_submitted_at_runtime_queue_behind_the_one_in_flight_and_each_has_its_own_nonce(keys):
+    with coordinator(allow_list(keys), []) as (coord, address):
+        first = coord.submit(flynn("f"), "f.toml", "alice")
+        second = coord.submit(flynn("f"), "f.toml", "alice")
+        assert [coord.store.run(r).state for r in (first, second)] == ["joining", "queued"]
+        nonce = coord.jobs["f"].run_nonce
+        with pytest.raises(errors.InvalidInput, match="already defined with other settings"):
+            coord.submit(flynn("f").replace("m = 128", "m = 256"), "f2.toml", "alice")
+        datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+        assert all(not isinstance(r, BaseException) for r in run_parties(address, "f", keys, datas).values())
+        assert coord.store.run(first).state == "done"
+        assert coord.store.run(second).state == "joining" and coord.jobs["f"].run_id == second
+        assert coord.jobs["f"].run_nonce != nonce
+        assert coord.jobs["f"].challenge().run_id == second
+        results = run_parties(address, "f", keys, datas)
+        assert all(not isinstance(r, BaseException) for r in results.values()), results
+        assert [r.state for r in coord.store.runs(job_id="f")] == ["done", "done"]
+        with pytest.raises(errors.ProtocolError, match="no run open for joining .* the operator starts one"):
+            coord.challenge(pb.ChallengeRequest(job_id="f"))
+
+
+def test_a_cancelled_run_ends_for_its_parties_with_the_operators_reason(keys):
+    with coordinator(allow_list(keys), []) as (coord, address):
+        run = coord.submit(flynn("c", parties=("a", "b", "c", "d"), join=600), "c.toml", "alice")
+        queued = coord.submit(flynn("c", parties=("a", "b", "c", "d"), join=600), "c.toml", "alice")
+        coord.cancel(queued, "alice", "not today")
+        assert coord.store.run(queued).state == "cancelled"
+
+        def cancel_when_joined():
+            while len(coord.jobs["c"].parties) < 3:
+                coord.jobs["c"].done_event.wait(0.01)
+            coord.cancel(run, "alice", "wrong data set")
+
+        import threading
+        threading.Thread(target=cancel_when_joined, daemon=True).start()
+        results = run_parties(address, "c", keys, {p: party_data(i) for i, p in enumerate(PARTIES)})
+        for party in PARTIES:
+            assert isinstance(results[party], errors.RunCancelled), results[party]
+            assert "the run was cancelled: wrong data set" in str(results[party])
+        record = coord.store.run(run)
+        assert (record.state, record.reason, record.cancelled_by) == ("cancelled", "wrong data set", "alice")
+        with pytest.raises(errors.InvalidInput, match="already cancelled"):
+            coord.cancel(run, "alice")
+
+
+def test_offers_name_only_the_signing_party_and_refuse_another_partys_key(keys):
+    with coordinator(allow_list(keys), []) as (coord, address):
+        coord.submit(flynn("ab", parties=("a", "b")), "ab.toml", "alice")
+        coord.submit(flynn("bc", parties=("b", "c")), "bc.toml", "alice")
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.CoordinatorStub(channel)
+
+            def offers(signer: str, key) -> list[str]:
+                signed = calls.sign_call(key, signer, calls.OFFERS, pb.OffersRequest())
+                return [o.spec.job_id for o in stub.Offers(signed, timeout=10).offers]
+
+            assert offers("a", keys["a"]) == ["ab"]
+            assert sorted(offers("b", keys["b"])) == ["ab", "bc"]
+            assert offers("d", keys["d"]) == []
+            with pytest.raises(grpc.RpcError) as refused:
+                offers("b", keys["a"])  # a asking what b is offered
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        spec = coord.offers("a")[0].spec
+        assert dict(spec.datasets) == {"a": "demo", "b": "demo"}
+
+
+def test_the_admin_server_stays_on_loopback_unless_tls(keys):
+    with coordinator(allow_list(keys), []) as (coord, _):
+        with pytest.raises(errors.ConfigError, match="not a loopback address"):
+            build_admin_server(coord, {"alice": identity.public_bytes(keys["a"])}, "0.0.0.0:0", tls=None)
+        with pytest.raises(errors.ConfigError, match="at least one operator key"):
+            build_admin_server(coord, {}, "127.0.0.1:0", tls=None)
