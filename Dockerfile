@@ -62,40 +62,10 @@ RUN set -eu; \
 assert (hamming_matrix(np.array([[0], [7]], dtype=np.uint64)) == [[0, 3], [3, 0]]).all()'; \
     rm -rf /tmp/numba-smoke
 
-# The container health check (see HEALTHCHECK below). A coordinator is healthy when its gRPC port
-# accepts a TCP connection; a container that runs no `xclp-server serve` (a party, a one-off
-# `xclp-server ca init`) has no port and reports healthy. Port: $XCLP_HEALTH_PORT if set, else the
-# port of `serve --listen host:port`, else 50051 (the serve default; also when --config sets it).
-RUN printf '%s\n' \
-    '"""Docker HEALTHCHECK for xclp containers (written by the Dockerfile)."""' \
-    'import os, socket, sys' \
-    '' \
-    'def serve_argv():' \
-    '    for pid in filter(str.isdigit, os.listdir("/proc")):' \
-    '        try:' \
-    '            with open(f"/proc/{pid}/cmdline", "rb") as fh:' \
-    '                argv = fh.read().decode(errors="replace").split("\0")' \
-    '        except OSError:' \
-    '            continue' \
-    '        if any(a.endswith("xclp-server") for a in argv) and "serve" in argv:' \
-    '            return argv' \
-    '    return None' \
-    '' \
-    'argv = serve_argv()' \
-    'if argv is None:' \
-    '    sys.exit(0)' \
-    'port = "50051"' \
-    'for i, arg in enumerate(argv):' \
-    '    if arg == "--listen" and i + 1 < len(argv):' \
-    '        port = argv[i + 1].rsplit(":", 1)[-1]' \
-    '    elif arg.startswith("--listen="):' \
-    '        port = arg.rsplit(":", 1)[-1]' \
-    'port = os.environ.get("XCLP_HEALTH_PORT") or port' \
-    'try:' \
-    '    socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()' \
-    'except (OSError, ValueError) as exc:' \
-    '    sys.exit(f"coordinator port {port} does not accept connections: {exc}")' \
-    > /opt/xclp/healthcheck.py
+# The container health check (see HEALTHCHECK below): a coordinator must answer the gRPC health
+# service (docker/healthcheck.py says how it finds the port and the CA); a container that runs no
+# `xclp-server serve` (a party, an agent) reports healthy.
+COPY docker/healthcheck.py /opt/xclp/healthcheck.py
 
 
 FROM ${BASE_IMAGE}

@@ -4,7 +4,7 @@
 # nothing else. It runs as root only to hand the fresh volumes to the image's user (uid 10001).
 #
 #   /vol/ca            dev CA (ca.pem, ca-key.pem): only this service ever mounts it
-#   /vol/coordinator   certs/server.pem + server-key.pem, allow.toml (the coordinator's volume)
+#   /vol/coordinator   certs/server.pem + server-key.pem + ca.pem, allow.toml (the coordinator's volume)
 #   /vol/<party>       <party>.key (private), <party>.pub, ca.pem, peers.toml (the allow-list it pins)
 #                      (that institution's secrets volume)
 #
@@ -35,6 +35,8 @@ for name in $NAMES; do
   esac
 done
 xclp-server cert server --ca-dir /vol/ca --out /vol/coordinator/certs "$@"
+# the CA certificate (public) too, for the coordinator's gRPC health check (docker/healthcheck.py)
+cp /vol/ca/ca.pem /vol/coordinator/certs/ca.pem
 
 allow=/vol/coordinator/allow.toml.tmp
 printf '# written by docker/setup.sh: the identities the coordinator admits\n[parties]\n' > "$allow"

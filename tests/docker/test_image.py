@@ -216,11 +216,14 @@ id -u; stat -c %u .
     assert status == "healthy", f"health {status!r}; coordinator log:\n{logs}"
     assert "listening on port 50051 (TLS)" in logs
 
-    # The check really connects: pointed at a closed port it fails, with a message saying which.
+    # The check asks the gRPC health service over verified TLS (the volume's ca/ca.pem): pointed at a
+    # closed port, or expecting another name than the certificate's, it fails and says why.
     probe = ["/opt/xclp/venv/bin/python", "/opt/xclp/healthcheck.py"]
     wrong = docker("exec", "--env", "XCLP_HEALTH_PORT=50052", coordinator, *probe, check=False)
     assert wrong.returncode == 1
-    assert "coordinator port 50052 does not accept connections" in wrong.stderr
+    assert "coordinator on port 50052 does not answer the gRPC health check: UNAVAILABLE" in wrong.stderr
+    misnamed = docker("exec", "--env", "XCLP_HEALTH_SERVER_NAME=elsewhere.example", coordinator, *probe, check=False)
+    assert misnamed.returncode == 1 and "does not answer the gRPC health check" in misnamed.stderr
 
 
 @pytest.mark.docker

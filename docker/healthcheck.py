@@ -1,0 +1,73 @@
+"""Docker HEALTHCHECK for xclp containers (copied into the image as /opt/xclp/healthcheck.py).
+
+A container that runs no `xclp-server serve` (a party, an agent, a one-off `ca init`) has no port
+and is healthy. A coordinator is asked over gRPC: the standard health service (grpc.health.v1)
+must answer SERVING for xclp.v1.Coordinator. TLS is verified against the first CA certificate
+found of $XCLP_HEALTH_CA, certs/ca.pem, ca/ca.pem (in the working directory), with the name
+$XCLP_HEALTH_SERVER_NAME (default localhost); a coordinator serving --insecure is asked in
+plaintext. Without any CA file the check falls back to a TCP connect to the port.
+
+Port: $XCLP_HEALTH_PORT if set, else the port of `serve --listen host:port`, else 50051.
+"""
+
+import os
+import socket
+import sys
+
+
+def serve_argv():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(a.endswith("xclp-server") for a in argv) and "serve" in argv:
+            return argv
+    return None
+
+
+def main() -> int:
+    argv = serve_argv()
+    if argv is None:
+        return 0
+    port = "50051"
+    for i, arg in enumerate(argv):
+        if arg == "--listen" and i + 1 < len(argv):
+            port = argv[i + 1].rsplit(":", 1)[-1]
+        elif arg.startswith("--listen="):
+            port = arg.rsplit(":", 1)[-1]
+    port = os.environ.get("XCLP_HEALTH_PORT") or port
+    candidates = [os.environ.get("XCLP_HEALTH_CA", ""), "certs/ca.pem", "ca/ca.pem"]
+    ca = next((c for c in candidates if c and os.path.isfile(c)), None)
+    if ca is None and "--insecure" not in argv:
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()
+        except (OSError, ValueError) as exc:
+            return f"coordinator port {port} does not accept connections: {exc}"
+        return 0
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target = f"localhost:{port}"
+    if "--insecure" in argv:
+        channel = grpc.insecure_channel(target)
+    else:
+        with open(ca, "rb") as fh:
+            credentials = grpc.ssl_channel_credentials(fh.read())
+        name = os.environ.get("XCLP_HEALTH_SERVER_NAME", "localhost")
+        channel = grpc.secure_channel(target, credentials, options=[("grpc.ssl_target_name_override", name)])
+    try:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="xclp.v1.Coordinator"), timeout=4)
+    except grpc.RpcError as exc:
+        return f"coordinator on port {port} does not answer the gRPC health check: {exc.code().name}: {exc.details()}"
+    finally:
+        channel.close()
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return f"coordinator on port {port} is {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
