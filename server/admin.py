@@ -39,7 +39,6 @@ class AdminService(pb_grpc.AdminServicer):
         body = pb.SubmitRequest()
         operator = self.verifier.open(request, calls.ADMIN_SUBMIT, body)
         run_id = self.coordinator.submit(body.job_toml, body.file_name or "submitted job", operator)
-        log.info("operator %s submitted run %s", operator, run_id)
         return self.coordinator.run_info(run_id)
 
     @abort_on_error
