@@ -365,11 +365,7 @@ class Job:
         return size
 
     def finish(self, reason: str = "") -> None:
-        self.stage = Stage.DONE
-        self.outcome_reason = reason
-        if self.step is not None:
-            self.past_steps.add(self.step.name)
-        self.step = None
+        self._settle(Stage.DONE, reason)
         for pid in self.active:
             self._end(pid, pb.JobEnd.DONE, reason or "job complete")
         log.info("job %s: done in %.3fs with %d parties", self.config.job_id, self.clock() - self.started_at,
@@ -382,15 +378,19 @@ class Job:
         with self.lock:
             if self.stage.ended:
                 raise InvalidInput(f"run {self.run_id or self.config.job_id} is already {self.stage.value}")
-            self.stage = Stage.CANCELLED
-            self.outcome_reason = reason
-            if self.step is not None:
-                self.past_steps.add(self.step.name)
-            self.step = None
+            self._settle(Stage.CANCELLED, reason)
             for pid in self.parties:
                 self._end(pid, pb.JobEnd.CANCELLED, reason)
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
             self._ended()
+
+    def _settle(self, stage: Stage, reason: str) -> None:
+        """The run is over: no step runs, and a late payload of the last one is ignored."""
+        self.stage = stage
+        self.outcome_reason = reason
+        if self.step is not None:
+            self.past_steps.add(self.step.name)
+        self.step = None
 
     def _ended(self) -> None:
         self.done_event.set()
@@ -528,11 +528,7 @@ class Job:
             self.on_dropped(step, parties)
 
     def _fail(self, reason: str, outcome: int = pb.JobEnd.FAILED) -> None:
-        self.stage = Stage.FAILED
-        self.outcome_reason = reason
-        if self.step is not None:
-            self.past_steps.add(self.step.name)
-        self.step = None
+        self._settle(Stage.FAILED, reason)
         for pid in self.parties:  # joined parties too, if it fails before the roster went out
             self._end(pid, outcome, reason)
         log.error("job %s: failed: %s", self.config.job_id, reason)
