@@ -3,9 +3,9 @@ no job and a SQLite state file, three `xclp-client agent`s, and the operator's `
 commands over the signed Admin API.
 
 The module's stack: a coordinator started with no job, three agents (a, b, c) with a catalogue
-each and a party d that is allow-listed but never runs (so a run that expects a, b, c and d waits
-its join deadline in `joining`, which the tests use to look at it, or to act in it, without
-racing it).
+each, and a party d that is allow-listed but has no agent: a run that expects a, b, c and d stays
+`joining` until the test starts d as a one-off `xclp-client run`, so the tests look at a run, or
+act in it, while it waits, without racing it.
 """
 
 from __future__ import annotations
@@ -130,6 +130,17 @@ class Stack:
             assert time.monotonic() < give_up, f"run {run_id} never got there: {info}"
             time.sleep(0.2)
 
+    def party_d(self, job_id: str, *, script: Path | None = None, step: str = "") -> subprocess.Popen:
+        """d joins the run of `job_id` open now as a one-off `xclp-client run` (or through `script`)."""
+        prefix = [sys.executable, str(script), step] if script else [str(BIN / "xclp-client")]
+        return subprocess.Popen([*prefix, "run", "--coordinator", f"localhost:{self.port}", "--ca-cert",
+                                 str(self.root / "ca" / "ca.pem"), "--job", job_id, "--party", "d", "--identity",
+                                 str(self.root / "keys" / "d.key"), "--peers", str(self.root / "allow.toml"),
+                                 "--data", str(self.root / "d.csv"), "--label-column", "diagnosis", "--id-column",
+                                 "row_id", "--paillier-bits", "512", "--insecure-test-keys", "--workers", "0",
+                                 "--min-parties", "3", "--out", str(self.root / "d-out")],
+                                stderr=subprocess.PIPE, text=True)
+
     def agent_log(self, party: str) -> str:
         return (self.root / f"agent-{party}.log").read_text()
 
@@ -159,6 +170,7 @@ def stack(tmp_path_factory):
             f'coordinator = "localhost:{s.port}"\nca_cert = "ca/ca.pem"\nout = "out-{party}"\npoll_seconds = 0.3\n'
             f'workers = 0\n[policy]\nmin_parties = 3\ninsecure_test_keys = true\njob_types = ["xclp", "flynn"]\n'
             f'[datasets.demo]\npath = "{party}.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n')
+    write_table(root / "d.csv", *make_data(3, 40), "d")
     s.data = data
     s.serve()
     for party in PARTIES:
@@ -204,7 +216,7 @@ def scrape(stack: Stack) -> dict[tuple[str, tuple], float]:
 
 def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_refuses_an_old_bundle(stack):
     root = stack.root
-    xclp_job = job_file(root, "xclp-agents", XCLP, join=10)
+    xclp_job = job_file(root, "xclp-agents", XCLP, join=600)
     first = stack.submit(xclp_job)
     run1 = first["run_id"]
     assert first["state"] == "joining" and first["submitted_by"] == "alice"
@@ -217,12 +229,10 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
     assert [r["run_id"] for r in listed if r["job_id"] == "xclp-agents"] == [run1]
     human = stack.job("show", run1)
     assert human.returncode == 0 and f"run {run1}: job xclp-agents (xclp), joining" in human.stdout
-    running = stack.wait(run1, lambda i: i["state"] != "joining")
-    assert running["state"] in ("running", "done")
-    done = stack.wait(run1, lambda i: i["state"] in ("done", "failed"))
-    assert done["state"] == "done", done
-    assert {p["party_id"]: p["state"] for p in done["parties"]} == {"a": "joined", "b": "joined", "c": "joined",
-                                                                     "d": "never joined"}
+    d = stack.party_d("xclp-agents")  # the last party: the run starts
+    assert d.wait(timeout=180) == 0, d.stderr.read()
+    done = stack.wait(run1, lambda i: i["state"] == "done")
+    assert {p["party_id"]: p["state"] for p in done["parties"]} == dict.fromkeys("abcd", "joined")
     steps = {s["name"]: s for s in done["steps"]}
     assert steps["secure_hamming"]["seconds"] > 0 and int(done["bytes_total"]) > 0
     # the agents' outputs: <out>/<job>/<run>/, whole, their own rows
@@ -234,7 +244,7 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         assert [r["id"] for r in rows] == [f"{party}{i}" for i in range(len(y))]
         assert {r["label"] for r in rows} <= {"0", "1", "2"}
         meta = json.loads((out / run1 / "run.json").read_text())
-        assert meta["run_id"] == run1 and meta["participants"] == ["a", "b", "c"]
+        assert meta["run_id"] == run1 and meta["participants"] == ["a", "b", "c", "d"]
 
     # a FlyNN job by catalogue name: every agent's model equals the pooled one bit for bit
     flynn = stack.submit(job_file(root, "flynn-agents", FLYNN, parties='["a", "b", "c"]'))
@@ -261,6 +271,8 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
     assert run2 != run1 and second["state"] == "joining"
     refused = replay(stack, "xclp-agents", recorded)
     assert refused.code() == grpc.StatusCode.FAILED_PRECONDITION and "another run's nonce" in refused.details()
+    d = stack.party_d("xclp-agents")
+    assert d.wait(timeout=180) == 0, d.stderr.read()
     stack.wait(run2, lambda i: i["state"] == "done")
     for party in PARTIES:
         assert sorted(p.name for p in (root / f"out-{party}" / "xclp-agents").iterdir()) == sorted([run1, run2])
@@ -293,14 +305,9 @@ def test_a_run_cancelled_mid_secure_hamming_stops_the_agents_cleanly_and_leaves_
     """d is a real party that stalls in SecureHamming, so the run is there, with a, b and c having
     sent their encrypted slices and waiting for d's, when the operator cancels it."""
     root = stack.root
-    write_table(root / "d.csv", *make_data(3, 40), "d")
-    run = stack.submit(job_file(root, "xclp-cancel", XCLP, join=60))["run_id"]
-    d = subprocess.Popen([sys.executable, str(STALLING), "secure_hamming", "run", "--coordinator",
-                          f"localhost:{stack.port}", "--ca-cert", str(root / "ca" / "ca.pem"), "--job", "xclp-cancel",
-                          "--party", "d", "--identity", str(root / "keys" / "d.key"), "--peers", str(root / "allow.toml"),
-                          "--data", str(root / "d.csv"), "--label-column", "diagnosis", "--id-column", "row_id",
-                          "--paillier-bits", "512", "--insecure-test-keys", "--workers", "0", "--out", str(root / "d-out")],
-                         stderr=subprocess.PIPE, text=True)
+    run = stack.submit(job_file(root, "xclp-cancel", XCLP, join=600))["run_id"]
+    stack.wait(run, lambda i: sum(p["state"] == "joined" for p in i["parties"]) == 3)
+    d = stack.party_d("xclp-cancel", script=STALLING, step="secure_hamming")
     try:
         for line in d.stderr:
             if "STALLING" in line:
