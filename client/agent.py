@@ -17,7 +17,9 @@ thread with a fresh Paillier key if the job needs one; every key bundle signs th
 and the session checks the coordinator still offers the same run. Outputs go to
 `<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
 nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
-its runs (their partial outputs are removed) and exits 0.
+its runs (their partial outputs are removed) and exits 0. With `runs = N` (`--runs N`: demos and
+tests) it stops by itself once it has taken part in N runs, and exits 0 only if all of them were
+done.
 
 agent.toml:
 
@@ -188,12 +190,14 @@ class Agent:
                               f"{self.config.party!r} in {self.config.peers}")
         self.seen: set[str] = set()  # run ids decided on
         self.active: dict[str, _Active] = {}
+        self.finished: dict[str, bool] = {}  # run id -> done (True) or failed or stopped (False)
         self.lock = threading.Lock()
         self._last_poll_error = ""
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def serve(self, stop: threading.Event) -> None:
+    def serve(self, stop: threading.Event, *, runs: int | None = None) -> None:
+        """Poll and take part until `stop` is set, or until `runs` runs are over."""
         channel = self.config.connection.channel()
         stub = pb_grpc.CoordinatorStub(channel)
         self.say(f"agent for {self.config.party}: polling {self.config.connection.address} every "
@@ -201,8 +205,14 @@ class Agent:
                  f"job types: {', '.join(sorted(self.config.job_types))}")
         try:
             while not stop.is_set():
-                for offer in self.poll(stub):
-                    self.consider(offer)
+                with self.lock:
+                    if runs is not None and len(self.finished) >= runs and not self.active:
+                        self.say(f"took part in {runs} run(s); stopping")
+                        return
+                    busy = runs is not None and len(self.finished) + len(self.active) >= runs
+                if not busy:
+                    for offer in self.poll(stub):
+                        self.consider(offer)
                 stop.wait(self.config.poll_seconds)
         finally:
             self.stop_runs()
@@ -274,6 +284,7 @@ class Agent:
             loaded.append(dataset.load(p))
             return loaded[-1]
 
+        ok = False
         try:
             paillier = None
             if uses_paillier(params):
@@ -290,6 +301,7 @@ class Agent:
             result = session.run()
             path = write_run_dir(self.config.out, job, run, loaded[-1], result)
             self.say(f"run {run} of job {job} done: outputs in {path}")
+            ok = True
         except RunCancelled as exc:
             self.say(f"run {run} of job {job} stopped: {exc}; nothing written")
         except XclpError as exc:
@@ -299,6 +311,7 @@ class Agent:
         finally:
             remove_partial(self.config.out, job, run)
             with self.lock:
+                self.finished[run] = ok
                 self.active.pop(run, None)
 
     def stop_runs(self, timeout: float = 30.0) -> None:

@@ -36,7 +36,7 @@ from xclp.propagation import predict as xclp_predict
 from xclp.errors import ConfigError, InvalidInput, XclpError
 from xclp.v1.jobs import JobParams
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
-from xclp.v1.status import EXIT_OK, exit_code
+from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
@@ -100,6 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                         "write each run's outputs to <out>/<job>/<run>/ atomically; log every refusal with its "
                         "reason. Stops cleanly on SIGTERM/SIGINT. See client/agent.py for agent.toml.")
     ag.add_argument("--config", type=Path, required=True, help="agent TOML file")
+    ag.add_argument("--runs", type=int, help="stop after taking part in this many runs; exit 0 only if every one "
+                    "was done (demos and tests; default: run until SIGTERM)")
     ag.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     dm = sub.add_parser("demo", help="XCLP across three institutions on localhost, no Docker",
@@ -244,10 +246,13 @@ def agent(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if args.runs is not None and args.runs < 1:
+        raise ConfigError("--runs must be at least 1")
     runner = Agent(config)
-    runner.serve(stop)
-    stderr_progress("agent stopped")
-    return EXIT_OK
+    runner.serve(stop, runs=args.runs)
+    failed = sorted(run for run, ok in runner.finished.items() if not ok)
+    stderr_progress("agent stopped" + (f"; runs not done: {', '.join(failed)}" if failed else ""))
+    return EXIT_DROPPED if args.runs is not None and failed else EXIT_OK
 
 
 def demo(args: argparse.Namespace) -> int:

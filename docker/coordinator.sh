@@ -1,8 +1,9 @@
 #!/bin/sh
-# The compose demo's `coordinator` service (README "Docker"): serves every job file of
-# /etc/xclp/jobs (read-only mount) from a copy in its own volume, so each job's relative output
-# paths (the XCLP run summary) land in the volume, and exits once every job is done or failed.
-# `started` and `finished` in the volume tell the `summary` service where the run is.
+# A one-shot coordinator (README "Across real machines"): serves every job file of /etc/xclp/jobs
+# (read-only mount) from a copy in its own volume, so each job's relative output paths (the XCLP
+# run summary) land in the volume, and exits once every job is done or failed. `started` and
+# `finished` in the volume say where it is. The compose demo runs the coordinator as a service
+# instead (docker/service.sh).
 set -eu
 cd /var/lib/xclp
 rm -rf jobs finished

@@ -1,10 +1,10 @@
 #!/bin/sh
-# The compose demo's institution services (README "Docker"): one party joins the XCLP job, then
-# the FlyNN job, with its own CSV, and writes into its results volume (the working directory):
+# A one-off institution (README "Across real machines"): `xclp-client run` for the XCLP job, then
+# the FlyNN job, with its own CSV, writing into its results volume (the working directory):
 #   predictions.csv    XCLP: id (its own row ids), label, confidence, score_<c>
 #   flynn-model.npz    the federated FlyNN model (identical at every institution)
 #   status             one line per job: "<job> <exit code>" (0 = done, 5 = dropped or timed out)
-#   finished           written last: the `summary` service waits for it
+#   finished           written last
 # Exits 0 only if both jobs succeeded. A lost XCLP job does not skip the FlyNN job: they are
 # independent, as they would be for a real institution.
 #

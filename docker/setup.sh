@@ -7,6 +7,10 @@
 #   /vol/coordinator   certs/server.pem + server-key.pem + ca.pem, allow.toml (the coordinator's volume)
 #   /vol/<party>       <party>.key (private), <party>.pub, ca.pem, peers.toml (the allow-list it pins)
 #                      (that institution's secrets volume)
+#   /vol/operator      demo.key (the demo operator's Admin API key, private), demo.pub, ca.pem
+#                      (the operator volume: only setup and `submit` mount it)
+# and the coordinator's server.toml: no job file, the state file, the Admin API with the demo
+# operator's key, metrics, TLS.
 #
 # Idempotent: a re-run keeps the CA and the identity keys, re-issues the server certificate
 # (for the names in XCLP_SERVER_NAMES) and rewrites the allow-list.
@@ -59,6 +63,31 @@ for party in $PARTIES; do
   chmod 0644 "/vol/$party/peers.toml"
 done
 
-chown -R "$XCLP_UID:$XCLP_UID" /vol/ca /vol/coordinator
+if [ -f /vol/operator/demo.key ] && [ -f /vol/operator/demo.pub ]; then
+  say "reusing the demo operator's key"
+else
+  rm -f /vol/operator/demo.key
+  xclp-server operator keygen --name demo --out /vol/operator > /vol/operator/demo.pub
+fi
+cp /vol/ca/ca.pem /vol/operator/ca.pem
+chmod 0644 /vol/operator/ca.pem /vol/operator/demo.pub
+cat > /vol/coordinator/server.toml.tmp <<TOML
+# written by docker/setup.sh: the coordinator as a service (README "The coordinator as a service")
+listen = "0.0.0.0:50051"
+allow_list = "allow.toml"
+state = "state/xclp.db"
+admin_listen = "0.0.0.0:50052"   # off the host only over TLS: the submit service dials coordinator:50052
+metrics_listen = "0.0.0.0:9464"
+
+[operators]
+$(cat /vol/operator/demo.pub)
+
+[tls]
+cert = "certs/server.pem"
+key = "certs/server-key.pem"
+TOML
+mv /vol/coordinator/server.toml.tmp /vol/coordinator/server.toml
+
+chown -R "$XCLP_UID:$XCLP_UID" /vol/ca /vol/coordinator /vol/operator
 for party in $PARTIES; do chown -R "$XCLP_UID:$XCLP_UID" "/vol/$party"; done
-say "dev CA, server certificate for: $NAMES; identity keys and allow-list for: $PARTIES"
+say "dev CA, server certificate for: $NAMES; identity keys and allow-list for: $PARTIES; the demo operator's key"

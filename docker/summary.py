@@ -12,15 +12,16 @@ volume, and prints, for each institution, the accuracy on its unlabeled rows of
 It also checks that every institution holds the same FlyNN model (FlyNN Theorem 4: the federated
 counts are the pooled counts) and shows the coordinator's XCLP run summary (steps, dropouts).
 
-It starts with the institutions and waits until each has written `finished` in its results
-volume (docker/party.sh), or until the coordinator has finished (docker/coordinator.sh) and
-XCLP_SUMMARY_GRACE seconds (30) have passed: an institution stopped mid-job never finishes, and
-is reported as such. XCLP_SUMMARY_TIMEOUT (3600) bounds the whole wait.
+The `submit` service (docker/submit.sh) runs it once the runs are over, with their records from
+`xclp-server job submit --wait --json`. It reads each institution's outputs of those runs from its
+results volume (`runs/<job>/<run>/`, docker/agent.sh), waiting up to XCLP_SUMMARY_GRACE seconds
+(30) for an agent still writing them; an institution that dropped out of a run is reported with
+the coordinator's reason.
 
 Exit status: 0 when every institution has its predictions and the (common) FlyNN model, 1 when
 something is missing or disagrees — the table still shows what there is.
 
-    python docker/summary.py --jobs docker/jobs --data xclp/demo_data --results DIR --coordinator DIR
+    python docker/summary.py --runs runs.json --jobs docker/jobs --data xclp/demo_data --results DIR
 """
 
 from __future__ import annotations
@@ -46,9 +47,8 @@ from xclp.flynn import FlyNNModel
 from xclp.v1.jobs import XclpJobParams
 
 PREDICTIONS = "predictions.csv"
-FLYNN_MODEL = "flynn-model.npz"
-FINISHED = "finished"  # written last by docker/party.sh and docker/coordinator.sh
-POLL_SECONDS = 1.0
+FLYNN_MODEL = "model.npz"
+POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -83,15 +83,29 @@ def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     return np.array([rows[i] for i in ids], dtype=np.int64)
 
 
-def _status(results: Path) -> str:
-    """The party's own account of its runs (docker/party.sh writes `<job> <exit code>` lines)."""
-    try:
-        return ", ".join(line.replace(" ", " exit ") for line in (results / "status").read_text().split("\n") if line)
-    except OSError:
-        return "no status: the container did not finish"
+def run_dir(results: Path, party: str, run: dict | None, grace: float) -> tuple[Path | None, str]:
+    """(the party's output directory of `run`, or None and why there is none)."""
+    if run is None:
+        return None, "no such run was submitted"
+    states = {p["party_id"]: p for p in run.get("parties", [])}
+    me = states.get(party, {"state": "never joined", "reason": ""})
+    if me["state"] != "joined":
+        why = f" ({me['reason']})" if me.get("reason") else ""
+        return None, f"{me['state']} in {run['job_id']} run {run['run_id']}{why}"
+    if run["state"] != "done":
+        return None, f"{run['job_id']} run {run['run_id']} is {run['state']}: {run.get('reason', '')}"
+    path = results / party / "runs" / run["job_id"] / run["run_id"]
+    give_up = time.monotonic() + grace
+    while not path.is_dir() and time.monotonic() < give_up:
+        time.sleep(POLL_SECONDS)  # the agent writes its outputs right after the run's end
+    return (path, "") if path.is_dir() else (None, f"no outputs of {run['job_id']} run {run['run_id']} "
+                                             f"(see {party}'s log)")
 
 
-def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJobParams) -> tuple[Row, ModelFile | None]:
+def evaluate(party: str, data_dir: Path, xclp_dir: tuple[Path | None, str],
+             flynn_dir: tuple[Path | None, str] | None, xclp: XclpJobParams) -> tuple[Row, ModelFile | None]:
+    """One institution's line: `xclp_dir` and `flynn_dir` are its run directories (or None and why);
+    `flynn_dir` None: the demo has no FlyNN job."""
     data = party_data.load(data_dir / f"{party}.csv", id_column="row_id")
     assert data.y is not None, "the demo CSVs carry a label column"
     truth = read_truth(data_dir / f"{party}.truth.csv", data.ids)
@@ -102,22 +116,24 @@ def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJobParams) -> 
         return float(np.mean(labels[unlabeled] == truth[unlabeled]))
 
     together = None
-    if not (results / PREDICTIONS).exists():
-        missing.append(f"no {PREDICTIONS}")
+    if xclp_dir[0] is None:
+        missing.append(f"no {PREDICTIONS}: {xclp_dir[1]}")
     else:
         try:
-            together = accuracy(_predictions(results / PREDICTIONS, data.ids))
+            together = accuracy(_predictions(xclp_dir[0] / PREDICTIONS, data.ids))
         except (OSError, KeyError, ValueError) as exc:
             missing.append(f"unreadable {PREDICTIONS} ({exc})")
     graph = xclp.graph_params
     alone = accuracy(per_client_lp(data.X, data.y, xclp.n_classes, graph, normalise_labels=xclp.label_norm).labels)
 
     model = flynn = flynn_alone = None
-    if not (results / FLYNN_MODEL).exists():
-        missing.append(f"no {FLYNN_MODEL}")
+    if flynn_dir is None:
+        pass
+    elif flynn_dir[0] is None:
+        missing.append(f"no FlyNN model: {flynn_dir[1]}")
     else:
         try:
-            model = ModelFile.load(results / FLYNN_MODEL)
+            model = ModelFile.load(flynn_dir[0] / FLYNN_MODEL)
             federated = model.flynn()
             tie_seed = model.params.tie_seed  # type: ignore[union-attr]
             flynn = accuracy(federated.predict(data.X, tie_seed=tie_seed))
@@ -126,90 +142,61 @@ def evaluate(party: str, data_dir: Path, results: Path, xclp: XclpJobParams) -> 
         except (OSError, XclpError) as exc:
             missing.append(f"unreadable {FLYNN_MODEL} ({exc})")
     if missing:
-        missing = [f"{', '.join(missing)} ({_status(results)})"]
+        missing = ["; ".join(missing)]
     return Row(party, int(unlabeled.sum()), together, alone, flynn, flynn_alone, tuple(missing)), model
-
-
-def _finished_since(path: Path, start: float) -> bool:
-    """`path` exists and was written in this run (not left over from an earlier `up`)."""
-    try:
-        return path.stat().st_mtime >= start
-    except OSError:
-        return False
-
-
-def wait_for_run(coordinator: Path, results: dict[str, Path], grace: float, timeout: float) -> list[str]:
-    """Block until every institution finished, or the coordinator finished `grace` seconds ago;
-    returns the institutions that did not finish."""
-    give_up = time.monotonic() + timeout
-    while not (coordinator / "started").exists() and time.monotonic() < give_up:
-        time.sleep(POLL_SECONDS)  # only before the coordinator's first start
-    try:
-        start = (coordinator / "started").stat().st_mtime
-    except OSError:
-        return sorted(results)
-    print(f"summary: waiting for {', '.join(results)} to finish", file=sys.stderr, flush=True)
-    coordinator_done_at: float | None = None
-    while True:
-        pending = [p for p, d in results.items() if not _finished_since(d / FINISHED, start)]
-        now = time.monotonic()
-        if not pending or now >= give_up:
-            return pending
-        if coordinator_done_at is None and _finished_since(coordinator / FINISHED, start):
-            coordinator_done_at = now
-        if coordinator_done_at is not None and now - coordinator_done_at >= grace:
-            print(f"summary: the coordinator finished {grace:.0f}s ago; {', '.join(pending)} did not",
-                  file=sys.stderr, flush=True)
-            return pending
-        time.sleep(POLL_SECONDS)
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _run_summary(path: Path) -> str:
-    try:
-        run = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return f"(no run summary at {path}: the coordinator did not finish the job)"
-    timed = sorted(((s["seconds"], name) for name, s in run["steps"].items() if s.get("seconds", 0) >= 0.05),
+def _run_summary(run: dict | None) -> str:
+    """The coordinator's record of a run (`xclp-server job show --json`): outcome, time, bytes, steps."""
+    if run is None:
+        return "(not submitted)"
+    timed = sorted(((s.get("seconds", 0.0), s["name"]) for s in run.get("steps", []) if s.get("seconds", 0) >= 0.05),
                    reverse=True)
     steps = ", ".join(f"{name} {seconds:.1f}s" for seconds, name in timed) + ", the rest < 0.1s"
-    dropped = ", ".join(f"{p} ({why})" for p, why in run["dropped"].items()) or "none"
-    return (f"{run['outcome']} in {run['total_seconds']:.1f}s, {run['bytes_total'] / 1e6:.1f} MB moved "
-            f"({run['params']['key_bits']}-bit Paillier, L = {run['params']['lsh_bits']}); dropped: {dropped}\n"
-            f"  steps: {steps}\n  graph built from: {', '.join(run['graph_parties'])}; "
-            f"labels from: {', '.join(run['label_parties'])}")
+    dropped = ", ".join(f"{p['party_id']} ({p['reason'] or p['state']})" for p in run.get("parties", [])
+                        if p["state"] != "joined") or "none"
+    return (f"run {run['run_id']} {run['state']} in {run.get('duration_seconds', 0.0):.1f}s, "
+            f"{int(run.get('bytes_total', 0)) / 1e6:.1f} MB moved; dropped: {dropped}\n  steps: {steps}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--jobs", type=Path, default=Path("/etc/xclp/jobs"), help="the coordinator's job files")
+    p.add_argument("--runs", type=Path, required=True, help="the runs' records: `xclp-server job submit --wait --json`")
+    p.add_argument("--jobs", type=Path, default=Path("/etc/xclp/jobs"), help="the submitted job files")
     p.add_argument("--data", type=Path, default=Path("/evaluation"), help="<party>.csv and <party>.truth.csv")
     p.add_argument("--results", type=Path, default=Path("/results"), help="<party>/ = that institution's results volume")
-    p.add_argument("--coordinator", type=Path, default=Path("/coordinator"), help="the coordinator's volume")
     p.add_argument("--parties", default=os.environ.get("XCLP_PARTIES", "hospital-a hospital-b hospital-c"))
     args = p.parse_args(argv)
     xclp_job, flynn_job = _jobs(args.jobs)
     assert isinstance(xclp_job.params, XclpJobParams)
 
     parties = args.parties.split()
-    wait_for_run(args.coordinator, {p: args.results / p for p in parties},
-                 grace=float(os.environ.get("XCLP_SUMMARY_GRACE", "30")),
-                 timeout=float(os.environ.get("XCLP_SUMMARY_TIMEOUT", "3600")))
+    try:
+        records = json.loads(args.runs.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"summary: cannot read the runs' records {args.runs}: {exc}")
+    records = records if isinstance(records, list) else [records]
+    runs = {r["job_id"]: r for r in records}
+    xclp_run, flynn_run = runs.get(xclp_job.job_id), runs.get(flynn_job.job_id) if flynn_job else None
+    grace = float(os.environ.get("XCLP_SUMMARY_GRACE", "30"))
     rows, models = [], {}
     for party in parties:
-        row, model = evaluate(party, args.data, args.results / party, xclp_job.params)
+        row, model = evaluate(party, args.data, run_dir(args.results, party, xclp_run, grace),
+                              None if flynn_job is None else run_dir(args.results, party, flynn_run, grace),
+                              xclp_job.params)
         rows.append(row)
         if model is not None:
             models[party] = model
 
     print("\n=== xclp compose demo: summary ===")
     print("(this service plays the evaluator: it reads the true labels, which no institution ever sees)\n")
-    summary_path = None if xclp_job.summary_path is None else args.coordinator / "jobs" / xclp_job.summary_path.name
-    print(f"XCLP job {xclp_job.job_id}: " + ("(no run summary configured)" if summary_path is None
-                                            else _run_summary(summary_path)))
+    print(f"XCLP job {xclp_job.job_id}: {_run_summary(xclp_run)}")
+    if flynn_job is not None:
+        print(f"FlyNN job {flynn_job.job_id}: {_run_summary(flynn_run)}")
     print("\naccuracy on each institution's unlabeled rows")
     print(f"{'institution':<14}{'unlabeled':>10}{'XCLP (together)':>18}{'alone (own LP)':>17}"
           f"{'FlyNN (together)':>19}{'FlyNN (alone)':>16}")

@@ -7,8 +7,8 @@
     xclp-server job cancel 12 [--reason "wrong data set"]
 
 Each signs its call with the operator key (`--operator`, `--operator-key`, or XCLP_OPERATOR and
-XCLP_OPERATOR_KEY) and talks to `--admin` (default 127.0.0.1:50052, or XCLP_ADMIN); `--json`
-prints the runs as JSON for scripts.
+XCLP_OPERATOR_KEY) and talks to `--admin` (default 127.0.0.1:50052, or XCLP_ADMIN; an address off
+the host needs `--ca-cert` or XCLP_ADMIN_CA, for TLS); `--json` prints the runs as JSON for scripts.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     submit = jobs.add_parser("submit", help="queue a run of a job file", description="Send a job file to the "
                              "coordinator and queue a run of it. A job id already defined with the same text gets "
                              "another run; another text under the same id is refused.")
-    submit.add_argument("file", type=Path, help="job TOML file (data sets named by catalogue name)")
+    submit.add_argument("file", type=Path, nargs="+", help="job TOML file(s) (data sets named by catalogue name)")
     ls = jobs.add_parser("list", help="runs, newest first")
     ls.add_argument("--job", default="", help="only runs of this job id")
     ls.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
@@ -70,7 +70,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         p.add_argument("--operator", default=os.environ.get("XCLP_OPERATOR"), help="operator name (or $XCLP_OPERATOR)")
         p.add_argument("--operator-key", type=Path, default=os.environ.get("XCLP_OPERATOR_KEY"),
                        help="operator key from `xclp-server operator keygen` (or $XCLP_OPERATOR_KEY)")
-        p.add_argument("--ca-cert", type=Path, help="CA of the coordinator's certificate, if --admin is not loopback")
+        p.add_argument("--ca-cert", type=Path, default=os.environ.get("XCLP_ADMIN_CA"),
+                       help="CA of the coordinator's certificate, if --admin is not loopback (or $XCLP_ADMIN_CA)")
         p.add_argument("--server-name", help="TLS name to expect, if not the host in --admin")
         p.add_argument("--json", action="store_true", help="print JSON (one object per run) for scripts")
 
@@ -96,7 +97,7 @@ class AdminClient:
             self.channel = grpc.insecure_channel(args.admin)
         else:
             options = [("grpc.ssl_target_name_override", args.server_name)] if args.server_name else []
-            self.channel = grpc.secure_channel(args.admin, grpc.ssl_channel_credentials(args.ca_cert.read_bytes()),
+            self.channel = grpc.secure_channel(args.admin, grpc.ssl_channel_credentials(_read(args.ca_cert)),
                                                options=options)
         self.stub = pb_grpc.AdminStub(self.channel)
 
@@ -109,18 +110,29 @@ class AdminClient:
             raise error_from_rpc(exc, where="coordinator's Admin API") from None
 
 
+def _read(path: str | Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
 def job_command(args: argparse.Namespace) -> int:
     client = AdminClient(args)
     try:
         if args.job_command == "submit":
-            try:
-                text = args.file.read_text()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"cannot read {args.file}: {exc}") from None
-            info = client.call(calls.ADMIN_SUBMIT, pb.SubmitRequest(job_toml=text, file_name=str(args.file)))
-            if not args.json:
-                print(f"submitted run {info.run_id} of job {info.job_id} ({info.state})", file=sys.stderr)
-            return _maybe_wait(client, args, info)
+            texts = []
+            for path in args.file:  # read them all first: a typo in the last submits nothing
+                try:
+                    texts.append((path.read_text(), str(path)))
+                except (OSError, UnicodeDecodeError) as exc:
+                    raise ConfigError(f"cannot read {path}: {exc}") from None
+            infos = [client.call(calls.ADMIN_SUBMIT, pb.SubmitRequest(job_toml=text, file_name=name))
+                     for text, name in texts]
+            for info in infos:
+                if not args.json:
+                    print(f"submitted run {info.run_id} of job {info.job_id} ({info.state})", file=sys.stderr)
+            return _maybe_wait(client, args, *infos)
         if args.job_command == "list":
             runs = client.call(calls.ADMIN_LIST, pb.ListRequest(job_id=args.job, limit=max(1, args.limit))).runs
             if args.json:
@@ -138,19 +150,21 @@ def job_command(args: argparse.Namespace) -> int:
         client.channel.close()
 
 
-def _maybe_wait(client: AdminClient, args: argparse.Namespace, info: pb.RunInfo) -> int:
-    if not args.wait:
-        _print(info, args.json)
-        return EXIT_OK
-    give_up = time.monotonic() + args.timeout if args.timeout else None
-    while info.state not in FINAL:
-        if give_up is not None and time.monotonic() > give_up:
-            _print(info, args.json)
-            raise XclpError(f"run {info.run_id} is still {info.state} after {args.timeout:.0f} s")
-        time.sleep(WAIT_POLL_SECONDS)
-        info = client.call(calls.ADMIN_SHOW, pb.ShowRequest(run_id=info.run_id))
-    _print(info, args.json)
-    return EXIT_OK if info.state == "done" else 1
+def _maybe_wait(client: AdminClient, args: argparse.Namespace, *infos: pb.RunInfo) -> int:
+    """Print the runs (with --wait: once each is over); exit 0 unless a waited-for run is not done."""
+    runs = list(infos)
+    if args.wait:
+        give_up = time.monotonic() + args.timeout if args.timeout else None
+        while any(info.state not in FINAL for info in runs):
+            if give_up is not None and time.monotonic() > give_up:
+                _print(runs, args.json)
+                late = [f"{i.run_id} ({i.state})" for i in runs if i.state not in FINAL]
+                raise XclpError(f"run(s) {', '.join(late)} not over after {args.timeout:.0f} s")
+            time.sleep(WAIT_POLL_SECONDS)
+            runs = [info if info.state in FINAL else client.call(calls.ADMIN_SHOW, pb.ShowRequest(run_id=info.run_id))
+                    for info in runs]
+    _print(runs, args.json)
+    return EXIT_OK if not args.wait or all(info.state == "done" for info in runs) else 1
 
 
 def _as_dict(info: pb.RunInfo) -> dict[str, Any]:
@@ -159,8 +173,14 @@ def _as_dict(info: pb.RunInfo) -> dict[str, Any]:
     return data
 
 
-def _print(info: pb.RunInfo, as_json: bool) -> None:
-    print(json.dumps(_as_dict(info), indent=2) if as_json else format_run(info))
+def _print(runs: pb.RunInfo | list[pb.RunInfo], as_json: bool) -> None:
+    """One run as a JSON object, several as a JSON list; or the human form, one after another."""
+    if isinstance(runs, pb.RunInfo):
+        runs = [runs]
+    if as_json:
+        print(json.dumps(_as_dict(runs[0]) if len(runs) == 1 else [_as_dict(r) for r in runs], indent=2))
+    else:
+        print("\n\n".join(format_run(r) for r in runs))
 
 
 def _duration(info: pb.RunInfo) -> float:

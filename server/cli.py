@@ -41,6 +41,7 @@ from xclp.errors import ConfigError, XclpError
 from xclp.v1.status import EXIT_OK, EXIT_UNEXPECTED, exit_code
 
 log = logging.getLogger("xclp.server")
+EXIT_GRACE_SECONDS = 3.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (testing only; never across networks)")
     s.add_argument("--port-file", type=Path, help="write the bound port to this file once listening")
     s.add_argument("--exit-when-done", action="store_true", default=None,
-                   help="exit once every run is over and none is queued (a one-shot coordinator)")
+                   help="exit once a run has started and every run is over, none queued (a one-shot coordinator)")
     s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
     ca = sub.add_parser("ca", help="development certificate authority").add_subparsers(dest="ca_command", required=True)
@@ -180,7 +181,7 @@ def serve(args: argparse.Namespace) -> int:
         Path(cfg["port_file"]).write_text(f"{port}\n")
     while not stop.wait(0.5):
         if cfg.get("exit_when_done") and coordinator.all_finished():
-            stop.wait(1.0)  # let the last Pull streams deliver their JobEnd
+            stop.wait(EXIT_GRACE_SECONDS)  # let the last Pull streams deliver their JobEnd, and `job show --wait` see it
             break
     log.info("shutting down")
     coordinator.stop()

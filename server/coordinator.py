@@ -195,8 +195,9 @@ class Coordinator:
         self._stop.set()
 
     def all_finished(self) -> bool:
+        """At least one run started in this process, and every run is over with none queued."""
         with self._lock:
-            return not any(self._queued.values()) and all(job.stage.ended for job in self.jobs.values())
+            return bool(self.runs) and not any(self._queued.values()) and all(job.stage.ended for job in self.jobs.values())
 
     def job(self, job_id: str) -> Job:
         """The run of `job_id` that parties join now."""

@@ -114,3 +114,30 @@ def test_a_run_directory_appears_whole_or_not_at_all(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         write_run_dir(tmp_path, "j", "6", data, result)
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == ["5"]  # no 6, no partial left
+
+
+def test_with_runs_the_agent_stops_after_that_many_and_remembers_which_were_done(agent, monkeypatch):
+    import threading
+
+    offers = [offer("flynn", FLYNN), offer("flynn", FLYNN)]
+    offers[1].run_id = "2"
+    polls = []
+
+    def poll(stub):
+        polls.append(1)
+        return offers
+
+    def fake_run(o, params, dataset, active):
+        with agent.lock:
+            agent.finished[o.run_id] = o.run_id == "1"
+            agent.active.pop(o.run_id, None)
+
+    monkeypatch.setattr(agent, "poll", poll)
+    monkeypatch.setattr(agent, "_run", fake_run)
+    agent.config = type(agent.config)(**{**agent.config.__dict__, "poll_seconds": 0.01})
+    stop = threading.Event()
+    done = threading.Thread(target=agent.serve, args=(stop,), kwargs={"runs": 2})
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "the agent must stop by itself after its runs"
+    assert agent.finished == {"1": True, "2": False}

@@ -1,10 +1,11 @@
-"""The compose demo (docker-compose.yml, docker/): a coordinator and three institutions in real
-containers, on the real engine, with real faults (DESIGN §5 dropouts).
+"""The compose demo (docker-compose.yml, docker/): a coordinator service, three institutions'
+agents and the one-shot `submit` service in real containers, on the real engine, with real faults
+(DESIGN §5 dropouts).
 
 Each Docker test runs its own compose project (unique `-p` name, so its containers, network and
 volumes are its own) and takes it down with `down -v` afterwards, also when it fails. The fault
-tests use job files with short deadlines (XCLP_JOBS_DIR) and stop or disconnect hospital-b as soon
-as it reports that SecureHamming has started.
+tests submit the XCLP job alone with a short step deadline (XCLP_JOBS_DIR, XCLP_AGENT_RUNS=1) and
+stop or disconnect hospital-b as soon as it reports that SecureHamming has started.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ import pytest
 from tests.docker.conftest import REPO
 
 PARTIES = ("hospital-a", "hospital-b", "hospital-c")
-SERVICES = ("setup", "coordinator", *PARTIES, "summary")
+SERVICES = ("setup", "coordinator", *PARTIES, "submit")
 DEMO_DATA = REPO / "xclp" / "demo_data"
 JOBS = REPO / "docker" / "jobs"
 # `docker compose` (v2) where installed, else docker-compose (v1.29): the file is written for both.
 COMPOSE = ["docker", "compose"] if shutil.which("docker-compose") is None else ["docker-compose"]
 # A summary table line: institution, unlabeled rows, XCLP, alone, FlyNN together, FlyNN alone;
-# in `up`'s output after compose's "summary_1  | " (v1) or "summary-1  | " (v2) prefix.
+# in `up`'s output after compose's "submit_1  | " (v1) or "submit-1  | " (v2) prefix.
 TABLE_LINE = re.compile(r"^(?:[\w.-]+\s*\|\s)?(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
 
 
@@ -83,9 +84,10 @@ class Project:
         return done.stdout + done.stderr
 
     def read(self, volume: str, path: str) -> str | None:
-        """A file of one of the project's volumes (None if it is not there), read in a throwaway container."""
+        """A file of one of the project's volumes (None if it is not there), read in a throwaway
+        container; `path` may hold a shell glob (the first match is read)."""
         done = run(["docker", "run", "--rm", "-v", f"{self.volume(volume)}:/v:ro", self.image,
-                    "sh", "-c", f'[ -e "/v/{path}" ] || exit 3; cat "/v/{path}"'], check=False)
+                    "sh", "-c", f'set -- /v/{path}; [ -e "$1" ] || exit 3; cat "$1"'], check=False)
         if done.returncode == 3:
             return None
         assert done.returncode == 0, done.stderr
@@ -130,7 +132,7 @@ def xclp_accuracy(party: str, predictions_csv: str) -> float:
 
 def check_predictions(project: Project, party: str) -> str:
     """The party's predictions.csv: its own row ids, in order, each with a label and confidence."""
-    text = project.read(f"{party}-results", "predictions.csv")
+    text = project.read(f"{party}-results", "runs/xclp-demo/*/predictions.csv")
     assert text is not None, f"{party} has no predictions.csv:\n{project.logs(party)[-3000:]}"
     rows = list(csv.DictReader(text.splitlines()))
     assert list(rows[0])[:3] == ["id", "label", "confidence"]
@@ -139,21 +141,14 @@ def check_predictions(project: Project, party: str) -> str:
     return text
 
 
-def fault_jobs(tmp_path: Path, flynn_join_seconds: int) -> Path:
-    """The demo's job files with short deadlines, readable by the image's user (uid 10001).
-
-    The FlyNN job's join deadline counts from the coordinator's start: long enough for the XCLP
-    job (with a 20 s SecureHamming deadline if the fault is a silent party), short enough that the
-    survivors do not wait long for the institution that is gone.
-    """
+def fault_jobs(tmp_path: Path) -> Path:
+    """The demo's XCLP job alone with a 20 s step deadline (a silent party is dropped soon),
+    readable by the image's user (uid 10001)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     xclp = (JOBS / "xclp-demo.toml").read_text()
     xclp = re.sub(r"(?m)^step_seconds = \d+", "step_seconds = 20", xclp)
-    flynn = (JOBS / "flynn-demo.toml").read_text()
-    flynn = re.sub(r"(?m)^join_seconds = \d+", f"join_seconds = {flynn_join_seconds}", flynn)
     (jobs / "xclp-demo.toml").write_text(xclp)
-    (jobs / "flynn-demo.toml").write_text(flynn)
     for path in (tmp_path, jobs, *jobs.iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return jobs
@@ -176,18 +171,20 @@ def say(message: str) -> None:
 
 
 def _summary(tmp_path: Path, predictions: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """summary.py on the records of a done XCLP run (run 1) and FlyNN run (run 2) of all three, with
+    the given predictions as the agents' outputs and no FlyNN model anywhere."""
     results = tmp_path / "results"
-    coordinator = tmp_path / "coordinator"
-    coordinator.mkdir()
-    (coordinator / "started").touch()
-    (coordinator / "finished").write_text("0\n")
     for party in PARTIES:
         (results / party).mkdir(parents=True)
     for party, text in predictions.items():
-        (results / party / "predictions.csv").write_text(text)
-        (results / party / "finished").touch()
-    cmd = [sys.executable, str(REPO / "docker" / "summary.py"), "--jobs", str(JOBS), "--data", str(DEMO_DATA),
-           "--results", str(results), "--coordinator", str(coordinator)]
+        (results / party / "runs" / "xclp-demo" / "1").mkdir(parents=True)
+        (results / party / "runs" / "xclp-demo" / "1" / "predictions.csv").write_text(text)
+    joined = [{"party_id": p, "state": "joined", "reason": ""} for p in PARTIES]
+    runs = [{"run_id": "1", "job_id": "xclp-demo", "state": "done", "parties": joined, "steps": [], "bytes_total": "0"},
+            {"run_id": "2", "job_id": "flynn-demo", "state": "done", "parties": joined, "steps": [], "bytes_total": "0"}]
+    (tmp_path / "runs.json").write_text(json.dumps(runs))
+    cmd = [sys.executable, str(REPO / "docker" / "summary.py"), "--runs", str(tmp_path / "runs.json"), "--jobs",
+           str(JOBS), "--data", str(DEMO_DATA), "--results", str(results)]
     return run(cmd, env={**os.environ, "XCLP_SUMMARY_GRACE": "0"}, check=False)
 
 
@@ -202,8 +199,9 @@ def test_summary_scores_predictions_against_the_truth_and_reports_what_is_missin
     assert done.returncode == 1, "hospital-c has no results: the summary must not claim success"
     assert table["hospital-a"][1] == table["hospital-b"][1] == "1.000"
     assert table["hospital-c"][1] == "-"
-    assert "hospital-c: no predictions.csv, no flynn-model.npz (no status: the container did not finish)" in done.stdout
-    assert "no run summary" in done.stdout
+    assert ("hospital-c: no predictions.csv: no outputs of xclp-demo run 1 (see hospital-c's log); "
+            "no FlyNN model: no outputs of flynn-demo run 2") in done.stdout
+    assert "XCLP job xclp-demo: run 1 done" in done.stdout
 
 
 def test_summary_refuses_predictions_for_rows_that_are_not_the_institutions(tmp_path: Path) -> None:
@@ -234,11 +232,13 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
         mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(party)]).stdout)
         data = sorted(m["Source"] for m in mounts if m["Destination"].startswith("/data"))
         assert data == [str(DEMO_DATA / f"{party}.csv")]
-    # The dev CA's key lives in a volume that setup alone mounts.
-    ca_volume = project.volume("ca")
+    # The dev CA's key lives in a volume that setup alone mounts; the operator's key, setup and submit.
+    ca_volume, operator_volume = project.volume("ca"), project.volume("operator")
     for service in SERVICES:
         mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(service)]).stdout)
-        assert (ca_volume in [m.get("Name") for m in mounts]) == (service == "setup"), service
+        names = [m.get("Name") for m in mounts]
+        assert (ca_volume in names) == (service == "setup"), service
+        assert (operator_volume in names) == (service in ("setup", "submit")), service
 
     table = {m[0]: m[1:] for m in TABLE_LINE.findall(out)}
     assert sorted(table) == list(PARTIES), out[-5000:]
@@ -255,42 +255,43 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
     # XCLP's point (paper 003 §4): propagating across institutions beats each one alone. The demo's
     # data were chosen so that XCLP beats every institution's own LP for every common seed tried.
     assert sum(float(table[p][1]) for p in PARTIES) > sum(float(table[p][2]) for p in PARTIES)
-    run_summary = json.loads(project.read("coordinator", "jobs/xclp-demo.summary.json") or "{}")
+    run_summary = json.loads(project.read("coordinator", "state/jobs/xclp-demo/xclp-demo.summary.json") or "{}")
     assert run_summary["outcome"] == "done" and run_summary["graph_parties"] == list(PARTIES)
+    # the coordinator kept both runs in its state file, and the agents wrote each into runs/<job>/<run>/
+    assert re.search(r"XCLP job xclp-demo: run \d+ done in", out) and re.search(r"FlyNN job flynn-demo: run \d+ done", out)
+    for party in PARTIES:
+        assert project.read(f"{party}-results", "runs/flynn-demo/*/model.npz") is not None
     say(f"XCLP job {run_summary['total_seconds']:.1f}s; steps: "
         + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in run_summary["steps"].items() if v.get("seconds")))
 
 
-def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None], *, flynn_join_seconds: int,
-               summary_grace: str) -> dict[str, object]:
-    """Starts the demo with short deadlines, applies `fault` to hospital-b's container as soon as
-    it starts SecureHamming, waits for every container; returns the coordinator's run summary."""
-    project.env.update({"XCLP_JOBS_DIR": str(fault_jobs(tmp_path, flynn_join_seconds)), "XCLP_JOIN_WAIT": "5",
-                        "XCLP_SUMMARY_GRACE": summary_grace})
+def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None]) -> dict[str, object]:
+    """Starts the demo with the XCLP job alone and a short step deadline, applies `fault` to
+    hospital-b's container as soon as it starts SecureHamming, waits for the others; returns the
+    coordinator's run summary."""
+    project.env.update({"XCLP_JOBS_DIR": str(fault_jobs(tmp_path)), "XCLP_AGENT_RUNS": "1",
+                        "XCLP_SUMMARY_GRACE": "10"})
     started = time.monotonic()
     project.compose("up", "--detach", timeout=180)  # returns once the institutions run
     wait_for_log(project, "hospital-b", "SecureHamming round 0", timeout=180)
     fault(project.container("hospital-b"))
     say(f"fault applied to hospital-b {time.monotonic() - started:.1f}s after `up`")
-    for service in ("hospital-a", "hospital-c", "coordinator", "summary"):
+    for service in ("hospital-a", "hospital-c", "coordinator", "submit"):
         project.wait_exit(service, timeout=300)
-    say(f"survivors, coordinator and summary done {time.monotonic() - started:.1f}s after `up`")
+    say(f"survivors, coordinator and submit done {time.monotonic() - started:.1f}s after `up`")
     for party in ("hospital-a", "hospital-c"):
         assert project.state(party)["ExitCode"] == 0, (project.logs(party)[-3000:] + "\ncoordinator:\n"
                                                         + project.logs("coordinator")[-5000:])
         check_predictions(project, party)
-    assert project.read("hospital-b-results", "predictions.csv") is None
-    assert project.read("hospital-b-results", "flynn-model.npz") is None
+    assert project.read("hospital-b-results", "runs/xclp-demo/*/predictions.csv") is None
 
-    summary = project.logs("summary")
+    summary = project.logs("submit")
     say("summary:\n" + summary)
-    assert project.state("summary")["ExitCode"] == 1, "an institution without results is a failed demo"
+    assert project.state("submit")["ExitCode"] == 1, "an institution without results is a failed demo"
     table = {m[0]: m[1:] for m in TABLE_LINE.findall(summary)}
-    assert table["hospital-b"][1] == table["hospital-b"][3] == "-"
-    labeled = labeled_rows("hospital-a") + labeled_rows("hospital-c")
-    assert ("model of 2 institution(s) (hospital-a, hospital-c) identical everywhere;\n"
-            f"  trained on {labeled} labeled rows in all") in summary
-    run_summary: dict[str, object] = json.loads(project.read("coordinator", "jobs/xclp-demo.summary.json") or "{}")
+    assert table["hospital-b"][1] == "-"
+    run_summary: dict[str, object] = json.loads(
+        project.read("coordinator", "state/jobs/xclp-demo/xclp-demo.summary.json") or "{}")
     # DESIGN §5: dropped during SecureHamming = its rows and columns leave H; the others go on.
     assert run_summary["outcome"] == "done"
     assert run_summary["graph_parties"] == run_summary["label_parties"] == ["hospital-a", "hospital-c"]
@@ -302,11 +303,13 @@ def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None], *
 @pytest.mark.timeout(600)
 def test_stopping_an_institution_mid_securehamming_leaves_the_others_their_predictions(
         project: Project, tmp_path: Path) -> None:
-    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "stop", "--time", "5", cid]),
-                             flynn_join_seconds=60, summary_grace="10")
+    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "stop", "--time", "5", cid]))
     assert run_summary["dropped"] == {"hospital-b": "disconnected"}
-    assert project.state("hospital-b")["ExitCode"] == 143, "docker stop: SIGTERM through docker-init"
-    assert "hospital-b: no predictions.csv, no flynn-model.npz (no status" in project.logs("summary")
+    # docker stop: SIGTERM through docker-init; the agent stops its run, writes nothing, exits 0
+    assert project.state("hospital-b")["ExitCode"] == 0
+    assert "run 1 of job xclp-demo stopped" in project.logs("hospital-b")
+    assert re.search(r"hospital-b: no predictions.csv: dropped in xclp-demo run \d+ \(disconnected\)",
+                     project.logs("submit"))
 
 
 @pytest.mark.docker
@@ -314,18 +317,16 @@ def test_stopping_an_institution_mid_securehamming_leaves_the_others_their_predi
 def test_a_disconnected_institution_misses_the_deadline_and_is_dropped_the_same_way(
         project: Project, tmp_path: Path) -> None:
     network = project.volume("default")  # the project's default network: same naming as volumes
-    # hospital-b alone gives up after 45 s without news (the others keep the default: they may
-    # wait longer than that for the FlyNN job's join deadline).
+    # hospital-b alone gives up its run after 45 s without news (the others keep the default).
     override = tmp_path / "hospital-b-idle.yml"
     override.write_text("services:\n  hospital-b:\n    environment:\n      XCLP_IDLE_TIMEOUT: \"45\"\n")
     project.overrides.append(override)
-    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "network", "disconnect", network, cid]),
-                             flynn_join_seconds=90, summary_grace="60")
+    run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "network", "disconnect", network, cid]))
     # Cut off, hospital-b falls silent: the coordinator drops it when SecureHamming's deadline
     # passes, or earlier if its TCP connection errors first (the bridge answers for the lost address).
     assert run_summary["dropped"]["hospital-b"] in {  # type: ignore[index]
         "missed the deadline of step 'secure_hamming'", "disconnected"}
-    # hospital-b itself gives up: no news for 45 s, then no coordinator for the FlyNN job within
-    # XCLP_JOIN_WAIT; both are "dropped or timed out" (exit 5).
-    assert project.wait_exit("hospital-b", timeout=120) == 1
-    assert project.read("hospital-b-results", "status") == "xclp-demo 5\nflynn-demo 5\n"
+    # hospital-b's agent gives up the run after 45 s without news, writes nothing, and, its one
+    # run over and not done, exits 5 ("dropped or timed out").
+    assert project.wait_exit("hospital-b", timeout=120) == 5
+    assert "run 1 of job xclp-demo failed" in project.logs("hospital-b")

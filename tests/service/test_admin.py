@@ -82,6 +82,7 @@ def test_nonces_outlive_a_restart(tmp_path, keys):
 
 def test_runs_submitted_at_runtime_queue_behind_the_one_in_flight_and_each_has_its_own_nonce(keys):
     with coordinator(allow_list(keys), []) as (coord, address):
+        assert not coord.all_finished()  # --exit-when-done waits for a first run
         first = coord.submit(flynn("f"), "f.toml", "alice")
         second = coord.submit(flynn("f"), "f.toml", "alice")
         assert [coord.store.run(r).state for r in (first, second)] == ["joining", "queued"]
@@ -97,6 +98,7 @@ def test_runs_submitted_at_runtime_queue_behind_the_one_in_flight_and_each_has_i
         results = run_parties(address, "f", keys, datas)
         assert all(not isinstance(r, BaseException) for r in results.values()), results
         assert [r.state for r in coord.store.runs(job_id="f")] == ["done", "done"]
+        assert coord.all_finished()
         with pytest.raises(errors.ProtocolError, match="no run open for joining .* the operator starts one"):
             coord.challenge(pb.ChallengeRequest(job_id="f"))
 

@@ -246,8 +246,14 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         meta = json.loads((out / run1 / "run.json").read_text())
         assert meta["run_id"] == run1 and meta["participants"] == ["a", "b", "c", "d"]
 
-    # a FlyNN job by catalogue name: every agent's model equals the pooled one bit for bit
-    flynn = stack.submit(job_file(root, "flynn-agents", FLYNN, parties='["a", "b", "c"]'))
+    # two jobs in one submission: a FlyNN job by catalogue name, and one naming a data set a's
+    # catalogue lacks
+    both = stack.job("submit", str(job_file(root, "flynn-agents", FLYNN, parties='["a", "b", "c"]')),
+                     str(job_file(root, "flynn-missing", FLYNN.replace('dataset = "demo"\n', '[datasets]\na = "icu"\n'
+                                                                       'b = "demo"\nc = "demo"\n'), join=600)), "--json")
+    assert both.returncode == 0, both.stderr
+    flynn, missing = json.loads(both.stdout)
+    # every agent's FlyNN model equals the pooled one bit for bit
     stack.wait(flynn["run_id"], lambda i: i["state"] == "done")
     X = np.vstack([stack.data[p][0] for p in PARTIES])
     y = np.concatenate([stack.data[p][1] for p in PARTIES])
@@ -256,9 +262,7 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         want = train_counts(FlyHash.from_seed(model.seed, FlyNNParams(D, 128, 3, 6)), X[y >= 0], y[y >= 0], 3)
         assert np.array_equal(model.aggregate, want)
 
-    # a job naming a data set a's catalogue lacks: a refuses and says why; the run waits
-    missing = stack.submit(job_file(root, "flynn-missing", FLYNN.replace('dataset = "demo"\n', '[datasets]\na = "icu"\n'
-                                                                         'b = "demo"\nc = "demo"\n'), join=600))
+    # a refuses the other and says why; the run waits
     give_up = time.monotonic() + 30
     while f"refused run {missing['run_id']} of job flynn-missing" not in stack.agent_log("a"):
         assert time.monotonic() < give_up, stack.agent_log("a")
