@@ -18,8 +18,8 @@ and the session checks the coordinator still offers the same run. Outputs go to
 `<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
 nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
 its runs (their partial outputs are removed) and exits 0. With `runs = N` (`--runs N`: demos and
-tests) it stops by itself once it has taken part in N runs, and exits 0 only if all of them were
-done.
+tests) it stops by itself once it has taken part in N runs, and then exits 0 only if all of them
+were done (5 otherwise).
 
 agent.toml:
 

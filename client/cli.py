@@ -252,6 +252,8 @@ def agent(args: argparse.Namespace) -> int:
     runner.serve(stop, runs=args.runs)
     failed = sorted(run for run, ok in runner.finished.items() if not ok)
     stderr_progress("agent stopped" + (f"; runs not done: {', '.join(failed)}" if failed else ""))
+    if stop.is_set():  # SIGTERM or SIGINT: a clean stop, whatever the runs it cut short
+        return EXIT_OK
     return EXIT_DROPPED if args.runs is not None and failed else EXIT_OK
 
 

@@ -260,7 +260,8 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
     # the coordinator kept both runs in its state file, and the agents wrote each into runs/<job>/<run>/
     assert re.search(r"XCLP job xclp-demo: run \d+ done in", out) and re.search(r"FlyNN job flynn-demo: run \d+ done", out)
     for party in PARTIES:
-        assert project.read(f"{party}-results", "runs/flynn-demo/*/model.npz") is not None
+        meta = json.loads(project.read(f"{party}-results", "runs/flynn-demo/*/run.json") or "{}")
+        assert meta["files"] == ["model.npz"] and meta["participants"] == list(PARTIES)
     say(f"XCLP job {run_summary['total_seconds']:.1f}s; steps: "
         + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in run_summary["steps"].items() if v.get("seconds")))
 
