@@ -3,6 +3,7 @@ keeps and interrupts, and that nothing secret reaches the file."""
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 
 import pytest
@@ -73,6 +74,14 @@ def test_a_restart_keeps_history_interrupts_runs_in_flight_and_resumes_queued_on
     queued = coord._queue_run("w", "alice")  # a second run of w while the first is joining
     server.stop(0).wait()
     coord._stop.set()  # the process dies here: no graceful stop marks anything
+    # no key reached the file: no signed bundle, no signature, no key-agreement key, in any encoding
+    stored = b"".join(f.read_bytes() for f in tmp_path.glob("state.db*"))
+    job_f = coord.runs["1"]
+    secrets = [b for party in job_f.parties.values() for b in (party.signed.bundle, party.signed.signature,
+                                                                party.bundle.x25519_public)]
+    for x in secrets:  # raw, hex or base64
+        assert len(x) >= 32 and not any(form[:32] in stored for form in (x, x.hex().encode(), base64.b64encode(x)))
+    assert job_f.run_nonce.hex().encode() in stored  # the check can see what is there
     # the process "crashed": nothing marked the runs; a new coordinator opens the same file
     store = StateStore(path)
     states = {r.run_id: (r.job_id, r.state) for r in store.runs()}
