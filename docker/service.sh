@@ -12,12 +12,5 @@ cd /var/lib/xclp
 mkdir -p state
 set -- --config server.toml
 [ "${XCLP_KEEP_RUNNING:-0}" = 1 ] || set -- "$@" --exit-when-done
-xclp-server serve "$@" &
-server=$!
-# `docker stop` (SIGTERM via docker-init) reaches this shell: pass it on, the server shuts down cleanly.
-trap 'kill -TERM "$server" 2>/dev/null' TERM INT
-set +e
-wait "$server"
-rc=$?
-while kill -0 "$server" 2>/dev/null; do wait "$server"; rc=$?; done
-exit "$rc"
+# exec: docker-init (PID 1) hands `docker stop`'s SIGTERM straight to the server, which stops cleanly.
+exec xclp-server serve "$@"
