@@ -60,7 +60,7 @@ import grpc
 from xclp import tables
 from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
-from xclp.client.outputs import remove_partial, write_run_dir
+from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import identity
@@ -256,6 +256,8 @@ class Agent:
     def check(self, offer: pb.Offer) -> tuple[JobParams, Dataset]:
         """This party's own decision on an offered run (raises PolicyRefused or ConfigError)."""
         spec = offer.spec
+        check_dir_name(spec.job_id, "job id")  # they name <out>/<job>/<run>/
+        check_dir_name(offer.run_id, "run id")
         if spec.job_type not in self.config.job_types:
             raise PolicyRefused(f"job type {spec.job_type!r} is not among this agent's job_types "
                                 f"({', '.join(sorted(self.config.job_types))})")

@@ -18,7 +18,7 @@ from typing import Any
 
 from xclp.client.models import ModelFile
 from xclp.client.session import JobResult
-from xclp.errors import ConfigError
+from xclp.errors import ConfigError, PolicyRefused
 from xclp.party_table import PartyData
 from xclp.propagation import predict as xclp_predict
 from xclp.runtime import write_atomic
@@ -57,10 +57,18 @@ def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
     write_atomic(path, buf.getvalue().encode(), mode=0o600)  # predictions are the party's data
 
 
+def check_dir_name(name: str, what: str) -> str:
+    """`name` as one plain path component (the coordinator chooses job and run ids; they must not
+    lead an agent's outputs out of its output directory)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name or len(name) > 128:
+        raise PolicyRefused(f"the {what} {name!r} is not a plain directory name: refusing to write outputs under it")
+    return name
+
+
 def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: JobResult) -> Path:
     """An agent's outputs of one run, atomically: predictions.csv (xclp) or model.npz, and run.json
     (ids, type, participants, time: nothing about the data)."""
-    final = out / job_id / run_id
+    final = out / check_dir_name(job_id, "job id") / check_dir_name(run_id, "run id")
     if final.exists():
         raise ConfigError(f"{final} exists already: is another agent writing to this output directory?")
     partial = out / job_id / f".{run_id}.partial"
@@ -85,4 +93,5 @@ def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: 
 
 
 def remove_partial(out: Path, job_id: str, run_id: str) -> None:
-    shutil.rmtree(out / job_id / f".{run_id}.partial", ignore_errors=True)
+    shutil.rmtree(out / check_dir_name(job_id, "job id") / f".{check_dir_name(run_id, 'run id')}.partial",
+                  ignore_errors=True)

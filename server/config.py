@@ -63,8 +63,10 @@ class JobConfig:
     datasets: dict[str, str] = field(default_factory=dict)  # party id -> catalogue name (party agents)
 
     def __post_init__(self) -> None:
-        if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id:
-            raise ConfigError(f"job_id {self.job_id!r} must be 1-128 printable characters without '/'")
+        if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id \
+                or self.job_id in (".", ".."):
+            raise ConfigError(f"job_id {self.job_id!r} must be 1-128 printable characters without '/', and not "
+                              "'.' or '..' (it names directories)")
         for party in self.expected_parties:
             try:
                 check_party_id(party)

@@ -141,3 +141,20 @@ def test_with_runs_the_agent_stops_after_that_many_and_remembers_which_were_done
     done.join(10)
     assert not done.is_alive(), "the agent must stop by itself after its runs"
     assert agent.finished == {"1": True, "2": False}
+
+
+def test_a_hostile_coordinator_cannot_steer_outputs_out_of_the_output_directory(agent, tmp_path):
+    """The run and job ids name the output directory: from the coordinator, they are refused unless
+    each is one plain path component."""
+    import numpy as np
+
+    for job_id, run_id in (("j", "../../escape"), ("..", "1"), ("j", "."), ("j", ""), ("a/b", "1")):
+        hostile = offer("flynn", FLYNN)
+        hostile.spec.job_id, hostile.run_id = job_id, run_id
+        with pytest.raises(PolicyRefused, match="not a plain directory name"):
+            agent.check(hostile)
+    data = PartyData(np.zeros((1, 3)), np.array([0]), ("r0",))
+    result = JobResult("xclp", parse_params("xclp", {"n_classes": 2}), 3, b"s" * 32, np.array([[0.2, 0.8]]), ("a",))
+    with pytest.raises(PolicyRefused, match="not a plain directory name"):
+        write_run_dir(tmp_path / "out", "j", "../escape", data, result)
+    assert not (tmp_path / "escape").exists()

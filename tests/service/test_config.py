@@ -38,6 +38,7 @@ def test_job_file_loads_with_defaults(tmp_path):
     (lambda t: t.replace('["a", "b"]', '["a"]'), "min_parties"),
     (lambda t: t.replace('["a", "b"]', '["a", "a b"]'), "party id"),
     (lambda t: t.replace('job_id = "j"\n', ""), "missing required key 'job_id'"),
+    (lambda t: t.replace('job_id = "j"', 'job_id = ".."'), "not '.' or '..'"),
     (lambda t: t + "epsilon = 1.0\n", "both epsilon and T"),
     (lambda t: t + "[[oops", "not valid TOML"),
     (lambda t: t.replace("m = 64", "m = 64\ngamma = 1.5"), r"gamma must be in \[0, 1\), got 1.5"),
