@@ -167,7 +167,6 @@ class PartySession:
         return self._conn
 
     def _run(self, conn: Connection) -> JobResult:
-        self._conn = conn
         if not self.config.peers:
             raise InvalidInput("pinned peers are required: pass --peers with the job's allow-list (the operator's "
                                "allow.toml), so that no coordinator can swap a peer's key")

@@ -28,12 +28,12 @@ from google.protobuf.message import Message
 from xclp.crypto import identity
 from xclp.errors import ConfigError, XclpError
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN
+from xclp.server.store import FINAL
 from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import EXIT_OK, error_from_rpc
 
-FINAL = ("done", "failed", "cancelled", "interrupted")
 WAIT_POLL_SECONDS = 1.0
 
 

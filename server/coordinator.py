@@ -66,7 +66,6 @@ class Coordinator:
         self.runs: dict[str, Job] = {}  # run id -> the runs this process started
         self.definitions: dict[str, JobConfig] = {}
         self._queued: dict[str, list[str]] = {}  # job id -> queued run ids, oldest first
-        self._queued_by: dict[str, str] = {}  # run id -> who submitted it
         self._tokens: dict[bytes, tuple[Job, str]] = {}
         self._lock = threading.RLock()
         self._clock = clock

@@ -195,7 +195,7 @@ class StateStore:
         assert state in STATES, state
         now = self.clock()
         with self._tx() as db:
-            if state in ("joining",):
+            if state == "joining":
                 db.execute("UPDATE runs SET state = ?, started_at = ? WHERE run_id = ?", (state, now, int(run_id)))
             elif state in FINAL:
                 db.execute("UPDATE runs SET state = ?, reason = ?, ended_at = ?, cancelled_by = ? WHERE run_id = ?",
