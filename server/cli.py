@@ -32,7 +32,7 @@ from xclp.runtime import read_toml
 from xclp.crypto.identity import load_allow_list, parse_public_key
 from xclp.server import admin_cli
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
-from xclp.server.config import TlsFiles, load_job
+from xclp.server.config import TlsFiles, read_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.metrics import Metrics
 from xclp.server.service import build_server
@@ -142,17 +142,13 @@ def serve(args: argparse.Namespace) -> int:
                               "or pass --insecure for a local test")
         tls = TlsFiles(Path(cfg["tls_cert"]), Path(cfg["tls_key"]), None if not cfg.get("client_ca") else Path(cfg["client_ca"]))
     job_files = [Path(p) for p in cfg.get("job") or []]
-    texts = []
-    for path in job_files:
-        try:
-            texts.append((path.read_text(), str(path)))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from None
+    read = [read_job(path) for path in job_files]
     state = Path(cfg.get("state") or DEFAULT_STATE)
     store = StateStore(state)
     metrics = Metrics(store) if cfg.get("metrics_listen") else None
-    coordinator = Coordinator(load_allow_list(cfg["allow_list"]), [load_job(p) for p in job_files], store=store,
-                              metrics=metrics, job_root=state.parent / "jobs", job_texts=texts)
+    coordinator = Coordinator(load_allow_list(cfg["allow_list"]), [config for config, _ in read], store=store,
+                              metrics=metrics, job_root=state.parent / "jobs",
+                              job_texts=[(text, str(path)) for (_, text), path in zip(read, job_files)])
     server, port = build_server(coordinator, cfg.get("listen") or "0.0.0.0:50051", tls=tls)
     operators = cfg.get("operators") or {}
     admin_address = cfg.get("admin_listen") or DEFAULT_ADMIN_LISTEN

@@ -38,7 +38,7 @@ from typing import Any
 
 from xclp.crypto.identity import check_party_id
 from xclp.errors import ConfigError, InvalidInput
-from xclp.runtime import check_keys, read_toml, require_testing
+from xclp.runtime import check_keys, require_testing
 from xclp.v1.jobs import JobParams, parse_params
 
 
@@ -63,10 +63,7 @@ class JobConfig:
     datasets: dict[str, str] = field(default_factory=dict)  # party id -> catalogue name (party agents)
 
     def __post_init__(self) -> None:
-        if not self.job_id or len(self.job_id) > 128 or not self.job_id.isprintable() or "/" in self.job_id \
-                or self.job_id in (".", ".."):
-            raise ConfigError(f"job_id {self.job_id!r} must be 1-128 printable characters without '/', and not "
-                              "'.' or '..' (it names directories)")
+        check_job_id(self.job_id)
         for party in self.expected_parties:
             try:
                 check_party_id(party)
@@ -106,6 +103,14 @@ class JobConfig:
                                   "maps the name to its own file")
 
 
+def check_job_id(job_id: str) -> str:
+    """A job id names directories (a submitted job's files, an agent's outputs): one plain name."""
+    if not job_id or len(job_id) > 128 or not job_id.isprintable() or "/" in job_id or job_id in (".", ".."):
+        raise ConfigError(f"job_id {job_id!r} must be 1-128 printable characters without '/', and not "
+                          "'.' or '..' (it names directories)")
+    return job_id
+
+
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -113,16 +118,31 @@ DEFAULT_XCLP_MAX_TOTAL_ROWS = 50_000
 
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
-    return _job(read_toml(path), path, Path(path).parent, confined=False)
+    return read_job(path)[0]
 
 
-def parse_job(text: str, name: str, base: Path | None) -> JobConfig:
-    """A job file's text submitted at runtime: its paths stay under `base` (None: it may name none)."""
+def read_job(path: str | os.PathLike[str]) -> tuple[JobConfig, str]:
+    """A job file and its text (the coordinator records the text): paths relative to its directory."""
     try:
-        raw = tomllib.loads(text)
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text: {exc}") from None
+    return _job(_toml(text, path), path, Path(path).parent, confined=False), text
+
+
+def parse_job(text: str, name: str, root: Path | None) -> JobConfig:
+    """A job file's text submitted at runtime: its paths stay under `root`/<job_id> (root None: it
+    may name none)."""
+    return _job(_toml(text, name), name, root, confined=True)
+
+
+def _toml(text: str, name: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{name} is not valid TOML: {exc}") from None
-    return _job(raw, name, base, confined=True)
 
 
 def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *, confined: bool) -> JobConfig:
@@ -131,7 +151,8 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
     check_keys(path, raw, known)
 
     def relative(value: object) -> Path | None:
-        return _relative(base, value, confined=confined)
+        where = base / check_job_id(str(raw["job_id"])) if confined and base is not None else base
+        return _relative(where, value, confined=confined)
 
     try:
         parties = raw["expected_parties"]

@@ -27,7 +27,6 @@ import logging
 import secrets
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -111,19 +110,16 @@ class Coordinator:
         if source != SUBMITTED:
             return  # a job file: it runs again only if given at start again (it may have changed)
         try:
-            config = parse_job(text, f"stored job {job_id}", self._job_dir(job_id))
+            config = parse_job(text, f"stored job {job_id}", self.job_root)
             self._check_parties(config)
         except XclpError as exc:
             log.warning("stored job %s cannot be read again: %s", job_id, exc)
             return
         self.definitions[job_id] = config
 
-    def _job_dir(self, job_id: str) -> Path | None:
-        return None if self.job_root is None else self.job_root / job_id
-
     def submit(self, text: str, name: str, submitted_by: str) -> str:
         """A job file's text from the operator: define it (or find its same definition) and queue a run."""
-        config = parse_job(text, name, self._job_dir(_peek_job_id(text)))
+        config = parse_job(text, name, self.job_root)
         self._check_parties(config)
         with self._lock:
             self.store.define_job(config.job_id, config.job_type, text, SUBMITTED)
@@ -333,12 +329,3 @@ class Coordinator:
 SUBMITTED = "submitted"
 STEPS_SAVE_SECONDS = 2.0  # how often a running run's step timings reach the store
 
-
-def _peek_job_id(text: str) -> str:
-    """The job id of a submitted job file, to place its files before the whole file is checked."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return "_"
-    job_id = raw.get("job_id")
-    return job_id if isinstance(job_id, str) and job_id and "/" not in job_id and job_id not in (".", "..") else "_"

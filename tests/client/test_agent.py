@@ -82,6 +82,8 @@ def test_a_job_names_data_sets_never_paths():
                         ('[datasets]\nz = "demo"\n', "not an expected party")):
         with pytest.raises(ConfigError, match=reason):
             parse_job(head + bad + tail, "j.toml", None)
+    xclp = 'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b"]\nsummary = "s.json"\n[params]\nn_classes = 2\n'
+    assert parse_job(xclp, "x.toml", Path("/srv/jobs")).summary_path == Path("/srv/jobs/x/s.json")  # under root/<job_id>
     with pytest.raises(ConfigError, match="climbs out with '..'"):
         parse_job(head + 'model = "../../etc/x.npz"\n' + tail.replace("flynn", "flynn"), "j.toml", Path("/tmp/jobs/j"))
 
