@@ -47,25 +47,21 @@ def main() -> int:
             return f"coordinator port {port} does not accept connections: {exc}"
         return 0
     import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    target = f"localhost:{port}"
-    if "--insecure" in argv:
-        channel = grpc.insecure_channel(target)
-    else:
+    from xclp.server.health import check
+
+    insecure = "--insecure" in argv
+    ca_pem = None
+    if not insecure:
         with open(ca, "rb") as fh:
-            credentials = grpc.ssl_channel_credentials(fh.read())
-        name = os.environ.get("XCLP_HEALTH_SERVER_NAME", "localhost")
-        channel = grpc.secure_channel(target, credentials, options=[("grpc.ssl_target_name_override", name)])
+            ca_pem = fh.read()
     try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="xclp.v1.Coordinator"), timeout=4)
+        status = check(f"localhost:{port}", ca=ca_pem, insecure=insecure, timeout=4,
+                       server_name=os.environ.get("XCLP_HEALTH_SERVER_NAME", "localhost"))
     except grpc.RpcError as exc:
         return f"coordinator on port {port} does not answer the gRPC health check: {exc.code().name}: {exc.details()}"
-    finally:
-        channel.close()
-    if reply.status != health_pb2.HealthCheckResponse.SERVING:
-        return f"coordinator on port {port} is {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    if status != "SERVING":
+        return f"coordinator on port {port} is {status}"
     return 0
 
 

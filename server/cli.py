@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from xclp.crypto import certs
 from xclp.runtime import read_toml
@@ -34,6 +33,7 @@ from xclp.server import admin_cli
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
 from xclp.server.config import TlsFiles, read_job
 from xclp.server.coordinator import Coordinator
+from xclp.server.health import check as check_health
 from xclp.server.metrics import Metrics
 from xclp.server.service import build_server
 from xclp.server.store import DEFAULT_STATE, StateStore
@@ -193,23 +193,14 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def health(args: argparse.Namespace) -> int:
-    if args.insecure:
-        channel = grpc.insecure_channel(args.coordinator)
-    else:
-        ca = args.ca_cert.read_bytes() if args.ca_cert else None
-        options = [("grpc.ssl_target_name_override", args.server_name)] if args.server_name else []
-        channel = grpc.secure_channel(args.coordinator, grpc.ssl_channel_credentials(ca), options=options)
     try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="xclp.v1.Coordinator"),
-                                                          timeout=args.timeout)
+        status = check_health(args.coordinator, ca=args.ca_cert.read_bytes() if args.ca_cert else None,
+                              server_name=args.server_name, insecure=args.insecure, timeout=args.timeout)
     except grpc.RpcError as exc:
         print(f"xclp-server: health: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return EXIT_UNEXPECTED
-    finally:
-        channel.close()
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(status)
-    return EXIT_OK if reply.status == health_pb2.HealthCheckResponse.SERVING else EXIT_UNEXPECTED
+    return EXIT_OK if status == "SERVING" else EXIT_UNEXPECTED
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 Join admits a party; Pull drains its mailbox; Push reassembles frames into validated messages
 and hands each to its job; Offers tells a party agent, by a call it signed, which runs wait for it.
-The standard gRPC health service (grpc.health.v1) answers on the same port. Anything malformed is answered with INVALID_ARGUMENT for that call
-only; the coordinator goes on serving every other party and job.
+The standard gRPC health service (server/health.py) answers on the same port. Anything malformed
+is answered with INVALID_ARGUMENT for that call only; the coordinator goes on serving every other
+party and job.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 
 from xclp.crypto.identity import KeyBundle
 from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
+from xclp.server.health import serving_health
 from xclp.server.jobs.base import MAX_PUSH_STREAMS
 from xclp.server.status import abort_on_error
 from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
@@ -159,10 +161,3 @@ def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None
         raise InvalidInput(f"cannot listen on {address}")
     return server, port
 
-
-def serving_health() -> health.HealthServicer:
-    """grpc.health.v1: SERVING for the server as a whole ("") and for xclp.v1.Coordinator."""
-    servicer = health.HealthServicer()
-    for service in ("", "xclp.v1.Coordinator"):
-        servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    return servicer
