@@ -53,7 +53,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 
@@ -133,7 +132,7 @@ class AgentConfig:
                 raise ConfigError(f"{path}: [datasets.{name}] needs path = \"<file>\"")
             check_keys(f"{path} [datasets.{name}]", entry, DATASET_KEYS)
             datasets[name] = Dataset(base / entry["path"], entry.get("label_column", "label") or None,
-                                     entry.get("id_column") or None, _delimiter(entry.get("delimiter")))
+                                     entry.get("id_column") or None, entry.get("delimiter"))
         if not datasets:
             raise ConfigError(f"{path}: the catalogue is empty: add [datasets.<name>] with the path of a table")
         types = policy.get("job_types", sorted(JOB_TYPES))
@@ -164,10 +163,6 @@ class AgentConfig:
             workers=None if raw.get("workers") is None else int(raw["workers"]),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
             max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600)
-
-
-def _delimiter(value: Any) -> str | None:
-    return "\t" if value in ("tab", "\\t") else value
 
 
 @dataclass

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     def read(categorical: dict[str, tuple[str, ...]] | None) -> party_data.PartyData:
         data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
-                               id_column=cfg.get("id_column") or None, delimiter=_delimiter(cfg.get("delimiter")),
+                               id_column=cfg.get("id_column") or None, delimiter=cfg.get("delimiter"),
                                categorical=categorical)
         empty = int(data.missing.sum())
         stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
@@ -228,11 +228,6 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _delimiter(value: str | None) -> str | None:
-    """--delimiter as typed: "tab" and "\\t" mean a tab."""
-    return "\t" if value in ("tab", "\\t") else value
-
-
 def agent(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -283,7 +278,7 @@ def predict(args: argparse.Namespace) -> int:
         raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes FlyNN, fedavg and dbcl models "
                            "(RACE models answer `xclp-client query`)")
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
+                           delimiter=args.delimiter, categorical=model.params.categorical)
     names = class_names(model.class_names, model.params.n_classes)
     X = model.features(data)
     if model.job_type in ("fedavg", "dbcl"):
@@ -303,7 +298,7 @@ def query(args: argparse.Namespace) -> int:
 
     model = ModelFile.load(args.model)
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=_delimiter(args.delimiter), categorical=model.params.categorical)
+                           delimiter=args.delimiter, categorical=model.params.categorical)
     X = model.features(data)
     if model.aggregate.ndim == 3:
         classifier = model.race_classifier()

@@ -31,13 +31,16 @@ BLOCK_BYTES = 4 << 20  # bytes of CSV per parsed batch (pyarrow reads a few ahea
 
 def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id_column: str | None = None,
          delimiter: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None) -> PartyData:
-    """A party's table: .csv (UTF-8, a header row, `delimiter` one of , ; tab | or None to detect it
-    from the header), .parquet, or .npz (X, optional y, ids, columns).
+    """A party's table: .csv (UTF-8, a header row, `delimiter` one of , ; tab | — a tab also spelled
+    "tab" or "\\t", as typed in a flag or a TOML file — or None to detect it from the header),
+    .parquet, or .npz (X, optional y, ids, columns).
 
     `categorical` (CSV and Parquet): column name -> its categories; each such column becomes one
     0/1 column per category, in the declared order, named "column=category" (an empty cell: NaN
     in all of them; a category not declared: refused)."""
     path = Path(path)
+    if delimiter in ("tab", "\\t"):
+        delimiter = "\t"
     if delimiter is not None and (len(delimiter) != 1 or delimiter not in DELIMITERS):
         raise InvalidInput(f"--delimiter must be one of , ; tab | (one character), got {delimiter!r}")
     if not path.exists():

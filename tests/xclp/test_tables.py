@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from xclp import tables as party_data
-from xclp.client import cli
 from xclp.errors import InvalidInput
 
 
@@ -96,8 +95,9 @@ def test_the_cli_delimiter_flag_spells_tab_as_a_word(tmp_path):
     (tmp_path / "t.csv").write_text("id\tx1,x2\tlabel\na\t1.5\t0\n")  # a comma inside a tab-separated name
     with pytest.raises(InvalidInput, match=r"has 1 cells but the header has 2 \(the header looks '\\t'-separated; pass --delimiter tab\)"):
         party_data.load(tmp_path / "t.csv", id_column="id", delimiter=",")
-    d = party_data.load(tmp_path / "t.csv", id_column="id", delimiter=cli._delimiter("tab"))
-    assert d.ids == ("a",) and d.X.shape == (1, 1)
+    for spelled in ("tab", "\\t", "\t"):  # as typed in a flag or a TOML file, or the character
+        d = party_data.load(tmp_path / "t.csv", id_column="id", delimiter=spelled)
+        assert d.ids == ("a",) and d.X.shape == (1, 1)
 
 
 # ---- pyarrow reading, Parquet, missing cells, class names (DESIGN §8) ---------------------------
