@@ -21,7 +21,8 @@ import numpy as np
 
 from xclp.errors import InvalidInput
 
-_DTYPES = {32: (np.dtype(np.int32), np.dtype(np.uint32)), 64: (np.dtype(np.int64), np.dtype(np.uint64))}
+_DTYPES: dict[int, tuple[np.dtype[np.signedinteger], np.dtype[np.unsignedinteger]]] = {
+    32: (np.dtype(np.int32), np.dtype(np.uint32)), 64: (np.dtype(np.int64), np.dtype(np.uint64))}
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,8 @@ class FixedPoint:
             raise InvalidInput(f"frac_bits must be an integer, got {self.frac_bits!r}")
         if not 0 <= self.frac_bits <= self.total_bits - 2:
             raise InvalidInput(
-                f"frac_bits must be in [0, {self.total_bits - 2}] for a {self.total_bits}-bit ring, got {self.frac_bits}"
+                f"frac_bits must be in [0, {self.total_bits - 2}] for a {self.total_bits}-bit ring, got "
+                f"{self.frac_bits}"
             )
         _check_terms(self.headroom_terms, "headroom_terms")
 
@@ -167,7 +169,8 @@ class WideFixedPoint:
             if abs(v) > limit:
                 where = tuple(int(i) for i in np.unravel_index(k, arr.shape))
                 raise InvalidInput(f"value {math.ldexp(float(v), -self.frac_bits):.6g} at index {where} exceeds the "
-                                   f"fixed-point range |x| <= {math.ldexp(limit, -self.frac_bits):.3g} for {n_terms} summands")
+                                   f"fixed-point range |x| <= {math.ldexp(limit, -self.frac_bits):.3g} for {n_terms} "
+                                   f"summands")
             v %= modulus
             flat[k] = [(v >> (LIMB_BITS * i)) & digit for i in range(self.limbs)]
         return out

@@ -6,6 +6,9 @@ For every job a party draws a fresh X25519 key (and, for XCLP, a Paillier key) a
 every party verifies every signature and checks that its own entry came back unmodified, so even
 an active coordinator cannot substitute key-agreement keys. The session id is the SHA-256 of the
 canonical roster: every party derives the same one and a new run (fresh X25519 keys) gets a new one.
+
+Like pyca/cryptography's loaders, everything here takes and gives bytes or parsed values; reading
+and writing key files is the CLIs' job (xclp.runtime: `read_bytes`, `write_private`, `read_toml`).
 """
 
 from __future__ import annotations
@@ -13,12 +16,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import os
 import re
 import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 
 from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
@@ -26,7 +27,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
-from xclp.runtime import read_toml
 
 _PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _BUNDLE_TAG = b"xclp/key-bundle/v1"
@@ -51,37 +51,20 @@ def generate_identity() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
-def save_identity(key: Ed25519PrivateKey, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
-    """Write the private key as PKCS#8 PEM, readable by the owner only (mode 0600)."""
-    path = Path(path)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    # O_NOFOLLOW: a symlink planted at `path` must not redirect the private key elsewhere
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if overwrite else os.O_EXCL)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise ConfigError(f"{path} already exists; refusing to overwrite an identity key") from None
-    except OSError as exc:
-        if os.path.islink(path):
-            raise ConfigError(f"{path} is a symbolic link; refusing to write an identity key through it") from None
-        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(pem)
-    os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask and ignored for existing files
-    return path
+def private_key_pem(key: Ed25519PrivateKey) -> bytes:
+    """The private key as unencrypted PKCS#8 PEM (the caller writes it owner-only, xclp.runtime.write_private)."""
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
-def load_identity(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read identity key {path}: {exc.strerror}") from None
+def load_private_key(data: bytes, *, source: str = "the key") -> Ed25519PrivateKey:
+    """An Ed25519 identity key from unencrypted PEM; ConfigError naming `source` for anything else."""
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{path} is not an unencrypted PEM private key: {exc}") from None
+        raise ConfigError(f"{source} is not an unencrypted PEM private key: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError(f"{path} holds a {type(key).__name__}, not an Ed25519 identity key")
+        raise ConfigError(f"{source} holds a {type(key).__name__}, not an Ed25519 identity key")
     return key
 
 
@@ -272,25 +255,25 @@ def _peek_id(signed: SignedBundle) -> str:
 # --- allow-lists (the coordinator's, and each party's pinned copy, DESIGN §2.1) --------------
 
 
-def load_allow_list(path: str | os.PathLike[str]) -> Mapping[str, bytes]:
-    """party id -> 32-byte Ed25519 identity public key, from the [parties] table.
+def allow_list(table: object, *, source: str = "the allow-list") -> Mapping[str, bytes]:
+    """party id -> 32-byte Ed25519 identity public key, from an allow-list's [parties] table (as
+    parsed TOML: party id = "ed25519:<base64>").
 
     The same file serves the coordinator (who may join) and every party (`--peers`: whose keys
     it accepts on a roster), so a coordinator cannot swap a peer's key.
     """
-    table = read_toml(path).get("parties")
     if not isinstance(table, dict) or not table:
-        raise ConfigError(f"{path} needs a non-empty [parties] table mapping party id -> \"ed25519:<base64>\"")
+        raise ConfigError(f"{source} needs a non-empty [parties] table mapping party id -> \"ed25519:<base64>\"")
     out: dict[str, bytes] = {}
     for party, key in table.items():
         try:
             check_party_id(party)
         except InvalidInput as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            raise ConfigError(f"{source}: {exc}") from None
         if not isinstance(key, str):
-            raise ConfigError(f"{path}: the key of {party!r} must be a string \"ed25519:<base64>\"")
+            raise ConfigError(f"{source}: the key of {party!r} must be a string \"ed25519:<base64>\"")
         try:
             out[party] = parse_public_key(key)
         except ConfigError as exc:
-            raise ConfigError(f"{path}: party {party!r}: {exc}") from None
+            raise ConfigError(f"{source}: party {party!r}: {exc}") from None
     return MappingProxyType(out)

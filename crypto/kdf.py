@@ -2,12 +2,13 @@
 
 Every key the protocols use is derived from a pairwise X25519 secret by HKDF-SHA256 (RFC 5869):
 
-    key = HKDF-SHA256(ss_ij, salt=session_id, info=b"xclp/<purpose>/<round>/<digest>")
+    key = HKDF-SHA256(ss_ij, salt=session_id, info=b"xclp/<purpose>/<attempt>/<digest>")
 
 where `digest` is the SHA-256 hex digest of the sorted participant ids joined by "\\n". Binding the
-purpose, the round (attempt number) and the participant set into `info` gives a fresh key for every
-step and every restart: a step restarted without a dropped party has a different participant set,
-and a retry with the same set must use a new round, so no mask is ever reused (DESIGN §4.2, §5.6).
+purpose, the attempt (a step's retry number; DESIGN §4.2 calls it the round) and the participant
+set into `info` gives a fresh key for every step and every restart: a step restarted without a
+dropped party has a different participant set, and a retry with the same set must use a new
+attempt, so no mask is ever reused (DESIGN §4.2, §5.6).
 """
 
 from __future__ import annotations
@@ -34,17 +35,17 @@ def participant_set_digest(participants: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(ids)).encode("utf-8")).hexdigest()
 
 
-def key_info(purpose: str, round: int, participants: Iterable[str]) -> bytes:
-    """The HKDF `info` string b"xclp/<purpose>/<round>/<participant-set digest>" (DESIGN §4.2)."""
+def key_info(purpose: str, attempt: int, participants: Iterable[str]) -> bytes:
+    """The HKDF `info` string b"xclp/<purpose>/<attempt>/<participant-set digest>" (DESIGN §4.2)."""
     if not isinstance(purpose, str) or not purpose:
         raise InvalidInput(f"purpose must be a non-empty string, got {purpose!r}")
     if "/" in purpose:
         # "/" separates the fields of `info`; allowing it would let two purposes collide.
         raise InvalidInput(f"purpose must not contain '/', got {purpose!r}")
-    if isinstance(round, bool) or not isinstance(round, int) or round < 0:
-        raise InvalidInput(f"round must be an integer >= 0, got {round!r}")
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise InvalidInput(f"attempt must be an integer >= 0, got {attempt!r}")
     digest = participant_set_digest(participants)
-    return f"xclp/{purpose}/{round}/{digest}".encode("utf-8")
+    return f"xclp/{purpose}/{attempt}/{digest}".encode()
 
 
 def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes, length: int = 32) -> bytes:
@@ -64,11 +65,11 @@ def derive_key(
     *,
     session_id: bytes,
     purpose: str,
-    round: int,
+    attempt: int,
     participants: Iterable[str],
     length: int = 32,
 ) -> bytes:
-    """A `length`-byte key for one (session, purpose, round, participant set) from a pairwise secret.
+    """A `length`-byte key for one (session, purpose, attempt, participant set) from a pairwise secret.
 
     Both ends of a pair derive the same key because the secret is symmetric and the participant
     set is hashed in sorted order (DESIGN §4.2).
@@ -77,7 +78,7 @@ def derive_key(
         raise InvalidInput("shared_secret must be non-empty bytes (the raw X25519 output)")
     if not isinstance(session_id, (bytes, bytearray)) or len(session_id) == 0:
         raise InvalidInput("session_id must be non-empty bytes (it salts every derived key)")
-    info = key_info(purpose, round, participants)
+    info = key_info(purpose, attempt, participants)
     return hkdf_sha256(shared_secret, salt=session_id, info=info, length=length)
 
 

@@ -5,7 +5,7 @@ Each pair's two terms cancel in the coordinator's sum mod 2^bits, so the coordin
 aggregate only, while each masked array on its own is uniform in the ring.
 
 - Key agreement: X25519 (`cryptography`); the public keys are signed elsewhere (crypto/identity.py).
-- Keys: `crypto.kdf.derive_key`, fresh per (purpose, round, participant set) (DESIGN §4.2).
+- Keys: `crypto.kdf.derive_key`, fresh per (purpose, attempt, participant set) (DESIGN §4.2).
 - PRG: AES-256-CTR keystream read little-endian as uint32/uint64 (DESIGN §5.6).
 """
 
@@ -72,7 +72,7 @@ def keystream(
 
     The initial counter block is zero by default. That is safe because every key is used for
     exactly one keystream: keys are derived per (session, purpose, round, participant set, pair)
-    and `PairwiseMasker` refuses to reuse a (purpose, round, participant set) (DESIGN §4.2).
+    and `PairwiseMasker` refuses to reuse a (purpose, attempt, participant set) (DESIGN §4.2).
     `counter` exists for published test vectors (NIST SP 800-38A F.5.5).
     """
     dt = _ring_dtype(dtype)
@@ -91,9 +91,9 @@ class PairwiseMasker:
     """One party's pairwise masks for one session (DESIGN §5.6, §6).
 
     `secrets` maps peer id -> raw X25519 shared secret (from `shared_secret`). The masker remembers
-    every (purpose, round, participant set) it has produced a mask for and refuses a second use
+    every (purpose, attempt, participant set) it has produced a mask for and refuses a second use
     (`ReplayRefused`): publishing two different arrays under the same mask would reveal their
-    difference. A restarted step must therefore use a new round (DESIGN §5.6). `mask` and `apply`
+    difference. A restarted step must therefore use a new attempt (DESIGN §5.6). `mask` and `apply`
     share that ledger: whoever obtains a mask may publish with it, so either call uses the slot up.
     The ledger lives in memory: a party process that restarts mid-session must join a new session.
     """
@@ -130,46 +130,46 @@ class PairwiseMasker:
         dtype: type[np.unsignedinteger[Any]] | np.dtype[Any],
         *,
         purpose: str,
-        round: int,
+        attempt: int,
         participants: Iterable[str],
     ) -> np.ndarray:
         """M = Σ_{peer in participants, peer ≠ me} ±keystream(key_peer), dtype[shape], mod 2^bits.
 
-        Consumes the (purpose, round, participant set) like `apply`.
+        Consumes the (purpose, attempt, participant set) like `apply`.
         """
         dt = _ring_dtype(dtype)
         shape = _check_shape(shape)
         out = np.zeros(shape, dtype=dt)
-        self._add_mask_into(out, purpose=purpose, round=round, participants=participants)
+        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants)
         return out
 
-    def apply(self, values: np.ndarray, *, purpose: str, round: int, participants: Iterable[str]) -> np.ndarray:
+    def apply(self, values: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str]) -> np.ndarray:
         """values + M mod 2^bits as a new array (same dtype/shape; `values` is never mutated)."""
         if not isinstance(values, np.ndarray):
             raise InvalidInput(f"values must be a numpy array, got {type(values).__name__}")
         dt = _ring_dtype(values.dtype)
         out = np.array(values, dtype=dt, order="C", copy=True)
-        self._add_mask_into(out, purpose=purpose, round=round, participants=participants)
+        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants)
         return out
 
-    def _add_mask_into(self, out: np.ndarray, *, purpose: str, round: int, participants: Iterable[str]) -> None:
+    def _add_mask_into(self, out: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str]) -> None:
         members = self._check_participants(participants)
-        key_info(purpose, round, members)  # validates purpose, round and uniqueness up front
-        slot = (purpose, round, frozenset(members))
+        key_info(purpose, attempt, members)  # validates purpose, attempt and uniqueness up front
+        slot = (purpose, attempt, frozenset(members))
         encryptors: list[tuple[bool, CipherContext]] = []
         for peer in sorted(members):
             if peer == self.my_id:
                 continue
             key = derive_key(
-                self.secrets[peer], session_id=self.session_id, purpose=purpose, round=round, participants=members
+                self.secrets[peer], session_id=self.session_id, purpose=purpose, attempt=attempt, participants=members
             )
             # DESIGN §5.6: + if my id sorts before the peer's, − otherwise, so each pair cancels.
             encryptors.append((self.my_id < peer, _encryptor(key, ZERO_COUNTER)))
         with self._lock:  # check-and-record is atomic, so two threads cannot both use a slot
             if slot in self._used:
                 raise ReplayRefused(
-                    f"masks for purpose {purpose!r}, round {round} and this participant set were already "
-                    "used; a restarted step must use a new round"
+                    f"masks for purpose {purpose!r}, attempt {attempt} and this participant set were already "
+                    "used; a restarted step must use a new attempt"
                 )
             self._used.add(slot)
         _accumulate(out, encryptors)
@@ -235,7 +235,7 @@ def _encryptor(key: bytes, counter: bytes) -> CipherContext:
 
 def _byte_buffer(arr: np.ndarray) -> memoryview:
     """A writable byte view of C-contiguous `arr`."""
-    return memoryview(arr.view(np.uint8).reshape(-1))
+    return arr.view(np.uint8).reshape(-1).data
 
 
 def _ring_dtype(dtype: Any) -> np.dtype[Any]:

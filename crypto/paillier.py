@@ -153,7 +153,8 @@ class PaillierPublicKey:
         modulus_bits, exponent_bits = _PUBLIC_HEADER.unpack_from(data)
         width = modulus_bits // 8
         if modulus_bits % 8 or len(data) != _PUBLIC_HEADER.size + 3 * width:
-            raise ProtocolError(f"Paillier public key of {modulus_bits} bits must be {_PUBLIC_HEADER.size + 3 * width} bytes, got {len(data)}")
+            raise ProtocolError(f"Paillier public key of {modulus_bits} bits must be {_PUBLIC_HEADER.size + 3 * width} "
+                                f"bytes, got {len(data)}")
         n = mpz(int.from_bytes(data[4 : 4 + width], "big"))
         h_s = mpz(int.from_bytes(data[4 + width :], "big"))
         if n.bit_length() != modulus_bits:

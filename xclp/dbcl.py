@@ -102,7 +102,8 @@ class RoundView:
             A = np.maximum(Z, 0.0) if i < len(self.weights) - 1 else Z
         return A, inputs
 
-    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
+    def loss_and_grad(self, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
         """(ℓ, ∂ℓ/∂weights as held, ∂ℓ/∂biases) on a batch."""
         logits, inputs = self.forward(X)
         loss, G = weighted_cross_entropy(logits, np.asarray(y, dtype=np.int64), np.asarray(w, dtype=np.float64))
@@ -158,7 +159,8 @@ def view_size(arch: Architecture, sizes: Mapping[int, int]) -> int:
 
 
 def pack(weights: Sequence[np.ndarray], biases: Sequence[np.ndarray]) -> np.ndarray:
-    return np.concatenate([part for W, b in zip(weights, biases) for part in (np.ravel(W), np.ravel(b))]).astype(np.float64)
+    parts = [part for W, b in zip(weights, biases) for part in (np.ravel(W), np.ravel(b))]
+    return np.concatenate(parts).astype(np.float64)
 
 
 def unpack(shapes: Sequence[tuple[int, int]], flat: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:

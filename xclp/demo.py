@@ -23,16 +23,19 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from xclp import tables as party_data
-from xclp.crypto import certs, identity
 from xclp.baselines import per_client_lp
+from xclp.crypto import certs, identity
 from xclp.errors import ConfigError, InvalidInput, PeerDropped
 from xclp.graph import GraphParams
+from xclp.runtime import write_atomic, write_private
 from xclp.v1.status import EXIT_OK
 
 PARTIES = ("hospital-a", "hospital-b", "hospital-c")
@@ -44,7 +47,7 @@ N_CLASSES = 10
 # with the same settings for every one of 12 random common seeds tried (plaintext reference;
 # README "Label propagation across institutions (XCLP)").
 GRAPH = GraphParams(k=5, alpha=0.99, power=3)
-LABEL_NORM = "none"
+LABEL_NORM: Literal["none"] = "none"
 START_SECONDS = 60.0
 
 
@@ -82,8 +85,8 @@ def _say(message: str) -> None:
     print(f"xclp-demo: {message}", file=sys.stderr, flush=True)
 
 
-def _prefix_lines(stream: object, prefix: str, keep: list[str] | None = None) -> None:
-    for line in stream:  # type: ignore[attr-defined]
+def _prefix_lines(stream: Iterable[str], prefix: str, keep: list[str] | None = None) -> None:
+    for line in stream:
         print(f"[{prefix}] {line.rstrip()}", file=sys.stderr, flush=True)
         if keep is not None:
             keep.append(line.rstrip())
@@ -92,13 +95,19 @@ def _prefix_lines(stream: object, prefix: str, keep: list[str] | None = None) ->
 def setup(work: Path, options: DemoOptions, job_text: str | None = None) -> None:
     """Dev CA, server certificate for localhost, identity keys, allow-list, job and server files
     (`job_text`: another xclp job file with job_id "xclp-demo", e.g. for a benchmark)."""
-    certs.init_ca(work / "ca")
-    certs.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    ca_key, ca_cert = certs.make_ca()
+    tls_key, cert = certs.make_leaf(ca_key, ca_cert, "server", server=True, dns_names=("localhost",),
+                                    ips=("127.0.0.1",))
+    (work / "ca").mkdir(parents=True, exist_ok=True)
+    (work / "certs").mkdir(parents=True, exist_ok=True)
+    write_atomic(work / "ca" / "ca.pem", certs.cert_pem(ca_cert), mode=0o644)  # its key stays in memory
+    write_atomic(work / "certs" / "server.pem", certs.cert_pem(cert), mode=0o644)
+    write_private(work / "certs" / "server-key.pem", certs.key_pem(tls_key), overwrite=True)
     lines = []
     (work / "keys").mkdir(parents=True, exist_ok=True)
     for party in PARTIES:
         key = identity.generate_identity()
-        identity.save_identity(key, work / "keys" / f"{party}.key", overwrite=True)
+        write_private(work / "keys" / f"{party}.key", identity.private_key_pem(key), overwrite=True)
         lines.append(f'{party} = "{identity.public_key_text(key)}"')
     (work / "allow.toml").write_text("[parties]\n" + "\n".join(lines) + "\n")
     (work / f"{JOB_ID}.toml").write_text(job_text or job_toml(options))
@@ -170,7 +179,8 @@ def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen
     each party's progress lines are also kept in `party_lines[party]` if given."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(work / "coordinator.log", "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
+        serve = [sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")]
+        server = subprocess.Popen(serve,
                                   stderr=log, stdout=subprocess.DEVNULL, text=True, env=env)
     procs.append(server)
     port = _wait_port(work, server)

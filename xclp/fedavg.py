@@ -132,7 +132,8 @@ def training_set(X: np.ndarray, y: np.ndarray, pseudo: PseudoLabels | None) -> T
                        pseudo.confidence[keep])
 
 
-def batches(data: TrainingSet, opt: SGD, rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def batches(data: TrainingSet, opt: SGD,
+            rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """SGD batches of ClientUpdate (paper 003 §A.2): with pseudo-labels, each batch is b = min(batch,
     labeled rows) labeled rows and b pseudo-labeled ones, |B_U| = |B_L|; an epoch passes once over
     the larger set while the smaller one cycles in fresh orders. Without, plain batches of rows."""

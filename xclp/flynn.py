@@ -59,7 +59,8 @@ class FlyNNParams:
         if self.s > self.dim:
             raise InvalidInput(f"s (ones per row of M) = {self.s} exceeds the data dimension {self.dim}; use s <= dim")
         if self.rho > self.m:
-            raise InvalidInput(f"rho (bits per hash) = {self.rho} exceeds the hash dimension m = {self.m}; use rho <= m")
+            raise InvalidInput(f"rho (bits per hash) = {self.rho} exceeds the hash dimension m = {self.m}; "
+                               "use rho <= m")
         _check_gamma(self.gamma)
 
 
@@ -159,7 +160,8 @@ class FlyHash:
         p = self.params
         idx = np.asarray(self.indices)
         if idx.shape != (p.m, p.s) or idx.dtype.kind not in "iu":
-            raise InvalidInput(f"FlyHash indices must be an integer array of shape ({p.m}, {p.s}), got {idx.dtype} {idx.shape}")
+            raise InvalidInput(f"FlyHash indices must be an integer array of shape ({p.m}, {p.s}), got {idx.dtype} "
+                               f"{idx.shape}")
         if idx.min() < 0 or idx.max() >= p.dim:
             raise InvalidInput(f"FlyHash indices must lie in [0, {p.dim})")
         if p.s > 1 and not np.all(np.diff(idx, axis=1) > 0):
@@ -239,7 +241,8 @@ class FlyNNModel:
     def __post_init__(self) -> None:
         arr = _check_counts(self.counts)
         if arr.shape[1] != self.flyhash.params.m:
-            raise InvalidInput(f"FlyNN counts have {arr.shape[1]} columns but the FlyHash has m = {self.flyhash.params.m}")
+            raise InvalidInput(f"FlyNN counts have {arr.shape[1]} columns but the FlyHash has m = "
+                               f"{self.flyhash.params.m}")
         object.__setattr__(self, "counts", arr)
         object.__setattr__(self, "gamma", _check_gamma(self.gamma))
 
@@ -321,7 +324,7 @@ def privatise_counts(
         raise InvalidInput(f"epsilon (total privacy budget) must be finite and > 0, got {epsilon}")
     T = _check_positive_int("T (entries released per party)", T)
     n_parties = _check_positive_int("n_parties", n_parties)
-    if T > arr.size:
+    if arr.size < T:
         raise InvalidInput(f"T = {T} exceeds the {arr.size} count entries (n_classes x m); use T <= {arr.size}")
 
     flat = arr.ravel()

@@ -63,7 +63,8 @@ class Architecture:
     def __post_init__(self) -> None:
         sizes = tuple(self.sizes)
         if len(sizes) < 3:
-            raise InvalidInput(f"a network needs inputs, at least one hidden layer and outputs, got sizes {list(sizes)}")
+            raise InvalidInput(f"a network needs inputs, at least one hidden layer and outputs, got sizes "
+                               f"{list(sizes)}")
         if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 1 <= s <= MAX_LAYER for s in sizes):
             raise InvalidInput(f"layer sizes must be integers in 1..{MAX_LAYER}, got {list(sizes)}")
         if sizes[-1] < 2:
@@ -210,7 +211,8 @@ class SGD:
         return out
 
 
-def check_examples(net: Network, X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def check_examples(net: Network, X: np.ndarray, y: np.ndarray,
+                   w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows float64[n, d_in], labels int64[n] in 0..C−1, weights float64[n] finite and >= 0."""
     X = net._check(X)
     y = np.asarray(y, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""A party's table once read (DESIGN §8): its features, labels as written, row ids, and where each
+"""A party's table once read (DESIGN §9): its features, labels as written, row ids, and where each
 row came from, for messages. Reading is xclp.tables; the job's own preparation is xclp.prep.
 
 - X is float64[n, d] with NaN for a missing cell (filled by `impute = "mean"`, else refused).
@@ -161,7 +161,8 @@ class PartyData:
             row = int(np.flatnonzero(np.isnan(self.X[:, j]))[0])
             name = repr(self.columns[j]) if self.columns else f"{j + 1}"
             raise InvalidInput(f"{self.where.at(row)}, column {name}: the cell is empty or NaN ({int(missing.sum())} "
-                               "such feature cells in all); " + (hint or "the job fills them with the pooled mean if its "
+                               "such feature cells in all); " + (hint or "the job fills them with the pooled mean if "
+                                                                         "its "
                                'file sets impute = "mean" (ask the operator), or fill or drop them yourself'))
         return missing
 

@@ -86,7 +86,7 @@ class Scaling:
 
     def dropped(self, columns: Sequence[str] = ()) -> list[str]:
         """Names (or 1-based numbers) of the dropped features."""
-        return [columns[j] if columns else str(j + 1) for j in np.flatnonzero(~self.kept)]
+        return [columns[int(j)] if columns else str(j + 1) for j in np.flatnonzero(~self.kept)]
 
     def apply(self, X: np.ndarray) -> np.ndarray:
         """float64[n, d] (NaN = missing) -> float64[n, dim]: impute, scale, drop."""

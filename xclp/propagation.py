@@ -13,7 +13,6 @@ import numpy as np
 from xclp.errors import InvalidInput
 from xclp.validation import check_labels
 
-
 LabelNorm = Literal["none", "party", "pooled"]
 
 

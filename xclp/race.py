@@ -75,7 +75,8 @@ class RaceParams:
                 raise InvalidInput(f"p = {self.p} sign bits per row is too many; use p <= {_MAX_SRP_BITS}")
             if self.width < 2**self.p:
                 raise InvalidInput(
-                    f"width W = {self.width} cannot hold the 2^p = {2**self.p} SRP buckets; use width >= {2**self.p} or fewer bits p"
+                    f"width W = {self.width} cannot hold the 2^p = {2**self.p} SRP buckets; use width >= {2**self.p} "
+                    f"or fewer bits p"
                 )
         else:
             bw = self.bandwidth
@@ -257,7 +258,8 @@ def private_release_share(
     R = _check_release_args(arr, epsilon)
     n_parties = _positive_int("n_parties", n_parties)
 
-    return arr.astype(np.int64) + privacy.discrete_laplace_share(R / float(epsilon), n_parties, arr.shape, source=source)
+    share = privacy.discrete_laplace_share(R / float(epsilon), n_parties, arr.shape, source=source)
+    return arr.astype(np.int64) + share
 
 
 def _check_release_args(arr: np.ndarray, epsilon: float) -> int:

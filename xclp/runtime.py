@@ -2,6 +2,7 @@
 
 - `write_atomic`: a temp file in the target's directory, fsync, chmod, rename — a reader sees the
   old file or the whole new one, never half of it (DESIGN §5.7, §9). Mode 0600 unless asked.
+- `write_private` / `read_bytes`: key files (the crypto layer takes and gives bytes only).
 - `read_toml` / `check_keys`: a settings file that does not parse, or names a key we do not know,
   is an error naming the file, never silently ignored.
 - `require_testing`: test hooks (they write secrets or what the coordinator learned to disk) are
@@ -39,6 +40,33 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_private(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = False) -> Path:
+    """A private key file, readable by the owner only (mode 0600), never written through a symbolic
+    link planted at `path`, and (unless `overwrite`) never over an existing file."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if overwrite else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise ConfigError(f"{path} already exists; refusing to overwrite a private key") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ConfigError(f"{path} is a symbolic link; refusing to write a private key through it") from None
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask and ignored for existing files
+    return path
+
+
+def read_bytes(path: str | os.PathLike[str], what: str) -> bytes:
+    """A file's bytes, or ConfigError naming `what` it should have been and why it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from None
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any, *, mode: int = 0o600) -> Path:

@@ -1,4 +1,4 @@
-"""Reading a party's table: CSV, Parquet or .npz into an xclp.party_table.PartyData (DESIGN §8).
+"""Reading a party's table: CSV, Parquet or .npz into an xclp.party_table.PartyData (DESIGN §9).
 
 - CSV and Parquet go through pyarrow's streaming readers (multi-threaded CSV parsing, typed
   columns): batches are written straight into one preallocated float64 matrix, so memory stays
@@ -16,6 +16,7 @@ import csv
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,8 @@ def _read_header(path: Path, delimiter: str | None) -> tuple[list[str], str, str
 def _check_columns(header: Sequence[str], path: Path) -> None:
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
-        where = ", ".join(f"{h!r} (columns {', '.join(str(i + 1) for i, x in enumerate(header) if x == h)})" for h in dupes)
+        columns = {h: ", ".join(str(i + 1) for i, x in enumerate(header) if x == h) for h in dupes}
+        where = ", ".join(f"{h!r} (columns {columns[h]})" for h in dupes)
         raise InvalidInput(f"{path}: the header names a column twice: {where}; every column needs its own name")
 
 
@@ -246,7 +248,8 @@ class _Collector:
     def __init__(self, bound: int, features: list[Feature], label: str | None, ident: str | None,
                  where: Locator) -> None:
         self.features, self.label, self.ident, self.where = features, label, ident, where
-        self.columns = [col for _, name, cats in features for col in ([f"{name}={c}" for c in cats] if cats else [name])]
+        self.columns = [col for _, name, cats in features
+                        for col in ([f"{name}={c}" for c in cats] if cats else [name])]
         self.X = np.empty((max(bound, 1), len(self.columns)), dtype=np.float64)
         self.n = 0
         self.codes: list[np.ndarray] = []
@@ -254,10 +257,10 @@ class _Collector:
         self.ids: list[str] = []
         self.blank: list[np.ndarray] = []  # bool per batch: rows with every cell empty
 
-    def add(self, batch: object) -> None:
+    def add(self, batch: Any) -> None:  # a pyarrow.RecordBatch (pyarrow has no type information)
         import pyarrow.compute as pc
 
-        b = batch.num_rows  # type: ignore[attr-defined]
+        b = batch.num_rows
         if self.n + b > self.X.shape[0]:
             self.X = np.concatenate([self.X[: self.n], np.empty((self.n + b - self.X.shape[0], self.X.shape[1]))])
         empty = np.ones(b, dtype=bool)
@@ -265,7 +268,7 @@ class _Collector:
         j = 0
         unknown: tuple[int, str, str, Sequence[str]] | None = None
         for arrow_name, name, categories in self.features:
-            column = batch.column(arrow_name)  # type: ignore[attr-defined]
+            column = batch.column(arrow_name)
             if categories is None:
                 self.X[rows, j] = column.to_numpy(zero_copy_only=False)
                 j += 1
@@ -283,12 +286,12 @@ class _Collector:
                 j += len(categories)
             empty &= column.is_null().to_numpy(zero_copy_only=False)
         if self.label is not None:
-            idx, values = _encode(pc, batch.column(self.label))  # type: ignore[attr-defined]
+            idx, values = _encode(pc, batch.column(self.label))
             local = np.array([self.values.setdefault(v, len(self.values)) for v in values] + [-1], dtype=np.int32)
             self.codes.append(local[idx])
             empty &= idx < 0
         if self.ident is not None:
-            column = batch.column(self.ident)  # type: ignore[attr-defined]
+            column = batch.column(self.ident)
             self.ids.extend("" if v is None else v for v in column.to_pylist())
             empty &= column.is_null().to_numpy(zero_copy_only=False)
         if unknown is not None:
@@ -311,17 +314,20 @@ class _Collector:
         if self.label is not None:
             codes = np.concatenate(self.codes)[keep]
             labels = _sorted_labels(codes, self.values)
-        ids = tuple(i for i, k in zip(self.ids, keep) if k) if self.ident is not None else tuple(str(i) for i in range(X.shape[0]))
+        if self.ident is not None:
+            ids = tuple(i for i, k in zip(self.ids, keep) if k)
+        else:
+            ids = tuple(str(i) for i in range(X.shape[0]))
         _check_unique_ids(ids, self.where)
         y = labels.numbers(self.where) if labels is not None and labels.are_numbers else None
         return PartyData(X, y, ids, tuple(self.columns), labels, self.where)
 
 
-def _encode(pc: object, column: object) -> tuple[np.ndarray, list[str]]:
+def _encode(pc: Any, column: Any) -> tuple[np.ndarray, list[str]]:  # pyarrow.compute, a pyarrow array
     """(int64[b] index into the values, −1 for an empty cell; the distinct values, trimmed)."""
-    column = pc.utf8_trim_whitespace(column)  # type: ignore[attr-defined]
-    column = pc.if_else(pc.equal(column, ""), None, column)  # type: ignore[attr-defined]
-    encoded = column.dictionary_encode()  # type: ignore[attr-defined]
+    column = pc.utf8_trim_whitespace(column)
+    column = pc.if_else(pc.equal(column, ""), None, column)
+    encoded = column.dictionary_encode()
     return encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
@@ -348,7 +354,8 @@ def _diagnose_csv(path: Path, sep: str, header: list[str], features: list[int], 
                 try:
                     float(cell)
                 except ValueError:
-                    raise InvalidInput(f"{path} line {line}, column {header[j]!r}: {cells[j]!r} is not a number{hint}") from None
+                    raise InvalidInput(f"{path} line {line}, column {header[j]!r}: {cells[j]!r} is not a "
+                                       f"number{hint}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path} is not a readable UTF-8 CSV file: {exc}") from None
 

@@ -3,7 +3,7 @@
 `SlotLayout` fixes w and K from |N| and L; `EncryptedSlices` (A → B), `EvaluatedDistances`
 (B → A) and `Residues` (t and R, to the coordinator) are the three messages, each parsed from
 untrusted bytes with its size checked; `code_bits` and the slot packing turn packed LSH codes into
-plaintexts. See the package docstring for the protocol and why it is exact.
+plaintexts. See docs/secure_hamming.md for the protocol and why it is exact.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gmpy2 import mpz
 
 from xclp.crypto.paillier import PaillierPublicKey
 from xclp.errors import InvalidInput, ProtocolError
+
 
 @dataclass(frozen=True)
 class SlotLayout:
@@ -88,7 +89,8 @@ class EncryptedSlices:
     def __post_init__(self) -> None:
         expected = self.layout.batches(self.n_A) * self.layout.L * 2 * self.layout.value_bytes
         if self.n_A < 1 or len(self.ciphertexts) != expected:
-            raise ProtocolError(f"bit slices for n_A={self.n_A} need {expected} ciphertext bytes, got {len(self.ciphertexts)}")
+            raise ProtocolError(f"bit slices for n_A={self.n_A} need {expected} ciphertext bytes, got "
+                                f"{len(self.ciphertexts)}")
 
     def batch(self, g: int) -> bytes:
         size = self.layout.L * 2 * self.layout.value_bytes
@@ -119,7 +121,8 @@ class EvaluatedDistances:
         expected = self.layout.values(self.n_A, self.n_B) * 2 * self.layout.value_bytes
         if self.n_A < 1 or self.n_B < 1 or len(self.ciphertexts) != expected:
             raise ProtocolError(
-                f"evaluated distances for n_A={self.n_A}, n_B={self.n_B} need {expected} bytes, got {len(self.ciphertexts)}"
+                f"evaluated distances for n_A={self.n_A}, n_B={self.n_B} need {expected} bytes, got "
+                f"{len(self.ciphertexts)}"
             )
 
     def batch(self, g: int) -> bytes:
@@ -154,7 +157,8 @@ class Residues:
         if self.modulus_bits < 16 or self.modulus_bits % 8:
             raise InvalidInput(f"residues need a whole number of bytes >= 16 bits, got {self.modulus_bits}")
         if len(self.data) % (self.modulus_bits // 8):
-            raise ProtocolError(f"{len(self.data)} bytes are not a whole number of {self.modulus_bits // 8}-byte values")
+            raise ProtocolError(f"{len(self.data)} bytes are not a whole number of {self.modulus_bits // 8}-byte "
+                                "values")
 
     @property
     def width(self) -> int:
@@ -186,7 +190,8 @@ class Residues:
         shape = (count, modulus_bits // 8)
         if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8 or arr.shape != shape:
             got = f"{arr.dtype}{list(arr.shape)}" if isinstance(arr, np.ndarray) else type(arr).__name__
-            raise InvalidInput(f"{what} must be uint8{list(shape)} (one {modulus_bits}-bit big-endian value per ciphertext), got {got}")
+            raise InvalidInput(f"{what} must be uint8{list(shape)} (one {modulus_bits}-bit big-endian value per "
+                               f"ciphertext), got {got}")
         return cls(modulus_bits, np.ascontiguousarray(arr).tobytes())
 
 

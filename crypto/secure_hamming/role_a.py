@@ -1,6 +1,6 @@
 """SecureHamming role A (DESIGN §5.3): encrypt bit slices with the secret key, CRT-decrypt B's evaluation.
 
-A never unpacks what it decrypts: t = (packed H + R) mod N is uniform in [0, N) (package docstring).
+A never unpacks what it decrypts: t = (packed H + R) mod N is uniform in [0, N) (docs/secure_hamming.md).
 The secret key reaches A's pool workers as ints over the pool's local pipes (same host, same
 user); each worker builds its key's fixed-base tables once and caches them.
 """
@@ -68,7 +68,8 @@ def encrypt_bit_slices(
 ) -> EncryptedSlices:
     """Role A: encrypt bit slices of uint64[n_A, ⌈L/64⌉] codes, K vectors per plaintext."""
     if layout.modulus_bits != keypair.public.modulus_bits:
-        raise InvalidInput(f"layout is for a {layout.modulus_bits}-bit modulus, key has {keypair.public.modulus_bits} bits")
+        raise InvalidInput(f"layout is for a {layout.modulus_bits}-bit modulus, key has {keypair.public.modulus_bits} "
+                           f"bits")
     bits = code_bits(codes, layout.L)
     k = layout.slots
     tasks = [
@@ -100,7 +101,8 @@ def decrypt(
     if evaluated.layout != layout or evaluated.n_A != n_A:
         raise ProtocolError(f"B evaluated {evaluated.layout}, n_A={evaluated.n_A}; expected {layout}, n_A={n_A}")
     if layout.modulus_bits != keypair.public.modulus_bits:
-        raise InvalidInput(f"layout is for a {layout.modulus_bits}-bit modulus, key has {keypair.public.modulus_bits} bits")
+        raise InvalidInput(f"layout is for a {layout.modulus_bits}-bit modulus, key has {keypair.public.modulus_bits} "
+                           f"bits")
     tasks = [(_secret_state(keypair), evaluated.batch(g)) for g in range(layout.batches(n_A))]
     t = [m for part in run_tasks(_decrypt_chunk, tasks, executor) for m in part]  # each < N (decryption)
     return Residues.from_ints(t, layout.modulus_bits)

@@ -2,7 +2,7 @@
 
 For each of its vectors x and each of A's batches, B multiplies A's slice ciphertexts by
 "four Russians" subset tables of batch-inverted squares and one fresh randomised encryption of
-|x|·Σ 2^(ws) + R, with R uniform mod N (package docstring). The masks R go to the coordinator.
+|x|·Σ 2^(ws) + R, with R uniform mod N (docs/secure_hamming.md). The masks R go to the coordinator.
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from xclp.crypto.paillier import DEFAULT_WINDOW, FixedBaseTable, PaillierPublicKey, ciphertexts_to_bytes, parse_ciphertexts
+from xclp.crypto.paillier import (
+    DEFAULT_WINDOW,
+    FixedBaseTable,
+    PaillierPublicKey,
+    ciphertexts_to_bytes,
+    parse_ciphertexts,
+)
 from xclp.crypto.pool import run_tasks
 from xclp.crypto.secure_hamming.layout import EncryptedSlices, EvaluatedDistances, Residues, SlotLayout, code_bits
 from xclp.errors import InvalidInput, ProtocolError
@@ -134,7 +140,8 @@ def evaluate(
     """
     layout = slices.layout
     if layout.modulus_bits != public.modulus_bits:
-        raise ProtocolError(f"bit slices are for a {layout.modulus_bits}-bit modulus, A's key has {public.modulus_bits} bits")
+        raise ProtocolError(f"bit slices are for a {layout.modulus_bits}-bit modulus, A's key has "
+                            f"{public.modulus_bits} bits")
     bits = code_bits(codes_B, layout.L, "codes_B")
     n_B, n_A = len(bits), slices.n_A
     g_bits = group_bits if group_bits is not None else choose_group_bits(layout.L, n_B)
@@ -144,7 +151,8 @@ def evaluate(
     padded = np.zeros((n_B, groups * g_bits), dtype=np.int64)
     padded[:, : layout.L] = bits
     # uint16[n_B, groups]: x's bit pattern in each group, the index into that group's table
-    patterns = (padded.reshape(n_B, groups, g_bits) @ (np.int64(1) << np.arange(g_bits, dtype=np.int64))).astype(np.uint16)
+    powers = np.int64(1) << np.arange(g_bits, dtype=np.int64)
+    patterns = (padded.reshape(n_B, groups, g_bits) @ powers).astype(np.uint16)
     weights = [int(w) for w in bits.sum(axis=1, dtype=np.int64)]
     n_batches, n = layout.batches(n_A), int(public.n)
     masks = draw_masks(n_batches * n_B, n)  # batch-major, like D

@@ -34,20 +34,22 @@ def unmask_distances(
                 f"got {values.count} of {values.modulus_bits} bits"
             )
     t_int, r_int = t.to_ints(), r.to_ints()
-    for name, values in (("t (from A)", t_int), ("R (from B)", r_int)):
-        if any(v >= n for v in values):
+    for name, ints in (("t (from A)", t_int), ("R (from B)", r_int)):
+        if any(v >= n for v in ints):
             raise OutOfRange(f"{name} has a value not below A's modulus N")
     w, k, nbytes = layout.width, layout.slots, layout.value_bytes
     packed = [(a - b) % n for a, b in zip(t_int, r_int)]
     if any(p >> (k * w) for p in packed):
-        raise OutOfRange(f"an unmasked plaintext has bits above its last slot (bit {k * w} or higher): t or R is malformed")
+        raise OutOfRange(f"an unmasked plaintext has bits above its last slot (bit {k * w} or higher): t or R is "
+                         f"malformed")
     raw = np.frombuffer(b"".join(p.to_bytes(nbytes, "little") for p in packed), dtype=np.uint8).reshape(count, nbytes)
     bits = np.unpackbits(raw, axis=1, bitorder="little")[:, : k * w].reshape(count, k, w)
     slots = bits.astype(np.uint32) @ (np.uint32(1) << np.arange(w, dtype=np.uint32))  # uint32[count, K]
     n_batches = layout.batches(n_A)
     h = slots.reshape(n_batches, n_B, k).transpose(1, 0, 2).reshape(n_B, n_batches * k)
     if h[:, n_A:].any():
-        raise OutOfRange(f"{int(np.count_nonzero(h[:, n_A:]))} padding slots of A's last batch are not 0: t or R is malformed")
+        raise OutOfRange(f"{int(np.count_nonzero(h[:, n_A:]))} padding slots of A's last batch are not 0: t or R is "
+                         f"malformed")
     h = h[:, :n_A]
     bad = h > layout.L
     if bad.any():

@@ -23,7 +23,7 @@ from xclp.dbcl import RoundView, client_gradient, draw_sketches, server_step
 from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network, local_rng, sample_parties
 from xclp.nn import Network
-from xclp.v1.jobs import DbclJobParams
+from xclp.v1.dbcl import DbclJobParams
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.fedavg import (PseudoLabels, client_update, initial_network, local_pseudo_labels, local_rng, round_seed,
-                         sample_parties, server_update, training_set)
+from xclp.fedavg import (
+    PseudoLabels,
+    client_update,
+    initial_network,
+    local_pseudo_labels,
+    local_rng,
+    round_seed,
+    sample_parties,
+    server_update,
+    training_set,
+)
 from xclp.nn import Network
 from xclp.reference import xclp_reference
 from xclp.simulation.xclp import run_xclp_inprocess
-from xclp.v1.jobs import FedavgJobParams
+from xclp.v1.fedavg import FedavgJobParams
 from xclp.validation import UNLABELED
 
 

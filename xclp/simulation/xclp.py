@@ -21,17 +21,18 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
+from xclp.client.phases.masked_sum import SelfMasks
 from xclp.client.steps import xclp as party
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
-from xclp.server.steps import xclp as coord
-from xclp.client.jobs.selfmask import SelfMasks
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
+from xclp.server.steps import xclp as coord
 from xclp.v1.double_masking import self_mask, unpack_reveal
 from xclp.v1.wire import Payload, payload_bytes
 
@@ -80,7 +81,13 @@ class _Wire:
     bytes_sent: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
+    @overload
+    def send(self, step: str, payload: bytes) -> bytes: ...
+    @overload
+    def send(self, step: str, payload: np.ndarray) -> np.ndarray: ...
+
     def send(self, step: str, payload: Payload) -> Payload:
+        """The payload as the receiver reads it off the wire (an array of the same dtype, or bytes)."""
         dtype, shape, raw = payload_bytes(payload)
         self.bytes_sent[step] = self.bytes_sent.get(step, 0) + len(raw)
         if dtype == "":
@@ -199,10 +206,10 @@ def run_xclp_inprocess(
         attempts: list[RowSumsAttempt] = []
         while True:
             participants = coord.rowsums_participants(membership)
-            rnd = membership.rowsums_round
+            rnd = membership.rowsums_attempt
             masked = {
                 pid: party.mask_row_sums(
-                    Zbar[pid], graph_rows, maskers[pid], participants=participants, round=rnd, fixed_point=fixed_point
+                    Zbar[pid], graph_rows, maskers[pid], participants=participants, attempt=rnd, fixed_point=fixed_point
                 )
                 for pid in participants
             }
@@ -225,7 +232,8 @@ def run_xclp_inprocess(
             attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=True))
             rows = {pid: party.returned_rows(data[pid][1], n_classes, hide_label_mask=hide_label_mask)
                     for pid in sums}  # the coordinator's choice (DESIGN §5.5): the unlabeled rows
-            returned = {pid: wire.send("rowsums", np.ascontiguousarray(block[rows[pid]])) for pid, block in sums.items()}
+            returned = {pid: wire.send("rowsums", np.ascontiguousarray(block[rows[pid]]))
+                        for pid, block in sums.items()}
             break
 
     with wire.timed("output"):  # DESIGN §5.7
