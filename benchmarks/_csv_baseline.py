@@ -145,7 +145,8 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
         hint = " (only one column was found: if the file is separated by something else, pass --delimiter)"
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
-        where = ", ".join(f"{h!r} (columns {', '.join(str(i + 1) for i, x in enumerate(header) if x == h)})" for h in dupes)
+        columns = {h: ", ".join(str(i + 1) for i, x in enumerate(header) if x == h) for h in dupes}
+        where = ", ".join(f"{h!r} (columns {columns[h]})" for h in dupes)
         raise InvalidInput(f"{path}: the header names a column twice: {where}; every column needs its own name")
     body = [(line, r) for line, r in rows[1:] if any(cell.strip() for cell in r)]
     for line, r in body:
@@ -165,7 +166,8 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
             try:
                 X[k, j] = float(r[col])
             except ValueError:
-                raise InvalidInput(f"{path} line {line}, column {header[col]!r}: {r[col]!r} is not a number{hint}") from None
+                raise InvalidInput(f"{path} line {line}, column {header[col]!r}: {r[col]!r} is not a "
+                                   f"number{hint}") from None
     X = check_features(X, name=f"features in {path}")
     y = None
     if has_label:

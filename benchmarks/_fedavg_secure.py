@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _data import dirichlet_split, load_digits_data, subsample_labels, write_party_csv
+
 from xclp.client.models import ModelFile
 from xclp.demo import JOB_ID, PARTIES, DemoOptions, run_processes, setup
 from xclp.seeding import public_rng

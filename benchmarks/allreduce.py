@@ -35,26 +35,45 @@ PARTIES = ("p1", "p2", "p3")
 
 def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, elements: int, masked: bool,
                out: mp.Queue, peers: dict[str, bytes]) -> None:
+    import dataclasses
+
     from cryptography.hazmat.primitives import serialization
 
     from xclp.client.connection import ConnectionConfig
+    from xclp.client.context import PartyContext
     from xclp.client.jobs.allreduce import AllReduceParty
     from xclp.client.policy import PartyPolicy
     from xclp.client.session import PartySession, RunConfig
     from xclp.party_table import PartyData
+    from xclp.v1 import registry
 
     key = serialization.load_pem_private_key(key_pem, password=None)
     counts = np.random.default_rng(PARTIES.index(party)).integers(0, 1000, size=(2, elements // 2)).astype(np.uint32)
 
-    class BenchJob(AllReduceParty):
-        def local_array(self, n_parties):
+    class BenchRelease:  # the same counts every run, whatever the data
+        def wire(self, dim):
+            return counts.dtype, counts.shape
+
+        def contribution(self, data, seed, n_parties):
             return counts
 
-        def mask(self, local, round, members):
-            return super().mask(local, round, members) if masked else local
+        def decode(self, aggregate):
+            return aggregate
+
+    class PlainMasker:  # the baseline: the pairwise masks skipped
+        def __init__(self, masker):
+            self.session_id, self.secrets, self.my_id = masker.session_id, masker.secrets, masker.my_id
+
+        def apply(self, values, **_):
+            return values.copy()
+
+    def bench_party(ctx: PartyContext) -> AllReduceParty:
+        if not masked:
+            ctx = dataclasses.replace(ctx, masker=PlainMasker(ctx.masker))
+        return AllReduceParty(ctx, BenchRelease())
+
 
     class Bench(PartySession):
-        allreduce_party = BenchJob
         t_step = 0.0
         t_end = 0.0
 
@@ -71,7 +90,10 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
     session = Bench(RunConfig(job_id, party, key, ConnectionConfig(address, ca_cert=Path(ca)), peers=peers,
                               policy=PartyPolicy(min_parties=3)), data,
                     progress=lambda m: None)
-    session.run()
+    # the flynn entry stands in for the benchmark's party while the session runs (the context must
+    # stay open: a registration left to the garbage collector is undone at once)
+    with registry.registered(dataclasses.replace(registry.get("flynn"), party=bench_party), replacing=True):
+        session.run()
     out.put((party, session.t_end - session.t_step, session.conn.bytes_sent))
 
 
@@ -86,21 +108,23 @@ def main() -> None:
 
     from cryptography.hazmat.primitives import serialization
 
-    from xclp.crypto import certs, identity
+    from xclp.crypto import identity
+    from xclp.server import dev_ca
     from xclp.server.config import JobConfig, TlsFiles
     from xclp.server.coordinator import Coordinator
     from xclp.server.service import build_server
-    from xclp.v1.jobs import parse_params
+    from xclp.v1.registry import parse_params
 
     tmp = Path(tempfile.mkdtemp(prefix="xclp-bench-"))
-    certs.init_ca(tmp)
-    server_files = certs.issue(tmp, tmp, "server", server=True, dns_names=("localhost",))
+    dev_ca.init_ca(tmp)
+    server_files = dev_ca.issue(tmp, tmp, "server", server=True, dns_names=("localhost",))
     keys = {p: identity.generate_identity() for p in PARTIES}
     pems = {p: k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                serialization.NoEncryption()) for p, k in keys.items()}
     params = parse_params("flynn", {"n_classes": 2, "m": args.elements // 2, "s": 1, "rho": 1})
     variants = [("masked", True), ("plain", False)]
-    jobs = [JobConfig(f"{name}-{r}", "flynn", params, PARTIES, 3, 120, 300) for r in range(repeats) for name, _ in variants]
+    jobs = [JobConfig(f"{name}-{r}", "flynn", params, PARTIES, 3, 120, 300)
+            for r in range(repeats) for name, _ in variants]
     allow = {p: identity.public_bytes(k) for p, k in keys.items()}
     coordinator = Coordinator(allow, jobs)
     server, port = build_server(coordinator, "127.0.0.1:0", tls=TlsFiles(server_files.cert_path, server_files.key_path))
@@ -113,7 +137,8 @@ def main() -> None:
         for r in range(repeats):
             for name, masked in variants:
                 out = ctx.Queue()
-                procs = [ctx.Process(target=party_main, args=(f"localhost:{port}", str(tmp / certs.CA_CERT), f"{name}-{r}",
+                ca = str(tmp / dev_ca.CA_CERT)
+                procs = [ctx.Process(target=party_main, args=(f"localhost:{port}", ca, f"{name}-{r}",
                                                               p, pems[p], args.elements, masked, out, allow))
                          for p in PARTIES]
                 for proc in procs:

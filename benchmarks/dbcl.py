@@ -43,15 +43,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _data import load_breast_cancer_data, load_digits_data, write_party_csv
+
 from xclp.dbcl import RoundView, ServerOptimiser, draw_sketches, pack, unpack, unsketch_gradient, view_shapes, view_size
 from xclp.fedavg import accuracy, initial_network
 from xclp.nn import Network
 from xclp.seeding import public_rng
 from xclp.simulation import run_dbcl
 from xclp.simulation.dbcl import simulated_round_seed
-from xclp.v1.jobs import DbclJobParams
+from xclp.v1.dbcl import DbclJobParams
 
 EVAL_EVERY = 10
 PARTIES = 5
@@ -106,7 +106,8 @@ def accuracy_table(args: argparse.Namespace) -> dict[str, dict]:
         n_classes = int(y.max()) + 1
         rounds = setting["quick"] if args.quick else setting["rounds"]
         same = rounds // 4 // EVAL_EVERY * EVAL_EVERY
-        per_variant: dict[str, dict[str, list[float]]] = {v: {"converged": [], "same": [], "to95": []} for v in VARIANTS}
+        per_variant: dict[str, dict[str, list[float]]] = {v: {"converged": [], "same": [], "to95": []}
+                                                          for v in VARIANTS}
         for seed in seeds:
             parties, X_test, y_test = split(X, y, seed)
             for variant, extra in VARIANTS.items():
@@ -262,7 +263,8 @@ def probe_table(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def secure_seconds(args: argparse.Namespace) -> dict[str, object]:
-    from xclp.demo import JOB_ID, PARTIES as NAMES, DemoOptions, run_processes, setup
+    from xclp.demo import JOB_ID, DemoOptions, run_processes, setup
+    from xclp.demo import PARTIES as NAMES
 
     rounds = 5 if args.quick else 20
     X, y = load_digits_data()

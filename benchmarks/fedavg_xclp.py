@@ -25,12 +25,12 @@ import sys
 import time
 
 import numpy as np
-
 from _data import dirichlet_split, load_digits_data, subsample_labels
+
 from xclp.fedavg import accuracy
 from xclp.seeding import public_rng
 from xclp.simulation import run_fedavg
-from xclp.v1.jobs import FedavgJobParams
+from xclp.v1.fedavg import FedavgJobParams
 
 VARIANTS = {"fedavg_labeled_only": "none", "fedavg_local_lp": "local_lp", "fedavg_network": "network",
             "fedavg_xclp": "xclp"}

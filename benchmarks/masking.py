@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"masking uint64[{n}] for {peers} peers, best of {repeats}", file=sys.stderr)
     me = masker("p0", ids)
-    mask_s = best_of(repeats, lambda r: me.apply(values, purpose="bench", round=r, participants=ids))
+    mask_s = best_of(repeats, lambda r: me.apply(values, purpose="bench", attempt=r, participants=ids))
     keys = [os.urandom(32) for _ in range(peers)]
     keystream_s = best_of(repeats, lambda _: raw_keystreams(keys, n * elem_bytes))
     aes_only_s = best_of(repeats, lambda _: raw_keystreams_into_cache(keys, n * elem_bytes))
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     arrays = {p: rng.integers(0, 2**64, size=n, dtype=np.uint64) for p in parties}
 
     def masked_sum(r: int) -> np.ndarray:
-        masked = [party_maskers[p].apply(arrays[p], purpose="sum", round=r, participants=parties) for p in parties]
+        masked = [party_maskers[p].apply(arrays[p], purpose="sum", attempt=r, participants=parties) for p in parties]
         return ring_sum(masked)
 
     print(f"summing {peers} parties' uint64[{n}], masked vs plain", file=sys.stderr)

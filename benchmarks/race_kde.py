@@ -63,7 +63,8 @@ def main() -> None:
                 "dataset": f"synthetic 10-component Gaussian mixture, {n} x {dim}, {n_queries} held-out queries",
                 "kernel": f"angular (1 - theta/pi)^{p} (SRP, W = {2**p})",
                 "mean_relative_error": {R: r["mean_relative_error"] for R, r in results.items()},
-                "private_eps1_mean_relative_error": {R: r["private_eps1_mean_relative_error"] for R, r in results.items()},
+                "private_eps1_mean_relative_error": {R: r["private_eps1_mean_relative_error"]
+                                                     for R, r in results.items()},
                 "points_per_second": {R: r["points_per_second"] for R, r in results.items()},
             }
         )

@@ -30,8 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _data import dirichlet_split, subsample_labels  # noqa: E402
-from xclp.demo import PARTIES, DemoOptions, job_toml, run_processes, setup  # noqa: E402
+from _data import dirichlet_split, subsample_labels
+
+from xclp.demo import PARTIES, DemoOptions, job_toml, run_processes, setup
 
 LABELED = 0.2
 SKEW = 0.5
@@ -94,7 +95,8 @@ def run_once(name: str, standardise: bool, options: DemoOptions, seed: int) -> d
             truth = [names[c] for c in y[rows]]
             right += sum(p == t for p, t, u in zip(predicted, truth, unlabeled) if u)
             total += int(unlabeled.sum())
-        return {"accuracy": round(right / total, 4), "seconds": round(seconds, 1), "unlabeled": total, "rows": int(len(y))}
+        return {"accuracy": round(right / total, 4), "seconds": round(seconds, 1), "unlabeled": total,
+                "rows": int(len(y))}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

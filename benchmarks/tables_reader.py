@@ -40,7 +40,8 @@ data = load({path!r}, id_column="id")
 seconds = time.perf_counter() - start
 print(json.dumps({{"seconds": seconds, "rows": int(data.X.shape[0]), "checksum": float(data.X.sum()),
                   "labeled": int(data.labeled.sum()),
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "import_rss_bytes": imported}}))
+                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "import_rss_bytes": imported}}))
 """
 
 

@@ -22,8 +22,8 @@ import sys
 import time
 
 import numpy as np
-
 from _data import dirichlet_split, load_digits_data, subsample_labels
+
 from xclp.baselines import central_exact_lp, per_client_lp
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference

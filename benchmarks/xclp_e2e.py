@@ -32,14 +32,16 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _data import load_digits_data
-from xclp.simulation import run_xclp_inprocess
-from xclp.crypto import certs, identity
-from xclp.crypto.pool import process_pool
+
 from xclp.baselines import per_client_lp
+from xclp.crypto import identity
+from xclp.crypto.pool import process_pool
 from xclp.graph import GraphParams
+from xclp.runtime import write_private
 from xclp.seeding import public_rng
+from xclp.server import dev_ca
+from xclp.simulation import run_xclp_inprocess
 
 PARTIES = ("a", "b", "c")
 N_CLASSES = 10
@@ -95,13 +97,13 @@ def main() -> None:
         partial[p] = labels
 
     work = Path(tempfile.mkdtemp(prefix="xclp-e2e-"))
-    certs.init_ca(work / "ca")
-    certs.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    dev_ca.init_ca(work / "ca")
+    dev_ca.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
     (work / "keys").mkdir()
     allow = []
     for p, idx in zip(PARTIES, clients):
         key = identity.generate_identity()
-        identity.save_identity(key, work / "keys" / f"{p}.key")
+        write_private(work / "keys" / f"{p}.key", identity.private_key_pem(key))
         allow.append(f'{p} = "{identity.public_key_text(key)}"')
         write_party_csv(work / f"{p}.csv", X[idx], partial[p])
     (work / "allow.toml").write_text("[parties]\n" + "\n".join(allow) + "\n")

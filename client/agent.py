@@ -66,11 +66,11 @@ from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
 from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
 from xclp.party_table import PartyData
-from xclp.runtime import check_keys, read_toml
-from xclp.v1 import calls
+from xclp.runtime import check_keys, read_bytes, read_toml
+from xclp.v1 import calls, registry
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
-from xclp.v1.jobs import JOB_TYPES, JobParams, params_from_json, uses_paillier
+from xclp.v1.params import JobParams
 from xclp.v1.status import error_from_rpc
 
 log = logging.getLogger("xclp.agent")
@@ -103,7 +103,7 @@ class AgentConfig:
     out: Path
     datasets: dict[str, Dataset]
     policy: PartyPolicy = PartyPolicy()
-    job_types: frozenset[str] = frozenset(JOB_TYPES)
+    job_types: frozenset[str] = field(default_factory=lambda: frozenset(registry.names()))
     min_key_bits: int = MIN_SECURE_BITS
     max_key_bits: int = 4096
     poll_seconds: float = 2.0
@@ -135,11 +135,12 @@ class AgentConfig:
                                      entry.get("id_column") or None, entry.get("delimiter"))
         if not datasets:
             raise ConfigError(f"{path}: the catalogue is empty: add [datasets.<name>] with the path of a table")
-        types = policy.get("job_types", sorted(JOB_TYPES))
-        unknown = sorted(set(types) - set(JOB_TYPES))
+        known = registry.names()
+        types = policy.get("job_types", sorted(known))
+        unknown = sorted(set(types) - set(known))
         if unknown:
             raise ConfigError(f"{path}: [policy] job_types names unknown type(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(JOB_TYPES))}")
+                              f"known: {', '.join(sorted(known))}")
 
         def optional(key: str) -> Path | None:
             return base / raw[key] if raw.get(key) else None
@@ -178,8 +179,9 @@ class Agent:
     say: Callable[[str], None] = field(default=lambda message: log.info("%s", message))
 
     def __post_init__(self) -> None:
-        self.key = identity.load_identity(self.config.identity)
-        self.peers = identity.load_allow_list(self.config.peers)
+        self.key = identity.load_private_key(read_bytes(self.config.identity, "identity key"),
+                                             source=str(self.config.identity))
+        self.peers = identity.allow_list(read_toml(self.config.peers).get("parties"), source=str(self.config.peers))
         if self.peers.get(self.config.party) != identity.public_bytes(self.key):
             raise ConfigError(f"the identity key {self.config.identity} is not the key pinned for "
                               f"{self.config.party!r} in {self.config.peers}")
@@ -263,14 +265,15 @@ class Agent:
         if dataset is None:
             raise PolicyRefused(f"the job asks for data set {name!r}, which is not in this agent's catalogue "
                                 f"({', '.join(sorted(self.config.datasets))})")
-        params = params_from_json(spec.job_type, spec.params_json)
+        params = registry.params_from_json(spec.job_type, spec.params_json)
         self.config.policy.check_job(spec, params)
-        if uses_paillier(params):
-            bits = params.key_bits  # type: ignore[union-attr]
+        keys = params.paillier
+        if keys is not None:
             low = self.config.min_key_bits if not self.config.policy.insecure_test_keys else 0
-            if not low <= bits <= self.config.max_key_bits:
-                raise PolicyRefused(f"the job uses {bits}-bit Paillier keys; this agent takes "
-                                    f"{self.config.min_key_bits} to {self.config.max_key_bits} (min_key_bits, max_key_bits)")
+            if not low <= keys.bits <= self.config.max_key_bits:
+                raise PolicyRefused(f"the job uses {keys.bits}-bit Paillier keys; this agent takes "
+                                    f"{self.config.min_key_bits} to {self.config.max_key_bits} (min_key_bits, "
+                                    f"max_key_bits)")
         return params, dataset
 
     def _run(self, offer: pb.Offer, params: JobParams, dataset: Dataset, active: _Active) -> None:
@@ -283,9 +286,9 @@ class Agent:
 
         ok = False
         try:
-            paillier = None
-            if uses_paillier(params):
-                paillier = PaillierKeypair.generate(params.key_bits,  # type: ignore[union-attr]
+            paillier, keys = None, params.paillier
+            if keys is not None:
+                paillier = PaillierKeypair.generate(keys.bits,
                                                     allow_insecure_test_size=self.config.policy.insecure_test_keys)
             config = RunConfig(job_id=job, party_id=self.config.party, identity=self.key,
                                connection=self.config.connection, join_wait_seconds=self.config.join_wait,

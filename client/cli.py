@@ -1,4 +1,4 @@
-"""`xclp-client`: one institution's party (DESIGN §8).
+"""`xclp-client`: one institution's party (DESIGN §9).
 
     xclp-client keygen --party hospital-a --out keys/        # send keys/hospital-a.pub to the operator
     xclp-client run --coordinator coord.example.org:50051 --ca-cert ca.pem --job flynn-demo \\
@@ -27,18 +27,28 @@ from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.models import ModelFile
-from xclp.client.outputs import MODEL_FILE, PREDICTIONS_FILE, class_names, write_csv, write_predictions
+from xclp.client.outputs import (
+    MODEL_FILE,
+    PREDICTIONS_FILE,
+    class_names,
+    model_file,
+    withheld,
+    write_csv,
+    write_predictions,
+)
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.propagation import predict as xclp_predict
 from xclp.errors import ConfigError, InvalidInput, XclpError
-from xclp.v1.jobs import JobParams
-from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic
+from xclp.runtime import TESTING_ENV, check_keys, read_bytes, read_toml, require_testing, write_atomic, write_private
+from xclp.v1 import registry
+from xclp.v1.params import JobParams
+from xclp.v1.registry import ModelKind, Output
 from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
 
-RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out", "ca_cert",
+RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
+            "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
             "max_memory_gb", "max_paillier_hours"}
@@ -46,7 +56,8 @@ PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "clie
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="xclp-client", description="An xclp party: joins a coordinator's jobs with local data.")
+    p = argparse.ArgumentParser(prog="xclp-client", description="An xclp party: joins a coordinator's jobs with local "
+                                                                "data.")
     sub = p.add_subparsers(dest="command", required=True)
 
     k = sub.add_parser("keygen", help="create this party's Ed25519 identity key",
@@ -71,10 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
     r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
                    f"{PREDICTIONS_FILE}) or a .csv file: id, label, confidence, score_<c>")
-    r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: system roots)")
-    r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires mutual TLS")
+    r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: "
+                                                "system roots)")
+    r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires "
+                                                    "mutual TLS")
     r.add_argument("--client-key", type=Path, help="the private key of --client-cert")
-    r.add_argument("--server-name", help="TLS name to expect in the server certificate, if not the host in --coordinator")
+    r.add_argument("--server-name", help="TLS name to expect in the server certificate, if not the host in "
+                                         "--coordinator")
     r.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (local tests only)")
     r.add_argument("--join-wait", type=float, help="seconds to keep retrying an unreachable coordinator (default 60)")
     r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
@@ -129,7 +143,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--id-column", help="row id column name (default: row numbers)")
         sp.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
         sp.add_argument("--out", type=Path, required=True, help="output CSV (written atomically)")
-    q.add_argument("--estimator", choices=("mean", "median_of_means"), default="mean", help="KDE estimator (default mean)")
+    q.add_argument("--estimator", choices=("mean", "median_of_means"), default="mean", help="KDE estimator (default "
+                                                                                            "mean)")
     q.add_argument("--groups", type=int, help="groups for median_of_means")
     return p
 
@@ -159,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if conn.insecure:
         stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
-    key = identity.load_identity(cfg["identity"])
-    peers = identity.load_allow_list(cfg["peers"])
+    key = identity.load_private_key(read_bytes(cfg["identity"], "identity key"), source=str(cfg["identity"]))
+    peers = identity.allow_list(read_toml(cfg["peers"]).get("parties"), source=str(cfg["peers"]))
     seed_path = cfg.get("debug_dump_seed")
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
@@ -203,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
                        idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
                        workers=None if workers is None else int(workers), peers=peers,
-                       max_memory_bytes=None if cfg.get("max_memory_gb") is None else int(float(cfg["max_memory_gb"]) * 2**30),
+                       max_memory_bytes=(None if cfg.get("max_memory_gb") is None
+                                         else int(float(cfg["max_memory_gb"]) * 2**30)),
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
@@ -212,18 +228,17 @@ def run(args: argparse.Namespace) -> int:
     data = loaded[-1]
     if seed_path:
         write_atomic(seed_path, result.seed)
-    if result.job_type == "xclp":
+    if registry.get(result.job_type).output is Output.PREDICTIONS:
         out = write_predictions(Path(cfg["out"]), data, result)
         stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
         return EXIT_OK
-    if result.job_type == "dbcl" and result.aggregate.size == 0:
-        stderr_progress(f"trained for {len(result.rounds)} rounds; the job withholds the model from the parties "
-                        "(withhold_model = true), so there is no model to write")
+    if withheld(result):
+        stderr_progress(f"the job withholds the model from the parties (after {len(result.rounds)} rounds), so "
+                        "there is no model to write")
         return EXIT_OK
     out = Path(cfg["out"])
     target = out / MODEL_FILE if out.is_dir() or str(cfg["out"]).endswith("/") else out
-    path = ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
-                     result.columns).save(target)
+    path = model_file(result).save(target)
     stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
 
@@ -263,7 +278,7 @@ def keygen(args: argparse.Namespace) -> int:
     identity.check_party_id(args.party)
     args.out.mkdir(parents=True, exist_ok=True)
     key = identity.generate_identity()
-    key_path = identity.save_identity(key, args.out / f"{args.party}.key")
+    key_path = write_private(args.out / f"{args.party}.key", identity.private_key_pem(key))
     public = identity.public_key_text(key)
     write_atomic(args.out / f"{args.party}.pub", f"{public}\n".encode(), mode=0o644)
     print(f'{args.party} = "{public}"')
@@ -274,20 +289,20 @@ def keygen(args: argparse.Namespace) -> int:
 
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    if model.job_type not in ("flynn", "fedavg", "dbcl"):
-        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes FlyNN, fedavg and dbcl models "
+    if model.kind not in (ModelKind.FLYNN, ModelKind.NETWORK):
+        takes = [t for t in registry.names() if registry.get(t).model in (ModelKind.FLYNN, ModelKind.NETWORK)]
+        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes {', '.join(takes[:-1])} and "
+                           f"{takes[-1]} models "
                            "(RACE models answer `xclp-client query`)")
     data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
                            delimiter=args.delimiter, categorical=model.params.categorical)
-    names = class_names(model.class_names, model.params.n_classes)
-    X = model.features(data)
-    if model.job_type in ("fedavg", "dbcl"):
-        labels, confidence = xclp_predict(model.network().probabilities(X))
+    labels, confidence = model.predict(model.features(data))
+    names = class_names(model.class_names, model.n_classes)
+    if confidence is not None:
         rows = [[i, names[p], repr(float(w))] for i, p, w in zip(data.ids, labels, confidence)]
         write_csv(args.out, ["id", "prediction", "confidence"], rows)
     else:
-        predictions = model.flynn().predict(X, tie_seed=model.params.tie_seed)  # type: ignore[union-attr]
-        rows = [[i, names[p]] for i, p in zip(data.ids, predictions)]
+        rows = [[i, names[p]] for i, p in zip(data.ids, labels)]
         write_csv(args.out, ["id", "prediction"], rows)
     stderr_progress(f"wrote {len(rows)} predictions of the {model.job_type} model to {args.out}")
     return EXIT_OK

@@ -25,6 +25,7 @@ from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
 from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, TOKEN_METADATA
 
+
 @dataclass(frozen=True)
 class ConnectionConfig:
     """How to reach the coordinator. TLS by default; `ca_cert` pins the CA that signed the
@@ -46,7 +47,7 @@ class ConnectionConfig:
             raise ConfigError("--insecure cannot be combined with TLS certificate options")
 
     def channel(self) -> grpc.Channel:
-        options = list(CHANNEL_OPTIONS)
+        options: list[tuple[str, int | str]] = list(CHANNEL_OPTIONS)
         if self.insecure:
             return grpc.insecure_channel(self.address, options=options)
 

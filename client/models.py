@@ -1,4 +1,4 @@
-"""Model files a party writes after a job and `predict`/`query` read (DESIGN §8).
+"""Model files a party writes after a job and `predict`/`query` read (DESIGN §9).
 
 A model file is an .npz (no pickles) holding the job type, its parameters (JSON), the data
 dimension, the job's common seed (so the party can rebuild the FlyHash / RACE hash functions —
@@ -14,23 +14,30 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling
-from xclp.party_table import PartyData
-from xclp.runtime import write_atomic
 from xclp.flynn import FlyHash, FlyNNModel
-from xclp.race import RaceClassifier, RaceHashes
 from xclp.nn import Network
-from xclp.v1.jobs import DbclJobParams, FedavgJobParams, FlynnJobParams, JobParams, RaceJobParams, params_from_json, params_json
+from xclp.party_table import PartyData
+from xclp.prep import Scaling
+from xclp.propagation import predict as predict_labels
+from xclp.race import RaceClassifier, RaceHashes
+from xclp.runtime import write_atomic
+from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
+from xclp.v1.dbcl import DbclJobParams
+from xclp.v1.fedavg import FedavgJobParams
+from xclp.v1.params import JobParams
+from xclp.v1.registry import ModelKind, get, params_from_json, params_json
 
 
 @dataclass(frozen=True)
 class ModelFile:
-    """job_type "flynn": aggregate = counts float64[C, m]; "race": sketch(es) float64[(C,) R, W];
-    "fedavg", "dbcl": the network's parameters θ float64[n_params] (xclp.nn, layer sizes from the params)."""
+    """The aggregate by the job type's model kind (xclp.v1.registry): FLYNN counts float64[C, m];
+    RACE sketch(es) float64[(C,) R, W]; NETWORK the parameters θ float64[n_params] (xclp.nn, layer
+    sizes from the params)."""
 
     job_type: str
     params: JobParams
@@ -42,12 +49,14 @@ class ModelFile:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         buf = io.BytesIO()
-        extra = self.scaling.to_arrays() if self.scaling is not None else {}
+        arrays: dict[str, Any] = {
+            "job_type": np.array(self.job_type), "params_json": np.array(params_json(self.params)),
+            "dim": np.array(self.dim, dtype=np.int64), "seed": np.frombuffer(self.seed, dtype=np.uint8),
+            "aggregate": self.aggregate}
+        arrays.update(self.scaling.to_arrays() if self.scaling is not None else {})
         if self.columns:
-            extra["columns"] = np.array(self.columns, dtype=str)
-        np.savez(buf, job_type=np.array(self.job_type), params_json=np.array(params_json(self.params)),
-                 dim=np.array(self.dim, dtype=np.int64), seed=np.frombuffer(self.seed, dtype=np.uint8),
-                 aggregate=self.aggregate, **extra)
+            arrays["columns"] = np.array(self.columns, dtype=str)
+        np.savez(buf, **arrays)
         return write_atomic(path, buf.getvalue())
 
     @classmethod
@@ -84,24 +93,46 @@ class ModelFile:
     def class_names(self) -> tuple[str, ...] | None:
         return self.params.classes
 
+    @property
+    def kind(self) -> ModelKind | None:
+        return get(self.job_type).model
+
+    def _expect(self, kind: ModelKind, what: str) -> None:
+        if self.kind is not kind:
+            raise InvalidInput(f"this is a {self.job_type} model, not {what}")
+
     def flynn(self) -> FlyNNModel:
+        self._expect(ModelKind.FLYNN, "a FlyNN model")
         p = self.params
-        if not isinstance(p, FlynnJobParams):
-            raise InvalidInput(f"this is a {self.job_type} model, not a FlyNN model")
+        assert isinstance(p, FlynnJobParams)  # the registry's schema of a FLYNN model
         flyhash = FlyHash.from_seed(self.seed, p.method_params(self.dim))
         return FlyNNModel(self.aggregate, p.gamma, flyhash)
 
     def network(self) -> Network:
+        self._expect(ModelKind.NETWORK, "a network trained by a fedavg or dbcl job")
         p = self.params
-        if not isinstance(p, (FedavgJobParams, DbclJobParams)):
-            raise InvalidInput(f"this is a {self.job_type} model, not a network trained by a fedavg or dbcl job")
+        assert isinstance(p, (FedavgJobParams, DbclJobParams))  # the registry's schemas of NETWORK models
         return Network(p.architecture(self.dim), np.asarray(self.aggregate, dtype=np.float64))
 
     def race_hashes(self) -> RaceHashes:
+        self._expect(ModelKind.RACE, "a RACE model")
         p = self.params
-        if not isinstance(p, RaceJobParams):
-            raise InvalidInput(f"this is a {self.job_type} model, not a RACE model")
+        assert isinstance(p, RaceJobParams)  # the registry's schema of a RACE model
         return RaceHashes.from_seed(self.seed, p.method_params(), self.dim)
+
+    @property
+    def n_classes(self) -> int:
+        return self.params.label_classes
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Classes int64[n] of a FlyNN or network model for prepared rows (`features`), and a
+        network's confidences float64[n] (None for FlyNN, whose ties a seeded draw breaks)."""
+        if self.kind is ModelKind.NETWORK:
+            labels, confidence = predict_labels(self.network().probabilities(X))
+            return labels, confidence
+        flynn = self.flynn()
+        assert isinstance(self.params, FlynnJobParams)
+        return flynn.predict(X, tie_seed=self.params.tie_seed), None
 
     def race_classifier(self) -> RaceClassifier:
         if self.aggregate.ndim != 3:

@@ -22,6 +22,7 @@ from xclp.errors import ConfigError, PolicyRefused
 from xclp.party_table import PartyData
 from xclp.propagation import predict as xclp_predict
 from xclp.runtime import write_atomic
+from xclp.v1.registry import Output, get
 
 PREDICTIONS_FILE = "predictions.csv"
 MODEL_FILE = "model.npz"  # the model's name when --out is a directory
@@ -42,6 +43,16 @@ def write_predictions(out: Path, data: PartyData, result: JobResult) -> Path:
             for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
     write_csv(path, header, rows)
     return path
+
+
+def withheld(result: JobResult) -> bool:
+    """A model output the job keeps from the parties (dbcl's withhold_model): an empty aggregate."""
+    return get(result.job_type).output is Output.MODEL and result.aggregate.size == 0
+
+
+def model_file(result: JobResult) -> ModelFile:
+    return ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
+                     result.columns)
 
 
 def class_names(classes: tuple[str, ...] | None, n_classes: int) -> list[str]:
@@ -66,7 +77,7 @@ def check_dir_name(name: str, what: str) -> str:
 
 
 def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: JobResult) -> Path:
-    """An agent's outputs of one run, atomically: predictions.csv (xclp) or model.npz, and run.json
+    """An agent's outputs of one run, atomically: predictions.csv or model.npz (the job type's output), and run.json
     (ids, type, participants, time: nothing about the data)."""
     final = out / check_dir_name(job_id, "job id") / check_dir_name(run_id, "run id")
     if final.exists():
@@ -76,11 +87,10 @@ def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: 
     partial.mkdir(parents=True, mode=0o700)
     try:
         files = []
-        if result.job_type == "xclp":
+        if get(result.job_type).output is Output.PREDICTIONS:
             files.append(write_predictions(partial / PREDICTIONS_FILE, data, result).name)
-        elif not (result.job_type == "dbcl" and result.aggregate.size == 0):  # dbcl may withhold the model
-            ModelFile(result.job_type, result.params, result.dim, result.seed, result.aggregate, result.scaling,
-                      result.columns).save(partial / MODEL_FILE)
+        elif not withheld(result):
+            model_file(result).save(partial / MODEL_FILE)
             files.append(MODEL_FILE)
         write_atomic(partial / RUN_FILE, (json.dumps({
             "job_id": job_id, "run_id": run_id, "job_type": result.job_type, "participants": list(result.participants),

@@ -4,8 +4,9 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
   party requires, no hidden label mask unless allowed, Paillier keys of a secure size.
 - `check_step`, on every StepStart: at least `min_parties` participants, always including this
-  party; a later round of a step only with a strictly smaller participant set (a restart after a
+  party; a later attempt of a step only with a strictly smaller participant set (a restart after a
   dropout; a repeated or grown set could be used to difference sums); nothing after the result.
+  (An attempt travels in the wire's `round` field.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import JobParams, XclpJobParams, uses_paillier
+from xclp.v1.params import JobParams
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class PartyPolicy:
             raise PolicyRefused(f"job {spec.job_id!r} expects {len(spec.expected_parties)} parties; this party masks "
                                 f"with at least {self.min_parties} (--min-parties)")
         if self.require_dp is not None:
-            epsilon = getattr(params, "epsilon", None)
+            epsilon = params.dp_epsilon
             if epsilon is None:
                 raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
                                     f"job {spec.job_id!r} ({spec.job_type}) releases without DP")
@@ -49,15 +50,14 @@ class PartyPolicy:
                 raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes, which releases the pooled mean and "
                                     "standard deviation of every feature exactly, outside the DP guarantee that "
                                     "--require-dp asks for (DESIGN §8)")
-        if isinstance(params, XclpJobParams):
-            if params.hide_label_mask and not self.allow_hide_label_mask:
-                raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
-                                    "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
-                                    "take part only with --allow-hide-label-mask")
-        if uses_paillier(params):
-            if params.key_bits < MIN_SECURE_BITS and not self.insecure_test_keys:  # type: ignore[union-attr]
-                raise PolicyRefused(f"job {spec.job_id!r} uses {params.key_bits}-bit Paillier keys, below the secure "
-                                    f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
+        if params.hides_labeled_rows and not self.allow_hide_label_mask:
+            raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
+                                "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
+                                "take part only with --allow-hide-label-mask")
+        keys = params.paillier
+        if keys is not None and keys.bits < MIN_SECURE_BITS and not self.insecure_test_keys:
+            raise PolicyRefused(f"job {spec.job_id!r} uses {keys.bits}-bit Paillier keys, below the secure "
+                                f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
 
 
 @dataclass
@@ -66,7 +66,7 @@ class StepGuard:
 
     policy: PartyPolicy
     party_id: str
-    last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (round, participants)
+    last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (attempt, participants)
     finished: bool = False  # the job's result has arrived
 
     def check_step(self, step: pb.StepStart) -> None:
@@ -76,13 +76,14 @@ class StepGuard:
         if self.party_id not in members:
             raise ProtocolError(f"step {step.step!r} does not include this party")
         if len(members) < self.policy.min_parties:
-            raise ProtocolError(f"step {step.step!r} round {step.round} has {len(members)} participants, fewer than "
+            raise ProtocolError(f"step {step.step!r} attempt {step.round} has {len(members)} participants, fewer than "
                                 f"this party's minimum of {self.policy.min_parties} (--min-parties)")
         previous = self.last.get(step.step)
         if previous is not None:
-            round_, before = previous
-            if step.round <= round_ or not members < before:
-                raise ProtocolError(f"step {step.step!r} restarted as round {step.round} with {sorted(members)} after "
-                                    f"round {round_} with {sorted(before)}: a restart must have a later round and "
+            attempt, before = previous
+            if step.round <= attempt or not members < before:
+                raise ProtocolError(f"step {step.step!r} restarted as attempt {step.round} with {sorted(members)} "
+                                    f"after "
+                                    f"attempt {attempt} with {sorted(before)}: a restart must have a later attempt and "
                                     "strictly fewer participants")
         self.last[step.step] = (step.round, members)

@@ -1,28 +1,25 @@
-"""One party's run of one job: the party-side state machine (DESIGN §4, §6).
+"""One party's run of one job: the party-side state machine (DESIGN §4, §6; docs/architecture.md).
 
     (Challenge: the run nonce; a fresh bundle signing it; Join)
     JOINED  --Roster (every key pinned in --peers, every signature and nonce checked, own entry
               unmodified)--> KEYED
-    KEYED   --StepStart "seed"--> leader: seal a fresh 32-byte seed to each peer, ack
-                                  others: wait for the leader's sealed seed, open it, ack
-    SEEDED  --StepStart "sum" (round r, participants P)--> push own array masked for (r, P)
-    SEEDED  --StepStart "moments" / "moments_reveal", message "moments_result" (a job that
-              standardises or imputes, DESIGN §8)--> the table is prepared with the pooled scaling
-    SEEDED  (xclp) every later step and message goes to client.jobs.xclp.XclpParty (DESIGN §5)
-    any     --frame "result"--> keep the aggregate;  --JobEnd DONE--> DONE (result returned)
+    KEYED   --StepStart "seed"--> the seed phase (client/phases/seed.py) --> SEEDED
+    SEEDED  --StepStart "moments", message "moments_result" (a job that standardises or imputes,
+              DESIGN §8)--> the preparation (client/phases/prepare.py) prepares the table
+    SEEDED  every later step and message goes to the job type's PartyJob (xclp.v1.registry)
+    any     --the job's result--> --JobEnd DONE--> DONE (result returned)
     JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
             --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
             --JobEnd REFUSED (the job cannot run with the parties' data)--> InvalidInput (exit 2)
     any     --JobEnd CANCELLED (the operator cancelled the run, or the coordinator shut down)--> RunCancelled
 
-The coordinator relays the seed without learning it: it is sealed (AES-256-GCM, AAD = session id)
-under the pair's "seed" key, HKDF-derived from the pairwise X25519 secret (DESIGN §4.2–4.3).
+Every StepStart passes the party's own step guard first (client/policy.py): enough participants,
+always this party, strictly shrinking restarts, nothing after the result.
 """
 
 from __future__ import annotations
 
 import enum
-import secrets
 import sys
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
@@ -32,27 +29,33 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
-from xclp.party_table import PartyData
-from xclp.client.jobs.allreduce import AllReduceParty, check_data
-from xclp.client.jobs.dbcl import DbclParty
-from xclp.client.jobs.fedavg import FedavgParty, RoundRecord
+from xclp.client.context import PartyContext, Progress
+from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
-from xclp.client.jobs.prepare import Preparation
-from xclp.client.jobs.xclp import XclpParty, make_executor
+from xclp.client.jobs.training import RoundRecord
+from xclp.client.phases.prepare import Preparation
+from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import PartyPolicy, StepGuard
-from xclp.crypto import aead, identity, masking
-from xclp.crypto.kdf import derive_key
+from xclp.client.workers import make_executor
+from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.errors import (DeadlineExceeded, InvalidInput, InvalidSignature, NotAuthorized, PeerDropped,
-                         ProtocolError, RunCancelled)
-from xclp.v1 import moments, wire
+from xclp.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    InvalidSignature,
+    NotAuthorized,
+    PeerDropped,
+    ProtocolError,
+    RunCancelled,
+)
+from xclp.party_table import PartyData
+from xclp.prep import Scaling
+from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
-from xclp.v1.jobs import DbclJobParams, FedavgJobParams, JobParams, XclpJobParams, params_from_json, uses_paillier
-from xclp.prep import Scaling
-from xclp.v1.steps import MOMENTS_RESULT_MSG, MOMENTS_STEP, SEED_BYTES, SEED_PURPOSE, SEED_STEP
+from xclp.v1.params import JobParams
+from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_STEP
 
-Progress = Callable[[str], None]
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
 
@@ -107,8 +110,8 @@ class JobResult:
 
 
 class PartySession:
-    allreduce_party: type[AllReduceParty] = AllReduceParty  # FlyNN and RACE jobs after the seed
-    def __init__(self, config: RunConfig, data: PartyData | DataLoader, *, progress: Progress = stderr_progress) -> None:
+    def __init__(self, config: RunConfig, data: PartyData | DataLoader, *,
+                 progress: Progress = stderr_progress) -> None:
         self.config = config
         # a loader reads the table once the job's parameters are known (categorical columns, DESIGN §8)
         self.loader: DataLoader | None = None if isinstance(data, PartyData) else data
@@ -121,19 +124,16 @@ class PartySession:
         self.roster: identity.Roster | None = None
         self.pair_secrets: dict[str, bytes] = {}
         self.masker: masking.PairwiseMasker | None = None
-        self.seed: bytes | None = None
-        self.seed_step: pb.StepStart | None = None
-        self.inbox: dict[tuple[str, int, str], wire.Payload] = {}
-        self.assembler = wire.Assembler()
+        self.seed: SeedParty | None = None
         self.params: JobParams | None = None
         self.job_type = ""
-        self.aggregate: np.ndarray | None = None
         self.participants: tuple[str, ...] = ()
-        self.job: XclpParty | AllReduceParty | FedavgParty | None = None
+        self.job: PartyJob | None = None
         self.prep: Preparation | None = None
         self.columns = self.data.columns  # as read, before preparation drops any
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self.guard = StepGuard(config.policy, config.party_id)
+        self.assembler = wire.Assembler()
         self._executor: Executor | None = None
         self._conn: Connection | None = None
         self._aborted = False
@@ -166,19 +166,15 @@ class PartySession:
             raise ProtocolError("this session is not connected")
         return self._conn
 
+    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
+        """A Pusher for the phases: the session's connection, once it is connected."""
+        return self.conn.push(payload, sender=sender, step=step, round=round, recipient=recipient)
+
     def _run(self, conn: Connection) -> JobResult:
-        if not self.config.peers:
-            raise InvalidInput("pinned peers are required: pass --peers with the job's allow-list (the operator's "
-                               "allow.toml), so that no coordinator can swap a peer's key")
-        pinned_self = self.config.peers.get(self.config.party_id)
-        if pinned_self is None:
-            raise NotAuthorized(f"party {self.config.party_id!r} is not on the job's allow-list (--peers): send the "
-                                "operator the line `xclp-client keygen` printed")
-        if pinned_self != identity.public_bytes(self.config.identity):
-            raise NotAuthorized(f"the identity key of {self.config.party_id!r} differs from the one on the job's "
-                                "allow-list (--peers): is --identity the right key?")
-        challenge = conn.challenge(wait_seconds=self.config.join_wait_seconds,
-                                   on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
+        self._check_own_identity()
+        challenge = conn.challenge(
+            wait_seconds=self.config.join_wait_seconds,
+            on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
         if len(challenge.run_nonce) != 16:
             raise ProtocolError("the coordinator's run nonce must be 16 bytes")
         if self.config.run_id and challenge.run_id != self.config.run_id:
@@ -186,31 +182,24 @@ class PartySession:
                                 f"(the coordinator now offers run {challenge.run_id or 'none'})")
         self.run_nonce = challenge.run_nonce
         self.job_type = challenge.spec.job_type
-        self.params = params_from_json(challenge.spec.job_type, challenge.spec.params_json)
-        self.config.policy.check_job(challenge.spec, self.params)
-        if self.loader is not None:
-            self.data = self.loader(self.params)
-            self.columns = self.data.columns
-        if self.data.X.shape[0] == 0:
-            raise InvalidInput("the party's data has no rows")
-        self.data = self.data.with_classes(self.params.classes)  # DESIGN §8: names map by the declared order
-        self.data.check_missing(impute=self.params.impute == "mean")
-        check_data(self.params, self.data)
-        if uses_paillier(self.params) and self.config.paillier is None:
+        params = self.params = registry.params_from_json(challenge.spec.job_type, challenge.spec.params_json)
+        self.config.policy.check_job(challenge.spec, params)
+        self._load_data(params)
+        keys = params.paillier
+        if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
-                               f"(--paillier-bits {self.params.key_bits})")  # type: ignore[union-attr]
-        if uses_paillier(self.params):  # quadratic: refuse before joining what cannot fit
+                               f"(--paillier-bits {keys.bits})")
+        if keys is not None:  # quadratic: refuse before joining what cannot fit
             limit = self.config.max_memory_bytes
             check_memory(self.data.X.shape[0], default_max_memory() if limit is None else limit)
-        hidden = isinstance(self.params, XclpJobParams) and self.params.hide_label_mask
         self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
             party_id=self.config.party_id, job_id=self.config.job_id,
             identity_public=identity.public_bytes(self.config.identity),
             x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
-            **paillier_fields(self.config.paillier.public if self.config.paillier else None)))
-        # under a hidden label mask the coordinator does not even learn how many rows are labeled
+            **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
+        # when the job hides the label mask the coordinator does not even learn how many rows are labeled
         summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
-                                 labeled_rows=0 if hidden else int(self.data.labeled.sum()),
+                                 labeled_rows=0 if params.hides_labeled_rows else int(self.data.labeled.sum()),
                                  schema=self.data.schema_digest)
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
@@ -219,7 +208,7 @@ class PartySession:
             raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"{len(response.spec.expected_parties)} parties expected")
-        self._executor = make_executor(self.config.workers) if uses_paillier(self.params) else None
+        self._executor = make_executor(self.config.workers) if keys is not None else None
         reader = conn.pull()
         try:
             while self.stage is not PartyStage.DONE:
@@ -235,10 +224,40 @@ class PartySession:
             reader.cancel()
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
-        assert self.aggregate is not None and self.seed is not None
-        rounds = tuple(self.job.history) if isinstance(self.job, FedavgParty) else ()
-        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed, self.aggregate, self.participants,
-                         self.prep.scaling if self.prep is not None else None, self.columns, rounds)
+        assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
+        return JobResult(self.job_type, params, self.data.X.shape[1], self.seed.seed, self.job.result,
+                         self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
+                         self.job.rounds())
+
+    def _check_own_identity(self) -> None:
+        if not self.config.peers:
+            raise InvalidInput("pinned peers are required: pass --peers with the job's allow-list (the operator's "
+                               "allow.toml), so that no coordinator can swap a peer's key")
+        pinned_self = self.config.peers.get(self.config.party_id)
+        if pinned_self is None:
+            raise NotAuthorized(f"party {self.config.party_id!r} is not on the job's allow-list (--peers): send the "
+                                "operator the line `xclp-client keygen` printed")
+        if pinned_self != identity.public_bytes(self.config.identity):
+            raise NotAuthorized(f"the identity key of {self.config.party_id!r} differs from the one on the job's "
+                                "allow-list (--peers): is --identity the right key?")
+
+    def _load_data(self, params: JobParams) -> None:
+        """The party's table, read for the job's parameters, checked before joining."""
+        if self.loader is not None:
+            self.data = self.loader(params)
+            self.columns = self.data.columns
+        if self.data.X.shape[0] == 0:
+            raise InvalidInput("the party's data has no rows")
+        self.data = self.data.with_classes(params.classes)  # DESIGN §8: names map by the declared order
+        self.data.check_missing(impute=params.impute == "mean")
+        n_classes = params.label_classes
+        if n_classes and self.data.y is not None:
+            bad = self.data.y >= n_classes
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise InvalidInput(f"label {int(self.data.y[row])} at row {row} is out of range for a "
+                                   f"{n_classes}-class job")
+        params.check_dim(self.data.X.shape[1])
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -275,11 +294,12 @@ class PartySession:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)
         self.masker = masking.PairwiseMasker(self.config.party_id, self.pair_secrets, self.roster.session_id)
+        self.seed = SeedParty(self.config.party_id, self.roster.session_id, self.pair_secrets, self, self.progress)
         self.stage = PartyStage.KEYED
         self.progress(f"roster verified: {', '.join(self.roster.party_ids)}")
 
     def on_step(self, step: pb.StepStart) -> None:
-        if self.roster is None:
+        if self.roster is None or self.seed is None:
             raise ProtocolError(f"step {step.step!r} started before the roster")
         members = list(step.participants)
         if self.config.party_id not in members or not set(members) <= set(self.roster.party_ids):
@@ -287,22 +307,26 @@ class PartySession:
         if members != sorted(set(members)):
             raise ProtocolError("step participants must be sorted and unique")
         self.guard.check_step(step)  # DESIGN §2.3-2.4: minimum set, strictly shrinking restarts, nothing after a result
-        if step.step == SEED_STEP:
-            self.seed_step = step
-            if members[0] == self.config.party_id:
-                self._lead_seed(step)
-            else:
-                self._try_open_seed()
-        elif step.step in (MOMENTS_STEP, moments.REVEAL_STEP):
-            self._preparation().on_step(step)
+        if step.step == SEED_STEP:  # again if the leader was lost: a new leader, a new seed for all
+            if self.job is not None or self.prep is not None:
+                raise ProtocolError("the seed step started after the job's first step")
+            self.seed.on_step(step)
+            self._seeded()
+            return
+        if self.stage is not PartyStage.SEEDED:
+            raise ProtocolError(f"step {step.step!r} started before this party had the common seed")
+        if self.params is not None and self.params.prepares and (self.prep is None or self.prep.scaling is None):
+            self._preparation().on_step(step)  # the job's first step waits for the pooled moments
         else:
             self._job().on_step(step)
-            self.participants = tuple(members)
+        self.participants = tuple(members)
 
     def on_message(self, message: wire.Message) -> None:
         if message.step == SEED_STEP:
-            self.inbox[(message.step, message.round, message.sender)] = message.payload
-            self._try_open_seed()
+            if self.seed is None:
+                raise ProtocolError("a sealed seed arrived before the roster")
+            self.seed.on_message(message)
+            self._seeded()
             return
         if message.step == MOMENTS_RESULT_MSG:
             prep = self._preparation()
@@ -312,7 +336,6 @@ class PartySession:
         job = self._job()
         job.on_message(message)
         if job.result is not None:
-            self.aggregate = job.result
             self.guard.finished = True
 
     def on_status(self, status: pb.JoinStatus) -> None:
@@ -326,7 +349,7 @@ class PartySession:
 
     def on_end(self, end: pb.JobEnd) -> None:
         if end.outcome == pb.JobEnd.DONE:
-            if self.aggregate is None:
+            if self.job is None or self.job.result is None:
                 raise ProtocolError("the job ended without sending this party the aggregate")
             self.stage = PartyStage.DONE
             self.progress(f"job done: {end.reason}")
@@ -339,86 +362,40 @@ class PartySession:
         else:
             raise PeerDropped(f"the job failed: {end.reason}")
 
+    def _seeded(self) -> None:
+        if self.seed is not None and self.seed.seed is not None:
+            self.participants = self.seed.participants
+            self.stage = PartyStage.SEEDED
+
+    def _context(self) -> PartyContext:
+        assert self.params is not None and self.roster is not None and self.masker is not None
+        assert self.seed is not None and self.seed.seed is not None
+        return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
+                            self, self.progress, keypair=self.config.paillier, executor=self._executor,
+                            max_paillier_seconds=self.config.max_paillier_seconds)
+
     def _preparation(self) -> Preparation:
-        """The moments step's state (DESIGN §8): only for a job that asks for it, before its first step."""
+        """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""
         assert self.params is not None
         if not self.params.prepares:
-            raise ProtocolError("the coordinator started the moments step of a job that neither standardises nor imputes")
-        if self.job is not None or self.masker is None or self.stage is not PartyStage.SEEDED:
+            raise ProtocolError("the coordinator started the moments step of a job that neither standardises nor "
+                                "imputes")
+        if self.job is not None or self.stage is not PartyStage.SEEDED:
             raise ProtocolError("the moments step must come after the seed and before the job's first step")
         if self.prep is None:
-            self.prep = Preparation(self.config.party_id, self.params, self.data, self.masker, self.conn, self.progress)
+            self.prep = Preparation(self._context())
         return self.prep
 
-    def _job(self) -> XclpParty | AllReduceParty | FedavgParty:
-        """The job type's state machine, created once the common seed is here (DESIGN §5, §6)."""
+    def _job(self) -> PartyJob:
+        """The job type's PartyJob, made once the common seed is here and the data prepared."""
         if self.job is None:
-            if self.stage is not PartyStage.SEEDED or self.seed is None or self.masker is None or self.roster is None:
+            if self.stage is not PartyStage.SEEDED:
                 raise ProtocolError("a job step started before this party had the common seed")
             assert self.params is not None
             if self.params.prepares and (self.prep is None or self.prep.scaling is None):
                 raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
-            if isinstance(self.params, XclpJobParams):
-                assert self.config.paillier is not None
-                self.job = XclpParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
-                                     self.seed, self.masker, self.conn, self.progress, executor=self._executor,
-                                     max_paillier_seconds=self.config.max_paillier_seconds)
-            elif isinstance(self.params, DbclJobParams):
-                self.job = DbclParty(self.config.party_id, self.params, self.data, None, self.roster, self.seed,
-                                     self.masker, self.conn, self.progress)
-            elif isinstance(self.params, FedavgJobParams):
-                self.job = FedavgParty(self.config.party_id, self.params, self.data, self.config.paillier, self.roster,
-                                       self.seed, self.masker, self.conn, self.progress, executor=self._executor,
-                                       max_paillier_seconds=self.config.max_paillier_seconds)
-            else:
-                self.job = self.allreduce_party(self.config.party_id, self.params, self.data, self.seed,
-                                                self.masker, self.conn, self.progress)
+            self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
-
-    # --- common seed (DESIGN §4.3) --------------------------------------------------------------
-
-    def _seed_key(self, peer: str, step: pb.StepStart) -> bytes:
-        return derive_key(self.pair_secrets[peer], session_id=self._session_id(), purpose=SEED_PURPOSE,
-                          round=step.round, participants=list(step.participants))
-
-    def _seed_aad(self) -> bytes:
-        """The session id and the step in the AAD of the sealed seed (DESIGN §2.2)."""
-        return self._session_id() + b"|" + SEED_STEP.encode()
-
-    def _session_id(self) -> bytes:
-        assert self.roster is not None
-        return self.roster.session_id
-
-    def _lead_seed(self, step: pb.StepStart) -> None:
-        seed = secrets.token_bytes(SEED_BYTES)
-        for peer in step.participants[1:]:
-            sealed = aead.seal(self._seed_key(peer, step), seed, aad=self._seed_aad())
-            self.conn.push(sealed, sender=self.config.party_id, step=SEED_STEP, round=step.round, recipient=peer)
-        self._have_seed(seed, step)
-        self.progress(f"drew the common seed and sent it sealed to {len(step.participants) - 1} parties")
-
-    def _try_open_seed(self) -> None:
-        step = self.seed_step
-        if step is None:
-            return
-        leader = step.participants[0]
-        sealed = self.inbox.pop((SEED_STEP, step.round, leader), None)
-        if sealed is None:
-            return
-        if not isinstance(sealed, bytes):
-            raise ProtocolError("the sealed seed must be opaque bytes")
-        seed = aead.open_sealed(self._seed_key(leader, step), sealed, aad=self._seed_aad())
-        if len(seed) != SEED_BYTES:
-            raise ProtocolError(f"the common seed must be {SEED_BYTES} bytes")
-        self._have_seed(seed, step)
-        self.progress(f"common seed received from {leader}")
-
-    def _have_seed(self, seed: bytes, step: pb.StepStart) -> None:
-        self.seed = seed
-        self.seed_step = None
-        self.participants = tuple(step.participants)
-        self.stage = PartyStage.SEEDED
-        self.conn.push(b"", sender=self.config.party_id, step=SEED_STEP, round=step.round)
 
 
 def _duration(seconds: float) -> str:

@@ -38,13 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from xclp import tables as party_data
-from xclp.client.models import ModelFile
-from xclp.server.config import JobConfig, load_job
 from xclp.baselines import per_client_lp
+from xclp.client.models import ModelFile
 from xclp.demo import truth as read_truth
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel
-from xclp.v1.jobs import XclpJobParams
+from xclp.server.config import JobConfig, load_job
+from xclp.v1.allreduce import FlynnJobParams
+from xclp.v1.xclp import XclpJobParams
 
 PREDICTIONS = "predictions.csv"
 FLYNN_MODEL = "model.npz"
@@ -65,10 +66,10 @@ class Row:
 
 
 def _jobs(directory: Path) -> tuple[JobConfig, JobConfig | None]:
-    """(the xclp job, the flynn job or None) among the job files of `directory`."""
+    """(the xclp job, the flynn job or None) among the job files of `directory`, by their schemas."""
     configs = [load_job(p) for p in sorted(directory.glob("*.toml"))]
-    xclp = [c for c in configs if c.job_type == "xclp"]
-    flynn = [c for c in configs if c.job_type == "flynn"]
+    xclp = [c for c in configs if isinstance(c.params, XclpJobParams)]
+    flynn = [c for c in configs if isinstance(c.params, FlynnJobParams)]
     if len(xclp) != 1 or len(flynn) > 1:
         raise SystemExit(f"summary: {directory} must hold one xclp job file and at most one flynn job file")
     return xclp[0], flynn[0] if flynn else None
@@ -168,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=Path, required=True, help="the runs' records: `xclp-server job submit --wait --json`")
     p.add_argument("--jobs", type=Path, default=Path("/etc/xclp/jobs"), help="the submitted job files")
     p.add_argument("--data", type=Path, default=Path("/evaluation"), help="<party>.csv and <party>.truth.csv")
-    p.add_argument("--results", type=Path, default=Path("/results"), help="<party>/ = that institution's results volume")
+    p.add_argument("--results", type=Path, default=Path("/results"),
+                   help="<party>/ = that institution's results volume")
     p.add_argument("--parties", default=os.environ.get("XCLP_PARTIES", "hospital-a hospital-b hospital-c"))
     args = p.parse_args(argv)
     xclp_job, flynn_job = _jobs(args.jobs)
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         records = json.loads(args.runs.read_text())
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"summary: cannot read the runs' records {args.runs}: {exc}")
+        raise SystemExit(f"summary: cannot read the runs' records {args.runs}: {exc}") from None
     records = records if isinstance(records, list) else [records]
     runs = {r["job_id"]: r for r in records}
     xclp_run, flynn_run = runs.get(xclp_job.job_id), runs.get(flynn_job.job_id) if flynn_job else None

@@ -27,6 +27,7 @@ from google.protobuf.message import Message
 
 from xclp.crypto import identity
 from xclp.errors import ConfigError, XclpError
+from xclp.runtime import read_bytes, write_private
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN
 from xclp.server.store import FINAL
 from xclp.v1 import calls
@@ -37,7 +38,7 @@ from xclp.v1.status import EXIT_OK, error_from_rpc
 WAIT_POLL_SECONDS = 1.0
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     op = sub.add_parser("operator", help="operator keys for the Admin API").add_subparsers(dest="operator_command",
                                                                                            required=True)
     kg = op.add_parser("keygen", help="create an operator's Ed25519 key",
@@ -63,7 +64,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     for p in (submit, show):
         p.add_argument("--wait", action="store_true", help="wait until the run is done, failed, cancelled or "
                        "interrupted; exit 0 only if it is done")
-        p.add_argument("--timeout", type=float, default=0, help="with --wait: give up after this many seconds (0: never)")
+        p.add_argument("--timeout", type=float, default=0,
+                       help="with --wait: give up after this many seconds (0: never)")
     for p in (submit, ls, show, cancel):
         p.add_argument("--admin", default=os.environ.get("XCLP_ADMIN", DEFAULT_ADMIN_LISTEN),
                        help=f"the coordinator's Admin address (default {DEFAULT_ADMIN_LISTEN} or $XCLP_ADMIN)")
@@ -80,7 +82,7 @@ def operator_keygen(args: argparse.Namespace) -> int:
     identity.check_party_id(args.name)
     args.out.mkdir(parents=True, exist_ok=True)
     key = identity.generate_identity()
-    path = identity.save_identity(key, args.out / f"{args.name}.key")
+    path = write_private(args.out / f"{args.name}.key", identity.private_key_pem(key))
     print(f'{args.name} = "{identity.public_key_text(key)}"')
     print(f"xclp-server: operator key {path} (keep private); add the line above to [operators] in the server "
           "config", file=sys.stderr)
@@ -90,9 +92,11 @@ def operator_keygen(args: argparse.Namespace) -> int:
 class AdminClient:
     def __init__(self, args: argparse.Namespace) -> None:
         if not args.operator or not args.operator_key:
-            raise ConfigError("the Admin API needs --operator and --operator-key (or XCLP_OPERATOR and XCLP_OPERATOR_KEY)")
+            raise ConfigError("the Admin API needs --operator and --operator-key (or XCLP_OPERATOR and "
+                              "XCLP_OPERATOR_KEY)")
         self.operator = args.operator
-        self.key = identity.load_identity(args.operator_key)
+        self.key = identity.load_private_key(read_bytes(args.operator_key, "operator key"),
+                                             source=str(args.operator_key))
         if args.ca_cert is None:
             self.channel = grpc.insecure_channel(args.admin)
         else:
@@ -194,10 +198,11 @@ def _when(ts: float) -> str:
 
 
 def _bytes(n: int) -> str:
+    size = float(n)
     for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
     raise AssertionError
 
 
@@ -224,7 +229,8 @@ def format_run(info: pb.RunInfo) -> str:
 
 
 def format_list(runs: Any) -> str:
-    header = f"{'RUN':>5}  {'JOB':<24} {'TYPE':<7} {'STATE':<12} {'PARTIES':>7}  {'STEP':<20} {'SECONDS':>8} {'BYTES':>10}"
+    header = (f"{'RUN':>5}  {'JOB':<24} {'TYPE':<7} {'STATE':<12} {'PARTIES':>7}  {'STEP':<20} {'SECONDS':>8} "
+              f"{'BYTES':>10}")
     lines = [header]
     for r in runs:
         joined = sum(1 for p in r.parties if p.state != "never joined")

@@ -26,10 +26,10 @@ from typing import Any
 
 import grpc
 
-from xclp.crypto import certs
+from xclp.crypto.identity import allow_list, parse_public_key
+from xclp.errors import ConfigError, XclpError
 from xclp.runtime import read_toml
-from xclp.crypto.identity import load_allow_list, parse_public_key
-from xclp.server import admin_cli
+from xclp.server import admin_cli, dev_ca
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
 from xclp.server.config import TlsFiles, read_job
 from xclp.server.coordinator import Coordinator
@@ -37,7 +37,6 @@ from xclp.server.health import check as check_health
 from xclp.server.metrics import Metrics
 from xclp.server.service import build_server
 from xclp.server.store import DEFAULT_STATE, StateStore
-from xclp.errors import ConfigError, XclpError
 from xclp.v1.status import EXIT_OK, EXIT_UNEXPECTED, exit_code
 
 log = logging.getLogger("xclp.server")
@@ -62,8 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-listen", help="serve Prometheus metrics on host:port (default: off)")
     s.add_argument("--tls-cert", type=Path, help="server certificate (PEM)")
     s.add_argument("--tls-key", type=Path, help="server private key (PEM)")
-    s.add_argument("--client-ca", type=Path, help="CA certificate (PEM) of party client certificates: turns on mutual TLS")
-    s.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (testing only; never across networks)")
+    s.add_argument("--client-ca", type=Path, help="CA certificate (PEM) of party client certificates: turns on mutual "
+                                                  "TLS")
+    s.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (testing only; never across "
+                                                                         "networks)")
     s.add_argument("--port-file", type=Path, help="write the bound port to this file once listening")
     s.add_argument("--exit-when-done", action="store_true", default=None,
                    help="exit once a run has started and every run is over, none queued (a one-shot coordinator)")
@@ -74,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument("--dir", type=Path, required=True, help="directory for the CA files")
     init.add_argument("--days", type=int, default=3650, help="validity in days (default 3650)")
 
-    cert = sub.add_parser("cert", help="issue certificates from the development CA").add_subparsers(dest="cert_command", required=True)
+    cert = sub.add_parser("cert", help="issue certificates from the development CA").add_subparsers(
+        dest="cert_command", required=True)
     srv = cert.add_parser("server", help="server certificate with DNS/IP subject alternative names")
     srv.add_argument("--ca-dir", type=Path, required=True, help="directory holding ca.pem and ca-key.pem")
     srv.add_argument("--out", type=Path, required=True, help="output directory (writes <name>.pem, <name>-key.pem)")
@@ -113,7 +115,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
                  "metrics_listen", "operators"}
         extra = sorted(set(raw) - known)
         if extra:
-            raise ConfigError(f"{args.config}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}, [tls]")
+            raise ConfigError(f"{args.config}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}, "
+                              f"[tls]")
         raw.setdefault("state", DEFAULT_STATE)
         for key in ("allow_list", "port_file", "state"):
             if key in raw:
@@ -140,13 +143,15 @@ def serve(args: argparse.Namespace) -> int:
         if not cfg.get("tls_cert") or not cfg.get("tls_key"):
             raise ConfigError("TLS needs --tls-cert and --tls-key (make them with `xclp-server cert server`), "
                               "or pass --insecure for a local test")
-        tls = TlsFiles(Path(cfg["tls_cert"]), Path(cfg["tls_key"]), None if not cfg.get("client_ca") else Path(cfg["client_ca"]))
+        tls = TlsFiles(Path(cfg["tls_cert"]), Path(cfg["tls_key"]),
+                       None if not cfg.get("client_ca") else Path(cfg["client_ca"]))
     job_files = [Path(p) for p in cfg.get("job") or []]
     read = [read_job(path) for path in job_files]
     state = Path(cfg.get("state") or DEFAULT_STATE)
     store = StateStore(state)
     metrics = Metrics(store) if cfg.get("metrics_listen") else None
-    coordinator = Coordinator(load_allow_list(cfg["allow_list"]), [config for config, _ in read], store=store,
+    allowed = allow_list(read_toml(cfg["allow_list"]).get("parties"), source=str(cfg["allow_list"]))
+    coordinator = Coordinator(allowed, [config for config, _ in read], store=store,
                               metrics=metrics, job_root=state.parent / "jobs",
                               job_texts=[(text, str(path)) for (_, text), path in zip(read, job_files)])
     server, port = build_server(coordinator, cfg.get("listen") or "0.0.0.0:50051", tls=tls)
@@ -177,7 +182,8 @@ def serve(args: argparse.Namespace) -> int:
         Path(cfg["port_file"]).write_text(f"{port}\n")
     while not stop.wait(0.5):
         if cfg.get("exit_when_done") and coordinator.all_finished():
-            stop.wait(EXIT_GRACE_SECONDS)  # let the last Pull streams deliver their JobEnd, and `job show --wait` see it
+            # let the last Pull streams deliver their JobEnd, and `job show --wait` see it
+            stop.wait(EXIT_GRACE_SECONDS)
             break
     log.info("shutting down")
     coordinator.stop()
@@ -217,14 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "health":
             return health(args)
         if args.command == "ca":
-            issued = certs.init_ca(args.dir, days=args.days)
+            issued = dev_ca.init_ca(args.dir, days=args.days)
             print(f"CA certificate: {issued.cert_path}\nCA key (keep private): {issued.key_path}", file=sys.stderr)
             return EXIT_OK
         if args.cert_command == "server":
-            issued = certs.issue(args.ca_dir, args.out, args.name, server=True, dns_names=tuple(args.dns),
+            issued = dev_ca.issue(args.ca_dir, args.out, args.name, server=True, dns_names=tuple(args.dns),
                                  ips=tuple(args.ip), days=args.days)
         else:
-            issued = certs.issue(args.ca_dir, args.out, args.party, server=False, days=args.days)
+            issued = dev_ca.issue(args.ca_dir, args.out, args.party, server=False, days=args.days)
         print(f"certificate: {issued.cert_path}\nkey (keep private): {issued.key_path}", file=sys.stderr)
         return EXIT_OK
     except XclpError as exc:

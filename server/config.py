@@ -2,22 +2,23 @@
 
 allow-list TOML:                          job TOML:
     [parties]                                 job_id = "flynn-demo"
-    hospital-a = "ed25519:<base64>"           type = "flynn"            # or "race", "xclp"
+    hospital-a = "ed25519:<base64>"           type = "flynn"            # xclp.v1.registry.names()
     hospital-b = "ed25519:<base64>"           expected_parties = ["hospital-a", "hospital-b"]
                                               min_parties = 2
                                               [deadlines]
                                               join_seconds = 600        # wait for parties to join
                                               step_seconds = 300        # each step's deadline
-                                              [params]                  # xclp.v1.jobs schemas
+                                              [params]                  # the type's schema
                                               n_classes = 10
                                               m = 4096
                                               ...
 
-An xclp job may also name `summary = "run.json"` (a run summary with per-step seconds and bytes,
-written when the job ends) and, for tests only (refused unless XCLP_TESTING=1 is set),
-`debug_dump = "dir"` (the coordinator's H and the SecureRowSums payloads it received, as .npy).
-A fedavg or dbcl job may name `model = "model.npz"`: the coordinator writes the trained network
-there when the job ends (a dbcl job that withholds the model from the parties must name it).
+A job may name the files the coordinator writes for its type (the registry's `files`): an xclp job
+`summary = "run.json"` (a run summary with per-step seconds and bytes, written when the run ends)
+and, for tests only (refused unless XCLP_TESTING=1 is set), `debug_dump = "dir"` (the
+coordinator's H and the SecureRowSums it opened, as .npy); a fedavg or dbcl job
+`model = "model.npz"`: the trained network, written when the run ends (a dbcl job that withholds
+the model from the parties must name it).
 All paths are relative to the job file. A job submitted at runtime (`xclp-server job submit`) has
 no directory of its own: its paths must be relative, stay inside, and resolve under
 `<state directory>/jobs/<job_id>/`.
@@ -39,7 +40,9 @@ from typing import Any
 from xclp.crypto.identity import check_party_id
 from xclp.errors import ConfigError, InvalidInput
 from xclp.runtime import check_keys, require_testing
-from xclp.v1.jobs import JobParams, parse_params
+from xclp.v1 import registry
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.params import JobParams
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,13 @@ class JobConfig:
     min_parties: int
     join_seconds: float = 600.0
     step_seconds: float = 300.0
-    summary_path: Path | None = None  # xclp: run summary JSON, written when the job ends
     max_rows_per_party: int = 1_000_000  # a party reporting more rows is refused at Join
-    # the joined parties' rows in all; xclp default 50 000 (the coordinator holds an N × N uint16 H:
-    # 5 GB at that size); 0 = no cap. A party whose rows would pass it is refused at Join.
+    # the joined parties' rows in all; default: the job type's (xclp: 50 000, for the coordinator
+    # holds an N × N uint16 H, 5 GB at that size); 0 = no cap. A party passing it is refused at Join.
     max_total_rows: int | None = None
-    debug_dump_dir: Path | None = None  # xclp, tests only (XCLP_TESTING=1): H and SecureRowSums payloads
-    model_path: Path | None = None  # fedavg, dbcl: the coordinator writes the trained network here
+    summary_path: Path | None = None  # "summary": the run summary, written when the run ends
+    debug_dump_dir: Path | None = None  # "debug_dump", tests only (XCLP_TESTING=1): what the coordinator saw
+    model_path: Path | None = None  # "model": the coordinator writes the trained network here
     datasets: dict[str, str] = field(default_factory=dict)  # party id -> catalogue name (party agents)
 
     def __post_init__(self) -> None:
@@ -79,28 +82,45 @@ class JobConfig:
         if isinstance(self.max_rows_per_party, bool) or not isinstance(self.max_rows_per_party, int) \
                 or self.max_rows_per_party < 1:
             raise ConfigError(f"job {self.job_id}: max_rows_per_party must be a positive integer")
+        job_type = registry.get(self.job_type)
+        if type(self.params) is not job_type.params:
+            raise ConfigError(f"job {self.job_id}: the parameters are not those of a {self.job_type} job")
         if self.max_total_rows is None:
-            object.__setattr__(self, "max_total_rows", DEFAULT_XCLP_MAX_TOTAL_ROWS if self.job_type == "xclp" else 0)
+            object.__setattr__(self, "max_total_rows", job_type.max_total_rows)
         if isinstance(self.max_total_rows, bool) or not isinstance(self.max_total_rows, int) or self.max_total_rows < 0:
             raise ConfigError(f"job {self.job_id}: max_total_rows must be an integer >= 0 (0: no cap)")
         if not (self.join_seconds > 0 and self.step_seconds > 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
-        if (self.summary_path or self.debug_dump_dir) and self.job_type != "xclp":
-            raise ConfigError(f"job {self.job_id}: summary and debug_dump are options of xclp jobs only")
-        if self.model_path is not None and self.job_type not in ("fedavg", "dbcl"):
-            raise ConfigError(f"job {self.job_id}: model is an option of fedavg and dbcl jobs only")
-        if getattr(self.params, "withhold_model", False) and self.model_path is None:
-            raise ConfigError(f"job {self.job_id}: withhold_model = true keeps the trained network from the parties, "
-                              "so the job must name model = \"<file>.npz\" for the coordinator to write it")
+        files = {"summary": self.summary_path, "debug_dump": self.debug_dump_dir, "model": self.model_path}
+        for key, value in files.items():
+            if value is not None and key not in job_type.files:
+                offered = ", ".join(sorted(job_type.files)) or "none"
+                raise ConfigError(f"job {self.job_id}: {key} is not an option of {self.job_type} jobs (they write: "
+                                  f"{offered})")
+        for key, why in self.params.required_files.items():
+            if files.get(key) is None:
+                raise ConfigError(f"job {self.job_id}: {why}, so the job must name {key} = \"<file>\"")
+        try:
+            self.params.check_roster(len(self.expected_parties), self.min_parties)
+        except ConfigError as exc:
+            raise ConfigError(f"job {self.job_id}: {exc}") from None
         if self.debug_dump_dir is not None:
             require_testing(f"job {self.job_id}: debug_dump writes what the coordinator learned to disk")
         for party, name in self.datasets.items():
             if party not in self.expected_parties:
                 raise ConfigError(f"job {self.job_id}: [datasets] names {party!r}, which is not an expected party")
             if not isinstance(name, str) or not DATASET_NAME.match(name):
-                raise ConfigError(f"job {self.job_id}: data set {name!r} of {party!r} must be a catalogue name (letters, "
+                raise ConfigError(f"job {self.job_id}: data set {name!r} of {party!r} must be a catalogue name "
+                                  f"(letters, "
                                   "digits, '.', '_', '-'; no '/'): a job names data sets, never paths, and each party "
                                   "maps the name to its own file")
+
+
+    def spec(self) -> pb.JobSpec:
+        """The job as every party sees it in the Challenge and at Join."""
+        return pb.JobSpec(job_id=self.job_id, job_type=self.job_type, params_json=registry.params_json(self.params),
+                          expected_parties=list(self.expected_parties), min_parties=self.min_parties,
+                          step_deadline_seconds=self.step_seconds, datasets=self.datasets)
 
 
 def check_job_id(job_id: str) -> str:
@@ -112,9 +132,6 @@ def check_job_id(job_id: str) -> str:
 
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-DEFAULT_XCLP_MAX_TOTAL_ROWS = 50_000
 
 
 def load_job(path: str | os.PathLike[str]) -> JobConfig:
@@ -165,7 +182,7 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
         return JobConfig(
             job_id=str(raw["job_id"]),
             job_type=str(raw["type"]),
-            params=parse_params(str(raw["type"]), params),
+            params=registry.parse_params(str(raw["type"]), params),
             expected_parties=tuple(parties),
             min_parties=int(raw.get("min_parties", len(parties))),
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
@@ -191,7 +208,7 @@ def _datasets(raw: dict[str, Any], parties: list[str]) -> dict[str, str]:
         raise ConfigError("dataset must be a catalogue name (a string)")
     if not isinstance(table, dict):
         raise ConfigError("[datasets] must be a table: party id = catalogue name")
-    names = {p: common for p in parties} if common is not None else {}
+    names = dict.fromkeys(parties, common) if common is not None else {}
     names.update(table)
     return names
 
@@ -204,7 +221,8 @@ def _relative(base: Path | None, value: object, *, confined: bool) -> Path | Non
         raise ConfigError(f"path options must be non-empty strings, got {value!r}")
     if confined:
         if base is None:
-            raise ConfigError(f"a submitted job may name files only when the coordinator keeps state on disk (--state); "
+            raise ConfigError(f"a submitted job may name files only when the coordinator keeps state on disk "
+                              f"(--state); "
                               f"got {value!r}")
         if Path(value).is_absolute() or ".." in Path(value).parts:
             raise ConfigError(f"a submitted job's paths are relative to the coordinator's job directory and stay in "

@@ -21,6 +21,7 @@ keys — stays end-to-end signed and is checked by every party itself (crypto/id
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -31,21 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from xclp.crypto.identity import SignedBundle
+from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError, XclpError
+from xclp.runtime import write_json_atomic
 from xclp.server.config import JobConfig, parse_job
 from xclp.server.metrics import Metrics
+from xclp.server.run import Observer, Run, Stage
 from xclp.server.store import RunRecord, StateStore
-from xclp.server.jobs.allreduce import AllReduceJob
-from xclp.server.jobs.dbcl import DbclJob
-from xclp.server.jobs.fedavg import FedavgJob
-from xclp.server.jobs.base import Job, Observer, Stage
-from xclp.server.jobs.xclp import XclpJob
-from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError, XclpError
 from xclp.v1 import xclp_pb2 as pb
 
 log = logging.getLogger("xclp.server")
 
-JOB_TYPES: dict[str, type[Job]] = {"flynn": AllReduceJob, "race": AllReduceJob, "xclp": XclpJob, "fedavg": FedavgJob,
-                                   "dbcl": DbclJob}
 TICK_SECONDS = 0.2
 
 
@@ -61,11 +57,11 @@ class Coordinator:
         self.store = store if store is not None else StateStore()
         self.metrics = metrics
         self.job_root = job_root
-        self.jobs: dict[str, Job] = {}  # job id -> its latest run that left the queue
-        self.runs: dict[str, Job] = {}  # run id -> the runs this process started
+        self.jobs: dict[str, Run] = {}  # job id -> its latest run that left the queue
+        self.runs: dict[str, Run] = {}  # run id -> the runs this process started
         self.definitions: dict[str, JobConfig] = {}
         self._queued: dict[str, list[str]] = {}  # job id -> queued run ids, oldest first
-        self._tokens: dict[bytes, tuple[Job, str]] = {}
+        self._tokens: dict[bytes, tuple[Run, str]] = {}
         self._lock = threading.RLock()
         self._clock = clock
         self._stop = threading.Event()
@@ -143,7 +139,7 @@ class Coordinator:
                 return
             run_id = queue.pop(0)
             config = self.definitions[job_id]
-            job = JOB_TYPES[config.job_type](config, self.allow_list, clock=self._clock, observer=self.observer)
+            job = Run(config, self.allow_list, clock=self._clock, observer=self.observer)
             job.run_id = run_id
             job.events = self
             self.store.set_nonce(run_id, job.run_nonce)
@@ -171,7 +167,7 @@ class Coordinator:
         """Runs open for joining that expect `party_id` and that it has not joined."""
         with self._lock:
             open_runs = [job for job in self.jobs.values() if job.stage is Stage.JOINING]
-        return [pb.Offer(run_id=job.run_id, spec=job.spec()) for job in open_runs
+        return [pb.Offer(run_id=job.run_id, spec=job.config.spec()) for job in open_runs
                 if party_id in job.config.expected_parties and party_id not in job.parties]
 
     def start(self) -> None:
@@ -183,18 +179,17 @@ class Coordinator:
             self._shutting_down = True
             live = [job for job in self.runs.values() if not job.stage.ended]
         for job in live:
-            try:
+            with contextlib.suppress(InvalidInput):  # it ended meanwhile
                 job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted (submit it again)")
-            except InvalidInput:
-                pass  # it ended meanwhile
         self._stop.set()
 
     def all_finished(self) -> bool:
         """At least one run started in this process, and every run is over with none queued."""
         with self._lock:
-            return bool(self.runs) and not any(self._queued.values()) and all(job.stage.ended for job in self.jobs.values())
+            return (bool(self.runs) and not any(self._queued.values())
+                    and all(job.stage.ended for job in self.jobs.values()))
 
-    def job(self, job_id: str) -> Job:
+    def job(self, job_id: str) -> Run:
         """The run of `job_id` that parties join now."""
         with self._lock:
             job = self.jobs.get(job_id)
@@ -225,13 +220,14 @@ class Coordinator:
                           ended_at=record.ended_at, submitted_by=record.submitted_by)
         if job is not None and record.state in ("joining", "running"):
             with job.lock:
-                steps = job.run_ledger.as_dict()
+                steps = job.ledger.as_dict()
                 if job.step is not None:
-                    info.step, info.round = job.step.name, job.step.round
+                    info.step, info.round = job.step.wire, job.step.attempt
         for p in record.parties:
             info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason)
         for name, st in steps.items():
-            info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]), bytes_in=int(st["bytes_in"]),
+            info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]),
+                           bytes_in=int(st["bytes_in"]),
                            bytes_relayed=int(st["bytes_relayed"]), bytes_out=int(st["bytes_out"]))
             info.bytes_total += int(st["bytes_in"]) + int(st["bytes_relayed"]) + int(st["bytes_out"])
         return info
@@ -253,16 +249,17 @@ class Coordinator:
         token = secrets.token_bytes(32)
         with self._lock:
             self._tokens[hashlib.sha256(token).digest()] = (job, bundle.party_id)
-        return pb.JoinResponse(session_token=token, spec=job.spec())
+        return pb.JoinResponse(session_token=token, spec=job.config.spec())
 
-    def authenticate(self, token: bytes | None, job_id: str) -> tuple[Job, str]:
+    def authenticate(self, token: bytes | None, job_id: str) -> tuple[Run, str]:
         """(run, party id) the token was issued for; the call must name that run's job."""
         if not token:
             raise InvalidSignature("missing session token: call Join first and send x-xclp-token-bin")
         with self._lock:
             entry = self._tokens.get(hashlib.sha256(token).digest())
         if entry is None or not hmac.compare_digest(entry[0].config.job_id.encode(), job_id.encode()):
-            raise InvalidSignature(f"the session token is not valid for job {job_id!r}" + self._interrupted_hint(job_id))
+            raise InvalidSignature(f"the session token is not valid for job {job_id!r}"
+                                   + self._interrupted_hint(job_id))
         job, party_id = entry
         party = job.parties.get(party_id)
         if party is None or party.end_delivered:  # tokens expire with the party's place in the job
@@ -278,39 +275,41 @@ class Coordinator:
 
     # --- RunEvents: what the jobs report, recorded in the store -------------------------------
 
-    def joined(self, job: Job, party_id: str, rows: int) -> None:
+    def joined(self, job: Run, party_id: str, rows: int) -> None:
         self.store.party(job.run_id, party_id, "joined", rows=rows)
 
-    def left(self, job: Job, party_id: str) -> None:
+    def left(self, job: Run, party_id: str) -> None:
         self.store.forget_party(job.run_id, party_id)
 
-    def started(self, job: Job) -> None:
+    def started(self, job: Run) -> None:
         self.store.set_state(job.run_id, "running")
         for pid in job.config.expected_parties:
             if pid not in job.parties:
                 self.store.party(job.run_id, pid, "never joined")
 
-    def dropped(self, job: Job, party_id: str, reason: str) -> None:
+    def dropped(self, job: Run, party_id: str, reason: str) -> None:
         self.store.party(job.run_id, party_id, "dropped", reason=reason)
 
-    def step_done(self, job: Job, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None:
+    def step_done(self, job: Run, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None:
         if self.metrics is not None:
             self.metrics.step(job.config.job_type, name, seconds, bytes_in, bytes_relayed)
         now = time.monotonic()
         if now - self._steps_saved.get(job.run_id, 0.0) >= STEPS_SAVE_SECONDS:
             self._steps_saved[job.run_id] = now
-            self.store.set_steps(job.run_id, job.run_ledger.as_dict())
+            self.store.set_steps(job.run_id, job.ledger.as_dict())
 
-    def ended(self, job: Job) -> None:
+    def ended(self, job: Run) -> None:
         if job.stage is Stage.CANCELLED:
             state = "interrupted" if self._shutting_down else "cancelled"
         else:
             state = job.stage.value
         by = self._cancelled_by.get(job.run_id, "") if state == "cancelled" else ""
-        self.store.set_steps(job.run_id, job.run_ledger.as_dict())
+        self.store.set_steps(job.run_id, job.ledger.as_dict())
         self.store.set_state(job.run_id, state, job.outcome_reason, cancelled_by=by)
+        if job.config.summary_path is not None:  # the run summary the job file asks for (DESIGN §9)
+            write_json_atomic(job.config.summary_path, job.summary(), mode=0o644)
         if self.metrics is not None:
-            self.metrics.sent(job.config.job_type, sum(s.bytes_out for s in job.run_ledger.steps.values()))
+            self.metrics.sent(job.config.job_type, sum(s.bytes_out for s in job.ledger.steps.values()))
         log.info("job %s: run %s %s", job.config.job_id, job.run_id, state)
         self._advance(job.config.job_id)  # the job's next queued run, if any
 

@@ -27,7 +27,8 @@ def check(target: str, *, ca: bytes | None, server_name: str | None = None, inse
         options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(ca), options=options)
     try:
-        reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=SERVICE), timeout=timeout)
+        request = health_pb2.HealthCheckRequest(service=SERVICE)
+        reply = health_pb2_grpc.HealthStub(channel).Check(request, timeout=timeout)
     finally:
         channel.close()
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)

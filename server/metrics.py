@@ -41,7 +41,8 @@ class Metrics:
     def __init__(self, store: StateStore) -> None:
         self.registry = CollectorRegistry()
         self.step_seconds = Histogram("xclp_step_seconds", "Seconds a step round took, from start to its last "
-                                      "contribution", ["job_type", "step"], buckets=STEP_BUCKETS, registry=self.registry)
+                                      "contribution", ["job_type", "step"], buckets=STEP_BUCKETS,
+                                      registry=self.registry)
         self.bytes_moved = Counter("xclp_bytes_moved", "Payload bytes the coordinator received (in), relayed "
                                    "between parties (relayed) and sent (out)", ["job_type", "direction"],
                                    registry=self.registry)

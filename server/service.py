@@ -17,12 +17,12 @@ import grpc
 from grpc_health.v1 import health_pb2_grpc
 
 from xclp.crypto.identity import KeyBundle
+from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
 from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.health import serving_health
-from xclp.server.jobs.base import MAX_PUSH_STREAMS
+from xclp.server.mailbox import MAX_PUSH_STREAMS
 from xclp.server.status import abort_on_error
-from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
 from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
@@ -36,11 +36,12 @@ def _check_client_name(context: grpc.ServicerContext, party_id: str) -> None:
     """With mutual TLS, the client certificate's common name must be the party it speaks for."""
     names = context.auth_context().get("x509_common_name")
     if names and party_id.encode() not in names:
-        raise NotAuthorized(f"the client certificate is for {names[0].decode(errors='replace')!r}, not party {party_id!r}")
+        raise NotAuthorized(f"the client certificate is for {names[0].decode(errors='replace')!r}, not party "
+                            f"{party_id!r}")
 
 
 def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
-    return {key: value for key, value in context.invocation_metadata()}
+    return dict(context.invocation_metadata())
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -79,6 +80,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 party.mailbox.streaming = True
         except XclpError as exc:
             context.abort(status_code(exc), str(exc))
+        assert party is not None  # checked under the lock above; a party's place is never removed after Join
         # The RPC ending for any reason other than our JobEnd is a disconnect (a dropout).
         context.add_callback(lambda: job.disconnected(party_id))
         metrics = self.coordinator.metrics
@@ -117,7 +119,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                 frames = total = 0
                 for frame in request_iterator:
                     if frame.job_id != job.config.job_id:
-                        raise InvalidInput(f"frame for job {frame.job_id!r} on a Push stream of job {job.config.job_id!r}")
+                        raise InvalidInput(f"frame for job {frame.job_id!r} on a Push stream of job "
+                                           f"{job.config.job_id!r}")
                     if frame.sender != party_id:
                         raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
                     frames += 1
@@ -140,7 +143,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         raise AssertionError("unreachable")
 
 
-def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None, max_workers: int = 64) -> tuple[grpc.Server, int]:
+def build_server(coordinator: Coordinator, address: str, *, tls: TlsFiles | None,
+                 max_workers: int = 64) -> tuple[grpc.Server, int]:
     """A gRPC server bound to `address` (port 0 = any free port); returns it and the bound port.
 
     `tls=None` means plaintext — only for `--insecure`, which the CLI logs loudly.

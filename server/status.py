@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -33,4 +33,4 @@ def abort_on_error(method: F) -> F:
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error on the coordinator (see its log)")
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps keeps the signature; mypy cannot see it

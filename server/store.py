@@ -150,7 +150,8 @@ class StateStore:
 
     def _migrate(self) -> int:
         with self._lock:
-            has = self._db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='schema_version'").fetchone()
+            has = self._db.execute("SELECT name FROM sqlite_master WHERE type='table' "
+                                   "AND name='schema_version'").fetchone()
             version = self._db.execute("SELECT version FROM schema_version").fetchone()[0] if has else 0
             if version > SCHEMA_VERSION:
                 raise ConfigError(f"--state {self.path} has schema version {version}; this xclp knows up to "
@@ -170,13 +171,15 @@ class StateStore:
         with self._tx() as db:
             row = db.execute("SELECT definition, job_type FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
-                db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?)", (job_id, job_type, definition, source, self.clock()))
+                db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?)",
+                           (job_id, job_type, definition, source, self.clock()))
             elif replace and row[0] != definition:
                 db.execute("UPDATE jobs SET definition = ?, job_type = ?, source = ? WHERE job_id = ?",
                            (definition, job_type, source, job_id))
             elif row[0] != definition:
                 raise InvalidInput(f"job {job_id!r} is already defined with other settings; a job id names one "
-                                   "definition for good (its runs' history refers to it): give the changed job a new job_id")
+                                   "definition for good (its runs' history refers to it): give the changed job a new "
+                                   "job_id")
 
     def definitions(self) -> list[tuple[str, str, str]]:
         """(job_id, definition TOML, source) of every job, oldest first."""
@@ -187,7 +190,8 @@ class StateStore:
 
     def create_run(self, job_id: str, nonce: bytes, *, submitted_by: str = "") -> str:
         with self._tx() as db:
-            cur = db.execute("INSERT INTO runs (job_id, nonce, state, created_at, submitted_by) VALUES (?, ?, 'queued', ?, ?)",
+            cur = db.execute("INSERT INTO runs (job_id, nonce, state, created_at, submitted_by) VALUES (?, ?, "
+                             "'queued', ?, ?)",
                              (job_id, nonce.hex(), self.clock(), submitted_by))
             return str(cur.lastrowid)
 
@@ -210,7 +214,8 @@ class StateStore:
     def party(self, run_id: str, party_id: str, state: str, *, rows: int | None = None, reason: str = "") -> None:
         with self._tx() as db:
             db.execute("INSERT INTO run_parties (run_id, party_id, state) VALUES (?, ?, ?) "
-                       "ON CONFLICT (run_id, party_id) DO UPDATE SET state = excluded.state", (int(run_id), party_id, state))
+                       "ON CONFLICT (run_id, party_id) DO UPDATE SET state = excluded.state",
+                       (int(run_id), party_id, state))
             if rows is not None:
                 db.execute("UPDATE run_parties SET rows = ?, joined_at = ? WHERE run_id = ? AND party_id = ?",
                            (rows, self.clock(), int(run_id), party_id))
@@ -257,11 +262,13 @@ class StateStore:
             args.append(limit)
         with self._lock:
             rows = list(self._db.execute(sql, args))
-            records = [RunRecord(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11])
+            records = [RunRecord(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10],
+                                 r[11])
                        for r in rows]
             for record in records:
                 record.parties = [PartyRecord(*p) for p in self._db.execute(
-                    "SELECT party_id, state, rows, joined_at, reason FROM run_parties WHERE run_id = ? ORDER BY party_id",
+                    "SELECT party_id, state, rows, joined_at, reason FROM run_parties WHERE run_id = ? ORDER BY "
+                    "party_id",
                     (int(record.run_id),))]
         return records
 

@@ -1,13 +1,12 @@
-"""A party's side of the dbcl job (DESIGN §7, paper 004 §4.2; server/jobs/dbcl.py, xclp.v1.dbcl).
+"""Double-blind collaborative learning on the party's side (DESIGN §7, paper 004 §4.2): the
+trainer of the rounds engine (client/jobs/training.py); its counterpart is server/jobs/dbcl.py.
 
 Round t: "r<t>.seed" brings the round's seed and "r<t>.model" the released parameters (W̃ = S_tᵀW
 for sketched layers); the party draws S_t from the seed, runs the sketched forward and backward
-on a batch of its labeled rows (E batches with `local_steps`), and pushes b·∂ℓ/∂(W̃, b) and b
-double-masked; "r<t>.update_reveal" opens the round. It never sees W, unless the job sends it at
-the end.
+on a batch of its labeled rows (E batches with `local_steps`), and adds b·∂ℓ/∂(W̃, b) and b to
+the round's masked sum. It never sees W, unless the job sends it at the end.
 
-What the party checks, beyond the fedavg party's checks (public sample, rounds only forward, one
-training per round, the self-mask rules):
+What the party checks, beyond the rounds engine's checks:
 - every round's seed is new to this job: a repeated S_t would let parties difference W̃ across
   rounds (paper 004 §4.4);
 - the released parameters have exactly the shapes the job's public parameters give;
@@ -17,43 +16,42 @@ training per round, the self-mask rules):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from xclp.client.jobs.fedavg import FedavgParty, RoundRecord
+from xclp.client.context import PartyContext
+from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.dbcl import RoundView, client_gradient, draw_sketches
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import local_rng
+from xclp.nn import Network
 from xclp.v1 import dbcl, fedavg, wire
-from xclp.v1.jobs import DbclJobParams
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.dbcl import DbclJobParams
+from xclp.validation import UNLABELED
 
 
-@dataclass
-class DbclParty(FedavgParty):
-    params: DbclJobParams  # type: ignore[assignment]
-    view: RoundView | None = None  # this round's released parameters
-    seeds: dict[int, bytes] = field(default_factory=dict)  # round -> seed, every seed this job sent
+class DbclTrainer:
+    def __init__(self, ctx: PartyContext) -> None:
+        self.ctx = ctx
+        self.params = ctx.params_as(DbclJobParams)
+        dim = ctx.data.X.shape[1]
+        self.arch, self.sizes = self.params.architecture(dim), self.params.sizes(dim)
+        self.y = ctx.data.y if ctx.data.y is not None else np.full(ctx.data.X.shape[0], UNLABELED, dtype=np.int64)
+        self.round = -1
+        self.view: RoundView | None = None  # this round's released parameters
+        self.seeds: dict[int, bytes] = {}  # round -> seed, every seed this job sent
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.sizes = self.params.sizes(self.data.X.shape[1])
-
-    def on_message(self, message: wire.Message) -> None:
-        scope = fedavg.unscope(message.step)
-        if message.sender == "" and scope is not None and scope[1] == dbcl.SEED_MSG:
-            self._seed(scope[0], message.payload)
-            return
+    def on_message(self, t: int, message: wire.Message) -> None:
         if message.sender != "":
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message; in a dbcl job only the "
                                 "coordinator sends")
-        super().on_message(message)
-
-    def _seed(self, t: int, payload: wire.Payload) -> None:
+        if message.step != dbcl.SEED_MSG:
+            raise ProtocolError(f"the coordinator sent an unknown {fedavg.scoped(t, message.step)!r} message")
         if t <= self.round or t in self.seeds:
             raise ProtocolError(f"the seed of round {t} came after round {self.round} had started")
         try:
-            seed = dbcl.round_seed_payload(payload, t)
+            seed = dbcl.round_seed_payload(message.payload, t)
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
         if seed in self.seeds.values():
@@ -61,34 +59,47 @@ class DbclParty(FedavgParty):
                                 "not hide the change of the model (paper 004 §4.4), so this party stops")
         self.seeds[t] = seed
 
-    def _open_round(self, t: int, payload: wire.Payload) -> None:
+    def open_round(self, scope: PartyContext, t: int, payload: wire.Payload) -> None:
+        self.round = t
         seed = self.seeds.get(t)
         if seed is None:
             raise ProtocolError(f"the parameters of round {t} came without the round's seed")
         sketches = draw_sketches(self.arch, self.params.layers, self.params.sketch, self.sizes, seed)
+        if not isinstance(payload, np.ndarray):
+            raise ProtocolError(f"the released parameters of round {t} must be an array")
         try:
-            self.view = RoundView.from_flat(self.arch, sketches, payload)  # type: ignore[arg-type]
+            self.view = RoundView.from_flat(self.arch, sketches, payload)
         except InvalidInput as exc:
             raise ProtocolError(f"the released parameters of round {t}: {exc}") from None
 
-    def _train(self) -> tuple[np.ndarray, int]:
-        assert self.view is not None
-        started = time.monotonic()
-        update = client_gradient(self.view, self.data.X, self.y, self.params.batch_size, self.params.local_steps,
-                                 self.params.learning_rate, local_rng(self.seed, self.party_id, self.round))
-        self.history.append(RoundRecord(self.round, self.view.flat(), None, update[1], 0.0, time.monotonic() - started,
-                                        self.seeds[self.round]))
-        return update
+    def on_step(self, t: int, step: pb.StepStart) -> None:
+        raise ProtocolError(f"unknown step {fedavg.scoped(t, step.step)!r} for a dbcl job")
 
-    def _trained(self) -> str:
-        record = self.history[-1]
+    def train(self, t: int, started: float) -> tuple[np.ndarray, int, RoundRecord]:
+        assert self.view is not None
+        began = time.monotonic()
+        vector, rows = client_gradient(self.view, self.ctx.data.X, self.y, self.params.batch_size,
+                                       self.params.local_steps, self.params.learning_rate,
+                                       local_rng(self.ctx.seed, self.ctx.party_id, t))
+        record = RoundRecord(t, self.view.flat(), None, rows, 0.0, time.monotonic() - began, self.seeds[t])
+        return vector, rows, record
+
+    def describe(self, record: RoundRecord) -> str:
         return f"sketched gradient on {record.rows} labeled rows in {record.train_seconds:.2f}s"
 
-    def _final(self, payload: wire.Payload) -> None:
+    def final(self, payload: wire.Payload) -> np.ndarray:
         if self.params.withhold_model:
             if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.shape != (0,):
                 raise ProtocolError("the job withholds the model, but the final message is not empty")
-            self.result = payload
-            self.progress("training done; the job withholds the model from the parties")
-            return
-        super()._final(payload)
+            self.ctx.progress("training done; the job withholds the model from the parties")
+            return payload
+        try:
+            final = Network(self.arch, fedavg.model_payload(payload, self.arch.n_params, "the final model")).flat
+        except InvalidInput as exc:
+            raise ProtocolError(str(exc)) from None
+        self.ctx.progress(f"final model received ({self.arch.n_params} parameters)")
+        return final
+
+
+def dbcl_party(ctx: PartyContext) -> RoundsParty:
+    return RoundsParty(ctx, DbclTrainer(ctx))

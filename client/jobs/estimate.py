@@ -84,7 +84,8 @@ class OperationCosts:
         return cls(encrypt, multiply, decrypt)
 
 
-def paillier_seconds(costs: OperationCosts, layout: SlotLayout, n: int, peers: Mapping[str, int], workers: int) -> float:
+def paillier_seconds(costs: OperationCosts, layout: SlotLayout, n: int, peers: Mapping[str, int],
+                     workers: int) -> float:
     total = 0.0
     for n_k in peers.values():
         total += layout.L * layout.batches(n) * costs.encrypt  # our slices, as A

@@ -1,124 +1,101 @@
 """A party's side of the XCLP job (DESIGN §5): reacts to the coordinator's steps and peer messages.
 
 The math is in `client.steps.xclp`; this class keeps what the party holds between messages and
-moves payloads (dtypes and shapes as in server/jobs/xclp.py). Heavy Paillier work runs on a
-process pool sized to the cores (`workers`; 0 runs it in this process).
+moves payloads (dtypes and shapes as in server/jobs/xclp.py). Heavy Paillier work runs on the
+context's executor (client/workers.py). SecureRowSums is the party's masked-sum phase
+(client/phases/masked_sum.py), which keeps the party's own masked rows back.
 
-SecureHamming restarts (a peer dropped): roles stay as drawn in the first round, and this party
+SecureHamming restarts (a peer dropped): roles stay as drawn in the first attempt, and this party
 re-sends what it already computed (its encrypted slices, its evaluation and masks R for a pair,
 its decrypted t) — the same bytes, so a restart reveals nothing new and costs no new Paillier work.
-SecureRowSums restarts use the new round's masks; the masker refuses a repeated round.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import time
-from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Sized
+from typing import TypeVar
 
 import numpy as np
 
-from xclp.party_table import PartyData
+from xclp.client.context import PartyContext
+from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import OperationCosts, check_time, paillier_seconds
-from xclp.client.jobs.selfmask import SelfMasks
-from xclp.crypto.secure_hamming import SlotLayout
+from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
 from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.kdf import derive_key
-from xclp.crypto.identity import Roster
-from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
-from xclp.crypto.pool import default_workers
+from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, ProtocolError, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
-from xclp.v1.double_masking import reveal_step
-from xclp.v1.jobs import XclpJobParams
-from xclp.v1.steps import (GRAPH_MSG, HAMMING_STEP, INFLUENCE_MSG, INTRA_STEP, LABELS_STEP, LAYOUT_MSG, PAIRS_MSG,
-                           ROWSUMS_RESULT_MSG, ROWSUMS_STEP)
+from xclp.v1.xclp import (
+    GRAPH_MSG,
+    HAMMING_STEP,
+    INFLUENCE_MSG,
+    INTRA_STEP,
+    LABELS_STEP,
+    LAYOUT_MSG,
+    PAIRS_MSG,
+    ROWSUMS_PURPOSE,
+    ROWSUMS_RESULT_MSG,
+    ROWSUMS_STEP,
+    XclpJobParams,
+)
 from xclp.v1.xclp_layout import PairTask, parts_of
 
-
-class Pusher(Protocol):
-    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int: ...
+T = TypeVar("T")
 
 
-def make_executor(workers: int | None) -> Executor | None:
-    """A process pool for Paillier work: `workers` processes (None = the cores), 0 = none.
-
-    forkserver, not fork: the party already runs gRPC threads, and forking a threaded process
-    can copy a held lock into the child.
-    """
-    if workers == 0:
-        return None
-    count = workers or default_workers()
-    executor = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("forkserver"))
-    for _ in range(count):  # start the workers and their imports now, while the job is still joining
-        executor.submit(_warm_up)
-    return executor
-
-
-def _warm_up() -> None:
-    import xclp.crypto.secure_hamming  # noqa: F401 - the modules every Paillier task runs in
-
-
-@dataclass
-class XclpParty:
+class XclpParty(PartyJob):
     """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
 
-    party_id: str
-    params: XclpJobParams
-    data: PartyData
-    keypair: PaillierKeypair
-    roster: Roster
-    seed: bytes
-    masker: PairwiseMasker
-    conn: Pusher
-    progress: Callable[[str], None]
-    executor: Executor | None = None
-    max_paillier_seconds: float = 0.0  # refuse a layout whose estimated Paillier work exceeds this (0: no limit)
-    sizes: dict[str, int] = field(default_factory=dict)  # rows per party from "layout"
-    graph: tuple[tuple[str, int], ...] = ()  # (party, rows) in H's order, from "graph"
-    codes: np.ndarray | None = None
-    pairs: tuple[PairTask, ...] = ()
-    hamming_round: int | None = None
-    hamming_members: tuple[str, ...] = ()
-    slices: bytes | None = None
-    evaluated: dict[str, tuple[bytes, np.ndarray]] = field(default_factory=dict)  # by A: (evaluation, R)
-    t: dict[str, np.ndarray] = field(default_factory=dict)  # by B: uint8[⌈n_A/K⌉·n_B, |N|/8]
-    hamming_pushed: bool = False
-    zbar: np.ndarray | None = None
-    kept: dict[int, np.ndarray] = field(default_factory=dict)  # SecureRowSums own masked rows by round
-    scores: np.ndarray | None = None
-    started: float = field(default_factory=time.monotonic)
-    self_masks: SelfMasks | None = None  # SecureRowSums double masking (DESIGN §6.1)
-
-    def __post_init__(self) -> None:
-        X, y = steps.check_party_data(self.data.X, self._labels(), self.params.n_classes)
-        self.X, self.y = X, y
-        self.self_masks = SelfMasks(ROWSUMS_STEP, self.masker.session_id)
+    def __init__(self, ctx: PartyContext) -> None:
+        super().__init__(ctx)
+        self.params = ctx.params_as(XclpJobParams)
+        if ctx.keypair is None:
+            raise InvalidInput(f"an xclp job needs this party's Paillier key (--paillier-bits {self.params.key_bits})")
+        self.keypair: PaillierKeypair = ctx.keypair
+        self.roster, self.party_id, self.progress = ctx.roster, ctx.party_id, ctx.progress
+        self.X, self.y = steps.check_party_data(ctx.data.X, self._labels(), self.params.n_classes)
+        self.sizes: dict[str, int] = {}  # rows per party from "layout"
+        self.graph: tuple[tuple[str, int], ...] = ()  # (party, rows) in H's order, from "graph"
+        self.codes: np.ndarray | None = None
+        self.pairs: tuple[PairTask, ...] = ()
+        self.hamming_attempt: int | None = None
+        self.hamming_members: tuple[str, ...] = ()
+        self.slices: bytes | None = None
+        self.evaluated: dict[str, tuple[bytes, np.ndarray]] = {}  # by B: (evaluation, R)
+        self.t: dict[str, np.ndarray] = {}  # by A: uint8[⌈n_A/K⌉·n_B, |N|/8]
+        self.hamming_pushed = False
+        self.zbar: np.ndarray | None = None
+        self.started = time.monotonic()
+        # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
+        # training round too; the round's session id binds the round)
+        self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
+                                       withhold=self._own_rows, digest_name=ROWSUMS_STEP)
 
     def _check_size(self) -> None:
         """Estimate this party's Paillier work from the layout, before any of it (client/jobs/estimate.py)."""
         peers = {p: n for p, n in self.sizes.items() if p != self.party_id}
-        if not peers or not self.max_paillier_seconds:
+        executor, limit = self.ctx.executor, self.ctx.max_paillier_seconds
+        if not peers or not limit:
             return
-        workers = getattr(self.executor, "_max_workers", 1) if self.executor is not None else 1
+        workers = getattr(executor, "_max_workers", 1) if executor is not None else 1
         layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
         seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers)
         self.progress(f"estimated Paillier work: {seconds / 60:.1f} min on {workers} workers "
                       f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers)")
-        check_time(seconds, self.max_paillier_seconds, self.X.shape[0], peers, workers)
+        check_time(seconds, limit, self.X.shape[0], peers, workers)
 
     def _labels(self) -> np.ndarray:
-        if self.data.y is None:
-            return np.full(self.data.X.shape[0], -1, dtype=np.int64)
-        return self.data.y
+        data = self.ctx.data
+        if data.y is None:
+            return np.full(data.X.shape[0], -1, dtype=np.int64)
+        return data.y
 
     @property
     def fixed_point(self) -> FixedPoint:
@@ -130,7 +107,7 @@ class XclpParty:
         members = tuple(step.participants)
         if step.step == INTRA_STEP:
             self._need(self.sizes, "the row layout")
-            self.codes = steps.lsh_step(self.X, self.seed, self.params.lsh_bits)  # DESIGN §5.1
+            self.codes = steps.lsh_step(self.X, self.ctx.seed, self.params.lsh_bits)  # DESIGN §5.1
             block = steps.intra_hamming(self.codes).astype(np.uint16)  # distances <= L <= 65535
             self._push(block, INTRA_STEP, step.round)
             self.progress(f"LSH ({self.params.lsh_bits} bits) and own distances sent ({self._elapsed()})")
@@ -141,12 +118,12 @@ class XclpParty:
                 raise ProtocolError("the coordinator asked for the labeled rows of a job that hides the label mask")
             self._push(steps.labeled_rows(self.y, self.params.n_classes), LABELS_STEP, step.round)
             self.progress("labeled row numbers sent")
-        elif step.step == ROWSUMS_STEP:
-            self._row_sums(step.round, members)
-        elif step.step == reveal_step(ROWSUMS_STEP):  # DESIGN §6.1: the round is complete, open it
-            assert self.self_masks is not None
-            self._push(self.self_masks.reveal(step.round, members), step.step, step.round)
-            self.progress(f"SecureRowSums round {step.round} complete: self mask revealed")
+        elif self.row_sums.handles(step.step):
+            if step.step == ROWSUMS_STEP:
+                self._need(self.zbar, "the influence block")
+            self.row_sums.on_step(step)
+            if step.step == ROWSUMS_STEP:
+                self.progress(f"SecureRowSums attempt {step.round}: masked row sums sent ({len(members)} parties)")
         else:
             raise ProtocolError(f"unknown step {step.step!r} for an xclp job")
 
@@ -184,7 +161,8 @@ class XclpParty:
             raise ProtocolError(f"the {what} message must be uint64[{len(ids)}]")
         rows = {p: int(n) for p, n in zip(ids, payload)}
         if rows[self.party_id] != self.X.shape[0]:
-            raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not {self.X.shape[0]}")
+            raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not "
+                                f"{self.X.shape[0]}")
         for p, n in rows.items():
             if n and self.sizes and self.sizes.get(p) != n:
                 raise ProtocolError(f"the {what} message changes the row count of {p!r}")
@@ -193,7 +171,8 @@ class XclpParty:
     def _pairs(self, payload: wire.Payload) -> tuple[PairTask, ...]:
         """uint64[m, 2] roster positions (A, B) of every pair, each pair of parties once."""
         ids = self.roster.party_ids
-        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.ndim != 2 or payload.shape[1] != 2:
+        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.ndim != 2
+                or payload.shape[1] != 2):
             raise ProtocolError("the pairs message must be uint64[m, 2]")
         if payload.size and int(payload.max()) >= len(ids):
             raise ProtocolError("the pairs message names a party outside the roster")
@@ -205,27 +184,27 @@ class XclpParty:
 
     # --- SecureHamming (DESIGN §5.3) ----------------------------------------------------------
 
-    def _start_hamming(self, round: int, members: tuple[str, ...]) -> None:
-        self._need(self.codes, "LSH codes")
+    def _start_hamming(self, attempt: int, members: tuple[str, ...]) -> None:
+        codes = self._need(self.codes, "LSH codes")
         self._need(self.pairs, "the SecureHamming pairs")
-        self.hamming_round, self.hamming_members, self.hamming_pushed = round, members, False
+        self.hamming_attempt, self.hamming_members, self.hamming_pushed = attempt, members, False
         mine = self._my_pairs()
         as_a = [t for t in mine if t.a == self.party_id]
-        self.progress(f"SecureHamming round {round}: {len(mine)} pairs, A in {len(as_a)} "
+        self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(as_a)} "
                       f"({', '.join(f'{t.a}->{t.b}' for t in mine)})")
         if as_a:
             if self.slices is None:
                 t0 = time.monotonic()
-                self.slices = steps.hamming_encrypt(self.keypair, self.codes, self.params.lsh_bits, self.executor)
+                self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
             for task in as_a:
-                self._push(self._seal(self.slices, round, task.b), HAMMING_STEP, round, recipient=task.b)
+                self._push(self._seal(self.slices, attempt, task.b), HAMMING_STEP, attempt, recipient=task.b)
         self._maybe_push_hamming()
 
     def _from_peer(self, message: wire.Message) -> None:
-        if message.round != self.hamming_round or message.sender not in self.hamming_members:
-            return  # a message of an abandoned round
+        if message.round != self.hamming_attempt or message.sender not in self.hamming_members:
+            return  # a message of an abandoned attempt
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
         task = self._pair_with(message.sender)
@@ -235,8 +214,8 @@ class XclpParty:
             if task.a not in self.evaluated:
                 t0 = time.monotonic()
                 a_key = self._peer_key(task.a)
-                self.evaluated[task.a] = steps.hamming_evaluate(a_key, payload, self.codes, L,
-                                                                self.sizes[task.a], self.executor)
+                self.evaluated[task.a] = steps.hamming_evaluate(a_key, payload, self._need(self.codes, "LSH codes"), L,
+                                                                self.sizes[task.a], self.ctx.executor)
                 self.progress(f"SecureHamming pair {task.a}->{task.b}: evaluated {self.X.shape[0]} x "
                               f"{self.sizes[task.a]} distances in {time.monotonic() - t0:.1f}s")
             self._push(self._seal(self.evaluated[task.a][0], message.round, task.a), HAMMING_STEP, message.round,
@@ -245,27 +224,28 @@ class XclpParty:
             if task.b not in self.t:
                 t0 = time.monotonic()
                 self.t[task.b] = steps.hamming_decrypt(self.keypair, payload, L, self.X.shape[0],
-                                                       self.sizes[task.b], self.executor)
+                                                       self.sizes[task.b], self.ctx.executor)
                 self.progress(f"SecureHamming pair {task.a}->{task.b}: decrypted in {time.monotonic() - t0:.1f}s")
         self._maybe_push_hamming()
 
-    def _relay_key(self, round: int, sender: str, recipient: str) -> tuple[bytes, bytes]:
+    def _relay_key(self, attempt: int, sender: str, recipient: str) -> tuple[bytes, bytes]:
         """(key, AAD) sealing a SecureHamming relay from `sender` to `recipient` (DESIGN §2.2): a pairwise
-        HKDF key for this purpose, round and direction, with the session and step in the AAD."""
+        HKDF key for this purpose, attempt and direction, with the session and step in the AAD."""
         peer = recipient if sender == self.party_id else sender
-        key = derive_key(self.masker.secrets[peer], session_id=self.masker.session_id,
-                         purpose=f"relay:{HAMMING_STEP}:{sender}:{recipient}", round=round,
+        masker = self.ctx.masker
+        key = derive_key(masker.secrets[peer], session_id=masker.session_id,
+                         purpose=f"relay:{HAMMING_STEP}:{sender}:{recipient}", attempt=attempt,
                          participants=(sender, recipient))
-        return key, b"|".join((self.masker.session_id, HAMMING_STEP.encode(), sender.encode(), recipient.encode()))
+        return key, b"|".join((masker.session_id, HAMMING_STEP.encode(), sender.encode(), recipient.encode()))
 
-    def _seal(self, payload: bytes, round: int, recipient: str) -> bytes:
-        key, aad = self._relay_key(round, self.party_id, recipient)
+    def _seal(self, payload: bytes, attempt: int, recipient: str) -> bytes:
+        key, aad = self._relay_key(attempt, self.party_id, recipient)
         return aead.seal(key, payload, aad=aad)
 
-    def _open(self, sealed: bytes, round: int, sender: str) -> bytes:
+    def _open(self, sealed: bytes, attempt: int, sender: str) -> bytes:
         """The relayed payload, or ProtocolError: the coordinator may drop a relay, never forge,
         replay, reflect or redirect one."""
-        key, aad = self._relay_key(round, sender, self.party_id)
+        key, aad = self._relay_key(attempt, sender, self.party_id)
         try:
             return aead.open_sealed(key, sealed, aad=aad)
         except XclpError:
@@ -273,12 +253,12 @@ class XclpParty:
                                 "replayed or redirected on the way") from None
 
     def _maybe_push_hamming(self) -> None:
-        """Once every pair of this round has its part here: t (as A) and R (as B), in pair order.
+        """Once every pair of this attempt has its part here: t (as A) and R (as B), in pair order.
 
         Each part is uint8[⌈n_A/K⌉·n_B, |N|/8] (one value mod N per ciphertext D); all pairs use
         keys of the job's key_bits, so the parts stack into one uint8[m, key_bits/8] payload.
         """
-        if self.hamming_pushed or self.hamming_round is None:
+        if self.hamming_pushed or self.hamming_attempt is None:
             return
         parts = []
         for task in self._my_pairs():
@@ -291,7 +271,7 @@ class XclpParty:
             parts.append(np.ascontiguousarray(part, dtype=np.uint8))
         width = self.params.key_bits // 8
         rows = np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.uint8)
-        self._push(rows, HAMMING_STEP, self.hamming_round)
+        self._push(rows, HAMMING_STEP, self.hamming_attempt)
         self.hamming_pushed = True
         self.progress(f"SecureHamming done: {len(parts)} pairs ({self._elapsed()})")
 
@@ -302,7 +282,7 @@ class XclpParty:
         for task in self._my_pairs():
             if peer in (task.a, task.b):
                 return task
-        raise ProtocolError(f"{peer!r} is not a SecureHamming partner of {self.party_id!r} this round")
+        raise ProtocolError(f"{peer!r} is not a SecureHamming partner of {self.party_id!r} in this attempt")
 
     def _peer_key(self, peer: str) -> PaillierPublicKey:
         try:
@@ -316,7 +296,8 @@ class XclpParty:
     def _influence(self, payload: wire.Payload) -> None:
         self._need(self.graph, "the graph layout")
         n = sum(size for _, size in self.graph)
-        if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 or payload.shape[0] != n:
+        if (not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2
+                or payload.shape[0] != n):
             raise ProtocolError(f"the influence block must be float64[{n}, ...]")
         try:
             S_L = steps.select_influence(payload, self.y, self.params.n_classes,
@@ -327,47 +308,46 @@ class XclpParty:
                                        normalise_labels=self.params.normalise_labels)
         self.progress(f"influence columns received: float64{list(payload.shape)}")
 
-    def _row_sums(self, round: int, members: tuple[str, ...]) -> None:
-        self._need(self.zbar, "the influence block")
-        masked = steps.mask_row_sums(self.zbar, self.graph, self.masker, participants=members, round=round,
-                                     fixed_point=self.fixed_point)  # refuses a repeated round (ReplayRefused)
-        self.kept[round] = masked.kept
-        assert self.self_masks is not None
-        self._push(self.self_masks.add(masked.payload, round, members), ROWSUMS_STEP, round)
-        self.progress(f"SecureRowSums round {round}: masked row sums sent ({len(members)} parties)")
+    def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
+        """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""
+        assert self.zbar is not None
+        return steps.encode_row_sums(self.zbar, self.graph, members, self.fixed_point)
 
-    def _result(self, payload: wire.Payload, round: int) -> None:
-        if round not in self.kept:
-            raise ProtocolError(f"row sums returned for round {round}, which this party never sent")
+    def _own_rows(self, masked: np.ndarray, members: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return steps.split_own_rows(masked, self.graph, members, self.party_id)
+
+    def _result(self, payload: wire.Payload, attempt: int) -> None:
+        kept = self.row_sums.kept.get(attempt)
+        if kept is None:
+            raise ProtocolError(f"row sums returned for attempt {attempt}, which this party never sent")
         if not isinstance(payload, np.ndarray):
             raise ProtocolError("the row sums must be an array")
         rows = steps.returned_rows(self.y, self.params.n_classes, hide_label_mask=self.params.hide_label_mask)
         try:
-            Z = steps.unmask_row_sums(payload, self.kept[round][rows], self.fixed_point)
+            Z = steps.unmask_row_sums(payload, kept[rows], self.fixed_point)
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
-        self.scores = steps.party_scores(self.y, self.params.n_classes, rows, Z)
-        self.progress(f"scores for {self.scores.shape[0]} rows received ({self._elapsed()})")
+        # the result: this party's rows of the propagated scores Z, float64[n_j, C]
+        self.result = steps.party_scores(self.y, self.params.n_classes, rows, Z)
+        self.progress(f"scores for {self.result.shape[0]} rows received ({self._elapsed()})")
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _push(self, payload: wire.Payload, step: str, round: int, recipient: str = "") -> int:
-        return self.conn.push(payload, sender=self.party_id, step=step, round=round, recipient=recipient)
+    def _push(self, payload: wire.Payload, step: str, attempt: int, recipient: str = "") -> int:
+        return self.ctx.push(payload, step, attempt, recipient)
 
-    def _need(self, value: object, what: str) -> None:
-        if value is None or (hasattr(value, "__len__") and len(value) == 0):  # type: ignore[arg-type]
+    def _need(self, value: T | None, what: str) -> T:
+        """`value`, or ProtocolError if the coordinator started a step before sending it."""
+        if value is None or (isinstance(value, Sized) and len(value) == 0):
             raise ProtocolError(f"the coordinator moved on before sending {what}")
+        return value
 
     def _elapsed(self) -> str:
         return f"{time.monotonic() - self.started:.1f}s since the seed"
 
-    @property
-    def result(self) -> np.ndarray | None:
-        """This party's rows of the propagated scores Z, float64[n_j, C], once they are here."""
-        return self.scores
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
         """Labels int64[n_j] and confidences float64[n_j] (DESIGN §5.7)."""
-        if self.scores is None:
+        if self.result is None:
             raise ProtocolError("no scores yet")
-        return steps.predict(self.scores)
+        return steps.predict(self.result)

@@ -12,7 +12,8 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.3 SecureHamming, A    | `hamming_decrypt`           | masked packed distances t              | coordinator  |
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
 | §5.5 influence received  | `select_influence`          | —                                      |              |
-| §5.6 SecureRowSums       | `local_scores`, `mask_row_sums` | uint64[n_frame − n_j, C]           | coordinator  |
+| §5.6 SecureRowSums       | `local_scores`, `encode_row_sums`, | uint64[n_frame − n_j, C]           | coordinator  |
+|                          | `split_own_rows`            |                                        |              |
 | §5.6-5.7 output          | `unmask_row_sums`, `party_scores`, `predict` | —                     |              |
 
 Which side of a pair is A comes from the coordinator's task (`server.steps.xclp.secure_hamming_pairs`).
@@ -45,13 +46,14 @@ from xclp.hamming import hamming_matrix
 from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
-from xclp.validation import UNLABELED, check_features, check_labels
-from xclp.v1.steps import ROWSUMS_PURPOSE
+from xclp.v1.xclp import ROWSUMS_PURPOSE
 from xclp.v1.xclp_layout import RowLayout
+from xclp.validation import UNLABELED, check_features, check_labels
 
 __all__ = [
     "MaskedRowSums",
     "check_party_data",
+    "encode_row_sums",
     "graph_rows_of",
     "hamming_decrypt",
     "hamming_encrypt",
@@ -66,6 +68,7 @@ __all__ = [
     "returned_rows",
     "select_influence",
     "slot_layout",
+    "split_own_rows",
     "unmask_row_sums",
 ]
 
@@ -166,13 +169,40 @@ def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels
     return scores(S_L, label_matrix(labeled, n_classes, normalise_labels))
 
 
+def encode_row_sums(Zbar: np.ndarray, graph_rows: Sequence[tuple[str, int]], participants: Sequence[str],
+                    fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:
+    """Z̄ on the SecureRowSums frame (the rows of `participants`), encoded in Z_{2^64}: uint64[n_frame, C].
+
+    Zbar: float64[n, C] over the graph rows (graph_rows = [(party, n_party), ...] in H's order).
+    Rows outside the frame (a party that left after H) are not sent: with nobody withholding a
+    mask there, the coordinator would see their unmasked sum.
+    """
+    graph = RowLayout.of(graph_rows)
+    frame = graph.restrict(participants)
+    Zbar = np.asarray(Zbar, dtype=np.float64)
+    if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
+        raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
+    rows = np.concatenate([Zbar[graph.rows(p)] for p in frame.parties])
+    return fixed_point.encode(rows, n_terms=len(frame.parties))  # headroom for summing every participant
+
+
+def split_own_rows(masked: np.ndarray, graph_rows: Sequence[tuple[str, int]], participants: Sequence[str],
+                   me: str) -> tuple[np.ndarray, np.ndarray]:
+    """(payload uint64[n_frame − n_j, C], kept uint64[n_j, C]): the masked frame rows of every other
+    participant, sent, and party j's own masked rows R_j, never sent. Ẑ^{(j)} in the paper zeroes
+    R_j; not sending them is the same sum with fewer bytes. The coordinator's block R_j so misses
+    exactly M^{(j)}[R_j], and only j can read it."""
+    frame = RowLayout.of(graph_rows).restrict(participants)
+    if me not in frame.parties:
+        raise InvalidInput(f"party {me!r} is not a SecureRowSums participant")
+    own = frame.rows(me)
+    return np.concatenate([masked[: own.start], masked[own.stop :]]), masked[own].copy()
+
+
 @dataclass(frozen=True)
 class MaskedRowSums:
-    """One SecureRowSums attempt of party j.
-
-    payload: uint64[n_frame − n_j, C] — Z̃^{(j)} = enc(Z̄^{(j)}) + M^{(j)} on the frame rows of all
-    other participants, sent to the coordinator; kept: uint64[n_j, C] — Z̃^{(j)}[R_j], never sent.
-    """
+    """One SecureRowSums attempt of party j: `payload` sent to the coordinator, `kept` never sent
+    (`split_own_rows`)."""
 
     payload: np.ndarray
     kept: np.ndarray
@@ -184,34 +214,21 @@ def mask_row_sums(
     masker: PairwiseMasker,
     *,
     participants: Sequence[str],
-    round: int,
+    attempt: int,
     fixed_point: FixedPoint = FixedPoint(),
 ) -> MaskedRowSums:
-    """Party j's SecureRowSums message (paper 003 §3.2, DESIGN §5.6).
-
-    Zbar: float64[n, C] over the graph rows (graph_rows = [(party, n_party), ...] in H's order).
-    Z̄ is restricted to the frame (rows of `participants`), encoded in Z_{2^64} and masked with
-    M^{(j)} = Σ_{k≠j} ±PRG(key_jk) for (ROWSUMS_PURPOSE, round, participants); the masked own rows
-    R_j are kept (Ẑ^{(j)} in the paper zeroes them; here they are not sent at all, which is the same
-    sum with fewer bytes). The coordinator's block R_j thus misses exactly M^{(j)}[R_j], so only j can
-    read it. Rows outside the frame (a party that left after H) are not sent either: with nobody
-    withholding a mask there, the coordinator would see their unmasked sum. The masker refuses a
-    second attempt with the same round and participant set (ReplayRefused).
+    """Party j's SecureRowSums message (paper 003 §3.2, DESIGN §5.6) without the self mask, as the
+    in-process simulation sends it: `encode_row_sums`, the pairwise masks M^{(j)} = Σ_{k≠j}
+    ±PRG(key_jk) for (ROWSUMS_PURPOSE, attempt, participants), then `split_own_rows`. (The service's
+    parties do the same through their masked-sum phase, client/phases/masked_sum.py.) The masker
+    refuses a second use of the same attempt and participant set (ReplayRefused).
     """
-    graph = RowLayout.of(graph_rows)
-    frame = graph.restrict(participants)
-    me = masker.my_id
-    if me not in frame.parties:
-        raise InvalidInput(f"party {me!r} is not a SecureRowSums participant")
-    Zbar = np.asarray(Zbar, dtype=np.float64)
-    if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
-        raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
-    rows = np.concatenate([Zbar[graph.rows(p)] for p in frame.parties])
-    encoded = fixed_point.encode(rows, n_terms=len(frame.parties))  # headroom for summing every participant
-    masked = masker.apply(encoded, purpose=ROWSUMS_PURPOSE, round=round, participants=list(frame.parties))
-    own = frame.rows(me)
-    payload = np.concatenate([masked[: own.start], masked[own.stop :]])
-    return MaskedRowSums(payload=payload, kept=masked[own].copy())
+    frame = RowLayout.of(graph_rows).restrict(participants)
+    if masker.my_id not in frame.parties:
+        raise InvalidInput(f"party {masker.my_id!r} is not a SecureRowSums participant")
+    encoded = encode_row_sums(Zbar, graph_rows, participants, fixed_point)
+    masked = masker.apply(encoded, purpose=ROWSUMS_PURPOSE, attempt=attempt, participants=list(frame.parties))
+    return MaskedRowSums(*split_own_rows(masked, graph_rows, participants, masker.my_id))
 
 
 def returned_rows(y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:

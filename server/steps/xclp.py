@@ -29,7 +29,6 @@ from xclp.lsh import check_lsh_bits
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
-
 class XclpStage(enum.Enum):
     """Where an XCLP job is when a party drops (DESIGN §5, end); the values name it in `drop=`."""
 
@@ -44,25 +43,26 @@ class Membership:
     """Who takes part in which part of one XCLP job.
 
     graph: sorted ids whose rows are in H; labels: sorted ids in SecureRowSums (a subset of
-    `graph`: they contribute labels and receive their rows of Z); rowsums_round: the attempt number
-    of SecureRowSums (a restart uses a new round, so no mask is ever reused, DESIGN §4.2).
+    `graph`: they contribute labels and receive their rows of Z); rowsums_attempt: the attempt number
+    of SecureRowSums (a restart uses a new attempt, so no mask is ever reused, DESIGN §4.2).
     """
 
     graph: tuple[str, ...]
     labels: tuple[str, ...]
-    rowsums_round: int = 0
+    rowsums_attempt: int = 0
 
     def __post_init__(self) -> None:
         if list(self.graph) != sorted(set(self.graph)) or list(self.labels) != sorted(set(self.labels)):
             raise InvalidInput("membership ids must be unique and sorted")
         if not set(self.labels) <= set(self.graph):
             raise InvalidInput("every SecureRowSums participant must have rows in the graph")
-        if isinstance(self.rowsums_round, bool) or not isinstance(self.rowsums_round, int) or self.rowsums_round < 0:
-            raise InvalidInput(f"rowsums_round must be an integer >= 0, got {self.rowsums_round!r}")
+        attempt = self.rowsums_attempt
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise InvalidInput(f"rowsums_attempt must be an integer >= 0, got {self.rowsums_attempt!r}")
 
 
 def start_membership(party_ids: Sequence[str]) -> Membership:
-    """Everyone in the roster takes part in everything, round 0."""
+    """Everyone in the roster takes part in everything, attempt 0."""
     ids = check_party_ids(party_ids)
     return Membership(graph=ids, labels=ids)
 
@@ -73,7 +73,7 @@ def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membersh
     SETUP and SECURE_HAMMING remove it from everything (the coordinator then assembles H without
     its blocks, or cuts them out with `drop_party_from_H`); GRAPH removes it from SecureRowSums only
     (it shaped the graph but contributes no labels and gets none); ROW_SUMS does the same and moves
-    to the next round, so the restart runs under fresh keys. Raises PeerDropped when nobody is left.
+    to the next attempt, so the restart runs under fresh keys. Raises PeerDropped when nobody is left.
     """
     stage = XclpStage(stage)
     if stage in (XclpStage.SETUP, XclpStage.SECURE_HAMMING):
@@ -81,19 +81,19 @@ def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membersh
             raise InvalidInput(f"party {party!r} is not in the graph; cannot drop it in {stage.value}")
         graph = tuple(p for p in membership.graph if p != party)
         labels = tuple(p for p in membership.labels if p != party)
-        round_ = membership.rowsums_round
+        attempt = membership.rowsums_attempt
     else:
         if party not in membership.labels:
             raise InvalidInput(f"party {party!r} is not in SecureRowSums; cannot drop it in {stage.value}")
         graph = membership.graph
         labels = tuple(p for p in membership.labels if p != party)
-        round_ = membership.rowsums_round + (1 if stage is XclpStage.ROW_SUMS else 0)
+        attempt = membership.rowsums_attempt + (1 if stage is XclpStage.ROW_SUMS else 0)
     if not labels:
         raise PeerDropped(
             f"party {party!r} dropped in {stage.value} and no party is left to propagate labels",
             dropped=frozenset({party}),
         )
-    return Membership(graph=graph, labels=labels, rowsums_round=round_)
+    return Membership(graph=graph, labels=labels, rowsums_attempt=attempt)
 
 
 def rowsums_participants(membership: Membership) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""The dbcl job on the wire (DESIGN §7, paper 004 §4.2): the round's seed and released parameters.
+"""The dbcl job on the wire (DESIGN §7, paper 004 §4.2): its parameters, the round's seed and
+released parameters.
 
 Rounds are scoped and masked as in the fedavg job (xclp.v1.fedavg: "r<t>.<name>", masks under
 `round_session`). Round t, for its sampled parties P_t:
@@ -18,14 +19,31 @@ rounds no longer hide the difference of W (paper 004 §4.4), so a coordinator ma
 
 from __future__ import annotations
 
-from xclp.errors import InvalidInput
-from xclp.v1.fedavg import FINAL_MSG, MODEL_MSG, UPDATE_PURPOSE, UPDATE_REVEAL, UPDATE_STEP
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xclp.dbcl import OPTIMISERS, ServerOptimiser, sketch_sizes
+from xclp.errors import ConfigError, InvalidInput
+from xclp.nn import Architecture
+from xclp.sketch import KINDS as SKETCH_KINDS
+from xclp.v1.fedavg import check_sample, check_training
+from xclp.v1.params import (
+    JobParams,
+    bool_param,
+    check_names,
+    data_params,
+    float_param,
+    int_list,
+    int_param,
+    method,
+    n_classes_param,
+    param,
+    str_param,
+)
 
 SEED_MSG = "seed"
 SEED_BYTES = 32
-
-__all__ = ["FINAL_MSG", "MODEL_MSG", "SEED_BYTES", "SEED_MSG", "UPDATE_PURPOSE", "UPDATE_REVEAL", "UPDATE_STEP",
-           "round_seed_payload"]
 
 
 def round_seed_payload(payload: object, round: int) -> bytes:
@@ -33,3 +51,114 @@ def round_seed_payload(payload: object, round: int) -> bytes:
     if not isinstance(payload, bytes) or len(payload) != SEED_BYTES:
         raise InvalidInput(f"the seed of round {round} must be {SEED_BYTES} bytes")
     return payload
+
+
+@dataclass(frozen=True)
+class DbclJobParams(JobParams):
+    """Double-blind collaborative learning of a small network (DESIGN §7, paper 004 §4.2; xclp.dbcl).
+
+    Each round the coordinator draws a fresh seed, sketches each layer in `sketched_layers` with
+    S_t ∈ R^{d×s} (s = ⌈sketch_ratio · d⌉) and releases W̃ = S_tᵀW with the seed; every sampled
+    party returns b·∂ℓ/∂W̃ on a batch of its labeled rows (or the sum over `local_steps` batches)
+    under double masking, and the coordinator steps W with S_t times the mean. sketch = "none"
+    runs plain federated SGD (every layer released as it is), the baseline DBCL is measured against.
+    """
+
+    n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
+                           ">= 2")
+    hidden: tuple[int, ...] = param("widths of the hidden ReLU layers", "1 to 8 layers of 1 .. 4096", "xclp.nn",
+                                 default=(64,))
+    rounds: int = param("training rounds (one coordinator step each)", "1 .. 100000", default=200)
+    fraction: float = param("fraction of the parties sampled each round (a public draw from `seed`)", "(0, 1]",
+                         default=1.0)
+    batch_size: int = param("labeled rows per party per local step", ">= 1", default=32)
+    local_steps: int = param("local steps E per round; between them a party moves its sketched copy as the "
+                          "coordinator would move W", ">= 1", default=1)
+    optimiser: str = param("the coordinator's step: \"sgd\" (with `momentum`) or \"rmsprop\" (the paper's Fig. 2)",
+                        '"sgd", "rmsprop"', default="sgd")
+    learning_rate: float = param("step size η of the coordinator (and of local steps)", "> 0", default=0.1)
+    momentum: float = param("SGD momentum μ, kept by the coordinator across rounds", "[0, 1)", default=0.0)
+    rmsprop_decay: float = param("RMSProp decay ρ of the mean squared gradient", "(0, 1)", default=0.9)
+    sketch: str = param('the sketch S_t: "countsketch" (one ±1 per row), "uniform" (sampling: dropout, which the '
+                     'paper shows does not stop the probe) or "none" (unsketched federated SGD)',
+                     '"countsketch", "uniform", "none"', "paper 004 §2, §4.4", default="countsketch")
+    sketch_ratio: float = param("s/d: each sketched layer with d inputs is released as s = ⌈ratio · d⌉ rows",
+                             "(0, 1]", default=0.5)
+    sketched_layers: tuple[int, ...] | None = param("which layers are sketched, 0 = the input layer; unset: every "
+                                                 "layer but the output layer (as the paper)",
+                                                 "layer numbers", default=None)
+    frac_bits: int = param("fractional bits of the gradient's fixed-point ring (2^-frac_bits resolution)",
+                        "8 .. 40", default=24)
+    seed: int = param("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    withhold_model: bool = param("keep the final W from the parties too (the paper's parties never see W); the "
+                              "coordinator writes it to the job's `model` file", "true, false", default=False)
+
+    def __post_init__(self) -> None:
+        check_training(self)
+        if self.sketch not in (*SKETCH_KINDS, "none"):
+            raise ConfigError(f"sketch must be one of countsketch, uniform, none, got {self.sketch!r}")
+        if self.optimiser not in OPTIMISERS:
+            raise ConfigError(f"optimiser must be one of {', '.join(OPTIMISERS)}, got {self.optimiser!r}")
+        method(lambda: self.server_optimiser())
+        layers = self.layers
+        if len(set(layers)) != len(layers) or any(not 0 <= i <= len(self.hidden) for i in layers):
+            raise ConfigError(f"sketched_layers must name distinct layers in 0..{len(self.hidden)} (the network has "
+                              f"{len(self.hidden) + 1}), got {list(layers)}")
+        method(lambda: sketch_sizes(Architecture((1, *self.hidden, self.n_classes)), layers, self.sketch_ratio))
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """The sketched layers (none when sketch = "none")."""
+        if self.sketch == "none":
+            return ()
+        return tuple(range(len(self.hidden))) if self.sketched_layers is None else tuple(self.sketched_layers)
+
+    def architecture(self, dim: int) -> Architecture:
+        return method(lambda: Architecture((dim, *self.hidden, self.n_classes)))
+
+    def sizes(self, dim: int) -> dict[int, int]:
+        """s_ℓ of each sketched layer once the data dimension is known."""
+        return sketch_sizes(self.architecture(dim), self.layers, self.sketch_ratio)
+
+    def server_optimiser(self) -> ServerOptimiser:
+        """A fresh coordinator optimiser (its state lives for the whole job)."""
+        return ServerOptimiser(self.optimiser, self.learning_rate, self.momentum, self.rmsprop_decay)
+
+    @property
+    def label_classes(self) -> int:
+        return self.n_classes
+
+    @property
+    def needs_labels(self) -> bool:
+        return True
+
+    def check_roster(self, expected: int, min_parties: int) -> None:
+        check_sample(self.fraction, expected, min_parties)
+
+    @property
+    def required_files(self) -> dict[str, str]:
+        if not self.withhold_model:
+            return {}
+        return {"model": "withhold_model = true keeps the trained network from the parties, and the coordinator "
+                         "writes it to the job's model file"}
+
+    def check_dim(self, dim: int) -> None:
+        self.sizes(dim)  # every sketched layer fits the data's columns
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> DbclJobParams:
+        check_names(raw, frozenset({"n_classes", "hidden", "rounds", "fraction", "batch_size", "local_steps",
+                                    "optimiser", "learning_rate", "momentum", "rmsprop_decay", "sketch", "sketch_ratio",
+                                    "sketched_layers", "frac_bits", "seed", "withhold_model"}), "dbcl")
+        layers = raw.get("sketched_layers")
+        return cls(
+            n_classes=n_classes_param(raw), hidden=tuple(int_list(raw, "hidden", [64], "layer widths")),
+            rounds=int_param(raw, "rounds", 200), fraction=float_param(raw, "fraction", 1.0),
+            batch_size=int_param(raw, "batch_size", 32), local_steps=int_param(raw, "local_steps", 1),
+            optimiser=str_param(raw, "optimiser", "sgd"), learning_rate=float_param(raw, "learning_rate", 0.1),
+            momentum=float_param(raw, "momentum", 0.0), rmsprop_decay=float_param(raw, "rmsprop_decay", 0.9),
+            sketch=str_param(raw, "sketch", "countsketch"), sketch_ratio=float_param(raw, "sketch_ratio", 0.5),
+            sketched_layers=None if layers is None else tuple(int_list(raw, "sketched_layers", [], "layer numbers")),
+            frac_bits=int_param(raw, "frac_bits", 24), seed=int_param(raw, "seed", 0, low=0),
+            withhold_model=bool_param(raw, "withhold_model"), **data_params(raw),
+        )

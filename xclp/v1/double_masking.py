@@ -1,14 +1,16 @@
 """Double masking (DESIGN §6.1): what parties and coordinator agree on for every masked sum.
 
-In round r of a masked step with participant set P_r, party i sends
-    y_i = x_i + PRG(b_i) + Σ_{j∈P_r, j≠i} ±PRG(k_ij)
-with b_i a fresh 32-byte self-mask seed. When the coordinator holds every y_i of P_r it starts
-the step's reveal step (same round, same participants); each party answers with
-    digest(session, step, round, P_r) ‖ b_i
-and the coordinator subtracts Σ PRG(b_i). A party reveals only for the latest round it masked,
-only if the announced set is that round's set, and never takes part in a later round of the
-step afterwards; so the coordinator can unmask at most one round of a step, and a lie about a
-dropout (complete round, then "restart without j") leaves it one sum, never two.
+In attempt a of a masked step with participant set P_a, party i sends
+    y_i = x_i + PRG(b_i) + Σ_{j∈P_a, j≠i} ±PRG(k_ij)
+with b_i a fresh 32-byte self-mask seed. When the coordinator holds every y_i of P_a it starts
+the step's reveal step (same attempt, same participants); each party answers with
+    digest(session, step, a, P_a) ‖ b_i
+and the coordinator subtracts Σ PRG(b_i). A party reveals only for the latest attempt it masked,
+only if the announced set is that attempt's set, and never takes part in a later attempt of the
+step afterwards; so the coordinator can unmask at most one attempt of a step, and a lie about a
+dropout (complete attempt, then "restart without j") leaves it one sum, never two. (An attempt
+travels in the wire's `round` field; the phases on both ends are server/phases/masked_sum.py and
+client/phases/masked_sum.py.)
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ def reveal_step(step: str) -> str:
     return step + REVEAL_SUFFIX
 
 
-def round_digest(session_id: bytes, step: str, round: int, participants: Sequence[str]) -> bytes:
-    """SHA-256 over the session, the step, the round and the sorted participant set."""
+def reveal_digest(session_id: bytes, step: str, attempt: int, participants: Sequence[str]) -> bytes:
+    """SHA-256 over the session, the step, the attempt and the sorted participant set."""
     h = hashlib.sha256(b"xclp/v1/double-masking")
-    for part in (session_id, step.encode(), struct.pack(">Q", round), *(p.encode() for p in sorted(participants))):
+    for part in (session_id, step.encode(), struct.pack(">Q", attempt), *(p.encode() for p in sorted(participants))):
         h.update(struct.pack(">I", len(part)) + part)
     return h.digest()
 

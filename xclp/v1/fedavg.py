@@ -1,4 +1,5 @@
-"""The federated training job on the wire (DESIGN §7): round scopes, the update codec, the model.
+"""The federated training job on the wire (DESIGN §7): its parameters, round scopes, the update
+codec, the model.
 
 Every step and message of training round t is named in the round's scope, "r<t>.<name>"
 (`scoped`), and every mask and relay key of round t is derived under the round's session id
@@ -19,13 +20,36 @@ After the last round, to every party: "final_model" float64[n_params] θ.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from xclp.crypto.fixedpoint import FixedPoint
-from xclp.errors import InvalidInput
+from xclp.crypto.paillier import MIN_SECURE_BITS
+from xclp.errors import ConfigError, InvalidInput
+from xclp.fedavg import PSEUDO_LABELS
+from xclp.graph import GraphParams
+from xclp.nn import SGD, Architecture
 from xclp.v1.double_masking import reveal_step
+from xclp.v1.params import (
+    JobParams,
+    KeySpec,
+    bool_param,
+    check_names,
+    data_params,
+    float_param,
+    int_list,
+    int_param,
+    method,
+    n_classes_param,
+    param,
+    str_param,
+)
+from xclp.v1.xclp import XclpJobParams
 
 MODEL_MSG = "model"
 UPDATE_STEP = "update"
@@ -80,10 +104,156 @@ def decode_update(total: np.ndarray, frac_bits: int) -> tuple[np.ndarray, int]:
     return FixedPoint(frac_bits, 64).decode(np.ascontiguousarray(total[:-1])), rows
 
 
-def model_payload(flat: np.ndarray, n_params: int, what: str) -> np.ndarray:
+def model_payload(flat: object, n_params: int, what: str) -> np.ndarray:
     """A model message as float64[n_params] of finite values, or InvalidInput naming `what`."""
     if not isinstance(flat, np.ndarray) or flat.dtype != np.float64 or flat.shape != (n_params,):
         raise InvalidInput(f"{what} must be float64[{n_params}]")
     if not np.all(np.isfinite(flat)):
         raise InvalidInput(f"{what} contains NaN or infinity")
     return flat
+
+
+class TrainingParams(Protocol):
+    """What the rounds of a training job (fedavg, dbcl) read from its parameters."""
+
+    @property
+    def n_classes(self) -> int: ...
+    @property
+    def hidden(self) -> tuple[int, ...]: ...
+    @property
+    def rounds(self) -> int: ...
+    @property
+    def fraction(self) -> float: ...
+    @property
+    def frac_bits(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    def _check_data(self, n_classes: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class FedavgJobParams(JobParams):
+    """Secure FedAvg of a small network (DESIGN §7, paper 003 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
+
+    Each round samples ⌈fraction · parties⌉ parties from `seed` (public: every party checks the
+    draw), trains `local_epochs` of SGD on each and adds n_j·(θ_j − θ) under double masking.
+    pseudo_label picks what the unlabeled rows are trained on: "none", "local_lp", "network" or
+    "xclp" (one secure XCLP run among the round's parties on the embeddings, DESIGN §5), from
+    round `warmup_rounds` on. lsh_bits, k, alpha, power, key_bits and insecure_test_keys are the
+    XCLP (and local LP) parameters of the xclp job type.
+    """
+
+    n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
+                           ">= 2")
+    hidden: tuple[int, ...] = param("widths of the hidden ReLU layers; the last one is the embedding f_φ",
+                                 "1 to 8 layers of 1 .. 4096", "xclp.nn", default=(64,))
+    rounds: int = param("training rounds", "1 .. 100000", default=20)
+    fraction: float = param("fraction of the parties sampled each round (at least one)", "(0, 1]", default=1.0)
+    local_epochs: int = param("epochs of local SGD per round (ClientUpdate; the paper: 5)", ">= 1", default=5)
+    batch_size: int = param("rows per SGD step", ">= 1", default=32)
+    learning_rate: float = param("SGD step size η", "> 0", default=0.1)
+    momentum: float = param("SGD momentum μ (0: plain SGD); it restarts every round", "[0, 1)", default=0.0)
+    frac_bits: int = param("fractional bits of the update's fixed-point ring (2^-frac_bits resolution)",
+                        "8 .. 40", default=24)
+    pseudo_label: str = param('what unlabeled rows train on: "none" (left out), "local_lp" (each party\'s own label '
+                           'propagation), "network" (the model\'s predictions), "xclp" (secure XCLP among the '
+                           'round\'s parties); weight = confidence ω', '"none", "local_lp", "network", "xclp"',
+                           "paper 003 Alg. 2", default="none")
+    warmup_rounds: int = param("rounds on labeled rows only before pseudo-labelling starts", ">= 0", default=0)
+    seed: int = param("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    lsh_bits: int = param("XCLP: L, LSH bits per embedded row", "multiple of 64", default=1024)
+    k: int = param("XCLP and local LP: neighbours per row", ">= 1", default=10)
+    alpha: float = param("XCLP and local LP: propagation weight α", "(0, 1)", default=0.99)
+    power: float = param("XCLP and local LP: similarity exponent", "> 0", default=3.0)
+    key_bits: int = param("XCLP: Paillier modulus size (each party's key serves every round)",
+                       ">= 2048 (smaller with insecure_test_keys)", default=MIN_SECURE_BITS)
+    insecure_test_keys: bool = param("XCLP: allow key_bits below 2048 (tests only)", "true, false", default=False)
+
+    def __post_init__(self) -> None:
+        check_training(self)
+        if self.pseudo_label not in PSEUDO_LABELS:
+            raise ConfigError(f"pseudo_label must be one of {', '.join(repr(v) for v in PSEUDO_LABELS)}, "
+                              f"got {self.pseudo_label!r}")
+        method(lambda: self.optimiser)
+        if self.pseudo_label == "xclp":
+            method(lambda: self.xclp_params())
+
+    @property
+    def optimiser(self) -> SGD:
+        return SGD(self.learning_rate, self.momentum, self.batch_size, self.local_epochs)
+
+    @property
+    def graph_params(self) -> GraphParams:
+        return GraphParams(self.k, self.alpha, self.power)
+
+    def architecture(self, dim: int) -> Architecture:
+        return method(lambda: Architecture((dim, *self.hidden, self.n_classes)))
+
+    def xclp_params(self) -> XclpJobParams:
+        """The parameters of each round's XCLP run (on embeddings, already prepared)."""
+        return XclpJobParams(n_classes=self.n_classes, lsh_bits=self.lsh_bits, k=self.k, alpha=self.alpha,
+                             power=self.power, key_bits=self.key_bits, insecure_test_keys=self.insecure_test_keys)
+
+    def pseudo_labels_in(self, round: int) -> str:
+        """The pseudo-labelling of round t: "none" during the warm-up."""
+        return "none" if round < self.warmup_rounds else self.pseudo_label
+
+    @property
+    def label_classes(self) -> int:
+        return self.n_classes
+
+    @property
+    def needs_labels(self) -> bool:
+        return True
+
+    @property
+    def paillier(self) -> KeySpec | None:
+        if self.pseudo_label != "xclp":
+            return None
+        return KeySpec(self.key_bits, self.insecure_test_keys, "pseudo-labels with XCLP")
+
+    def check_roster(self, expected: int, min_parties: int) -> None:
+        check_sample(self.fraction, expected, min_parties)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> FedavgJobParams:
+        check_names(raw, frozenset({"n_classes", "hidden", "rounds", "fraction", "local_epochs", "batch_size",
+                                    "learning_rate", "momentum", "frac_bits", "pseudo_label", "warmup_rounds", "seed",
+                                    "lsh_bits", "k", "alpha", "power", "key_bits", "insecure_test_keys"}), "fedavg")
+        return cls(
+            n_classes=n_classes_param(raw), hidden=tuple(int_list(raw, "hidden", [64], "layer widths")),
+            rounds=int_param(raw, "rounds", 20), fraction=float_param(raw, "fraction", 1.0),
+            local_epochs=int_param(raw, "local_epochs", 5), batch_size=int_param(raw, "batch_size", 32),
+            learning_rate=float_param(raw, "learning_rate", 0.1), momentum=float_param(raw, "momentum", 0.0),
+            frac_bits=int_param(raw, "frac_bits", 24), pseudo_label=str_param(raw, "pseudo_label", "none"),
+            warmup_rounds=int_param(raw, "warmup_rounds", 0, low=0), seed=int_param(raw, "seed", 0, low=0),
+            lsh_bits=int_param(raw, "lsh_bits", 1024, low=64), k=int_param(raw, "k", 10),
+            alpha=float_param(raw, "alpha", 0.99), power=float_param(raw, "power", 3.0),
+            key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS),
+            insecure_test_keys=bool_param(raw, "insecure_test_keys"),
+            **data_params(raw),
+        )
+
+
+def check_training(p: TrainingParams) -> None:
+    """What the fedavg and dbcl schemas share: classes, data preparation, the network, the rounds."""
+    if p.n_classes < 2:
+        raise ConfigError("n_classes must be >= 2")
+    p._check_data(p.n_classes)
+    if not 1 <= len(p.hidden) <= 8 or any(isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= 4096
+                                          for h in p.hidden):
+        raise ConfigError(f"hidden must be a list of 1 to 8 layer widths in 1..4096, got {list(p.hidden)}")
+    if not 1 <= p.rounds <= 100_000:
+        raise ConfigError(f"rounds must be in 1..100000, got {p.rounds}")
+    if not 0.0 < p.fraction <= 1.0:
+        raise ConfigError(f"fraction must be in (0, 1], got {p.fraction}")
+    if not 8 <= p.frac_bits <= 40:
+        raise ConfigError(f"frac_bits must be in [8, 40], got {p.frac_bits}")
+
+
+def check_sample(fraction: float, expected: int, min_parties: int) -> None:
+    """Refuse a sampling fraction whose rounds would have fewer than min_parties parties."""
+    per_round = math.ceil(fraction * expected - 1e-9)
+    if per_round < min_parties:
+        raise ConfigError(f"fraction = {fraction} samples {per_round} of the {expected} parties per round, fewer "
+                          f"than min_parties = {min_parties}; raise fraction or lower min_parties")

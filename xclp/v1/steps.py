@@ -1,9 +1,11 @@
-"""Step and message names on the wire, and the mask purposes they key (DESIGN §4-§6).
+"""Step and message names of the phases every job runs before its own (DESIGN §4.3, §8), and the
+mask purposes they key.
 
 Both ends import these; nothing here is copied anywhere else. A *step* is something the
 coordinator starts (`StepStart`) and parties contribute to; a *message* is a payload the
 coordinator sends on its own (sender ""). Mask purposes go into every HKDF info string
-(`xclp.crypto.kdf`), so one purpose's keys never serve another.
+(`xclp.crypto.kdf`), so one purpose's keys never serve another. Each job type's own names live
+in its contract module (xclp.v1.allreduce, xclp.v1.xclp, xclp.v1.fedavg, xclp.v1.dbcl).
 """
 
 from __future__ import annotations
@@ -11,28 +13,9 @@ from __future__ import annotations
 # Every job (DESIGN §4.3): the leader relays the sealed common seed, every party acknowledges.
 SEED_STEP = "seed"
 SEED_BYTES = 32
+SEED_PURPOSE = SEED_STEP
 
 # Data preparation before any job's first step (DESIGN §8): masked (n, Σx, Σx²) per feature.
 MOMENTS_STEP = "moments"
-MOMENTS_RESULT_MSG = "moments_result"
-
-# Masked all-reduce jobs, FlyNN and RACE (DESIGN §6).
-SUM_STEP = "sum"
-RESULT_MSG = "result"
-
-# XCLP (DESIGN §5), in the order they happen.
-LAYOUT_MSG = "layout"
-PAIRS_MSG = "pairs"
-INTRA_STEP = "intra_hamming"
-HAMMING_STEP = "secure_hamming"
-LABELS_STEP = "labeled_sets"
-GRAPH_MSG = "graph"
-INFLUENCE_MSG = "influence"
-ROWSUMS_STEP = "rowsums"
-ROWSUMS_RESULT_MSG = "rowsums_result"
-
-# Pairwise-mask purposes (HKDF info, DESIGN §4.2).
-SEED_PURPOSE = SEED_STEP
-SUM_PURPOSE = SUM_STEP
-ROWSUMS_PURPOSE = ROWSUMS_STEP
 MOMENTS_PURPOSE = MOMENTS_STEP
+MOMENTS_RESULT_MSG = "moments_result"

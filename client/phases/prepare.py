@@ -1,56 +1,43 @@
-"""A party's side of the "moments" step (DESIGN §8): its local (n, Σx, Σx²) per feature, masked
-and self-masked like every sum (DESIGN §6.1), and the pooled scaling it gets back.
+"""Data preparation on the party's side (DESIGN §8); its counterpart is server/phases/prepare.py.
 
-The coordinator learns the pooled moments only; this party applies the resulting `Scaling` to its
-own table (impute, standardise, drop constant columns) before the job's first step.
+The party's local (n, Σx, Σx²) per feature goes into the masked sum "moments" (DESIGN §6.1);
+the pooled moments come back as message "moments_result", and the party applies the resulting
+`Scaling` to its own table (impute, standardise, drop constant columns) before the job's first
+step. The coordinator learns the pooled moments only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from xclp.client.jobs.selfmask import SelfMasks
-from xclp.client.jobs.xclp import Pusher
-from xclp.crypto.masking import PairwiseMasker
+from xclp.client.context import PartyContext
+from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.errors import ProtocolError
-from xclp.prep import Scaling, local_moments
 from xclp.party_table import PartyData
+from xclp.prep import Scaling, local_moments
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import JobParams
 from xclp.v1.steps import MOMENTS_PURPOSE, MOMENTS_RESULT_MSG, MOMENTS_STEP
 
 
-@dataclass
 class Preparation:
-    party_id: str
-    params: JobParams
-    data: PartyData
-    masker: PairwiseMasker
-    conn: Pusher
-    progress: Callable[[str], None]
-    scaling: Scaling | None = None
-    self_masks: SelfMasks | None = None
+    def __init__(self, ctx: PartyContext) -> None:
+        self.ctx, self.params, self.data, self.progress = ctx, ctx.params, ctx.data, ctx.progress
+        self.local = local_moments(self.data.X)  # float64[4, d]; refuses overflowing squares before any send
+        self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE)
+        self.scaling: Scaling | None = None
 
-    def __post_init__(self) -> None:
-        self.self_masks = SelfMasks(MOMENTS_STEP, self.masker.session_id)
-        self.local = local_moments(self.data.X)  # float64[3, d]; refuses overflowing squares before any send
+    def handles(self, step: str) -> bool:
+        return self.sum.handles(step)
 
     def on_step(self, step: pb.StepStart) -> None:
-        assert self.self_masks is not None
-        members = list(step.participants)
-        if step.step == moments.REVEAL_STEP:
-            self.conn.push(self.self_masks.reveal(step.round, members), sender=self.party_id, step=step.step,
-                           round=step.round)
-            return
-        encoded = moments.encode(self.local, len(members))
-        masked = self.masker.apply(encoded, purpose=MOMENTS_PURPOSE, round=step.round, participants=members)
-        self.conn.push(self.self_masks.add(masked, step.round, members), sender=self.party_id, step=MOMENTS_STEP,
-                       round=step.round)
-        self.progress(f"pushed masked feature moments for round {step.round} ({len(members)} parties)")
+        self.sum.on_step(step)
+
+    def _contribution(self, members: tuple[str, ...]) -> np.ndarray:
+        self.progress(f"pushing masked feature moments ({len(members)} parties)")
+        return moments.encode(self.local, len(members))
 
     def on_message(self, message: wire.Message) -> Scaling:
         if message.step != MOMENTS_RESULT_MSG or message.sender != "":

@@ -1,0 +1,85 @@
+"""What a party's job runs with once the roster is verified and the common seed agreed.
+
+A `PartyContext` is the party's side of a scope (server/phases/base.py): its id and the roster,
+the job's parameters and the party's prepared data, the scope's seed, the pairwise masker under
+the scope's session id, a pusher that names steps in the scope, and where progress lines go. A
+training round makes a round context of the job's (`round_scope`); XCLP runs the same code in
+either.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from xclp.crypto.identity import Roster
+from xclp.crypto.masking import PairwiseMasker
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import ProtocolError
+from xclp.fedavg import round_seed
+from xclp.party_table import PartyData
+from xclp.v1 import fedavg, wire
+from xclp.v1.params import JobParams
+
+Progress = Callable[[str], None]
+P = TypeVar("P", bound=JobParams)
+
+
+class Pusher(Protocol):
+    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int: ...
+
+
+@dataclass(frozen=True)
+class ScopedPusher:
+    """Pushes under a scope's step names ("update" -> "r3.update")."""
+
+    conn: Pusher
+    prefix: str
+
+    def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
+        return self.conn.push(payload, sender=sender, step=self.prefix + step, round=round, recipient=recipient)
+
+
+@dataclass(frozen=True)
+class PartyContext:
+    party_id: str
+    params: JobParams
+    data: PartyData  # as prepared (DESIGN §8)
+    roster: Roster
+    seed: bytes  # the scope's seed: the job's common seed, or a round's (xclp.fedavg.round_seed)
+    masker: PairwiseMasker  # pairwise masks under the scope's session id
+    conn: Pusher  # names steps in the scope
+    progress: Progress
+    prefix: str = ""  # the scope's step-name prefix on the wire ("" for the job, "r3." for round 3)
+    keypair: PaillierKeypair | None = None  # published in this party's bundle, if the job uses Paillier
+    executor: Executor | None = None  # where Paillier work runs (None: in this process)
+    max_paillier_seconds: float = 0.0  # refuse Paillier work estimated to take longer (0: no limit)
+
+    @property
+    def session_id(self) -> bytes:
+        return self.masker.session_id
+
+    def push(self, payload: wire.Payload, step: str, attempt: int, recipient: str = "") -> int:
+        """Push a payload of step `step` (named in this scope) and attempt `attempt`; returns its bytes."""
+        return self.conn.push(payload, sender=self.party_id, step=step, round=attempt, recipient=recipient)
+
+    def params_as(self, schema: type[P]) -> P:
+        """The job's parameters as the schema a party job was written for."""
+        if not isinstance(self.params, schema):
+            raise ProtocolError(f"a {type(self.params).__name__} job cannot run as a {schema.__name__} job")
+        return self.params
+
+    def round_scope(self, t: int) -> PartyContext:
+        """Training round t: its seed, its masks under the round's session id, its step names."""
+        session = fedavg.round_session(self.session_id, t)
+        prefix = fedavg.scoped(t, "")
+        return dataclasses.replace(self, seed=round_seed(self.seed, t), prefix=prefix,
+                                   masker=PairwiseMasker(self.party_id, self.masker.secrets, session),
+                                   conn=ScopedPusher(self.conn, prefix))
+
+    def with_job(self, params: JobParams, data: PartyData) -> PartyContext:
+        """The same scope for another job's parameters and data (a round's XCLP on embedded rows)."""
+        return dataclasses.replace(self, params=params, data=data)

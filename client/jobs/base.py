@@ -1,0 +1,35 @@
+"""A job type on the party's side (docs/architecture.md): what the registry's `party` names.
+
+A `PartyJob` is made once the common seed is agreed and the data prepared, from a
+`PartyContext`; the session hands it every step and coordinator or peer message after those
+phases, and it holds its result once the job's last message is in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from xclp.client.context import PartyContext
+from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+
+if TYPE_CHECKING:
+    from xclp.client.jobs.training import RoundRecord
+
+
+class PartyJob:
+    def __init__(self, ctx: PartyContext) -> None:
+        self.ctx = ctx
+        self.result: np.ndarray | None = None  # what the job gave this party, once it is here
+
+    def on_step(self, step: pb.StepStart) -> None:
+        raise NotImplementedError
+
+    def on_message(self, message: wire.Message) -> None:
+        raise NotImplementedError
+
+    def rounds(self) -> tuple[RoundRecord, ...]:
+        """What this party saw of each training round it took part in (training jobs only)."""
+        return ()

@@ -1,0 +1,154 @@
+"""Training rounds on the party's side (DESIGN §7): the engine fedavg and dbcl share; its
+counterpart is server/jobs/training.py.
+
+Round t, in the round's scope ("r<t>.<name>", masks under the round's session id; the party's
+context for it is `PartyContext.round_scope(t)`): "r<t>.model" brings the round's released model,
+the trainer may run what the round needs before the update (fedavg with pseudo_label = "xclp":
+one XCLP run), "r<t>.update" trains once from the model and pushes the update in the masked sum
+(client/phases/masked_sum.py), "r<t>.update_reveal" opens it. "final_model" ends the job.
+
+What the party checks here, whatever the coordinator says (DESIGN §2):
+- every step of round t names only parties of the job's public sample of round t, so a
+  coordinator cannot choose the sets it would difference; rounds only move forward;
+- one training per round: a restarted update sends the same update under fresh masks;
+- the masked-sum rules of DESIGN §6.1 within each round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from xclp.client.context import PartyContext
+from xclp.client.jobs.base import PartyJob
+from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.errors import ProtocolError
+from xclp.fedavg import PseudoLabels, sample_parties
+from xclp.v1 import fedavg, wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.fedavg import TrainingParams
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What this party saw of round t: the model as released to it (θ; dbcl: W̃ and b), its
+    pseudo-labels (None: none), rows trained on, and seconds spent on pseudo-labels and on
+    training; dbcl: the round's sketch seed."""
+
+    round: int
+    model_in: np.ndarray
+    pseudo: PseudoLabels | None
+    rows: int
+    pseudo_seconds: float
+    train_seconds: float
+    seed: bytes = b""
+
+
+class Trainer(Protocol):
+    """What a training job does on the party's side in its rounds."""
+
+    @property
+    def params(self) -> TrainingParams: ...
+
+    def open_round(self, scope: PartyContext, t: int, payload: wire.Payload) -> None:
+        """Round t's released model arrived; `scope` is the party's context for the round."""
+
+    def on_step(self, t: int, step: pb.StepStart) -> None:
+        """A step of round t other than the update (named in the round's scope)."""
+
+    def on_message(self, t: int, message: wire.Message) -> None:
+        """A message of round t other than the model (named in the round's scope): from the
+        coordinator, possibly before the round's model, or from a peer."""
+
+    def train(self, t: int, started: float) -> tuple[np.ndarray, int, RoundRecord]:
+        """Round t's update (the vector, the rows it came from) and what to record of the round;
+        `started` is when the round's model arrived."""
+
+    def describe(self, record: RoundRecord) -> str:
+        """What the party's progress line says of a round's training."""
+        ...
+
+    def final(self, payload: wire.Payload) -> np.ndarray:
+        """The job's last message, checked: the party's result."""
+
+
+class RoundsParty(PartyJob):
+    def __init__(self, ctx: PartyContext, trainer: Trainer) -> None:
+        super().__init__(ctx)
+        self.trainer = trainer
+        self.params = trainer.params
+        self.round = -1
+        self.sample: frozenset[str] = frozenset()  # the round's public sample of parties
+        self.update_sum: MaskedSumParty | None = None
+        self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
+        self.history: list[RoundRecord] = []
+        self._round_started = 0.0
+
+    def rounds(self) -> tuple[RoundRecord, ...]:
+        return tuple(self.history)
+
+    def on_message(self, message: wire.Message) -> None:
+        if message.sender == "" and message.step == fedavg.FINAL_MSG:
+            self.result = self.trainer.final(message.payload)
+            return
+        scope = fedavg.unscope(message.step)
+        if scope is None:
+            raise ProtocolError(f"{message.sender or 'the coordinator'!r} sent an unknown {message.step!r} message")
+        t, name = scope
+        if message.sender != "" and t < self.round:
+            return  # a relay of an earlier round, which this party has left
+        if message.sender == "" and name == fedavg.MODEL_MSG:
+            self._start_round(t, message.payload)
+        else:
+            self.trainer.on_message(t, dataclasses.replace(message, step=name))
+
+    def on_step(self, step: pb.StepStart) -> None:
+        scope = fedavg.unscope(step.step)
+        if scope is None:
+            raise ProtocolError(f"unknown step {step.step!r} for a training job")
+        t, name = scope
+        if t != self.round or self.update_sum is None:
+            raise ProtocolError(f"step {step.step!r} started, but this party is in round {self.round}")
+        self._check_sample(t, step.participants)
+        local = pb.StepStart(step=name, round=step.round, participants=step.participants,
+                             deadline_seconds=step.deadline_seconds)
+        if not self.update_sum.handles(name):
+            self.trainer.on_step(t, local)
+            return
+        sent = self.update_sum.on_step(local)
+        if name == fedavg.UPDATE_STEP:
+            record = self.history[-1]
+            self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
+                              f"{len(step.participants)} parties)")
+
+    def _start_round(self, t: int, payload: wire.Payload) -> None:
+        if t <= self.round:
+            raise ProtocolError(f"round {t} started after round {self.round}: rounds only move forward")
+        if t >= self.params.rounds:
+            raise ProtocolError(f"round {t} started, but the job has {self.params.rounds} rounds")
+        self.sample = frozenset(sample_parties(self.params.seed, t, self.ctx.roster.party_ids, self.params.fraction))
+        self._check_sample(t, [self.ctx.party_id])
+        self.round, self.update, self._round_started = t, None, time.monotonic()
+        scope = self.ctx.round_scope(t)
+        self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE)
+        self.trainer.open_round(scope, t, payload)
+        self.ctx.progress(f"round {t}: model received")
+
+    def _update(self, members: tuple[str, ...]) -> np.ndarray:
+        if self.update is None:  # a restart sends the same update under fresh masks
+            vector, rows, record = self.trainer.train(self.round, self._round_started)
+            self.update = (vector, rows)
+            self.history.append(record)
+        vector, rows = self.update
+        return fedavg.encode_update(vector, rows, self.params.frac_bits, len(members))
+
+    def _check_sample(self, t: int, members: Iterable[str]) -> None:
+        outside = sorted(set(members) - self.sample)
+        if outside:
+            raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the job's public sample of that "
+                                "round: the coordinator may only drop parties from it, never choose others")

@@ -1,0 +1,103 @@
+"""The one masked sum of the party (DESIGN §6.1); its counterpart is server/phases/masked_sum.py.
+
+Attempt a among participants P_a (the coordinator's StepStart names both):
+- step <name>: push x + Σ_{q∈P_a, q≠me} ±PRG(k_q) + PRG(b_a) in the ring of x, with pairwise keys
+  for (purpose, a, P_a) and a fresh self-mask seed b_a (OS CSPRNG);
+- step <name>_reveal: push digest(session, name, a, P_a) ‖ b_a, only for the latest attempt this
+  party masked, only if the coordinator names exactly that attempt's participants (all of them
+  contributed), and only once; after revealing, take part in no later attempt of the sum.
+So an active coordinator can open one attempt of a sum, never two: claiming a dropout after a
+complete attempt gets it a second masked sum it can never open, or the first one, not both. The
+session's step guard (client/policy.py) adds that a restart must strictly shrink the set.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from xclp.client.context import PartyContext
+from xclp.errors import ProtocolError
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.double_masking import SEED_BYTES, pack_reveal, reveal_digest, reveal_step, self_mask
+
+Members = tuple[str, ...]
+# A party's array for an attempt among these participants (before any mask), in its ring.
+Contribution = Callable[[Members], np.ndarray]
+# (the pairwise-masked array, participants) -> (what is pushed, what the party keeps for later)
+Withhold = Callable[[np.ndarray, Members], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass
+class SelfMasks:
+    """The self-mask seeds of one masked sum, and the rules this party keeps before revealing one."""
+
+    step: str  # the step name the reveal digest binds
+    session_id: bytes
+    attempts: dict[int, tuple[bytes, Members]] = field(default_factory=dict)  # attempt -> (seed, members)
+    revealed: bool = False
+
+    def add(self, values: np.ndarray, attempt: int, members: Members | list[str]) -> np.ndarray:
+        """values + PRG(b) in the ring of values.dtype, with a fresh b for (attempt, members)."""
+        if self.revealed:
+            raise ProtocolError(f"step {self.step!r} attempt {attempt} started after this party revealed its self "
+                                "mask for the step: only one attempt of a sum is ever opened")
+        if attempt in self.attempts:
+            raise ProtocolError(f"step {self.step!r} attempt {attempt} started twice")
+        seed = secrets.token_bytes(SEED_BYTES)
+        self.attempts[attempt] = (seed, tuple(sorted(members)))
+        return values + self_mask(seed, values.shape, values.dtype)  # wraps in the ring
+
+    def reveal(self, attempt: int, members: Members | list[str]) -> bytes:
+        """digest ‖ b for the coordinator, if the rules allow it (else ProtocolError)."""
+        if self.revealed:
+            raise ProtocolError(f"the coordinator asked twice for this party's self mask of step {self.step!r}")
+        if attempt not in self.attempts:
+            raise ProtocolError(f"the coordinator asked for the self mask of step {self.step!r} attempt {attempt}, "
+                                "which this party never masked")
+        if attempt != max(self.attempts):
+            raise ProtocolError(f"the coordinator asked for the self mask of step {self.step!r} attempt {attempt}, "
+                                f"abandoned for attempt {max(self.attempts)}")
+        seed, mine = self.attempts[attempt]
+        if tuple(sorted(members)) != mine:
+            raise ProtocolError(f"the coordinator reports step {self.step!r} attempt {attempt} complete for "
+                                f"{sorted(members)}, but the attempt was among {list(mine)}")
+        self.revealed = True
+        return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
+
+
+class MaskedSumParty:
+    """This party's side of the masked sum `name` (the steps `name` and `name`_reveal)."""
+
+    def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
+                 withhold: Withhold | None = None, digest_name: str | None = None) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.reveal_name = reveal_step(name)
+        self.contribution = contribution
+        self.purpose = name if purpose is None else purpose  # the pairwise masks' HKDF purpose
+        self.withhold = withhold
+        self.self_masks = SelfMasks(ctx.prefix + name if digest_name is None else digest_name, ctx.session_id)
+        self.kept: dict[int, np.ndarray] = {}  # attempt -> what `withhold` kept back
+
+    def handles(self, step: str) -> bool:
+        return step in (self.name, self.reveal_name)
+
+    def on_step(self, step: pb.StepStart) -> int:
+        """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
+        members, attempt = tuple(step.participants), step.round
+        if step.step == self.reveal_name:  # the attempt is complete: open it
+            sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
+            self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
+                              "self mask revealed")
+            return sent
+        if step.step != self.name:
+            raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
+        masked = self.ctx.masker.apply(self.contribution(members), purpose=self.purpose, attempt=attempt,
+                                       participants=members)
+        if self.withhold is not None:
+            masked, self.kept[attempt] = self.withhold(masked, members)
+        return self.ctx.push(self.self_masks.add(masked, attempt, members), self.name, attempt)

@@ -1,0 +1,138 @@
+"""Who may join a run (DESIGN §2.1, §4.1): the checks of a party's signed key bundle and of its
+data summary, and the lobby where joined parties wait for the others.
+
+The checks run in this order, so that a party that is not allowed at all hears that first,
+whatever the run's state: allow-listed, its Paillier key of the job's size, expected in the job,
+signed by its allowed identity key, for this job and this run's nonce; then its data summary
+against the job and against the parties that joined before it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+
+from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
+from xclp.server.config import JobConfig
+from xclp.server.mailbox import Party
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.bundles import check_paillier_size
+from xclp.v1.wire import MAX_DIM
+
+log = logging.getLogger("xclp.server")
+STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
+
+
+class Lobby:
+    """The parties that joined a run and wait for the others: admission, the join deadline, and
+    the JoinStatus every waiting party hears (DESIGN §9: no guessing why nothing happens)."""
+
+    def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], clock: Callable[[], float],
+                 check: Callable[[pb.DataSummary], None]) -> None:
+        self.config, self.allow_list, self.check = config, allow_list, check
+        self.run_nonce = secrets.token_bytes(16)  # every key bundle of this run signs it (DESIGN §2.1)
+        self.parties: dict[str, Party] = {}
+        self.deadline = clock() + config.join_seconds
+        self.status_at = clock()
+
+    def admit(self, signed: SignedBundle, summary: pb.DataSummary, *, open_: bool) -> Party:
+        """A place for the bundle's party, or the error that refuses it."""
+        bundle = check_bundle(self.config, self.allow_list, self.run_nonce, signed)
+        if not open_:
+            raise ProtocolError(f"job {self.config.job_id!r} is past admission")
+        if bundle.party_id in self.parties:
+            raise ProtocolError(f"party {bundle.party_id!r} has already joined job {self.config.job_id!r}")
+        check_summary(self.config, summary, ((p, q.summary) for p, q in self.parties.items()))
+        self.check(summary)
+        party = self.parties[bundle.party_id] = Party(bundle, signed, summary)
+        log.info("job %s: %s joined (%d/%d)", self.config.job_id, bundle.party_id, len(self.parties),
+                 len(self.config.expected_parties))
+        return party
+
+    @property
+    def full(self) -> bool:
+        return len(self.parties) == len(self.config.expected_parties)
+
+    def leave(self, party_id: str) -> None:
+        """A party left before the roster went out: forget it; it may join again with fresh keys."""
+        del self.parties[party_id]
+        log.info("job %s: %s left before the roster was sent", self.config.job_id, party_id)
+
+    def send_roster(self) -> bytes:
+        """Send every joined party the roster (all signed bundles); returns the run's session id."""
+        roster = pb.Roster(bundles=[pb.SignedBundle(bundle=self.parties[p].signed.bundle,
+                                                    signature=self.parties[p].signed.signature)
+                                    for p in sorted(self.parties)])
+        for party in self.parties.values():
+            party.mailbox.put(pb.PullItem(roster=roster))
+        return session_id(self.parties[p].signed.bundle for p in sorted(self.parties))
+
+    def status(self, now: float) -> None:
+        """Tell every joined party who is in and how long the run still waits for the rest."""
+        self.status_at = now
+        waiting = [p for p in self.config.expected_parties if p not in self.parties]
+        status = pb.JoinStatus(joined=len(self.parties), expected=len(self.config.expected_parties),
+                               min_parties=self.config.min_parties, waiting_for=waiting,
+                               join_deadline_seconds=max(0.0, self.deadline - now))
+        for party in self.parties.values():
+            party.mailbox.put(pb.PullItem(status=status))
+
+
+def check_bundle(config: JobConfig, allow_list: Mapping[str, bytes], run_nonce: bytes,
+                 signed: SignedBundle) -> KeyBundle:
+    """The verified bundle of an allow-listed, expected party, for this job and this run."""
+    try:
+        claimed = KeyBundle.from_bytes(signed.bundle)
+    except InvalidInput as exc:
+        raise InvalidInput(f"malformed key bundle: {exc}") from None
+    allowed = allow_list.get(claimed.party_id)
+    if allowed is None:
+        raise NotAuthorized(f"party {claimed.party_id!r} is not on the coordinator's allow-list")
+    keys = config.params.paillier
+    if keys is not None:  # checked before the signature, so a wrong --paillier-bits is heard at once
+        try:
+            check_paillier_size(claimed, keys.bits, allow_insecure=keys.insecure_test_keys)
+        except InvalidInput as exc:
+            raise InvalidInput(f"job {config.job_id!r} {keys.why}: {exc}") from None
+    if claimed.party_id not in config.expected_parties:
+        raise NotAuthorized(f"party {claimed.party_id!r} is not expected in job {config.job_id!r}")
+    bundle = verify_bundle(signed, expected_identity=allowed)
+    if bundle.job_id != config.job_id:
+        raise InvalidInput(f"the key bundle is for job {bundle.job_id!r}, not {config.job_id!r}")
+    if not hmac.compare_digest(bundle.nonce, run_nonce):
+        raise ReplayRefused(f"the key bundle of {bundle.party_id!r} signs another run's nonce (replayed or "
+                            f"stale): ask for this run's challenge and sign a fresh bundle")
+    return bundle
+
+
+def check_summary(config: JobConfig, summary: pb.DataSummary, joined: Iterable[tuple[str, pb.DataSummary]]) -> None:
+    """A data summary the job can take next to those of the parties that joined before."""
+    joined = list(joined)
+    if summary.rows < 1 or summary.dim < 1:
+        raise InvalidInput("the data summary must report at least one row and one column")
+    if summary.rows > config.max_rows_per_party:
+        raise InvalidInput(f"the data summary reports {summary.rows} rows; job {config.job_id!r} takes at "
+                           f"most {config.max_rows_per_party} per party (max_rows_per_party)")
+    cap = config.max_total_rows
+    rows = sum(int(other.rows) for _, other in joined)
+    if cap and rows + summary.rows > cap:
+        raise ResourceExhausted(f"job {config.job_id!r} takes at most {cap} rows in all (max_total_rows); "
+                                f"{rows} have joined and this party brings {summary.rows}: subsample, or ask "
+                                "the operator to raise the cap if the coordinator has the memory")
+    if summary.dim > MAX_DIM:
+        raise InvalidInput(f"the data summary reports {summary.dim} columns; at most {MAX_DIM}")
+    try:
+        config.params.check_dim(int(summary.dim))
+    except InvalidInput as exc:
+        raise InvalidInput(f"job {config.job_id!r} cannot use data of {summary.dim} columns: {exc}") from None
+    if summary.labeled_rows > summary.rows:
+        raise InvalidInput("the data summary reports more labeled rows than rows")
+    for pid, other in joined:
+        if other.dim != summary.dim:
+            raise InvalidInput(f"data has {summary.dim} columns but {pid!r} has {other.dim}; all parties must agree")
+        if other.schema and summary.schema and other.schema != summary.schema:
+            raise InvalidInput(f"the data's feature columns have other names, or another order, than those of "
+                               f"{pid!r}; every party needs the same feature columns in the same order")

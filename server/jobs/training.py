@@ -1,0 +1,145 @@
+"""Training rounds on the coordinator (DESIGN §7): the engine fedavg and dbcl share.
+
+After the seed (and the moments phase if the job prepares), rounds t = 0 .. rounds − 1, each in
+its own scope (step names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
+
+    P_t = the job's public sample of round t (xclp.fedavg.sample_parties), less dropped parties
+    the trainer releases the round's model to P_t, and runs what the round needs before the
+        update (fedavg with pseudo_label = "xclp": one XCLP run among P_t); it names who goes on
+    update (masked sum) --> the trainer moves the model by the opened sum
+After the last round: "final_model" to every party, and the model to the job's `model` file.
+
+What a trainer is (`Trainer`) is what Flower calls a strategy: fedavg's (server/jobs/fedavg.py)
+releases θ and adds the mean update; dbcl's (server/jobs/dbcl.py) releases a fresh sketch of W and
+steps W by the mean sketched gradient. The rounds, their sample, their masked sum and their
+dropouts are this one engine: a party whose Pull stream ends is dropped from the job; one that
+misses a deadline leaves the round only and may be sampled again; a round whose sum cannot be
+opened (a party lost while revealing), whose parties fall below min_parties, or whose pseudo-labels
+fail, is skipped and the model stays. The coordinator sees the model, the pooled update of each
+round and who took part; never one party's update.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from xclp.errors import InvalidInput
+from xclp.fedavg import sample_parties
+from xclp.nn import Network
+from xclp.runtime import write_atomic
+from xclp.server.config import JobConfig
+from xclp.server.jobs.base import CoordinatorJob
+from xclp.server.mailbox import Party
+from xclp.server.phases.base import PhaseFailed, Program, Scope
+from xclp.server.phases.masked_sum import MaskedSum, SumResult
+from xclp.v1 import fedavg
+from xclp.v1.dbcl import DbclJobParams
+from xclp.v1.fedavg import FedavgJobParams
+from xclp.v1.registry import params_json
+
+if TYPE_CHECKING:
+    from xclp.server.run import Run
+
+log = logging.getLogger("xclp.server")
+
+
+class Trainer(Protocol):
+    """What a training job does in its rounds."""
+
+    net: Network | None  # the model as it stands
+
+    def check_start(self, parties: Mapping[str, Party]) -> None:
+        """Refuse (InvalidInput) the joined parties' data before any work."""
+
+    def begin(self, dim: int) -> Network:
+        """The initial model for data of `dim` features."""
+
+    def round(self, scope: Scope, t: int) -> Program[tuple[str, ...]]:
+        """Release round t's model to the scope's members, run what the round needs before the
+        update, and return the parties that go on to the update."""
+
+    def update_size(self) -> int:
+        """Values in one party's update before its row count."""
+
+    def apply(self, total: np.ndarray) -> int:
+        """Move the model by the opened update sum; returns the rows it came from (InvalidInput:
+        the sum decodes to nonsense)."""
+
+    def final_payload(self) -> np.ndarray:
+        """What every party gets after the last round."""
+
+
+class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
+    def __init__(self, config: JobConfig, trainer: Trainer) -> None:
+        super().__init__(config)
+        self.trainer = trainer
+        self.round = -1
+        self.scope: Scope | None = None  # this round's scope
+        self.skipped: list[int] = []
+        self.history: list[dict[str, Any]] = []  # per round: parties, rows, seconds (no parameters)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """This round's parties still in it."""
+        return tuple(self.scope.members) if self.scope is not None else ()
+
+    def check_start(self, parties: Mapping[str, Party]) -> None:
+        super().check_start(parties)
+        self.trainer.check_start(parties)
+
+    def program(self, run: Run) -> Program[str]:
+        net = self.trainer.begin(run.dim)
+        log.info("job %s: training a %s network (%d parameters) for %d rounds", self.config.job_id,
+                 "-".join(map(str, net.arch.sizes)), net.arch.n_params, self.params.rounds)
+        roster = sorted(run.parties)
+        for t in range(self.params.rounds):
+            self.round = t
+            sample = sample_parties(self.params.seed, t, roster, self.params.fraction)
+            scope = self.scope = run.open_scope(fedavg.scoped(t, ""), fedavg.round_session(run.session_id, t), sample,
+                                                leave_on_deadline=True)
+            run.changed.notify_all()
+            started = run.clock()
+            try:
+                if len(scope.members) < scope.min_members:
+                    raise PhaseFailed(f"only {len(scope.members)} of its sampled parties are left")
+                members = yield from self.trainer.round(scope, t)
+                total: SumResult = yield MaskedSum(scope, fedavg.UPDATE_STEP, what="update", participants=members,
+                                                   wire=fedavg.wire(self.trainer.update_size()))
+                try:
+                    rows = self.trainer.apply(total.value)
+                except InvalidInput as exc:
+                    raise PhaseFailed(f"its update sum is unusable: {exc}") from None
+            except PhaseFailed as exc:
+                log.warning("job %s: round %d skipped, the model stays: %s", self.config.job_id, t, exc.reason)
+                self.skipped.append(t)
+            else:
+                self.history.append({"round": t, "parties": list(total.participants), "rows": rows,
+                                     "seconds": round(run.clock() - started, 3)})
+                log.info("job %s: round %d: model updated from %d parties (%d rows) in %.3fs", self.config.job_id, t,
+                         len(total.participants), rows, run.clock() - started)
+            finally:
+                run.close_scope(scope)
+        self.scope = None
+        assert self.trainer.net is not None
+        if self.config.model_path is not None:
+            path = save_network(self.config.model_path, self.config.job_type, self.params, self.trainer.net)
+            log.info("job %s: wrote the trained network to %s", self.config.job_id, path)
+        run.scope.broadcast(fedavg.FINAL_MSG, 0, self.trainer.final_payload())
+        done = self.params.rounds - len(self.skipped)
+        return (f"{done} of {self.params.rounds} rounds trained" +
+                (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
+
+
+def save_network(path: Path, job_type: str, params: FedavgJobParams | DbclJobParams, net: Network) -> Path:
+    """The coordinator's copy of a trained network (`model = "…"` in the job file), written atomically:
+    job_type, params_json, the layer sizes and θ."""
+    buf = io.BytesIO()
+    np.savez(buf, job_type=np.array(job_type), params_json=np.array(params_json(params)),
+             sizes=np.array(net.arch.sizes, dtype=np.int64), theta=net.flat)
+    return write_atomic(path, buf.getvalue())

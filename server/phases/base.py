@@ -1,0 +1,161 @@
+"""What a phase is on the coordinator, and what it runs in (docs/architecture.md "Phases").
+
+A job is a program of phases (`Program`): a generator that yields one `Phase` at a time and
+receives what the phase produced, e.g.
+
+    total = yield MaskedSum(scope, "sum", wire=...)
+    scope.broadcast(RESULT_MSG, total.attempt, total.value, to=total.participants)
+
+A phase starts one or more steps among the parties of its `Scope`, validates what they push
+(`accept`), decides what happens when every participant of a step has pushed (`on_step_complete`)
+or some of them left (`on_dropped`), and ends with `done(result)` or `fail(reason)`. A failure is
+raised in the program at the `yield` (PhaseFailed), so a training round can catch it and skip the
+round while the same failure ends a job that does not catch it. The run (server/run.py) owns
+everything else: the lock, the parties and their mailboxes, deadlines, drops and the ledger.
+
+A scope is where a phase runs: the prefix of its step names on the wire ("" for the job, "r3."
+for training round 3), the session id its masks and reveal digests are bound to, the parties still
+in it, and what a missed deadline costs (leaving the job, or only the round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xclp.errors import InvalidInput, ResourceExhausted, XclpError
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX
+from xclp.v1.wire import DEFAULT_MAX_PAYLOAD_BYTES, Payload
+
+if TYPE_CHECKING:
+    from xclp.server.run import Run
+
+
+class PhaseFailed(XclpError):
+    """A phase cannot produce its result; `outcome` is what the parties hear if the job ends of it
+    (JobEnd.FAILED, or REFUSED when the job cannot run with the parties' data)."""
+
+    def __init__(self, reason: str, outcome: pb.JobEnd.Outcome = pb.JobEnd.FAILED) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.outcome = outcome
+
+
+@dataclass
+class Step:
+    """One attempt at one step: who takes part, who still owes a contribution, until when.
+
+    `name` is the phase's name for it ("update"), `wire` the name parties see ("r3.update");
+    an attempt is a retry of the step after a dropout (the wire calls it "round")."""
+
+    name: str
+    wire: str
+    attempt: int
+    participants: tuple[str, ...]
+    started: float
+    deadline: float
+    pending: set[str]
+    received: dict[str, Payload] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_relayed: int = 0
+    relays: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient) relayed this attempt
+    ended: bool = False  # complete, or abandoned for another step
+
+    def check_relay(self, sender: str, recipient: str) -> None:
+        """One relay per sender and recipient per attempt, to another participant."""
+        if recipient not in self.participants or recipient == sender:
+            raise InvalidInput(f"recipient {recipient!r} is not another participant of step {self.wire!r}")
+        if (sender, recipient) in self.relays:
+            raise ResourceExhausted(f"{sender!r} already sent its {self.wire!r} message to {recipient!r} "
+                                    f"in round {self.attempt}")
+
+
+class Scope:
+    """Where phases run: a step-name prefix, a session id, its members, what a late party loses."""
+
+    def __init__(self, run: Run, prefix: str, session_id: bytes, members: Iterable[str], *, min_members: int,
+                 leave_on_deadline: bool = False) -> None:
+        self.run = run
+        self.prefix = prefix
+        self.session_id = session_id
+        self.members: list[str] = sorted(members)
+        self.min_members = min_members
+        # False: a party that misses a deadline is dropped from the job; True: it only leaves this scope
+        self.leave_on_deadline = leave_on_deadline
+
+    def wire(self, name: str) -> str:
+        return self.prefix + name
+
+    def start_step(self, name: str, participants: Sequence[str] | None = None, attempt: int = 0) -> Step:
+        return self.run.start_step(self, name, self.members if participants is None else participants, attempt)
+
+    def send(self, party_id: str, name: str, attempt: int, payload: Payload) -> int:
+        """Queue a coordinator message (sender "") for a party; returns the bytes queued."""
+        return self.run.send(party_id, self.wire(name), attempt, payload, ledger_name=name)
+
+    def broadcast(self, name: str, attempt: int, payload: Payload, to: Iterable[str] | None = None) -> int:
+        """The same message to every member (or to those of `to` still members); returns the bytes queued."""
+        targets = self.members if to is None else [p for p in to if p in self.members]
+        return sum(self.send(p, name, attempt, payload) for p in targets)
+
+
+class Phase:
+    """Base of the coordinator's phases; see the module docstring for the protocol."""
+
+    relays = False  # whether parties may address this phase's steps to each other (relayed unread)
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+
+    @property
+    def run(self) -> Run:
+        return self.scope.run
+
+    # --- the protocol -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the phase's first step (or finish at once with `done`)."""
+        raise NotImplementedError
+
+    def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
+        """The most bytes one message of `step` from `sender` can need (checked before buffering)."""
+        if step.name.endswith(REVEAL_SUFFIX):
+            return REVEAL_BYTES
+        return DEFAULT_MAX_PAYLOAD_BYTES
+
+    def check_relay(self, step: Step, sender: str, recipient: str, payload: Payload) -> None:
+        """Refuse (InvalidInput) a peer-to-peer message this phase does not carry."""
+        if not self.relays:
+            raise InvalidInput(f"step {step.wire!r} carries no peer-to-peer messages")
+
+    def accept(self, step: Step, sender: str, payload: Payload) -> None:
+        """Validate a contribution to `step` (raise InvalidInput); the run then records it."""
+        raise InvalidInput(f"step {step.wire!r} takes no contributions")
+
+    def on_step_complete(self, step: Step) -> None:
+        raise NotImplementedError
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        """Participants of `step` left the scope (dropped from the job, or late in a round); the
+        scope still has at least its minimum of members."""
+        raise NotImplementedError
+
+    def blame(self, step: Step) -> set[str]:
+        """Who leaves when `step` misses its deadline: those who still owe a contribution."""
+        return set(step.pending)
+
+    # --- ending -------------------------------------------------------------------------------
+
+    def done(self, result: Any = None) -> None:
+        self.run.resume(self, result)
+
+    def fail(self, reason: str, outcome: pb.JobEnd.Outcome = pb.JobEnd.FAILED) -> None:
+        self.run.resume(self, error=PhaseFailed(reason, outcome))
+
+
+T = TypeVar("T")
+# Phases in order: yields each phase, receives its result, returns its own result (a job's
+# program returns the text the parties hear when the run is done).
+Program = Generator[Phase, Any, T]

@@ -1,0 +1,237 @@
+"""What every job's parameters are made of, as they travel in `JobSpec.params_json`.
+
+`JobParams` is the base of every job type's schema (xclp.v1.registry lists them): the data
+preparation every job may ask for (DESIGN §8) and the questions both ends ask of any job without
+knowing its type — does it publish Paillier keys, does it need labeled rows, what DP does it
+promise. A schema answers them by overriding a property; nothing outside the registry asks
+"which job type is this".
+
+The helpers below (`param`, `int_param`, ...) build and parse schema fields; each field carries
+the text of the README's parameter reference, so the two cannot drift. The coordinator validates
+a job's parameters when it loads the job file; every party validates them again when it receives
+the spec. Each schema builds the method's own parameter object, so a value the method would
+refuse is refused when the job file is loaded, not after the parties joined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field
+from typing import Any, TypeVar
+
+from xclp.errors import ConfigError, InvalidInput
+
+IMPUTE = ("none", "mean")
+DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical"})
+MAX_CLASSES = 4096
+# Parameters that were renamed: a job file naming the old one hears the new name.
+RENAMED = {"n_bits": "lsh_bits"}
+
+_REQUIRED: Any = MISSING
+T = TypeVar("T")
+
+
+def param(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED, kw_only: bool = False) -> Any:
+    """A schema field with the text of the parameter reference (README "Job parameters")."""
+    return field(default=default, kw_only=kw_only, metadata={"meaning": meaning, "range": range_, "see": see})
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """The Paillier keys a job needs from every party (DESIGN §4.1): their size, whether sizes
+    below 2048 bits are allowed (tests only), and why the job needs them (for error messages)."""
+
+    bits: int
+    insecure_test_keys: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class JobParams:
+    """The parameters every job has: how each party prepares its table before the job's first
+    step (DESIGN §8), and what both ends need to know of any job type.
+
+    classes: label cells hold these names, numbered by their order here on every party.
+    standardise / impute: one masked sum of (n, Σx, Σx²) per feature (the "moments" phase, DESIGN
+    §6.1); every party scales with the pooled mean and standard deviation and/or fills missing
+    cells with the pooled mean; features constant everywhere are dropped by every party alike.
+    """
+
+    classes: tuple[str, ...] | None = param("class names, in the order that numbers them; label cells then hold "
+                                            "these names (unset: label cells are class numbers)",
+                                            "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+    standardise: bool = param("scale every feature by the pooled mean and standard deviation of all parties "
+                              "(the coordinator learns those, nothing per party)", "true, false", "DESIGN §8",
+                              default=False, kw_only=True)
+    impute: str = param('"mean": fill empty or NaN feature cells with the pooled mean; "none": refuse them',
+                        '"none", "mean"', "DESIGN §8", default="none", kw_only=True)
+    categorical: dict[str, tuple[str, ...]] | None = param(
+        "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
+        "column per category, in the declared order, on every party (CSV and Parquet)",
+        "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+
+    # --- what both ends ask of any job ----------------------------------------------------------
+
+    @classmethod
+    def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
+        """The schema from a job file's [params] table (or the spec's JSON); ConfigError if wrong."""
+        raise NotImplementedError
+
+    @property
+    def prepares(self) -> bool:
+        """Whether the job runs the "moments" phase before its first step (DESIGN §8)."""
+        return self.standardise or self.impute == "mean"
+
+    @property
+    def label_classes(self) -> int:
+        """How many classes a party's labels may name (0: labels are not used)."""
+        return 0
+
+    @property
+    def needs_labels(self) -> bool:
+        """Whether the job is refused when no party brings a labeled row."""
+        return False
+
+    @property
+    def paillier(self) -> KeySpec | None:
+        """The Paillier keys every party publishes in its bundle, or None (DESIGN §4.1)."""
+        return None
+
+    @property
+    def dp_epsilon(self) -> float | None:
+        """The ε of what the job releases, None without DP (a party's --require-dp compares it)."""
+        return None
+
+    @property
+    def hides_labeled_rows(self) -> bool:
+        """Whether the coordinator must not learn which (or how many) rows are labeled."""
+        return False
+
+    @property
+    def required_files(self) -> dict[str, str]:
+        """Job-file keys naming files the coordinator must write with these parameters, and why."""
+        return {}
+
+    def check_dim(self, dim: int) -> None:
+        """Refuse (InvalidInput) data of `dim` feature columns, before any work on it."""
+
+    def check_roster(self, expected: int, min_parties: int) -> None:
+        """Refuse (ConfigError) parameters that cannot run among `expected` parties, `min_parties` of them."""
+
+    # --- checks every schema shares -------------------------------------------------------------
+
+    def _check_data(self, n_classes: int) -> None:
+        if self.classes is not None:
+            if not self.classes or any(not isinstance(c, str) or not c.strip() for c in self.classes):
+                raise ConfigError("classes must be a list of non-empty names")
+            if len(set(self.classes)) != len(self.classes):
+                raise ConfigError(f"classes names a class twice: {list(self.classes)}")
+            if len(self.classes) > MAX_CLASSES:
+                raise ConfigError(f"at most {MAX_CLASSES} classes")
+            if n_classes != len(self.classes):
+                raise ConfigError(f"n_classes = {n_classes} but classes names {len(self.classes)}; "
+                                  "leave n_classes out, it follows from classes")
+        for column, categories in (self.categorical or {}).items():
+            if (not column or not categories or any(not c for c in categories)
+                    or len(set(categories)) != len(categories)):
+                raise ConfigError(f"categorical column {column!r} needs a list of distinct, non-empty categories")
+        if self.impute not in IMPUTE:
+            raise ConfigError(f"impute must be one of {', '.join(repr(v) for v in IMPUTE)}, got {self.impute!r}")
+
+
+# --- parsing a [params] table ---------------------------------------------------------------------
+
+
+def check_names(raw: Mapping[str, Any], allowed: frozenset[str], job_type: str) -> None:
+    """Refuse parameter names the schema does not know, naming the renamed ones' new names."""
+    allowed = allowed | DATA_KEYS
+    for old, new in RENAMED.items():
+        if old in raw and new in allowed:
+            raise ConfigError(f"{job_type} job parameter {old!r} is now called {new!r} (the number of LSH bits L)")
+    extra = sorted(set(raw) - allowed)
+    if extra:
+        raise ConfigError(f"unknown {job_type} job parameter(s): {', '.join(extra)}; "
+                          f"allowed: {', '.join(sorted(allowed))}")
+
+
+def int_param(raw: Mapping[str, Any], key: str, default: int | None = None, *, low: int = 1) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        raise ConfigError(f"job parameter {key!r} is required")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"job parameter {key!r} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def optional_float(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"job parameter {key!r} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def float_param(raw: Mapping[str, Any], key: str, default: float) -> float:
+    value = optional_float(raw, key)
+    return default if value is None else value
+
+
+def bool_param(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"job parameter {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def str_param(raw: Mapping[str, Any], key: str, default: str) -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise ConfigError(f"job parameter {key!r} must be a string, got {value!r}")
+    return value
+
+
+def int_list(raw: Mapping[str, Any], key: str, default: list[int], what: str) -> list[int]:
+    value = raw.get(key, default)
+    if not isinstance(value, (list, tuple)) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        raise ConfigError(f"job parameter {key!r} must be a list of {what}, got {value!r}")
+    return list(value)
+
+
+def n_classes_param(raw: Mapping[str, Any], default: int | None = None, *, low: int = 2) -> int:
+    """n_classes, which `classes` (a list of names) sets when it is given."""
+    classes = raw.get("classes")
+    if isinstance(classes, (list, tuple)):
+        default = len(classes)
+    return int_param(raw, "n_classes", default, low=low)
+
+
+def data_params(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `JobParams`' own fields from a [params] table."""
+    classes = raw.get("classes")
+    if classes is not None:
+        if not isinstance(classes, (list, tuple)) or not all(isinstance(c, str) for c in classes):
+            raise ConfigError(f"job parameter 'classes' must be a list of names, got {classes!r}")
+        classes = tuple(c.strip() for c in classes)
+    impute = raw.get("impute", "none")
+    if not isinstance(impute, str):
+        raise ConfigError(f"job parameter 'impute' must be \"none\" or \"mean\", got {impute!r}")
+    categorical = raw.get("categorical")
+    if categorical is not None:
+        if not isinstance(categorical, Mapping) or not all(
+                isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v) for v in categorical.values()):
+            raise ConfigError("job parameter 'categorical' must be a table of column = [category names]")
+        categorical = {str(k): tuple(c.strip() for c in v) for k, v in categorical.items()}
+    return {"classes": classes, "standardise": bool_param(raw, "standardise"), "impute": impute,
+            "categorical": categorical}
+
+
+def method(build: Callable[[], T]) -> T:
+    """Build a method's parameter object; its InvalidInput becomes a ConfigError (a job file is wrong)."""
+    try:
+        return build()
+    except ConfigError:
+        raise
+    except InvalidInput as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,201 @@
+"""The job types: the one list of them (STYLE 9; docs/architecture.md "Adding a job type").
+
+Each `JobType` names what both ends and the tools need to know of a type: its parameter schema
+(a `JobParams` subclass, which also answers whether the job publishes Paillier keys, needs labels,
+promises DP), its title for the reference, what a party writes when it is done, and the classes
+that run it — the coordinator's (a `CoordinatorJob`: admission checks and the list of phases) and
+the party's (a `PartyJob`). The classes are named as "module:attribute" and imported only when a
+run needs them, so `xclp.v1` imports neither the server nor the client (DESIGN §1).
+
+The CLI's choices, the coordinator's config validation, the agent's policy, the party's outputs,
+`predict` and `query`, and the README's parameter tables all read this registry; nothing else
+lists job types.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import MISSING, Field, asdict, dataclass, fields
+from typing import Any
+
+from xclp.errors import ConfigError
+from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
+from xclp.v1.dbcl import DbclJobParams
+from xclp.v1.fedavg import FedavgJobParams
+from xclp.v1.params import DATA_KEYS, JobParams
+from xclp.v1.xclp import XclpJobParams
+
+
+class Output(enum.Enum):
+    """What a party writes once its run is done."""
+
+    PREDICTIONS = "predictions"  # labels, confidences and scores of its rows (predictions.csv)
+    MODEL = "model"  # the trained model (model.npz), which `predict` or `query` reads
+
+
+class ModelKind(enum.Enum):
+    """How `xclp-client predict` / `query` use a model file of the type."""
+
+    FLYNN = "flynn"  # predict: FlyNN classifier
+    RACE = "race"  # query: kernel density or class estimates
+    NETWORK = "network"  # predict: the small network of xclp.nn
+
+
+@dataclass(frozen=True)
+class JobType:
+    name: str
+    params: type[JobParams]
+    title: str
+    # what makes the coordinator's CoordinatorJob from a JobConfig, and the party's PartyJob from a
+    # PartyContext: "module:attribute", imported when a run needs it (or, in tests, the callable itself)
+    coordinator: str | Callable[..., Any]
+    party: str | Callable[..., Any]
+    output: Output
+    model: ModelKind | None = None  # how `predict` or `query` read a MODEL output (None: they do not)
+    files: frozenset[str] = frozenset()  # job-file keys naming files the coordinator writes ("summary", "model", ...)
+    max_total_rows: int = 0  # default cap on the rows of all parties together (0: none)
+
+    def __post_init__(self) -> None:
+        for where in (self.coordinator, self.party):
+            if isinstance(where, str) and where.count(":") != 1:
+                raise ValueError(f"{where!r} must be 'module:attribute'")
+        if self.model is not None and self.output is not Output.MODEL:
+            raise ValueError(f"job type {self.name!r}: only a model output has a model kind")
+
+    def parse(self, raw: Mapping[str, Any]) -> JobParams:
+        return self.params.parse(raw)
+
+    def coordinator_class(self) -> Any:
+        return _load(self.coordinator)
+
+    def party_class(self) -> Any:
+        return _load(self.party)
+
+
+def _load(where: str | Callable[..., Any]) -> Any:
+    if not isinstance(where, str):
+        return where
+    module, _, attribute = where.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+_TYPES: dict[str, JobType] = {}
+
+
+def register(entry: JobType) -> JobType:
+    if entry.name in _TYPES:
+        raise ValueError(f"job type {entry.name!r} is registered already")
+    _TYPES[entry.name] = entry
+    return entry
+
+
+@contextmanager
+def registered(entry: JobType, *, replacing: bool = False) -> Iterator[JobType]:
+    """`entry` registered for the duration: a test's own job type, or with `replacing` one that
+    stands in for a registered type (a test's hostile coordinator)."""
+    previous = _TYPES.get(entry.name)
+    if previous is not None and not replacing:
+        raise ValueError(f"job type {entry.name!r} is registered already")
+    _TYPES[entry.name] = entry
+    try:
+        yield entry
+    finally:
+        if previous is None:
+            del _TYPES[entry.name]
+        else:
+            _TYPES[entry.name] = previous
+
+
+def get(name: str) -> JobType:
+    try:
+        return _TYPES[name]
+    except KeyError:
+        raise ConfigError(f"unknown job type {name!r}; known: {', '.join(names())}") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_TYPES)
+
+
+def of(params: JobParams) -> JobType:
+    """The job type whose schema `params` are."""
+    for entry in _TYPES.values():
+        if type(params) is entry.params:
+            return entry
+    raise ConfigError(f"{type(params).__name__} is not the schema of a registered job type")
+
+
+def parse_params(job_type: str, raw: Mapping[str, Any]) -> JobParams:
+    return get(job_type).parse(raw)
+
+
+def params_json(params: JobParams) -> str:
+    return json.dumps({k: v for k, v in asdict(params).items() if v is not None}, sort_keys=True)
+
+
+def params_from_json(job_type: str, text: str) -> JobParams:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"job parameters are not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("job parameters must be a JSON object")
+    return parse_params(job_type, raw)
+
+
+def parameter_reference() -> str:
+    """The README's job parameter tables, made from the schemas (so the two cannot drift)."""
+    out = ["**Every job type**: how each party prepares its table first (DESIGN §8, README \"Your data\").\n"]
+    out += _table(fields(JobParams))
+    for entry in _TYPES.values():
+        out.append(f"**`type = \"{entry.name}\"`**: {entry.title}.\n")
+        out += _table([f for f in fields(entry.params) if f.name not in DATA_KEYS])
+    return "\n".join(out)
+
+
+def _table(schema_fields: list[Field[Any]] | tuple[Field[Any], ...]) -> list[str]:
+    out = ["| parameter | default | range | meaning |", "|---|---|---|---|"]
+    for f in schema_fields:
+        if f.default is MISSING:
+            default = "required"
+        elif f.default is None:
+            default = "unset"
+        else:
+            default = f"`{json.dumps(f.default)}`"
+        see = f" ({f.metadata['see']})" if f.metadata["see"] else ""
+        out.append(f"| `{f.name}` | {default} | {f.metadata['range']} | {f.metadata['meaning']}{see} |")
+    out.append("")
+    return out
+
+
+register(JobType(
+    "xclp", XclpJobParams,
+    "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
+    coordinator="xclp.server.jobs.xclp:XclpJob", party="xclp.client.jobs.xclp:XclpParty",
+    output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=50_000))
+register(JobType(
+    "flynn", FlynnJobParams,
+    "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
+    coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:flynn_party",
+    output=Output.MODEL, model=ModelKind.FLYNN))
+register(JobType(
+    "race", RaceJobParams,
+    "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
+    coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:race_party",
+    output=Output.MODEL, model=ModelKind.RACE))
+register(JobType(
+    "fedavg", FedavgJobParams,
+    "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
+    "(paper 003 Alg. 2, DESIGN §7)",
+    coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:fedavg_party",
+    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"})))
+register(JobType(
+    "dbcl", DbclJobParams,
+    "a small network trained by double-blind collaborative learning: parties see only sketched "
+    "parameters, the coordinator only the sum of sketched gradients (paper 004, DESIGN §7)",
+    coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:dbcl_party",
+    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"})))

@@ -1,0 +1,160 @@
+"""The XCLP job on the wire (DESIGN §5, paper 003 Alg. 1): its parameters and its step and
+message names, in the order they happen. Dtypes and shapes of every payload are listed in
+server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
+
+    coordinator -> all   "layout", "pairs"
+    intra_hamming        j -> coordinator         (§5.2)
+    secure_hamming       A <-> B relayed, then j -> coordinator   (§5.3)
+    labeled_sets         j -> coordinator         (§5.5, skipped with hide_label_mask)
+    coordinator -> j     "graph", "influence"
+    rowsums, rowsums_reveal   the masked sum of row sums (§5.6, §6.1)
+    coordinator -> j     "rowsums_result"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from xclp.crypto.paillier import MIN_SECURE_BITS
+from xclp.errors import ConfigError
+from xclp.graph import GraphParams, InfluenceMethod
+from xclp.v1.params import (
+    JobParams,
+    KeySpec,
+    bool_param,
+    check_names,
+    data_params,
+    float_param,
+    int_param,
+    method,
+    n_classes_param,
+    param,
+    str_param,
+)
+
+LAYOUT_MSG = "layout"
+PAIRS_MSG = "pairs"
+INTRA_STEP = "intra_hamming"
+HAMMING_STEP = "secure_hamming"
+LABELS_STEP = "labeled_sets"
+GRAPH_MSG = "graph"
+INFLUENCE_MSG = "influence"
+ROWSUMS_STEP = "rowsums"
+ROWSUMS_PURPOSE = ROWSUMS_STEP  # the pairwise-mask purpose (HKDF info) of SecureRowSums
+ROWSUMS_RESULT_MSG = "rowsums_result"
+
+LABEL_NORMS = ("none", "party")
+SOLVERS = ("auto", "dense", "cg")
+
+
+@dataclass(frozen=True)
+class XclpJobParams(JobParams):
+    """XCLP (DESIGN §5, paper 003 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
+    key size, SecureRowSums fixed point and what the coordinator may learn.
+
+    key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
+    SecureHamming masks are uniform mod N (perfect hiding, crypto/secure_hamming.py), so there is
+    no statistical-security parameter σ; a job file naming "sigma" is refused as an unknown key.
+    label_norm: "none" = one-hot Y_L (the paper), "party" = each party divides each class column by
+    its own count of that class (the authors' code, per party; DESIGN §5.6). hide_label_mask: the
+    coordinator sends every party the influence columns of all its rows, so it never learns which
+    rows are labeled (DESIGN §5.5). solver: "auto" = dense Cholesky for small n, conjugate
+    gradients for large n (xclp.graph); frac_bits: SecureRowSums fixed-point scale 2^frac_bits.
+    """
+
+    n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
+                           ">= 2")
+    lsh_bits: int = param("L, LSH bits per row (the paper uses 4096); more bits, closer to exact cosine",
+                          "multiple of 64", "paper 003 §3", default=1024)
+    k: int = param("neighbours kept per row of the graph", "1 .. all rows − 1", default=10)
+    alpha: float = param("propagation weight α", "(0, 1)", default=0.99)
+    power: float = param("similarity exponent p in cos(π H / L)^p (the authors' code: 3; the paper's text: 1)",
+                         "> 0", default=3.0)
+    key_bits: int = param("Paillier modulus size; every party runs `xclp-client run --paillier-bits` with it",
+                          ">= 2048 (smaller with insecure_test_keys)", "DESIGN §5.3", default=MIN_SECURE_BITS)
+    hide_label_mask: bool = param("the coordinator does not learn which rows are labeled; each party then gets "
+                                  "the influence columns of all its rows", "true, false", "DESIGN §5.5", default=False)
+    label_norm: str = param('"none": one-hot labels (the paper); "party": each party divides each class column '
+                            'by its own count of that class', '"none", "party"', "DESIGN §5.6", default="none")
+    solver: str = param('influence solve: "dense" Cholesky, "cg" conjugate gradients, "auto" picks by size',
+                        '"auto", "dense", "cg"', default="auto")
+    frac_bits: int = param("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
+    insecure_test_keys: bool = param("allow key_bits below 2048 (tests and quick trials only)", "true, false",
+                                     default=False)
+
+    def __post_init__(self) -> None:
+        if self.n_classes < 2:
+            raise ConfigError("n_classes must be >= 2")
+        self._check_data(self.n_classes)
+        if self.lsh_bits % 64:
+            raise ConfigError(f"lsh_bits (L) must be a positive multiple of 64, got {self.lsh_bits}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ConfigError(f"alpha must be in (0, 1), got {self.alpha}")
+        if self.power <= 0:
+            raise ConfigError(f"power must be > 0, got {self.power}")
+        check_key_bits(self.key_bits, self.insecure_test_keys)
+        if self.label_norm not in LABEL_NORMS:
+            raise ConfigError(
+                f"label_norm must be one of {', '.join(LABEL_NORMS)}, got {self.label_norm!r} "
+                "(\"pooled\" needs a secure sum of class counts first and is not offered)"
+            )
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+        if not 8 <= self.frac_bits <= 48:
+            raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
+        method(lambda: self.graph_params)
+
+    @property
+    def graph_params(self) -> GraphParams:
+        return GraphParams(self.k, self.alpha, self.power)
+
+    @property
+    def influence_method(self) -> InfluenceMethod:
+        return cast(InfluenceMethod, self.solver)  # one of SOLVERS, checked in __post_init__
+
+    @property
+    def normalise_labels(self) -> bool:
+        return self.label_norm == "party"
+
+    @property
+    def label_classes(self) -> int:
+        return self.n_classes
+
+    @property
+    def needs_labels(self) -> bool:
+        # under a hidden label mask the coordinator does not know who has labels (DESIGN §5.5)
+        return not self.hide_label_mask
+
+    @property
+    def hides_labeled_rows(self) -> bool:
+        return self.hide_label_mask
+
+    @property
+    def paillier(self) -> KeySpec:
+        return KeySpec(self.key_bits, self.insecure_test_keys, "is an xclp job")
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> XclpJobParams:
+        check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
+                                    "label_norm", "solver", "frac_bits", "insecure_test_keys"}), "xclp")
+        return cls(
+            n_classes=n_classes_param(raw), lsh_bits=int_param(raw, "lsh_bits", 1024, low=64),
+            k=int_param(raw, "k", 10), alpha=float_param(raw, "alpha", 0.99), power=float_param(raw, "power", 3.0),
+            key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS), hide_label_mask=bool_param(raw, "hide_label_mask"),
+            label_norm=str_param(raw, "label_norm", "none"), solver=str_param(raw, "solver", "auto"),
+            frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
+            **data_params(raw),
+        )
+
+
+def check_key_bits(key_bits: int, insecure_test_keys: bool) -> None:
+    """A Paillier key size a job may ask for (ConfigError otherwise)."""
+    if key_bits % 8 or key_bits < 256:
+        raise ConfigError(f"key_bits must be a multiple of 8 and >= 256, got {key_bits}")
+    if key_bits < MIN_SECURE_BITS and not insecure_test_keys:
+        raise ConfigError(
+            f"key_bits = {key_bits} is below the secure {MIN_SECURE_BITS}; smaller Paillier keys "
+            "are for tests only and need insecure_test_keys = true"
+        )
