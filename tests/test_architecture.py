@@ -123,7 +123,56 @@ def test_the_checker_finds_a_wrong_import(tmp_path: Path) -> None:
 @pytest.mark.parametrize("module", ["xclp.lsh", "xclp.privacy", "xclp.demo", "xclp.crypto.paillier",
                                     "xclp.v1.bundles", "xclp.server.cli", "xclp.client.cli", "xclp.simulation"])
 def test_layers_are_assigned_by_folder(module: str) -> None:
-    expected = {"xclp.lsh": "methods", "xclp.privacy": "methods", "xclp.demo": "tools", "xclp.crypto.paillier": "crypto",
+    expected = {"xclp.lsh": "methods", "xclp.privacy": "methods", "xclp.demo": "tools",
+                "xclp.crypto.paillier": "crypto",
                 "xclp.v1.bundles": "v1", "xclp.server.cli": "server", "xclp.client.cli": "client",
                 "xclp.simulation": "simulation"}
     assert layer(module) == expected[module]
+
+
+def job_type_dispatch(root: Path, names: frozenset[str]) -> list[str]:
+    """Places outside the registry that compare a `job_type` or list job types (STYLE 9)."""
+    found = []
+    for module, path in modules(root, PACKAGE_DIRS):
+        if module == "xclp.v1.registry":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                names_job_type = any(getattr(o, "id", "") == "job_type" or getattr(o, "attr", "") == "job_type"
+                                     for o in operands)
+                literal = any(isinstance(o, ast.Constant) and isinstance(o.value, str)
+                              or isinstance(o, (ast.Tuple, ast.List, ast.Set)) for o in operands)
+                if names_job_type and literal:  # `spec.job_type not in self.config.job_types` is a policy
+                    found.append(f"{where}: compares a job_type")
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                strings = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                if len(strings) >= 2 and set(strings) <= names:
+                    found.append(f"{where}: lists job types {strings}")
+    return found
+
+
+def test_only_the_registry_knows_the_job_types() -> None:
+    """The registry is the one list of job types; nothing else compares a job_type or lists them,
+    and each entry names a coordinator class in the server and a party class in the client."""
+    from xclp.v1 import registry
+
+    assert job_type_dispatch(REPO, frozenset(registry.names())) == []
+    for name in registry.names():
+        entry = registry.get(name)
+        assert isinstance(entry.coordinator, str) and layer(entry.coordinator.split(":")[0]) == "server", name
+        assert isinstance(entry.party, str) and layer(entry.party.split(":")[0]) == "client", name
+        assert callable(entry.coordinator_class()) and callable(entry.party_class())
+
+
+def test_the_dispatch_checker_finds_a_comparison_and_a_list(tmp_path: Path) -> None:
+    for folder, files in {"xclp": {"__init__.py": "", "a.py": 'if config.job_type == "xclp":\n    pass\n'},
+                          "client": {"__init__.py": "", "b.py": 'TYPES = ("fedavg", "dbcl")\nx = ("xclp",)\n'},
+                          "crypto": {"__init__.py": ""}, "server": {"__init__.py": ""}}.items():
+        for name, text in files.items():
+            (tmp_path / folder).mkdir(exist_ok=True)
+            (tmp_path / folder / name).write_text(text)
+    found = job_type_dispatch(tmp_path, frozenset({"xclp", "fedavg", "dbcl"}))
+    assert found == ["xclp/a.py:1: compares a job_type", "client/b.py:1: lists job types ['fedavg', 'dbcl']"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import save_identity
 from xclp.client.agent import Agent, AgentConfig
 from xclp.client.outputs import write_run_dir
 from xclp.client.session import JobResult
@@ -16,7 +17,7 @@ from xclp.errors import ConfigError, PolicyRefused
 from xclp.party_table import PartyData
 from xclp.server.config import parse_job
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.jobs import params_json, parse_params
+from xclp.v1.registry import params_json, parse_params
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -29,7 +30,7 @@ def readme_block(marker: str) -> str:
 @pytest.fixture
 def agent(tmp_path) -> Agent:
     key = identity.generate_identity()
-    identity.save_identity(key, tmp_path / "a.key")
+    save_identity(key, tmp_path / "a.key")
     (tmp_path / "allow.toml").write_text(f'[parties]\na = "{identity.public_key_text(key)}"\n')
     (tmp_path / "agent.toml").write_text(
         'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "localhost:1"\nout = "out"\n'
@@ -41,7 +42,7 @@ def agent(tmp_path) -> Agent:
 def offer(job_type: str, params: dict, *, dataset: str | None = "demo", parties=("a", "b", "c")) -> pb.Offer:
     spec = pb.JobSpec(job_id="j", job_type=job_type, params_json=params_json(parse_params(job_type, params)),
                       expected_parties=list(parties), min_parties=2,
-                      datasets={p: dataset for p in parties} if dataset else {})
+                      datasets=dict.fromkeys(parties, dataset) if dataset else {})
     return pb.Offer(run_id="1", spec=spec)
 
 
@@ -83,7 +84,8 @@ def test_a_job_names_data_sets_never_paths():
         with pytest.raises(ConfigError, match=reason):
             parse_job(head + bad + tail, "j.toml", None)
     xclp = 'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b"]\nsummary = "s.json"\n[params]\nn_classes = 2\n'
-    assert parse_job(xclp, "x.toml", Path("/srv/jobs")).summary_path == Path("/srv/jobs/x/s.json")  # under root/<job_id>
+    # under root/<job_id>
+    assert parse_job(xclp, "x.toml", Path("/srv/jobs")).summary_path == Path("/srv/jobs/x/s.json")
     with pytest.raises(ConfigError, match="climbs out with '..'"):
         parse_job(head + 'model = "../../etc/x.npz"\n' + tail.replace("flynn", "flynn"), "j.toml", Path("/tmp/jobs/j"))
 
@@ -95,8 +97,8 @@ def test_the_readme_examples_load(tmp_path):
     assert config.job_types == {"xclp", "flynn"} and (config.min_key_bits, config.max_key_bits) == (2048, 4096)
     text = README.read_text()
     job = re.search(r'```toml\n(job_id = "xclp-icu".*?)```', text, re.S).group(1)
-    assert parse_job(job, "xclp-icu.toml", None).datasets == {p: "icu-2026" for p in
-                                                             ("hospital-a", "hospital-b", "hospital-c")}
+    hospitals = ("hospital-a", "hospital-b", "hospital-c")
+    assert parse_job(job, "xclp-icu.toml", None).datasets == dict.fromkeys(hospitals, "icu-2026")
 
 
 def test_a_run_directory_appears_whole_or_not_at_all(tmp_path, monkeypatch):

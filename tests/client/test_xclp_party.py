@@ -13,14 +13,16 @@ import secrets
 import numpy as np
 import pytest
 
+from xclp.client.context import PartyContext
 from xclp.client.jobs.xclp import XclpParty
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
-from xclp.errors import ProtocolError
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import ProtocolError, ReplayRefused
 from xclp.party_table import PartyData
-from xclp.v1.jobs import XclpJobParams
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.wire import Message
+from xclp.v1.xclp import XclpJobParams
 
 IDS = ("a", "b", "c")
 ROWS = {"a": 3, "b": 2, "c": 4}
@@ -30,22 +32,35 @@ class Sink:
     def __init__(self) -> None:
         self.pushed: list[tuple[str, int]] = []
 
-    def push(self, payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:  # noqa: ANN001
+    def push(self, payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
         self.pushed.append((step, round))
         return 0
 
 
-@pytest.fixture
-def party() -> XclpParty:
+PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+DATA = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
+
+
+@pytest.fixture(scope="module")
+def keypair() -> PaillierKeypair:
+    return PaillierKeypair.generate(512, allow_insecure_test_size=True)
+
+
+def context(keypair: PaillierKeypair, params: XclpJobParams = PARAMS, data: PartyData = DATA,
+            sink: Sink | None = None, b_secret: bytes = bytes(32)) -> PartyContext:
+    """Party a's context in a job of a, b, c (what the session makes once the seed is agreed)."""
     bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
-    roster = Roster(bundles, bytes(32))
-    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
-    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
-    masker = PairwiseMasker("a", {"b": bytes(32), "c": bytes(32)}, b"session")
-    return XclpParty("a", params, data, None, roster, bytes(32), masker, Sink(), lambda m: None)  # type: ignore[arg-type]
+    masker = PairwiseMasker("a", {"b": b_secret, "c": bytes(32)}, b"session")
+    return PartyContext("a", params, data, Roster(bundles, bytes(32)), bytes(32), masker, sink or Sink(),
+                        lambda m: None, keypair=keypair)
 
 
-def from_coordinator(party: XclpParty, step: str, payload, round: int = 0) -> None:  # noqa: ANN001
+@pytest.fixture
+def party(keypair: PaillierKeypair) -> XclpParty:
+    return XclpParty(context(keypair))
+
+
+def from_coordinator(party: XclpParty, step: str, payload, round: int = 0) -> None:
     party.on_message(Message("j", step, round, "", "a", payload))
 
 
@@ -59,7 +74,7 @@ def rows(*counts: int) -> np.ndarray:
     (b"\x00" * 24, r"layout message must be uint64\[3\]"),
     (rows(5, 2, 4), "gives this party 5 rows, not 3"),
 ])
-def test_party_refuses_a_malformed_layout(party: XclpParty, payload, message: str) -> None:  # noqa: ANN001
+def test_party_refuses_a_malformed_layout(party: XclpParty, payload, message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         from_coordinator(party, "layout", payload)
 
@@ -108,9 +123,9 @@ def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(p
     from_coordinator(party, "layout", rows(3, 2, 4))
     from_coordinator(party, "graph", rows(3, 2, 4))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
-    with pytest.raises(ProtocolError, match="round 0, which this party never sent"):
+    with pytest.raises(ProtocolError, match="attempt 0, which this party never sent"):
         from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
-    party._row_sums(0, IDS)
+    party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))
     # Z comes back for a's one unlabeled row only (DESIGN §5.5), never for all its rows
     with pytest.raises(ProtocolError, match=r"must be uint64\[1, 2\]"):
         from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
@@ -118,27 +133,33 @@ def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(p
         from_coordinator(party, "rowsums_result", np.zeros((1, 2), np.int64))
     with pytest.raises(ProtocolError, match="must be an array"):
         from_coordinator(party, "rowsums_result", b"\x00" * 16)
-    assert party.scores is None
+    assert party.result is None
     from_coordinator(party, "rowsums_result", np.zeros((1, 2), np.uint64))
-    assert party.scores is not None and party.scores[[0, 2]].tolist() == [[1.0, 0.0], [0.0, 1.0]]  # own labels
+    assert party.result is not None and party.result[[0, 2]].tolist() == [[1.0, 0.0], [0.0, 1.0]]  # own labels
 
 
-def test_party_refuses_to_send_its_labeled_rows_when_the_job_hides_them() -> None:
+def test_party_refuses_a_repeated_rowsums_attempt(party: XclpParty) -> None:
+    """Attack (mask reuse): the same SecureRowSums attempt twice would let the coordinator difference
+    two arrays under the same pairwise masks; the masker refuses the second (DESIGN §4.2)."""
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))
+    with pytest.raises(ReplayRefused):
+        party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))
+    party.on_step(pb.StepStart(step="rowsums", round=1, participants=["a", "b"]))  # a restart: fresh masks
+
+
+def test_party_refuses_to_send_its_labeled_rows_when_the_job_hides_them(keypair: PaillierKeypair) -> None:
     """Attack (any schedule accepted): a labeled_sets step in a job that hides the label mask."""
     from dataclasses import replace
 
-    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
-    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
-    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True, hide_label_mask=True)
     sink = Sink()
-    masker = PairwiseMasker("a", {"b": bytes(32), "c": bytes(32)}, b"session")
-    hidden = XclpParty("a", params, data, None, Roster(bundles, bytes(32)), bytes(32), masker, sink,  # type: ignore[arg-type]
-                       lambda m: None)
+    hidden = XclpParty(context(keypair, replace(PARAMS, hide_label_mask=True), sink=sink))
     with pytest.raises(ProtocolError, match="labeled rows of a job that hides the label mask"):
         hidden.on_step(pb.StepStart(step="labeled_sets", round=0, participants=list(IDS)))
     assert sink.pushed == []
-    shown = XclpParty("a", replace(params, hide_label_mask=False), data, None, Roster(bundles, bytes(32)), bytes(32),
-                      masker, sink, lambda m: None)  # type: ignore[arg-type]
+    shown = XclpParty(context(keypair, sink=sink))
     shown.on_step(pb.StepStart(step="labeled_sets", round=0, participants=list(IDS)))
     assert sink.pushed == [("labeled_sets", 0)]
 
@@ -150,22 +171,17 @@ def test_party_refuses_unknown_messages_and_peer_messages_outside_secure_hamming
         party.on_message(Message("j", "influence", 0, "b", "a", np.zeros((9, 2))))
 
 
-def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evaluation() -> None:
+def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evaluation(keypair: PaillierKeypair) -> None:
     """Attack (decryption oracle): the coordinator relays A's own bit-slice ciphertexts back to A,
     repackaged as B's evaluation; A would decrypt them and its t would hand the coordinator A's code
     bits. Relays are sealed end to end (DESIGN §2.2): what the coordinator makes does not open."""
     from xclp.client.steps import xclp as steps
-    from xclp.crypto.paillier import PaillierKeypair
     from xclp.crypto.secure_hamming import EncryptedSlices, EvaluatedDistances
     from xclp.v1.xclp_layout import PairTask
 
-    keypair = PaillierKeypair.generate(512, allow_insecure_test_size=True)
-    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
     data = PartyData(np.random.default_rng(0).normal(size=(3, 4)), np.array([0, -1, 1]), ("r0", "r1", "r2"))
-    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
-    masker = PairwiseMasker("a", {"b": bytes(range(32)), "c": bytes(32)}, b"session")
     sink = Sink()
-    a = XclpParty("a", params, data, keypair, Roster(bundles, bytes(32)), bytes(32), masker, sink, lambda m: None)
+    a = XclpParty(context(keypair, data=data, sink=sink, b_secret=bytes(range(32))))
     a.sizes, a.pairs = dict(ROWS), (PairTask("a", "b"), PairTask("c", "a"))
     a.codes = steps.lsh_step(data.X, bytes(32), 64)
     a._start_hamming(0, IDS)

@@ -1,4 +1,4 @@
-"""HKDF key derivation (DESIGN §4.2): RFC 5869 vectors, binding of purpose/round/participants."""
+"""HKDF key derivation (DESIGN §4.2): RFC 5869 vectors, binding of purpose/attempt/participants."""
 
 from __future__ import annotations
 
@@ -46,32 +46,32 @@ def test_derive_key_is_hkdf_with_documented_info() -> None:
     assert key_info("rowsums", 3, parts) == info
     assert participant_set_digest(parts) == digest
     expected = hkdf_sha256(SS, salt=SESSION, info=info, length=32)
-    assert derive_key(SS, session_id=SESSION, purpose="rowsums", round=3, participants=parts) == expected
+    assert derive_key(SS, session_id=SESSION, purpose="rowsums", attempt=3, participants=parts) == expected
 
 
 def test_derive_key_length_option() -> None:
-    k64 = derive_key(SS, session_id=SESSION, purpose="seed", round=0, participants=["a", "b"], length=64)
-    k32 = derive_key(SS, session_id=SESSION, purpose="seed", round=0, participants=["a", "b"])
+    k64 = derive_key(SS, session_id=SESSION, purpose="seed", attempt=0, participants=["a", "b"], length=64)
+    k32 = derive_key(SS, session_id=SESSION, purpose="seed", attempt=0, participants=["a", "b"])
     assert len(k64) == 64 and k64[:32] == k32  # HKDF-Expand output is a prefix-stable stream
 
 
 @given(st.permutations(["a", "b", "c", "d", "e"]))
 def test_participant_order_does_not_matter(perm: list[str]) -> None:
-    ref = derive_key(SS, session_id=SESSION, purpose="p", round=1, participants=["a", "b", "c", "d", "e"])
-    assert derive_key(SS, session_id=SESSION, purpose="p", round=1, participants=perm) == ref
+    ref = derive_key(SS, session_id=SESSION, purpose="p", attempt=1, participants=["a", "b", "c", "d", "e"])
+    assert derive_key(SS, session_id=SESSION, purpose="p", attempt=1, participants=perm) == ref
 
 
 def test_every_binding_gives_a_distinct_key() -> None:
     secrets = [SS, bytes(32)]
     sessions = [SESSION, b"session-0002"]
     purposes = ["rowsums", "flynn", "seed"]
-    rounds = [0, 1, 2]
+    attempts = [0, 1, 2]
     sets = [["a", "b"], ["a", "b", "c"], ["a", "c"]]
     keys = {
-        derive_key(ss, session_id=sid, purpose=p, round=r, participants=ps)
-        for ss, sid, p, r, ps in itertools.product(secrets, sessions, purposes, rounds, sets)
+        derive_key(ss, session_id=sid, purpose=p, attempt=r, participants=ps)
+        for ss, sid, p, r, ps in itertools.product(secrets, sessions, purposes, attempts, sets)
     }
-    assert len(keys) == len(secrets) * len(sessions) * len(purposes) * len(rounds) * len(sets)
+    assert len(keys) == len(secrets) * len(sessions) * len(purposes) * len(attempts) * len(sets)
 
 
 def test_digest_separator_prevents_id_merging() -> None:
@@ -85,9 +85,9 @@ def test_digest_separator_prevents_id_merging() -> None:
     [
         ({"purpose": ""}, "purpose must be a non-empty"),
         ({"purpose": "row/sums"}, "must not contain '/'"),
-        ({"round": -1}, "round must be an integer >= 0"),
-        ({"round": True}, "round must be an integer >= 0"),
-        ({"round": 1.0}, "round must be an integer >= 0"),
+        ({"attempt": -1}, "attempt must be an integer >= 0"),
+        ({"attempt": True}, "attempt must be an integer >= 0"),
+        ({"attempt": 1.0}, "attempt must be an integer >= 0"),
         ({"participants": []}, "participants must not be empty"),
         ({"participants": ["a", "b", "a"]}, "repeated: a"),
         ({"participants": "ab"}, "not a single string"),
@@ -98,7 +98,7 @@ def test_digest_separator_prevents_id_merging() -> None:
     ],
 )
 def test_bad_inputs_are_refused_with_a_reason(kwargs: dict[str, object], message: str) -> None:
-    args: dict[str, object] = {"session_id": SESSION, "purpose": "p", "round": 0, "participants": ["a", "b"]}
+    args: dict[str, object] = {"session_id": SESSION, "purpose": "p", "attempt": 0, "participants": ["a", "b"]}
     args.update(kwargs)
     with pytest.raises(InvalidInput, match=message):
         derive_key(SS, **args)  # type: ignore[arg-type]
@@ -106,4 +106,4 @@ def test_bad_inputs_are_refused_with_a_reason(kwargs: dict[str, object], message
 
 def test_empty_shared_secret_refused() -> None:
     with pytest.raises(InvalidInput, match="shared_secret"):
-        derive_key(b"", session_id=SESSION, purpose="p", round=0, participants=["a"])
+        derive_key(b"", session_id=SESSION, purpose="p", attempt=0, participants=["a"])

@@ -130,13 +130,13 @@ def test_masks_cancel_mod_2_bits(dtype: type, n_parties: int) -> None:
     rng = np.random.default_rng(n_parties)
     info = np.iinfo(dtype)
     raw = [rng.integers(0, info.max, size=(17, 5), dtype=dtype, endpoint=True) for _ in ids]
-    masked = [ms[i].apply(x, purpose="rowsums", round=0, participants=ids) for i, x in zip(ids, raw, strict=True)]
+    masked = [ms[i].apply(x, purpose="rowsums", attempt=0, participants=ids) for i, x in zip(ids, raw, strict=True)]
     for x, y in zip(raw, masked, strict=True):
         assert y.dtype == x.dtype and y.shape == x.shape
         assert not np.array_equal(x, y)
     np.testing.assert_array_equal(ring_sum(masked), ring_sum(raw))
-    # The masks themselves sum to zero, with a fresh round.
-    masks = [ms[i].mask((17, 5), dtype, purpose="rowsums", round=1, participants=ids) for i in ids]
+    # The masks themselves sum to zero, with a fresh attempt.
+    masks = [ms[i].mask((17, 5), dtype, purpose="rowsums", attempt=1, participants=ids) for i in ids]
     assert not ring_sum(masks).any()
 
 
@@ -145,31 +145,31 @@ def test_masks_cancel_over_a_subset_after_a_dropout() -> None:
     ms = maskers(ids)
     survivors = ["a", "c", "d"]  # b dropped; the step restarts without it (DESIGN §5.6)
     raw = {i: np.full(8, ord(i), dtype=np.uint64) for i in survivors}
-    masked = [ms[i].apply(raw[i], purpose="rowsums", round=1, participants=survivors) for i in survivors]
+    masked = [ms[i].apply(raw[i], purpose="rowsums", attempt=1, participants=survivors) for i in survivors]
     np.testing.assert_array_equal(ring_sum(masked), np.full(8, sum(map(ord, survivors)), dtype=np.uint64))
 
 
 def test_sign_convention_plus_for_smaller_id() -> None:
     ms = maskers(["a", "b"])
     ss = ms["a"].secrets["b"]
-    key = derive_key(ss, session_id=SESSION, purpose="p", round=0, participants=["a", "b"])
+    key = derive_key(ss, session_id=SESSION, purpose="p", attempt=0, participants=["a", "b"])
     ks = keystream(key, 6, np.uint64)
-    np.testing.assert_array_equal(ms["a"].mask(6, np.uint64, purpose="p", round=0, participants=["a", "b"]), ks)
-    np.testing.assert_array_equal(ms["b"].mask(6, np.uint64, purpose="p", round=0, participants=["b", "a"]), -ks)
+    np.testing.assert_array_equal(ms["a"].mask(6, np.uint64, purpose="p", attempt=0, participants=["a", "b"]), ks)
+    np.testing.assert_array_equal(ms["b"].mask(6, np.uint64, purpose="p", attempt=0, participants=["b", "a"]), -ks)
 
 
 def test_apply_never_mutates_input() -> None:
     ms = maskers(["a", "b"])
     x = np.arange(10, dtype=np.uint32)
     before = x.copy()
-    y = ms["a"].apply(x, purpose="p", round=0, participants=["a", "b"])
+    y = ms["a"].apply(x, purpose="p", attempt=0, participants=["a", "b"])
     np.testing.assert_array_equal(x, before)
     assert y is not x
 
 
 def test_single_participant_mask_is_zero() -> None:
     ms = maskers(["a", "b"])
-    assert not ms["a"].mask(5, np.uint64, purpose="p", round=0, participants=["a"]).any()
+    assert not ms["a"].mask(5, np.uint64, purpose="p", attempt=0, participants=["a"]).any()
 
 
 # --- hiding --------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_masked_arrays_look_uniform_while_raw_counts_do_not(dtype: type) -> None
     ids = ["h1", "h2", "h3"]
     ms = maskers(ids)
     counts = np.random.default_rng(7).poisson(3.0, size=50_000).astype(dtype)  # skewed, small counts
-    masked = ms["h1"].apply(counts, purpose="flynn", round=0, participants=ids)
+    masked = ms["h1"].apply(counts, purpose="flynn", attempt=0, participants=ids)
     assert byte_chi2_pvalue(counts) < 1e-12
     assert byte_chi2_pvalue(masked) > 1e-3
     bits = np.iinfo(dtype).bits
@@ -194,10 +194,10 @@ def test_different_bindings_give_independent_masks() -> None:
     variants = [
         ("p", 0, ids),
         ("q", 0, ids),  # other purpose
-        ("p", 1, ids),  # other round
+        ("p", 1, ids),  # other attempt
         ("p", 0, ["a", "b"]),  # other participant set (same peer b!)
     ]
-    masks = [maskers(ids)["a"].mask(shape, np.uint64, purpose=p, round=r, participants=ps) for p, r, ps in variants]
+    masks = [maskers(ids)["a"].mask(shape, np.uint64, purpose=p, attempt=r, participants=ps) for p, r, ps in variants]
     for i in range(len(masks)):
         for j in range(i + 1, len(masks)):
             assert byte_chi2_pvalue(masks[i] - masks[j]) > 1e-4
@@ -207,32 +207,32 @@ def test_different_bindings_give_independent_masks() -> None:
 def test_different_sessions_give_different_masks() -> None:
     sks = {i: fixed_key(i) for i in "ab"}
     ss = shared_secret(sks["a"], public_bytes(sks["b"]))
-    m1 = PairwiseMasker("a", {"b": ss}, b"s1").mask(64, np.uint64, purpose="p", round=0, participants=["a", "b"])
-    m2 = PairwiseMasker("a", {"b": ss}, b"s2").mask(64, np.uint64, purpose="p", round=0, participants=["a", "b"])
+    m1 = PairwiseMasker("a", {"b": ss}, b"s1").mask(64, np.uint64, purpose="p", attempt=0, participants=["a", "b"])
+    m2 = PairwiseMasker("a", {"b": ss}, b"s2").mask(64, np.uint64, purpose="p", attempt=0, participants=["a", "b"])
     assert not np.array_equal(m1, m2)
 
 
 # --- replay and validation -----------------------------------------------------------------------
 
 
-def test_replay_refused_but_new_round_allowed() -> None:
+def test_replay_refused_but_new_attempt_allowed() -> None:
     ms = maskers(["a", "b", "c"])
     x = np.zeros(4, dtype=np.uint64)
-    ms["a"].apply(x, purpose="rowsums", round=0, participants=["a", "b", "c"])
-    with pytest.raises(ReplayRefused, match="new round"):
-        ms["a"].apply(x + 1, purpose="rowsums", round=0, participants=["c", "b", "a"])
+    ms["a"].apply(x, purpose="rowsums", attempt=0, participants=["a", "b", "c"])
+    with pytest.raises(ReplayRefused, match="new attempt"):
+        ms["a"].apply(x + 1, purpose="rowsums", attempt=0, participants=["c", "b", "a"])
     with pytest.raises(ReplayRefused):
-        ms["a"].mask(4, np.uint64, purpose="rowsums", round=0, participants=["a", "b", "c"])
-    ms["a"].apply(x, purpose="rowsums", round=1, participants=["a", "b", "c"])
-    ms["a"].apply(x, purpose="rowsums", round=0, participants=["a", "c"])
-    ms["a"].apply(x, purpose="other", round=0, participants=["a", "b", "c"])
+        ms["a"].mask(4, np.uint64, purpose="rowsums", attempt=0, participants=["a", "b", "c"])
+    ms["a"].apply(x, purpose="rowsums", attempt=1, participants=["a", "b", "c"])
+    ms["a"].apply(x, purpose="rowsums", attempt=0, participants=["a", "c"])
+    ms["a"].apply(x, purpose="other", attempt=0, participants=["a", "b", "c"])
 
 
-def test_invalid_call_does_not_consume_the_round() -> None:
+def test_invalid_call_does_not_consume_the_attempt() -> None:
     ms = maskers(["a", "b"])
     with pytest.raises(InvalidInput):
-        ms["a"].apply(np.zeros(3, np.int64), purpose="p", round=0, participants=["a", "b"])
-    ms["a"].apply(np.zeros(3, np.uint64), purpose="p", round=0, participants=["a", "b"])
+        ms["a"].apply(np.zeros(3, np.int64), purpose="p", attempt=0, participants=["a", "b"])
+    ms["a"].apply(np.zeros(3, np.uint64), purpose="p", attempt=0, participants=["a", "b"])
 
 
 @pytest.mark.parametrize(
@@ -247,7 +247,7 @@ def test_invalid_call_does_not_consume_the_round() -> None:
 def test_bad_participants_refused(participants: object, message: str) -> None:
     ms = maskers(["a", "b", "c"])
     with pytest.raises(InvalidInput, match=message):
-        ms["a"].apply(np.zeros(2, np.uint64), purpose="p", round=0, participants=participants)  # type: ignore[arg-type]
+        ms["a"].apply(np.zeros(2, np.uint64), purpose="p", attempt=0, participants=participants)  # type: ignore[arg-type]
 
 
 def test_bad_masker_construction_refused() -> None:
@@ -271,7 +271,7 @@ def test_masker_keeps_its_own_copy_of_secrets() -> None:
 def test_bad_purpose_refused() -> None:
     ms = maskers(["a", "b"])
     with pytest.raises(InvalidInput, match="'/'"):
-        ms["a"].mask(2, np.uint64, purpose="a/b", round=0, participants=["a"])
+        ms["a"].mask(2, np.uint64, purpose="a/b", attempt=0, participants=["a"])
 
 
 # --- ring_sum ------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_concurrent_replays_let_exactly_one_call_through() -> None:
 
     def attempt(_: int) -> bool:
         try:
-            ms["a"].apply(x, purpose="p", round=7, participants=["a", "b"])
+            ms["a"].apply(x, purpose="p", attempt=7, participants=["a", "b"])
         except ReplayRefused:
             return False
         return True

@@ -35,7 +35,8 @@ JOBS = REPO / "docker" / "jobs"
 COMPOSE = ["docker", "compose"] if shutil.which("docker-compose") is None else ["docker-compose"]
 # A summary table line: institution, unlabeled rows, XCLP, alone, FlyNN together, FlyNN alone;
 # in `up`'s output after compose's "submit_1  | " (v1) or "submit-1  | " (v2) prefix.
-TABLE_LINE = re.compile(r"^(?:[\w.-]+\s*\|\s)?(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
+TABLE_LINE = re.compile(r"^(?:[\w.-]+\s*\|\s)?(hospital-[abc])\s+(\d+)\s+([\d.]+|-)\s+([\d.]+)"
+                        r"\s+([\d.]+|-)\s+([\d.]+|-)\s*$", re.M)
 
 
 def run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 120,
@@ -180,8 +181,8 @@ def _summary(tmp_path: Path, predictions: dict[str, str]) -> subprocess.Complete
         (results / party / "runs" / "xclp-demo" / "1").mkdir(parents=True)
         (results / party / "runs" / "xclp-demo" / "1" / "predictions.csv").write_text(text)
     joined = [{"party_id": p, "state": "joined", "reason": ""} for p in PARTIES]
-    runs = [{"run_id": "1", "job_id": "xclp-demo", "state": "done", "parties": joined, "steps": [], "bytes_total": "0"},
-            {"run_id": "2", "job_id": "flynn-demo", "state": "done", "parties": joined, "steps": [], "bytes_total": "0"}]
+    runs = [{"run_id": str(i), "job_id": job, "state": "done", "parties": joined, "steps": [], "bytes_total": "0"}
+            for i, job in ((1, "xclp-demo"), (2, "flynn-demo"))]
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     cmd = [sys.executable, str(REPO / "docker" / "summary.py"), "--runs", str(tmp_path / "runs.json"), "--jobs",
            str(JOBS), "--data", str(DEMO_DATA), "--results", str(results)]
@@ -235,7 +236,8 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
     # The dev CA's key lives in a volume that setup alone mounts; the operator's key, setup and submit.
     ca_volume, operator_volume = project.volume("ca"), project.volume("operator")
     for service in SERVICES:
-        mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(service)]).stdout)
+        inspect = run(["docker", "inspect", "--format", "{{json .Mounts}}", project.container(service)])
+        mounts = json.loads(inspect.stdout)
         names = [m.get("Name") for m in mounts]
         assert (ca_volume in names) == (service == "setup"), service
         assert (operator_volume in names) == (service in ("setup", "submit")), service
@@ -258,7 +260,8 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
     run_summary = json.loads(project.read("coordinator", "state/jobs/xclp-demo/xclp-demo.summary.json") or "{}")
     assert run_summary["outcome"] == "done" and run_summary["graph_parties"] == list(PARTIES)
     # the coordinator kept both runs in its state file, and the agents wrote each into runs/<job>/<run>/
-    assert re.search(r"XCLP job xclp-demo: run \d+ done in", out) and re.search(r"FlyNN job flynn-demo: run \d+ done", out)
+    assert re.search(r"XCLP job xclp-demo: run \d+ done in", out)
+    assert re.search(r"FlyNN job flynn-demo: run \d+ done", out)
     for party in PARTIES:
         meta = json.loads(project.read(f"{party}-results", "runs/flynn-demo/*/run.json") or "{}")
         assert meta["files"] == ["model.npz"] and meta["participants"] == list(PARTIES)
@@ -274,7 +277,7 @@ def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None]) -
                         "XCLP_SUMMARY_GRACE": "10"})
     started = time.monotonic()
     project.compose("up", "--detach", timeout=180)  # returns once the institutions run
-    wait_for_log(project, "hospital-b", "SecureHamming round 0", timeout=180)
+    wait_for_log(project, "hospital-b", "SecureHamming attempt 0", timeout=180)
     fault(project.container("hospital-b"))
     say(f"fault applied to hospital-b {time.monotonic() - started:.1f}s after `up`")
     for service in ("hospital-a", "hospital-c", "coordinator", "submit"):

@@ -26,7 +26,8 @@ NON_ROOT_UID = "10001"
 # PEM private keys of every flavour (PKCS#8, RSA, EC, OpenSSH, encrypted): the BEGIN line, up to
 # three header lines (Proc-Type, DEK-Info, blank), then a base64 line. The body is required because
 # libraries carry the bare marker as a constant (cryptography's ssh.py parser does).
-PRIVATE_KEY_PEM = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----\r?\n(?:[^\n]{0,100}\n){0,3}[A-Za-z0-9+/]{40}")
+PRIVATE_KEY_PEM = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----\r?\n"
+                             rb"(?:[^\n]{0,100}\n){0,3}[A-Za-z0-9+/]{40}")
 # Directories that would mean the build context (or a builder stage) leaked into the image.
 LEAKED_DIRS = frozenset({".venv", ".git", "wheelhouse", ".docker-cache", "tests", "benchmarks"})
 LEAKED_TOP_DIRS = frozenset({"src", "build"})  # where the builder stage keeps sources and wheels
@@ -191,7 +192,8 @@ def test_healthcheck_reports_a_coordinator_healthy_once_it_serves(image: str, re
     setup = """set -e
 xclp-server ca init --dir ca
 xclp-server cert server --ca-dir ca --out certs --dns localhost --ip 127.0.0.1
-{ echo '[parties]'; xclp-client keygen --party hospital-a --out keys; xclp-client keygen --party hospital-b --out keys; } > allow.toml
+{ echo '[parties]'; xclp-client keygen --party hospital-a --out keys
+  xclp-client keygen --party hospital-b --out keys; } > allow.toml
 printf '%s\\n' 'job_id = "flynn-smoke"' 'type = "flynn"' 'expected_parties = ["hospital-a", "hospital-b"]' \
     '[params]' 'n_classes = 2' 'm = 64' 's = 4' 'rho = 8' > job.toml
 id -u; stat -c %u .

@@ -18,7 +18,7 @@ STEP = sys.argv[1]
 _on_step = XclpParty.on_step
 
 
-def stalling_on_step(self: XclpParty, step) -> None:  # noqa: ANN001 - pb.StepStart
+def stalling_on_step(self: XclpParty, step) -> None:
     if step.step == STEP:
         print("STALLING", file=sys.stderr, flush=True)
         threading.Event().wait()

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from tests.helpers import load_allow_list, load_identity
 from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession, RunConfig
-from xclp.crypto import identity
 
 
 class Stuck(PartySession):
@@ -27,8 +27,8 @@ class Stuck(PartySession):
 
 def main() -> None:
     address, ca, job_id, party, key, data, peers = sys.argv[1:8]
-    config = RunConfig(job_id, party, identity.load_identity(key), ConnectionConfig(address, ca_cert=Path(ca)),
-                       peers=identity.load_allow_list(peers), policy=PartyPolicy(min_parties=2))
+    config = RunConfig(job_id, party, load_identity(Path(key)), ConnectionConfig(address, ca_cert=Path(ca)),
+                       peers=load_allow_list(Path(peers)), policy=PartyPolicy(min_parties=2))
     Stuck(config, party_data.load(data), progress=lambda m: print(m, file=sys.stderr, flush=True)).run()
 
 

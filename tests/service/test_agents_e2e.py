@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers import load_identity, make_data, write_table
 from xclp.client.models import ModelFile
 from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
@@ -51,22 +52,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_data(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 3, size=n)
-    X = rng.normal(size=(n, D)) + 2.0 * np.eye(3, D)[y]
-    y[: n // 10] = -1
-    return X, y
-
-
-def write_table(path: Path, X: np.ndarray, y: np.ndarray, prefix: str) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["row_id", *(f"f{j}" for j in range(D)), "diagnosis"])
-        for i, row in enumerate(X):
-            w.writerow([f"{prefix}{i}", *(repr(float(v)) for v in row), "" if y[i] < 0 else int(y[i])])
-
-
 def job_file(root: Path, job_id: str, body: str, *, parties: str = '["a", "b", "c", "d"]', join: float = 4.0) -> Path:
     path = root / f"{job_id}.toml"
     head, params = body.split("[params]")
@@ -75,7 +60,8 @@ def job_file(root: Path, job_id: str, body: str, *, parties: str = '["a", "b", "
     return path
 
 
-XCLP = 'type = "xclp"\ndataset = "demo"\n[params]\nn_classes = 3\nlsh_bits = 64\nk = 5\nkey_bits = 512\ninsecure_test_keys = true'
+XCLP = ('type = "xclp"\ndataset = "demo"\n[params]\nn_classes = 3\nlsh_bits = 64\nk = 5\nkey_bits = 512\n'
+        'insecure_test_keys = true')
 FLYNN = 'type = "flynn"\ndataset = "demo"\n[params]\nn_classes = 3\nm = 128\ns = 3\nrho = 6\ntie_seed = 1'
 STALLING = Path(__file__).with_name("stalling_party.py")
 
@@ -163,18 +149,20 @@ def stack(tmp_path_factory):
     (root / "state").mkdir()
     data = {}
     for i, party in enumerate(PARTIES):
-        data[party] = make_data(i, 40)
-        write_table(root / f"{party}.csv", *data[party], party)
+        data[party] = make_data(i, 40, D, unlabeled=4)
+        write_table(root / f"{party}.csv", *data[party], [f"{party}{k}" for k in range(40)], label_column="diagnosis")
         (root / f"agent-{party}.toml").write_text(
             f'party = "{party}"\nidentity = "keys/{party}.key"\npeers = "allow.toml"\n'
             f'coordinator = "localhost:{s.port}"\nca_cert = "ca/ca.pem"\nout = "out-{party}"\npoll_seconds = 0.3\n'
             f'workers = 0\n[policy]\nmin_parties = 3\ninsecure_test_keys = true\njob_types = ["xclp", "flynn"]\n'
             f'[datasets.demo]\npath = "{party}.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n')
-    write_table(root / "d.csv", *make_data(3, 40), "d")
+    write_table(root / "d.csv", *make_data(3, 40, D, unlabeled=4), [f"d{k}" for k in range(40)],
+                label_column="diagnosis")
     s.data = data
     s.serve()
     for party in PARTIES:
-        s.agents[party] = subprocess.Popen([str(BIN / "xclp-client"), "agent", "--config", str(root / f"agent-{party}.toml")],
+        agent = [str(BIN / "xclp-client"), "agent", "--config", str(root / f"agent-{party}.toml")]
+        s.agents[party] = subprocess.Popen(agent,
                                            stderr=open(root / f"agent-{party}.log", "w"))
     yield s
     for proc in s.agents.values():
@@ -182,7 +170,7 @@ def stack(tmp_path_factory):
     codes = {p: proc.wait(timeout=60) for p, proc in s.agents.items()}
     if s.server.poll() is None:
         s.stop_server()
-    assert codes == {p: 0 for p in PARTIES}, "agents must exit 0 on SIGTERM"
+    assert codes == dict.fromkeys(PARTIES, 0), "agents must exit 0 on SIGTERM"
 
 
 def old_bundle(stack: Stack, job_id: str) -> tuple[str, pb.SignedBundle]:
@@ -190,7 +178,7 @@ def old_bundle(stack: Stack, job_id: str) -> tuple[str, pb.SignedBundle]:
     with grpc.secure_channel(f"localhost:{stack.port}",
                              grpc.ssl_channel_credentials((stack.root / "ca" / "ca.pem").read_bytes())) as channel:
         challenge = pb_grpc.CoordinatorStub(channel).Challenge(pb.ChallengeRequest(job_id=job_id), timeout=10)
-    key = identity.load_identity(stack.root / "keys" / "a.key")
+    key = load_identity(stack.root / "keys" / "a.key")
     paillier = PaillierKeypair.generate(512, allow_insecure_test_size=True)
     signed = identity.sign_bundle(key, identity.KeyBundle(
         party_id="a", job_id=job_id, identity_public=identity.public_bytes(key),
@@ -200,11 +188,11 @@ def old_bundle(stack: Stack, job_id: str) -> tuple[str, pb.SignedBundle]:
 
 
 def replay(stack: Stack, job_id: str, bundle: pb.SignedBundle) -> grpc.RpcError:
-    with grpc.secure_channel(f"localhost:{stack.port}",
-                             grpc.ssl_channel_credentials((stack.root / "ca" / "ca.pem").read_bytes())) as channel:
-        with pytest.raises(grpc.RpcError) as refused:
-            pb_grpc.CoordinatorStub(channel).Join(pb.JoinRequest(job_id=job_id, bundle=bundle,
-                                                                 summary=pb.DataSummary(rows=40, dim=D)), timeout=10)
+    credentials = grpc.ssl_channel_credentials((stack.root / "ca" / "ca.pem").read_bytes())
+    with grpc.secure_channel(f"localhost:{stack.port}", credentials) as channel, \
+            pytest.raises(grpc.RpcError) as refused:
+        pb_grpc.CoordinatorStub(channel).Join(pb.JoinRequest(job_id=job_id, bundle=bundle,
+                                                             summary=pb.DataSummary(rows=40, dim=D)), timeout=10)
     return refused.value
 
 
@@ -223,7 +211,8 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
     # seen in list and show while it waits for d: a, b and c have joined
     recorded_run, recorded = old_bundle(stack, "xclp-agents")
     assert recorded_run == run1
-    joined = stack.wait(run1, lambda i: sum(p["state"] == "joined" for p in i["parties"]) == 3 or i["state"] != "joining")
+    joined = stack.wait(run1, lambda i: sum(p["state"] == "joined" for p in i["parties"]) == 3
+                        or i["state"] != "joining")
     assert joined["state"] == "joining", joined
     listed = json.loads(stack.job("list", "--json").stdout)
     assert [r["run_id"] for r in listed if r["job_id"] == "xclp-agents"] == [run1]
@@ -248,9 +237,9 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
 
     # two jobs in one submission: a FlyNN job by catalogue name, and one naming a data set a's
     # catalogue lacks
+    missing_icu = FLYNN.replace('dataset = "demo"\n', '[datasets]\na = "icu"\nb = "demo"\nc = "demo"\n')
     both = stack.job("submit", str(job_file(root, "flynn-agents", FLYNN, parties='["a", "b", "c"]')),
-                     str(job_file(root, "flynn-missing", FLYNN.replace('dataset = "demo"\n', '[datasets]\na = "icu"\n'
-                                                                       'b = "demo"\nc = "demo"\n'), join=600)), "--json")
+                     str(job_file(root, "flynn-missing", missing_icu, join=600)), "--json")
     assert both.returncode == 0, both.stderr
     flynn, missing = json.loads(both.stdout)
     # every agent's FlyNN model equals the pooled one bit for bit
@@ -324,7 +313,8 @@ def test_a_run_cancelled_mid_secure_hamming_stops_the_agents_cleanly_and_leaves_
         assert cancelled["state"] == "cancelled" and cancelled["reason"] == "wrong data set"
         for party in PARTIES:
             give_up = time.monotonic() + 120
-            while f"run {run} of job xclp-cancel stopped: the run was cancelled: wrong data set" not in stack.agent_log(party):
+            stopped = f"run {run} of job xclp-cancel stopped: the run was cancelled: wrong data set"
+            while stopped not in stack.agent_log(party):
                 assert time.monotonic() < give_up, stack.agent_log(party)
                 time.sleep(0.2)
             out_dir = root / f"out-{party}" / "xclp-cancel"

@@ -8,15 +8,24 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from xclp.client.jobs.allreduce import contribution, flynn_counts, race_counts
+from tests.harness import (
+    PARTIES,
+    ManualClock,
+    Recorder,
+    advance_after,
+    allow_list,
+    coordinator,
+    job,
+    party_data,
+    run_parties,
+)
+from xclp.client.jobs.allreduce import FlynnRelease, RaceRelease, flynn_counts, race_counts
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession
-from tests.service.conftest import (PARTIES, ManualClock, Recorder, advance_after, allow_list, coordinator, job,
-                                   party_data, run_parties)
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.race import RaceHashes, RaceParams, private_release_share, sketch
 from xclp.v1.double_masking import self_mask, unpack_reveal
-from xclp.v1.jobs import parse_params
+from xclp.v1.registry import parse_params
 
 FLYNN = {"n_classes": 3, "m": 1024, "s": 3, "rho": 16}
 RACE = {"rows": 16, "width": 32, "family": "srp", "p": 4}
@@ -157,7 +166,8 @@ def test_contribution_encodings_match_the_wire_contract():
     for job_type, params in (("flynn", FLYNN), ("race", RACE), ("flynn", {**FLYNN, "epsilon": 1.0, "T": 5}),
                              ("race", {**RACE, "epsilon": 1.0, "n_classes": 3})):
         p = parse_params(job_type, params)
-        arr = contribution(p, data, b"s" * 32, 3)
+        release = FlynnRelease(p) if job_type == "flynn" else RaceRelease(p)  # type: ignore[arg-type]
+        arr = release.contribution(data, b"s" * 32, 3)
         assert (arr.dtype, arr.shape) == p.wire(data.X.shape[1])
 
 
@@ -195,8 +205,11 @@ class SilentLeader(PartySession):
 
     leading = threading.Event()
 
-    def _lead_seed(self, step):
-        SilentLeader.leading.set()
+    def on_step(self, step):
+        if step.step == "seed" and step.participants[0] == self.config.party_id:
+            SilentLeader.leading.set()
+            return
+        super().on_step(step)
 
 
 def test_leader_missing_the_seed_deadline_is_replaced_by_the_next_smallest_id(keys):
@@ -226,13 +239,15 @@ def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path,
     ModelFile(r.job_type, r.params, r.dim, r.seed, r.aggregate).save(tmp_path / "m.npz")
     queries = tmp_path / "q.csv"
     Xq = party_data(7, n=12).X
-    queries.write_text("\n".join([",".join(f"f{j}" for j in range(Xq.shape[1]))] + [",".join(repr(float(v)) for v in row) for row in Xq]))
-    assert cli.main(["query", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "o.csv")]) == 0
+    header = ",".join(f"f{j}" for j in range(Xq.shape[1]))
+    queries.write_text("\n".join([header] + [",".join(repr(float(v)) for v in row) for row in Xq]))
+    model = str(tmp_path / "m.npz")
+    assert cli.main(["query", "--model", model, "--data", str(queries), "--out", str(tmp_path / "o.csv")]) == 0
     rows = list(csv.DictReader(open(tmp_path / "o.csv")))
     hashes = RaceHashes.from_seed(r.seed, RaceParams(16, 32, "srp", 4), Xq.shape[1])
     assert [int(row["prediction"]) for row in rows] == RaceClassifier(hashes, r.aggregate).predict(Xq).tolist()
-    assert cli.main(["predict", "--model", str(tmp_path / "m.npz"), "--data", str(queries), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "is a race model: predict takes FlyNN, fedavg and dbcl models" in capsys.readouterr().err
+    assert cli.main(["predict", "--model", model, "--data", str(queries), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "is a race model: predict takes flynn, fedavg and dbcl models" in capsys.readouterr().err
 
 
 def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(keys):

@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xclp.client.models import ModelFile
+from tests.helpers import make_data, write_table
 from xclp import race
+from xclp.client.models import ModelFile
 from xclp.flynn import FlyHash, FlyNNModel, FlyNNParams, train_counts
 from xclp.v1.status import EXIT_BAD_INPUT, EXIT_REFUSED
 
@@ -35,34 +36,21 @@ def cli(*args: str, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / args[0]), *args[1:]], capture_output=True, text=True, timeout=120, **kw)
 
 
-def make_data(seed: int, n: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    y = rng.integers(0, 3, size=n)
-    X = rng.normal(size=(n, D)) + 2.0 * np.eye(3, D)[y]
-    y[:4] = -1
-    return X, y
-
-
 SCALES = np.array([1.0, 1e3, 1e-2, 7.0, 1.0, 1e4, 0.5, 3.0])
 NAMES = ("benign", "malignant", "other")
 
 
 def write_csv(path: Path, X: np.ndarray, y: np.ndarray | None, prefix: str, names=None) -> None:
-    def label(c: int) -> object:
-        return "" if c < 0 else (names[c] if names else int(c))
-
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["row_id", *(f"f{j}" for j in range(D)), *(["diagnosis"] if y is not None else [])])
-        for i, row in enumerate(X):
-            cells = ["" if np.isnan(v) else repr(float(v)) for v in row]
-            w.writerow([f"{prefix}{i}", *cells, *([label(y[i])] if y is not None else [])])
+    write_table(path, X, y, [f"{prefix}{i}" for i in range(X.shape[0])], label_column="diagnosis", names=names)
 
 
 JOBS = {
-    "flynn-tls": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 256\ns = 3\nrho = 8\ntie_seed = 7\n"),
-    "race-tls": ('type = "race"\nexpected_parties = ["a", "b", "c"]\n', '[params]\nrows = 16\nwidth = 16\nfamily = "srp"\np = 4\n'),
-    "flynn-kill": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n', "[params]\nn_classes = 3\nm = 256\ns = 3\nrho = 8\n"),
+    "flynn-tls": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 256\ns = "
+                                                                          "3\nrho = 8\ntie_seed = 7\n"),
+    "race-tls": ('type = "race"\nexpected_parties = ["a", "b", "c"]\n', '[params]\nrows = 16\nwidth = 16\nfamily = '
+                                                                        '"srp"\np = 4\n'),
+    "flynn-kill": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n',
+                   "[params]\nn_classes = 3\nm = 256\ns = 3\nrho = 8\n"),
     "flynn-prep": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n',
                    '[params]\nm = 256\ns = 3\nrho = 8\ntie_seed = 3\nclasses = ["benign", "malignant", "other"]\n'
                    'standardise = true\nimpute = "mean"\n'),
@@ -75,7 +63,8 @@ JOBS = {
                  'learning_rate = 0.01\nstandardise = true\n'),
     "dbcl-withheld": ('type = "dbcl"\nexpected_parties = ["a", "b", "c"]\nmodel = "dbcl-withheld.npz"\n',
                       '[params]\nn_classes = 3\nrounds = 2\nwithhold_model = true\n'),
-    "locked": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 64\ns = 3\nrho = 4\n"),
+    "locked": ('type = "flynn"\nexpected_parties = ["a", "b", "c"]\n', "[params]\nn_classes = 3\nm = 64\ns = 3\nrho = "
+                                                                       "4\n"),
 }
 
 
@@ -138,7 +127,8 @@ def deploy(tmp_path_factory):
         xclp = ["--paillier-bits", "512", "--insecure-test-keys", "--workers", "0"] if job_id == "fedavg-xclp" else []
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
-                str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"), "--min-parties", "2",
+                str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"),
+                "--min-parties", "2",
                 "--data", str(root / data_file), "--label-column",
                 "diagnosis", "--id-column", "row_id", "--out", str(root / f"{job_id}-{party}.npz"), *xclp]
 
@@ -156,10 +146,12 @@ def deploy(tmp_path_factory):
         for party in "abc":
             procs[(job_id, party)] = subprocess.Popen(party_cmd(job_id, party), stderr=subprocess.PIPE, text=True)
     for party in "ab":
-        procs[("flynn-kill", party)] = subprocess.Popen(party_cmd("flynn-kill", party), stderr=subprocess.PIPE, text=True)
+        procs[("flynn-kill", party)] = subprocess.Popen(party_cmd("flynn-kill", party), stderr=subprocess.PIPE,
+                                                        text=True)
     stuck = subprocess.Popen([sys.executable, str(Path(__file__).parent / "stuck_party.py"), f"localhost:{port}",
                               str(root / "ca" / "ca.pem"), "flynn-kill", "c", str(root / "keys" / "c.key"),
-                              str(root / "c.npz"), str(root / "allow.toml")], stderr=subprocess.PIPE, text=True, env=env)
+                              str(root / "c.npz"), str(root / "allow.toml")],
+                             stderr=subprocess.PIPE, text=True, env=env)
     killed = threading.Event()
 
     def kill_when_stalling() -> None:
@@ -266,7 +258,7 @@ def test_party_killed_mid_job_leaves_a_model_for_the_others(deploy):
     flyhash = FlyHash.from_seed(m.seed, FlyNNParams(D, 256, 3, 8))
     assert np.array_equal(m.aggregate, train_counts(flyhash, X[y >= 0], y[y >= 0], 3))
     log = (root / "server.log").read_text()
-    assert "dropped c (disconnected)" in log and "step sum round 1 started with 2 parties" in log
+    assert "dropped c (disconnected)" in log and "step sum attempt 1 started with 2 parties" in log
 
 
 def test_unauthorised_and_imposter_parties_are_refused(deploy):
@@ -279,7 +271,7 @@ def test_unauthorised_and_imposter_parties_are_refused(deploy):
 def test_the_log_shows_steps_and_bytes_but_no_secrets(deploy):
     log = (deploy["root"] / "server.log").read_text()
     assert "listening on port" in log and "(TLS)" in log
-    assert "step sum round 0 complete" in log and "bytes in" in log
+    assert "step sum attempt 0 complete" in log and "bytes in" in log
     seed = ModelFile.load(deploy["root"] / "flynn-tls-a.npz").seed
     assert seed.hex() not in log and "ed25519:" not in log
 

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, run_parties
+from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, run_parties
 from tests.oracles.party_view import party_view
 from xclp.client.policy import PartyPolicy
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, PolicyRefused
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.graph import GraphParams
+from xclp.party_table import Labels, PartyData
 from xclp.prep import local_moments
 from xclp.reference import xclp_reference
-from xclp.party_table import Labels, PartyData
 from xclp.v1 import moments
 from xclp.v1.double_masking import self_mask, unpack_reveal
 
@@ -140,7 +140,8 @@ def test_class_names_map_by_the_declared_order_and_an_undeclared_name_lists_the_
 
 def test_empty_cells_without_impute_are_refused_before_joining_and_point_at_impute(keys):
     datas = {p: skewed_party(i) for i, p in enumerate(PARTIES)}
-    with coordinator(allow_list(keys), [job("f", "flynn", {**FLYNN, "standardise": True}, join_seconds=3)]) as (c, addr):
+    config = job("f", "flynn", {**FLYNN, "standardise": True}, join_seconds=3)
+    with coordinator(allow_list(keys), [config]) as (c, addr):
         results = run_parties(addr, "f", keys, datas)
         assert not c.jobs["f"].parties  # nobody joined: each refused before Join
     for p in PARTIES:
@@ -189,7 +190,7 @@ def test_features_constant_on_every_party_are_dropped_and_a_table_of_only_those_
 
 def test_a_party_requiring_dp_refuses_a_job_that_releases_exact_moments():
     from xclp.v1 import xclp_pb2 as pb
-    from xclp.v1.jobs import parse_params
+    from xclp.v1.registry import parse_params
 
     params = parse_params("flynn", {**FLYNN, "epsilon": 1.0, "T": 10, "standardise": True})
     spec = pb.JobSpec(job_id="f", job_type="flynn", expected_parties=list(PARTIES))

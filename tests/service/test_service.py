@@ -11,18 +11,19 @@ import grpc
 import numpy as np
 import pytest
 
+from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
+from xclp import errors
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession, RunConfig
-from xclp.crypto import certs, identity, masking
+from xclp.crypto import identity, masking
+from xclp.server import dev_ca
 from xclp.server.config import TlsFiles
-from tests.service.conftest import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
-from xclp import errors
 from xclp.v1 import status, wire
-from xclp.v1.status import EXIT_REFUSED, exit_code
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
-from xclp.v1.jobs import parse_params
+from xclp.v1.registry import parse_params
+from xclp.v1.status import EXIT_REFUSED, exit_code
 
 FLYNN = {"n_classes": 3, "m": 256, "s": 3, "rho": 8}
 
@@ -65,15 +66,18 @@ def test_admission_refusals_carry_the_right_status(keys, served):
     assert code_of(stub.Join, join_request(stub, keys["d"], "d")) == grpc.StatusCode.PERMISSION_DENIED  # not in job f
     # Mallory claims to be "a": with her own key (not a's allow-listed key) or a forged signature.
     assert code_of(stub.Join, join_request(stub, keys["mallory"], "a")) == grpc.StatusCode.UNAUTHENTICATED
-    assert code_of(stub.Join, join_request(stub, keys["a"], "a", signer=keys["mallory"])) == grpc.StatusCode.UNAUTHENTICATED
+    forged = join_request(stub, keys["a"], "a", signer=keys["mallory"])
+    assert code_of(stub.Join, forged) == grpc.StatusCode.UNAUTHENTICATED
     garbage = pb.JoinRequest(job_id="f", bundle=pb.SignedBundle(bundle=b"junk", signature=b"x"),
                              summary=pb.DataSummary(rows=1, dim=1))
     assert code_of(stub.Join, garbage) == grpc.StatusCode.INVALID_ARGUMENT
     assert code_of(stub.Join, pb.JoinRequest(job_id="f")) == grpc.StatusCode.INVALID_ARGUMENT
     bad_summary = pb.DataSummary(rows=5, labeled_rows=9, dim=8)
-    assert code_of(stub.Join, join_request(stub, keys["a"], "a", summary=bad_summary)) == grpc.StatusCode.INVALID_ARGUMENT
+    bad = join_request(stub, keys["a"], "a", summary=bad_summary)
+    assert code_of(stub.Join, bad) == grpc.StatusCode.INVALID_ARGUMENT
     # a's bundle signed over another run's nonce (replayed from an earlier run): refused
-    assert code_of(stub.Join, join_request(stub, keys["a"], "a", nonce=bytes(16))) == grpc.StatusCode.FAILED_PRECONDITION
+    replayed = join_request(stub, keys["a"], "a", nonce=bytes(16))
+    assert code_of(stub.Join, replayed) == grpc.StatusCode.FAILED_PRECONDITION
     stub.Join(join_request(stub, keys["a"], "a"))
     assert code_of(stub.Join, join_request(stub, keys["a"], "a")) == grpc.StatusCode.FAILED_PRECONDITION
     other_dim = pb.DataSummary(rows=5, labeled_rows=1, dim=9)
@@ -264,7 +268,8 @@ def test_party_refuses_a_roster_where_the_coordinator_swapped_a_peers_keys(keys)
     allow-list tells it apart."""
     session = joined_session(keys)
     swapped = bundle_of(keys, "b", signer="mallory")
-    with pytest.raises(errors.InvalidSignature, match="party 'b' signed with an identity key other than its allowed one"):
+    with pytest.raises(errors.InvalidSignature,
+                       match="party 'b' signed with an identity key other than its allowed one"):
         session.on_roster(roster_of(session.signed, swapped, bundle_of(keys, "c")))
     assert session.roster is None and session.pair_secrets == {}
     stranger = bundle_of(keys, "mallory")  # a party nobody pinned
@@ -285,9 +290,9 @@ def test_party_refuses_a_roster_carrying_a_bundle_of_an_earlier_run(keys):
 def test_coordinator_refuses_a_replayed_bundle_and_admits_the_real_party(keys):
     """A bundle of an earlier run (another nonce) used to be admitted, and the real party was then
     refused as "already joined"."""
-    from xclp.server.jobs.allreduce import AllReduceJob
+    from xclp.server.run import Run
 
-    job_ = AllReduceJob(job("f", "flynn", FLYNN), allow_list(keys))
+    job_ = Run(job("f", "flynn", FLYNN), allow_list(keys))
     summary = pb.DataSummary(rows=3, labeled_rows=3, dim=8)
     with pytest.raises(errors.ReplayRefused, match="another run's nonce"):
         job_.join(bundle_of(keys, "b", nonce=bytes(16)), summary)
@@ -298,21 +303,22 @@ def test_coordinator_refuses_a_replayed_bundle_and_admits_the_real_party(keys):
 def test_a_hostile_coordinator_swapping_a_key_gets_no_seed(keys, monkeypatch):
     """End to end: a coordinator whose roster carries its own key for c. Every honest party refuses
     the roster (exit 4), so the leader never seals the common seed to the coordinator's key."""
-    from xclp.server import coordinator as coordinator_module
+    from dataclasses import replace
+
     from xclp.server.jobs.allreduce import AllReduceJob
+    from xclp.v1 import registry
 
     class Swapping(AllReduceJob):
-        def _start(self) -> None:
-            c = self.parties["c"]
+        def check_start(self, parties) -> None:  # just before the roster goes out
             fake = identity.KeyBundle("c", "f", identity.public_bytes(keys["mallory"]),
-                                      masking.public_bytes(masking.generate_x25519()), self.run_nonce)
-            c.signed = identity.sign_bundle(keys["mallory"], fake)
-            super()._start()
+                                      masking.public_bytes(masking.generate_x25519()),
+                                      parties["c"].bundle.nonce)
+            parties["c"].signed = identity.sign_bundle(keys["mallory"], fake)
 
-    monkeypatch.setitem(coordinator_module.JOB_TYPES, "flynn", Swapping)
     rec = Recorder()
     datas = {p: party_data(i) for i, p in enumerate(("a", "b", "c"))}
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=30)], observer=rec) as (coord, addr):
+    with registry.registered(replace(registry.get("flynn"), coordinator=Swapping), replacing=True), \
+            coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=30)], observer=rec) as (coord, addr):
         results = run_parties(addr, "f", keys, datas)
     for p in ("a", "b", "c"):  # c too: its own entry was modified
         assert isinstance(results[p], errors.InvalidSignature), results[p]
@@ -323,23 +329,24 @@ def test_a_hostile_coordinator_swapping_a_key_gets_no_seed(keys, monkeypatch):
 
 
 def test_mutual_tls_admits_only_clients_with_a_ca_signed_certificate(keys, tmp_path):
-    certs.init_ca(tmp_path)
-    server = certs.issue(tmp_path, tmp_path, "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    issued = {p: certs.issue(tmp_path, tmp_path, p, server=False) for p in ("a", "b")}
-    tls = TlsFiles(server.cert_path, server.key_path, tmp_path / certs.CA_CERT)
+    dev_ca.init_ca(tmp_path)
+    server = dev_ca.issue(tmp_path, tmp_path, "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    issued = {p: dev_ca.issue(tmp_path, tmp_path, p, server=False) for p in ("a", "b")}
+    tls = TlsFiles(server.cert_path, server.key_path, tmp_path / dev_ca.CA_CERT)
     datas = {p: party_data(80 + i) for i, p in enumerate(("a", "b"))}
     with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, parties=("a", "b"))], tls=tls) as (coord, addr):
         port = addr.rsplit(":", 1)[1]
-        no_cert = ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / certs.CA_CERT)
+        no_cert = ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / dev_ca.CA_CERT)
         refused = run_parties(addr, "f", keys, {"a": datas["a"]}, connection=no_cert, join_wait=0.5)
         assert isinstance(refused["a"], errors.PeerDropped) and not coord.jobs["f"].parties
         def mtls(cert_of: str) -> ConnectionConfig:
-            return ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / certs.CA_CERT,
+            return ConnectionConfig(f"localhost:{port}", ca_cert=tmp_path / dev_ca.CA_CERT,
                                     client_cert=issued[cert_of].cert_path, client_key=issued[cert_of].key_path)
 
         # b with a's certificate: the certificate's common name must be the party id
         wrong = run_parties(addr, "f", keys, {"b": datas["b"]}, connection={"b": mtls("a")})
-        assert isinstance(wrong["b"], errors.NotAuthorized) and "certificate is for 'a', not party 'b'" in str(wrong["b"])
+        assert isinstance(wrong["b"], errors.NotAuthorized)
+        assert "certificate is for 'a', not party 'b'" in str(wrong["b"])
         assert not coord.jobs["f"].parties
         results = run_parties(addr, "f", keys, datas, connection={p: mtls(p) for p in ("a", "b")})
     assert np.array_equal(results["a"].aggregate, results["b"].aggregate)

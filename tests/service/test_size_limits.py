@@ -4,28 +4,14 @@ allocation and exit 1)."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.service.conftest import PARTIES, allow_list, coordinator, job, party_data, run_parties
-from xclp.client.jobs.estimate import OperationCosts, check_memory, intra_bytes, paillier_seconds
+from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.policy import PartyPolicy
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ResourceExhausted
 from xclp.server.config import JobConfig
-from xclp.v1.jobs import parse_params
+from xclp.v1.registry import parse_params
 
 XCLP = {"n_classes": 3, "lsh_bits": 128, "k": 3, "key_bits": 512, "insecure_test_keys": True}
-
-
-def test_the_memory_estimate_refuses_390000_rows_without_allocating_and_says_what_to_do():
-    with pytest.raises(ResourceExhausted) as exc:
-        check_memory(390_000, 64 * 2**30)
-    message = str(exc.value)
-    assert "566.6 GiB" in message and "390000 × 390000" in message and "subsample to at most about 131072 rows" in message
-    check_memory(10_000, 64 * 2**30)  # 0.4 GiB: fine
-    check_memory(390_000, 0)  # 0: no limit
-    assert intra_bytes(1000) == 4_000_000
 
 
 def test_a_party_over_its_memory_limit_refuses_before_joining(keys):
@@ -46,23 +32,10 @@ def test_a_party_refuses_when_the_layout_makes_its_paillier_work_too_long(keys):
         results = run_parties(addr, "x", keys, datas, paillier=paillier,
                               overrides={"c": {"max_paillier_seconds": 1e-9}},
                               policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        assert coord.jobs["x"].hamming is None or "c" not in coord.jobs["x"].active
+        run = coord.jobs["x"]
+        assert run.job.xclp is None or run.job.xclp.hamming is None or "c" not in run.active
     assert isinstance(results["c"], ResourceExhausted)
     assert "--max-paillier-hours" in str(results["c"]) and "120 rows of 2 peers" in str(results["c"])
-
-
-def test_the_paillier_estimate_grows_with_the_product_of_the_rows():
-    keypair = PaillierKeypair.generate(512, allow_insecure_test_size=True)
-    costs = OperationCosts.measure(keypair)
-    assert costs.decrypt > 0 and costs.encrypt > 0 and costs.multiply > 0
-    layout = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
-    decrypt_only = OperationCosts(encrypt=0.0, multiply=0.0, decrypt=1.0)
-    assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 1) == 10 * 1500  # ⌈n/K⌉ · Σ n_k
-    assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 4) == 10 * 1500 / 4
-    encrypt_only = OperationCosts(encrypt=1.0, multiply=0.0, decrypt=0.0)
-    assert paillier_seconds(encrypt_only, layout, 1860, {"b": 500}, 1) == 1024 * 10  # L · ⌈n/K⌉ slices
-    multiply_only = OperationCosts(encrypt=0.0, multiply=1.0, decrypt=0.0)
-    assert paillier_seconds(multiply_only, layout, 1860, {"b": 372}, 1) == 512 * 2 * 1860  # L/2 · ⌈n_k/K⌉ · n
 
 
 def test_the_coordinator_refuses_at_join_the_party_that_would_pass_its_row_cap(keys):
@@ -73,5 +46,6 @@ def test_the_coordinator_refuses_at_join_the_party_that_would_pass_its_row_cap(k
         results = run_parties(addr, "f", keys, datas)
     refused = [p for p, r in results.items() if isinstance(r, BaseException)]
     assert len(refused) == 1, results
-    assert "at most 150 rows in all (max_total_rows); 120 have joined and this party brings 60" in str(results[refused[0]])
+    refusal = str(results[refused[0]])
+    assert "at most 150 rows in all (max_total_rows); 120 have joined and this party brings 60" in refusal
     assert JobConfig("x", "xclp", parse_params("xclp", XCLP), PARTIES, 2).max_total_rows == 50_000

@@ -29,20 +29,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from xclp.client.jobs.xclp import XclpParty
-from xclp.party_table import PartyData
-from xclp.crypto import certs, identity
-from xclp.crypto.fixedpoint import FixedPoint
-from xclp.server.config import JobConfig, TlsFiles, load_job
-from xclp.errors import ConfigError, ReplayRefused
-from xclp.graph import GraphParams
-from xclp.reference import XclpResult, xclp_reference
-from xclp.v1.jobs import XclpJobParams
-from xclp.v1.status import EXIT_BAD_INPUT
-
+from tests.harness import Recorder, coordinator
+from tests.helpers import load_identity, save_identity, write_table
 from tests.oracles.party_view import party_view
-
-from .conftest import Recorder, coordinator
+from xclp.crypto import identity
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.errors import ConfigError, InvalidInput
+from xclp.graph import GraphParams
+from xclp.party_table import PartyData
+from xclp.reference import XclpResult, xclp_reference
+from xclp.server import dev_ca
+from xclp.server.config import JobConfig, TlsFiles, load_job
+from xclp.v1.status import EXIT_BAD_INPUT
+from xclp.v1.xclp import XclpJobParams
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +71,6 @@ def make_data(seed: int) -> tuple[np.ndarray, np.ndarray]:
     return X, seen
 
 
-def write_csv(path: Path, X: np.ndarray, y: np.ndarray, party: str) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["row_id", *(f"f{j}" for j in range(D)), "label"])
-        for i, row in enumerate(X):
-            w.writerow([f"{party}-{i}", *(repr(float(v)) for v in row), "" if y[i] < 0 else int(y[i])])
-
-
 def read_predictions(path: Path) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """A party's predictions.csv: ids, labels int[n], confidences float[n], scores float[n, C]."""
     ids, labels, confidence, scores = read_predictions_any(path)
@@ -97,21 +88,21 @@ def read_predictions_any(path: Path) -> tuple[list[str], list[int], list[float],
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("xclp")
-    certs.init_ca(root / "ca")
-    certs.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    dev_ca.init_ca(root / "ca")
+    dev_ca.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
     (root / "keys").mkdir()
     allow = {}
     for party in PARTIES:
         key = identity.generate_identity()
-        identity.save_identity(key, root / "keys" / f"{party}.key")
+        save_identity(key, root / "keys" / f"{party}.key")
         allow[party] = identity.public_bytes(key)
     data = {p: make_data(i) for i, p in enumerate(PARTIES)}
     for p, (X, y) in data.items():
-        write_csv(root / f"{p}.csv", X, y, p)
+        write_table(root / f"{p}.csv", X, y, [f"{p}-{i}" for i in range(len(y))])
     configs = [JobConfig(job_id, "xclp", XclpJobParams.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
                          summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
     (root / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(identity.load_identity(root / "keys" / f"{p}.key"))}"\n' for p in PARTIES))
+        f'{p} = "{identity.public_key_text(load_identity(root / "keys" / f"{p}.key"))}"\n' for p in PARTIES))
     recorder = Recorder()
     tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
     go = root / "kill-rs.go"  # the dying party of kill-rs dies once a and c have pushed round 0
@@ -179,8 +170,8 @@ def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> Non
 
 def test_coordinator_H_equals_the_plaintext_hamming_matrix(run) -> None:
     job = run["coord"].jobs["exact"]
-    np.testing.assert_array_equal(job.hamming.H, reference(run, "exact").H)
-    assert job.hamming.layout.parties == PARTIES
+    np.testing.assert_array_equal(job.job.xclp.hamming.H, reference(run, "exact").H)
+    assert job.job.xclp.hamming.layout.parties == PARTIES
 
 
 def test_every_party_predicts_what_the_plaintext_reference_predicts(run) -> None:
@@ -199,8 +190,8 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
     batches = math.ceil(N / slots)
     # three pairs, each: a header + one slice ciphertext per (batch, bit), a header + one per (batch, B row),
     # each relay sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, DESIGN §2.2)
-    assert summary["steps"]["secure_hamming"]["bytes_relayed"] == (3 * (20 + batches * L * ct) + 3 * (24 + batches * N * ct)
-                                                                   + 6 * (12 + 16))
+    relayed = 3 * (20 + batches * L * ct) + 3 * (24 + batches * N * ct) + 6 * (12 + 16)
+    assert summary["steps"]["secure_hamming"]["bytes_relayed"] == relayed
     # t and R per pair: one 512-bit value per ciphertext D
     assert summary["steps"]["secure_hamming"]["bytes_in"] == 3 * 2 * batches * N * 512 // 8
     assert summary["bytes_total"] == sum(s["bytes_in"] + s["bytes_relayed"] + s["bytes_out"]
@@ -212,18 +203,18 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
 
 def test_conjugate_gradient_solver_gives_the_reference_predictions_through_the_service(run) -> None:
     job = run["coord"].jobs["cg"]
-    assert job.params.solver == "cg" and job.stage.value == "done"
+    assert job.config.params.solver == "cg" and job.stage.value == "done"
     ref = reference(run, "cg")  # the reference solves densely: CG must agree within the same 1e-6
     assert_predictions(run, "cg", ref, PARTIES, PARTIES)
 
 
 def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_it(run) -> None:
     assert run["codes"][("kill-sh", "c")] == -9
-    assert "SecureHamming round 0" in run["logs"][("kill-sh", "c")]
+    assert "SecureHamming attempt 0" in run["logs"][("kill-sh", "c")]
     job = run["coord"].jobs["kill-sh"]
     ref = reference(run, "kill-sh", ids=("a", "b"))
-    np.testing.assert_array_equal(job.hamming.H, ref.H)  # c's rows and columns are gone
-    assert job.membership.graph == ("a", "b") and job.ledger["secure_hamming"].rounds == 2
+    np.testing.assert_array_equal(job.job.xclp.hamming.H, ref.H)  # c's rows and columns are gone
+    assert job.job.xclp.membership.graph == ("a", "b") and job.ledger["secure_hamming"].rounds == 2
     assert_predictions(run, "kill-sh", ref, ("a", "b"), ("a", "b"))
 
 
@@ -232,7 +223,7 @@ def test_party_killed_in_rowsums_shapes_the_graph_but_brings_and_gets_no_labels(
     job = run["coord"].jobs["kill-rs"]
     # the job hides the label mask: the coordinator did not even learn how many rows are labeled
     assert all(party.summary.labeled_rows == 0 for party in job.parties.values())
-    np.testing.assert_array_equal(job.hamming.H, reference(run, "kill-rs").H)  # b's rows stay in H
+    np.testing.assert_array_equal(job.job.xclp.hamming.H, reference(run, "kill-rs").H)  # b's rows stay in H
     ref = reference(run, "kill-rs", unlabeled=("b",), normalise="party")
     assert_predictions(run, "kill-rs", ref, PARTIES, ("a", "c"))
     assert not (run["root"] / "kill-rs" / "b" / "predictions.csv").exists()
@@ -263,7 +254,8 @@ def test_rowsums_payloads_look_uniform_and_the_restart_uses_fresh_masks(run) -> 
 
 def test_debug_seed_hook_is_refused_without_the_testing_flag(run, tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XCLP_TESTING"}
-    out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", "localhost:1", "--job", "exact",
+    out = subprocess.run([sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", "localhost:1",
+                          "--job", "exact",
                           "--party", "a", "--identity", str(run["root"] / "keys" / "a.key"),
                           "--peers", str(run["root"] / "allow.toml"),
                           "--data", str(run["root"] / "a.csv"), "--out", str(tmp_path),
@@ -294,10 +286,13 @@ def test_a_k_larger_than_the_rows_is_refused_before_any_work_with_the_input_exit
 
 
 def test_party_without_a_paillier_key_is_refused_with_the_flag_to_use(run) -> None:
+    from xclp.server import admission
+
     job = run["coord"].jobs["exact"]
     bundle = identity.KeyBundle("a", "exact", bytes(32), bytes(32), bytes(16))
-    with pytest.raises(Exception, match="--paillier-bits 512"):
-        job._check_paillier(bundle)
+    with pytest.raises(InvalidInput, match="--paillier-bits 512"):  # checked before the signature
+        admission.check_bundle(job.config, job.allow_list, job.run_nonce,
+                               identity.SignedBundle(bundle.canonical_bytes(), bytes(64)))
 
 
 def test_demo_job_file_loads() -> None:
@@ -312,54 +307,35 @@ def test_job_file_naming_sigma_is_refused() -> None:
         XclpJobParams.parse({"n_classes": 2, "sigma": 40})
 
 
-def test_party_refuses_a_repeated_rowsums_round() -> None:
-    from xclp.crypto.masking import PairwiseMasker
-
-    class Sink:
-        def push(self, payload, **kw) -> int:
-            return 0
-
-    data = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
-    masker = PairwiseMasker("a", {"b": bytes(32)}, b"session")
-    party = XclpParty("a", XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True), data,
-                      None, None, bytes(32), masker, Sink(), lambda m: None)  # type: ignore[arg-type]
-    party.graph, party.zbar = (("a", 3), ("b", 2)), np.zeros((5, 2))
-    party._row_sums(0, ("a", "b"))
-    with pytest.raises(ReplayRefused):
-        party._row_sums(0, ("a", "b"))
-    party._row_sums(1, ("a", "b"))  # a restart under the next round is fine
-
-
 # ---- the coordinator's state machine without sockets ---------------------------------------------
 
 
 def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
     import secrets
 
-    from xclp.server.jobs.xclp import XclpJob
-    from xclp.errors import InvalidInput
+    from tests.harness import job as job_config
+    from xclp.server.run import Run
     from xclp.v1 import wire
     from xclp.v1 import xclp_pb2 as pb
 
-    from .conftest import job as job_config
-
     keys = {p: identity.generate_identity() for p in PARTIES}
     now = [0.0]
-    j = XclpJob(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
-                         clock=lambda: now[0])
+    j = Run(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
+            clock=lambda: now[0])
     for p in PARTIES:
         bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), j.run_nonce,
                                     paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
         j.join(identity.sign_bundle(keys[p], bundle), pb.DataSummary(rows=3, labeled_rows=1, dim=D))
 
     def send(sender: str, step: str, payload, recipient: str = "") -> None:
-        j.message(sender, wire.Message("j", step, j.step.round, sender, recipient, payload))
+        j.message(sender, wire.Message("j", step, j.step.attempt, sender, recipient, payload))
 
     for p in PARTIES:
         send(p, "seed", b"")
     for p in PARTIES:
         send(p, "intra_hamming", np.zeros((3, 3), np.uint16))
-    assert j.step.name == "secure_hamming" and [(t.a, t.b) for t in j.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
+    assert j.step.name == "secure_hamming"
+    assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
     send("b", "secure_hamming", b"slices", recipient="a")  # pair (b, a): b encrypts, a evaluates
     send("a", "secure_hamming", b"evaluated", recipient="b")
     send("a", "secure_hamming", b"slices", recipient="c")  # pair (a, c): c never evaluates ...
@@ -368,11 +344,11 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
     with pytest.raises(InvalidInput, match="not a SecureHamming pair"):
         send("a", "secure_hamming", b"x", recipient="a")
     # ... nor encrypts for (c, b): a and b wait for c, so only c is to blame
-    assert j.blame(j.step) == {"c"}
+    assert j.phase.blame(j.step) == {"c"}
     now[0] = j.step.deadline + 1
     j.tick(now[0])
-    assert j.dropped == {"c"} and j.membership.graph == ("a", "b")
-    assert (j.step.name, j.step.round, j.step.participants) == ("secure_hamming", 1, ("a", "b"))
+    assert j.dropped == {"c"} and j.job.xclp.membership.graph == ("a", "b")
+    assert (j.step.name, j.step.attempt, j.step.participants) == ("secure_hamming", 1, ("a", "b"))
 
 
 def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
@@ -395,11 +371,10 @@ def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
 def test_a_party_lost_before_the_first_xclp_step_leaves_a_layout_over_the_whole_roster(keys):
     """The roster (and every party's layout of it) keeps a party that joined and then left in the
     seed step; the layout and the pairs table must be laid out over that roster, with 0 rows for it."""
+    from tests.harness import allow_list, job, run_parties
     from xclp.client.policy import PartyPolicy
     from xclp.client.session import JobResult, PartySession
     from xclp.crypto.paillier import PaillierKeypair
-
-    from .conftest import allow_list, job, run_parties
 
     class DiesInSeed(PartySession):
         def on_step(self, step):
@@ -409,7 +384,7 @@ def test_a_party_lost_before_the_first_xclp_step_leaves_a_layout_over_the_whole_
 
     rng = np.random.default_rng(5)
     datas = {}
-    for i, p in enumerate(PARTIES):
+    for p in PARTIES:
         y = rng.integers(0, C, 20)
         y[10:] = -1
         datas[p] = PartyData(rng.normal(size=(20, D)) + y[:, None], y, tuple(f"{p}{k}" for k in range(20)))

@@ -31,7 +31,7 @@ def wait_for_go() -> None:
         time.sleep(0.02)
 
 
-def dying_on_step(self: XclpParty, step) -> None:  # noqa: ANN001 - pb.StepStart
+def dying_on_step(self: XclpParty, step) -> None:
     if step.step == STEP == "rowsums":
         wait_for_go()
         os.kill(os.getpid(), signal.SIGKILL)

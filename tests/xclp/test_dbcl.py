@@ -7,11 +7,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xclp.dbcl import (RoundView, ServerOptimiser, client_gradient, draw_sketches, pack, server_step, sketch_sizes,
-                       unsketch_gradient, view_size)
+from xclp.dbcl import (
+    RoundView,
+    ServerOptimiser,
+    client_gradient,
+    draw_sketches,
+    pack,
+    server_step,
+    sketch_sizes,
+    unsketch_gradient,
+    view_size,
+)
 from xclp.errors import ConfigError, InvalidInput
-from xclp.v1.jobs import DbclJobParams, parse_params
 from xclp.nn import Architecture, Network
+from xclp.v1.dbcl import DbclJobParams
+from xclp.v1.registry import parse_params
 
 
 @settings(max_examples=20, deadline=None)

@@ -13,7 +13,8 @@ from xclp.errors import ConfigError, InvalidInput
 from xclp.fedavg import PseudoLabels, batches, sample_parties, server_update, training_set
 from xclp.nn import SGD, Architecture, Network
 from xclp.v1 import fedavg
-from xclp.v1.jobs import FedavgJobParams, parse_params
+from xclp.v1.fedavg import FedavgJobParams
+from xclp.v1.registry import parse_params
 
 
 def test_sampling_is_a_public_seeded_draw_of_the_right_size() -> None:
@@ -83,7 +84,7 @@ def test_masked_updates_sum_to_the_fixed_point_total(parties: list[tuple[int, fl
         masker = PairwiseMasker(pid, {q: shared_secret(keys[pid], public_bytes(keys[q])) for q in ids if q != pid},
                                 session)
         local = fedavg.encode_update(delta, rows, 24, len(ids))
-        masked.append(masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, round=0, participants=ids))
+        masked.append(masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, attempt=0, participants=ids))
     total, rows = fedavg.decode_update(np.sum(masked, axis=0, dtype=np.uint64), 24)
     assert rows == sum(r for r, _ in parties)
     np.testing.assert_allclose(total, np.sum(deltas, axis=0), rtol=0, atol=len(ids) * 2.0 ** -25)
@@ -94,7 +95,7 @@ def test_a_masked_update_looks_uniform_and_an_unmasked_one_does_not() -> None:
     keys = {p: generate_x25519() for p in ids}
     masker = PairwiseMasker("a", {q: shared_secret(keys["a"], public_bytes(keys[q])) for q in "bc"}, b"s" * 32)
     local = fedavg.encode_update(np.random.default_rng(1).normal(0, 0.1, 4095), 300, 24, 3)
-    masked = masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, round=0, participants=ids)
+    masked = masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, attempt=0, participants=ids)
 
     def top_byte_pvalue(words: np.ndarray) -> float:
         return float(chisquare(np.bincount((words >> np.uint64(56)).astype(np.int64), minlength=256)).pvalue)

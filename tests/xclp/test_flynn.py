@@ -83,7 +83,8 @@ def test_active_bits_equal_sorting_reference(dim: int, m: int, seed: int, data: 
     s = data.draw(st.integers(1, dim))
     rho = data.draw(st.integers(1, m))
     params = FlyNNParams(dim=dim, m=m, s=s, rho=rho)
-    X = np.array(data.draw(st.lists(st.lists(st.integers(-3, 3), min_size=dim, max_size=dim), min_size=1, max_size=5)), dtype=float)
+    rows = st.lists(st.lists(st.integers(-3, 3), min_size=dim, max_size=dim), min_size=1, max_size=5)
+    X = np.array(data.draw(rows), dtype=float)
     fh = FlyHash.from_seed(seed, params)
     assert np.array_equal(fh.active_bits(X), reference_active(fh.matrix(), X, rho))
 

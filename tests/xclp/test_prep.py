@@ -19,9 +19,11 @@ def pooled(parts, *, standardise=True, impute=True) -> Scaling:
     """The scaling from the masked moments sum of `parts`, as the coordinator opens it."""
     secrets = {p: {q: (min(p, q) + max(p, q)).encode() * 16 for q in parts if q != p} for p in parts}
     members = sorted(parts)
-    uploads = [PairwiseMasker(p, secrets[p], b"s").apply(moments.encode(local_moments(X), len(parts)), purpose="moments",
-                                                          round=0, participants=members) for p, X in parts.items()]
-    return Scaling.from_sums(moments.decode(ring_sum(uploads)), moments.FRAC_BITS, standardise=standardise, impute=impute)
+    uploads = [PairwiseMasker(p, secrets[p], b"s").apply(moments.encode(local_moments(X), len(parts)),
+                                                          purpose="moments", attempt=0, participants=members)
+               for p, X in parts.items()]
+    return Scaling.from_sums(moments.decode(ring_sum(uploads)), moments.FRAC_BITS, standardise=standardise,
+                             impute=impute)
 
 
 @settings(max_examples=60, deadline=None)

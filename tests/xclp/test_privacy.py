@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from xclp.errors import InvalidInput
 from xclp.privacy import (
     discrete_laplace,
     discrete_laplace_share,
@@ -16,7 +17,6 @@ from xclp.privacy import (
     laplace,
     uniform_open,
 )
-from xclp.errors import InvalidInput
 
 N = 20_000
 ALPHA = 1e-3  # a correct sampler fails a test with this probability for an unlucky seed

@@ -93,7 +93,8 @@ def test_semicolon_separated_files_are_detected_or_named(tmp_path):
 
 def test_the_cli_delimiter_flag_spells_tab_as_a_word(tmp_path):
     (tmp_path / "t.csv").write_text("id\tx1,x2\tlabel\na\t1.5\t0\n")  # a comma inside a tab-separated name
-    with pytest.raises(InvalidInput, match=r"has 1 cells but the header has 2 \(the header looks '\\t'-separated; pass --delimiter tab\)"):
+    with pytest.raises(InvalidInput, match=r"has 1 cells but the header has 2 \(the header looks '\\t'-separated; pass "
+                                           r"--delimiter tab\)"):
         party_data.load(tmp_path / "t.csv", id_column="id", delimiter=",")
     for spelled in ("tab", "\\t", "\t"):  # as typed in a flag or a TOML file, or the character
         d = party_data.load(tmp_path / "t.csv", id_column="id", delimiter=spelled)
@@ -109,7 +110,8 @@ def test_empty_and_na_feature_cells_read_as_missing_and_are_refused_naming_the_l
     assert d.ids == ("r1", "r2", "r3")  # the blank line and the row of empty cells are not data
     np.testing.assert_array_equal(np.isnan(d.X), [[False, False], [True, True], [True, False]])
     assert d.missing.tolist() == [2, 1]
-    with pytest.raises(InvalidInput, match=r"d.csv line 3, column 'x1': the cell is empty or NaN \(3 such feature cells "
+    with pytest.raises(InvalidInput, match=r"d.csv line 3, column 'x1': the cell is empty or NaN \(3 such feature "
+                                           r"cells "
                                            r"in all\); .*impute = \"mean\""):
         d.check_missing(impute=False)
     assert d.check_missing(impute=True).tolist() == [2, 1]
@@ -166,7 +168,8 @@ def test_class_names_map_by_the_declared_order_and_undeclared_names_list_the_dec
     assert d.labeled.tolist() == [True, True, False, True]
     assert d.with_classes(["benign", "malignant"]).y.tolist() == [0, 1, -1, 0]
     assert d.with_classes(["malignant", "benign"]).y.tolist() == [1, 0, -1, 1]
-    with pytest.raises(InvalidInput, match=r"line 3: label 'malignant' is not one of the job's classes: 'benign', 'Malignant'"):
+    with pytest.raises(InvalidInput, match=r"line 3: label 'malignant' is not one of the job's classes: 'benign', "
+                                           r"'Malignant'"):
         d.with_classes(["benign", "Malignant"])
     with pytest.raises(InvalidInput, match=r"line 2: label 'benign' is not an integer class >= 0; declare the class "
                                            r"names in the job file"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from tests.harness import PARTIES, allow_list, coordinator, party_data, run_parties
 from xclp import errors
 from xclp.crypto import identity
 from xclp.server.admin import build_admin_server
@@ -13,7 +14,6 @@ from xclp.server.store import StateStore
 from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
-from tests.service.conftest import PARTIES, allow_list, coordinator, party_data, run_parties
 
 FLYNN_TOML = ('job_id = "{id}"\ntype = "flynn"\nexpected_parties = {parties}\nmin_parties = 2\ndataset = "demo"\n'
               '[deadlines]\njoin_seconds = {join}\n[params]\nn_classes = 3\nm = 128\ns = 2\nrho = 8\n')
@@ -50,7 +50,8 @@ def test_a_signed_call_opens_once_for_its_method_within_the_window(keys):
     with pytest.raises(errors.InvalidSignature, match="signed for '/xclp.v1.Admin/List'"):
         check.open(listed, calls.ADMIN_CANCEL, pb.CancelRequest())
     for skew in (-301, 301):  # recorded long ago, or dated ahead to outlive the nonce memory
-        stale = calls.sign_call(keys["a"], "alice", calls.ADMIN_SHOW, pb.ShowRequest(), clock=lambda: clock.now + skew)
+        stale = calls.sign_call(keys["a"], "alice", calls.ADMIN_SHOW, pb.ShowRequest(),
+                                clock=lambda skew=skew: clock.now + skew)
         with pytest.raises(errors.ReplayRefused, match="from the coordinator's clock"):
             check.open(stale, calls.ADMIN_SHOW, pb.ShowRequest())
 

@@ -15,18 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from xclp.client.steps import xclp as party
 from tests.oracles.party_view import party_view
-from xclp.simulation import InProcessResult, run_xclp_inprocess
+from xclp.client.steps import xclp as party
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.pool import process_pool
-from xclp.server.steps import xclp as coord
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError, ReplayRefused
 from xclp.graph import GraphParams
 from xclp.hamming import hamming_matrix
 from xclp.reference import XclpResult, xclp_reference
+from xclp.server.steps import xclp as coord
+from xclp.simulation import InProcessResult, run_xclp_inprocess
 
 SEED = hashlib.sha256(b"test_xclp_steps").digest()
 L = 64
@@ -147,7 +147,7 @@ def test_dropout_before_or_during_secure_hamming_equals_never_joined(stage: str)
     result = run(drop=(("party-b", stage),))
     without = ("party-a", "party-c")
     ref = reference(without)
-    assert result.membership == coord.Membership(graph=without, labels=without, rowsums_round=0)
+    assert result.membership == coord.Membership(graph=without, labels=without, rowsums_attempt=0)
     np.testing.assert_array_equal(result.hamming.H, ref.H)
     assert_outputs_match(result, ref, without, without)
 
@@ -243,7 +243,7 @@ def test_rowsums_payloads_look_uniform_while_the_sum_is_exact() -> None:
     zbars = {p: np.where(rng.random((n, classes)) < 0.1, rng.random((n, classes)), 0.0) for p in ids}
     maskers = fixed_maskers(ids, seed=5)
     fp = FixedPoint()
-    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=ids, round=0) for p in ids}
+    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=ids, attempt=0) for p in ids}
     for p in ids:
         words = masked[p].payload.reshape(-1)
         as_bytes = words.view(np.uint8)
@@ -282,7 +282,7 @@ def test_masks_cancel_and_every_participant_reads_its_exact_rows(
     zbars = {p: np.array(data.draw(st.lists(values, min_size=n * classes, max_size=n * classes))).reshape(n, classes)
              for p in participants}
     maskers = fixed_maskers(ids, seed=len(sizes) + 100 * rnd)
-    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=participants, round=rnd)
+    masked = {p: party.mask_row_sums(zbars[p], graph_rows, maskers[p], participants=participants, attempt=rnd)
               for p in participants}
     frame = coord.rowsums_frame(coord.RowLayout(ids, tuple(sizes)), participants)
     sums = coord.sum_row_sums(frame, {p: m.payload for p, m in masked.items()}, classes)
@@ -300,23 +300,23 @@ def test_rowsums_block_is_still_masked_without_the_owners_kept_rows() -> None:
     graph_rows = (("a", 50), ("b", 50))
     maskers = fixed_maskers(ids, seed=6)
     zero = np.zeros((100, 2))
-    masked = {p: party.mask_row_sums(zero, graph_rows, maskers[p], participants=ids, round=0) for p in ids}
+    masked = {p: party.mask_row_sums(zero, graph_rows, maskers[p], participants=ids, attempt=0) for p in ids}
     sums = coord.sum_row_sums(coord.RowLayout(ids, (50, 50)), {p: m.payload for p, m in masked.items()}, 2)
     # the coordinator's block for a is b's masked rows: far from the all-zero answer
     assert np.count_nonzero(sums["a"]) >= 95
     np.testing.assert_array_equal(party.unmask_row_sums(sums["a"], masked["a"].kept), np.zeros((50, 2)))
 
 
-def test_replay_of_a_rowsums_round_is_refused() -> None:
+def test_replay_of_a_rowsums_attempt_is_refused() -> None:
     ids = ("a", "b", "c")
     graph_rows = (("a", 3), ("b", 3), ("c", 3))
     masker = fixed_maskers(ids, seed=8)["a"]
     Z = np.ones((9, 2))
-    party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=0)
-    with pytest.raises(ReplayRefused, match="new round"):
-        party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=0)
-    party.mask_row_sums(Z, graph_rows, masker, participants=ids, round=1)  # a restart is fine
-    party.mask_row_sums(Z, graph_rows, masker, participants=("a", "c"), round=1)  # so is a smaller set
+    party.mask_row_sums(Z, graph_rows, masker, participants=ids, attempt=0)
+    with pytest.raises(ReplayRefused, match="new attempt"):
+        party.mask_row_sums(Z, graph_rows, masker, participants=ids, attempt=0)
+    party.mask_row_sums(Z, graph_rows, masker, participants=ids, attempt=1)  # a restart is fine
+    party.mask_row_sums(Z, graph_rows, masker, participants=("a", "c"), attempt=1)  # so is a smaller set
 
 
 def test_sum_row_sums_refuses_bad_contributions() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from xclp.v1.jobs import SCHEMAS, parameter_reference
+from xclp.v1 import registry
+from xclp.v1.registry import parameter_reference
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -21,7 +22,8 @@ def test_readme_job_parameters_are_generated_from_the_schemas() -> None:
 
 def test_every_parameter_of_every_job_type_is_documented() -> None:
     reference = parameter_reference()
-    for job_type, schema in SCHEMAS.items():
+    for job_type in registry.names():
+        schema = registry.get(job_type).params
         assert f'`type = "{job_type}"`' in reference
         for f in fields(schema):
             assert f.metadata["meaning"] and f.metadata["range"], f"{job_type}.{f.name} has no text"

@@ -1,4 +1,6 @@
-"""Helpers for service tests: an in-process coordinator on a free port and parties on threads."""
+"""The test harness: an in-process coordinator on a free port, parties on threads, and the hooks
+end-to-end tests use to watch and steer them (what the coordinator accepted, its clock, a party
+that dies at a step)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,14 @@ import numpy as np
 
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
-from xclp.party_table import PartyData
 from xclp.client.session import JobResult, PartySession, RunConfig
 from xclp.crypto import identity
+from xclp.party_table import PartyData
 from xclp.server.config import JobConfig, TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.service import build_server
-from xclp.v1.jobs import parse_params
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.registry import parse_params
 
 PARTIES = ("a", "b", "c")
 
@@ -101,8 +104,10 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 session: Callable[..., PartySession] = PartySession, connection=None,
                 sessions: dict[str, Callable[..., PartySession]] | None = None, join_wait: float = 10.0,
                 policy: PartyPolicy | None = None, paillier=None,
-                overrides: dict[str, dict] | None = None) -> dict[str, JobResult | BaseException]:
-    """Run one session per party on threads; each result is a JobResult or the exception raised."""
+                overrides: dict[str, dict] | None = None,
+                progress: dict[str, list[str]] | None = None) -> dict[str, JobResult | BaseException]:
+    """Run one session per party on threads; each result is a JobResult or the exception raised;
+    `progress` collects each party's progress lines."""
     results: dict[str, JobResult | BaseException] = {}
     def go(party: str) -> None:
         factory = (sessions or {}).get(party, session)
@@ -115,8 +120,9 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                                peers=peers, policy=policy or PartyPolicy(min_parties=2),
                                paillier=(paillier or {}).get(party), workers=0)
             config = replace(config, **(overrides or {}).get(party, {}))
-            results[party] = factory(config, datas[party], progress=lambda m: None).run()
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            lines = progress.setdefault(party, []) if progress is not None else []
+            results[party] = factory(config, datas[party], progress=lines.append).run()
+        except BaseException as exc:
             results[party] = exc
 
     threads = [threading.Thread(target=go, args=(p,)) for p in datas]
@@ -125,3 +131,17 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
     for t in threads:
         t.join(120)
     return results
+
+
+class DiesAt(PartySession):
+    """A party whose process dies when the step named `at` starts (its Pull stream ends), once
+    `first()` returns (what the others must have done by then)."""
+
+    at = ""
+    first: Callable[[], object] = staticmethod(lambda: None)
+
+    def on_step(self, step: pb.StepStart) -> None:
+        if step.step == self.at:
+            type(self).first()
+            raise KeyboardInterrupt(f"killed at {step.step}")
+        super().on_step(step)

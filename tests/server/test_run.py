@@ -1,4 +1,5 @@
-"""The coordinator's job state machine driven directly, without sockets (STYLE §2–3)."""
+"""A run on the coordinator driven directly, without sockets (STYLE §2–3): admission, routing,
+relays, deadlines, drops (server/run.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import secrets
 import numpy as np
 import pytest
 
+from tests.harness import allow_list, job
 from xclp.crypto import identity
-from xclp.server.jobs.allreduce import AllReduceJob
-from xclp.server.jobs.base import Stage
-from tests.service.conftest import allow_list, job
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ResourceExhausted
+from xclp.server import mailbox as mailbox_module
+from xclp.server.jobs.allreduce import AllReduceJob
+from xclp.server.jobs.base import CoordinatorJob
+from xclp.server.phases.base import Phase, Step
+from xclp.server.run import Run, Stage
 from xclp.v1 import wire
-from xclp.v1.double_masking import pack_reveal, round_digest, self_mask
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.double_masking import pack_reveal, reveal_digest, self_mask
 
 FLYNN = {"n_classes": 2, "m": 8, "s": 2, "rho": 2}
 
@@ -27,23 +31,27 @@ class Clock:
         return self.now
 
 
-class BlobJob(AllReduceJob):
-    """An all-reduce job that also lets parties relay a "blob" step to each other (as XCLP will)."""
+class Blob(Phase):
+    """A step whose payloads parties may also relay to each other (as XCLP's SecureHamming)."""
 
-    relay_steps = frozenset({"seed", "blob"})
+    relays = True
 
-    def begin(self) -> None:
-        self.start_step("blob")
+    def start(self) -> None:
+        self.scope.start_step("blob")
 
-    def accept(self, step, sender, payload) -> None:
-        if step.name != "blob":
-            super().accept(step, sender, payload)
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        pass
 
-    def on_step_complete(self, step) -> None:
-        if step.name == "blob":
-            self.start_step("sum")
-        else:
-            super().on_step_complete(step)
+    def on_step_complete(self, step: Step) -> None:
+        self.done()
+
+
+class BlobJob(CoordinatorJob):
+    """A blob step, then the all-reduce job's phases: a job composed of phases."""
+
+    def program(self, run):
+        yield Blob(run.scope)
+        return (yield from AllReduceJob(self.config).program(run))
 
 
 def signed(keys, party, job_id="j", paillier=False, nonce=bytes(16)):
@@ -70,7 +78,8 @@ def msg(step, round, sender, payload, recipient=""):
 
 def started(keys, cls=AllReduceJob, parties=("a", "b", "c"), **kw):
     clock = Clock()
-    j = cls(job("j", "flynn", FLYNN, parties=parties, **kw), allow_list(keys), clock=clock)
+    config = job("j", "flynn", FLYNN, parties=parties, **kw)
+    j = Run(config, allow_list(keys), clock=clock, job=cls(config))
     for p in parties:
         j.join(signed(keys, p, nonce=j.run_nonce), summary())
     return j, clock
@@ -87,7 +96,7 @@ def test_all_joined_sends_roster_then_seed_step(keys):
 
 def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
     clock = Clock()
-    j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=clock)
+    j = Run(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=clock)
     j.join(signed(keys, "a", nonce=j.run_nonce), summary())
     (first,) = drain(j, "a")
     assert (first.status.joined, first.status.expected, first.status.min_parties) == (1, 3, 2)
@@ -103,14 +112,14 @@ def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
 
 def test_join_deadline_starts_with_enough_parties_or_fails(keys):
     clock = Clock()
-    j = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
+    j = Run(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
     j.join(signed(keys, "a", nonce=j.run_nonce), summary())
     j.join(signed(keys, "c", nonce=j.run_nonce), summary())
     j.tick(9.9)
     assert j.stage is Stage.JOINING
     j.tick(10.0)
     assert j.stage is Stage.SETUP and j.active == ["a", "c"] and j.dropped == {"b"}
-    lonely = AllReduceJob(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
+    lonely = Run(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
     lonely.join(signed(keys, "a", nonce=lonely.run_nonce), summary())
     lonely.tick(10.0)
     assert lonely.stage is Stage.FAILED and "only 1" in lonely.outcome_reason
@@ -123,7 +132,7 @@ def test_admission_checks_run_before_the_stage_check(keys):
         j.join(signed(keys, "mallory", nonce=j.run_nonce), summary())
     with pytest.raises(ProtocolError, match="past admission"):
         j.join(signed(keys, "a", nonce=j.run_nonce), summary())
-    fresh = AllReduceJob(job("j", "flynn", FLYNN), allow_list(keys))
+    fresh = Run(job("j", "flynn", FLYNN), allow_list(keys))
     with pytest.raises(InvalidInput, match="job 'other'"):
         fresh.join(signed(keys, "a", job_id="other", nonce=fresh.run_nonce), summary())
 
@@ -181,7 +190,7 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     ones = np.ones((2, 8), np.uint32)
     j.message("a", msg("sum", 0, "a", ones))
     j.disconnected("c")
-    assert j.step.round == 1 and j.step.participants == ("a", "b") and j.drop_reasons == {"c": "disconnected"}
+    assert j.step.attempt == 1 and j.step.participants == ("a", "b") and j.drop_reasons == {"c": "disconnected"}
     j.message("b", msg("sum", 0, "b", ones))  # late upload for round 0: ignored, not an error
     assert j.step.pending == {"a", "b"}
     with pytest.raises(ProtocolError, match="takes no part"):
@@ -190,10 +199,11 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     j.message("a", msg("sum", 1, "a", ones + self_mask(seeds["a"], ones.shape, ones.dtype)))
     j.message("b", msg("sum", 1, "b", 2 * ones + self_mask(seeds["b"], ones.shape, ones.dtype)))
     # DESIGN §6.1: complete, so the coordinator asks both for their self-mask seeds of round 1
-    assert j.stage is Stage.RUNNING and (j.step.name, j.step.round, j.step.participants) == ("sum_reveal", 1, ("a", "b"))
-    digest = round_digest(j.session_id, "sum", 1, ("a", "b"))
-    with pytest.raises(InvalidInput, match="another session, round or participant set"):
-        j.message("a", msg("sum_reveal", 1, "a", pack_reveal(round_digest(j.session_id, "sum", 0, "abc"), seeds["a"])))
+    assert j.stage is Stage.RUNNING
+    assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_reveal", 1, ("a", "b"))
+    digest = reveal_digest(j.session_id, "sum", 1, ("a", "b"))
+    with pytest.raises(InvalidInput, match="another session, attempt or participant set"):
+        j.message("a", msg("sum_reveal", 1, "a", pack_reveal(reveal_digest(j.session_id, "sum", 0, "abc"), seeds["a"])))
     for p in "ab":
         j.message(p, msg("sum_reveal", 1, p, pack_reveal(digest, seeds[p])))
     assert j.stage is Stage.DONE
@@ -210,9 +220,9 @@ def test_a_party_lost_while_revealing_fails_the_sum_rather_than_restarting_it(ke
         j.message(p, msg("seed", 0, p, b""))
     for p in "abc":
         j.message(p, msg("sum", 0, p, np.ones((2, 8), np.uint32)))
-    j.message("a", msg("sum_reveal", 0, "a", pack_reveal(round_digest(j.session_id, "sum", 0, "abc"), bytes(32))))
+    j.message("a", msg("sum_reveal", 0, "a", pack_reveal(reveal_digest(j.session_id, "sum", 0, "abc"), bytes(32))))
     j.disconnected("c")
-    assert j.stage is Stage.FAILED and "dropped while revealing self masks" in j.outcome_reason
+    assert j.stage is Stage.FAILED and "left while revealing self masks" in j.outcome_reason
 
 
 def test_only_the_leader_may_relay_the_seed(keys):
@@ -226,15 +236,13 @@ def test_only_the_leader_may_relay_the_seed(keys):
 def test_an_admitted_party_cannot_flood_a_peer_through_the_coordinator(keys, monkeypatch):
     """Attack (memory exhaustion): the leader's seed relay had no once-per-recipient limit and
     mailboxes were unbounded (320 MiB queued for one recipient, nothing refused)."""
-    from xclp.server.jobs import base
-
     j, _ = started(keys)
     j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
     for _ in range(3):
         with pytest.raises(ResourceExhausted, match="already sent its 'seed' message to 'c'"):
             j.message("a", msg("seed", 0, "a", b"x" * 60, recipient="c"))
     assert j.parties["c"].mailbox.queued_bytes == 60
-    monkeypatch.setattr(base, "MAILBOX_MAX_BYTES", 100)  # b's mailbox holds 0 of a 100-byte budget
+    monkeypatch.setattr(mailbox_module, "MAILBOX_MAX_BYTES", 100)  # b's mailbox holds 0 of a 100-byte budget
     with pytest.raises(ResourceExhausted, match="will not queue more"):
         j.message("a", msg("seed", 0, "a", b"x" * 101, recipient="b"))
     drain(j, "c")
@@ -244,7 +252,7 @@ def test_an_admitted_party_cannot_flood_a_peer_through_the_coordinator(keys, mon
 def test_a_party_with_more_rows_than_the_job_takes_is_refused_at_join(keys):
     from dataclasses import replace
 
-    j = AllReduceJob(replace(job("j", "flynn", FLYNN), max_rows_per_party=10), allow_list(keys), clock=Clock())
+    j = Run(replace(job("j", "flynn", FLYNN), max_rows_per_party=10), allow_list(keys), clock=Clock())
     with pytest.raises(InvalidInput, match="reports 11 rows; job 'j' takes at most 10 per party"):
         j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=11))
     j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=10))
@@ -269,10 +277,8 @@ def test_late_relay_for_a_finished_step_is_ignored_not_refused(keys):
 
 def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
     """Found before: k >= n failed in labeled_sets, after all of SecureHamming, with exit 5."""
-    from xclp.server.jobs.xclp import XclpJob
-
     params = {"n_classes": 3, "lsh_bits": 64, "k": 10, "key_bits": 512, "insecure_test_keys": True}
-    j = XclpJob(job("j", "xclp", params, parties=("a", "b")), allow_list(keys), clock=Clock())
+    j = Run(job("j", "xclp", params, parties=("a", "b")), allow_list(keys), clock=Clock())
     for p in ("a", "b"):
         j.join(signed(keys, p, paillier=True, nonce=j.run_nonce), summary(rows=5))
     assert j.stage is Stage.FAILED and j.step is None
@@ -282,7 +288,7 @@ def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
 
 
 def test_a_flynn_party_whose_data_is_narrower_than_s_is_refused_at_join(keys):
-    j = AllReduceJob(job("j", "flynn", {**FLYNN, "s": 5}), allow_list(keys), clock=Clock())
+    j = Run(job("j", "flynn", {**FLYNN, "s": 5}), allow_list(keys), clock=Clock())
     with pytest.raises(InvalidInput, match=r"cannot use data of 4 columns: s .* = 5 exceeds the data dimension 4"):
         j.join(signed(keys, "a", nonce=j.run_nonce), summary(dim=4))
     assert j.parties == {}

@@ -1,14 +1,15 @@
-"""Coordinator and party settings files fail loudly with what to fix (DESIGN §9)."""
+"""The coordinator's settings files fail loudly with what to fix (DESIGN §9)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.helpers import load_allow_list
 from xclp.crypto import identity
-from xclp.crypto.identity import load_allow_list
-from xclp.server.config import load_job
 from xclp.errors import ConfigError
-from xclp.v1.jobs import FlynnJobParams, RaceJobParams, params_from_json, params_json, parse_params
+from xclp.server.config import load_job
+from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
+from xclp.v1.registry import params_from_json, params_json, parse_params
 
 JOB = '''job_id = "j"
 type = "flynn"
@@ -55,7 +56,7 @@ def test_allow_list_parses_and_refuses_bad_keys(tmp_path):
     (tmp_path / "ok.toml").write_text(f'[parties]\na = "{identity.public_key_text(key)}"\n')
     assert load_allow_list(tmp_path / "ok.toml") == {"a": identity.public_bytes(key)}
     (tmp_path / "bad.toml").write_text('[parties]\na = "ssh-ed25519 AAAA"\n')
-    with pytest.raises(ConfigError, match="party 'a'"):
+    with pytest.raises(ConfigError, match="bad.toml: party 'a'"):
         load_allow_list(tmp_path / "bad.toml")
     (tmp_path / "empty.toml").write_text("")
     with pytest.raises(ConfigError, match=r"\[parties\]"):
@@ -69,17 +70,6 @@ def test_params_survive_the_wire_json():
         parse_params("race", {"rows": 1, "width": 2, "family": "cosine"})
 
 
-def test_party_toml_resolves_paths_next_to_it_and_refuses_unknown_keys(tmp_path):
-    from xclp.client.cli import _read_party_toml
-
-    (tmp_path / "p.toml").write_text('coordinator = "h:1"\nidentity = "keys/a.key"\ndata = "d.csv"\ninsecure = true\n')
-    cfg = _read_party_toml(tmp_path / "p.toml")
-    assert cfg["identity"] == tmp_path / "keys" / "a.key" and cfg["coordinator"] == "h:1" and cfg["insecure"] is True
-    (tmp_path / "q.toml").write_text('coordinatr = "h:1"\n')
-    with pytest.raises(ConfigError, match="unknown key"):
-        _read_party_toml(tmp_path / "q.toml")
-
-
 @pytest.mark.parametrize(("job_type", "params", "match"), [
     # bandwidth = 0 used to be read as 1.0 silently
     ("race", {"rows": 4, "width": 8, "family": "l2", "bandwidth": 0}, "bandwidth must be > 0, got 0.0"),
@@ -91,6 +81,7 @@ def test_party_toml_resolves_paths_next_to_it_and_refuses_unknown_keys(tmp_path)
 ])
 def test_job_parameters_are_validated_once_at_load(tmp_path, job_type, params, match):
     body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in params.items())
-    (tmp_path / "j.toml").write_text(f'job_id = "j"\ntype = "{job_type}"\nexpected_parties = ["a", "b"]\n[params]\n{body}')
+    (tmp_path / "j.toml").write_text(f'job_id = "j"\ntype = "{job_type}"\nexpected_parties = ["a", '
+                                     f'"b"]\n[params]\n{body}')
     with pytest.raises(ConfigError, match=match):
         load_job(tmp_path / "j.toml")

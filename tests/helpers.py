@@ -1,0 +1,62 @@
+"""Helpers several test modules share: key files as the CLIs write and read them, party data,
+and party tables as CSV."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from xclp.crypto import identity
+from xclp.party_table import PartyData
+from xclp.runtime import read_bytes, read_toml, write_private
+
+
+def save_identity(key: Ed25519PrivateKey, path: Path) -> Path:
+    return write_private(path, identity.private_key_pem(key), overwrite=True)
+
+
+def load_identity(path: Path) -> Ed25519PrivateKey:
+    return identity.load_private_key(read_bytes(path, "identity key"), source=str(path))
+
+
+def load_allow_list(path: Path) -> Mapping[str, bytes]:
+    return identity.allow_list(read_toml(path).get("parties"), source=str(path))
+
+
+def make_data(seed: int, n: int = 50, d: int = 8, *, unlabeled: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """Three classes shifted along the first three of `d` features; the first `unlabeled` rows -1."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=n)
+    X = rng.normal(size=(n, d)) + 2.0 * np.eye(3, d)[y]
+    y[:unlabeled] = -1
+    return X, y
+
+
+def blobs(seed: int, n: int = 40, labeled: int = 8, *, n_classes: int = 3, d: int = 6) -> PartyData:
+    """Three Gaussian classes in `d` dimensions around centres shared by every seed, the first
+    `labeled` rows labeled (the training jobs' data)."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, n_classes, n)
+    centres = np.random.default_rng(99).normal(0, 3, size=(n_classes, d))
+    X = centres[y] + rng.normal(size=(n, d))
+    y_partial = np.where(np.arange(n) < labeled, y, -1)
+    return PartyData(X, y_partial, tuple(f"r{seed}-{i}" for i in range(n)))
+
+
+def write_table(path: Path, X: np.ndarray, y: np.ndarray | None, ids: Sequence[str], *, label_column: str = "label",
+                names: Sequence[str] | None = None) -> None:
+    """A party's CSV as the CLIs read it: row_id, f0 .. f{d-1} (NaN: an empty cell), and, with `y`,
+    the label column (-1: empty, unlabeled; `names`: class names instead of numbers)."""
+    def label(c: int) -> object:
+        return "" if c < 0 else (names[c] if names else int(c))
+
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["row_id", *(f"f{j}" for j in range(X.shape[1])), *([label_column] if y is not None else [])])
+        for i, row in enumerate(X):
+            cells = ["" if np.isnan(v) else repr(float(v)) for v in row]
+            w.writerow([ids[i], *cells, *([label(int(y[i]))] if y is not None else [])])

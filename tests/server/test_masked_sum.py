@@ -1,0 +1,95 @@
+"""The coordinator's masked-sum phase (server/phases/masked_sum.py) driven in a run without sockets:
+per-sender shapes and limits, what it opens, the digest its reveals bind, and its restarts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, job
+from tests.server.test_run import FLYNN, Clock, drain, msg, signed, summary
+from xclp.errors import InvalidInput
+from xclp.server.jobs.base import CoordinatorJob
+from xclp.server.phases.masked_sum import MaskedSum, SumResult
+from xclp.server.run import Run, Stage
+from xclp.v1 import wire
+from xclp.v1.double_masking import pack_reveal, reveal_digest, self_mask
+
+SEEDS = {p: bytes([i + 1]) * 32 for i, p in enumerate("abcd")}
+
+
+class RowsJob(CoordinatorJob):
+    """One masked sum whose senders send arrays of their own widths, as SecureRowSums does."""
+
+    opened: dict = {}
+    result: SumResult | None = None
+
+    def program(self, run):
+        RowsJob.opened, RowsJob.result = {}, None
+        def shape(sender, participants):
+            return np.dtype(np.uint64), (2 + len(participants) + "abcd".index(sender),)
+
+        def keep(opened, participants):
+            RowsJob.opened = dict(opened)
+            return sum(int(v.sum()) for v in opened.values())
+
+        RowsJob.result = yield MaskedSum(run.scope, "rows", wire=shape, combine=keep, digest_name="rows")
+        return "done"
+
+
+def seeded_run(keys, parties: str = "abc") -> Run:
+    config = job("j", "flynn", FLYNN, parties=tuple(parties))
+    run = Run(config, allow_list(keys), clock=Clock(), job=RowsJob(config))
+    for p in parties:
+        run.join(signed(keys, p, nonce=run.run_nonce), summary())
+    for p in parties:
+        run.message(p, msg("seed", 0, p, b""))
+    return run
+
+
+def contribution(sender: str, n: int, attempt_values: int) -> np.ndarray:
+    values = np.full(2 + n + "abcd".index(sender), attempt_values, dtype=np.uint64)
+    return values + self_mask(SEEDS[sender], values.shape, values.dtype)
+
+
+def test_each_sender_has_its_own_shape_and_limit_and_the_sum_opens_minus_the_self_masks(keys) -> None:
+    run = seeded_run(keys)
+    assert run.step.name == "rows" and run.payload_limit("c", "rows", "") == 8 * (2 + 3 + 2)
+    with pytest.raises(InvalidInput, match=r"the masked array from 'a' must be <u8\[5\], got <u8\[6\]"):
+        run.message("a", msg("rows", 0, "a", np.zeros(6, np.uint64)))
+    for p in "abc":
+        run.message(p, msg("rows", 0, p, contribution(p, 3, 1)))
+    assert run.step.name == "rows_reveal" and run.payload_limit("a", "rows_reveal", "") == 64
+    for p in "abc":
+        run.message(p, msg("rows_reveal", 0, p, pack_reveal(reveal_digest(run.session_id, "rows", 0, "abc"), SEEDS[p])))
+    assert run.stage is Stage.DONE
+    assert {p: v.tolist() for p, v in RowsJob.opened.items()} == {p: [1] * (5 + i) for i, p in enumerate("abc")}
+    assert RowsJob.result == SumResult(5 + 6 + 7, 0, ("a", "b", "c"))
+
+
+def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes_and_a_lost_reveal_fails_it(keys) -> None:
+    run = seeded_run(keys, "abcd")
+    run.message("a", msg("rows", 0, "a", contribution("a", 4, 1)))
+    run.disconnected("d")
+    assert (run.step.name, run.step.attempt, run.step.participants) == ("rows", 1, ("a", "b", "c"))
+    assert run.payload_limit("b", "rows", "") == 8 * (2 + 3 + 1)  # the frame shrank with the set
+    assert [i.step.round for i in drain(run, "a") if i.WhichOneof("item") == "step"][-1] == 1
+    for p in "abc":
+        run.message(p, msg("rows", 1, p, contribution(p, 3, 1)))
+    digest = reveal_digest(run.session_id, "rows", 1, "abc")
+    run.message("a", msg("rows_reveal", 1, "a", pack_reveal(digest, SEEDS["a"])))
+    run.disconnected("c")  # a revealed: no attempt may follow, the sum is lost
+    assert run.stage is Stage.FAILED and "c left while revealing self masks" in run.outcome_reason
+    assert run.step is None and RowsJob.result is None
+
+
+def test_a_reveal_is_refused_unless_it_binds_this_session_attempt_set_and_the_phases_name(keys) -> None:
+    run = seeded_run(keys)
+    for p in "abc":
+        run.message(p, msg("rows", 0, p, contribution(p, 3, 1)))
+    for wrong in (reveal_digest(run.session_id, "r0.rows", 0, "abc"), reveal_digest(run.session_id, "rows", 1, "abc"),
+                  reveal_digest(run.session_id, "rows", 0, "ab"), reveal_digest(bytes(32), "rows", 0, "abc")):
+        with pytest.raises(InvalidInput, match="another session, attempt or participant set"):
+            run.message("a", msg("rows_reveal", 0, "a", pack_reveal(wrong, SEEDS["a"])))
+    with pytest.raises(InvalidInput, match="64 opaque bytes"):
+        run.message("a", wire.Message("j", "rows_reveal", 0, "a", "", np.zeros(8, np.uint64)))
