@@ -14,7 +14,8 @@ the coordinator says:
 
 A refused run is logged once, with the reason, and left alone. An accepted run runs on its own
 thread with a fresh Paillier key if the job needs one; every key bundle signs the run's nonce,
-and the session checks the coordinator still offers the same run. Outputs go to
+and the session checks the coordinator still offers the same run with the same spec (the
+Challenge's spec must be the Offer's the policy accepted, DESIGN §2.5). Outputs go to
 `<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
 nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
 its runs (their partial outputs are removed) and exits 0. With `runs = N` (`--runs N`: demos and
@@ -295,7 +296,8 @@ class Agent:
                                idle_seconds=self.config.idle_timeout, paillier=paillier, peers=self.peers,
                                policy=self.config.policy, workers=self.config.workers,
                                max_memory_bytes=self.config.max_memory_bytes,
-                               max_paillier_seconds=self.config.max_paillier_seconds, run_id=run)
+                               max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
+                               accepted_spec=offer.spec)
             session = PartySession(config, load, progress=lambda m: self.say(f"[{job} run {run}] {m}"))
             active.session = session
             result = session.run()

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.errors import ConfigError, DeadlineExceeded, PeerDropped, XclpError
-from xclp.v1 import wire
+from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
@@ -118,14 +119,16 @@ class Connection:
             raise XclpError("call join first")
         return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id))
 
-    def challenge(self, *, wait_seconds: float = 60.0,
+    def challenge(self, key: Ed25519PrivateKey, party_id: str, *, wait_seconds: float = 60.0,
                   on_retry: Callable[[str], None] | None = None) -> pb.ChallengeResponse:
-        """The job's spec and run nonce, retrying while the coordinator is unreachable for up to
-        `wait_seconds` (institutions start in any order)."""
+        """The job's spec and run nonce, asked in a call signed by the party's identity key,
+        retrying while the coordinator is unreachable for up to `wait_seconds` (institutions
+        start in any order)."""
         give_up = time.monotonic() + wait_seconds
         while True:
             try:
-                return self.stub.Challenge(pb.ChallengeRequest(job_id=self.job_id), timeout=30)
+                call = calls.sign_call(key, party_id, calls.CHALLENGE, pb.ChallengeRequest(job_id=self.job_id))
+                return self.stub.Challenge(call, timeout=30)
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= give_up:
                     raise error_from_rpc(exc) from None

@@ -54,6 +54,7 @@ from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
+from xclp.v1.spec import canonical_spec, spec_digest
 from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_STEP
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
@@ -89,6 +90,7 @@ class RunConfig:
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
     run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
+    accepted_spec: pb.JobSpec | None = None  # an agent: the offered spec its policy accepted; the Challenge must match
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ class PartySession:
     def _run(self, conn: Connection) -> JobResult:
         self._check_own_identity()
         challenge = conn.challenge(
-            wait_seconds=self.config.join_wait_seconds,
+            self.config.identity, self.config.party_id, wait_seconds=self.config.join_wait_seconds,
             on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
         if len(challenge.run_nonce) != 16:
             raise ProtocolError("the coordinator's run nonce must be 16 bytes")
@@ -183,6 +185,10 @@ class PartySession:
         self.run_nonce = challenge.run_nonce
         self.job_type = challenge.spec.job_type
         params = self.params = registry.params_from_json(challenge.spec.job_type, challenge.spec.params_json)
+        accepted = self.config.accepted_spec
+        if accepted is not None and canonical_spec(accepted) != canonical_spec(challenge.spec):
+            raise ProtocolError(f"the coordinator's challenge for run {challenge.run_id} names another job spec than "
+                                "the offer this party's policy accepted: not joining")
         self.config.policy.check_job(challenge.spec, params)
         self._load_data(params)
         keys = params.paillier
@@ -192,15 +198,17 @@ class PartySession:
         if keys is not None:  # quadratic: refuse before joining what cannot fit
             limit = self.config.max_memory_bytes
             check_memory(self.data.X.shape[0], default_max_memory() if limit is None else limit)
-        self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
-            party_id=self.config.party_id, job_id=self.config.job_id,
-            identity_public=identity.public_bytes(self.config.identity),
-            x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
-            **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
         # when the job hides the label mask the coordinator does not even learn how many rows are labeled
         summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
                                  labeled_rows=0 if params.hides_labeled_rows else int(self.data.labeled.sum()),
                                  schema=self.data.schema_digest)
+        self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
+            party_id=self.config.party_id, job_id=self.config.job_id,
+            identity_public=identity.public_bytes(self.config.identity),
+            x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
+            spec_digest=spec_digest(challenge.spec, self.run_nonce), rows=summary.rows,
+            labeled_rows=summary.labeled_rows, dim=summary.dim,
+            **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         response = conn.join(request)
@@ -290,6 +298,13 @@ class PartySession:
         stale = [b.party_id for b in self.roster.bundles if b.nonce != self.run_nonce]
         if stale:
             raise InvalidSignature(f"the roster carries key bundles of another run for {', '.join(stale)}")
+        # DESIGN §2.5: one spec for all; a coordinator that showed parties different specs is caught here
+        mine = self.roster.bundle(self.config.party_id).spec_digest
+        other = [b.party_id for b in self.roster.bundles if b.spec_digest != mine]
+        if other:
+            raise InvalidSignature(f"the coordinator showed the parties different job specs: {', '.join(other)} "
+                                   f"signed another spec than {self.config.party_id!r} (its parameters, parties or "
+                                   "run differ from what this party was told): refusing the roster")
         for bundle in self.roster.bundles:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)

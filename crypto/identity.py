@@ -29,7 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
 
 _PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_BUNDLE_TAG = b"xclp/key-bundle/v1"
+_BUNDLE_TAG = b"xclp/key-bundle/v2"
+_OLD_BUNDLE_TAGS = (b"xclp/key-bundle/v1",)
+_SUMMARY = struct.Struct(">QQI")  # rows, labeled rows, dim
 _SESSION_TAG = b"xclp/session/v1"
 _PUBLIC_PREFIX = "ed25519:"
 _MAX_FIELD = 1 << 16
@@ -102,6 +104,10 @@ class KeyBundle:
 
     identity_public, x25519_public: 32 raw bytes each. nonce: 16 random bytes (fresh per run).
     paillier_n, paillier_hs: big-endian Paillier modulus N and h_s = h^N mod N² (XCLP only, else b"").
+    spec_digest: SHA-256 of the job spec as this party understood it (xclp.v1.spec, DESIGN §2.5);
+    every party refuses a roster whose bundles sign different digests.
+    rows, labeled_rows, dim: the party's data summary (DESIGN §4.1), signed so that every peer
+    holds the same row counts (the XCLP layout is checked against them).
     """
 
     party_id: str
@@ -111,6 +117,10 @@ class KeyBundle:
     nonce: bytes
     paillier_n: bytes = b""
     paillier_hs: bytes = b""
+    spec_digest: bytes = b""
+    rows: int = 0
+    labeled_rows: int = 0
+    dim: int = 0
 
     def __post_init__(self) -> None:
         check_party_id(self.party_id)
@@ -125,19 +135,27 @@ class KeyBundle:
             raise InvalidInput("paillier_n and paillier_hs come together or not at all")
         if len(self.paillier_n) > _MAX_FIELD or len(self.paillier_hs) > _MAX_FIELD:
             raise InvalidInput("Paillier fields are too large")
+        if len(self.spec_digest) not in (0, 32):
+            raise InvalidInput("spec_digest must be 32 bytes")
+        if not (0 <= self.labeled_rows <= self.rows < 1 << 63 and 0 <= self.dim < 1 << 32):
+            raise InvalidInput("the bundle's data summary is out of range")
 
     def canonical_bytes(self) -> bytes:
         """Tag, then each field as a 4-byte big-endian length and its bytes, in declaration order."""
         fields = (self.party_id.encode(), self.job_id.encode(), self.identity_public, self.x25519_public,
-                  self.nonce, self.paillier_n, self.paillier_hs)
+                  self.nonce, self.paillier_n, self.paillier_hs, self.spec_digest,
+                  _SUMMARY.pack(self.rows, self.labeled_rows, self.dim))
         return _BUNDLE_TAG + b"".join(struct.pack(">I", len(f)) + f for f in fields)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyBundle:
+        if data.startswith(_OLD_BUNDLE_TAGS):
+            raise InvalidInput("the key bundle is of an older xclp (key-bundle/v1, which signs no job spec): "
+                               "upgrade that party")
         if not data.startswith(_BUNDLE_TAG):
             raise InvalidInput("not an xclp key bundle (wrong tag)")
         pos, fields = len(_BUNDLE_TAG), []
-        for _ in range(7):
+        for _ in range(9):
             if pos + 4 > len(data):
                 raise InvalidInput("key bundle is truncated")
             (size,) = struct.unpack_from(">I", data, pos)
@@ -152,7 +170,12 @@ class KeyBundle:
             party_id, job_id = fields[0].decode(), fields[1].decode()
         except UnicodeDecodeError:
             raise InvalidInput("key bundle ids are not UTF-8") from None
-        bundle = cls(party_id, job_id, *fields[2:])
+        if len(fields[8]) != _SUMMARY.size:
+            raise InvalidInput("the key bundle's data summary has the wrong size")
+        rows, labeled, dim = _SUMMARY.unpack(fields[8])
+        bundle = cls(party_id, job_id, identity_public=fields[2], x25519_public=fields[3], nonce=fields[4],
+                     paillier_n=fields[5], paillier_hs=fields[6], spec_digest=fields[7], rows=rows,
+                     labeled_rows=labeled, dim=dim)
         if bundle.canonical_bytes() != data:
             raise InvalidInput("key bundle is not in canonical form")
         return bundle

@@ -20,6 +20,7 @@ from xclp.server.config import JobConfig
 from xclp.server.mailbox import Party
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import check_paillier_size
+from xclp.v1.spec import spec_digest
 from xclp.v1.wire import MAX_DIM
 
 log = logging.getLogger("xclp.server")
@@ -34,6 +35,7 @@ class Lobby:
                  check: Callable[[pb.DataSummary], None]) -> None:
         self.config, self.allow_list, self.check = config, allow_list, check
         self.run_nonce = secrets.token_bytes(16)  # every key bundle of this run signs it (DESIGN §2.1)
+        self.spec_digest = spec_digest(config.spec(), self.run_nonce)  # and this (DESIGN §2.5)
         self.parties: dict[str, Party] = {}
         self.deadline = clock() + config.join_seconds
         self.status_at = clock()
@@ -41,16 +43,26 @@ class Lobby:
     def admit(self, signed: SignedBundle, summary: pb.DataSummary, *, open_: bool) -> Party:
         """A place for the bundle's party, or the error that refuses it."""
         bundle = check_bundle(self.config, self.allow_list, self.run_nonce, signed)
+        self.check_spec(bundle)
         if not open_:
             raise ProtocolError(f"job {self.config.job_id!r} is past admission")
         if bundle.party_id in self.parties:
             raise ProtocolError(f"party {bundle.party_id!r} has already joined job {self.config.job_id!r}")
         check_summary(self.config, summary, ((p, q.summary) for p, q in self.parties.items()))
+        if (bundle.rows, bundle.labeled_rows, bundle.dim) != (summary.rows, summary.labeled_rows, summary.dim):
+            raise InvalidInput(f"the data summary of {bundle.party_id!r} differs from the one its key bundle signs")
         self.check(summary)
         party = self.parties[bundle.party_id] = Party(bundle, signed, summary)
         log.info("job %s: %s joined (%d/%d)", self.config.job_id, bundle.party_id, len(self.parties),
                  len(self.config.expected_parties))
         return party
+
+    def check_spec(self, bundle: KeyBundle) -> None:
+        """The bundle signs this run's spec as the coordinator sent it (DESIGN §2.5). The parties
+        check it among themselves; this check only tells an honest party early what went wrong."""
+        if not hmac.compare_digest(bundle.spec_digest, self.spec_digest):
+            raise InvalidInput(f"the key bundle of {bundle.party_id!r} signs another spec than job "
+                               f"{self.config.job_id!r} has (is the party's xclp of another version?)")
 
     @property
     def full(self) -> bool:

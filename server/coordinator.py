@@ -39,6 +39,7 @@ from xclp.server.metrics import Metrics
 from xclp.server.run import Observer, Run, Stage
 from xclp.server.store import RunRecord, StateStore
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.spec import party_view
 
 log = logging.getLogger("xclp.server")
 
@@ -167,7 +168,7 @@ class Coordinator:
         """Runs open for joining that expect `party_id` and that it has not joined."""
         with self._lock:
             open_runs = [job for job in self.jobs.values() if job.stage is Stage.JOINING]
-        return [pb.Offer(run_id=job.run_id, spec=job.config.spec()) for job in open_runs
+        return [pb.Offer(run_id=job.run_id, spec=party_view(job.config.spec(), party_id)) for job in open_runs
                 if party_id in job.config.expected_parties and party_id not in job.parties]
 
     def start(self) -> None:
@@ -234,8 +235,9 @@ class Coordinator:
 
     # --- the parties' calls -------------------------------------------------------------------
 
-    def challenge(self, request: pb.ChallengeRequest) -> pb.ChallengeResponse:
-        return self.job(request.job_id).challenge()
+    def challenge(self, party_id: str, request: pb.ChallengeRequest) -> pb.ChallengeResponse:
+        """For an allow-listed party (its call verified): the run's nonce and the spec as it sees it."""
+        return self.job(request.job_id).challenge(party_id)
 
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         try:
@@ -249,7 +251,7 @@ class Coordinator:
         token = secrets.token_bytes(32)
         with self._lock:
             self._tokens[hashlib.sha256(token).digest()] = (job, bundle.party_id)
-        return pb.JoinResponse(session_token=token, spec=job.config.spec())
+        return pb.JoinResponse(session_token=token, spec=party_view(job.config.spec(), bundle.party_id))
 
     def authenticate(self, token: bytes | None, job_id: str) -> tuple[Run, str]:
         """(run, party id) the token was issued for; the call must name that run's job."""

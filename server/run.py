@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from xclp.crypto.identity import KeyBundle, SignedBundle
-from xclp.errors import InvalidInput, ProtocolError, XclpError
+from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
 from xclp.prep import Scaling
 from xclp.server.admission import STATUS_SECONDS, Lobby
 from xclp.server.config import JobConfig
@@ -37,13 +37,13 @@ from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.mailbox import Party, Post
 from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.prepare import prepare
-from xclp.server.phases.seed import SEED_RELAY_MAX_BYTES, SeedPhase
+from xclp.server.phases.seed import SeedPhase
 from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import REVEAL_BYTES, REVEAL_SUFFIX
-from xclp.v1.steps import SEED_STEP
+from xclp.v1.spec import party_view
 
 log = logging.getLogger("xclp.server")
+LATE_MIN_BYTES = 1024  # a late payload of a step that took no message (its senders were all lost) is small
 
 # Called with (job_id, step, attempt, sender, payload) for every contribution; tests only.
 Observer = Callable[[str, str, int, str, wire.Payload], None]
@@ -94,7 +94,8 @@ class Run:
         self._root: Scope | None = None  # the job's scope, once the roster is out
         self.phase: Phase | None = None
         self.step: Step | None = None
-        self.past_steps: set[str] = set()  # wire names of steps that ran: a payload for one is late
+        # wire names of steps that ran -> the largest message they took: a payload for one is late
+        self.past_steps: dict[str, int] = {}
         self.closed_scopes: set[str] = set()  # prefixes of scopes that are over (training rounds)
         self.session_id = b""  # set when the roster goes out
         self.run_id = ""  # the coordinator's id of this run
@@ -109,8 +110,13 @@ class Run:
 
     # --- what the parties and the operator see ----------------------------------------------------
 
-    def challenge(self) -> pb.ChallengeResponse:
-        return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=self.config.spec(), run_id=self.run_id)
+    def challenge(self, party_id: str) -> pb.ChallengeResponse:
+        """The run's nonce and spec for an expected party: nobody else learns the parameters, the
+        expected parties or any data set name (DESIGN §2.5)."""
+        if party_id not in self.config.expected_parties:
+            raise NotAuthorized(f"party {party_id!r} is not expected in job {self.config.job_id!r}")
+        return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=party_view(self.config.spec(), party_id),
+                                    run_id=self.run_id)
 
     @property
     def table_dim(self) -> int:
@@ -168,6 +174,7 @@ class Run:
                 self.post.relay(sender, msg)
                 step.relays.add((sender, msg.recipient))
                 step.bytes_relayed += msg.nbytes
+                step.largest = max(step.largest, msg.nbytes)
                 return
             if sender not in step.pending:
                 raise InvalidInput(f"party {sender!r} already contributed to step {step.wire!r} round {step.attempt}")
@@ -177,6 +184,7 @@ class Run:
             step.received[sender] = msg.payload
             step.pending.discard(sender)
             step.bytes_in += msg.nbytes
+            step.largest = max(step.largest, msg.nbytes)
             if not step.pending:
                 self.end_step(step)
                 phase.on_step_complete(step)
@@ -223,15 +231,17 @@ class Run:
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
 
     def payload_limit(self, sender: str, step: str, recipient: str) -> int:
-        """The most bytes one message of `step` from `sender` can need (checked before buffering)."""
+        """The most bytes one message of `step` from `sender` can need, checked at its first frame
+        before anything is buffered: the running step's limit; for a step that is over (a late
+        payload, read and ignored), the largest message it took; any other step name is refused."""
         current, phase = self.step, self.phase  # read once, without the lock: called for every frame
         if current is not None and phase is not None and step == current.wire:
             return phase.payload_limit(sender, current, recipient)
-        if step == SEED_STEP:
-            return SEED_RELAY_MAX_BYTES
-        if step.endswith(REVEAL_SUFFIX):
-            return REVEAL_BYTES
-        return wire.DEFAULT_MAX_PAYLOAD_BYTES  # a late payload of an earlier step: read, then ignored
+        late = self.past_steps.get(step)
+        if late is not None:
+            return late
+        now = current.wire if current is not None else self.stage.value
+        raise InvalidInput(f"job {self.config.job_id!r} has no step {step[:64]!r} running or over (it is at {now!r})")
 
     # --- for phases and programs --------------------------------------------------------------
 
@@ -257,7 +267,7 @@ class Run:
             return
         how = "given up" if step.pending else "complete"
         step.ended = True
-        self.past_steps.add(step.wire)
+        self.past_steps[step.wire] = max(self.past_steps.get(step.wire, 0), step.largest, LATE_MIN_BYTES)
         seconds = self.clock() - step.started
         self.ledger.record(step.name, seconds, bytes_in=step.bytes_in, bytes_relayed=step.bytes_relayed)
         if self.events is not None:

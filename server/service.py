@@ -47,7 +47,8 @@ def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
 class CoordinatorService(pb_grpc.CoordinatorServicer):
     def __init__(self, coordinator: Coordinator) -> None:
         self.coordinator = coordinator
-        self.offer_calls = calls.CallVerifier(coordinator.allow_list, coordinator.store.remember_nonce, who="party")
+        self.offer_calls = calls.CallVerifier(coordinator.allow_list, coordinator.store.remember_nonce, who="party",
+                                              known_as="on the coordinator's allow-list")
 
     @abort_on_error
     def Offers(self, request: pb.SignedCall, context: grpc.ServicerContext) -> pb.OfferList:
@@ -56,8 +57,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return pb.OfferList(offers=self.coordinator.offers(party_id))
 
     @abort_on_error
-    def Challenge(self, request: pb.ChallengeRequest, context: grpc.ServicerContext) -> pb.ChallengeResponse:
-        return self.coordinator.challenge(request)
+    def Challenge(self, request: pb.SignedCall, context: grpc.ServicerContext) -> pb.ChallengeResponse:
+        body = pb.ChallengeRequest()
+        party_id = self.offer_calls.open(request, calls.CHALLENGE, body)
+        _check_client_name(context, party_id)
+        return self.coordinator.challenge(party_id, body)
 
     @abort_on_error
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
@@ -137,6 +141,9 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         except XclpError as exc:
             log.warning("Push refused: %s", exc)
             context.abort(status_code(exc), str(exc))
+        except grpc.RpcError:  # the transport ended the call (e.g. a frame over the message size limit)
+            log.warning("a Push stream was ended by the transport (a frame over the size limit, or the party left)")
+            return pb.PushAck()
         except Exception:
             log.exception("Push failed")
             context.abort(grpc.StatusCode.INTERNAL, "internal error on the coordinator (see its log)")

@@ -5,6 +5,7 @@ that dies at a step)."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -19,8 +20,10 @@ from xclp.party_table import PartyData
 from xclp.server.config import JobConfig, TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.service import build_server
+from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.registry import parse_params
+from xclp.v1.spec import spec_digest
 
 PARTIES = ("a", "b", "c")
 
@@ -33,6 +36,28 @@ def job(job_id: str, job_type: str, params: dict, parties=PARTIES, min_parties: 
         step_seconds: float = 30.0, join_seconds: float = 30.0) -> JobConfig:
     return JobConfig(job_id, job_type, parse_params(job_type, params), tuple(parties), min_parties,
                      join_seconds, step_seconds)
+
+
+def challenge(stub, key, party: str, job_id: str) -> pb.ChallengeResponse:
+    """A Challenge as a party asks it: a call signed with its identity key."""
+    return stub.Challenge(calls.sign_call(key, party, calls.CHALLENGE, pb.ChallengeRequest(job_id=job_id)), timeout=10)
+
+
+def key_bundle(key, party: str, job_id: str, *, spec: pb.JobSpec | None, nonce: bytes,
+               summary: pb.DataSummary, x25519: bytes | None = None, **extra) -> identity.KeyBundle:
+    """The bundle a party signs for a run: its keys, the run nonce, the spec digest (of `spec`;
+    none without one) and its data summary."""
+    return identity.KeyBundle(party, job_id, identity.public_bytes(key), x25519 or secrets.token_bytes(32), nonce,
+                              spec_digest=b"" if spec is None else spec_digest(spec, nonce), rows=summary.rows,
+                              labeled_rows=summary.labeled_rows, dim=summary.dim, **extra)
+
+
+def admit(run, keys, party: str, summary: pb.DataSummary, *, job_id: str | None = None, **extra):
+    """`party` joins `run` in process, as its session would: a bundle over the run's nonce and spec
+    and `summary`, signed with its key."""
+    bundle = key_bundle(keys[party], party, job_id or run.config.job_id, spec=run.config.spec(), nonce=run.run_nonce,
+                        summary=summary, **extra)
+    return run.join(identity.sign_bundle(keys[party], bundle), summary)
 
 
 def party_data(seed: int, n: int = 60, d: int = 8, n_classes: int = 3, unlabeled: int = 5) -> PartyData:

@@ -60,6 +60,7 @@ class Step:
     received: dict[str, Payload] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_relayed: int = 0
+    largest: int = 0  # the largest message of this step so far (bounds a late one, DESIGN §3)
     relays: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient) relayed this attempt
     ended: bool = False  # complete, or abandoned for another step
 

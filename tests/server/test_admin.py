@@ -60,7 +60,7 @@ def test_forged_tampered_and_unknown_signers_are_refused(keys):
     check = verifier(keys)
     clock = check.clock
     forged = calls.sign_call(keys["mallory"], "alice", calls.ADMIN_SUBMIT, pb.SubmitRequest(), clock=clock)
-    with pytest.raises(errors.InvalidSignature, match="does not verify under the key of operator 'alice'"):
+    with pytest.raises(errors.InvalidSignature, match="holds for operator 'alice'"):
         check.open(forged, calls.ADMIN_SUBMIT, pb.SubmitRequest())
     good = calls.sign_call(keys["a"], "alice", calls.ADMIN_CANCEL, pb.CancelRequest(run_id="1"), clock=clock)
     call = pb.Call.FromString(good.call)
@@ -95,13 +95,13 @@ def test_runs_submitted_at_runtime_queue_behind_the_one_in_flight_and_each_has_i
         assert coord.store.run(first).state == "done"
         assert coord.store.run(second).state == "joining" and coord.jobs["f"].run_id == second
         assert coord.jobs["f"].run_nonce != nonce
-        assert coord.jobs["f"].challenge().run_id == second
+        assert coord.jobs["f"].challenge("a").run_id == second
         results = run_parties(address, "f", keys, datas)
         assert all(not isinstance(r, BaseException) for r in results.values()), results
         assert [r.state for r in coord.store.runs(job_id="f")] == ["done", "done"]
         assert coord.all_finished()
         with pytest.raises(errors.ProtocolError, match="no run open for joining .* the operator starts one"):
-            coord.challenge(pb.ChallengeRequest(job_id="f"))
+            coord.challenge("a", pb.ChallengeRequest(job_id="f"))
 
 
 def test_a_cancelled_run_ends_for_its_parties_with_the_operators_reason(keys):
@@ -146,7 +146,7 @@ def test_offers_name_only_the_signing_party_and_refuse_another_partys_key(keys):
                 offers("b", keys["a"])  # a asking what b is offered
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
         spec = coord.offers("a")[0].spec
-        assert dict(spec.datasets) == {"a": "demo", "b": "demo"}
+        assert dict(spec.datasets) == {"a": "demo"}  # its own data set's name only, never b's
 
 
 def test_the_admin_server_stays_on_loopback_unless_tls(keys):

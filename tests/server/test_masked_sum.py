@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.harness import allow_list, job
-from tests.server.test_run import FLYNN, Clock, drain, msg, signed, summary
+from tests.harness import admit, allow_list, job
+from tests.server.test_run import FLYNN, Clock, drain, msg, summary
 from xclp.errors import InvalidInput
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
@@ -41,7 +41,7 @@ def seeded_run(keys, parties: str = "abc") -> Run:
     config = job("j", "flynn", FLYNN, parties=tuple(parties))
     run = Run(config, allow_list(keys), clock=Clock(), job=RowsJob(config))
     for p in parties:
-        run.join(signed(keys, p, nonce=run.run_nonce), summary())
+        admit(run, keys, p, summary())
     for p in parties:
         run.message(p, msg("seed", 0, p, b""))
     return run

@@ -3,12 +3,10 @@ relays, deadlines, drops (server/run.py)."""
 
 from __future__ import annotations
 
-import secrets
-
 import numpy as np
 import pytest
 
-from tests.harness import allow_list, job
+from tests.harness import admit, allow_list, job
 from xclp.crypto import identity
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ResourceExhausted
 from xclp.server import mailbox as mailbox_module
@@ -54,11 +52,7 @@ class BlobJob(CoordinatorJob):
         return (yield from AllReduceJob(self.config).program(run))
 
 
-def signed(keys, party, job_id="j", paillier=False, nonce=bytes(16)):
-    extra = {"paillier_n": b"\x80" + bytes(62) + b"\x01", "paillier_hs": bytes(127) + b"\x02"} if paillier else {}
-    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[party]), secrets.token_bytes(32), nonce,
-                           **extra)
-    return identity.sign_bundle(keys[party], b)
+PAILLIER = {"paillier_n": b"\x80" + bytes(62) + b"\x01", "paillier_hs": bytes(127) + b"\x02"}  # a 512-bit key's sizes
 
 
 def summary(dim=4, rows=3):
@@ -81,7 +75,7 @@ def started(keys, cls=AllReduceJob, parties=("a", "b", "c"), **kw):
     config = job("j", "flynn", FLYNN, parties=parties, **kw)
     j = Run(config, allow_list(keys), clock=clock, job=cls(config))
     for p in parties:
-        j.join(signed(keys, p, nonce=j.run_nonce), summary())
+        admit(j, keys, p, summary())
     return j, clock
 
 
@@ -97,7 +91,7 @@ def test_all_joined_sends_roster_then_seed_step(keys):
 def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
     clock = Clock()
     j = Run(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=clock)
-    j.join(signed(keys, "a", nonce=j.run_nonce), summary())
+    admit(j, keys, "a", summary())
     (first,) = drain(j, "a")
     assert (first.status.joined, first.status.expected, first.status.min_parties) == (1, 3, 2)
     assert list(first.status.waiting_for) == ["b", "c"] and first.status.join_deadline_seconds == 600
@@ -106,21 +100,21 @@ def test_waiting_parties_hear_who_joined_and_when_the_join_deadline_is(keys):
     j.tick(60.0)
     (again,) = drain(j, "a")
     assert again.status.join_deadline_seconds == 540 and list(again.status.waiting_for) == ["b", "c"]
-    j.join(signed(keys, "c", nonce=j.run_nonce), summary())
+    admit(j, keys, "c", summary())
     assert [list(i.status.waiting_for) for i in drain(j, "a")] == [["b"]]
 
 
 def test_join_deadline_starts_with_enough_parties_or_fails(keys):
     clock = Clock()
     j = Run(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
-    j.join(signed(keys, "a", nonce=j.run_nonce), summary())
-    j.join(signed(keys, "c", nonce=j.run_nonce), summary())
+    admit(j, keys, "a", summary())
+    admit(j, keys, "c", summary())
     j.tick(9.9)
     assert j.stage is Stage.JOINING
     j.tick(10.0)
     assert j.stage is Stage.SETUP and j.active == ["a", "c"] and j.dropped == {"b"}
     lonely = Run(job("j", "flynn", FLYNN, join_seconds=10), allow_list(keys), clock=clock)
-    lonely.join(signed(keys, "a", nonce=lonely.run_nonce), summary())
+    admit(lonely, keys, "a", summary())
     lonely.tick(10.0)
     assert lonely.stage is Stage.FAILED and "only 1" in lonely.outcome_reason
     assert drain(lonely, "a")[-1].end.outcome == pb.JobEnd.FAILED
@@ -129,12 +123,12 @@ def test_join_deadline_starts_with_enough_parties_or_fails(keys):
 def test_admission_checks_run_before_the_stage_check(keys):
     j, _ = started(keys)
     with pytest.raises(NotAuthorized):
-        j.join(signed(keys, "mallory", nonce=j.run_nonce), summary())
+        admit(j, keys, "mallory", summary())
     with pytest.raises(ProtocolError, match="past admission"):
-        j.join(signed(keys, "a", nonce=j.run_nonce), summary())
+        admit(j, keys, "a", summary())
     fresh = Run(job("j", "flynn", FLYNN), allow_list(keys))
     with pytest.raises(InvalidInput, match="job 'other'"):
-        fresh.join(signed(keys, "a", job_id="other", nonce=fresh.run_nonce), summary())
+        admit(fresh, keys, "a", summary(), job_id="other")
 
 
 def test_large_relayed_payload_is_validated_chunked_and_delivered_intact(keys):
@@ -254,8 +248,8 @@ def test_a_party_with_more_rows_than_the_job_takes_is_refused_at_join(keys):
 
     j = Run(replace(job("j", "flynn", FLYNN), max_rows_per_party=10), allow_list(keys), clock=Clock())
     with pytest.raises(InvalidInput, match="reports 11 rows; job 'j' takes at most 10 per party"):
-        j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=11))
-    j.join(signed(keys, "a", nonce=j.run_nonce), summary(rows=10))
+        admit(j, keys, "a", summary(rows=11))
+    admit(j, keys, "a", summary(rows=10))
 
 
 def test_late_relay_for_a_finished_step_is_ignored_not_refused(keys):
@@ -280,7 +274,7 @@ def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
     params = {"n_classes": 3, "lsh_bits": 64, "k": 10, "key_bits": 512, "insecure_test_keys": True}
     j = Run(job("j", "xclp", params, parties=("a", "b")), allow_list(keys), clock=Clock())
     for p in ("a", "b"):
-        j.join(signed(keys, p, paillier=True, nonce=j.run_nonce), summary(rows=5))
+        admit(j, keys, p, summary(rows=5), **PAILLIER)
     assert j.stage is Stage.FAILED and j.step is None
     end = drain(j, "a")[-1].end
     assert end.outcome == pb.JobEnd.REFUSED
@@ -290,5 +284,5 @@ def test_an_xclp_job_whose_k_exceeds_the_rows_is_refused_before_any_work(keys):
 def test_a_flynn_party_whose_data_is_narrower_than_s_is_refused_at_join(keys):
     j = Run(job("j", "flynn", {**FLYNN, "s": 5}), allow_list(keys), clock=Clock())
     with pytest.raises(InvalidInput, match=r"cannot use data of 4 columns: s .* = 5 exceeds the data dimension 4"):
-        j.join(signed(keys, "a", nonce=j.run_nonce), summary(dim=4))
+        admit(j, keys, "a", summary(dim=4))
     assert j.parties == {}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import secrets
 import threading
 import time
 
@@ -11,7 +10,17 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
+from tests.harness import (
+    PARTIES,
+    Recorder,
+    allow_list,
+    challenge,
+    coordinator,
+    job,
+    key_bundle,
+    party_data,
+    run_parties,
+)
 from xclp import errors
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
@@ -29,17 +38,19 @@ FLYNN = {"n_classes": 3, "m": 256, "s": 3, "rho": 8}
 
 
 def join_request(stub, key, party, job_id="f", *, signer=None, summary=None, nonce=None) -> pb.JoinRequest:
-    """A Join as a party makes it: over this run's nonce from Challenge (or `nonce`)."""
-    if nonce is None:
-        try:
-            nonce = stub.Challenge(pb.ChallengeRequest(job_id=job_id)).run_nonce
-        except grpc.RpcError:
-            nonce = bytes(16)  # no such job: the Join is refused anyway
-    bundle = identity.KeyBundle(party, job_id, identity.public_bytes(key), secrets.token_bytes(32), nonce)
+    """A Join as a party makes it: over this run's nonce and spec from Challenge (or `nonce`)."""
+    summary = summary or pb.DataSummary(rows=10, labeled_rows=5, dim=8)
+    try:
+        asked = challenge(stub, key, party, job_id)
+        spec, nonce = asked.spec, asked.run_nonce if nonce is None else nonce
+    except grpc.RpcError:
+        spec, nonce = None, bytes(16)  # no such job, or not a party of it: the Join is refused anyway
+    signs = summary if summary.labeled_rows <= summary.rows else pb.DataSummary(rows=summary.rows, dim=summary.dim)
+    bundle = key_bundle(key, party, job_id, spec=spec, nonce=nonce, summary=signs)
     signed = identity.sign_bundle(signer or key, bundle) if signer is None else identity.SignedBundle(
         bundle.canonical_bytes(), signer.sign(bundle.canonical_bytes()))
     return pb.JoinRequest(job_id=job_id, bundle=pb.SignedBundle(bundle=signed.bundle, signature=signed.signature),
-                          summary=summary or pb.DataSummary(rows=10, labeled_rows=5, dim=8))
+                          summary=summary)
 
 
 def code_of(call, *args, **kwargs) -> grpc.StatusCode:
@@ -147,7 +158,7 @@ def test_tokens_expire_with_the_partys_place_in_the_job(keys):
             assert code_of(stub.Pull, pb.PullRequest(job_id="f"), metadata=md) == grpc.StatusCode.UNAUTHENTICATED
 
 
-def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served):
+def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served, monkeypatch):
     _, _, stub = served
     token = stub.Join(join_request(stub, keys["d"], "d", job_id="g")).session_token
     md = (("x-xclp-token-bin", token), ("x-xclp-job", "g"))
@@ -162,16 +173,21 @@ def test_spoofed_sender_oversized_and_garbage_frames_are_refused(keys, served):
     assert push(spoofed) == grpc.StatusCode.PERMISSION_DENIED
     huge = pb.Frame(job_id="g", step="seed", sender="d", data=b"\x00" * (5 * 1024 * 1024))
     assert push(huge) == grpc.StatusCode.RESOURCE_EXHAUSTED  # over the explicit 4 MiB message limit
+    assert push(good) == grpc.StatusCode.INVALID_ARGUMENT  # job g is still admitting: no step runs
+    # a step the job does not have: refused at its first frame, before anything is buffered
+    (bogus,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="nope", round=0, sender="d",
+                                recipient="", message_id=2))[:1]
+    assert push(bogus) == grpc.StatusCode.INVALID_ARGUMENT
+    stub.Join(join_request(stub, keys["a"], "a", job_id="g"))  # all of g's parties are in: the seed step runs
     corrupt = pb.Frame()
     corrupt.CopyFrom(good)
     corrupt.sha256 = hashlib.sha256(b"other").digest()
     assert push(corrupt) == grpc.StatusCode.INVALID_ARGUMENT
-    assert push(good) == grpc.StatusCode.FAILED_PRECONDITION  # job g is still admitting: no step runs
     (big,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="seed", round=0, sender="d",
-                              recipient="", message_id=2))[:1]
+                              recipient="", message_id=3))[:1]
     assert push(big) == grpc.StatusCode.RESOURCE_EXHAUSTED  # 8 MB declared for a 60-byte step: refused at once
-    (half,) = list(wire.encode(np.zeros(1_000_000, np.uint64), job_id="g", step="blob", round=0, sender="d",
-                               recipient="", message_id=3))[:1]
+    monkeypatch.setattr(wire, "CHUNK_BYTES", 64)  # (both ends here) so that a seed-sized message takes 2 frames
+    half, _ = wire.encode(b"\x01" * 100, job_id="g", step="seed", round=0, sender="d", recipient="", message_id=4)
     assert push(half) == grpc.StatusCode.INVALID_ARGUMENT  # stream ended mid-message
     shape_bomb = pb.Frame()
     shape_bomb.CopyFrom(good)
@@ -239,11 +255,14 @@ def joined_session(keys, party="a", job_id="f"):
 RUN_NONCE = bytes(range(16))
 
 
-def bundle_of(keys, party, *, signer=None, job_id="f", nonce=RUN_NONCE, x25519=None):
-    """`party`'s key bundle, signed by `signer`'s identity key (default its own) and naming that key."""
+def bundle_of(keys, party, *, signer=None, job_id="f", nonce=RUN_NONCE, x25519=None, spec=None):
+    """`party`'s key bundle, signed by `signer`'s identity key (default its own) and naming that key,
+    for the spec of job `job_id` (a FlyNN job of PARTIES unless `spec`) and data of 3 rows."""
     signer = signer or party
-    b = identity.KeyBundle(party, job_id, identity.public_bytes(keys[signer]),
-                           x25519 or masking.public_bytes(masking.generate_x25519()), nonce)
+    spec = spec or job(job_id, "flynn", FLYNN).spec()
+    b = key_bundle(keys[signer], party, job_id, spec=spec, nonce=nonce,
+                   summary=pb.DataSummary(rows=3, labeled_rows=3, dim=8),
+                   x25519=x25519 or masking.public_bytes(masking.generate_x25519()))
     return identity.sign_bundle(keys[signer], b)
 
 

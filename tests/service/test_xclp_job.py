@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.harness import Recorder, coordinator
+from tests.harness import Recorder, admit, coordinator
 from tests.helpers import load_identity, save_identity, write_table
 from tests.oracles.party_view import party_view
 from xclp.crypto import identity
@@ -311,7 +311,6 @@ def test_job_file_naming_sigma_is_refused() -> None:
 
 
 def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
-    import secrets
 
     from tests.harness import job as job_config
     from xclp.server.run import Run
@@ -323,9 +322,8 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
     j = Run(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
             clock=lambda: now[0])
     for p in PARTIES:
-        bundle = identity.KeyBundle(p, "j", identity.public_bytes(keys[p]), secrets.token_bytes(32), j.run_nonce,
-                                    paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
-        j.join(identity.sign_bundle(keys[p], bundle), pb.DataSummary(rows=3, labeled_rows=1, dim=D))
+        admit(j, keys, p, pb.DataSummary(rows=3, labeled_rows=1, dim=D), paillier_n=b"\x80" + bytes(62) + b"\x01",
+              paillier_hs=bytes(127) + b"\x02")
 
     def send(sender: str, step: str, payload, recipient: str = "") -> None:
         j.message(sender, wire.Message("j", step, j.step.attempt, sender, recipient, payload))

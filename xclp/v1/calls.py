@@ -1,4 +1,4 @@
-"""Signed calls: how an operator (the Admin service) and a party agent (Offers) authenticate a
+"""Signed calls: how an operator (the Admin service) and a party (Offers, Challenge) authenticate a
 request without a session (xclp.v1.Admin, README "The coordinator as a service").
 
 The signer serializes a `Call` — the full gRPC method, its clock in milliseconds, 16 fresh random
@@ -34,6 +34,7 @@ ADMIN_LIST = "/xclp.v1.Admin/List"
 ADMIN_SHOW = "/xclp.v1.Admin/Show"
 ADMIN_CANCEL = "/xclp.v1.Admin/Cancel"
 OFFERS = "/xclp.v1.Coordinator/Offers"
+CHALLENGE = "/xclp.v1.Coordinator/Challenge"
 
 
 def sign_call(key: Ed25519PrivateKey, signer: str, method: str, body: Message, *,
@@ -48,25 +49,27 @@ class CallVerifier:
     """Checks SignedCalls against `keys` (signer -> 32-byte Ed25519 public key)."""
 
     def __init__(self, keys: Mapping[str, bytes], remember: Callable[[bytes, float, float], bool], *,
-                 window: float = WINDOW_SECONDS, clock: Callable[[], float] = time.time, who: str = "signer") -> None:
+                 window: float = WINDOW_SECONDS, clock: Callable[[], float] = time.time, who: str = "signer",
+                 known_as: str = "known to this coordinator") -> None:
         self.keys = keys
         self.remember = remember
         self.window = window
         self.clock = clock
         self.who = who
+        self.known_as = known_as
 
     def open(self, signed: pb.SignedCall, method: str, body: Message) -> str:
         """Verify `signed` as a call of `method`; parse its body into `body`; return the signer."""
         public = self.keys.get(signed.signer)
         if public is None:
-            raise NotAuthorized(f"{self.who} {signed.signer!r} is not known to this coordinator")
+            raise NotAuthorized(f"{self.who} {signed.signer!r} is not {self.known_as}")
         if len(signed.call) > MAX_CALL_BYTES:
             raise InvalidInput(f"the signed call has {len(signed.call)} bytes; at most {MAX_CALL_BYTES}")
         try:
             Ed25519PublicKey.from_public_bytes(public).verify(signed.signature, CALL_TAG + signed.call)
         except _CryptoInvalidSignature:
-            raise InvalidSignature(f"the call's signature does not verify under the key of {self.who} "
-                                   f"{signed.signer!r}") from None
+            raise InvalidSignature(f"the call's signature does not verify under the identity key the coordinator "
+                                   f"holds for {self.who} {signed.signer!r}") from None
         call = pb.Call()
         try:
             call.ParseFromString(signed.call)

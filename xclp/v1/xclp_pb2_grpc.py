@@ -36,7 +36,7 @@ class CoordinatorStub:
         """
         self.Challenge = channel.unary_unary(
                 '/xclp.v1.Coordinator/Challenge',
-                request_serializer=xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.SerializeToString,
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
                 response_deserializer=xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.FromString,
                 _registered_method=True)
         self.Join = channel.unary_unary(
@@ -66,7 +66,8 @@ class CoordinatorServicer:
 
     def Challenge(self, request, context):
         """Before Join: the job's spec and this run's nonce, which the party's key bundle must sign
-        (DESIGN §2.1), so a bundle from an earlier run of the same job id is refused.
+        (DESIGN §2.1, §2.5), so a bundle from an earlier run of the same job id is refused. A call
+        signed by an expected party (body: ChallengeRequest); the spec names only its data set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,7 +106,7 @@ def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Challenge': grpc.unary_unary_rpc_method_handler(
                     servicer.Challenge,
-                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.FromString,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
                     response_serializer=xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.SerializeToString,
             ),
             'Join': grpc.unary_unary_rpc_method_handler(
@@ -154,7 +155,7 @@ class Coordinator:
             request,
             target,
             '/xclp.v1.Coordinator/Challenge',
-            xclp_dot_v1_dot_xclp__pb2.ChallengeRequest.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
             xclp_dot_v1_dot_xclp__pb2.ChallengeResponse.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,108 @@
+"""One view for every party (DESIGN §2.5): a coordinator that shows parties different job specs.
+
+Each attack is the real coordinator with the spec it shows some parties rewritten
+(tests/threat_model/hostile.py), run against real parties. Before the spec was signed in every
+key bundle, each of these jobs finished normally, and the attacker had what it wanted (one
+party's FlyNN counts in class slots of their own, a DP party adding the noise share of a larger
+set, the others' FedAvg updates scaled to nothing, so the sum is one party's update). Now every
+party refuses the roster, before the common seed, so nothing is masked, let alone opened.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import grpc
+import pytest
+
+from tests.harness import PARTIES, Recorder, allow_list, challenge, coordinator, job, party_data, run_parties
+from tests.helpers import save_identity, write_table
+from tests.threat_model.hostile import hostile, with_params, with_spec
+from xclp.client.agent import Agent, AgentConfig
+from xclp.client.policy import PartyPolicy
+from xclp.crypto import identity
+from xclp.errors import InvalidSignature
+from xclp.v1 import calls
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1 import xclp_pb2_grpc as pb_grpc
+from xclp.v1.status import EXIT_REFUSED, exit_code
+
+FLYNN = {"n_classes": 3, "m": 64, "s": 3, "rho": 8, "classes": ["x", "y", "z"]}
+RACE_DP = {"rows": 8, "width": 64, "n_classes": 3, "epsilon": 1.0}
+FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_size": 8}
+
+ATTACKS = {
+    # a's labels number the classes in another order: its counts land in slots of their own
+    "flynn-classes-order": ("flynn", FLYNN, {"a": with_params(classes=["z", "y", "x"])}),
+    # a is told a fourth party takes part: it adds the noise share of four, the sum carries less noise
+    "race-dp-noise-share": ("race", RACE_DP, {"a": with_spec(expected_parties=["a", "b", "c", "d"])}),
+    # b and c train with a learning rate of 1e-30: the sum of updates is a's update
+    "fedavg-learning-rate": ("fedavg", FEDAVG, {p: with_params(learning_rate=1e-30) for p in ("b", "c")}),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_parties_shown_different_specs_refuse_the_roster(keys, monkeypatch, attack: str) -> None:
+    job_type, params, views = ATTACKS[attack]
+    rec = Recorder()
+    datas = {p: party_data(30 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, spec_views=views), \
+            coordinator(allow_list(keys), [job("t", job_type, params)], observer=rec) as (_, address):
+        results = run_parties(address, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    for p in PARTIES:
+        assert isinstance(results[p], InvalidSignature), (p, type(results[p]).__name__)
+        assert "the coordinator showed the parties different job specs" in str(results[p])
+        assert exit_code(results[p]) == EXIT_REFUSED
+    told = set(views)
+    assert all(set(str(results[p]).split(": ")[1].split(" signed")[0].split(", ")) == told
+               for p in PARTIES if p not in told)  # an honest party names the parties told otherwise
+    assert rec.seen == {}  # nothing reached the coordinator: no seed, no masked vector
+
+
+def test_an_agent_runs_only_the_spec_its_policy_accepted(keys, monkeypatch, tmp_path) -> None:
+    """Attack: the agent's policy takes FlyNN only; the coordinator offers a FlyNN run, then the
+    Challenge of that run says FedAvg. The agent checked the Offer; its session ran whatever the
+    Challenge said. Now the session refuses a Challenge whose spec is not the accepted Offer's."""
+    save_identity(keys["a"], tmp_path / "a.key")
+    allow = "".join(f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in (*PARTIES, "d"))
+    (tmp_path / "allow.toml").write_text(f"[parties]\n{allow}")
+    data = party_data(1)
+    write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
+    real = replace(job("t", "fedavg", FEDAVG, join_seconds=5), datasets=dict.fromkeys(PARTIES, "demo"))
+    offered = with_spec(job_type="flynn", params_json='{"n_classes": 3, "m": 64, "s": 3, "rho": 8}')
+    said: list[str] = []
+    with hostile(monkeypatch, offer_views={"a": offered}), coordinator(allow_list(keys), [real]) as (coord, address):
+        (tmp_path / "agent.toml").write_text(
+            f'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "{address}"\ninsecure = true\n'
+            'out = "out"\npoll_seconds = 0.05\n[policy]\njob_types = ["flynn"]\nmin_parties = 2\n'
+            '[datasets.demo]\npath = "a.csv"\nid_column = "row_id"\n')
+        agent = Agent(AgentConfig.load(tmp_path / "agent.toml"), say=said.append)
+        done = threading.Thread(target=agent.serve, args=(threading.Event(),), kwargs={"runs": 1})
+        done.start()
+        done.join(60)
+        assert not done.is_alive()
+        assert "a" not in coord.jobs["t"].parties  # it never joined
+    assert agent.finished == {"1": False}
+    failed = [m for m in said if m.startswith("run 1 of job t failed")]
+    assert failed and "names another job spec than the offer this party's policy accepted" in failed[0], said
+
+
+def test_only_an_expected_party_reads_a_runs_spec_and_only_its_own_data_set(keys) -> None:
+    """Challenge used to answer anyone who reached the port with the run's parameters, its
+    expected parties and every party's data set name."""
+    real = replace(job("t", "flynn", FLYNN), datasets={"a": "icu-2024", "b": "ward-b", "c": "c"})
+    with coordinator(allow_list(keys), [real]) as (_, address), grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.CoordinatorStub(channel)
+        with pytest.raises(grpc.RpcError) as unsigned:
+            stub.Challenge(pb.SignedCall(signer="a", call=b"", signature=b""), timeout=10)
+        assert unsigned.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        for stranger in ("mallory", "d"):  # not on the allow-list; allow-listed, but not in this job
+            with pytest.raises(grpc.RpcError) as refused:
+                challenge(stub, keys[stranger], stranger, "t")
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.RpcError) as posing:  # b's name, a's key
+            stub.Challenge(calls.sign_call(keys["a"], "b", calls.CHALLENGE, pb.ChallengeRequest(job_id="t")))
+        assert posing.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        spec = challenge(stub, keys["b"], "b", "t").spec
+        assert dict(spec.datasets) == {"b": "ward-b"} and spec.job_type == "flynn"
