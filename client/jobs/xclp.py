@@ -144,6 +144,9 @@ class XclpParty(PartyJob):
             if message.step == LAYOUT_MSG:
                 self.sizes = {p: n for p, n in rows.items() if n}
                 self._check_size()
+            elif not self.hamming_pushed:
+                raise ProtocolError("the coordinator sent the graph layout before this party's SecureHamming pairs "
+                                    "were done")
             else:
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
         elif message.step == PAIRS_MSG:
@@ -163,6 +166,13 @@ class XclpParty(PartyJob):
         if rows[self.party_id] != self.X.shape[0]:
             raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not "
                                 f"{self.X.shape[0]}")
+        # DESIGN §2.5: every party signed its row count in its key bundle; a layout with other counts
+        # would give some rows to nobody in somebody's view (rows every party masks and nobody owns)
+        signed = {p: n for p, n in rows.items() if n and n != self.roster.bundle(p).rows}
+        if signed:
+            p, n = next(iter(signed.items()))
+            raise ProtocolError(f"the {what} message gives {p!r} {n} rows, but {p!r} signed "
+                                f"{self.roster.bundle(p).rows} in its key bundle")
         for p, n in rows.items():
             if n and self.sizes and self.sizes.get(p) != n:
                 raise ProtocolError(f"the {what} message changes the row count of {p!r}")
@@ -295,6 +305,11 @@ class XclpParty(PartyJob):
 
     def _influence(self, payload: wire.Payload) -> None:
         self._need(self.graph, "the graph layout")
+        if not self.hamming_pushed:  # protocol order: no graph without this party's distances
+            raise ProtocolError("the coordinator sent an influence block before this party's SecureHamming pairs "
+                                "were done")
+        if self.zbar is not None:
+            raise ProtocolError("the coordinator sent a second influence block")
         n = sum(size for _, size in self.graph)
         if (not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2
                 or payload.shape[0] != n):
@@ -304,6 +319,11 @@ class XclpParty(PartyJob):
                                          hide_label_mask=self.params.hide_label_mask)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
+        # S = (I − α𝒲)⁻¹ is entrywise non-negative and at most 1/(1 − α) (‖𝒲‖ ≤ 1)
+        bound = 1.0 / (1.0 - self.params.alpha)
+        if payload.min(initial=0.0) < 0 or payload.max(initial=0.0) > bound:
+            raise ProtocolError(f"the influence block has values outside [0, 1/(1 - alpha)] = [0, {bound:g}]: not "
+                                "an influence matrix")
         self.zbar = steps.local_scores(S_L, self.y, self.params.n_classes,
                                        normalise_labels=self.params.normalise_labels)
         self.progress(f"influence columns received: float64{list(payload.shape)}")

@@ -49,7 +49,8 @@ def keypair() -> PaillierKeypair:
 def context(keypair: PaillierKeypair, params: XclpJobParams = PARAMS, data: PartyData = DATA,
             sink: Sink | None = None, b_secret: bytes = bytes(32)) -> PartyContext:
     """Party a's context in a job of a, b, c (what the session makes once the seed is agreed)."""
-    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS)
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16), rows=ROWS[p])
+                    for p in IDS)
     masker = PairwiseMasker("a", {"b": b_secret, "c": bytes(32)}, b"session")
     return PartyContext("a", params, data, Roster(bundles, bytes(32)), bytes(32), masker, sink or Sink(),
                         lambda m: None, keypair=keypair)
@@ -79,10 +80,29 @@ def test_party_refuses_a_malformed_layout(party: XclpParty, payload, message: st
         from_coordinator(party, "layout", payload)
 
 
+def test_party_refuses_a_layout_other_than_the_row_counts_its_peers_signed(party: XclpParty) -> None:
+    """Attack (DESIGN §2.5): a is told b has 3 rows, while b signed 2 and hears 2; the row a
+    places after b's would belong to nobody in a's view, and a would mask it."""
+    with pytest.raises(ProtocolError, match="gives 'b' 3 rows, but 'b' signed 2 in its key bundle"):
+        from_coordinator(party, "layout", rows(3, 3, 4))
+
+
+def test_party_takes_the_graph_and_influence_only_after_its_secure_hamming_pairs(party: XclpParty) -> None:
+    """Attack: the coordinator skips SecureHamming (it made up H) and sends the graph and an
+    influence block of its choosing; the party never noticed."""
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    with pytest.raises(ProtocolError, match="graph layout before this party's SecureHamming pairs were done"):
+        from_coordinator(party, "graph", rows(3, 2, 4))
+    party.graph = (("a", 3), ("b", 2), ("c", 4))
+    with pytest.raises(ProtocolError, match="influence block before this party's SecureHamming pairs were done"):
+        from_coordinator(party, "influence", np.full((9, 2), 0.1))
+
+
 def test_party_refuses_a_graph_that_changes_a_row_count(party: XclpParty) -> None:
     from_coordinator(party, "layout", rows(3, 2, 4))
     assert party.sizes == ROWS
-    with pytest.raises(ProtocolError, match="changes the row count of 'c'"):
+    party.hamming_pushed = True  # (its SecureHamming pairs done)
+    with pytest.raises(ProtocolError, match="gives 'c' 5 rows, but 'c' signed 4"):
         from_coordinator(party, "graph", rows(3, 2, 5))
     from_coordinator(party, "graph", rows(3, 0, 4))  # b left after the layout: allowed
     assert party.graph == (("a", 3), ("c", 4))
@@ -104,6 +124,7 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     with pytest.raises(ProtocolError, match="before sending the graph layout"):
         from_coordinator(party, "influence", np.zeros((9, 2)))
     from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming_pushed = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     with pytest.raises(ProtocolError, match=r"influence block must be float64\[9, \.\.\.\]"):
         from_coordinator(party, "influence", np.zeros((8, 2)))
@@ -115,12 +136,18 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     bad[4, 1] = np.nan
     with pytest.raises(ProtocolError, match="malformed influence block"):
         from_coordinator(party, "influence", bad)
+    for value in (-0.01, 1 / (1 - PARAMS.alpha) + 0.01):  # S is non-negative and at most 1/(1 − α)
+        with pytest.raises(ProtocolError, match="values outside"):
+            from_coordinator(party, "influence", np.full((9, 2), value))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
     assert party.zbar is not None and party.zbar.shape == (9, 2)
+    with pytest.raises(ProtocolError, match="second influence block"):
+        from_coordinator(party, "influence", np.full((9, 2), 0.1))
 
 
 def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(party: XclpParty) -> None:
     from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming_pushed = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
     with pytest.raises(ProtocolError, match="attempt 0, which this party never sent"):
@@ -142,6 +169,7 @@ def test_party_refuses_a_repeated_rowsums_attempt(party: XclpParty) -> None:
     """Attack (mask reuse): the same SecureRowSums attempt twice would let the coordinator difference
     two arrays under the same pairwise masks; the masker refuses the second (DESIGN §4.2)."""
     from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming_pushed = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
     party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))

@@ -19,9 +19,12 @@ from xclp.crypto.identity import KeyBundle
 from xclp.server.admission import Lobby
 from xclp.server.coordinator import Coordinator
 from xclp.server.run import Run
+from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 
 SpecView = Callable[[pb.JobSpec], pb.JobSpec]
+# (party, wire name, payload) -> what that party is sent instead (None: the real payload)
+Rewrite = Callable[[str, str, wire.Payload], "wire.Payload | None"]
 
 
 def with_params(**changes: Any) -> SpecView:
@@ -52,11 +55,12 @@ def with_spec(**fields: Any) -> SpecView:
 
 @contextlib.contextmanager
 def hostile(monkeypatch: pytest.MonkeyPatch, *, spec_views: Mapping[str, SpecView] | None = None,
-            offer_views: Mapping[str, SpecView] | None = None) -> Iterator[None]:
+            offer_views: Mapping[str, SpecView] | None = None, rewrite: Rewrite | None = None) -> Iterator[None]:
     """Install the attacks for the `with` block.
 
     spec_views: party id -> the spec that party is shown in its Challenge and Join (others see
-    the real one). offer_views: the same for the Offers an agent polls.
+    the real one). offer_views: the same for the Offers an agent polls. rewrite: what the
+    coordinator sends each party instead of a message of its own (a model, a layout, a result).
     """
     views = dict(spec_views or {})
     offers = dict(offer_views or {})
@@ -90,4 +94,14 @@ def hostile(monkeypatch: pytest.MonkeyPatch, *, spec_views: Mapping[str, SpecVie
             return out
 
         monkeypatch.setattr(Coordinator, "offers", offered)
+    if rewrite is not None:
+        real_send = Run.send
+
+        def send(self: Run, party_id: str, wire_name: str, attempt: int, payload: wire.Payload, *,
+                 ledger_name: str) -> int:
+            forged = rewrite(party_id, wire_name, payload)
+            return real_send(self, party_id, wire_name, attempt, payload if forged is None else forged,
+                             ledger_name=ledger_name)
+
+        monkeypatch.setattr(Run, "send", send)
     yield

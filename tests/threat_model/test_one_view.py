@@ -14,6 +14,7 @@ import threading
 from dataclasses import replace
 
 import grpc
+import numpy as np
 import pytest
 
 from tests.harness import PARTIES, Recorder, allow_list, challenge, coordinator, job, party_data, run_parties
@@ -22,7 +23,7 @@ from tests.threat_model.hostile import hostile, with_params, with_spec
 from xclp.client.agent import Agent, AgentConfig
 from xclp.client.policy import PartyPolicy
 from xclp.crypto import identity
-from xclp.errors import InvalidSignature
+from xclp.errors import InvalidSignature, ProtocolError
 from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
@@ -106,3 +107,32 @@ def test_only_an_expected_party_reads_a_runs_spec_and_only_its_own_data_set(keys
         assert posing.value.code() == grpc.StatusCode.UNAUTHENTICATED
         spec = challenge(stub, keys["b"], "b", "t").spec
         assert dict(spec.datasets) == {"b": "ward-b"} and spec.job_type == "flynn"
+
+
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+
+
+def test_an_xclp_party_refuses_a_layout_with_rows_that_belong_to_nobody(keys, monkeypatch) -> None:
+    """Attack (the "gap rows" of the one-view issue): a hears that b has 5 rows more than b has,
+    while b and c hear the truth. The 5 rows after b's belong to nobody in a's view; a masks them
+    and so does everybody, their masks cancel, and an influence block of the coordinator's making
+    on those rows reads a's labels. a now checks the layout against the row counts every party
+    signed in its key bundle, and refuses before it sends anything of the job."""
+    from xclp.crypto.paillier import PaillierKeypair
+    from xclp.v1.xclp import LAYOUT_MSG
+
+    datas = {p: party_data(50 + i, n=20 + i) for i, p in enumerate(PARTIES)}
+
+    def lie(party: str, wire_name: str, payload):
+        if party == "a" and wire_name == LAYOUT_MSG:
+            return payload + np.array([0, 5, 0], dtype=np.uint64)  # roster order a, b, c
+
+    rec = Recorder()
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with hostile(monkeypatch, rewrite=lie), \
+            coordinator(allow_list(keys), [job("x", "xclp", XCLP)], observer=rec) as (_, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert isinstance(results["a"], ProtocolError), results["a"]
+    assert "gives 'b' 26 rows, but 'b' signed 21 in its key bundle" in str(results["a"])
+    assert not [k for k in rec.seen if k[3] == "a" and k[1] != "seed"]  # nothing of the job from a
