@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from xclp.client.transcript import Transcript
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
@@ -26,6 +27,14 @@ from xclp.v1.params import JobParams
 
 Progress = Callable[[str], None]
 P = TypeVar("P", bound=JobParams)
+
+
+class ConfirmSink(Protocol):
+    def on_confirms(self, message: wire.Message) -> None: ...
+
+
+def _unsigned(data: bytes) -> bytes:
+    raise ProtocolError("this party context has no identity key to sign with")
 
 
 class Pusher(Protocol):
@@ -57,6 +66,12 @@ class PartyContext:
     keypair: PaillierKeypair | None = None  # published in this party's bundle, if the job uses Paillier
     executor: Executor | None = None  # where Paillier work runs (None: in this process)
     max_paillier_seconds: float = 0.0  # refuse Paillier work estimated to take longer (0: no limit)
+    # DESIGN §2.5: the public values this party accepted in the scope, and its identity key's
+    # signature (what a masked sum signs before any reveal)
+    transcript: Transcript = field(default_factory=lambda: Transcript(b""))
+    sign: Callable[[bytes], bytes] = _unsigned
+    # wire names of confirm steps -> the masked sum that awaits the coordinator's relay of them
+    confirms: dict[str, ConfirmSink] = field(default_factory=dict)
 
     @property
     def session_id(self) -> bytes:
@@ -78,7 +93,7 @@ class PartyContext:
         prefix = fedavg.scoped(t, "")
         return dataclasses.replace(self, seed=round_seed(self.seed, t), prefix=prefix,
                                    masker=PairwiseMasker(self.party_id, self.masker.secrets, session),
-                                   conn=ScopedPusher(self.conn, prefix))
+                                   conn=ScopedPusher(self.conn, prefix), transcript=self.transcript.child(f"round {t}"))
 
     def with_job(self, params: JobParams, data: PartyData) -> PartyContext:
         """The same scope for another job's parameters and data (a round's XCLP on embedded rows)."""

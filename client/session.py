@@ -29,13 +29,14 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
-from xclp.client.context import PartyContext, Progress
+from xclp.client.context import ConfirmSink, PartyContext, Progress
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory
 from xclp.client.jobs.training import RoundRecord
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import PartyPolicy, StepGuard
+from xclp.client.transcript import Transcript
 from xclp.client.workers import make_executor
 from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
@@ -136,6 +137,8 @@ class PartySession:
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self.guard = StepGuard(config.policy, config.party_id)
         self.assembler = wire.Assembler()
+        self.transcript = Transcript(b"")  # replaced once the roster is verified
+        self.confirms: dict[str, ConfirmSink] = {}  # confirm steps' wire names -> their masked sums
         self._executor: Executor | None = None
         self._conn: Connection | None = None
         self._aborted = False
@@ -309,6 +312,8 @@ class PartySession:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)
         self.masker = masking.PairwiseMasker(self.config.party_id, self.pair_secrets, self.roster.session_id)
+        # DESIGN §2.5: the session id hashes every signed bundle (spec digests, row counts, keys)
+        self.transcript = Transcript(self.roster.session_id)
         self.seed = SeedParty(self.config.party_id, self.roster.session_id, self.pair_secrets, self, self.progress)
         self.stage = PartyStage.KEYED
         self.progress(f"roster verified: {', '.join(self.roster.party_ids)}")
@@ -337,6 +342,10 @@ class PartySession:
         self.participants = tuple(members)
 
     def on_message(self, message: wire.Message) -> None:
+        sink = self.confirms.get(message.step) if message.sender == "" else None
+        if sink is not None:  # the coordinator's relay of a masked sum's confirmations
+            sink.on_confirms(message)
+            return
         if message.step == SEED_STEP:
             if self.seed is None:
                 raise ProtocolError("a sealed seed arrived before the roster")
@@ -387,7 +396,8 @@ class PartySession:
         assert self.seed is not None and self.seed.seed is not None
         return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
                             self, self.progress, keypair=self.config.paillier, executor=self._executor,
-                            max_paillier_seconds=self.config.max_paillier_seconds)
+                            max_paillier_seconds=self.config.max_paillier_seconds, transcript=self.transcript,
+                            sign=self.config.identity.sign, confirms=self.confirms)
 
     def _preparation(self) -> Preparation:
         """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""

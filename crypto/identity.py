@@ -95,6 +95,15 @@ def parse_public_key(text: str) -> bytes:
     return raw
 
 
+def verify_signature(public: bytes, signature: bytes, data: bytes) -> bool:
+    """Whether `signature` is an Ed25519 signature of `data` under the 32-byte `public` key."""
+    try:
+        Ed25519PublicKey.from_public_bytes(public).verify(signature, data)
+    except (_CryptoInvalidSignature, ValueError):
+        return False
+    return True
+
+
 # --- key bundles -----------------------------------------------------------------------------
 
 

@@ -68,17 +68,21 @@ def derive_key(
     attempt: int,
     participants: Iterable[str],
     length: int = 32,
+    transcript: bytes = b"",
 ) -> bytes:
     """A `length`-byte key for one (session, purpose, attempt, participant set) from a pairwise secret.
 
     Both ends of a pair derive the same key because the secret is symmetric and the participant
-    set is hashed in sorted order (DESIGN §4.2).
+    set is hashed in sorted order (DESIGN §4.2). `transcript`, if given, is the hash of the public
+    values the party accepted (DESIGN §2.5): two parties with different views get different keys.
     """
     if not isinstance(shared_secret, (bytes, bytearray)) or len(shared_secret) == 0:
         raise InvalidInput("shared_secret must be non-empty bytes (the raw X25519 output)")
     if not isinstance(session_id, (bytes, bytearray)) or len(session_id) == 0:
         raise InvalidInput("session_id must be non-empty bytes (it salts every derived key)")
     info = key_info(purpose, attempt, participants)
+    if transcript:
+        info += b"/" + bytes(transcript).hex().encode()
     return hkdf_sha256(shared_secret, salt=session_id, info=info, length=length)
 
 

@@ -132,6 +132,7 @@ class PairwiseMasker:
         purpose: str,
         attempt: int,
         participants: Iterable[str],
+        transcript: bytes = b"",
     ) -> np.ndarray:
         """M = Σ_{peer in participants, peer ≠ me} ±keystream(key_peer), dtype[shape], mod 2^bits.
 
@@ -140,19 +141,24 @@ class PairwiseMasker:
         dt = _ring_dtype(dtype)
         shape = _check_shape(shape)
         out = np.zeros(shape, dtype=dt)
-        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants)
+        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants, transcript=transcript)
         return out
 
-    def apply(self, values: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str]) -> np.ndarray:
-        """values + M mod 2^bits as a new array (same dtype/shape; `values` is never mutated)."""
+    def apply(self, values: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str],
+              transcript: bytes = b"") -> np.ndarray:
+        """values + M mod 2^bits as a new array (same dtype/shape; `values` is never mutated).
+
+        `transcript`: the hash of the public values this party accepted (DESIGN §2.5), bound into
+        every pairwise key, so masks cancel only among parties that saw the same."""
         if not isinstance(values, np.ndarray):
             raise InvalidInput(f"values must be a numpy array, got {type(values).__name__}")
         dt = _ring_dtype(values.dtype)
         out = np.array(values, dtype=dt, order="C", copy=True)
-        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants)
+        self._add_mask_into(out, purpose=purpose, attempt=attempt, participants=participants, transcript=transcript)
         return out
 
-    def _add_mask_into(self, out: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str]) -> None:
+    def _add_mask_into(self, out: np.ndarray, *, purpose: str, attempt: int, participants: Iterable[str],
+                       transcript: bytes = b"") -> None:
         members = self._check_participants(participants)
         key_info(purpose, attempt, members)  # validates purpose, attempt and uniqueness up front
         slot = (purpose, attempt, frozenset(members))
@@ -160,9 +166,8 @@ class PairwiseMasker:
         for peer in sorted(members):
             if peer == self.my_id:
                 continue
-            key = derive_key(
-                self.secrets[peer], session_id=self.session_id, purpose=purpose, attempt=attempt, participants=members
-            )
+            key = derive_key(self.secrets[peer], session_id=self.session_id, purpose=purpose, attempt=attempt,
+                             participants=members, transcript=transcript)
             # DESIGN §5.6: + if my id sorts before the peer's, − otherwise, so each pair cancels.
             encryptors.append((self.my_id < peer, _encryptor(key, ZERO_COUNTER)))
         with self._lock:  # check-and-record is atomic, so two threads cannot both use a slot

@@ -64,6 +64,7 @@ class DbclTrainer:
         seed = self.seeds.get(t)
         if seed is None:
             raise ProtocolError(f"the parameters of round {t} came without the round's seed")
+        scope.transcript.absorb("seed", seed)  # public to the round's parties (DESIGN §2.5)
         sketches = draw_sketches(self.arch, self.params.layers, self.params.sketch, self.sizes, seed)
         if not isinstance(payload, np.ndarray):
             raise ProtocolError(f"the released parameters of round {t} must be an array")

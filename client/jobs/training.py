@@ -135,6 +135,7 @@ class RoundsParty(PartyJob):
         self._check_sample(t, [self.ctx.party_id])
         self.round, self.update, self._round_started = t, None, time.monotonic()
         scope = self.ctx.round_scope(t)
+        scope.transcript.absorb("model", payload)  # θ, or DBCL's released view: one for every party (DESIGN §2.5)
         self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")

@@ -157,6 +157,8 @@ class XclpParty(PartyJob):
             self._result(payload, message.round)
         else:
             raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
+        if message.step in (LAYOUT_MSG, GRAPH_MSG, PAIRS_MSG):  # public, one for all, checked (DESIGN §2.5)
+            self.ctx.transcript.absorb(message.step, payload)
 
     def _layout(self, payload: wire.Payload, what: str) -> dict[str, int]:
         ids = self.roster.party_ids

@@ -2,10 +2,15 @@
 
 Attempt a among participants P_a (the coordinator's StepStart names both):
 - step <name>: push x + Σ_{q∈P_a, q≠me} ±PRG(k_q) + PRG(b_a) in the ring of x, with pairwise keys
-  for (purpose, a, P_a) and a fresh self-mask seed b_a (OS CSPRNG);
-- step <name>_reveal: push digest(session, name, a, P_a) ‖ b_a, only for the latest attempt this
-  party masked, only if the coordinator names exactly that attempt's participants (all of them
-  contributed), and only once; after revealing, take part in no later attempt of the sum.
+  for (purpose, a, P_a, T) and a fresh self-mask seed b_a (OS CSPRNG); T is the hash of the
+  public values this party accepted so far in the scope (its transcript, DESIGN §2.5);
+- step <name>_confirm: push T ‖ Sig(session, name, a, P_a, T) under this party's identity key;
+  the coordinator then relays every member's confirmation to every member;
+- step <name>_reveal: push digest(session, name, a, P_a) ‖ b_a, only if every member of P_a
+  signed the same T as this party (verified under the identity keys pinned on the roster), only
+  for the latest attempt this party masked, only if the coordinator names exactly that attempt's
+  participants (all of them contributed), and only once; after revealing, take part in no later
+  attempt of the sum. A coordinator that showed parties different views opens nothing.
 So an active coordinator can open one attempt of a sum, never two: claiming a dropout after a
 complete attempt gets it a second masked sum it can never open, or the first one, not both. The
 session's step guard (client/policy.py) adds that a restart must strictly shrink the set.
@@ -20,9 +25,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.client.context import PartyContext
+from xclp.crypto.identity import verify_signature
 from xclp.errors import ProtocolError
+from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import SEED_BYTES, pack_reveal, reveal_digest, reveal_step, self_mask
+from xclp.v1.double_masking import (
+    CONFIRM_BYTES,
+    DIGEST_BYTES,
+    SEED_BYTES,
+    confirm_message,
+    confirm_step,
+    pack_reveal,
+    reveal_digest,
+    reveal_step,
+    self_mask,
+)
 
 Members = tuple[str, ...]
 # A party's array for an attempt among these participants (before any mask), in its ring.
@@ -53,6 +70,12 @@ class SelfMasks:
 
     def reveal(self, attempt: int, members: Members | list[str]) -> bytes:
         """digest ‖ b for the coordinator, if the rules allow it (else ProtocolError)."""
+        seed, mine = self.check(attempt, members)
+        self.revealed = True
+        return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
+
+    def check(self, attempt: int, members: Members | list[str]) -> tuple[bytes, Members]:
+        """The seed and members of `attempt` if the rules allow revealing it (else ProtocolError)."""
         if self.revealed:
             raise ProtocolError(f"the coordinator asked twice for this party's self mask of step {self.step!r}")
         if attempt not in self.attempts:
@@ -65,18 +88,21 @@ class SelfMasks:
         if tuple(sorted(members)) != mine:
             raise ProtocolError(f"the coordinator reports step {self.step!r} attempt {attempt} complete for "
                                 f"{sorted(members)}, but the attempt was among {list(mine)}")
-        self.revealed = True
-        return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
+        return seed, mine
 
 
 class MaskedSumParty:
-    """This party's side of the masked sum `name` (the steps `name` and `name`_reveal)."""
+    """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
                  withhold: Withhold | None = None, digest_name: str | None = None) -> None:
         self.ctx = ctx
         self.name = name
+        self.confirm_name = confirm_step(name)
         self.reveal_name = reveal_step(name)
+        self.transcripts: dict[int, bytes] = {}  # attempt -> the transcript hash its masks were drawn under
+        self.confirms: dict[int, bytes] = {}  # attempt -> every member's confirmation, as the coordinator relayed
+        ctx.confirms[ctx.prefix + self.confirm_name] = self
         self.contribution = contribution
         self.purpose = name if purpose is None else purpose  # the pairwise masks' HKDF purpose
         self.withhold = withhold
@@ -84,20 +110,72 @@ class MaskedSumParty:
         self.kept: dict[int, np.ndarray] = {}  # attempt -> what `withhold` kept back
 
     def handles(self, step: str) -> bool:
-        return step in (self.name, self.reveal_name)
+        return step in (self.name, self.confirm_name, self.reveal_name)
 
     def on_step(self, step: pb.StepStart) -> int:
         """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
         members, attempt = tuple(step.participants), step.round
-        if step.step == self.reveal_name:  # the attempt is complete: open it
+        if step.step == self.confirm_name:
+            return self.ctx.push(self._confirmation(attempt, members), self.confirm_name, attempt)
+        if step.step == self.reveal_name:  # the attempt is complete: open it, if every member saw what we saw
+            self.self_masks.check(attempt, members)
+            self._check_confirmations(attempt, members)
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
             return sent
         if step.step != self.name:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
-        masked = self.ctx.masker.apply(self.contribution(members), purpose=self.purpose, attempt=attempt,
-                                       participants=members)
+        values = self.contribution(members)
+        transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
+        masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
+                                       transcript=transcript)
         if self.withhold is not None:
             masked, self.kept[attempt] = self.withhold(masked, members)
-        return self.ctx.push(self.self_masks.add(masked, attempt, members), self.name, attempt)
+        pushed = self.self_masks.add(masked, attempt, members)
+        self.transcripts[attempt] = transcript
+        return self.ctx.push(pushed, self.name, attempt)
+
+    def on_confirms(self, message: wire.Message) -> None:
+        """The coordinator's relay of every member's confirmation of an attempt."""
+        if not isinstance(message.payload, bytes):
+            raise ProtocolError(f"the confirmations of {self.ctx.prefix}{self.name} must be opaque bytes")
+        if message.round in self.confirms:
+            raise ProtocolError(f"the coordinator relayed the confirmations of {self.ctx.prefix}{self.name} attempt "
+                                f"{message.round} twice")
+        self.confirms[message.round] = message.payload
+
+    def _confirmation(self, attempt: int, members: Members) -> bytes:
+        """T ‖ Sig(session, step, attempt, members, T) for the attempt this party masked."""
+        transcript = self.transcripts.get(attempt)
+        if transcript is None or self.self_masks.attempts[attempt][1] != tuple(sorted(members)):
+            raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
+                                f"among {sorted(members)}, which this party never masked")
+        message = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, sorted(members), transcript)
+        return transcript + self.ctx.sign(message)
+
+    def _check_confirmations(self, attempt: int, members: Members) -> None:
+        """Every member signed this party's transcript hash for this attempt (DESIGN §2.5)."""
+        what = f"{self.ctx.prefix}{self.name} attempt {attempt}"
+        relayed, mine = self.confirms.get(attempt), self.transcripts.get(attempt)
+        if relayed is None or mine is None:
+            raise ProtocolError(f"the coordinator asked for this party's self mask of {what} without relaying every "
+                                "member's signed transcript first")
+        ordered = sorted(members)
+        if len(relayed) != CONFIRM_BYTES * len(ordered):
+            raise ProtocolError(f"the confirmations of {what} must be {CONFIRM_BYTES} bytes for each of "
+                                f"{len(ordered)} members")
+        other = []
+        for i, p in enumerate(ordered):
+            part = relayed[i * CONFIRM_BYTES:(i + 1) * CONFIRM_BYTES]
+            transcript, signature = part[:DIGEST_BYTES], part[DIGEST_BYTES:]
+            signed = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, ordered, transcript)
+            if not verify_signature(self.ctx.roster.bundle(p).identity_public, signature, signed):
+                raise ProtocolError(f"the confirmation of {p!r} for {what} does not verify under its identity key: "
+                                    "not revealing this party's self mask")
+            if transcript != mine:
+                other.append(p)
+        if other:
+            raise ProtocolError(f"the coordinator showed the parties different views before {what}: "
+                                f"{', '.join(other)} signed another transcript than {self.ctx.party_id!r} (a spec, "
+                                "layout, model, seed or set differs): not revealing this party's self mask")

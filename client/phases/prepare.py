@@ -48,6 +48,7 @@ class Preparation:
         payload = message.payload
         if not isinstance(payload, np.ndarray) or payload.dtype != dtype or payload.shape != shape:
             raise ProtocolError(f"the pooled moments must be {dtype.str}{list(shape)}")
+        self.ctx.transcript.absorb("moments", payload)  # the pooled moments: one for all (DESIGN §2.5)
         sums = moments.decode(payload)
         own = self.local[0]
         if any(int(sums[0, j]) >> moments.FRAC_BITS < own[j] for j in range(own.shape[0])):

@@ -3,12 +3,16 @@
 Attempt a of the sum among participants P_a:
 
     step <name>          every p in P_a pushes y_p = x_p + PRG(b_p) + Σ ±PRG(k_pq) (dtype, shape: `wire`)
-    step <name>_reveal   once every y_p is in: the same attempt among the holders P_a, which every
-                         party sees identically; each answers digest(session, step, a, P_a) ‖ b_p
+    step <name>_confirm  once every y_p is in: the same attempt among the holders P_a; each answers
+                         T_p ‖ Sig_p(session, step, a, P_a, T_p), its transcript hash signed
+                         (DESIGN §2.5); the coordinator relays all of them to every member
+    step <name>_reveal   the same attempt among the same holders; each party reveals only if every
+                         member signed its T; each answers digest(session, step, a, P_a) ‖ b_p
     opened               {p: y_p − PRG(b_p)}, whose pairwise masks cancel in any sum over P_a;
                          `combine` makes the result of them (the ring sum by default)
 
-A participant lost during the masked step: its partners' masks no longer cancel, so the step
+A participant lost during the masked or the confirm step: its partners' masks no longer cancel
+(nobody has revealed anything), so the step
 restarts as attempt a + 1 among the rest, under fresh keys; the rest must be at least the scope's
 minimum, and each party's own guard refuses a set that does not strictly shrink. A participant lost
 while revealing fails the phase: the others revealed their seeds and mask no other attempt, so the
@@ -29,7 +33,14 @@ from xclp.crypto.masking import ring_sum
 from xclp.errors import InvalidInput
 from xclp.server.phases.base import Phase, Scope, Step
 from xclp.v1 import wire
-from xclp.v1.double_masking import reveal_digest, reveal_step, self_mask, unpack_reveal
+from xclp.v1.double_masking import (
+    CONFIRM_BYTES,
+    confirm_step,
+    reveal_digest,
+    reveal_step,
+    self_mask,
+    unpack_reveal,
+)
 
 # (sender, participants) -> the dtype and shape of the sender's masked array
 WireSpec = Callable[[str, tuple[str, ...]], tuple[np.dtype[Any], tuple[int, ...]]]
@@ -58,6 +69,7 @@ class MaskedSum(Phase):
                  digest_name: str | None = None) -> None:
         super().__init__(scope)
         self.name = name
+        self.confirm = confirm_step(name)
         self.reveal = reveal_step(name)
         self.wire: WireSpec = wire if callable(wire) else _fixed(wire)
         self.what = what
@@ -76,11 +88,17 @@ class MaskedSum(Phase):
         if step.name == self.name:
             dtype, shape = self.wire(sender, step.participants)
             return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if step.name == self.confirm:
+            return CONFIRM_BYTES
         return super().payload_limit(sender, step, recipient)
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
         if step.name == self.name:
             ring_array(payload, *self.wire(sender, step.participants), f"the masked {self.what} from {sender!r}")
+            return
+        if step.name == self.confirm:
+            if not isinstance(payload, bytes) or len(payload) != CONFIRM_BYTES:
+                raise InvalidInput(f"a confirmation of the {self.name!r} sum is {CONFIRM_BYTES} opaque bytes")
             return
         digest, _ = unpack_reveal(payload)
         expected = reveal_digest(self.scope.session_id, self.digest_name, step.attempt, step.participants)
@@ -89,7 +107,13 @@ class MaskedSum(Phase):
 
     def on_step_complete(self, step: Step) -> None:
         if step.name == self.name:
-            self.masked = step  # every contribution is here: ask the holders for their self masks
+            self.masked = step  # every contribution is here: the holders confirm what they saw
+            self.scope.start_step(self.confirm, step.participants, step.attempt)
+            return
+        if step.name == self.confirm:  # every member gets every confirmation, then reveals or refuses
+            relayed = b"".join(_opaque(step.received[p]) for p in step.participants)
+            for p in step.participants:
+                self.scope.send(p, self.confirm, step.attempt, relayed)
             self.scope.start_step(self.reveal, step.participants, step.attempt)
             return
         assert self.masked is not None
@@ -104,11 +128,16 @@ class MaskedSum(Phase):
             self.fail(f"{', '.join(sorted(dropped))} left while revealing self masks, so the {self.name!r} sum "
                       "cannot be opened (DESIGN §6.1)")
             return
-        rest = [p for p in step.participants if p not in dropped and p in self.scope.members]
+        rest = [p for p in step.participants if p not in dropped and p in self.scope.members]  # masked or confirm
         if len(rest) < self.scope.min_members:
             self.fail(f"only {len(rest)} parties are left for the {self.name!r} sum")
             return
         self.scope.start_step(self.name, rest, step.attempt + 1)  # fresh masks among the rest
+
+
+def _opaque(payload: wire.Payload) -> bytes:
+    assert isinstance(payload, bytes)  # accept() let nothing else in
+    return payload
 
 
 def _fixed(spec: tuple[np.dtype[Any], tuple[int, ...]]) -> WireSpec:

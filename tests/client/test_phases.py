@@ -10,8 +10,10 @@ import pytest
 from xclp.client.context import PartyContext
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.phases.seed import SeedParty
+from xclp.client.transcript import Transcript
 from xclp.crypto.aead import SealBroken
-from xclp.crypto.identity import KeyBundle, Roster
+from xclp.crypto.identity import KeyBundle, Roster, generate_identity
+from xclp.crypto.identity import public_bytes as public_bytes_ed
 from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, ring_sum, shared_secret
 from xclp.errors import ProtocolError
 from xclp.party_table import PartyData
@@ -40,16 +42,34 @@ def pair_secrets() -> dict[str, dict[str, bytes]]:
     return {p: {q: shared_secret(keys[p], public_bytes(keys[q])) for q in IDS if q != p} for p in IDS}
 
 
-def contexts(prefix: str = "") -> dict[str, tuple[PartyContext, Sink]]:
-    roster = Roster(tuple(KeyBundle(p, "j", bytes(32), secrets.token_bytes(32), bytes(16)) for p in IDS), SESSION)
+IDENTITIES = {p: generate_identity() for p in IDS}
+
+
+def contexts(prefix: str = "", transcripts: dict[str, bytes] | None = None) -> dict[str, tuple[PartyContext, Sink]]:
+    """Every party's context; `transcripts`: what each party accepted as public (default: alike)."""
+    roster = Roster(tuple(KeyBundle(p, "j", public_bytes_ed(IDENTITIES[p]), secrets.token_bytes(32), bytes(16))
+                          for p in IDS), SESSION)
     params = FlynnJobParams(n_classes=2, m=8, s=1, rho=2)
     data = PartyData(np.zeros((1, 1)), None, ("r",))
     out = {}
     for p, pair in pair_secrets().items():
         sink = Sink()
+        transcript = Transcript(SESSION)
+        transcript.absorb("model", (transcripts or {}).get(p, b"theta"))
         out[p] = (PartyContext(p, params, data, roster, bytes(32), PairwiseMasker(p, pair, SESSION), sink,
-                               lambda m: None, prefix=prefix), sink)
+                               lambda m: None, prefix=prefix, transcript=transcript, sign=IDENTITIES[p].sign), sink)
     return out
+
+
+def confirm(sums: dict[str, MaskedSumParty], attempt: int, members=IDS) -> None:
+    """Each member confirms its transcript; the coordinator relays all of them to each, in order."""
+    parts = {}
+    for p in members:
+        sums[p].on_step(start(sums[p].confirm_name, attempt, members))
+        parts[p] = sums[p].ctx.conn.pushed[-1][3]
+    relayed = b"".join(parts[p] for p in sorted(members))
+    for p in members:
+        sums[p].on_confirms(Message("j", sums[p].ctx.prefix + sums[p].confirm_name, attempt, "", p, relayed))
 
 
 def start(name: str, attempt: int, members=IDS) -> pb.StepStart:
@@ -64,6 +84,7 @@ def test_what_the_coordinator_opens_is_the_sum_and_nothing_else() -> None:
         sums[p].on_step(start("total", 0))
     masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
     assert all(not np.array_equal(masked[p], values[p]) for p in IDS)  # nobody's values travel in the clear
+    confirm(sums, 0)
     for p in IDS:
         sums[p].on_step(start("total_reveal", 0))
     seeds = {p: unpack_reveal(ctxs[p][1].pushed[-1][3]) for p in IDS}
@@ -76,12 +97,18 @@ def test_what_the_coordinator_opens_is_the_sum_and_nothing_else() -> None:
 
 
 def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_once() -> None:
-    (ctx, sink), *_ = contexts().values()
-    ones = MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64))
-    with pytest.raises(ProtocolError, match="attempt 0, which this party never masked"):
-        ones.on_step(start("total_reveal", 0))
-    ones.on_step(start("total", 0))
-    ones.on_step(start("total", 1, ("a", "b")))
+    ctxs = contexts()
+    sink = ctxs["a"][1]
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    ones = sums["a"]
+    with pytest.raises(ProtocolError, match="attempt 0 among .*, which this party never masked"):
+        ones.on_step(start("total_confirm", 0))
+    for p in IDS:
+        sums[p].on_step(start("total", 0))
+    confirm(sums, 0)
+    for p in "ab":
+        sums[p].on_step(start("total", 1, ("a", "b")))
+    confirm(sums, 1, ("a", "b"))
     with pytest.raises(ProtocolError, match="abandoned for attempt 1"):
         ones.on_step(start("total_reveal", 0))
     with pytest.raises(ProtocolError, match=r"complete for \['a', 'b', 'c'\], but the attempt was among \['a', 'b'\]"):
@@ -91,8 +118,41 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
         ones.on_step(start("total_reveal", 1, ("a", "b")))
     with pytest.raises(ProtocolError, match="after this party revealed"):
         ones.on_step(start("total", 2, ("a",)))
-    assert [(step, attempt) for step, attempt, _, _ in sink.pushed] == [("total", 0), ("total", 1),
-                                                                        ("total_reveal", 1)]
+    assert [(step, attempt) for step, attempt, _, _ in sink.pushed] == [
+        ("total", 0), ("total_confirm", 0), ("total", 1), ("total_confirm", 1), ("total_reveal", 1)]
+
+
+def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_another_view() -> None:
+    """Attack (DESIGN §2.5): c was sent another model than a and b. c's transcript differs, and so
+    do its pairwise keys: the masks would not even cancel. a and b refuse to reveal, and so does c;
+    a forged or missing confirmation is refused too."""
+    ctxs = contexts(transcripts={"c": b"another theta"})
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    for p in IDS:
+        sums[p].on_step(start("total", 0))
+    masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
+    with pytest.raises(ProtocolError, match="without relaying every member's signed transcript first"):
+        sums["a"].on_step(start("total_reveal", 0))
+    confirm(sums, 0)
+    for p, other in (("a", "c"), ("b", "c"), ("c", "a, b")):
+        with pytest.raises(ProtocolError, match=f"different views before total attempt 0: {other} signed another"):
+            sums[p].on_step(start("total_reveal", 0))
+    assert all(step != "total_reveal" for _, (_, sink) in ctxs.items() for step, *_ in sink.pushed)
+    # even opened with every self mask, the sum is noise: c's pairwise keys bind its other transcript
+    seeds = {p: sums[p].self_masks.attempts[0][0] for p in IDS}
+    opened = ring_sum(masked[p] - self_mask(seeds[p], (3,), np.dtype(np.uint64)) for p in IDS)
+    assert not np.array_equal(opened, np.full(3, 3, np.uint64))
+    # a forged confirmation: c's transcript hash replaced by a's, c's signature kept
+    ctxs = contexts(transcripts={"c": b"another theta"})
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    for p in IDS:
+        sums[p].on_step(start("total", 0))
+        sums[p].on_step(start("total_confirm", 0))
+    parts = [ctxs[p][1].pushed[-1][3] for p in IDS]
+    parts[2] = parts[0][:32] + parts[2][32:]
+    sums["a"].on_confirms(Message("j", "total_confirm", 0, "", "a", b"".join(parts)))
+    with pytest.raises(ProtocolError, match="confirmation of 'c' for total attempt 0 does not verify"):
+        sums["a"].on_step(start("total_reveal", 0))
 
 
 def test_withheld_rows_never_leave_the_party_and_come_back_for_the_result() -> None:
@@ -104,14 +164,16 @@ def test_withheld_rows_never_leave_the_party_and_come_back_for_the_result() -> N
 
 
 def test_in_a_round_the_digest_binds_the_scoped_name_unless_told_otherwise() -> None:
-    (ctx, sink), *_ = contexts(prefix="r2.").values()
-    scoped = MaskedSumParty(ctx, "update", lambda members: np.zeros(2, np.uint64))
-    local = MaskedSumParty(ctx, "rowsums", lambda members: np.zeros(2, np.uint64), digest_name="rowsums")
-    for phase in (scoped, local):
-        phase.on_step(start(phase.name, 0))
-        phase.on_step(start(phase.reveal_name, 0))
-    assert unpack_reveal(sink.pushed[1][3])[0] == reveal_digest(SESSION, "r2.update", 0, IDS)
-    assert unpack_reveal(sink.pushed[3][3])[0] == reveal_digest(SESSION, "rowsums", 0, IDS)
+    ctxs = contexts(prefix="r2.")
+    for name, digest_name in (("update", None), ("rowsums", "rowsums")):
+        sums = {p: MaskedSumParty(ctx, name, lambda members: np.zeros(2, np.uint64), digest_name=digest_name)
+                for p, (ctx, _) in ctxs.items()}
+        for p in IDS:
+            sums[p].on_step(start(name, 0))
+        confirm(sums, 0)
+        sums["a"].on_step(start(sums["a"].reveal_name, 0))
+        bound = "r2.update" if digest_name is None else "rowsums"
+        assert unpack_reveal(ctxs["a"][1].pushed[-1][3])[0] == reveal_digest(SESSION, bound, 0, IDS)
 
 
 def test_the_leaders_seed_opens_for_each_follower_and_a_forged_seal_does_not() -> None:

@@ -47,6 +47,12 @@ def seeded_run(keys, parties: str = "abc") -> Run:
     return run
 
 
+def confirm(run: Run, parties: str, attempt: int) -> None:
+    """Every party's confirmation (transcript hash ‖ signature; the parties check the signatures)."""
+    for p in parties:
+        run.message(p, msg(run.step.wire, attempt, p, bytes([ord(p)]) * 96))
+
+
 def contribution(sender: str, n: int, attempt_values: int) -> np.ndarray:
     values = np.full(2 + n + "abcd".index(sender), attempt_values, dtype=np.uint64)
     return values + self_mask(SEEDS[sender], values.shape, values.dtype)
@@ -59,6 +65,12 @@ def test_each_sender_has_its_own_shape_and_limit_and_the_sum_opens_minus_the_sel
         run.message("a", msg("rows", 0, "a", np.zeros(6, np.uint64)))
     for p in "abc":
         run.message(p, msg("rows", 0, p, contribution(p, 3, 1)))
+    assert run.step.name == "rows_confirm" and run.payload_limit("a", "rows_confirm", "") == 96
+    with pytest.raises(InvalidInput, match="confirmation of the 'rows' sum is 96 opaque bytes"):
+        run.message("a", msg("rows_confirm", 0, "a", bytes(95)))
+    confirm(run, "abc", 0)
+    relayed = [i.frame for i in drain(run, "b") if i.WhichOneof("item") == "frame" and i.frame.step == "rows_confirm"]
+    assert [f.data for f in relayed] == [b"a" * 96 + b"b" * 96 + c * 96 for c in (b"c",)]  # all, in member order
     assert run.step.name == "rows_reveal" and run.payload_limit("a", "rows_reveal", "") == 64
     for p in "abc":
         run.message(p, msg("rows_reveal", 0, p, pack_reveal(reveal_digest(run.session_id, "rows", 0, "abc"), SEEDS[p])))
@@ -76,6 +88,7 @@ def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes_and_a_lost_r
     assert [i.step.round for i in drain(run, "a") if i.WhichOneof("item") == "step"][-1] == 1
     for p in "abc":
         run.message(p, msg("rows", 1, p, contribution(p, 3, 1)))
+    confirm(run, "abc", 1)
     digest = reveal_digest(run.session_id, "rows", 1, "abc")
     run.message("a", msg("rows_reveal", 1, "a", pack_reveal(digest, SEEDS["a"])))
     run.disconnected("c")  # a revealed: no attempt may follow, the sum is lost
@@ -83,10 +96,26 @@ def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes_and_a_lost_r
     assert run.step is None and RowsJob.result is None
 
 
+def test_a_loss_while_confirming_restarts_the_sum_since_nobody_revealed(keys) -> None:
+    run = seeded_run(keys, "abcd")
+    for p in "abcd":
+        run.message(p, msg("rows", 0, p, contribution(p, 4, 1)))
+    run.message("a", msg("rows_confirm", 0, "a", bytes(96)))
+    run.disconnected("b")
+    assert (run.step.name, run.step.attempt, run.step.participants) == ("rows", 1, ("a", "c", "d"))
+    for p in "acd":
+        run.message(p, msg("rows", 1, p, contribution(p, 3, 1)))
+    confirm(run, "acd", 1)
+    for p in "acd":
+        run.message(p, msg("rows_reveal", 1, p, pack_reveal(reveal_digest(run.session_id, "rows", 1, "acd"), SEEDS[p])))
+    assert run.stage is Stage.DONE and RowsJob.result == SumResult(5 + 7 + 8, 1, ("a", "c", "d"))
+
+
 def test_a_reveal_is_refused_unless_it_binds_this_session_attempt_set_and_the_phases_name(keys) -> None:
     run = seeded_run(keys)
     for p in "abc":
         run.message(p, msg("rows", 0, p, contribution(p, 3, 1)))
+    confirm(run, "abc", 0)
     for wrong in (reveal_digest(run.session_id, "r0.rows", 0, "abc"), reveal_digest(run.session_id, "rows", 1, "abc"),
                   reveal_digest(run.session_id, "rows", 0, "ab"), reveal_digest(bytes(32), "rows", 0, "abc")):
         with pytest.raises(InvalidInput, match="another session, attempt or participant set"):

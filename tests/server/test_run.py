@@ -192,8 +192,11 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     seeds = {"a": bytes([1]) * 32, "b": bytes([2]) * 32}
     j.message("a", msg("sum", 1, "a", ones + self_mask(seeds["a"], ones.shape, ones.dtype)))
     j.message("b", msg("sum", 1, "b", 2 * ones + self_mask(seeds["b"], ones.shape, ones.dtype)))
-    # DESIGN §6.1: complete, so the coordinator asks both for their self-mask seeds of round 1
+    # DESIGN §2.5, §6.1: complete, so both confirm their transcripts, then reveal their seeds of round 1
     assert j.stage is Stage.RUNNING
+    assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_confirm", 1, ("a", "b"))
+    for p in "ab":
+        j.message(p, msg("sum_confirm", 1, p, bytes(96)))
     assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_reveal", 1, ("a", "b"))
     digest = reveal_digest(j.session_id, "sum", 1, ("a", "b"))
     with pytest.raises(InvalidInput, match="another session, attempt or participant set"):
@@ -214,6 +217,8 @@ def test_a_party_lost_while_revealing_fails_the_sum_rather_than_restarting_it(ke
         j.message(p, msg("seed", 0, p, b""))
     for p in "abc":
         j.message(p, msg("sum", 0, p, np.ones((2, 8), np.uint32)))
+    for p in "abc":
+        j.message(p, msg("sum_confirm", 0, p, bytes(96)))
     j.message("a", msg("sum_reveal", 0, "a", pack_reveal(reveal_digest(j.session_id, "sum", 0, "abc"), bytes(32))))
     j.disconnected("c")
     assert j.stage is Stage.FAILED and "left while revealing self masks" in j.outcome_reason

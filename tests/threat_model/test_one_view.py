@@ -136,3 +136,38 @@ def test_an_xclp_party_refuses_a_layout_with_rows_that_belong_to_nobody(keys, mo
     assert isinstance(results["a"], ProtocolError), results["a"]
     assert "gives 'b' 26 rows, but 'b' signed 21 in its key bundle" in str(results["a"])
     assert not [k for k in rec.seen if k[3] == "a" and k[1] != "seed"]  # nothing of the job from a
+
+
+FORGED_VIEWS = {
+    # c trains on another θ in round 0 (e.g. one that isolates its update in the sum)
+    "fedavg-model": ("fedavg", FEDAVG, "r0.update",
+                     lambda party, name, payload: payload * 0.5 if party == "c" and name == "r0.model" else None),
+    # a standardises with other pooled moments than b and c (a shifted Σx: another pooled mean)
+    "flynn-moments": ("flynn", {**FLYNN, "standardise": True}, "sum",
+                      lambda party, name, payload: shifted_sum(payload) if party == "a" and name == "moments_result"
+                      else None),
+}
+
+
+def shifted_sum(moments: np.ndarray) -> np.ndarray:
+    forged = moments.copy()
+    forged[1, :, 4] += np.uint64(1)  # Σx + 1 (the first integer digit): the pooled means move
+    return forged
+
+
+@pytest.mark.parametrize("attack", sorted(FORGED_VIEWS))
+def test_a_sum_over_different_views_is_never_opened(keys, monkeypatch, attack: str) -> None:
+    """Attack (DESIGN §2.5): one party is sent another public value than the others (a model, the
+    pooled moments). Every party signs the hash of what it accepted before it reveals; the
+    coordinator must relay all signatures, and they differ, so nobody reveals its self mask."""
+    job_type, params, step, forge = FORGED_VIEWS[attack]
+    rec = Recorder()
+    datas = {p: party_data(60 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, rewrite=forge), \
+            coordinator(allow_list(keys), [job("t", job_type, params)], observer=rec) as (_, address):
+        results = run_parties(address, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    for p in PARTIES:
+        assert isinstance(results[p], ProtocolError), (p, type(results[p]).__name__)
+        assert f"the coordinator showed the parties different views before {step} attempt 0" in str(results[p])
+    assert {k[3] for k in rec.seen if k[1] == step + "_confirm"} == set(PARTIES)  # the check ran
+    assert not [k for k in rec.seen if k[1] == step + "_reveal"]  # and nothing was revealed

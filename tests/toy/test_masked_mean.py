@@ -34,7 +34,8 @@ def test_a_plug_in_job_type_runs_end_to_end_and_gives_the_pooled_mean(keys, mask
         assert isinstance(result, JobResult), result
         np.testing.assert_allclose(result.aggregate, pooled, rtol=0, atol=3 * 2.0**-24)
     assert run.stage.value == "done" and run.outcome_reason == "the mean of 3 parties"
-    assert list(run.ledger.steps)[:3] == ["seed", "mean_sum", "mean_sum_reveal"]
+    # the masked-sum phase brings its checks along: the transcript confirmation before the reveal (DESIGN §2.5)
+    assert list(run.ledger.steps)[:4] == ["seed", "mean_sum", "mean_sum_confirm", "mean_sum_reveal"]
 
 
 def test_a_plug_in_job_type_restarts_its_sum_without_a_party_lost_in_it(keys, masked_mean) -> None:

@@ -3,7 +3,12 @@
 In attempt a of a masked step with participant set P_a, party i sends
     y_i = x_i + PRG(b_i) + Σ_{j∈P_a, j≠i} ±PRG(k_ij)
 with b_i a fresh 32-byte self-mask seed. When the coordinator holds every y_i of P_a it starts
-the step's reveal step (same attempt, same participants); each party answers with
+the step's confirm step (same attempt, same participants): each party answers with
+    T_i ‖ Sig_i(confirm(session, step, a, P_a, T_i))
+where T_i is the hash of the public values it accepted (its transcript, DESIGN §2.5), which is
+also in the HKDF info of its pairwise masks. The coordinator sends every member all members'
+answers, then starts the reveal step; a party reveals only if every member signed its own T.
+Each answers the reveal with
     digest(session, step, a, P_a) ‖ b_i
 and the coordinator subtracts Σ PRG(b_i). A party reveals only for the latest attempt it masked,
 only if the announced set is that attempt's set, and never takes part in a later attempt of the
@@ -28,11 +33,29 @@ SEED_BYTES = 32
 DIGEST_BYTES = 32
 REVEAL_BYTES = DIGEST_BYTES + SEED_BYTES
 REVEAL_SUFFIX = "_reveal"
+CONFIRM_SUFFIX = "_confirm"
+SIGNATURE_BYTES = 64
+CONFIRM_BYTES = DIGEST_BYTES + SIGNATURE_BYTES  # transcript hash ‖ Ed25519 signature
+_CONFIRM_TAG = b"xclp/v1/transcript-confirm\x00"
 
 
 def reveal_step(step: str) -> str:
     """The name of `step`'s reveal step ("sum" -> "sum_reveal")."""
     return step + REVEAL_SUFFIX
+
+
+def confirm_step(step: str) -> str:
+    """The name of `step`'s confirm step ("sum" -> "sum_confirm")."""
+    return step + CONFIRM_SUFFIX
+
+
+def confirm_message(session_id: bytes, step: str, attempt: int, participants: Sequence[str],
+                    transcript: bytes) -> bytes:
+    """What a party signs before any reveal of attempt `attempt` of `step`: the attempt (as the
+    reveal digest binds it) and the hash of every public value it accepted."""
+    if len(transcript) != DIGEST_BYTES:
+        raise InvalidInput(f"a transcript hash is {DIGEST_BYTES} bytes")
+    return _CONFIRM_TAG + reveal_digest(session_id, step, attempt, participants) + transcript
 
 
 def reveal_digest(session_id: bytes, step: str, attempt: int, participants: Sequence[str]) -> bytes:
