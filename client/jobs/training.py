@@ -7,10 +7,16 @@ the trainer may run what the round needs before the update (fedavg with pseudo_l
 one XCLP run), "r<t>.update" trains once from the model and pushes the update in the masked sum
 (client/phases/masked_sum.py), "r<t>.update_reveal" opens it. "final_model" ends the job.
 
+Before the first round, "samples": the party announces every round's sample, drawn from the
+common seed the coordinator never sees (DESIGN §2.6), and keeps it in its transcript.
+
 What the party checks here, whatever the coordinator says (DESIGN §2):
-- every step of round t names only parties of the job's public sample of round t, so a
-  coordinator cannot choose the sets it would difference; rounds only move forward;
+- every step of round t names only parties of its own sample of round t, so a coordinator
+  cannot choose the sets it would difference; rounds only move forward;
 - one training per round: a restarted update sends the same update under fresh masks;
+- one sum per model: once this party revealed its update for a model (θ; dbcl: the released
+  view), it takes part in no later round on the same model with another set of parties (two
+  sums over one model and different sets difference to the updates of the parties between);
 - the masked-sum rules of DESIGN §6.1 within each round.
 """
 
@@ -27,8 +33,9 @@ import numpy as np
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.transcript import payload_digest
 from xclp.errors import ProtocolError
-from xclp.fedavg import PseudoLabels, sample_parties
+from xclp.fedavg import PseudoLabels
 from xclp.v1 import fedavg, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import TrainingParams
@@ -83,7 +90,10 @@ class RoundsParty(PartyJob):
         self.trainer = trainer
         self.params = trainer.params
         self.round = -1
-        self.sample: frozenset[str] = frozenset()  # the round's public sample of parties
+        self.samples: tuple[tuple[str, ...], ...] | None = None  # every round's sample, from the common seed
+        self.model_digest = b""  # of this round's released model
+        self.released: dict[bytes, tuple[int, frozenset[str]]] = {}  # model digest -> (round, set) revealed for
+        self.sample: frozenset[str] = frozenset()  # the round's sample of parties
         self.update_sum: MaskedSumParty | None = None
         self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
         self.history: list[RoundRecord] = []
@@ -108,6 +118,9 @@ class RoundsParty(PartyJob):
             self.trainer.on_message(t, dataclasses.replace(message, step=name))
 
     def on_step(self, step: pb.StepStart) -> None:
+        if step.step == fedavg.SAMPLES_STEP:
+            self._announce_samples(step)
+            return
         scope = fedavg.unscope(step.step)
         if scope is None:
             raise ProtocolError(f"unknown step {step.step!r} for a training job")
@@ -120,7 +133,11 @@ class RoundsParty(PartyJob):
         if not self.update_sum.handles(name):
             self.trainer.on_step(t, local)
             return
+        if name == fedavg.UPDATE_STEP:
+            self._check_model_reuse(t, frozenset(step.participants))
         sent = self.update_sum.on_step(local)
+        if name == self.update_sum.reveal_name:
+            self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
         if name == fedavg.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
@@ -131,14 +148,34 @@ class RoundsParty(PartyJob):
             raise ProtocolError(f"round {t} started after round {self.round}: rounds only move forward")
         if t >= self.params.rounds:
             raise ProtocolError(f"round {t} started, but the job has {self.params.rounds} rounds")
-        self.sample = frozenset(sample_parties(self.params.seed, t, self.ctx.roster.party_ids, self.params.fraction))
+        if self.samples is None:
+            raise ProtocolError(f"round {t} started before the parties announced the rounds' samples")
+        self.sample = frozenset(self.samples[t])
         self._check_sample(t, [self.ctx.party_id])
         self.round, self.update, self._round_started = t, None, time.monotonic()
         scope = self.ctx.round_scope(t)
         scope.transcript.absorb("model", payload)  # θ, or DBCL's released view: one for every party (DESIGN §2.5)
+        self.model_digest = payload_digest(payload)
         self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
+
+    def _check_model_reuse(self, t: int, members: frozenset[str]) -> None:
+        earlier = self.released.get(self.model_digest)
+        if earlier is not None and earlier[1] != members:
+            s, before = earlier
+            raise ProtocolError(f"round {t} releases the model of round {s}, whose update sum this party opened among "
+                                f"{', '.join(sorted(before))}; a second sum over it among {', '.join(sorted(members))} "
+                                "would give away the difference: this party stops")
+
+    def _announce_samples(self, step: pb.StepStart) -> None:
+        if self.samples is not None or self.round >= 0:
+            raise ProtocolError("the samples step started twice, or after the first round")
+        roster = self.ctx.roster.party_ids
+        payload = fedavg.samples_payload(self.ctx.seed, self.params.rounds, roster, self.params.fraction)
+        self.ctx.transcript.absorb(fedavg.SAMPLES_STEP, payload)  # every round's transcript starts from it
+        self.samples = fedavg.samples_from_payload(payload, self.params.rounds, roster)
+        self.ctx.push(payload, fedavg.SAMPLES_STEP, step.round)
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
         if self.update is None:  # a restart sends the same update under fresh masks
@@ -151,5 +188,5 @@ class RoundsParty(PartyJob):
     def _check_sample(self, t: int, members: Iterable[str]) -> None:
         outside = sorted(set(members) - self.sample)
         if outside:
-            raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the job's public sample of that "
+            raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the sample the parties drew for that "
                                 "round: the coordinator may only drop parties from it, never choose others")

@@ -1,9 +1,11 @@
 """Training rounds on the coordinator (DESIGN §7): the engine fedavg and dbcl share.
 
-After the seed (and the moments phase if the job prepares), rounds t = 0 .. rounds − 1, each in
-its own scope (step names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
+After the seed (and the moments phase if the job prepares), the parties announce every round's
+sample, drawn from their common seed (step "samples"; the coordinator cannot choose them, DESIGN
+§2.6; all announcements must agree), then rounds t = 0 .. rounds − 1, each in its own scope (step
+names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
 
-    P_t = the job's public sample of round t (xclp.fedavg.sample_parties), less dropped parties
+    P_t = the parties' sample of round t, less dropped parties
     the trainer releases the round's model to P_t, and runs what the round needs before the
         update (fedavg with pseudo_label = "xclp": one XCLP run among P_t); it names who goes on
     update (masked sum) --> the trainer moves the model by the opened sum
@@ -30,15 +32,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.fedavg import sample_parties
 from xclp.nn import Network
 from xclp.runtime import write_atomic
 from xclp.server.config import JobConfig
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import PhaseFailed, Program, Scope
+from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
-from xclp.v1 import fedavg
+from xclp.v1 import fedavg, wire
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.registry import params_json
@@ -97,10 +98,10 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         net = self.trainer.begin(run.dim)
         log.info("job %s: training a %s network (%d parameters) for %d rounds", self.config.job_id,
                  "-".join(map(str, net.arch.sizes)), net.arch.n_params, self.params.rounds)
-        roster = sorted(run.parties)
+        samples: tuple[tuple[str, ...], ...] = yield Samples(run.scope, self.params.rounds, tuple(sorted(run.parties)))
         for t in range(self.params.rounds):
             self.round = t
-            sample = sample_parties(self.params.seed, t, roster, self.params.fraction)
+            sample = samples[t]
             scope = self.scope = run.open_scope(fedavg.scoped(t, ""), fedavg.round_session(run.session_id, t), sample,
                                                 leave_on_deadline=True)
             run.changed.notify_all()
@@ -134,6 +135,41 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         done = self.params.rounds - len(self.skipped)
         return (f"{done} of {self.params.rounds} rounds trained" +
                 (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
+
+
+class Samples(Phase):
+    """Every party announces every round's sample (xclp.v1.fedavg.samples_payload, from the common
+    seed); the coordinator takes them only if all announcements agree."""
+
+    def __init__(self, scope: Scope, rounds: int, roster: tuple[str, ...]) -> None:
+        super().__init__(scope)
+        self.rounds, self.roster = rounds, roster
+
+    def start(self) -> None:
+        self.scope.start_step(fedavg.SAMPLES_STEP)
+
+    def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
+        return self.rounds * len(self.roster)
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        fedavg.samples_from_payload(payload, self.rounds, self.roster)
+
+    def on_step_complete(self, step: Step) -> None:
+        announced = {payload_bytes(p) for p in step.received.values()}
+        if len(announced) != 1:
+            self.fail("the parties announced different samples of the rounds (their common seeds differ)")
+            return
+        self.done(fedavg.samples_from_payload(next(iter(step.received.values())), self.rounds, self.roster))
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        step.pending -= dropped  # the others' announcements stand
+        if not step.pending:
+            self.run.end_step(step)
+            self.on_step_complete(step)
+
+
+def payload_bytes(payload: wire.Payload) -> bytes:
+    return payload.tobytes() if isinstance(payload, np.ndarray) else bytes(payload)
 
 
 def save_network(path: Path, job_type: str, params: FedavgJobParams | DbclJobParams, net: Network) -> Path:

@@ -15,9 +15,9 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult, PartySession
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, InvalidInput, ProtocolError
-from xclp.fedavg import sample_parties
 from xclp.party_table import PartyData
 from xclp.simulation import run_fedavg
+from xclp.v1 import fedavg
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import FedavgJobParams
 
@@ -82,13 +82,15 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_
                 np.testing.assert_allclose(mine.pseudo[party].confidence, theirs.pseudo[party].confidence, atol=1e-6)
 
 
-def test_sampling_is_public_and_dropped_parties_leave_the_sample(keys) -> None:
+def test_each_round_runs_on_the_sample_the_parties_drew_from_their_common_seed(keys) -> None:
     parties = ("a", "b", "c", "d")
     datas = {p: blobs(i) for i, p in enumerate(parties)}
     p = params("none", fraction=0.75, rounds=4)
     with coordinator(allow_list(keys), [job("sampled", "fedavg", p, parties=parties)]) as (_, address):
         results = run_parties(address, "sampled", keys, datas)
-    expected = {t: sample_parties(0, t, parties, 0.75) for t in range(4)}
+    seed = results["a"].seed  # type: ignore[union-attr]
+    drawn = fedavg.samples_from_payload(fedavg.samples_payload(seed, 4, parties, 0.75), 4, parties)
+    expected = dict(enumerate(drawn))
     assert all(len(s) == 3 for s in expected.values()) and len(set(expected.values())) > 1
     for party, result in results.items():
         assert isinstance(result, JobResult), result
@@ -97,7 +99,11 @@ def test_sampling_is_public_and_dropped_parties_leave_the_sample(keys) -> None:
     assert all(np.array_equal(finals[0], f) for f in finals)
 
 
-def test_a_reveal_that_cannot_complete_skips_the_round_and_training_goes_on(keys) -> None:
+def test_a_reveal_that_cannot_complete_skips_the_round_and_those_who_revealed_sum_no_more_over_its_model(
+        keys) -> None:
+    """c is lost while revealing: round 0's sum cannot be opened and θ₀ stays. Round 1 releases
+    θ₀ again among a and b; to a and b, who revealed for θ₀ among a, b, c, that looks exactly like
+    a coordinator that opened round 0 and now wants c's update as the difference: they stop."""
     class Dies(DiesAt):
         at = "r0.update_reveal"
 
@@ -105,10 +111,9 @@ def test_a_reveal_that_cannot_complete_skips_the_round_and_training_goes_on(keys
     with coordinator(allow_list(keys), [job("reveal", "fedavg", params("none"))]) as (coord, address):
         results = run_parties(address, "reveal", keys, datas, sessions={"c": Dies})
         state = coord.jobs["reveal"]
-    assert state.job.skipped == [0] and [h["round"] for h in state.job.history] == [1, 2]
-    assert "rounds 0 skipped" in state.outcome_reason
-    # round 0's sum was never opened: round 1 started from θ₀
-    np.testing.assert_array_equal(results["a"].rounds[0].model_in, results["a"].rounds[1].model_in)
+    assert state.job.skipped[0] == 0 and state.job.history == []
+    for p in "ab":
+        assert isinstance(results[p], ProtocolError) and "releases the model of round 0" in str(results[p])
 
 
 class SlowInRound0(PartySession):
@@ -144,20 +149,6 @@ def test_a_party_late_in_a_round_misses_only_that_round_and_is_sampled_again(key
     assert [h["parties"] for h in state.job.history] == [["a", "b"], ["a", "b", "c"], ["a", "b", "c"]]
     assert [r.round for r in results["c"].rounds] == [1, 2]
     assert state.dropped == set()
-
-
-def test_a_party_refuses_a_round_outside_the_public_sample(keys, monkeypatch) -> None:
-    """A coordinator that picks its own sets (say, to difference two sums) is refused by the parties."""
-    import xclp.server.jobs.training as server_training
-
-    monkeypatch.setattr(server_training, "sample_parties", lambda seed, t, roster, fraction: tuple(roster))
-    parties = ("a", "b", "c", "d")
-    datas = {p: blobs(70 + i) for i, p in enumerate(parties)}
-    with coordinator(allow_list(keys), [job("greedy", "fedavg", params("none", fraction=0.75), parties=parties)]) \
-            as (_, address):
-        results = run_parties(address, "greedy", keys, datas)
-    outside = next(p for p in parties if p not in sample_parties(0, 0, parties, 0.75))
-    assert isinstance(results[outside], ProtocolError) and "public sample" in str(results[outside])
 
 
 def test_a_job_whose_sample_is_below_min_parties_is_refused_at_load() -> None:

@@ -69,7 +69,8 @@ class DbclJobParams(JobParams):
     hidden: tuple[int, ...] = param("widths of the hidden ReLU layers", "1 to 8 layers of 1 .. 4096", "xclp.nn",
                                  default=(64,))
     rounds: int = param("training rounds (one coordinator step each)", "1 .. 100000", default=200)
-    fraction: float = param("fraction of the parties sampled each round (a public draw from `seed`)", "(0, 1]",
+    fraction: float = param("fraction of the parties sampled each round (drawn from the parties' common seed)",
+                            "(0, 1]",
                          default=1.0)
     batch_size: int = param("labeled rows per party per local step", ">= 1", default=32)
     local_steps: int = param("local steps E per round; between them a party moves its sketched copy as the "
@@ -89,7 +90,8 @@ class DbclJobParams(JobParams):
                                                  "layer numbers", default=None)
     frac_bits: int = param("fractional bits of the gradient's fixed-point ring (2^-frac_bits resolution)",
                         "8 .. 40", default=24)
-    seed: int = param("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    seed: int = param("public seed of the initial model (each round's sample comes from the parties' common "
+                      "seed)", ">= 0", default=0)
     withhold_model: bool = param("keep the final W from the parties too (the paper's parties never see W); the "
                               "coordinator writes it to the job's `model` file", "true, false", default=False)
 

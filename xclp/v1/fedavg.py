@@ -8,6 +8,12 @@ and its update sum are each new steps with fresh masks; a party's restart rules 
 and its one-reveal-per-step rule (DESIGN §6.1) hold within each round, and the steps of the
 XCLP job (§5) run in a round unchanged.
 
+Before the first round, every party announces every round's sample, drawn from the parties'
+common seed (which the coordinator never sees, DESIGN §2.6):
+    samples            j -> coordinator      uint8[rounds, m] 1 where party i (roster order) is in P_t
+The coordinator goes on only if all announcements agree, and every party refuses a step of round
+t naming a party outside P_t.
+
 Round t, for its sampled parties P_t:
     coordinator -> j   "r<t>.model"          float64[n_params]   θ
     (pseudo_label = "xclp": the steps and messages of DESIGN §5 from "layout" on, scoped)
@@ -31,7 +37,7 @@ import numpy as np
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, InvalidInput
-from xclp.fedavg import PSEUDO_LABELS
+from xclp.fedavg import PSEUDO_LABELS, sample_parties
 from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture
 from xclp.v1.double_masking import reveal_step
@@ -52,6 +58,7 @@ from xclp.v1.params import (
 from xclp.v1.xclp import XclpJobParams
 
 MODEL_MSG = "model"
+SAMPLES_STEP = "samples"
 UPDATE_STEP = "update"
 UPDATE_REVEAL = reveal_step(UPDATE_STEP)
 FINAL_MSG = "final_model"
@@ -75,6 +82,31 @@ def unscope(name: str) -> tuple[int, str] | None:
 def round_session(session_id: bytes, round: int) -> bytes:
     """The session id under which round t derives its masks, relay keys and reveal digests."""
     return hashlib.sha256(b"xclp/v1/fedavg-round\x00" + session_id + round.to_bytes(8, "big")).digest()
+
+
+def samples_seed(common_seed: bytes) -> bytes:
+    """The seed of every round's sample: the parties' common seed, in its own domain."""
+    return hashlib.sha256(b"xclp/fedavg/samples/" + common_seed).digest()
+
+
+def samples_payload(common_seed: bytes, rounds: int, roster: tuple[str, ...], fraction: float) -> np.ndarray:
+    """uint8[rounds, m]: row t marks the parties of round t's sample (xclp.fedavg.sample_parties)."""
+    ordered = sorted(roster)
+    out = np.zeros((rounds, len(ordered)), dtype=np.uint8)
+    seed = samples_seed(common_seed)
+    for t in range(rounds):
+        for p in sample_parties(seed, t, ordered, fraction):
+            out[t, ordered.index(p)] = 1
+    return out
+
+
+def samples_from_payload(payload: object, rounds: int, roster: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Every round's sample from an announcement; InvalidInput if it is not one."""
+    ordered = sorted(roster)
+    if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint8 or payload.shape != (rounds, len(ordered))
+            or int(payload.max(initial=0)) > 1):
+        raise InvalidInput(f"a samples announcement is uint8[{rounds}, {len(ordered)}] of 0 and 1")
+    return tuple(tuple(p for p, bit in zip(ordered, row) if bit) for row in payload)
 
 
 def wire(n_params: int) -> tuple[np.dtype, tuple[int]]:
@@ -135,8 +167,9 @@ class TrainingParams(Protocol):
 class FedavgJobParams(JobParams):
     """Secure FedAvg of a small network (DESIGN §7, paper 003 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
 
-    Each round samples ⌈fraction · parties⌉ parties from `seed` (public: every party checks the
-    draw), trains `local_epochs` of SGD on each and adds n_j·(θ_j − θ) under double masking.
+    Each round samples ⌈fraction · parties⌉ parties, drawn from the parties' common seed and
+    announced by them (the coordinator cannot choose it; every party checks each step), trains
+    `local_epochs` of SGD on each and adds n_j·(θ_j − θ) under double masking.
     pseudo_label picks what the unlabeled rows are trained on: "none", "local_lp", "network" or
     "xclp" (one secure XCLP run among the round's parties on the embeddings, DESIGN §5), from
     round `warmup_rounds` on. lsh_bits, k, alpha, power, key_bits and insecure_test_keys are the
@@ -160,7 +193,8 @@ class FedavgJobParams(JobParams):
                            'round\'s parties); weight = confidence ω', '"none", "local_lp", "network", "xclp"',
                            "paper 003 Alg. 2", default="none")
     warmup_rounds: int = param("rounds on labeled rows only before pseudo-labelling starts", ">= 0", default=0)
-    seed: int = param("public seed of the initial model and of each round's sample of parties", ">= 0", default=0)
+    seed: int = param("public seed of the initial model (each round's sample comes from the parties' common "
+                      "seed)", ">= 0", default=0)
     lsh_bits: int = param("XCLP: L, LSH bits per embedded row", "multiple of 64", default=1024)
     k: int = param("XCLP and local LP: neighbours per row", ">= 1", default=10)
     alpha: float = param("XCLP and local LP: propagation weight α", "(0, 1)", default=0.99)
