@@ -31,6 +31,7 @@ agent.toml:
     ca_cert = "ca.pem"                   # and client_cert, client_key, server_name, insecure
     out = "runs/"
     poll_seconds = 2.0                   # also: join_wait, idle_timeout, workers
+    state = "state/"                     # the release log (default: <out>/.state/), DESIGN §2.8
 
     [policy]
     job_types = ["xclp", "flynn"]        # default: every type
@@ -40,6 +41,7 @@ agent.toml:
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
     max_key_bits = 4096
     max_memory_gb = 16                   # and max_paillier_hours
+    allow_rerun = false                  # true: rerun a job on the same data among other parties
 
     [datasets.train]
     path = "data/train.csv"
@@ -62,6 +64,8 @@ from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
+from xclp.client.releases import FILE_NAME as RELEASES_FILE
+from xclp.client.releases import ReleaseLog
 from xclp.client.session import PartySession, RunConfig
 from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
@@ -77,9 +81,9 @@ from xclp.v1.status import error_from_rpc
 log = logging.getLogger("xclp.agent")
 
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
-              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "policy", "datasets"}
+              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "policy", "datasets", "state"}
 POLICY_KEYS = {"job_types", "min_parties", "require_dp", "allow_hide_label_mask", "insecure_test_keys", "min_key_bits",
-               "max_key_bits", "max_memory_gb", "max_paillier_hours"}
+               "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 
 
@@ -113,6 +117,7 @@ class AgentConfig:
     workers: int | None = None
     max_memory_bytes: int | None = None
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
+    releases: ReleaseLog | None = None  # the agent's release log (`state`/releases.json, DESIGN §2.8)
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:
@@ -164,7 +169,9 @@ class AgentConfig:
             idle_timeout=float(raw.get("idle_timeout", 900.0)),
             workers=None if raw.get("workers") is None else int(raw["workers"]),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
-            max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600)
+            max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
+            releases=ReleaseLog((base / raw["state"] if raw.get("state") else base / raw["out"] / ".state")
+                                / RELEASES_FILE, allow_rerun=bool(policy.get("allow_rerun"))))
 
 
 @dataclass
@@ -297,7 +304,7 @@ class Agent:
                                policy=self.config.policy, workers=self.config.workers,
                                max_memory_bytes=self.config.max_memory_bytes,
                                max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
-                               accepted_spec=offer.spec)
+                               accepted_spec=offer.spec, releases=self.config.releases)
             session = PartySession(config, load, progress=lambda m: self.say(f"[{job} run {run}] {m}"))
             active.session = session
             result = session.run()

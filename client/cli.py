@@ -37,6 +37,8 @@ from xclp.client.outputs import (
     write_predictions,
 )
 from xclp.client.policy import PartyPolicy
+from xclp.client.releases import ReleaseLog
+from xclp.client.releases import default_path as default_releases
 from xclp.client.session import RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
@@ -51,8 +53,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
-            "max_memory_gb", "max_paillier_hours"}
-PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed"}
+            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
+PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
     r.add_argument("--workers", type=int, help="xclp: processes for Paillier work (default: the cores; 0 = none)")
+    r.add_argument("--state", type=Path, help="the release log: which parties each exact sum of a job on this data "
+                                              "went to (default: $XDG_STATE_HOME/xclp/releases.json)")
+    r.add_argument("--allow-rerun", action="store_true", default=None,
+                   help="take part in a rerun of a job on the same data among other parties (lets the coordinator "
+                        "difference the runs' exact sums; DESIGN §2.8)")
     r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
                    "more memory than this (default: three quarters of the RAM; 0 = no limit)")
     r.add_argument("--max-paillier-hours", type=float, help="xclp: refuse, before any Paillier work, a job estimated "
@@ -223,7 +230,9 @@ def run(args: argparse.Namespace) -> int:
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
-                                          insecure_test_keys=bool(cfg.get("insecure_test_keys"))))
+                                          insecure_test_keys=bool(cfg.get("insecure_test_keys"))),
+                       releases=ReleaseLog(Path(cfg.get("state") or default_releases()),
+                                           allow_rerun=bool(cfg.get("allow_rerun"))))
     result = run_job(config, load)
     data = loaded[-1]
     if seed_path:

@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from xclp.client.releases import ReleaseLog
 from xclp.client.transcript import Transcript
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
@@ -72,6 +73,9 @@ class PartyContext:
     sign: Callable[[bytes], bytes] = _unsigned
     # wire names of confirm steps -> the masked sum that awaits the coordinator's relay of them
     confirms: dict[str, ConfirmSink] = field(default_factory=dict)
+    # DESIGN §2.8: where exact sums are remembered (None: nowhere), and this job-on-data's id there
+    releases: ReleaseLog | None = None
+    release_id: bytes = b""
 
     @property
     def session_id(self) -> bytes:

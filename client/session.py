@@ -36,6 +36,7 @@ from xclp.client.jobs.training import RoundRecord
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import PartyPolicy, StepGuard
+from xclp.client.releases import ReleaseLog, data_digest, release_id
 from xclp.client.transcript import Transcript
 from xclp.client.workers import make_executor
 from xclp.crypto import identity, masking
@@ -92,6 +93,7 @@ class RunConfig:
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
     run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
     accepted_spec: pb.JobSpec | None = None  # an agent: the offered spec its policy accepted; the Challenge must match
+    releases: ReleaseLog | None = None  # where exact sums are remembered across runs (DESIGN §2.8); None: nowhere
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class PartySession:
         self.assembler = wire.Assembler()
         self.transcript = Transcript(b"")  # replaced once the roster is verified
         self.confirms: dict[str, ConfirmSink] = {}  # confirm steps' wire names -> their masked sums
+        self.release_id = b""  # this job definition on this data (client/releases.py), once both are known
         self._executor: Executor | None = None
         self._conn: Connection | None = None
         self._aborted = False
@@ -194,6 +197,7 @@ class PartySession:
                                 "the offer this party's policy accepted: not joining")
         self.config.policy.check_job(challenge.spec, params)
         self._load_data(params)
+        self.release_id = release_id(canonical_spec(challenge.spec), data_digest(self.data))
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
@@ -397,7 +401,8 @@ class PartySession:
         return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
                             self, self.progress, keypair=self.config.paillier, executor=self._executor,
                             max_paillier_seconds=self.config.max_paillier_seconds, transcript=self.transcript,
-                            sign=self.config.identity.sign, confirms=self.confirms)
+                            sign=self.config.identity.sign, confirms=self.confirms, releases=self.config.releases,
+                            release_id=self.release_id)
 
     def _preparation(self) -> Preparation:
         """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""

@@ -33,3 +33,18 @@ def keys() -> dict[str, object]:
     from xclp.crypto import identity
 
     return {p: identity.generate_identity() for p in ("a", "b", "c", "d", "mallory")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _release_logs_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory):
+    """`xclp-client run` keeps its release log under $XDG_STATE_HOME (client/releases.py): the
+    tests' CLI runs keep theirs out of the user's home."""
+    import os
+
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("xdg-state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.client.context import PartyContext
+from xclp.client.releases import release_key
 from xclp.crypto.identity import verify_signature
 from xclp.errors import ProtocolError
 from xclp.v1 import wire
@@ -95,8 +96,11 @@ class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
-                 withhold: Withhold | None = None, digest_name: str | None = None) -> None:
+                 withhold: Withhold | None = None, digest_name: str | None = None, exact: bool = False) -> None:
+        """exact: the opened sum has no noise, so its participant set is remembered across runs
+        (client/releases.py, DESIGN §2.8)."""
         self.ctx = ctx
+        self.exact = exact
         self.name = name
         self.confirm_name = confirm_step(name)
         self.reveal_name = reveal_step(name)
@@ -120,12 +124,16 @@ class MaskedSumParty:
         if step.step == self.reveal_name:  # the attempt is complete: open it, if every member saw what we saw
             self.self_masks.check(attempt, members)
             self._check_confirmations(attempt, members)
+            if self.exact and self.ctx.releases is not None:  # logged first: a log that cannot be written stops us
+                self.ctx.releases.record(release_key(self.ctx.release_id, self.name), members)
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
             return sent
         if step.step != self.name:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
+        if self.exact and self.ctx.releases is not None:
+            self.ctx.releases.check(release_key(self.ctx.release_id, self.name), members, f"the {self.name!r} sum")
         values = self.contribution(members)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,

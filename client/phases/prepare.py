@@ -26,7 +26,7 @@ class Preparation:
     def __init__(self, ctx: PartyContext) -> None:
         self.ctx, self.params, self.data, self.progress = ctx, ctx.params, ctx.data, ctx.progress
         self.local = local_moments(self.data.X)  # float64[4, d]; refuses overflowing squares before any send
-        self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE)
+        self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE, exact=True)
         self.scaling: Scaling | None = None
 
     def handles(self, step: str) -> bool:
