@@ -85,6 +85,11 @@ class DbclTrainer:
         record = RoundRecord(t, self.view.flat(), None, rows, 0.0, time.monotonic() - began, self.seeds[t])
         return vector, rows, record
 
+    verifiable = False  # the party never sees W
+
+    def next_model(self, total: np.ndarray) -> None:
+        return None
+
     def describe(self, record: RoundRecord) -> str:
         return f"sketched gradient on {record.rows} labeled rows in {record.train_seconds:.2f}s"
 

@@ -18,7 +18,7 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.client.jobs.xclp import XclpParty
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.fedavg import PseudoLabels, client_update, local_pseudo_labels, local_rng, training_set
+from xclp.fedavg import PseudoLabels, client_update, local_pseudo_labels, local_rng, server_update, training_set
 from xclp.nn import Network
 from xclp.party_table import PartyData
 from xclp.v1 import fedavg, wire
@@ -67,6 +67,14 @@ class FedavgTrainer:
         record = RoundRecord(t, self.model.flat.copy(), pseudo, rows, labeled_at - started,
                              time.monotonic() - labeled_at)
         return vector, rows, record
+
+    verifiable = True
+
+    def next_model(self, total: np.ndarray) -> np.ndarray:
+        """θ moved by the opened sum exactly as the coordinator moves it (server/jobs/fedavg.py)."""
+        assert self.model is not None
+        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        return server_update(self.model, delta, rows).flat
 
     def describe(self, record: RoundRecord) -> str:
         return (f"pseudo-labels in {record.pseudo_seconds:.2f}s, trained on {record.rows} rows in "

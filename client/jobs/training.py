@@ -34,7 +34,7 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.transcript import payload_digest
-from xclp.errors import ProtocolError
+from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
 from xclp.v1 import fedavg, wire
 from xclp.v1 import xclp_pb2 as pb
@@ -62,6 +62,11 @@ class Trainer(Protocol):
     @property
     def params(self) -> TrainingParams: ...
 
+    @property
+    def verifiable(self) -> bool:
+        """Whether the party sees the model, and so recomputes it from every sum it opens (DESIGN §2.7)."""
+        ...
+
     def open_round(self, scope: PartyContext, t: int, payload: wire.Payload) -> None:
         """Round t's released model arrived; `scope` is the party's context for the round."""
 
@@ -83,6 +88,10 @@ class Trainer(Protocol):
     def final(self, payload: wire.Payload) -> np.ndarray:
         """The job's last message, checked: the party's result."""
 
+    def next_model(self, total: np.ndarray) -> np.ndarray | None:
+        """The model after this round, moved by the opened update sum (None: the party cannot know
+        it, as in DBCL, where it never sees W)."""
+
 
 class RoundsParty(PartyJob):
     def __init__(self, ctx: PartyContext, trainer: Trainer) -> None:
@@ -93,6 +102,10 @@ class RoundsParty(PartyJob):
         self.samples: tuple[tuple[str, ...], ...] | None = None  # every round's sample, from the common seed
         self.model_digest = b""  # of this round's released model
         self.released: dict[bytes, tuple[int, frozenset[str]]] = {}  # model digest -> (round, set) revealed for
+        # DESIGN §2.7: after revealing in a round, the model this party must see next: the one it
+        # computed from the opened sum, or (no sum came back to check) the round's model unchanged
+        self.expect: tuple[int, np.ndarray] | None = None
+        self.model_in: np.ndarray | None = None  # this round's model as released
         self.sample: frozenset[str] = frozenset()  # the round's sample of parties
         self.update_sum: MaskedSumParty | None = None
         self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
@@ -104,6 +117,7 @@ class RoundsParty(PartyJob):
 
     def on_message(self, message: wire.Message) -> None:
         if message.sender == "" and message.step == fedavg.FINAL_MSG:
+            self._check_next_model(message.payload, self.params.rounds, "the final model")
             self.result = self.trainer.final(message.payload)
             return
         scope = fedavg.unscope(message.step)
@@ -138,6 +152,8 @@ class RoundsParty(PartyJob):
         sent = self.update_sum.on_step(local)
         if name == self.update_sum.reveal_name:
             self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
+            if self.model_in is not None and isinstance(self.model_in, np.ndarray):
+                self.expect = (t, self.model_in)  # unless the opened sum comes back and says otherwise
         if name == fedavg.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
@@ -154,11 +170,42 @@ class RoundsParty(PartyJob):
         self._check_sample(t, [self.ctx.party_id])
         self.round, self.update, self._round_started = t, None, time.monotonic()
         scope = self.ctx.round_scope(t)
+        self._check_next_model(payload, t, f"the model of round {t}")
         scope.transcript.absorb("model", payload)  # θ, or DBCL's released view: one for every party (DESIGN §2.5)
         self.model_digest = payload_digest(payload)
-        self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE)
+        self.model_in = payload if isinstance(payload, np.ndarray) else None
+        verify = self.trainer.next_model if self.params_verifiable else None
+        self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE,
+                                         on_opened=None if verify is None else self._opened)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
+
+    @property
+    def params_verifiable(self) -> bool:
+        return self.trainer.verifiable
+
+    def _opened(self, total: np.ndarray, attempt: int, members: tuple[str, ...]) -> None:
+        """The round's update sum, recomputed here from every masked vector and seed."""
+        try:
+            model = self.trainer.next_model(total)
+        except InvalidInput as exc:
+            raise ProtocolError(f"round {self.round}'s opened update sum is unusable: {exc}") from None
+        if model is not None:
+            self.expect = (self.round, model)
+
+    def _check_next_model(self, payload: wire.Payload, after: int, what: str) -> None:
+        """After revealing in round t, round t + 1's model (or, after the last round, the final
+        one) must be what this party computed (DESIGN §2.7); a later round's it cannot check."""
+        if self.expect is None or not self.params_verifiable:
+            return
+        t, expected = self.expect
+        self.expect = None
+        if after != t + 1:
+            return  # this party was not sampled in round t + 1: the model moved without it
+        if not isinstance(payload, np.ndarray) or payload.shape != expected.shape or not np.array_equal(payload,
+                                                                                                          expected):
+            raise ProtocolError(f"{what} is not the model this party computed from round {t}'s opened sum (or, if "
+                                f"that sum did not come back, round {t}'s model unchanged): refusing it")
 
     def _check_model_reuse(self, t: int, members: frozenset[str]) -> None:
         earlier = self.released.get(self.model_digest)

@@ -11,6 +11,10 @@ Attempt a among participants P_a (the coordinator's StepStart names both):
   for the latest attempt this party masked, only if the coordinator names exactly that attempt's
   participants (all of them contributed), and only once; after revealing, take part in no later
   attempt of the sum. A coordinator that showed parties different views opens nothing.
+A verifiable sum (FedAvg, DESIGN §2.7): before the confirm step the coordinator relays every
+member's masked vector (<name>_vectors; this party's own must be there unchanged) and the
+confirmation signs them too; once the sum is opened it relays every self-mask seed
+(<name>_seeds), and the party recomputes the sum itself (`on_opened`).
 So an active coordinator can open one attempt of a sum, never two: claiming a dropout after a
 complete attempt gets it a second masked sum it can never open, or the first one, not both. The
 session's step guard (client/policy.py) adds that a restart must strictly shrink the set.
@@ -18,6 +22,7 @@ session's step guard (client/policy.py) adds that a restart must strictly shrink
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,14 +31,19 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.releases import release_key
+from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
+from xclp.crypto.masking import ring_sum
 from xclp.errors import ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import (
     CONFIRM_BYTES,
+    CONFIRM_SUFFIX,
     DIGEST_BYTES,
     SEED_BYTES,
+    SEEDS_SUFFIX,
+    VECTORS_SUFFIX,
     confirm_message,
     confirm_step,
     pack_reveal,
@@ -47,6 +57,8 @@ Members = tuple[str, ...]
 Contribution = Callable[[Members], np.ndarray]
 # (the pairwise-masked array, participants) -> (what is pushed, what the party keeps for later)
 Withhold = Callable[[np.ndarray, Members], tuple[np.ndarray, np.ndarray]]
+# a verifiable sum, recomputed by this party: (the ring sum, attempt, participants)
+Opened = Callable[[np.ndarray, int, Members], None]
 
 
 @dataclass
@@ -96,9 +108,11 @@ class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
-                 withhold: Withhold | None = None, digest_name: str | None = None, exact: bool = False) -> None:
+                 withhold: Withhold | None = None, digest_name: str | None = None, exact: bool = False,
+                 on_opened: Opened | None = None) -> None:
         """exact: the opened sum has no noise, so its participant set is remembered across runs
-        (client/releases.py, DESIGN §2.8)."""
+        (client/releases.py, DESIGN §2.8). on_opened: the sum is verifiable, and this is told the
+        sum as this party recomputed it from every member's masked vector and seed."""
         self.ctx = ctx
         self.exact = exact
         self.name = name
@@ -106,7 +120,12 @@ class MaskedSumParty:
         self.reveal_name = reveal_step(name)
         self.transcripts: dict[int, bytes] = {}  # attempt -> the transcript hash its masks were drawn under
         self.confirms: dict[int, bytes] = {}  # attempt -> every member's confirmation, as the coordinator relayed
-        ctx.confirms[ctx.prefix + self.confirm_name] = self
+        self.on_opened = on_opened
+        self.pushed: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> what this party pushed
+        self.vectors: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> every member's masked vector
+        self.confirmed: dict[int, bytes] = {}  # attempt -> the hash this party confirmed
+        for suffix in (CONFIRM_SUFFIX, VECTORS_SUFFIX, SEEDS_SUFFIX):
+            ctx.confirms[ctx.prefix + name + suffix] = self
         self.contribution = contribution
         self.purpose = name if purpose is None else purpose  # the pairwise masks' HKDF purpose
         self.withhold = withhold
@@ -142,10 +161,19 @@ class MaskedSumParty:
             masked, self.kept[attempt] = self.withhold(masked, members)
         pushed = self.self_masks.add(masked, attempt, members)
         self.transcripts[attempt] = transcript
+        if self.on_opened is not None:
+            self.pushed[attempt] = pushed
         return self.ctx.push(pushed, self.name, attempt)
 
     def on_confirms(self, message: wire.Message) -> None:
-        """The coordinator's relay of every member's confirmation of an attempt."""
+        """The coordinator's relay of every member's confirmation (or, for a verifiable sum,
+        masked vector or seed) of an attempt."""
+        if message.step.endswith(VECTORS_SUFFIX):
+            self._on_vectors(message)
+            return
+        if message.step.endswith(SEEDS_SUFFIX):
+            self._on_seeds(message)
+            return
         if not isinstance(message.payload, bytes):
             raise ProtocolError(f"the confirmations of {self.ctx.prefix}{self.name} must be opaque bytes")
         if message.round in self.confirms:
@@ -153,19 +181,57 @@ class MaskedSumParty:
                                 f"{message.round} twice")
         self.confirms[message.round] = message.payload
 
+    def _on_vectors(self, message: wire.Message) -> None:
+        attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
+        mine = self.pushed.get(attempt)
+        if self.on_opened is None or mine is None or attempt in self.vectors:
+            raise ProtocolError(f"the coordinator relayed masked vectors of {what}, which this party does not expect")
+        members = self.self_masks.attempts[attempt][1]
+        vectors = message.payload
+        if (not isinstance(vectors, np.ndarray) or vectors.dtype != mine.dtype
+                or vectors.shape != (len(members), *mine.shape)):
+            raise ProtocolError(f"the masked vectors of {what} must be {mine.dtype.str}{[len(members), *mine.shape]}")
+        if not np.array_equal(vectors[members.index(self.ctx.party_id)], mine):
+            raise ProtocolError(f"the masked vectors of {what} carry another vector for this party than it sent")
+        self.vectors[attempt] = vectors
+
+    def _on_seeds(self, message: wire.Message) -> None:
+        attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
+        vectors = self.vectors.get(attempt)
+        if self.on_opened is None or vectors is None or not self.self_masks.revealed:
+            raise ProtocolError(f"the coordinator relayed the seeds of {what}, which this party does not expect")
+        seed, members = self.self_masks.attempts[attempt]
+        seeds = message.payload
+        if not isinstance(seeds, bytes) or len(seeds) != SEED_BYTES * len(members):
+            raise ProtocolError(f"the seeds of {what} must be {SEED_BYTES} bytes for each of {len(members)} members")
+        parts = [seeds[i * SEED_BYTES:(i + 1) * SEED_BYTES] for i in range(len(members))]
+        if parts[members.index(self.ctx.party_id)] != seed:
+            raise ProtocolError(f"the seeds of {what} carry another seed for this party than it revealed")
+        dtype, shape = vectors.dtype, vectors.shape[1:]
+        total = ring_sum(vectors[i] - self_mask(part, shape, dtype) for i, part in enumerate(parts))
+        self.on_opened(total, attempt, members)
+
     def _confirmation(self, attempt: int, members: Members) -> bytes:
-        """T ‖ Sig(session, step, attempt, members, T) for the attempt this party masked."""
+        """T ‖ Sig(session, step, attempt, members, T) for the attempt this party masked; for a
+        verifiable sum T also binds every member's masked vector as relayed to this party."""
         transcript = self.transcripts.get(attempt)
         if transcript is None or self.self_masks.attempts[attempt][1] != tuple(sorted(members)):
             raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
                                 f"among {sorted(members)}, which this party never masked")
+        if self.on_opened is not None:
+            vectors = self.vectors.get(attempt)
+            if vectors is None:
+                raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
+                                    "before relaying every member's masked vector")
+            transcript = hashlib.sha256(transcript + payload_digest(vectors)).digest()
+        self.confirmed[attempt] = transcript
         message = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, sorted(members), transcript)
         return transcript + self.ctx.sign(message)
 
     def _check_confirmations(self, attempt: int, members: Members) -> None:
         """Every member signed this party's transcript hash for this attempt (DESIGN §2.5)."""
         what = f"{self.ctx.prefix}{self.name} attempt {attempt}"
-        relayed, mine = self.confirms.get(attempt), self.transcripts.get(attempt)
+        relayed, mine = self.confirms.get(attempt), self.confirmed.get(attempt)
         if relayed is None or mine is None:
             raise ProtocolError(f"the coordinator asked for this party's self mask of {what} without relaying every "
                                 "member's signed transcript first")

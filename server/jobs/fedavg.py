@@ -29,6 +29,8 @@ log = logging.getLogger("xclp.server")
 
 
 class FedavgTrainer:
+    verifiable = True  # every party sees θ: it checks θ_{t+1} against the sum it opened
+
     def __init__(self, config: JobConfig) -> None:
         assert isinstance(config.params, FedavgJobParams)
         self.config, self.params = config, config.params

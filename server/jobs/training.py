@@ -54,6 +54,7 @@ class Trainer(Protocol):
     """What a training job does in its rounds."""
 
     net: Network | None  # the model as it stands
+    verifiable: bool  # whether the parties see the model and so recompute it from each opened sum (DESIGN §2.7)
 
     def check_start(self, parties: Mapping[str, Party]) -> None:
         """Refuse (InvalidInput) the joined parties' data before any work."""
@@ -111,7 +112,8 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
                     raise PhaseFailed(f"only {len(scope.members)} of its sampled parties are left")
                 members = yield from self.trainer.round(scope, t)
                 total: SumResult = yield MaskedSum(scope, fedavg.UPDATE_STEP, what="update", participants=members,
-                                                   wire=fedavg.wire(self.trainer.update_size()))
+                                                   wire=fedavg.wire(self.trainer.update_size()),
+                                                   verifiable=self.trainer.verifiable)
                 try:
                     rows = self.trainer.apply(total.value)
                 except InvalidInput as exc:

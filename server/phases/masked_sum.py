@@ -11,6 +11,10 @@ Attempt a of the sum among participants P_a:
     opened               {p: y_p − PRG(b_p)}, whose pairwise masks cancel in any sum over P_a;
                          `combine` makes the result of them (the ring sum by default)
 
+A verifiable sum (FedAvg, DESIGN §2.7) also sends every member all masked vectors (message
+<name>_vectors, before the confirm step: they are in what the members confirm) and, once opened,
+all self-mask seeds (<name>_seeds): every member recomputes the sum, and the model from it.
+
 A participant lost during the masked or the confirm step: its partners' masks no longer cancel
 (nobody has revealed anything), so the step
 restarts as attempt a + 1 among the rest, under fresh keys; the rest must be at least the scope's
@@ -35,6 +39,8 @@ from xclp.server.phases.base import Phase, Scope, Step
 from xclp.v1 import wire
 from xclp.v1.double_masking import (
     CONFIRM_BYTES,
+    SEEDS_SUFFIX,
+    VECTORS_SUFFIX,
     confirm_step,
     reveal_digest,
     reveal_step,
@@ -66,7 +72,7 @@ class MaskedSum(Phase):
 
     def __init__(self, scope: Scope, name: str, *, wire: WireSpec | tuple[np.dtype[Any], tuple[int, ...]],
                  what: str = "array", participants: Sequence[str] | None = None, combine: Combine = ring_total,
-                 digest_name: str | None = None) -> None:
+                 digest_name: str | None = None, verifiable: bool = False) -> None:
         super().__init__(scope)
         self.name = name
         self.confirm = confirm_step(name)
@@ -80,6 +86,7 @@ class MaskedSum(Phase):
         # round the session id is the round's, so the round is bound either way).
         self.digest_name = scope.wire(name) if digest_name is None else digest_name
         self.masked: Step | None = None  # the complete attempt whose self masks are being revealed
+        self.verifiable = verifiable
 
     def start(self) -> None:
         self.scope.start_step(self.name, self.participants, 0)
@@ -108,6 +115,10 @@ class MaskedSum(Phase):
     def on_step_complete(self, step: Step) -> None:
         if step.name == self.name:
             self.masked = step  # every contribution is here: the holders confirm what they saw
+            if self.verifiable:
+                vectors = np.stack([np.asarray(step.received[p]) for p in step.participants])
+                for p in step.participants:
+                    self.scope.send(p, self.name + VECTORS_SUFFIX, step.attempt, vectors)
             self.scope.start_step(self.confirm, step.participants, step.attempt)
             return
         if step.name == self.confirm:  # every member gets every confirmation, then reveals or refuses
@@ -121,6 +132,10 @@ class MaskedSum(Phase):
         for p in step.participants:
             masked = np.asarray(self.masked.received[p])
             opened[p] = masked - self_mask(unpack_reveal(step.received[p])[1], masked.shape, masked.dtype)
+        if self.verifiable:
+            seeds = b"".join(unpack_reveal(step.received[p])[1] for p in step.participants)
+            for p in step.participants:
+                self.scope.send(p, self.name + SEEDS_SUFFIX, step.attempt, seeds)
         self.done(SumResult(self.combine(opened, step.participants), step.attempt, step.participants))
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:

@@ -7,14 +7,17 @@ different sets, so that the difference of the two opened sums is one party's upd
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
+from tests.threat_model.hostile import hostile
 from xclp.client.policy import PartyPolicy
 from xclp.errors import ProtocolError
 from xclp.server.jobs.fedavg import FedavgTrainer
 from xclp.server.jobs.training import Samples
 from xclp.server.phases.base import Step
+from xclp.server.run import Run
 from xclp.v1 import fedavg
 from xclp.v1.registry import parse_params
 
@@ -52,12 +55,21 @@ def test_a_coordinator_cannot_choose_a_rounds_parties(keys, monkeypatch) -> None
     assert not [k for k in rec.seen if k[1].endswith(".update")]  # no update was sent
 
 
-def test_a_party_opens_one_sum_per_model(keys, monkeypatch) -> None:
+@pytest.mark.parametrize("seeds", ["relayed", "withheld"])
+def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
     """Attack (the one-view issue): round 0 among a, b, c; the coordinator keeps θ (round 1
     releases θ₀ again) and runs round 1's update among a and b only. sum₀ − sum₁ would be c's
-    update. a and b opened round 0's sum on θ₀ among a, b, c, so they refuse a second one on θ₀
-    among others."""
-    real_round = FedavgTrainer.round
+    update. If it relays round 0's seeds as a FedAvg sum must, a and b recompute θ₁ and refuse θ₀
+    (DESIGN §2.7); if it withholds them ("round 0 was not opened"), θ₀ is what they expect, but
+    they opened round 0's sum on θ₀ among a, b, c and refuse a second one among others."""
+    real_round, real_send = FedavgTrainer.round, Run.send
+
+    def send(self, party_id, wire_name, attempt, payload, *, ledger_name):
+        if seeds == "withheld" and wire_name.endswith("_seeds"):
+            return 0
+        return real_send(self, party_id, wire_name, attempt, payload, ledger_name=ledger_name)
+
+    monkeypatch.setattr(Run, "send", send)
 
     def round_(self, scope, t):
         members = yield from real_round(self, scope, t)
@@ -73,10 +85,12 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch) -> None:
     with coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, addr):
         results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
     assert {k[3] for k in rec.seen if k[1] == "r0.update_reveal"} == set(PARTIES)  # round 0 was opened
+    refusal = ("the model of round 1 is not the model this party computed from round 0's opened sum"
+               if seeds == "relayed" else
+               "round 1 releases the model of round 0, whose update sum this party opened among a, b, c")
     for p in ("a", "b"):
         assert isinstance(results[p], ProtocolError), (p, results[p])
-        assert "round 1 releases the model of round 0, whose update sum this party opened among a, b, c" in str(
-            results[p])
+        assert refusal in str(results[p])
     assert not [k for k in rec.seen if k[1] == "r1.update"]  # and no second sum over θ₀
 
 
@@ -94,3 +108,49 @@ def test_honest_rounds_run_on_the_parties_samples(keys, fraction: float) -> None
     seed = next(iter(results.values())).seed
     expected = fedavg.samples_from_payload(fedavg.samples_payload(seed, 2, PARTIES, fraction), 2, PARTIES)
     assert [tuple(h["parties"]) for h in history] == list(expected)
+
+
+def test_every_member_recomputes_theta_and_refuses_another(keys, monkeypatch) -> None:
+    """Attack (DESIGN §2.7): the coordinator opens round 0 and moves θ by another amount than the
+    mean update (here twice the mean: a model of its making). Every member got every masked
+    vector and, once opened, every seed; it recomputes θ₁ itself and refuses the one it is sent."""
+    from xclp.fedavg import server_update
+
+    def doubled(self, total):
+        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        self.net = server_update(self.net, 2 * delta, rows)
+        return rows
+
+    monkeypatch.setattr(FedavgTrainer, "apply", doubled)
+    datas = {p: party_data(110 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)]) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    for p in PARTIES:
+        assert isinstance(results[p], ProtocolError), (p, results[p])
+        assert "the model of round 1 is not the model this party computed from round 0's opened sum" in str(results[p])
+
+
+def test_a_member_whose_masked_vector_was_swapped_or_who_saw_other_vectors_reveals_nothing(keys, monkeypatch) -> None:
+    """Attack: the coordinator relays c a set of masked vectors with b's replaced (so that c would
+    recompute another sum). c's confirmation then signs other vectors than a's and b's: nobody
+    reveals. A party's own vector replaced is refused by that party at once."""
+    def swap(party, name, payload):
+        if party == "c" and name == "r0.update_vectors":
+            forged = payload.copy()
+            forged[1] ^= np.uint64(1)
+            return forged
+        if party == "a" and name == "r0.update_vectors":
+            forged = payload.copy()
+            forged[0] ^= np.uint64(1)
+            return forged
+        return None
+
+    rec = Recorder()
+    datas = {p: party_data(120 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, rewrite=swap), \
+            coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert "carry another vector for this party than it sent" in str(results["a"])
+    for p in "bc":
+        assert isinstance(results[p], ProtocolError), (p, results[p])
+    assert not [k for k in rec.seen if k[1] == "r0.update_reveal"]

@@ -34,6 +34,10 @@ DIGEST_BYTES = 32
 REVEAL_BYTES = DIGEST_BYTES + SEED_BYTES
 REVEAL_SUFFIX = "_reveal"
 CONFIRM_SUFFIX = "_confirm"
+# a verifiable sum (FedAvg, DESIGN §2.7): every member gets every masked vector before it
+# confirms, and every self-mask seed once the sum is opened, and recomputes the sum itself
+VECTORS_SUFFIX = "_vectors"
+SEEDS_SUFFIX = "_seeds"
 SIGNATURE_BYTES = 64
 CONFIRM_BYTES = DIGEST_BYTES + SIGNATURE_BYTES  # transcript hash ‖ Ed25519 signature
 _CONFIRM_TAG = b"xclp/v1/transcript-confirm\x00"
