@@ -33,6 +33,8 @@ P = TypeVar("P", bound=JobParams)
 class ConfirmSink(Protocol):
     def on_confirms(self, message: wire.Message) -> None: ...
 
+    def payload_limit(self, step: str) -> int: ...
+
 
 def _unsigned(data: bytes) -> bytes:
     raise ProtocolError("this party context has no identity key to sign with")

@@ -52,12 +52,12 @@ from xclp.errors import (
 )
 from xclp.party_table import PartyData
 from xclp.prep import Scaling
-from xclp.v1 import registry, wire
+from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
-from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_STEP
+from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -283,7 +283,7 @@ class PartySession:
         elif kind == "step":
             self.on_step(item.step)
         elif kind == "frame":
-            message = self.assembler.add(item.frame)
+            message = self.assembler.add(item.frame, limit=self._payload_limit(item.frame))
             if message is not None:
                 self.on_message(message)
         elif kind == "end":
@@ -292,6 +292,22 @@ class PartySession:
             self.on_status(item.status)
         else:
             raise ProtocolError("the coordinator sent an empty item")
+
+    def _payload_limit(self, frame: pb.Frame) -> int:
+        """What this party will buffer of a message of the frame's step (DESIGN §3): checked at its
+        first frame; a step this party never gets a message of is refused there."""
+        step, sender = frame.step, frame.sender
+        if step == SEED_STEP:
+            return SEED_RELAY_MAX_BYTES
+        sink = self.confirms.get(step) if sender == "" else None
+        if sink is not None:
+            return sink.payload_limit(step)
+        if step == MOMENTS_RESULT_MSG and sender == "":
+            dtype, shape = moments.wire(self.data.X.shape[1])
+            return int(np.prod(shape)) * dtype.itemsize
+        if self.stage is not PartyStage.SEEDED:
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {step!r} message before the common seed")
+        return self._job().payload_limit(step, sender)
 
     def on_roster(self, roster: pb.Roster) -> None:
         if self.stage is not PartyStage.JOINED:

@@ -139,6 +139,13 @@ class AllReduceParty(PartyJob):
             self.ctx.progress(f"pushed the masked array for attempt {step.round} ({len(step.participants)} parties, "
                               f"{sent} bytes)")
 
+    def payload_limit(self, step: str, sender: str) -> int:
+        if step != RESULT_MSG or sender != "":
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {step!r} message, which an all-reduce job "
+                                "never sends")
+        dtype, shape = self.release.wire(self.ctx.data.X.shape[1])
+        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
     def on_message(self, message: wire.Message) -> None:
         if message.step != RESULT_MSG or message.sender != "":
             raise ProtocolError(f"{message.sender or 'the coordinator'!r} sent a {message.step!r} message, "

@@ -30,6 +30,12 @@ class PartyJob:
     def on_message(self, message: wire.Message) -> None:
         raise NotImplementedError
 
+    def payload_limit(self, step: str, sender: str) -> int:
+        """The most bytes a message of `step` from `sender` ("" = the coordinator) can need, checked
+        at its first frame before anything is buffered; ProtocolError for a message the job never
+        gets. The default bounds nothing beyond the wire's own limit."""
+        return wire.DEFAULT_MAX_PAYLOAD_BYTES
+
     def rounds(self) -> tuple[RoundRecord, ...]:
         """What this party saw of each training round it took part in (training jobs only)."""
         return ()

@@ -70,6 +70,9 @@ class FedavgTrainer:
 
     verifiable = True
 
+    def model_bytes(self) -> int:
+        return self.arch.n_params * 8
+
     def next_model(self, total: np.ndarray) -> np.ndarray:
         """θ moved by the opened sum exactly as the coordinator moves it (server/jobs/fedavg.py)."""
         assert self.model is not None

@@ -88,6 +88,9 @@ class Trainer(Protocol):
     def final(self, payload: wire.Payload) -> np.ndarray:
         """The job's last message, checked: the party's result."""
 
+    def model_bytes(self) -> int | None:
+        """The size of a released model (None: not known ahead, as a DBCL view's)."""
+
     def next_model(self, total: np.ndarray) -> np.ndarray | None:
         """The model after this round, moved by the opened update sum (None: the party cannot know
         it, as in DBCL, where it never sees W)."""
@@ -130,6 +133,15 @@ class RoundsParty(PartyJob):
             self._start_round(t, message.payload)
         else:
             self.trainer.on_message(t, dataclasses.replace(message, step=name))
+
+    def payload_limit(self, step: str, sender: str) -> int:
+        scope = fedavg.unscope(step)
+        if sender == "" and (step == fedavg.FINAL_MSG or (scope is not None and scope[1] == fedavg.MODEL_MSG)):
+            size = self.trainer.model_bytes()
+            return wire.DEFAULT_MAX_PAYLOAD_BYTES if size is None else size
+        if scope is None:
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent an unknown {step!r} message")
+        return wire.DEFAULT_MAX_PAYLOAD_BYTES
 
     def on_step(self, step: pb.StepStart) -> None:
         if step.step == fedavg.SAMPLES_STEP:

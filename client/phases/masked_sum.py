@@ -181,6 +181,15 @@ class MaskedSumParty:
                                 f"{message.round} twice")
         self.confirms[message.round] = message.payload
 
+    def payload_limit(self, step: str) -> int:
+        """The coordinator's relays of this sum: confirmations, masked vectors, seeds."""
+        members = len(self.ctx.roster.party_ids)
+        if step.endswith(CONFIRM_SUFFIX):
+            return CONFIRM_BYTES * members
+        if step.endswith(SEEDS_SUFFIX):
+            return SEED_BYTES * members
+        return members * max((v.nbytes for v in self.pushed.values()), default=0)
+
     def _on_vectors(self, message: wire.Message) -> None:
         attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
         mine = self.pushed.get(attempt)

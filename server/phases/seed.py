@@ -12,9 +12,7 @@ from __future__ import annotations
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.server.phases.base import Phase, Step
 from xclp.v1 import wire
-from xclp.v1.steps import SEED_STEP
-
-SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes
+from xclp.v1.steps import SEED_RELAY_MAX_BYTES, SEED_STEP
 
 
 class SeedPhase(Phase):

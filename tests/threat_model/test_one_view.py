@@ -22,6 +22,7 @@ from tests.helpers import save_identity, write_table
 from tests.threat_model.hostile import hostile, with_params, with_spec
 from xclp.client.agent import Agent, AgentConfig
 from xclp.client.policy import PartyPolicy
+from xclp.client.session import JobResult
 from xclp.crypto import identity
 from xclp.errors import InvalidSignature, ProtocolError
 from xclp.v1 import calls
@@ -171,3 +172,35 @@ def test_a_sum_over_different_views_is_never_opened(keys, monkeypatch, attack: s
         assert f"the coordinator showed the parties different views before {step} attempt 0" in str(results[p])
     assert {k[3] for k in rec.seen if k[1] == step + "_confirm"} == set(PARTIES)  # the check ran
     assert not [k for k in rec.seen if k[1] == step + "_reveal"]  # and nothing was revealed
+
+
+def test_a_party_buffers_no_more_of_a_message_than_its_step_can_need(keys, monkeypatch) -> None:
+    """Attack (memory): the coordinator declares a FlyNN result 64 times the aggregate's size; the
+    party refuses it at the first frame, before buffering any of it (it used to take up to 512 MiB
+    per message and check the shape after)."""
+    from xclp.errors import ResourceExhausted
+
+    def bloat(party: str, wire_name: str, payload):
+        if party == "a" and wire_name == "result":
+            return np.tile(payload, 64)
+        return None
+
+    datas = {p: party_data(130 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, rewrite=bloat), coordinator(allow_list(keys), [job("t", "flynn", FLYNN)]) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert isinstance(results["a"], ResourceExhausted), results["a"]
+    assert "a 'result' message of" in str(results["a"]) and "exceeds the" in str(results["a"])
+    assert all(isinstance(results[p], JobResult) for p in "bc")
+
+
+def test_a_party_refuses_a_message_of_a_step_its_job_never_gets_at_the_first_frame(keys) -> None:
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.session import PartySession, RunConfig
+    from xclp.v1 import wire
+
+    session = PartySession(RunConfig("t", "a", keys["a"], ConnectionConfig("x:1", insecure=True),
+                                     peers=allow_list(keys)), party_data(0), progress=lambda m: None)
+    (frame,) = wire.encode(np.zeros(4, np.uint64), job_id="t", step="nope", round=0, sender="", recipient="a",
+                           message_id=1)
+    with pytest.raises(ProtocolError, match="sent a 'nope' message before the common seed"):
+        session.handle(pb.PullItem(frame=frame))

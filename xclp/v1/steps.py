@@ -12,6 +12,7 @@ from __future__ import annotations
 
 # Every job (DESIGN §4.3): the leader relays the sealed common seed, every party acknowledges.
 SEED_STEP = "seed"
+SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes; both ends bound the seed step by this
 SEED_BYTES = 32
 SEED_PURPOSE = SEED_STEP
 
