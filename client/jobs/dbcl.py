@@ -87,8 +87,14 @@ class DbclTrainer:
 
     verifiable = False  # the party never sees W
 
-    def model_bytes(self) -> None:
-        return None
+    def model_bytes(self) -> int:
+        return self.arch.n_params * 8  # a view is at most the network (sketch_ratio <= 1), the final W it
+
+    def payload_limit(self, t: int, name: str, sender: str) -> int:
+        if sender != "" or name != dbcl.SEED_MSG:
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {fedavg.scoped(t, name)!r} message, which "
+                                "a dbcl job never sends")
+        return dbcl.SEED_BYTES
 
     def next_model(self, total: np.ndarray) -> None:
         return None

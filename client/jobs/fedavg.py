@@ -73,6 +73,12 @@ class FedavgTrainer:
     def model_bytes(self) -> int:
         return self.arch.n_params * 8
 
+    def payload_limit(self, t: int, name: str, sender: str) -> int:
+        if t != self.round or self.xclp is None:
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent {fedavg.scoped(t, name)!r} outside this "
+                                "round's XCLP run")
+        return self.xclp.payload_limit(name, sender)
+
     def next_model(self, total: np.ndarray) -> np.ndarray:
         """θ moved by the opened sum exactly as the coordinator moves it (server/jobs/fedavg.py)."""
         assert self.model is not None

@@ -88,8 +88,12 @@ class Trainer(Protocol):
     def final(self, payload: wire.Payload) -> np.ndarray:
         """The job's last message, checked: the party's result."""
 
-    def model_bytes(self) -> int | None:
-        """The size of a released model (None: not known ahead, as a DBCL view's)."""
+    def model_bytes(self) -> int:
+        """The most bytes a released model (or view, or the final model) can take."""
+
+    def payload_limit(self, t: int, name: str, sender: str) -> int:
+        """What another message of round t can need (named in the round's scope); ProtocolError
+        for one the trainer never gets."""
 
     def next_model(self, total: np.ndarray) -> np.ndarray | None:
         """The model after this round, moved by the opened update sum (None: the party cannot know
@@ -137,11 +141,10 @@ class RoundsParty(PartyJob):
     def payload_limit(self, step: str, sender: str) -> int:
         scope = fedavg.unscope(step)
         if sender == "" and (step == fedavg.FINAL_MSG or (scope is not None and scope[1] == fedavg.MODEL_MSG)):
-            size = self.trainer.model_bytes()
-            return wire.DEFAULT_MAX_PAYLOAD_BYTES if size is None else size
+            return self.trainer.model_bytes()
         if scope is None:
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent an unknown {step!r} message")
-        return wire.DEFAULT_MAX_PAYLOAD_BYTES
+        return self.trainer.payload_limit(*scope, sender)
 
     def on_step(self, step: pb.StepStart) -> None:
         if step.step == fedavg.SAMPLES_STEP:

@@ -48,6 +48,7 @@ from xclp.v1.xclp import (
 from xclp.v1.xclp_layout import PairTask, parts_of
 
 T = TypeVar("T")
+RELAY_SLACK_BYTES = 4096  # a sealed relay's header and AEAD nonce and tag
 
 
 class XclpParty(PartyJob):
@@ -134,6 +135,27 @@ class XclpParty(PartyJob):
             self._from_peer(message)
         else:
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message, which peers never send")
+
+    def payload_limit(self, step: str, sender: str) -> int:
+        """What a message of `step` can need (DESIGN §3), from the roster, the layout, the graph and
+        the Paillier slot layout; a message an XCLP party never gets is refused."""
+        m, n_self, L = len(self.roster.party_ids), self.X.shape[0], self.params.lsh_bits
+        if sender == "":
+            if step in (LAYOUT_MSG, GRAPH_MSG):
+                return 8 * m
+            if step == PAIRS_MSG:
+                return 16 * m * m
+            if step == INFLUENCE_MSG:  # float64[n, ≤ n_j]: the graph's rows by this party's columns
+                return 8 * sum(size for _, size in self._need(self.graph, "the graph layout")) * n_self
+            if step == ROWSUMS_RESULT_MSG:
+                return 8 * n_self * self.params.n_classes
+            raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
+        if step != HAMMING_STEP or sender not in self.sizes or sender == self.party_id:
+            raise ProtocolError(f"{sender!r} sent a {step!r} message, which peers never send")
+        # A's bit slices (⌈n_A/K⌉·L ciphertexts) or B's evaluation (⌈n_A/K⌉·n_B), 2|N|/8 bytes each
+        peer = SlotLayout(self.params.key_bits, L)
+        ciphertexts = max(peer.batches(self.sizes[sender]) * L, peer.batches(n_self) * self.sizes[sender])
+        return ciphertexts * 2 * peer.value_bytes + RELAY_SLACK_BYTES
 
     # --- layout ------------------------------------------------------------------------------
 

@@ -164,9 +164,11 @@ def test_a_party_lost_while_revealing_loses_the_sum_and_no_attempt_follows(keys,
     assert pushed(rec, target.step, 1) == set()  # no second attempt after a reveal
     if target.skips_a_round and target.job_type == "fedavg":
         assert run.job.skipped[0] == 0 and run.job.history == [], (run.job.skipped, run.job.history, results)
-        for p in "ab":
-            assert isinstance(results[p], ProtocolError), (p, results)
-            assert "releases the model of round 0" in str(results[p]), (p, results)
+        refused = [p for p in "ab" if "releases the model of round 0" in str(results[p])]
+        # the other refused too, or (a race) its round-0 reveal was still on the way when the job ended
+        assert refused and all(p in refused or "the job is over for this party" in str(results[p]) for p in "ab"), \
+            results
+        assert pushed(rec, "r1.update") == set()
     elif target.skips_a_round:
         assert run.job.skipped == [0] and [h["round"] for h in run.job.history] == [1]
         assert all(isinstance(results[p], JobResult) for p in "ab")

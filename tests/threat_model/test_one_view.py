@@ -204,3 +204,24 @@ def test_a_party_refuses_a_message_of_a_step_its_job_never_gets_at_the_first_fra
                            message_id=1)
     with pytest.raises(ProtocolError, match="sent a 'nope' message before the common seed"):
         session.handle(pb.PullItem(frame=frame))
+
+
+def test_an_xclp_party_bounds_an_influence_block_by_the_graph_and_its_own_rows(keys, monkeypatch) -> None:
+    """Attack (memory): a's influence block declared 50 times as wide as its labeled rows; the
+    bound is the graph's rows by a's rows, checked at the first frame."""
+    from xclp.crypto.paillier import PaillierKeypair
+    from xclp.errors import ResourceExhausted
+    from xclp.v1.xclp import INFLUENCE_MSG
+
+    def widen(party: str, wire_name: str, payload):
+        if party == "a" and wire_name == INFLUENCE_MSG:
+            return np.tile(payload, (1, 50))
+        return None
+
+    datas = {p: party_data(140 + i, n=20 + i) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with hostile(monkeypatch, rewrite=widen), coordinator(allow_list(keys), [job("x", "xclp", XCLP)]) as (_, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert isinstance(results["a"], ResourceExhausted), results["a"]
+    assert "a 'influence' message of" in str(results["a"]) and "exceeds the" in str(results["a"])
