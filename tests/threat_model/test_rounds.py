@@ -130,18 +130,14 @@ def test_every_member_recomputes_theta_and_refuses_another(keys, monkeypatch) ->
         assert "the model of round 1 is not the model this party computed from round 0's opened sum" in str(results[p])
 
 
-def test_a_member_whose_masked_vector_was_swapped_or_who_saw_other_vectors_reveals_nothing(keys, monkeypatch) -> None:
-    """Attack: the coordinator relays c a set of masked vectors with b's replaced (so that c would
-    recompute another sum). c's confirmation then signs other vectors than a's and b's: nobody
-    reveals. A party's own vector replaced is refused by that party at once."""
+def test_a_member_shown_another_members_vector_makes_everyone_refuse_the_reveal(keys, monkeypatch) -> None:
+    """Attack: the coordinator relays c the masked vectors with b's altered (so that c would
+    recompute another sum than the one opened). c's confirmation signs other vectors than a's and
+    b's: nobody reveals."""
     def swap(party, name, payload):
         if party == "c" and name == "r0.update_vectors":
             forged = payload.copy()
-            forged[1] ^= np.uint64(1)
-            return forged
-        if party == "a" and name == "r0.update_vectors":
-            forged = payload.copy()
-            forged[0] ^= np.uint64(1)
+            forged[1] ^= np.uint64(1)  # b's row (members a, b, c)
             return forged
         return None
 
@@ -150,7 +146,22 @@ def test_a_member_whose_masked_vector_was_swapped_or_who_saw_other_vectors_revea
     with hostile(monkeypatch, rewrite=swap), \
             coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, addr):
         results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
-    assert "carry another vector for this party than it sent" in str(results["a"])
-    for p in "bc":
+    for p in PARTIES:
         assert isinstance(results[p], ProtocolError), (p, results[p])
+        assert "the coordinator showed the parties different views before r0.update attempt 0" in str(results[p])
     assert not [k for k in rec.seen if k[1] == "r0.update_reveal"]
+
+
+def test_a_member_whose_own_vector_was_altered_in_the_relay_refuses_at_once(keys, monkeypatch) -> None:
+    def swap(party, name, payload):
+        if party == "a" and name == "r0.update_vectors":
+            forged = payload.copy()
+            forged[0] ^= np.uint64(1)  # a's own row
+            return forged
+        return None
+
+    datas = {p: party_data(125 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, rewrite=swap), coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)]) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert isinstance(results["a"], ProtocolError), results["a"]
+    assert "carry another vector for this party than it sent" in str(results["a"])
