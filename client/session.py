@@ -303,8 +303,7 @@ class PartySession:
         if sink is not None:
             return sink.payload_limit(step)
         if step == MOMENTS_RESULT_MSG and sender == "":
-            dtype, shape = moments.wire(self.data.X.shape[1])
-            return int(np.prod(shape)) * dtype.itemsize
+            return wire.array_bytes(*moments.wire(self.data.X.shape[1]))
         if self.stage is not PartyStage.SEEDED:
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {step!r} message before the common seed")
         return self._job().payload_limit(step, sender)

@@ -143,8 +143,7 @@ class AllReduceParty(PartyJob):
         if step != RESULT_MSG or sender != "":
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {step!r} message, which an all-reduce job "
                                 "never sends")
-        dtype, shape = self.release.wire(self.ctx.data.X.shape[1])
-        return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return wire.array_bytes(*self.release.wire(self.ctx.data.X.shape[1]))
 
     def on_message(self, message: wire.Message) -> None:
         if message.step != RESULT_MSG or message.sender != "":

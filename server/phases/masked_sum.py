@@ -93,8 +93,7 @@ class MaskedSum(Phase):
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         if step.name == self.name:
-            dtype, shape = self.wire(sender, step.participants)
-            return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            return wire.array_bytes(*self.wire(sender, step.participants))
         if step.name == self.confirm:
             return CONFIRM_BYTES
         return super().payload_limit(sender, step, recipient)

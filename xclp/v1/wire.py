@@ -14,6 +14,7 @@ import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,11 @@ class Message:
     @property
     def nbytes(self) -> int:
         return len(self.payload) if isinstance(self.payload, bytes) else int(self.payload.nbytes)
+
+
+def array_bytes(dtype: np.dtype[Any], shape: tuple[int, ...]) -> int:
+    """The bytes of an array of `dtype` and `shape` on the wire: what a step's limit is made of."""
+    return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
 def payload_bytes(payload: Payload) -> tuple[str, tuple[int, ...], bytes]:
