@@ -47,12 +47,13 @@ class Transcript:
         self._base = hashlib.sha256(_TAG + _field(parent) + _field(scope.encode())).digest()
         self._values: dict[str, bytes] = {}
 
-    def absorb(self, label: str, payload: wire.Payload) -> None:
-        """Accept `payload` as the public value `label` of this scope."""
+    def absorb(self, label: str, payload: wire.Payload) -> bytes:
+        """Accept `payload` as the public value `label` of this scope; returns its digest."""
         digest = payload_digest(payload)
         seen = self._values.setdefault(label, digest)
         if seen != digest:
             raise ProtocolError(f"the coordinator sent two different values of {label!r}")
+        return digest
 
     @property
     def digest(self) -> bytes:

@@ -33,7 +33,6 @@ import numpy as np
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
-from xclp.client.transcript import payload_digest
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
 from xclp.v1 import fedavg, wire
@@ -167,8 +166,8 @@ class RoundsParty(PartyJob):
         sent = self.update_sum.on_step(local)
         if name == self.update_sum.reveal_name:
             self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
-            if self.model_in is not None and isinstance(self.model_in, np.ndarray):
-                self.expect = (t, self.model_in)  # unless the opened sum comes back and says otherwise
+            if self.model_in is not None:  # verifiable: unless the opened sum comes back and says otherwise
+                self.expect = (t, self.model_in)
         if name == fedavg.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
@@ -186,18 +185,13 @@ class RoundsParty(PartyJob):
         self.round, self.update, self._round_started = t, None, time.monotonic()
         scope = self.ctx.round_scope(t)
         self._check_next_model(payload, t, f"the model of round {t}")
-        scope.transcript.absorb("model", payload)  # θ, or DBCL's released view: one for every party (DESIGN §2.5)
-        self.model_digest = payload_digest(payload)
-        self.model_in = payload if isinstance(payload, np.ndarray) else None
-        verify = self.trainer.next_model if self.params_verifiable else None
+        # θ, or DBCL's released view: one for every party (DESIGN §2.5)
+        self.model_digest = scope.transcript.absorb("model", payload)
+        self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
         self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE,
-                                         on_opened=None if verify is None else self._opened)
+                                         on_opened=None if self.model_in is None else self._opened)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
-
-    @property
-    def params_verifiable(self) -> bool:
-        return self.trainer.verifiable
 
     def _opened(self, total: np.ndarray, attempt: int, members: tuple[str, ...]) -> None:
         """The round's update sum, recomputed here from every masked vector and seed."""
@@ -211,7 +205,7 @@ class RoundsParty(PartyJob):
     def _check_next_model(self, payload: wire.Payload, after: int, what: str) -> None:
         """After revealing in round t, round t + 1's model (or, after the last round, the final
         one) must be what this party computed (DESIGN §2.7); a later round's it cannot check."""
-        if self.expect is None or not self.params_verifiable:
+        if self.expect is None:  # set only for a verifiable sum this party revealed in
             return
         t, expected = self.expect
         self.expect = None
