@@ -36,6 +36,7 @@ agent.toml:
     [policy]
     job_types = ["xclp", "flynn"]        # default: every type
     min_parties = 3
+    min_share_threshold = 2              # the fewest shares that may rebuild a lost self-mask seed
     require_dp = 1.0                     # optional
     allow_hide_label_mask = false
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
@@ -82,7 +83,8 @@ log = logging.getLogger("xclp.agent")
 
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
               "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "policy", "datasets", "state"}
-POLICY_KEYS = {"job_types", "min_parties", "require_dp", "allow_hide_label_mask", "insecure_test_keys", "min_key_bits",
+POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "allow_hide_label_mask",
+               "insecure_test_keys", "min_key_bits",
                "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 
@@ -161,7 +163,8 @@ class AgentConfig:
             datasets=datasets,
             policy=PartyPolicy(min_parties=int(policy.get("min_parties", 3)), require_dp=policy.get("require_dp"),
                                allow_hide_label_mask=bool(policy.get("allow_hide_label_mask")),
-                               insecure_test_keys=bool(policy.get("insecure_test_keys"))),
+                               insecure_test_keys=bool(policy.get("insecure_test_keys")),
+                               min_share_threshold=int(policy.get("min_share_threshold", 2))),
             job_types=frozenset(types),
             min_key_bits=int(policy.get("min_key_bits", MIN_SECURE_BITS)),
             max_key_bits=int(policy.get("max_key_bits", 4096)),

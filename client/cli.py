@@ -53,7 +53,7 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
-            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
+            "min_share_threshold", "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--insecure-test-keys", action="store_true", default=None,
                    help="allow --paillier-bits below 2048 (tests only; the job must allow it too)")
     r.add_argument("--min-parties", type=int, help="refuse any masked sum among fewer parties (default 3, at least 2)")
+    r.add_argument("--min-share-threshold", type=int, metavar="T",
+                   help="refuse jobs that let fewer than T shares rebuild this party's self-mask seed if it is lost "
+                        "while revealing (default 2, at least 2)")
     r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
@@ -230,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
-                                          insecure_test_keys=bool(cfg.get("insecure_test_keys"))),
+                                          insecure_test_keys=bool(cfg.get("insecure_test_keys")),
+                                          min_share_threshold=int(cfg.get("min_share_threshold", 2))),
                        releases=ReleaseLog(Path(cfg.get("state") or default_releases()),
                                            allow_rerun=bool(cfg.get("allow_rerun"))))
     result = run_job(config, load)

@@ -31,9 +31,11 @@ P = TypeVar("P", bound=JobParams)
 
 
 class ConfirmSink(Protocol):
-    def on_confirms(self, message: wire.Message) -> None: ...
+    """A masked sum's relays: the coordinator's (sender "") and peers' sealed seed shares."""
 
-    def payload_limit(self, step: str) -> int: ...
+    def on_relay(self, message: wire.Message) -> None: ...
+
+    def payload_limit(self, step: str, sender: str) -> int: ...
 
 
 def _unsigned(data: bytes) -> bytes:
@@ -73,8 +75,9 @@ class PartyContext:
     # signature (what a masked sum signs before any reveal)
     transcript: Transcript = field(default_factory=lambda: Transcript(b""))
     sign: Callable[[bytes], bytes] = _unsigned
-    # wire names of confirm steps -> the masked sum that awaits the coordinator's relay of them
+    # wire names of a masked sum's relayed messages -> the masked sum that awaits them
     confirms: dict[str, ConfirmSink] = field(default_factory=dict)
+    min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed (issue 25)
     # DESIGN §2.8: where exact sums are remembered (None: nowhere), and this job-on-data's id there
     releases: ReleaseLog | None = None
     release_id: bytes = b""

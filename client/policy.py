@@ -2,10 +2,12 @@
 say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
-  party requires, no hidden label mask unless allowed, Paillier keys of a secure size.
-- `check_step`, on every StepStart: at least `min_parties` participants, always including this
-  party; a later attempt of a step only with a strictly smaller participant set (a restart after a
-  dropout; a repeated or grown set could be used to difference sums); nothing after the result.
+  party requires, no hidden label mask unless allowed, Paillier keys of a secure size, a share
+  threshold no lower than the party's (`--min-share-threshold`).
+- `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
+  recover step, whose sum is over the attempt's larger set), always including this party; a later
+  attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
+  repeated or grown set could be used to difference sums); nothing after the result.
   (An attempt travels in the wire's `round` field.)
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.double_masking import MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
 
 
@@ -25,8 +28,14 @@ class PartyPolicy:
     require_dp: float | None = None  # if set: only DP jobs with epsilon <= this
     allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (DESIGN §5.5)
     insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
+    # the fewest shares of this party's self-mask seed that may rebuild it (never below 2, issue 25)
+    min_share_threshold: int = MIN_SHARE_THRESHOLD
 
     def __post_init__(self) -> None:
+        t = self.min_share_threshold
+        if isinstance(t, bool) or not isinstance(t, int) or t < MIN_SHARE_THRESHOLD:
+            raise PolicyRefused(f"--min-share-threshold must be an integer >= {MIN_SHARE_THRESHOLD} (one share would "
+                                f"be the seed itself), got {t!r}")
         if isinstance(self.min_parties, bool) or not isinstance(self.min_parties, int) or self.min_parties < 2:
             raise PolicyRefused(f"--min-parties must be an integer >= 2 (masking a sum of one reveals it), "
                                 f"got {self.min_parties!r}")
@@ -54,10 +63,19 @@ class PartyPolicy:
             raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
                                 "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
                                 "take part only with --allow-hide-label-mask")
+        self.check_threshold(params.share_threshold, len(spec.expected_parties), f"job {spec.job_id!r}")
         keys = params.paillier
         if keys is not None and keys.bits < MIN_SECURE_BITS and not self.insecure_test_keys:
             raise PolicyRefused(f"job {spec.job_id!r} uses {keys.bits}-bit Paillier keys, below the secure "
                                 f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
+
+    def check_threshold(self, configured: int, holders: int, what: str) -> None:
+        """Refuse a sum among `holders` whose seeds `configured` would let fewer shares rebuild than
+        this party's minimum (a sum nobody can be recovered from shares nothing)."""
+        t = share_threshold(configured, holders)
+        if recoverable(t, holders) and t < self.min_share_threshold:
+            raise PolicyRefused(f"{what} lets {t} of {holders} parties rebuild a self-mask seed; this party requires "
+                                f"at least {self.min_share_threshold} (--min-share-threshold)")
 
 
 @dataclass
@@ -75,7 +93,7 @@ class StepGuard:
             raise ProtocolError(f"step {step.step!r} started after this party received the job's result")
         if self.party_id not in members:
             raise ProtocolError(f"step {step.step!r} does not include this party")
-        if len(members) < self.policy.min_parties:
+        if len(members) < self.policy.min_parties and not step.step.endswith(RECOVER_SUFFIX):
             raise ProtocolError(f"step {step.step!r} attempt {step.round} has {len(members)} participants, fewer than "
                                 f"this party's minimum of {self.policy.min_parties} (--min-parties)")
         previous = self.last.get(step.step)

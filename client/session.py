@@ -299,9 +299,9 @@ class PartySession:
         step, sender = frame.step, frame.sender
         if step == SEED_STEP:
             return SEED_RELAY_MAX_BYTES
-        sink = self.confirms.get(step) if sender == "" else None
-        if sink is not None:
-            return sink.payload_limit(step)
+        sink = self.confirms.get(step)
+        if sink is not None:  # a masked sum's relays (client/phases/masked_sum.py)
+            return sink.payload_limit(step, sender)
         if step == MOMENTS_RESULT_MSG and sender == "":
             return wire.array_bytes(*moments.wire(self.data.X.shape[1]))
         if self.stage is not PartyStage.SEEDED:
@@ -361,9 +361,9 @@ class PartySession:
         self.participants = tuple(members)
 
     def on_message(self, message: wire.Message) -> None:
-        sink = self.confirms.get(message.step) if message.sender == "" else None
-        if sink is not None:  # the coordinator's relay of a masked sum's confirmations
-            sink.on_confirms(message)
+        sink = self.confirms.get(message.step)
+        if sink is not None:  # a masked sum's relays: confirmations, vectors, seeds, peers' seed shares
+            sink.on_relay(message)
             return
         if message.step == SEED_STEP:
             if self.seed is None:
@@ -417,7 +417,7 @@ class PartySession:
                             self, self.progress, keypair=self.config.paillier, executor=self._executor,
                             max_paillier_seconds=self.config.max_paillier_seconds, transcript=self.transcript,
                             sign=self.config.identity.sign, confirms=self.confirms, releases=self.config.releases,
-                            release_id=self.release_id)
+                            release_id=self.release_id, min_share_threshold=self.config.policy.min_share_threshold)
 
     def _preparation(self) -> Preparation:
         """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""

@@ -29,8 +29,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
 
 _PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_BUNDLE_TAG = b"xclp/key-bundle/v2"
-_OLD_BUNDLE_TAGS = (b"xclp/key-bundle/v1",)
+# v3: the masked sums share self-mask seeds for recovery (issue 25), which a v2 party neither
+# sends nor answers; v2: the bundle signs the job spec (DESIGN §2.5)
+_BUNDLE_TAG = b"xclp/key-bundle/v3"
+_OLD_BUNDLE_TAGS = {b"xclp/key-bundle/v1": "which signs no job spec",
+                    b"xclp/key-bundle/v2": "whose masked sums cannot recover a party lost while revealing"}
 _SUMMARY = struct.Struct(">QQI")  # rows, labeled rows, dim
 _SESSION_TAG = b"xclp/session/v1"
 _PUBLIC_PREFIX = "ed25519:"
@@ -158,9 +161,10 @@ class KeyBundle:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyBundle:
-        if data.startswith(_OLD_BUNDLE_TAGS):
-            raise InvalidInput("the key bundle is of an older xclp (key-bundle/v1, which signs no job spec): "
-                               "upgrade that party")
+        for tag, why in _OLD_BUNDLE_TAGS.items():
+            if data.startswith(tag):
+                raise InvalidInput(f"the key bundle is of an older xclp ({tag.decode()[5:]}, {why}): "
+                                   "upgrade that party")
         if not data.startswith(_BUNDLE_TAG):
             raise InvalidInput("not an xclp key bundle (wrong tag)")
         pos, fields = len(_BUNDLE_TAG), []

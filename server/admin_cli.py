@@ -225,6 +225,9 @@ def format_run(info: pb.RunInfo) -> str:
         for s in info.steps:
             lines.append(f"  {s.name:<24} {s.rounds:>6} {s.seconds:>9.3f} {_bytes(s.bytes_in):>10} "
                          f"{_bytes(s.bytes_relayed):>10} {_bytes(s.bytes_out):>10}")
+            for what in s.recovered:  # "c in r3.update"
+                party, _, step = what.partition(" in ")
+                lines.append(f"    reconstructed b for party {party} ({step}): lost while revealing")
     return "\n".join(lines)
 
 

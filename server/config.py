@@ -101,6 +101,7 @@ class JobConfig:
             if files.get(key) is None:
                 raise ConfigError(f"job {self.job_id}: {why}, so the job must name {key} = \"<file>\"")
         try:
+            self.params.check_threshold(len(self.expected_parties))
             self.params.check_roster(len(self.expected_parties), self.min_parties)
         except ConfigError as exc:
             raise ConfigError(f"job {self.job_id}: {exc}") from None

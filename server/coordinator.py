@@ -229,7 +229,8 @@ class Coordinator:
         for name, st in steps.items():
             info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]),
                            bytes_in=int(st["bytes_in"]),
-                           bytes_relayed=int(st["bytes_relayed"]), bytes_out=int(st["bytes_out"]))
+                           bytes_relayed=int(st["bytes_relayed"]), bytes_out=int(st["bytes_out"]),
+                           recovered=[str(r) for r in st.get("recovered", [])])
             info.bytes_total += int(st["bytes_in"]) + int(st["bytes_relayed"]) + int(st["bytes_out"])
         return info
 

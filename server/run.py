@@ -282,6 +282,10 @@ class Run:
         self.ledger.sent(ledger_name, size)
         return size
 
+    def note_recovered(self, name: str, wire_name: str, party_id: str) -> None:
+        """The ledger's record that `party_id`'s self-mask seed in sum `wire_name` was rebuilt from shares."""
+        self.ledger[name].recovered.append(f"{party_id} in {wire_name}")
+
     def open_scope(self, prefix: str, session: bytes, members: Iterable[str], *, leave_on_deadline: bool) -> Scope:
         return Scope(self, prefix, session, [p for p in members if p in self.active],
                      min_members=self.config.min_parties, leave_on_deadline=leave_on_deadline)

@@ -100,7 +100,7 @@ class RunRecord:
     created_at: float
     started_at: float
     ended_at: float
-    steps: dict[str, dict[str, float | int]]
+    steps: dict[str, dict[str, Any]]
     submitted_by: str
     cancelled_by: str
     parties: list[PartyRecord] = field(default_factory=list)
@@ -228,7 +228,7 @@ class StateStore:
         with self._tx() as db:
             db.execute("DELETE FROM run_parties WHERE run_id = ? AND party_id = ?", (int(run_id), party_id))
 
-    def set_steps(self, run_id: str, steps: dict[str, dict[str, float | int]]) -> None:
+    def set_steps(self, run_id: str, steps: dict[str, dict[str, Any]]) -> None:
         with self._tx() as db:
             db.execute("UPDATE runs SET steps = ? WHERE run_id = ?", (json.dumps(steps), int(run_id)))
 

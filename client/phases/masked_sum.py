@@ -15,6 +15,9 @@ A verifiable sum (FedAvg, DESIGN §2.7): before the confirm step the coordinator
 member's masked vector (<name>_vectors; this party's own must be there unchanged) and the
 confirmation signs them too; once the sum is opened it relays every self-mask seed
 (<name>_seeds), and the party recomputes the sum itself (`on_opened`).
+With its masked vector the party deals every other member a sealed Shamir share of b_a, and it
+gives its shares of a lost holder's seed in step <name>_recover under the rules of
+client/phases/seed_shares.py, so that a holder lost while revealing does not lose the sum.
 So an active coordinator can open one attempt of a sum, never two: claiming a dropout after a
 complete attempt gets it a second masked sum it can never open, or the first one, not both. The
 session's step guard (client/policy.py) adds that a restart must strictly shrink the set.
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.client.context import PartyContext
+from xclp.client.phases.seed_shares import SeedShares
 from xclp.client.releases import release_key
 from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
@@ -41,15 +45,19 @@ from xclp.v1.double_masking import (
     CONFIRM_BYTES,
     CONFIRM_SUFFIX,
     DIGEST_BYTES,
+    SEALED_SHARE_BYTES,
     SEED_BYTES,
     SEEDS_SUFFIX,
     VECTORS_SUFFIX,
     confirm_message,
     confirm_step,
     pack_reveal,
+    recover_step,
     reveal_digest,
     reveal_step,
+    seeds_message,
     self_mask,
+    vectors_message,
 )
 
 Members = tuple[str, ...]
@@ -69,6 +77,7 @@ class SelfMasks:
     session_id: bytes
     attempts: dict[int, tuple[bytes, Members]] = field(default_factory=dict)  # attempt -> (seed, members)
     revealed: bool = False
+    revealed_attempt: tuple[int, Members] | None = None  # the attempt whose seed this party revealed
 
     def add(self, values: np.ndarray, attempt: int, members: Members | list[str]) -> np.ndarray:
         """values + PRG(b) in the ring of values.dtype, with a fresh b for (attempt, members)."""
@@ -84,7 +93,7 @@ class SelfMasks:
     def reveal(self, attempt: int, members: Members | list[str]) -> bytes:
         """digest ‖ b for the coordinator, if the rules allow it (else ProtocolError)."""
         seed, mine = self.check(attempt, members)
-        self.revealed = True
+        self.revealed, self.revealed_attempt = True, (attempt, mine)
         return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
 
     def check(self, attempt: int, members: Members | list[str]) -> tuple[bytes, Members]:
@@ -118,22 +127,25 @@ class MaskedSumParty:
         self.name = name
         self.confirm_name = confirm_step(name)
         self.reveal_name = reveal_step(name)
+        self.recover_name = recover_step(name)
         self.transcripts: dict[int, bytes] = {}  # attempt -> the transcript hash its masks were drawn under
         self.confirms: dict[int, bytes] = {}  # attempt -> every member's confirmation, as the coordinator relayed
         self.on_opened = on_opened
         self.pushed: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> what this party pushed
         self.vectors: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> every member's masked vector
         self.confirmed: dict[int, bytes] = {}  # attempt -> the hash this party confirmed
-        for suffix in (CONFIRM_SUFFIX, VECTORS_SUFFIX, SEEDS_SUFFIX):
-            ctx.confirms[ctx.prefix + name + suffix] = self
+        # the coordinator's relays of this sum, and (on the masked step) peers' sealed seed shares
+        for relay in (name, confirm_step(name), vectors_message(name), seeds_message(name)):
+            ctx.confirms[ctx.prefix + relay] = self
         self.contribution = contribution
         self.purpose = name if purpose is None else purpose  # the pairwise masks' HKDF purpose
         self.withhold = withhold
         self.self_masks = SelfMasks(ctx.prefix + name if digest_name is None else digest_name, ctx.session_id)
+        self.shares = SeedShares(ctx, name, self.self_masks.step)
         self.kept: dict[int, np.ndarray] = {}  # attempt -> what `withhold` kept back
 
     def handles(self, step: str) -> bool:
-        return step in (self.name, self.confirm_name, self.reveal_name)
+        return step in (self.name, self.confirm_name, self.reveal_name, self.recover_name)
 
     def on_step(self, step: pb.StepStart) -> int:
         """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
@@ -149,10 +161,19 @@ class MaskedSumParty:
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
             return sent
+        if step.step == self.recover_name:  # holders were lost while revealing: rebuild their seeds
+            given = self.shares.give(attempt, members, self.self_masks.revealed_attempt)
+            sent = self.ctx.push(given, self.recover_name, attempt)
+            self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt}: gave this party's shares of "
+                              f"{len(self.self_masks.attempts[attempt][1]) - len(members)} lost holders' self masks")
+            return sent
         if step.step != self.name:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
         if self.exact and self.ctx.releases is not None:
             self.ctx.releases.check(release_key(self.ctx.release_id, self.name), members, f"the {self.name!r} sum")
+        previous = max(self.self_masks.attempts, default=None)
+        self.shares.check_attempt(attempt, members, None if previous is None else
+                                  (previous, self.self_masks.attempts[previous][1]), previous in self.confirmed)
         values = self.contribution(members)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
@@ -163,11 +184,15 @@ class MaskedSumParty:
         self.transcripts[attempt] = transcript
         if self.on_opened is not None:
             self.pushed[attempt] = pushed
-        return self.ctx.push(pushed, self.name, attempt)
+        dealt = self.shares.deal(self.self_masks.attempts[attempt][0], attempt, members)  # before the vector
+        return dealt + self.ctx.push(pushed, self.name, attempt)
 
-    def on_confirms(self, message: wire.Message) -> None:
-        """The coordinator's relay of every member's confirmation (or, for a verifiable sum,
-        masked vector or seed) of an attempt."""
+    def on_relay(self, message: wire.Message) -> None:
+        """A peer's sealed seed share, or the coordinator's relay of every member's confirmation
+        (or, for a verifiable sum, masked vector or seed) of an attempt."""
+        if message.sender:
+            self.shares.on_share(message, self.self_masks.attempts)
+            return
         if message.step.endswith(VECTORS_SUFFIX):
             self._on_vectors(message)
             return
@@ -181,9 +206,11 @@ class MaskedSumParty:
                                 f"{message.round} twice")
         self.confirms[message.round] = message.payload
 
-    def payload_limit(self, step: str) -> int:
-        """The coordinator's relays of this sum: confirmations, masked vectors, seeds."""
+    def payload_limit(self, step: str, sender: str) -> int:
+        """A peer's seed share; the coordinator's relays of this sum: confirmations, masked vectors, seeds."""
         members = len(self.ctx.roster.party_ids)
+        if sender:
+            return SEALED_SHARE_BYTES
         if step.endswith(CONFIRM_SUFFIX):
             return CONFIRM_BYTES * members
         if step.endswith(SEEDS_SUFFIX):
@@ -227,6 +254,7 @@ class MaskedSumParty:
         if transcript is None or self.self_masks.attempts[attempt][1] != tuple(sorted(members)):
             raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
                                 f"among {sorted(members)}, which this party never masked")
+        self.shares.check_held(attempt, members)
         if self.on_opened is not None:
             vectors = self.vectors.get(attempt)
             if vectors is None:

@@ -6,7 +6,7 @@ coordinator logs it when a job ends and, if the job file names `summary`, writes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -19,14 +19,19 @@ class StepStats:
     bytes_in: int = 0
     bytes_relayed: int = 0
     bytes_out: int = 0
+    # "c in r3.update": parties lost while revealing whose self-mask seed was rebuilt (never the value)
+    recovered: list[str] = field(default_factory=list)
 
     @property
     def bytes_total(self) -> int:
         return self.bytes_in + self.bytes_relayed + self.bytes_out
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {"seconds": round(self.seconds, 6), "rounds": self.rounds, "bytes_in": self.bytes_in,
-                "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"seconds": round(self.seconds, 6), "rounds": self.rounds, "bytes_in": self.bytes_in,
+                               "bytes_relayed": self.bytes_relayed, "bytes_out": self.bytes_out}
+        if self.recovered:
+            out["recovered"] = list(self.recovered)
+        return out
 
 
 class StepLedger:
@@ -53,7 +58,12 @@ class StepLedger:
     def bytes_total(self) -> int:
         return sum(s.bytes_total for s in self.steps.values())
 
-    def as_dict(self) -> dict[str, dict[str, float | int]]:
+    @property
+    def recovered(self) -> list[str]:
+        """Every "c in r3.update": whose self-mask seed was rebuilt, in which sum."""
+        return [r for s in self.steps.values() for r in s.recovered]
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
         return {name: s.as_dict() for name, s in self.steps.items()}
 
 

@@ -121,13 +121,16 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
         yield LabeledSets(scope, state)
     _distribute(scope, state)
     total: SumResult = yield _row_sums(scope, state)
-    state.membership = dataclasses.replace(state.membership, labels=total.participants)  # less any lost in it
-    for pid, block in total.value.items():
+    # less any lost before the sum; one lost while revealing is in it (its seed rebuilt) but gets nothing
+    got = tuple(p for p in total.participants if p in scope.members)
+    state.membership = dataclasses.replace(state.membership, labels=got)
+    for pid in got:
+        block = total.value[pid]
         # DESIGN §5.5: Z only for the receiver's unlabeled rows (all rows if the mask is hidden)
         rows = slice(None) if state.params.hide_label_mask else steps.unlabeled_rows(state.sizes[pid],
                                                                                     state.labeled[pid])
         scope.send(pid, ROWSUMS_RESULT_MSG, total.attempt, np.ascontiguousarray(block[rows]))
-    return total.participants
+    return got
 
 
 class XclpJob(CoordinatorJob[XclpJobParams]):

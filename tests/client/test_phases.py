@@ -61,6 +61,24 @@ def contexts(prefix: str = "", transcripts: dict[str, bytes] | None = None) -> d
     return out
 
 
+def mask(sums: dict[str, MaskedSumParty], attempt: int, members=IDS) -> None:
+    """Each member pushes its masked vector of the attempt; the coordinator relays the sealed seed
+    shares each dealt to the others (as the run does, before the confirm step starts)."""
+    relays = []
+    for p in members:
+        sink = sums[p].ctx.conn
+        before = len(sink.pushed)
+        sums[p].on_step(start(sums[p].name, attempt, members))
+        relays += [(p, step, r, to, payload) for step, r, to, payload in sink.pushed[before:] if to]
+    for sender, step, r, to, payload in relays:
+        sums[to].on_relay(Message("j", sums[to].ctx.prefix + step, r, sender, to, payload))
+
+
+def contributions(sink: Sink) -> list[tuple[str, int]]:
+    """What a party pushed to the coordinator itself (not relayed to a peer): (step, attempt)."""
+    return [(step, attempt) for step, attempt, to, _ in sink.pushed if not to]
+
+
 def confirm(sums: dict[str, MaskedSumParty], attempt: int, members=IDS) -> None:
     """Each member confirms its transcript; the coordinator relays all of them to each, in order."""
     parts = {}
@@ -69,7 +87,7 @@ def confirm(sums: dict[str, MaskedSumParty], attempt: int, members=IDS) -> None:
         parts[p] = sums[p].ctx.conn.pushed[-1][3]
     relayed = b"".join(parts[p] for p in sorted(members))
     for p in members:
-        sums[p].on_confirms(Message("j", sums[p].ctx.prefix + sums[p].confirm_name, attempt, "", p, relayed))
+        sums[p].on_relay(Message("j", sums[p].ctx.prefix + sums[p].confirm_name, attempt, "", p, relayed))
 
 
 def start(name: str, attempt: int, members=IDS) -> pb.StepStart:
@@ -80,8 +98,7 @@ def test_what_the_coordinator_opens_is_the_sum_and_nothing_else() -> None:
     values = {p: np.arange(6, dtype=np.uint64) * (i + 1) for i, p in enumerate(IDS)}
     ctxs = contexts()
     sums = {p: MaskedSumParty(ctx, "total", lambda members, p=p: values[p]) for p, (ctx, _) in ctxs.items()}
-    for p in IDS:
-        sums[p].on_step(start("total", 0))
+    mask(sums, 0)
     masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
     assert all(not np.array_equal(masked[p], values[p]) for p in IDS)  # nobody's values travel in the clear
     confirm(sums, 0)
@@ -103,11 +120,9 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
     ones = sums["a"]
     with pytest.raises(ProtocolError, match="attempt 0 among .*, which this party never masked"):
         ones.on_step(start("total_confirm", 0))
-    for p in IDS:
-        sums[p].on_step(start("total", 0))
+    mask(sums, 0)
     confirm(sums, 0)
-    for p in "ab":
-        sums[p].on_step(start("total", 1, ("a", "b")))
+    mask(sums, 1, ("a", "b"))
     confirm(sums, 1, ("a", "b"))
     with pytest.raises(ProtocolError, match="abandoned for attempt 1"):
         ones.on_step(start("total_reveal", 0))
@@ -118,7 +133,7 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
         ones.on_step(start("total_reveal", 1, ("a", "b")))
     with pytest.raises(ProtocolError, match="after this party revealed"):
         ones.on_step(start("total", 2, ("a",)))
-    assert [(step, attempt) for step, attempt, _, _ in sink.pushed] == [
+    assert contributions(sink) == [
         ("total", 0), ("total_confirm", 0), ("total", 1), ("total_confirm", 1), ("total_reveal", 1)]
 
 
@@ -128,8 +143,7 @@ def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_anot
     a forged or missing confirmation is refused too."""
     ctxs = contexts(transcripts={"c": b"another theta"})
     sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
-    for p in IDS:
-        sums[p].on_step(start("total", 0))
+    mask(sums, 0)
     masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
     with pytest.raises(ProtocolError, match="without relaying every member's signed transcript first"):
         sums["a"].on_step(start("total_reveal", 0))
@@ -145,12 +159,12 @@ def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_anot
     # a forged confirmation: c's transcript hash replaced by a's, c's signature kept
     ctxs = contexts(transcripts={"c": b"another theta"})
     sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    mask(sums, 0)
     for p in IDS:
-        sums[p].on_step(start("total", 0))
         sums[p].on_step(start("total_confirm", 0))
     parts = [ctxs[p][1].pushed[-1][3] for p in IDS]
     parts[2] = parts[0][:32] + parts[2][32:]
-    sums["a"].on_confirms(Message("j", "total_confirm", 0, "", "a", b"".join(parts)))
+    sums["a"].on_relay(Message("j", "total_confirm", 0, "", "a", b"".join(parts)))
     with pytest.raises(ProtocolError, match="confirmation of 'c' for total attempt 0 does not verify"):
         sums["a"].on_step(start("total_reveal", 0))
 
@@ -168,8 +182,7 @@ def test_in_a_round_the_digest_binds_the_scoped_name_unless_told_otherwise() -> 
     for name, digest_name in (("update", None), ("rowsums", "rowsums")):
         sums = {p: MaskedSumParty(ctx, name, lambda members: np.zeros(2, np.uint64), digest_name=digest_name)
                 for p, (ctx, _) in ctxs.items()}
-        for p in IDS:
-            sums[p].on_step(start(name, 0))
+        mask(sums, 0)
         confirm(sums, 0)
         sums["a"].on_step(start(sums["a"].reveal_name, 0))
         bound = "r2.update" if digest_name is None else "rowsums"

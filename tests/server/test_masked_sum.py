@@ -3,17 +3,27 @@ per-sender shapes and limits, what it opens, the digest its reveals bind, and it
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from tests.harness import admit, allow_list, job
 from tests.server.test_run import FLYNN, Clock, drain, msg, summary
+from xclp.crypto import shamir
 from xclp.errors import InvalidInput
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
 from xclp.server.run import Run, Stage
 from xclp.v1 import wire
-from xclp.v1.double_masking import pack_reveal, reveal_digest, self_mask
+from xclp.v1.double_masking import (
+    SEALED_SHARE_BYTES,
+    pack_reveal,
+    recover_digest,
+    reveal_digest,
+    self_mask,
+    share_threshold,
+)
 
 SEEDS = {p: bytes([i + 1]) * 32 for i, p in enumerate("abcd")}
 
@@ -79,21 +89,79 @@ def test_each_sender_has_its_own_shape_and_limit_and_the_sum_opens_minus_the_sel
     assert RowsJob.result == SumResult(5 + 6 + 7, 0, ("a", "b", "c"))
 
 
-def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes_and_a_lost_reveal_fails_it(keys) -> None:
+def reveal(run: Run, party: str, attempt: int, members: str) -> None:
+    run.message(party, msg("rows_reveal", attempt, party,
+                           pack_reveal(reveal_digest(run.session_id, "rows", attempt, members), SEEDS[party])))
+
+
+@functools.cache
+def dealt(party: str, holders: int) -> dict[int, bytes]:
+    """`party`'s shares of its seed among `holders` parties (one polynomial, as a party deals it)."""
+    return shamir.split(SEEDS[party], share_threshold(0, holders), range(1, holders + 1))
+
+
+def recovery(run: Run, giver: str, attempt: int, holders: str, givers: str) -> bytes:
+    """`giver`'s answer in the recover step: the digest and its share of every lost holder's seed."""
+    lost = [p for p in holders if p not in givers]
+    shares = [dealt(p, len(holders))[holders.index(giver) + 1] for p in lost]
+    return recover_digest(run.session_id, "rows", attempt, holders, givers) + b"".join(shares)
+
+
+def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes(keys) -> None:
     run = seeded_run(keys, "abcd")
     run.message("a", msg("rows", 0, "a", contribution("a", 4, 1)))
     run.disconnected("d")
     assert (run.step.name, run.step.attempt, run.step.participants) == ("rows", 1, ("a", "b", "c"))
     assert run.payload_limit("b", "rows", "") == 8 * (2 + 3 + 1)  # the frame shrank with the set
     assert [i.step.round for i in drain(run, "a") if i.WhichOneof("item") == "step"][-1] == 1
-    for p in "abc":
-        run.message(p, msg("rows", 1, p, contribution(p, 3, 1)))
-    confirm(run, "abc", 1)
-    digest = reveal_digest(run.session_id, "rows", 1, "abc")
-    run.message("a", msg("rows_reveal", 1, "a", pack_reveal(digest, SEEDS["a"])))
-    run.disconnected("c")  # a revealed: no attempt may follow, the sum is lost
-    assert run.stage is Stage.FAILED and "c left while revealing self masks" in run.outcome_reason
-    assert run.step is None and RowsJob.result is None
+
+
+def test_a_holder_lost_while_revealing_is_rebuilt_from_the_others_shares_and_the_sum_opens_over_all(keys) -> None:
+    run = seeded_run(keys, "abcd")
+    assert run.payload_limit("a", "rows", "b") == SEALED_SHARE_BYTES  # a share relayed to b
+    for p in "abcd":
+        run.message(p, msg("rows", 0, p, contribution(p, 4, 1)))
+    confirm(run, "abcd", 0)
+    reveal(run, "a", 0, "abcd")
+    run.disconnected("c")  # revealed nothing: its seed is rebuilt, t = 3 of 4
+    reveal(run, "b", 0, "abcd")
+    reveal(run, "d", 0, "abcd")
+    assert (run.step.name, run.step.attempt, run.step.participants) == ("rows_recover", 0, ("a", "b", "d"))
+    assert run.payload_limit("a", "rows_recover", "") == 32 + 66
+    with pytest.raises(InvalidInput, match="another session, attempt or set"):
+        run.message("a", msg("rows_recover", 0, "a", recovery(run, "a", 0, "abcd", "ab")[:32] + bytes(66)))
+    for p in "abd":
+        run.message(p, msg("rows_recover", 0, p, recovery(run, p, 0, "abcd", "abd")))
+    assert run.stage is Stage.DONE and RowsJob.result == SumResult(6 + 7 + 8 + 9, 0, tuple("abcd"))
+    assert run.ledger["rows"].recovered == ["c in rows"]
+
+
+def test_a_giver_lost_while_recovering_fails_the_sum_when_fewer_than_t_are_left(keys) -> None:
+    run = seeded_run(keys, "abcd")
+    for p in "abcd":
+        run.message(p, msg("rows", 0, p, contribution(p, 4, 1)))
+    confirm(run, "abcd", 0)
+    for p in "abd":
+        reveal(run, p, 0, "abcd")
+    run.disconnected("c")
+    assert run.step.name == "rows_recover"
+    run.message("a", msg("rows_recover", 0, "a", recovery(run, "a", 0, "abcd", "abd")))
+    run.disconnected("b")  # a and d are left: 2 < t = 3
+    assert run.stage is Stage.FAILED and RowsJob.result is None
+    assert "c left while the 'rows' sum was opened, and it cannot be: 4 parties share a seed t = 3 of n, and only " \
+           "2 holders are left" in run.outcome_reason
+
+
+def test_a_sum_of_two_cannot_rebuild_a_lost_seed(keys) -> None:
+    run = seeded_run(keys, "ab")
+    with pytest.raises(InvalidInput, match="'rows' attempt 0 carries no peer-to-peer messages"):
+        run.message("a", msg("rows", 0, "a", bytes(SEALED_SHARE_BYTES), recipient="b"))  # t = 2 of 2: no shares
+    for p in "ab":
+        run.message(p, msg("rows", 0, p, contribution(p, 2, 1)))
+    confirm(run, "ab", 0)
+    reveal(run, "a", 0, "ab")
+    run.disconnected("b")
+    assert run.stage is Stage.FAILED and RowsJob.result is None
 
 
 def test_a_loss_while_confirming_restarts_the_sum_since_nobody_revealed(keys) -> None:

@@ -101,17 +101,19 @@ def test_each_round_runs_on_the_sample_the_parties_drew_from_their_common_seed(k
 
 def test_a_reveal_that_cannot_complete_skips_the_round_and_those_who_revealed_sum_no_more_over_its_model(
         keys) -> None:
-    """c is lost while revealing: round 0's sum cannot be opened and θ₀ stays. Round 1 releases
-    θ₀ again among a and b; to a and b, who revealed for θ₀ among a, b, c, that looks exactly like
-    a coordinator that opened round 0 and now wants c's update as the difference: they stop."""
+    """c is lost while revealing, and the job's share_threshold = 3 of 3 lets nobody rebuild its seed:
+    round 0's sum cannot be opened and θ₀ stays. Round 1 releases θ₀ again among a and b; to a and
+    b, who revealed for θ₀ among a, b, c, that looks exactly like a coordinator that opened round 0
+    and now wants c's update as the difference: they stop."""
     class Dies(DiesAt):
         at = "r0.update_reveal"
 
     datas = {p: blobs(50 + i) for i, p in enumerate(PARTIES)}
-    with coordinator(allow_list(keys), [job("reveal", "fedavg", params("none"))]) as (coord, address):
+    with coordinator(allow_list(keys), [job("reveal", "fedavg", params("none", share_threshold=3))]) as (coord,
+                                                                                                        address):
         results = run_parties(address, "reveal", keys, datas, sessions={"c": Dies})
         state = coord.jobs["reveal"]
-    assert state.job.skipped[0] == 0 and state.job.history == []
+    assert state.job.skipped[0] == 0 and state.job.history == [] and state.ledger.recovered == []
     refused = [p for p in "ab" if "releases the model of round 0" in str(results[p])]
     # the other refused too, or (a race) its round-0 reveal was still on the way when the job ended
     assert refused and all(p in refused or "the job is over for this party" in str(results[p]) for p in "ab"), results

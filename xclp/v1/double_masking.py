@@ -16,6 +16,16 @@ step afterwards; so the coordinator can unmask at most one attempt of a step, an
 dropout (complete attempt, then "restart without j") leaves it one sum, never two. (An attempt
 travels in the wire's `round` field; the phases on both ends are server/phases/masked_sum.py and
 client/phases/masked_sum.py.)
+
+A holder lost while revealing (issue 25, Bonawitz et al. 2017 §4): with its masked vector each
+party i sends every other member j a Shamir share of b_i (t-of-|P_a|, crypto/shamir.py, index =
+position in sorted P_a + 1), sealed under the pair's key for (SHARE_PURPOSE, a, P_a) with
+session, step, sender and recipient in the AAD. If holders M do not reveal, the coordinator
+starts the step's recover step (same attempt) among the holders R = P_a − M that revealed; each
+answers recover_digest(session, step, a, P_a, R) ‖ its shares of every b_j, j ∈ M (sorted). Any t
+shares give b_j; b_j alone opens nothing of j (its pairwise masks still hide x_j). t is the job's
+`share_threshold`, or a majority ⌊|P_a|/2⌋ + 1; with t > |P_a| − 1 (two parties, say) nobody can
+be recovered and no shares are sent.
 """
 
 from __future__ import annotations
@@ -26,7 +36,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from xclp.crypto import aead
 from xclp.crypto.masking import keystream
+from xclp.crypto.shamir import SHARE_BYTES
 from xclp.errors import InvalidInput
 
 SEED_BYTES = 32
@@ -41,6 +53,66 @@ SEEDS_SUFFIX = "_seeds"
 SIGNATURE_BYTES = 64
 CONFIRM_BYTES = DIGEST_BYTES + SIGNATURE_BYTES  # transcript hash ‖ Ed25519 signature
 _CONFIRM_TAG = b"xclp/v1/transcript-confirm\x00"
+RECOVER_SUFFIX = "_recover"
+SHARE_PURPOSE = "selfmask-share"  # HKDF purpose of the keys that seal self-mask shares
+SEALED_SHARE_BYTES = aead.NONCE_BYTES + SHARE_BYTES + aead.TAG_BYTES
+MIN_SHARE_THRESHOLD = 2
+
+
+def recover_step(step: str) -> str:
+    """The name of `step`'s recover step ("sum" -> "sum_recover")."""
+    return step + RECOVER_SUFFIX
+
+
+def vectors_message(step: str) -> str:
+    """A verifiable sum's relay of every member's masked vector ("sum" -> "sum_vectors")."""
+    return step + VECTORS_SUFFIX
+
+
+def seeds_message(step: str) -> str:
+    """A verifiable sum's relay of every member's self-mask seed ("sum" -> "sum_seeds")."""
+    return step + SEEDS_SUFFIX
+
+
+def share_threshold(configured: int, holders: int) -> int:
+    """t for an attempt among `holders` parties: the job's `share_threshold`, or (0) a majority."""
+    return configured if configured else holders // 2 + 1
+
+
+def recoverable(threshold: int, holders: int) -> bool:
+    """Whether a lost holder's seed can be rebuilt: t shares from the others (so 3 parties at least)."""
+    return MIN_SHARE_THRESHOLD <= threshold <= holders - 1
+
+
+def share_index(party: str, holders: Sequence[str]) -> int:
+    """The Shamir index of `party` among `holders` (1-based, in sorted order)."""
+    return sorted(holders).index(party) + 1
+
+
+def share_aad(session_id: bytes, step: str, sender: str, recipient: str) -> bytes:
+    """The AAD of a sealed self-mask share: the coordinator can neither redirect nor reflect one."""
+    return b"\x00".join((b"xclp/v1/selfmask-share", session_id, step.encode(), sender.encode(), recipient.encode()))
+
+
+def recover_digest(session_id: bytes, step: str, attempt: int, holders: Sequence[str], givers: Sequence[str]) -> bytes:
+    """SHA-256 over the attempt (as the reveal digest binds it) and the holders giving shares."""
+    h = hashlib.sha256(b"xclp/v1/recover")
+    for part in (reveal_digest(session_id, step, attempt, holders), *(p.encode() for p in sorted(givers))):
+        h.update(struct.pack(">I", len(part)) + part)
+    return h.digest()
+
+
+def recovery_bytes(missing: int) -> int:
+    """The bytes of one holder's answer in a recover step for `missing` lost holders."""
+    return DIGEST_BYTES + missing * SHARE_BYTES
+
+
+def unpack_recovery(payload: object, missing: int) -> tuple[bytes, list[bytes]]:
+    """(digest, [share of each lost holder's seed, in sorted order]); InvalidInput if malformed."""
+    if not isinstance(payload, bytes) or len(payload) != recovery_bytes(missing):
+        raise InvalidInput(f"a recovery answer for {missing} lost holders is {recovery_bytes(missing)} opaque bytes")
+    shares = payload[DIGEST_BYTES:]
+    return payload[:DIGEST_BYTES], [shares[i * SHARE_BYTES:(i + 1) * SHARE_BYTES] for i in range(missing)]
 
 
 def reveal_step(step: str) -> str:

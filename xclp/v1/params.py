@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from xclp.errors import ConfigError, InvalidInput
 
 IMPUTE = ("none", "mean")
-DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical"})
+# the parameters every job type has (JobParams' own fields)
+DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold"})
 MAX_CLASSES = 4096
 # Parameters that were renamed: a job file naming the old one hears the new name.
 RENAMED = {"n_bits": "lsh_bits"}
@@ -70,6 +71,10 @@ class JobParams:
         "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
         "column per category, in the declared order, on every party (CSV and Parquet)",
         "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+    share_threshold: int = param(
+        "t of the t-of-n Shamir shares of every self-mask seed: a party lost while revealing is recovered from "
+        "t of the others' shares (0: a majority of each attempt's parties, ⌊n/2⌋ + 1)",
+        "0, or 2 .. the expected parties", "README \"Who can learn what\"", default=0, kw_only=True)
 
     # --- what both ends ask of any job ----------------------------------------------------------
 
@@ -118,6 +123,13 @@ class JobParams:
 
     def check_roster(self, expected: int, min_parties: int) -> None:
         """Refuse (ConfigError) parameters that cannot run among `expected` parties, `min_parties` of them."""
+
+    def check_threshold(self, expected: int) -> None:
+        """Refuse (ConfigError) a share threshold outside 0 (a majority) or 2 .. `expected`."""
+        t = self.share_threshold
+        if t and not 2 <= t <= expected:
+            raise ConfigError(f"share_threshold must be 0 (a majority) or between 2 and the {expected} expected "
+                              f"parties, got {t}")
 
     # --- checks every schema shares -------------------------------------------------------------
 
@@ -224,7 +236,7 @@ def data_params(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError("job parameter 'categorical' must be a table of column = [category names]")
         categorical = {str(k): tuple(c.strip() for c in v) for k, v in categorical.items()}
     return {"classes": classes, "standardise": bool_param(raw, "standardise"), "impute": impute,
-            "categorical": categorical}
+            "categorical": categorical, "share_threshold": int_param(raw, "share_threshold", 0, low=0)}
 
 
 def method(build: Callable[[], T]) -> T:

@@ -92,20 +92,22 @@ class PartyInfo(_message.Message):
     def __init__(self, party_id: _Optional[str] = ..., state: _Optional[str] = ..., rows: _Optional[int] = ..., joined_at: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StepInfo(_message.Message):
-    __slots__ = ("name", "rounds", "seconds", "bytes_in", "bytes_relayed", "bytes_out")
+    __slots__ = ("name", "rounds", "seconds", "bytes_in", "bytes_relayed", "bytes_out", "recovered")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
     BYTES_IN_FIELD_NUMBER: _ClassVar[int]
     BYTES_RELAYED_FIELD_NUMBER: _ClassVar[int]
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FIELD_NUMBER: _ClassVar[int]
     name: str
     rounds: int
     seconds: float
     bytes_in: int
     bytes_relayed: int
     bytes_out: int
-    def __init__(self, name: _Optional[str] = ..., rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., bytes_in: _Optional[int] = ..., bytes_relayed: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
+    recovered: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., bytes_in: _Optional[int] = ..., bytes_relayed: _Optional[int] = ..., bytes_out: _Optional[int] = ..., recovered: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunInfo(_message.Message):
     __slots__ = ("run_id", "job_id", "job_type", "state", "reason", "created_at", "started_at", "ended_at", "parties", "step", "round", "steps", "bytes_total", "submitted_by")
