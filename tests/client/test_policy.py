@@ -23,6 +23,8 @@ PARTIES = ("a", "b", "c")
     (PartyPolicy(require_dp=1.0), {"flynn": {**FLYNN, "epsilon": 4.0, "T": 5}}, "uses epsilon = 4.0"),
     (PartyPolicy(), {"xclp": {"n_classes": 3, "hide_label_mask": True}}, "--allow-hide-label-mask"),
     (PartyPolicy(), {"xclp": {"n_classes": 3, "key_bits": 512, "insecure_test_keys": True}}, "below the secure 2048"),
+    (PartyPolicy(min_share_threshold=3), {"flynn": FLYNN}, "lets 2 of 3 parties rebuild a self-mask seed; this party "
+                                                           "requires at least 3 \\(--min-share-threshold\\)"),
 ])
 def test_the_party_refuses_a_job_its_policy_does_not_accept(policy, params, message) -> None:
     ((job_type, raw),) = params.items()
@@ -37,6 +39,28 @@ def test_the_party_refuses_a_job_its_policy_does_not_accept(policy, params, mess
 def test_min_parties_is_never_below_two() -> None:
     with pytest.raises(PolicyRefused, match=">= 2"):
         PartyPolicy(min_parties=1)
+
+
+@pytest.mark.parametrize("bad", [1, 0, True, 2.5])
+def test_min_share_threshold_is_an_integer_never_below_two(bad) -> None:
+    with pytest.raises(PolicyRefused, match="--min-share-threshold must be an integer >= 2 \\(one share would be the "
+                                            "seed itself\\)"):
+        PartyPolicy(min_share_threshold=bad)
+
+
+def test_a_strict_share_threshold_takes_a_job_that_asks_as_much_or_where_nothing_can_be_rebuilt() -> None:
+    spec = pb.JobSpec(job_id="j", job_type="flynn", expected_parties=list(PARTIES), min_parties=2)
+    strict = PartyPolicy(min_share_threshold=3)
+    strict.check_job(spec, parse_params("flynn", {**FLYNN, "share_threshold": 3}))  # 3 of 3: nobody is rebuilt
+    strict.check_job(with_parties(spec, "abcd"), parse_params("flynn", FLYNN))  # t = 3 of 4
+
+
+def with_parties(spec: pb.JobSpec, parties: str) -> pb.JobSpec:
+    out = pb.JobSpec()
+    out.CopyFrom(spec)
+    del out.expected_parties[:]
+    out.expected_parties.extend(parties)
+    return out
 
 
 def test_the_step_guard_accepts_only_strictly_shrinking_restarts() -> None:

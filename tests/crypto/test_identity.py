@@ -87,6 +87,17 @@ def test_bundle_parsing_refuses_trailing_and_truncated_bytes(keys):
         KeyBundle.from_bytes(b"x" + data)
 
 
+@pytest.mark.parametrize("old, why", [(b"xclp/key-bundle/v1", "which signs no job spec"),
+                                      (b"xclp/key-bundle/v2", "cannot recover a party lost while revealing")])
+def test_a_bundle_of_an_older_xclp_is_refused_with_what_to_do(keys, old: bytes, why: str):
+    """A v2 party neither deals nor gives self-mask shares (issue 25): its peers would refuse to
+    confirm its sums, so it is named at the roster instead, with what to do."""
+    data = bundle_for(keys["a"], "a").canonical_bytes()
+    assert data.startswith(b"xclp/key-bundle/v3")
+    with pytest.raises(InvalidInput, match=f"older xclp \\({old.decode()[5:]}, .*{why}\\): upgrade that party"):
+        KeyBundle.from_bytes(old + data[len(b"xclp/key-bundle/v3"):])
+
+
 def test_signature_verifies_and_every_flipped_byte_fails(keys, signed):
     assert identity.verify_bundle(signed["a"]).party_id == "a"
     data = signed["a"].bundle

@@ -78,6 +78,11 @@ def test_params_survive_the_wire_json():
     ("race", {"rows": 4, "width": 4, "p": 3}, r"width W = 4 cannot hold the 2\^p = 8 SRP buckets"),
     ("xclp", {"n_classes": 3, "n_bits": 1024}, "'n_bits' is now called 'lsh_bits'"),
     ("xclp", {"n_classes": 3, "alpha": 1.5}, r"alpha must be in \(0, 1\)"),
+    # two expected parties: t is 2 at most (and one share would be the seed itself)
+    ("flynn", {"n_classes": 3, "m": 64, "s": 3, "rho": 4, "share_threshold": 3},
+     "share_threshold must be 0 \\(a majority\\) or between 2 and the 2 expected parties, got 3"),
+    ("flynn", {"n_classes": 3, "m": 64, "s": 3, "rho": 4, "share_threshold": 1}, "got 1"),
+    ("flynn", {"n_classes": 3, "m": 64, "s": 3, "rho": 4, "share_threshold": -1}, "share_threshold"),
 ])
 def test_job_parameters_are_validated_once_at_load(tmp_path, job_type, params, match):
     body = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in params.items())
