@@ -12,7 +12,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
 from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, TOKEN_METADATA
+from xclp.v1.wire import Outgoing
 
 
 @dataclass(frozen=True)
@@ -150,8 +151,13 @@ class Connection:
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "",
              timeout: float = 300.0) -> int:
         """Send one payload (chunked) to the coordinator or, relayed, to `recipient`; returns bytes sent."""
-        frames = list(wire.encode(payload, job_id=self.job_id, step=step, round=round, sender=sender,
-                                  recipient=recipient, message_id=next(self._ids)))
+        return self.push_all([Outgoing(payload, step, round, recipient)], sender=sender, timeout=timeout)
+
+    def push_all(self, messages: Sequence[Outgoing], *, sender: str, timeout: float = 300.0) -> int:
+        """Send several messages in order on one Push stream (one round trip); returns bytes sent."""
+        frames = [frame for m in messages
+                  for frame in wire.encode(m.payload, job_id=self.job_id, step=m.step, round=m.round, sender=sender,
+                                           recipient=m.recipient, message_id=next(self._ids))]
         try:
             ack = self.stub.Push(iter(frames), metadata=self._metadata(), timeout=timeout)
         except grpc.RpcError as exc:

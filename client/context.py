@@ -10,7 +10,7 @@ either.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
@@ -45,6 +45,8 @@ def _unsigned(data: bytes) -> bytes:
 class Pusher(Protocol):
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int: ...
 
+    def push_all(self, messages: Sequence[wire.Outgoing], *, sender: str) -> int: ...
+
 
 @dataclass(frozen=True)
 class ScopedPusher:
@@ -55,6 +57,9 @@ class ScopedPusher:
 
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
         return self.conn.push(payload, sender=sender, step=self.prefix + step, round=round, recipient=recipient)
+
+    def push_all(self, messages: Sequence[wire.Outgoing], *, sender: str) -> int:
+        return self.conn.push_all([dataclasses.replace(m, step=self.prefix + m.step) for m in messages], sender=sender)
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class PartyContext:
     def push(self, payload: wire.Payload, step: str, attempt: int, recipient: str = "") -> int:
         """Push a payload of step `step` (named in this scope) and attempt `attempt`; returns its bytes."""
         return self.conn.push(payload, sender=self.party_id, step=step, round=attempt, recipient=recipient)
+
+    def push_all(self, messages: Sequence[wire.Outgoing]) -> int:
+        """Push several messages (steps named in this scope) in order, in one round trip; returns their bytes."""
+        return self.conn.push_all(messages, sender=self.party_id)
 
     def params_as(self, schema: type[P]) -> P:
         """The job's parameters as the schema a party job was written for."""

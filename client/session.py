@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -177,6 +177,9 @@ class PartySession:
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
         """A Pusher for the phases: the session's connection, once it is connected."""
         return self.conn.push(payload, sender=sender, step=step, round=round, recipient=recipient)
+
+    def push_all(self, messages: Sequence[wire.Outgoing], *, sender: str) -> int:
+        return self.conn.push_all(messages, sender=sender)
 
     def _run(self, conn: Connection) -> JobResult:
         self._check_own_identity()

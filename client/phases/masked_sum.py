@@ -184,8 +184,8 @@ class MaskedSumParty:
         self.transcripts[attempt] = transcript
         if self.on_opened is not None:
             self.pushed[attempt] = pushed
-        dealt = self.shares.deal(self.self_masks.attempts[attempt][0], attempt, members)  # before the vector
-        return dealt + self.ctx.push(pushed, self.name, attempt)
+        shares = self.shares.deal(self.self_masks.attempts[attempt][0], attempt, members)
+        return self.ctx.push_all([*shares, wire.Outgoing(pushed, self.name, attempt)])  # shares first, one round trip
 
     def on_relay(self, message: wire.Message) -> None:
         """A peer's sealed seed share, or the coordinator's relay of every member's confirmation

@@ -77,19 +77,16 @@ class SeedShares:
                                 "that attempt with their shares of this party's seed, and the coordinator would "
                                 "difference the two sums; not taking part")
 
-    def deal(self, seed: bytes, attempt: int, members: Members) -> int:
-        """Send every other member its sealed share of `seed`; returns the bytes pushed."""
+    def deal(self, seed: bytes, attempt: int, members: Members) -> list[wire.Outgoing]:
+        """Every other member's sealed share of `seed`, to push (relayed) before the masked vector."""
         if not self.recoverable(members):
-            return 0
+            return []
         me = self.ctx.party_id
         shares = shamir.split(seed, self.threshold(members), [share_index(p, members) for p in members])
-        sent = 0
-        for peer in members:
-            if peer != me:
-                sealed = aead.seal(self._key(peer, attempt, members), shares[share_index(peer, members)],
-                                   aad=share_aad(self.ctx.session_id, self.step, me, peer))
-                sent += self.ctx.push(sealed, self.name, attempt, recipient=peer)
-        return sent
+        return [wire.Outgoing(aead.seal(self._key(peer, attempt, members), shares[share_index(peer, members)],
+                                        aad=share_aad(self.ctx.session_id, self.step, me, peer)),
+                              self.name, attempt, peer)
+                for peer in members if peer != me]
 
     def on_share(self, message: wire.Message, attempts: dict[int, tuple[bytes, Members]]) -> None:
         """A peer's sealed share of its seed, for an attempt this party masked in."""

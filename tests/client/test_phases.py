@@ -36,6 +36,10 @@ class Sink:
         self.pushed.append((step, round, recipient, payload))
         return 0
 
+    def push_all(self, messages, *, sender: str) -> int:
+        return sum(self.push(m.payload, sender=sender, step=m.step, round=m.round, recipient=m.recipient)
+                   for m in messages)
+
 
 def pair_secrets() -> dict[str, dict[str, bytes]]:
     keys = {p: generate_x25519() for p in IDS}

@@ -36,6 +36,10 @@ class Sink:
         self.pushed.append((step, round))
         return 0
 
+    def push_all(self, messages, *, sender: str) -> int:
+        return sum(self.push(m.payload, sender=sender, step=m.step, round=m.round, recipient=m.recipient)
+                   for m in messages)
+
 
 PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
 DATA = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))

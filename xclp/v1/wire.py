@@ -52,6 +52,16 @@ class Message:
         return len(self.payload) if isinstance(self.payload, bytes) else int(self.payload.nbytes)
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """One message a party pushes: its payload, step, attempt (`round`) and, if relayed, recipient."""
+
+    payload: Payload
+    step: str
+    round: int
+    recipient: str = ""
+
+
 def array_bytes(dtype: np.dtype[Any], shape: tuple[int, ...]) -> int:
     """The bytes of an array of `dtype` and `shape` on the wire: what a step's limit is made of."""
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
