@@ -189,10 +189,67 @@ def influence_columns(
     if method == "dense":
         factor = scipy.linalg.cho_factor(M.toarray(), lower=True, check_finite=False)
         return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
-    return _multi_cg(M, rhs, rtol=rtol, max_iter=max(1000, 10 * n))
+    return _multi_cg(M, rhs, rtol=rtol, max_iter=max(1000, 10 * n))[0]
 
 
-def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) -> np.ndarray:
+@dataclass
+class SolveStats:
+    """What `InfluenceSolver` reports (DESIGN §10.2): the method, columns and blocks solved, the most
+    CG iterations a block took (0 for dense), and the largest relative residual ‖M x − e‖ / ‖e‖."""
+
+    method: str
+    columns: int = 0
+    blocks: int = 0
+    iterations: int = 0
+    max_residual: float = 0.0
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        return {"method": self.method, "columns": self.columns, "blocks": self.blocks,
+                "iterations": self.iterations, "max_relative_residual": float(f"{self.max_residual:.3e}")}
+
+
+class InfluenceSolver:
+    """S[:, columns] = (I − α𝒲)^{-1}[:, columns] block by block of columns (DESIGN §10.2): the caller
+    sends each block on and drops it, so all of S_L is never held. Each column's CG recurrence is its
+    own, so a column comes out bit for bit as `influence_columns` gives it, in any block."""
+
+    def __init__(self, Wn: sp.spmatrix, alpha: float, method: InfluenceMethod = "auto", *,
+                 dense_max_nodes: int = DENSE_MAX_NODES, rtol: float = 1e-12) -> None:
+        if not 0.0 < float(alpha) < 1.0:
+            raise InvalidInput(f"alpha must be strictly between 0 and 1, got {alpha!r}")
+        if method not in ("auto", "dense", "cg"):
+            raise InvalidInput(f"method must be 'auto', 'dense' or 'cg', got {method!r}")
+        Wn = sp.csr_matrix(Wn, dtype=np.float64)
+        self.n = Wn.shape[0]
+        if Wn.shape != (self.n, self.n) or self.n == 0:
+            raise InvalidInput(f"Wn must be a non-empty square matrix, got shape {Wn.shape}")
+        if method == "auto":
+            method = "dense" if self.n <= dense_max_nodes else "cg"
+        self.M = (sp.identity(self.n, format="csr") - float(alpha) * Wn).tocsr()
+        self.rtol = rtol
+        self.stats = SolveStats(method)
+        self._factor = (scipy.linalg.cho_factor(self.M.toarray(), lower=True, check_finite=False)
+                        if method == "dense" else None)
+
+    def solve(self, columns: np.ndarray) -> np.ndarray:
+        """float64[n, c]: the influence columns `columns` (global row indices)."""
+        idx = np.asarray(columns, dtype=np.int64)
+        rhs = np.zeros((self.n, idx.size))
+        rhs[idx, np.arange(idx.size)] = 1.0
+        if self._factor is not None:
+            X, iterations = scipy.linalg.cho_solve(self._factor, rhs, check_finite=False), 0
+        else:
+            X, iterations = _multi_cg(self.M, rhs, rtol=self.rtol, max_iter=max(1000, 10 * self.n))
+        stats = self.stats
+        stats.columns += idx.size
+        stats.blocks += 1
+        stats.iterations = max(stats.iterations, iterations)
+        if idx.size:  # ‖e‖ = 1 for every column
+            stats.max_residual = max(stats.max_residual, float(np.linalg.norm(self.M @ X - rhs, axis=0).max()))
+        return X
+
+
+def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
     """Conjugate gradients for M X = rhs, all columns iterated together (one sparse × dense product per step).
 
     Each column runs its own CG recurrence (per-column scalars); a column whose residual norm is
@@ -206,14 +263,14 @@ def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) 
     target = (rtol**2) * np.einsum("ij,ij->j", rhs, rhs)
     rs = np.einsum("ij,ij->j", R, R)
     P = R.copy()
-    for _ in range(max_iter):
+    for iteration in range(max_iter):
         done = rs <= target
         if done.any():
             out[:, cols[done]] = X[:, done]
             keep = ~done
             cols, X, R, P, rs, target = cols[keep], X[:, keep], R[:, keep], P[:, keep], rs[keep], target[keep]
         if cols.size == 0:
-            return out
+            return out, iteration
         MP = M @ P
         step = rs / np.einsum("ij,ij->j", P, MP)
         X += step * P
@@ -249,8 +306,13 @@ def build_influence(
     params: GraphParams = GraphParams(),
     method: InfluenceMethod = "auto",
 ) -> Influence:
-    """The full server step: pooled H (party blocks in party order) -> graph -> S_L."""
-    W = knn_adjacency(H, lsh_bits, params)
+    """Pooled H (party blocks in party order) -> graph -> S_L (the plaintext reference's path)."""
+    return influence_of(knn_adjacency(H, lsh_bits, params), labeled_idx, params, method)
+
+
+def influence_of(W: sp.csr_matrix, labeled_idx: np.ndarray, params: GraphParams = GraphParams(),
+                 method: InfluenceMethod = "auto") -> Influence:
+    """The kNN adjacency W (from H, or folded without it: xclp.neighbours) -> 𝒲 -> S_L."""
     Wn = normalise(W)
     labeled = _check_labeled(labeled_idx, W.shape[0])
     return Influence(W=W, Wn=Wn, labeled=labeled, S_L=influence_columns(Wn, labeled, params.alpha, method))

@@ -44,6 +44,7 @@ from xclp.v1.xclp import (
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
     XclpJobParams,
+    influence_piece_columns,
 )
 from xclp.v1.xclp_layout import PairTask, parts_of
 
@@ -72,7 +73,8 @@ class XclpParty(PartyJob):
         self.evaluated: dict[str, tuple[bytes, np.ndarray]] = {}  # by B: (evaluation, R)
         self.t: dict[str, np.ndarray] = {}  # by A: uint8[⌈n_A/K⌉·n_B, |N|/8]
         self.hamming_pushed = False
-        self.zbar: np.ndarray | None = None
+        self.zbar: np.ndarray | None = None  # Z̄ once every influence column is in
+        self.influence: steps.InfluenceScores | None = None
         self.started = time.monotonic()
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
         # training round too; the round's session id binds the round)
@@ -109,9 +111,10 @@ class XclpParty(PartyJob):
         if step.step == INTRA_STEP:
             self._need(self.sizes, "the row layout")
             self.codes = steps.lsh_step(self.X, self.ctx.seed, self.params.lsh_bits)  # DESIGN §5.1
-            block = steps.intra_hamming(self.codes).astype(np.uint16)  # distances <= L <= 65535
-            self._push(block, INTRA_STEP, step.round)
-            self.progress(f"LSH ({self.params.lsh_bits} bits) and own distances sent ({self._elapsed()})")
+            nearest = steps.own_nearest(self.codes, self.params.lsh_bits, self.params.graph_params)
+            self._push(nearest, INTRA_STEP, step.round)
+            self.progress(f"LSH ({self.params.lsh_bits} bits) and own {nearest.shape[1]} nearest rows per row sent "
+                          f"({self._elapsed()})")
         elif step.step == HAMMING_STEP:
             self._start_hamming(step.round, members)
         elif step.step == LABELS_STEP:
@@ -145,8 +148,10 @@ class XclpParty(PartyJob):
                 return 8 * m
             if step == PAIRS_MSG:
                 return 16 * m * m
-            if step == INFLUENCE_MSG:  # float64[n, ≤ n_j]: the graph's rows by this party's columns
-                return 8 * sum(size for _, size in self._need(self.graph, "the graph layout")) * n_self
+            if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (DESIGN §10.2)
+                n = sum(size for _, size in self._need(self.graph, "the graph layout"))
+                columns = n_self if self.params.hide_label_mask else int(np.count_nonzero(self.y >= 0))
+                return 8 * n * min(influence_piece_columns(n), columns)
             if step == ROWSUMS_RESULT_MSG:
                 return 8 * n_self * self.params.n_classes
             raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
@@ -328,29 +333,33 @@ class XclpParty(PartyJob):
     # --- influence and SecureRowSums (DESIGN §5.5-5.7) ------------------------------------------
 
     def _influence(self, payload: wire.Payload) -> None:
+        """One piece of this party's influence columns (DESIGN §5.5, §10.2), folded into Z̄ at once."""
         self._need(self.graph, "the graph layout")
         if not self.hamming_pushed:  # protocol order: no graph without this party's distances
             raise ProtocolError("the coordinator sent an influence block before this party's SecureHamming pairs "
                                 "were done")
-        if self.zbar is not None:
-            raise ProtocolError("the coordinator sent a second influence block")
         n = sum(size for _, size in self.graph)
-        if (not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2
-                or payload.shape[0] != n):
-            raise ProtocolError(f"the influence block must be float64[{n}, ...]")
-        try:
-            S_L = steps.select_influence(payload, self.y, self.params.n_classes,
-                                         hide_label_mask=self.params.hide_label_mask)
-        except InvalidInput as exc:
-            raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
+        if self.influence is None:
+            self.influence = steps.InfluenceScores(self.y, self.params.n_classes, n,
+                                                   hide_label_mask=self.params.hide_label_mask,
+                                                   normalise_labels=self.params.normalise_labels)
+        elif self.influence.complete:
+            raise ProtocolError("the coordinator sent more influence columns than this party has")
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 \
+                or payload.shape[0] != n:
+            raise ProtocolError(f"an influence piece must be float64[{n}, ...]")
         # S = (I − α𝒲)⁻¹ is entrywise non-negative and at most 1/(1 − α) (‖𝒲‖ ≤ 1)
         bound = 1.0 / (1.0 - self.params.alpha)
         if payload.min(initial=0.0) < 0 or payload.max(initial=0.0) > bound:
             raise ProtocolError(f"the influence block has values outside [0, 1/(1 - alpha)] = [0, {bound:g}]: not "
                                 "an influence matrix")
-        self.zbar = steps.local_scores(S_L, self.y, self.params.n_classes,
-                                       normalise_labels=self.params.normalise_labels)
-        self.progress(f"influence columns received: float64{list(payload.shape)}")
+        try:
+            self.influence.add(payload)
+        except InvalidInput as exc:
+            raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
+        if self.influence.complete:
+            self.zbar = self.influence.zbar
+            self.progress(f"influence columns received: {self.influence.expected} columns of {n} rows")
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""

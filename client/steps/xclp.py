@@ -6,7 +6,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | step (DESIGN)            | function                    | sends                                  | to           |
 |--------------------------|-----------------------------|----------------------------------------|--------------|
 | §5.1 LSH                 | `lsh_step`                  | —                                      |              |
-| §5.2 intra distances     | `intra_hamming`             | uint32[n_j, n_j]                       | coordinator  |
+| §5.2, §10.1 own nearest  | `own_nearest`               | uint32[n_j, k', 2] (row, distance)     | coordinator  |
 | §5.3 SecureHamming, A    | `hamming_encrypt`           | bytes: bit-slice ciphertexts           | B            |
 | §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; masks R  | A; coord.    |
 | §5.3 SecureHamming, A    | `hamming_decrypt`           | masked packed distances t              | coordinator  |
@@ -42,8 +42,9 @@ from xclp.crypto.secure_hamming import (
     evaluate,
 )
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.hamming import hamming_matrix
+from xclp.graph import GraphParams
 from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
+from xclp.neighbours import own_top_k
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.v1.xclp import ROWSUMS_PURPOSE
@@ -51,6 +52,7 @@ from xclp.v1.xclp_layout import RowLayout
 from xclp.validation import UNLABELED, check_features, check_labels
 
 __all__ = [
+    "InfluenceScores",
     "MaskedRowSums",
     "check_party_data",
     "encode_row_sums",
@@ -58,7 +60,7 @@ __all__ = [
     "hamming_decrypt",
     "hamming_encrypt",
     "hamming_evaluate",
-    "intra_hamming",
+    "own_nearest",
     "labeled_rows",
     "local_scores",
     "lsh_step",
@@ -82,13 +84,14 @@ def lsh_step(X: object, seed: Seed, lsh_bits: int) -> np.ndarray:
     return lsh_codes(X, lsh_projection(seed, check_lsh_bits(lsh_bits), X.shape[1]))
 
 
-def intra_hamming(codes: np.ndarray) -> np.ndarray:
-    """The party's own distances uint32[n_j, n_j] in the clear (DESIGN §5.2: the coordinator learns H anyway).
-
-    uint32 because the wire carries no uint16 (xclp.v1.wire.ARRAY_DTYPES); the coordinator narrows
-    it back after checking the range (`server.steps.xclp.check_intra_block`).
+def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.ndarray:
+    """The party's own k' = min(k, n_j − 1) nearest rows per row, by the graph's rule (DESIGN §10.1):
+    uint32[n_j, k', 2] of (own row number, Hamming distance), best first. Computed in row blocks,
+    never the n_j × n_j matrix; the coordinator learns these distances, not the rest of the block.
+    uint32 because the wire carries no uint16 (`server.steps.xclp.check_own_neighbours` narrows it).
     """
-    return hamming_matrix(codes).astype(np.uint32)
+    candidates, distances = own_top_k(codes, lsh_bits, params)
+    return np.stack([candidates, distances.astype(np.uint32)], axis=-1)
 
 
 def labeled_rows(y: object, n_classes: int) -> np.ndarray:
@@ -154,6 +157,44 @@ def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label
     if S.ndim != 2 or S.shape[1] != expected or not np.all(np.isfinite(S)):
         raise InvalidInput(f"influence block must be finite float64[n, {expected}], got shape {S.shape}")
     return S[:, own] if hide_label_mask else S
+
+
+class InfluenceScores:
+    """Z̄^{(j)} = S_L^{(j)} Y_L^{(j)} accumulated over the influence pieces as they arrive, in column
+    order (DESIGN §10.2): the party never holds all of S_L. With `hide_label_mask` the pieces cover
+    all its rows and it keeps its labeled ones (`select_influence`'s choice, piece by piece)."""
+
+    def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
+                 normalise_labels: bool) -> None:
+        labels = check_labels(y, n_classes)
+        self.own = np.flatnonzero(labels != UNLABELED)
+        self.hide = hide_label_mask
+        self.expected = labels.size if hide_label_mask else self.own.size
+        self.Y = (label_matrix(labels[self.own], n_classes, normalise_labels) if self.own.size
+                  else np.zeros((0, n_classes)))
+        self.zbar = np.zeros((n_graph, n_classes))
+        self.received = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.received == self.expected
+
+    def add(self, piece: np.ndarray) -> None:
+        """One piece float64[n, c]: the next c of this party's columns."""
+        S = np.asarray(piece, dtype=np.float64)
+        if S.ndim != 2 or S.shape[0] != self.zbar.shape[0] or not np.all(np.isfinite(S)):
+            raise InvalidInput(f"an influence piece must be finite float64[{self.zbar.shape[0]}, c], got {S.shape}")
+        stop = self.received + S.shape[1]
+        if stop > self.expected:
+            raise InvalidInput(f"influence pieces for {stop} columns, but this party has {self.expected}")
+        if self.hide:  # columns are own rows received..stop; Y_L's rows are the labeled ones among them
+            at = np.searchsorted(self.own, np.arange(self.received, stop))
+            labeled = (at < self.own.size) & (self.own[np.minimum(at, self.own.size - 1)] == np.arange(self.received,
+                                                                                                       stop))
+            self.zbar += S[:, labeled] @ self.Y[at[labeled]]
+        else:
+            self.zbar += S @ self.Y[self.received : stop]
+        self.received = stop
 
 
 def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels: bool) -> np.ndarray:

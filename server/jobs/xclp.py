@@ -4,7 +4,8 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
 (payload dtype/shape per party j, n_j rows):
 
     coordinator -> all   "layout"          uint64[P]  rows per roster party (0 = not in the job)
-    intra_hamming        j -> coordinator  uint16[n_j, n_j] own Hamming block          (§5.2)
+    intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
+                                           (row, distance) per row, never the n_j × n_j block (§10.1)
     coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
     secure_hamming       A -> B (relayed)  bytes: encrypted bit slices of A's codes     (§5.3)
                          B -> A (relayed)  bytes: evaluated ciphertexts
@@ -13,13 +14,19 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
                                            in pair order; one big-endian value mod N per ciphertext
     labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
     coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
-    coordinator -> j     "influence"       float64[n, l_j] (float64[n, n_j] if hidden)  (§5.5)
+    coordinator -> j     "influence"       float64[n, c] pieces of ≤ 4 MiB, in j's column order, making up
+                                           S_L^{(j)} float64[n, l_j] (float64[n, n_j] if hidden) (§5.5,
+                                           §10.2: solved in blocks of columns, never all S_L at once)
     rowsums (masked sum) j -> coordinator  uint64[n_frame − n_j, C] double-masked row sums (§5.6, §6.1)
     coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 
+The coordinator never holds H (DESIGN §10.1): it folds each party's own nearest rows and each
+pair's unmasked block, as soon as both halves of the pair are in, into per-row top-k candidates
+(`steps.NeighbourGraph`), and builds the graph from those.
+
 Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
-intra_hamming is as if it never joined; in secure_hamming its rows and columns leave H and the
-step restarts among the others (roles stay as first drawn; parties re-send what they already
+intra_hamming is as if it never joined; in secure_hamming its rows leave the graph (folded again
+among the others) and the step restarts among the others (roles stay as first drawn; parties re-send what they already
 computed, so finished pairs cost no new Paillier work); in labeled_sets it shaped the graph but
 brings and gets no labels; in rowsums the masked sum restarts without it (MaskedSum).
 
@@ -36,9 +43,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped, XclpError
+from xclp.graph import InfluenceSolver, SolveStats, normalise
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, Program, Scope, Step
@@ -55,7 +64,9 @@ from xclp.v1.xclp import (
     PAIRS_MSG,
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
+    SOLVE_COLUMNS,
     XclpJobParams,
+    influence_piece_columns,
 )
 from xclp.v1.xclp_layout import PairTask, parts_of
 
@@ -76,9 +87,10 @@ class XclpState:
     moduli: dict[str, int]  # each roster party's Paillier N, from its signed bundle
     membership: steps.Membership
     pairs: tuple[PairTask, ...] = ()  # roles drawn once, at the first secure_hamming attempt
-    intra: dict[str, np.ndarray] = field(default_factory=dict)
-    cross: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
-    hamming: steps.HammingMatrix | None = None
+    own: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # each party's nearest rows
+    graph_layout: steps.RowLayout | None = None  # the rows of the graph, once SecureHamming is done
+    W: sp.csr_matrix | None = None  # the kNN adjacency (DESIGN §5.4): n·k entries, never H
+    solve: SolveStats | None = None  # how the influence columns were solved (DESIGN §10.2)
     labeled: dict[str, np.ndarray] = field(default_factory=dict)
     dump: Dump | None = None
 
@@ -102,9 +114,9 @@ class XclpState:
                  ", ".join(self.membership.graph), ", ".join(self.membership.labels))
 
     def frame(self, participants: tuple[str, ...]) -> steps.RowLayout:
-        """The rows of SecureRowSums among `participants`, in H's order (DESIGN §5.6)."""
-        assert self.hamming is not None
-        return steps.rowsums_frame(self.hamming.layout, participants)
+        """The rows of SecureRowSums among `participants`, in the graph's order (DESIGN §5.6)."""
+        assert self.graph_layout is not None
+        return steps.rowsums_frame(self.graph_layout, participants)
 
     def rows(self, parties: tuple[str, ...]) -> np.ndarray:
         """uint64[P] rows per roster party, 0 for those not in `parties` (messages "layout", "graph")."""
@@ -156,6 +168,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         return {"rows": dict(state.sizes) if state else {},
                 "graph_parties": list(state.membership.graph) if state else [],
                 "label_parties": list(state.membership.labels) if state else [],
+                "influence": state.solve.as_dict() if state and state.solve else {},
                 "params": {"lsh_bits": p.lsh_bits, "k": p.k, "key_bits": p.key_bits,
                            "hide_label_mask": p.hide_label_mask, "label_norm": p.label_norm}}
 
@@ -171,7 +184,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
 
 
 class IntraHamming(Phase):
-    """Every party's own Hamming block (DESIGN §5.2). A party lost here is as if it never joined."""
+    """Every party's own k nearest rows (DESIGN §5.2, §10.1). A party lost here is as if it never joined."""
 
     def __init__(self, scope: Scope, state: XclpState) -> None:
         super().__init__(scope)
@@ -181,24 +194,25 @@ class IntraHamming(Phase):
         self.scope.start_step(INTRA_STEP, self.state.membership.graph)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
-        n = self.state.sizes.get(sender, 0)
-        return 4 * n * n
+        return wire.array_bytes(np.dtype(np.uint32),
+                                steps.own_neighbours_shape(self.state.sizes.get(sender, 0), self.state.params.k))
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        if not isinstance(payload, np.ndarray) or payload.dtype not in (np.uint16, np.uint32):
-            raise InvalidInput(f"the intra-party Hamming block of {sender!r} must be a uint16 or uint32 array")
+        if not isinstance(payload, np.ndarray):
+            raise InvalidInput(f"the own nearest rows of {sender!r} must be an array")
         state = self.state
-        state.intra[sender] = steps.check_intra_block(payload, state.sizes[sender], state.params.lsh_bits)
+        state.own[sender] = steps.check_own_neighbours(payload, state.sizes[sender], state.params.k,
+                                                       state.params.lsh_bits)
 
     def on_step_complete(self, step: Step) -> None:
         self.done()
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.intra)
+        _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.own)
 
 
 class SecureHamming(Phase):
-    """Paillier SecureHamming of every pair (DESIGN §5.3); the cross blocks of H once all are in."""
+    """Paillier SecureHamming of every pair (DESIGN §5.3), each pair folded into the graph as it completes."""
 
     relays = True
 
@@ -206,7 +220,9 @@ class SecureHamming(Phase):
         super().__init__(scope)
         self.state = state
         self.attempt = 0
-        self.parts: dict[tuple[str, str, str], np.ndarray] = {}  # (a, b, "t"|"r") -> uint8[m, |N|/8]
+        self.parts: dict[tuple[str, str, str], np.ndarray] = {}  # (a, b, "t"|"r") -> uint8[m, |N|/8], until folded
+        self.graph: steps.NeighbourGraph | None = None
+        self.error: str | None = None  # a pair's values were malformed: the step fails once it is over
 
     def start(self) -> None:
         state = self.state
@@ -215,7 +231,13 @@ class SecureHamming(Phase):
             position = {p: i for i, p in enumerate(state.roster)}
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
-        self.parts = {}
+        self.parts, self.error = {}, None
+        layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
+        try:  # every attempt folds afresh: a lost party's rows may have pushed others' candidates out
+            self.graph = steps.NeighbourGraph(layout, state.own, state.params.lsh_bits, state.params.graph_params)
+        except XclpError as exc:  # k no longer below the rows left
+            self.fail(f"the graph cannot be built among {', '.join(layout.parties)}: {exc}")
+            return
         self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
@@ -247,22 +269,35 @@ class SecureHamming(Phase):
         for task, size in parts:
             self.parts[(task.a, task.b, "t" if sender == task.a else "r")] = rows[start : start + size]
             start += size
+            self._fold(task)
+
+    def _fold(self, task: PairTask) -> None:
+        """Both halves of the pair are in: unmask its block, fold it into the graph, drop it."""
+        state, graph = self.state, self.graph
+        t, r = self.parts.get((task.a, task.b, "t")), self.parts.get((task.a, task.b, "r"))
+        if t is None or r is None or graph is None or self.error is not None:
+            return
+        del self.parts[(task.a, task.b, "t")], self.parts[(task.a, task.b, "r")]
+        try:
+            block = steps.cross_block(t, r, state.moduli[task.a], state.sizes[task.a], state.sizes[task.b],
+                                      state.params.lsh_bits)
+            graph.fold_pair(task.a, task.b, block)
+        except XclpError as exc:  # out-of-range distances: nothing a restart would fix
+            self.error = str(exc)
 
     def on_step_complete(self, step: Step) -> None:
-        state = self.state
+        state, graph = self.state, self.graph
+        assert graph is not None
         try:
-            for task in self._pairs(step):
-                t, r = self.parts[(task.a, task.b, "t")], self.parts[(task.a, task.b, "r")]
-                state.cross[(task.a, task.b)] = steps.cross_block(t, r, state.moduli[task.a], state.sizes[task.a],
-                                                                  state.sizes[task.b], state.params.lsh_bits)
-            layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
-            state.hamming = steps.assemble_hamming(layout, state.intra, state.cross, state.params.lsh_bits)
-        except XclpError as exc:  # out-of-range distances: nothing a restart would fix
+            if self.error is not None:
+                raise InvalidInput(self.error)
+            state.W = graph.adjacency()
+        except XclpError as exc:
             self.fail(f"step {step.wire!r} failed: {exc}")
             return
-        log.info("XCLP: H assembled for %d rows of %d parties", layout.n, len(layout.parties))
-        if state.dump is not None:
-            state.dump("H.npy", state.hamming.H)
+        state.graph_layout = graph.layout
+        log.info("XCLP: graph of %d rows of %d parties folded (%d candidates per row, %d edges)", graph.layout.n,
+                 len(graph.layout.parties), graph.top.k, state.W.nnz)
         self.done()
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
@@ -321,7 +356,7 @@ class LabeledSets(Phase):
 
 
 def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: set[str], stage: steps.XclpStage,
-                       received: dict[str, np.ndarray]) -> None:
+                       received: Mapping[str, object]) -> None:
     """The others' contributions stay valid: wait for the rest only."""
     try:
         phase.state.drop(dropped, stage)
@@ -331,24 +366,35 @@ def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: s
     step.pending -= dropped
     for pid in dropped:
         step.received.pop(pid, None)
-        received.pop(pid, None)
+        received.pop(pid, None)  # type: ignore[attr-defined]
     if not step.pending:
         phase.run.end_step(step)
         phase.done()
 
 
 def _distribute(scope: Scope, state: XclpState) -> None:
-    """Graph, influence and each receiver's S_L block (DESIGN §5.4-5.5)."""
-    assert state.hamming is not None
-    p, membership = state.params, state.membership
+    """The graph layout, then each receiver's S_L^{(j)} (DESIGN §5.4-5.5) solved SOLVE_COLUMNS
+    columns at a time and sent on in pieces as each block is solved (§10.2)."""
+    assert state.W is not None and state.graph_layout is not None
+    p, membership, layout = state.params, state.membership, state.graph_layout
     started = scope.run.clock()
     labeled = None if p.hide_label_mask else state.labeled
-    blocks = steps.influence_blocks(state.hamming, p.lsh_bits, membership.labels, p.graph_params, labeled=labeled,
-                                    method=p.influence_method)
-    scope.run.ledger.record("graph", scope.run.clock() - started)
+    columns = steps.influence_columns_of(layout, membership.labels, labeled=labeled)
+    solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
     scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
-    for pid in membership.labels:
-        scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(blocks[pid]))
+    piece = influence_piece_columns(layout.n)
+    for pid, cols in columns.items():
+        if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
+            scope.send(pid, INFLUENCE_MSG, 0, np.zeros((layout.n, 0)))
+        for start in range(0, cols.size, SOLVE_COLUMNS):
+            block = solver.solve(cols[start : start + SOLVE_COLUMNS])
+            for at in range(0, block.shape[1], piece):
+                scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
+    state.solve = solver.stats
+    scope.run.ledger.record("graph", scope.run.clock() - started)
+    log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",
+             solver.stats.columns, solver.stats.method, solver.stats.blocks, solver.stats.iterations,
+             solver.stats.max_residual)
 
 
 def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:

@@ -3,14 +3,16 @@
 What the coordinator does, in order, and what each function here computes:
 
 1. `secure_hamming_pairs` — which side of each pair holds the Paillier key (§5.3).
-2. `check_intra_block`, `cross_block`, `assemble_hamming` — the pooled Hamming matrix H from each
-   party's own block (§5.2) and each pair's unmasked SecureHamming block (t − R) mod N (§5.3), validated.
-3. `influence_blocks` — graph, 𝒲 and influence columns via `xclp.graph`, cut per party (§5.4-5.5).
+2. `check_own_neighbours`, `cross_block`, `NeighbourGraph` — the kNN graph, never H (§10.1): each
+   party's own k nearest rows (§5.2) and each pair's unmasked SecureHamming block (t − R) mod N
+   (§5.3), validated and folded into per-row top-k candidates as they arrive (`xclp.neighbours`).
+3. `influence_blocks` — 𝒲 and influence columns via `xclp.graph`, cut per party (§5.4-5.5).
 4. `rowsums_frame`, `sum_row_sums` — the SecureRowSums aggregate cut into row blocks (§5.6).
-5. `Membership`, `drop_party`, `rowsums_participants`, `drop_party_from_H` — dropouts as pure
-   transitions (§5, end): the service calls them when a deadline passes.
+5. `Membership`, `drop_party`, `rowsums_participants` — dropouts as pure transitions (§5, end): the
+   service calls them when a deadline passes (a party lost in SecureHamming: the graph is folded
+   again among the rest).
 
-Rows of H are ordered by party (the roster's sorted ids), each party's rows in its own order.
+Rows of the graph are ordered by party (the roster's sorted ids), each party's rows in its own order.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from xclp.crypto.secure_hamming import Residues, SlotLayout, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
-from xclp.graph import GraphParams, InfluenceMethod, build_influence
+from xclp.graph import GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
+from xclp.neighbours import TopK
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
@@ -101,30 +105,31 @@ def rowsums_participants(membership: Membership) -> tuple[str, ...]:
     return membership.labels
 
 
-@dataclass(frozen=True)
-class HammingMatrix:
-    """The pooled H: uint16[n, n] (int32 for L > 65535), rows and columns in `layout` order."""
-
-    H: np.ndarray
-    layout: RowLayout
+def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
+    """The shape of a party's own k nearest rows on the wire: uint32[n_j, min(k, n_j − 1), 2]."""
+    return (n_rows, max(0, min(k, n_rows - 1)), 2)
 
 
-def check_intra_block(block: np.ndarray, n_rows: int, lsh_bits: int) -> np.ndarray:
-    """A party's own Hamming block (DESIGN §5.2), validated: int[n_j, n_j] -> hamming_dtype(L).
+def check_own_neighbours(payload: np.ndarray, n_rows: int, k: int, lsh_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """A party's own k nearest rows (DESIGN §10.1), validated: (candidates int64[n_j, k'], distances).
 
-    Distances must lie in [0, L] (OutOfRange), the block must be square with the announced row
-    count (InvalidInput), symmetric with a zero diagonal (ProtocolError: no honest party sends that).
+    uint32[n_j, k', 2] of (own row number, Hamming distance), k' = min(k, n_j − 1): rows in range,
+    never the row itself, distinct per row (InvalidInput), distances in [0, L] (OutOfRange).
     """
     lsh_bits = check_lsh_bits(lsh_bits)
-    arr = np.asarray(block)
-    if arr.dtype.kind not in "iu" or arr.shape != (n_rows, n_rows):
-        raise InvalidInput(
-            f"intra-party Hamming block must be int[{n_rows}, {n_rows}], got {arr.dtype}{list(arr.shape)}"
-        )
-    _check_range(arr, lsh_bits, "intra-party Hamming block")
-    if not np.array_equal(arr, arr.T) or np.any(np.diagonal(arr) != 0):
-        raise ProtocolError("intra-party Hamming block must be symmetric with a zero diagonal")
-    return arr.astype(hamming_dtype(lsh_bits))
+    shape = own_neighbours_shape(n_rows, k)
+    arr = np.asarray(payload)
+    if arr.dtype != np.uint32 or arr.shape != shape:
+        raise InvalidInput(f"a party's own nearest rows must be uint32{list(shape)}, got {arr.dtype}{list(arr.shape)}")
+    candidates, distances = arr[:, :, 0].astype(np.int64), arr[:, :, 1]
+    if candidates.size and int(candidates.max()) >= n_rows:
+        raise InvalidInput(f"a party's own nearest rows must be row numbers in 0..{n_rows - 1}")
+    if np.any(candidates == np.arange(n_rows)[:, None]):
+        raise InvalidInput("a party's own nearest rows must not name the row itself")
+    if shape[1] > 1 and np.any(np.diff(np.sort(candidates, axis=1), axis=1) == 0):
+        raise InvalidInput("a party's own nearest rows must be distinct")
+    _check_range(distances, lsh_bits, "a party's own nearest rows")
+    return candidates, distances.astype(hamming_dtype(lsh_bits))
 
 
 def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int, lsh_bits: int) -> np.ndarray:
@@ -145,64 +150,61 @@ def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int
     return H.astype(hamming_dtype(lsh_bits))
 
 
-def assemble_hamming(
-    layout: RowLayout,
-    intra: Mapping[str, np.ndarray],
-    cross: Mapping[tuple[str, str], np.ndarray],
-    lsh_bits: int,
-) -> HammingMatrix:
-    """H from validated blocks: intra[p] = int[n_p, n_p]; cross[(a, b)] = uint16[n_b, n_a] from `cross_block`.
+class NeighbourGraph:
+    """What the coordinator keeps of H (DESIGN §10.1): per row of `layout`, the k best candidates,
+    from every party's own nearest rows and every pair's cross block, folded as they arrive."""
 
-    Every party of `layout` needs its own block and every pair of them one cross block, keyed
-    (A, B) as the pair ran (`secure_hamming_pairs` of the roster at the time, which may include
-    parties dropped since); blocks of parties outside `layout` are ignored. A missing block means
-    a party dropped (PeerDropped naming the parties of the unfinished pairs).
-    """
-    lsh_bits = check_lsh_bits(lsh_bits)
-    H = np.zeros((layout.n, layout.n), dtype=hamming_dtype(lsh_bits))
-    missing: set[str] = set()
-    for p in layout.parties:
-        if p not in intra:
-            missing.add(p)
-            continue
-        rows = layout.rows(p)
-        H[rows, rows] = check_intra_block(intra[p], rows.stop - rows.start, lsh_bits)
-    members = set(layout.parties)
-    done: set[frozenset[str]] = set()
-    for (a, b), block in cross.items():
-        if not {a, b} <= members:
-            continue
-        if frozenset((a, b)) in done or a == b:
+    def __init__(self, layout: RowLayout, own: Mapping[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int,
+                 params: GraphParams) -> None:
+        self.layout = layout
+        self.lsh_bits = check_lsh_bits(lsh_bits)
+        self.top = TopK(layout.n, self.lsh_bits, params)
+        self.pairs: set[frozenset[str]] = set()
+        for p in layout.parties:
+            candidates, distances = own[p]
+            rows = layout.rows(p)
+            self.top.fold_lists(rows, candidates + rows.start, distances)
+
+    def fold_pair(self, a: str, b: str, block: np.ndarray) -> None:
+        """One pair's distances H[b rows, a rows] (from `cross_block`), folded both ways, then dropped."""
+        if frozenset((a, b)) in self.pairs or a == b:
             raise ProtocolError(f"more than one cross block for the pair ({a}, {b})")
-        done.add(frozenset((a, b)))
-        ra, rb = layout.rows(a), layout.rows(b)
+        ra, rb = self.layout.rows(a), self.layout.rows(b)
         shape = (rb.stop - rb.start, ra.stop - ra.start)
         if block.shape != shape:
             raise InvalidInput(f"cross block ({a}, {b}) must have shape {shape}, got {block.shape}")
-        _check_range(block, lsh_bits, f"cross block ({a}, {b})")
-        H[rb, ra] = block
-        H[ra, rb] = block.T
-    for task in secure_hamming_pairs(layout.parties):
-        if frozenset((task.a, task.b)) not in done:
-            missing.update({task.a, task.b})
-    if missing:
-        raise PeerDropped(f"Hamming blocks missing for {', '.join(sorted(missing))}", dropped=frozenset(missing))
-    return HammingMatrix(H=H, layout=layout)
+        _check_range(block, self.lsh_bits, f"cross block ({a}, {b})")
+        self.top.fold_block(rb, ra, block)
+        self.top.fold_block(ra, rb, block.T)
+        self.pairs.add(frozenset((a, b)))
+
+    def adjacency(self) -> sp.csr_matrix:
+        """W (DESIGN §5.4) once every pair is folded; PeerDropped naming the parties of missing pairs."""
+        missing = {p for task in secure_hamming_pairs(self.layout.parties)
+                   if frozenset((task.a, task.b)) not in self.pairs for p in (task.a, task.b)}
+        if missing:
+            raise PeerDropped(f"Hamming blocks missing for {', '.join(sorted(missing))}", dropped=frozenset(missing))
+        return self.top.adjacency()
 
 
-def drop_party_from_H(hm: HammingMatrix, party: str) -> HammingMatrix:
-    """H without `party`'s rows and columns (dropout during SecureHamming, DESIGN §5 end)."""
-    rows = hm.layout.rows(party)
-    keep = np.r_[0 : rows.start, rows.stop : hm.layout.n]
-    remaining = [p for p in hm.layout.parties if p != party]
-    if not remaining:
-        raise PeerDropped(f"party {party!r} was the last one in the graph", dropped=frozenset({party}))
-    return HammingMatrix(H=hm.H[np.ix_(keep, keep)], layout=hm.layout.restrict(remaining))
+def influence_columns_of(layout: RowLayout, receivers: Sequence[str], *,
+                         labeled: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+    """Per receiver (in layout order), the global columns of S it gets (DESIGN §5.5): its labeled
+    rows, or with `labeled=None` (hide_label_mask) all its rows. InvalidInput if nobody has a label."""
+    out = {}
+    for p in layout.parties:
+        if p in set(receivers):
+            rows = layout.rows(p)
+            local = np.arange(rows.stop - rows.start) if labeled is None else _check_local(labeled.get(p), rows, p)
+            out[p] = rows.start + local
+    if sum(c.size for c in out.values()) == 0:
+        raise InvalidInput("no labeled rows among the parties taking part in SecureRowSums; label at least one row")
+    return out
 
 
 def influence_blocks(
-    hm: HammingMatrix,
-    lsh_bits: int,
+    W: sp.csr_matrix,
+    layout: RowLayout,
     receivers: Sequence[str],
     params: GraphParams = GraphParams(),
     *,
@@ -211,23 +213,16 @@ def influence_blocks(
 ) -> dict[str, np.ndarray]:
     """What each receiver gets in DESIGN §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden.
 
-    labeled[j]: int[l_j] party j's labeled rows in its own row numbering (the labeled-index sets the
-    coordinator learns, DESIGN §2). `labeled=None` is `hide_label_mask`: every receiver gets the
-    influence columns of all its rows and picks its labeled ones itself. Only `receivers`
-    (SecureRowSums participants) get columns: a party dropped after H gets none (DESIGN §5 end).
+    W: the kNN adjacency over `layout`'s rows (`NeighbourGraph.adjacency`). labeled[j]: int[l_j]
+    party j's labeled rows in its own row numbering (the labeled-index sets the coordinator learns,
+    DESIGN §2). `labeled=None` is `hide_label_mask`: every receiver gets the influence columns of
+    all its rows and picks its labeled ones itself. Only `receivers` (SecureRowSums participants)
+    get columns: a party dropped after the graph gets none (DESIGN §5 end).
     """
-    receivers = [p for p in hm.layout.parties if p in set(receivers)]
-    columns: list[np.ndarray] = []
-    for p in receivers:
-        rows = hm.layout.rows(p)
-        local = np.arange(rows.stop - rows.start) if labeled is None else _check_local(labeled.get(p), rows, p)
-        columns.append(rows.start + local)
-    counts = [c.size for c in columns]
-    if sum(counts) == 0:
-        raise InvalidInput("no labeled rows among the parties taking part in SecureRowSums; label at least one row")
-    influence = build_influence(hm.H, lsh_bits, np.concatenate(columns), params, method)
-    cuts = np.cumsum([0, *counts])
-    return {p: influence.S_L[:, cuts[k] : cuts[k + 1]] for k, p in enumerate(receivers)}
+    columns = influence_columns_of(layout, receivers, labeled=labeled)
+    influence = influence_of(W, np.concatenate(list(columns.values())), params, method)
+    cuts = np.cumsum([0, *(c.size for c in columns.values())])
+    return {p: influence.S_L[:, cuts[k] : cuts[k + 1]] for k, p in enumerate(columns)}
 
 
 def rowsums_frame(graph: RowLayout, participants: Sequence[str]) -> RowLayout:

@@ -130,11 +130,12 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     from_coordinator(party, "layout", rows(3, 2, 4))
     party.hamming_pushed = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
-    with pytest.raises(ProtocolError, match=r"influence block must be float64\[9, \.\.\.\]"):
+    with pytest.raises(ProtocolError, match=r"influence piece must be float64\[9, \.\.\.\]"):
         from_coordinator(party, "influence", np.zeros((8, 2)))
-    with pytest.raises(ProtocolError, match=r"influence block must be float64\[9, \.\.\.\]"):
+    with pytest.raises(ProtocolError, match=r"influence piece must be float64\[9, \.\.\.\]"):
         from_coordinator(party, "influence", np.zeros((9, 2), dtype=np.uint64))
-    with pytest.raises(ProtocolError, match=r"malformed influence block: .*float64\[n, 2\]"):
+    with pytest.raises(ProtocolError, match=r"malformed influence block: influence pieces for 3 columns, but this "
+                                            r"party has 2"):
         from_coordinator(party, "influence", np.zeros((9, 3)))  # a has 2 labeled rows
     bad = np.zeros((9, 2))
     bad[4, 1] = np.nan
@@ -143,10 +144,14 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     for value in (-0.01, 1 / (1 - PARAMS.alpha) + 0.01):  # S is non-negative and at most 1/(1 − α)
         with pytest.raises(ProtocolError, match="values outside"):
             from_coordinator(party, "influence", np.full((9, 2), value))
-    from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    from_coordinator(party, "influence", np.full((9, 1), 0.1))  # in pieces (DESIGN §10.2): Z̄ once all are in
+    assert party.zbar is None
+    from_coordinator(party, "influence", np.full((9, 1), 0.2))
     assert party.zbar is not None and party.zbar.shape == (9, 2)
-    with pytest.raises(ProtocolError, match="second influence block"):
-        from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    labels = party.y[party.y >= 0]
+    np.testing.assert_allclose(party.zbar, np.hstack([np.full((9, 1), 0.1), np.full((9, 1), 0.2)]) @ np.eye(2)[labels])
+    with pytest.raises(ProtocolError, match="more influence columns than this party has"):
+        from_coordinator(party, "influence", np.full((9, 1), 0.1))
 
 
 def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(party: XclpParty) -> None:
@@ -224,3 +229,21 @@ def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evalua
     with pytest.raises(ProtocolError, match="said to come from 'b' does not open"):
         a.on_message(Message("j", "secure_hamming", 0, "b", "a", forged))
     assert a.t == {}  # nothing was decrypted
+
+
+@pytest.mark.parametrize("hide", [False, True], ids=["labeled-columns", "hidden-mask"])
+@pytest.mark.parametrize("normalise", [False, True], ids=["one-hot", "class-normalised"])
+def test_influence_in_pieces_gives_the_scores_of_the_whole_block(hide: bool, normalise: bool) -> None:
+    """DESIGN §10.2: Z̄ accumulated piece by piece equals select_influence + local_scores on the whole S_L."""
+    from xclp.client.steps import xclp as steps
+
+    rng = np.random.default_rng(4)
+    y = np.where(rng.random(12) < 0.5, rng.integers(0, 3, 12), -1)
+    S = rng.random((20, 12 if hide else int((y >= 0).sum())))
+    whole = steps.local_scores(steps.select_influence(S, y, 3, hide_label_mask=hide), y, 3, normalise_labels=normalise)
+    acc = steps.InfluenceScores(y, 3, 20, hide_label_mask=hide, normalise_labels=normalise)
+    for cut in np.array_split(np.arange(S.shape[1]), 3):
+        assert not acc.complete
+        acc.add(S[:, cut])
+    assert acc.complete
+    np.testing.assert_allclose(acc.zbar, whole, rtol=0, atol=1e-12)

@@ -33,7 +33,7 @@ def test_a_party_refuses_when_the_layout_makes_its_paillier_work_too_long(keys):
                               overrides={"c": {"max_paillier_seconds": 1e-9}},
                               policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
         run = coord.jobs["x"]
-        assert run.job.xclp is None or run.job.xclp.hamming is None or "c" not in run.active
+        assert run.job.xclp is None or run.job.xclp.W is None or "c" not in run.active
     assert isinstance(results["c"], ResourceExhausted)
     assert "--max-paillier-hours" in str(results["c"]) and "120 rows of 2 peers" in str(results["c"])
 

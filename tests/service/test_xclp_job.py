@@ -168,10 +168,19 @@ def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> Non
 # ---- correctness contract (DESIGN §5) ------------------------------------------------------------
 
 
-def test_coordinator_H_equals_the_plaintext_hamming_matrix(run) -> None:
-    job = run["coord"].jobs["exact"]
-    np.testing.assert_array_equal(job.job.xclp.hamming.H, reference(run, "exact").H)
-    assert job.job.xclp.hamming.layout.parties == PARTIES
+def assert_same_graph(W, ref) -> None:
+    np.testing.assert_array_equal(W.indptr, ref.indptr)
+    np.testing.assert_array_equal(W.indices, ref.indices)
+    np.testing.assert_array_equal(W.data, ref.data)  # bit for bit
+
+
+def test_coordinator_graph_equals_the_plaintext_graph_and_it_never_held_H(run) -> None:
+    """DESIGN §10.1: the graph folded from own nearest rows and cross blocks as they arrived is the
+    reference's graph on the whole H; what the coordinator keeps is n·k candidates, not H."""
+    state = run["coord"].jobs["exact"].job.xclp
+    assert_same_graph(state.W, reference(run, "exact").influence.W)
+    assert state.graph_layout.parties == PARTIES
+    assert not any(isinstance(v, np.ndarray) and v.shape == (3 * N, 3 * N) for v in vars(state).values())
 
 
 def test_every_party_predicts_what_the_plaintext_reference_predicts(run) -> None:
@@ -183,6 +192,12 @@ def test_every_party_predicts_what_the_plaintext_reference_predicts(run) -> None
 def test_run_summary_has_step_durations_and_bytes(run) -> None:
     summary = json.loads((run["root"] / "exact.summary.json").read_text())
     assert summary["outcome"] == "done" and summary["graph_parties"] == list(PARTIES)
+    labeled = sum(int((run["data"][p][1] >= 0).sum()) for p in PARTIES)
+    solve = summary["influence"]  # DESIGN §10.2: solved in blocks of columns, the residual reported
+    assert (solve["method"], solve["columns"], solve["blocks"]) == ("dense", labeled, 3)
+    assert solve["max_relative_residual"] <= 1e-6
+    cg = json.loads((run["root"] / "cg.summary.json").read_text())["influence"]
+    assert cg["method"] == "cg" and cg["iterations"] > 10 and cg["max_relative_residual"] <= 1e-6
     for step in ("intra_hamming", "secure_hamming", "labeled_sets", "graph", "rowsums"):
         assert summary["steps"][step]["seconds"] > 0, step
     ct = 2 * 512 // 8
@@ -213,7 +228,7 @@ def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_i
     assert "SecureHamming attempt 0" in run["logs"][("kill-sh", "c")]
     job = run["coord"].jobs["kill-sh"]
     ref = reference(run, "kill-sh", ids=("a", "b"))
-    np.testing.assert_array_equal(job.job.xclp.hamming.H, ref.H)  # c's rows and columns are gone
+    assert_same_graph(job.job.xclp.W, ref.influence.W)  # c's rows are gone
     assert job.job.xclp.membership.graph == ("a", "b") and job.ledger["secure_hamming"].rounds == 2
     assert_predictions(run, "kill-sh", ref, ("a", "b"), ("a", "b"))
 
@@ -223,7 +238,7 @@ def test_party_killed_in_rowsums_shapes_the_graph_but_brings_and_gets_no_labels(
     job = run["coord"].jobs["kill-rs"]
     # the job hides the label mask: the coordinator did not even learn how many rows are labeled
     assert all(party.summary.labeled_rows == 0 for party in job.parties.values())
-    np.testing.assert_array_equal(job.job.xclp.hamming.H, reference(run, "kill-rs").H)  # b's rows stay in H
+    assert_same_graph(job.job.xclp.W, reference(run, "kill-rs").influence.W)  # b's rows stay in the graph
     ref = reference(run, "kill-rs", unlabeled=("b",), normalise="party")
     assert_predictions(run, "kill-rs", ref, PARTIES, ("a", "c"))
     assert not (run["root"] / "kill-rs" / "b" / "predictions.csv").exists()
@@ -331,7 +346,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
     for p in PARTIES:
         send(p, "seed", b"")
     for p in PARTIES:
-        send(p, "intra_hamming", np.zeros((3, 3), np.uint16))
+        send(p, "intra_hamming", np.array([[[1, 0], [2, 0]], [[0, 0], [2, 0]], [[0, 0], [1, 0]]], np.uint32))
     assert j.step.name == "secure_hamming"
     assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
     send("b", "secure_hamming", b"slices", recipient="a")  # pair (b, a): b encrypts, a evaluates

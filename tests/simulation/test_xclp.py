@@ -88,13 +88,19 @@ def assert_outputs_match(
 # ---- correctness contract (DESIGN §5) -------------------------------------------------------------
 
 
-def test_coordinator_H_equals_plaintext_hamming_matrix() -> None:
+def assert_same_graph(W, ref) -> None:
+    """The coordinator's folded W is the plaintext reference's W on the whole H, bit for bit."""
+    np.testing.assert_array_equal(W.indptr, ref.indptr)
+    np.testing.assert_array_equal(W.indices, ref.indices)
+    np.testing.assert_array_equal(W.data, ref.data)
+
+
+def test_coordinator_graph_equals_the_plaintext_graph_on_the_whole_H() -> None:
     result = run()
     codes = np.concatenate([party.lsh_step(dataset()[p][0], SEED, L) for p in IDS])
-    assert result.hamming.layout == coord.RowLayout(IDS, tuple(SIZES[p] for p in IDS))
-    assert result.hamming.H.dtype == np.uint16
-    np.testing.assert_array_equal(result.hamming.H, hamming_matrix(codes))
-    np.testing.assert_array_equal(result.hamming.H, reference().H)
+    assert result.layout == coord.RowLayout(IDS, tuple(SIZES[p] for p in IDS))
+    np.testing.assert_array_equal(reference().H, hamming_matrix(codes))
+    assert_same_graph(result.W, reference().influence.W)
 
 
 def test_process_pool_gives_the_same_H_and_predictions() -> None:
@@ -102,7 +108,7 @@ def test_process_pool_gives_the_same_H_and_predictions() -> None:
         pooled = run_xclp_inprocess(
             dataset(), C, seed=SEED, L=L, key_bits=KEY_BITS, params=PARAMS, insecure_test_keys=True, executor=executor
         )
-    np.testing.assert_array_equal(pooled.hamming.H, reference().H)
+    assert_same_graph(pooled.W, reference().influence.W)
     assert_outputs_match(pooled, reference(), IDS, IDS)
 
 
@@ -148,7 +154,7 @@ def test_dropout_before_or_during_secure_hamming_equals_never_joined(stage: str)
     without = ("party-a", "party-c")
     ref = reference(without)
     assert result.membership == coord.Membership(graph=without, labels=without, rowsums_attempt=0)
-    np.testing.assert_array_equal(result.hamming.H, ref.H)
+    assert_same_graph(result.W, ref.influence.W)
     assert_outputs_match(result, ref, without, without)
 
 
@@ -156,7 +162,7 @@ def test_dropout_before_or_during_secure_hamming_equals_never_joined(stage: str)
 def test_dropout_after_H_shapes_graph_but_brings_and_gets_no_labels(stage: str) -> None:
     result = run(drop=(("party-b", stage),))
     ref = reference(IDS, unlabeled=("party-b",))
-    np.testing.assert_array_equal(result.hamming.H, reference().H)  # b's rows stay in the graph
+    assert_same_graph(result.W, reference().influence.W)  # b's rows stay in the graph
     assert_outputs_match(result, ref, IDS, ("party-a", "party-c"))
     # and it matters: with b's labels the answer differs
     assert not np.allclose(ref.scores, reference().scores)
@@ -193,25 +199,24 @@ def test_drop_party_transitions() -> None:
     assert err.value.dropped == frozenset({"a"})
 
 
-def test_drop_party_from_H_removes_its_rows_and_columns() -> None:
-    hm = run().hamming
-    smaller = coord.drop_party_from_H(hm, "party-b")
-    np.testing.assert_array_equal(smaller.H, reference(("party-a", "party-c")).H)
-    assert smaller.layout == coord.RowLayout(("party-a", "party-c"), (SIZES["party-a"], SIZES["party-c"]))
-
-
-def test_assemble_with_a_missing_pair_names_the_dropped_parties() -> None:
+def test_a_graph_with_a_missing_pair_names_the_dropped_parties() -> None:
     layout = coord.RowLayout(("a", "b"), (2, 3))
-    intra = {"a": np.zeros((2, 2), np.uint32), "b": np.zeros((3, 3), np.uint32)}
+    own = {"a": (np.array([[1], [0]]), np.zeros((2, 1), np.uint16)),
+           "b": (np.array([[1], [0], [0]]), np.zeros((3, 1), np.uint16))}
+    graph = coord.NeighbourGraph(layout, own, L, GraphParams(k=1))
     with pytest.raises(PeerDropped) as err:
-        coord.assemble_hamming(layout, intra, {}, L)
+        graph.adjacency()
     assert err.value.dropped == frozenset({"a", "b"})
     block = np.ones((3, 2), np.uint16)
-    np.testing.assert_array_equal(coord.assemble_hamming(layout, intra, {("a", "b"): block}, L).H[2:, :2], block)
     # roles as they ran may differ from the reduced roster's schedule: either orientation is accepted
-    np.testing.assert_array_equal(coord.assemble_hamming(layout, intra, {("b", "a"): block.T}, L).H[2:, :2], block)
+    graph.fold_pair("b", "a", block.T)
+    assert graph.adjacency().shape == (5, 5)
     with pytest.raises(ProtocolError, match="more than one"):
-        coord.assemble_hamming(layout, intra, {("a", "b"): block, ("b", "a"): block.T}, L)
+        graph.fold_pair("a", "b", block)
+    with pytest.raises(InvalidInput, match=r"shape \(3, 2\)"):
+        coord.NeighbourGraph(layout, own, L, GraphParams(k=1)).fold_pair("a", "b", block.T)
+    with pytest.raises(OutOfRange):
+        coord.NeighbourGraph(layout, own, L, GraphParams(k=1)).fold_pair("a", "b", block + L)
 
 
 def test_drop_names_unknown_stage_or_party_helpfully() -> None:
@@ -375,15 +380,32 @@ def test_cross_block_unmasks_mod_N_and_refuses_values_outside_0_L() -> None:
         coord.cross_block(t, r, 2**1023 + 1, 3, 2, L)
 
 
-def test_intra_block_checks() -> None:
-    ok = np.array([[0, 3], [3, 0]], np.uint32)
-    assert coord.check_intra_block(ok, 2, L).dtype == np.uint16
+def test_own_nearest_rows_checks() -> None:
+    ok = np.array([[[1, 3], [2, 5]], [[0, 3], [2, 4]], [[1, 4], [0, 5]]], np.uint32)  # 3 rows, k = 2
+    candidates, distances = coord.check_own_neighbours(ok, 3, 2, L)
+    assert candidates.dtype == np.int64 and distances.dtype == np.uint16
+    assert coord.check_own_neighbours(ok[:, :1], 3, 1, L)[0].shape == (3, 1)
+    assert coord.check_own_neighbours(ok, 3, 5, L)[0].shape == (3, 2)  # k' = min(k, n − 1): k = 5 asks the same
+    with pytest.raises(InvalidInput, match=r"uint32\[3, 1, 2\]"):
+        coord.check_own_neighbours(ok, 3, 1, L)
+    with pytest.raises(InvalidInput, match=r"uint32\[4, 2, 2\]"):
+        coord.check_own_neighbours(ok, 4, 2, L)
+    bad = ok.copy()
+    bad[0, 0, 1] = L + 1
     with pytest.raises(OutOfRange):
-        coord.check_intra_block(np.array([[0, L + 1], [L + 1, 0]], np.uint32), 2, L)
-    with pytest.raises(ProtocolError, match="symmetric"):
-        coord.check_intra_block(np.array([[0, 3], [4, 0]], np.uint32), 2, L)
-    with pytest.raises(InvalidInput, match=r"int\[3, 3\]"):
-        coord.check_intra_block(ok, 3, L)
+        coord.check_own_neighbours(bad, 3, 2, L)
+    bad = ok.copy()
+    bad[1, 0, 0] = 1
+    with pytest.raises(InvalidInput, match="not name the row itself"):
+        coord.check_own_neighbours(bad, 3, 2, L)
+    bad = ok.copy()
+    bad[0, 1, 0] = 1
+    with pytest.raises(InvalidInput, match="distinct"):
+        coord.check_own_neighbours(bad, 3, 2, L)
+    bad = ok.copy()
+    bad[0, 1, 0] = 3
+    with pytest.raises(InvalidInput, match=r"0\.\.2"):
+        coord.check_own_neighbours(bad, 3, 2, L)
 
 
 def test_evaluate_refuses_slices_for_another_row_count() -> None:
@@ -422,7 +444,7 @@ def test_a_curious_party_cannot_solve_its_outputs_for_another_partys_labels() ->
     parties = {"a": (X["a"], seen_a), "b": (X["b"], y["b"])}
     result = run_xclp_inprocess(parties, C, seed=SEED, L=L, key_bits=KEY_BITS, params=PARAMS, insecure_test_keys=True)
     L_a = np.flatnonzero(seen_a >= 0)
-    block = coord.influence_blocks(result.hamming, L, ("a", "b"), PARAMS,
+    block = coord.influence_blocks(result.W, result.layout, ("a", "b"), PARAMS,
                                    labeled={"a": L_a, "b": np.arange(25)})["a"]  # what a received: S[:, L_a]
     S_La = block.T  # S symmetric: the rows of a's labeled rows, over a's 70 then b's 25 graph rows
     Y_a = np.eye(C)[seen_a[L_a]]

@@ -10,6 +10,7 @@ import xclp.graph as graph
 from xclp.errors import InvalidInput
 from xclp.graph import (
     GraphParams,
+    InfluenceSolver,
     build_influence,
     influence_columns,
     knn_adjacency,
@@ -182,3 +183,22 @@ def test_build_influence_chains_the_steps() -> None:
     np.testing.assert_array_equal(result.Wn.toarray(), normalise(result.W).toarray())
     np.testing.assert_array_equal(result.S_L, influence_columns(result.Wn, result.labeled, 0.95))
     np.testing.assert_array_equal(result.labeled, [1, 4, 20])
+
+
+@pytest.mark.parametrize("method", ["dense", "cg"])
+def test_influence_in_column_blocks_equals_all_columns_at_once_and_reports_its_residual(method: str) -> None:
+    """DESIGN §10.2: S_L solved a few columns at a time (each block sent on and dropped) is the S_L
+    of one solve, and the solver reports its iterations and its largest relative residual."""
+    H = random_H(6, 300)
+    Wn = normalise(knn_adjacency(H, 256, GraphParams(k=10)))
+    labeled = np.arange(0, 300, 7)
+    whole = influence_columns(Wn, labeled, 0.99, method)
+    solver = InfluenceSolver(Wn, 0.99, method)
+    blocks = [solver.solve(labeled[i : i + 9]) for i in range(0, labeled.size, 9)]
+    np.testing.assert_allclose(np.hstack(blocks), whole, rtol=0, atol=1e-12)
+    stats = solver.stats
+    assert (stats.method, stats.columns, stats.blocks) == (method, labeled.size, 5)
+    assert stats.max_residual <= 1e-6 and (stats.iterations > 10 if method == "cg" else stats.iterations == 0)
+    assert solver.solve(np.array([], np.int64)).shape == (300, 0)
+    with pytest.raises(InvalidInput, match="alpha"):
+        InfluenceSolver(Wn, 1.0)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import overload
 
 import numpy as np
+import scipy.sparse as sp
 
 from xclp.client.phases.masked_sum import SelfMasks
 from xclp.client.steps import xclp as party
@@ -59,11 +60,13 @@ class RowSumsAttempt:
 
 @dataclass(frozen=True)
 class InProcessResult:
-    """outputs: per party that received labels; hamming: the coordinator's H and its row layout;
-    membership: who ended in the graph / in SecureRowSums; seconds and bytes_sent: per step."""
+    """outputs: per party that received labels; W: the coordinator's kNN adjacency (it never holds H,
+    DESIGN §10.1) over `layout`'s rows; membership: who ended in the graph / in SecureRowSums;
+    seconds and bytes_sent: per step."""
 
     outputs: Mapping[str, PartyOutput]
-    hamming: coord.HammingMatrix
+    W: sp.csr_matrix
+    layout: coord.RowLayout
     membership: coord.Membership
     rowsums_attempts: tuple[RowSumsAttempt, ...]
     seconds: Mapping[str, float]
@@ -159,11 +162,13 @@ def run_xclp_inprocess(
 
     with wire.timed("lsh"):  # DESIGN §5.1-5.2
         codes = {pid: party.lsh_step(data[pid][0], seed, L) for pid in membership.graph}
-        intra = {pid: wire.send("intra_hamming", party.intra_hamming(codes[pid])) for pid in membership.graph}
+        own = {pid: coord.check_own_neighbours(wire.send("intra_hamming", party.own_nearest(codes[pid], L, params)),
+                                               sizes[pid], params.k, L)
+               for pid in membership.graph}
 
     with wire.timed("secure_hamming"):  # DESIGN §5.3, one pair at a time
         gone = {pid for pid, stage in drops.items() if stage is coord.XclpStage.SECURE_HAMMING}
-        cross: dict[tuple[str, str], np.ndarray] = {}
+        cross: list[tuple[str, str, np.ndarray]] = []
         encrypted: dict[str, bytes] = {}  # A encrypts its slices once and sends them to each of its B's
         for task in pairs:
             if {task.a, task.b} & gone:
@@ -177,11 +182,14 @@ def run_xclp_inprocess(
             r = wire.send("secure_hamming", masks)
             t = wire.send("secure_hamming", party.hamming_decrypt(paillier[task.a], evaluated, L, n_a, n_b, executor))
             # The coordinator knows A's N from A's key bundle (DESIGN §4.1); it unmasks mod N.
-            cross[(task.a, task.b)] = coord.cross_block(t, r, int(paillier_public[task.a].n), n_a, n_b, L)
+            cross.append((task.a, task.b, coord.cross_block(t, r, int(paillier_public[task.a].n), n_a, n_b, L)))
         for pid in sorted(gone):
             membership = coord.drop_party(membership, pid, coord.XclpStage.SECURE_HAMMING)
         layout = coord.RowLayout(membership.graph, tuple(sizes[p] for p in membership.graph))
-        hamming = coord.assemble_hamming(layout, intra, cross, L)
+        graph = coord.NeighbourGraph(layout, own, L, params)
+        for a, b, block in cross:
+            graph.fold_pair(a, b, block)
+        W = graph.adjacency()
 
     with wire.timed("graph"):  # DESIGN §5.4-5.5
         for pid, stage in drops.items():
@@ -192,7 +200,7 @@ def run_xclp_inprocess(
             labeled = {
                 pid: wire.send("labeled_sets", party.labeled_rows(data[pid][1], n_classes)) for pid in membership.labels
             }
-        blocks = coord.influence_blocks(hamming, L, membership.labels, params, labeled=labeled)
+        blocks = coord.influence_blocks(W, layout, membership.labels, params, labeled=labeled)
         received = {pid: wire.send("influence", block) for pid, block in blocks.items()}
 
     with wire.timed("rowsums"):  # DESIGN §5.6, restarted without a party that misses it
@@ -218,7 +226,7 @@ def run_xclp_inprocess(
                 for pid, m in masked.items()
                 if drops.get(pid) is not coord.XclpStage.ROW_SUMS
             }
-            frame = coord.rowsums_frame(hamming.layout, participants)
+            frame = coord.rowsums_frame(layout, participants)
             missing = set(participants) - set(pushed)
             if missing:  # the coordinator holds fewer than all: nobody reveals; restart without them
                 attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=False))
@@ -246,7 +254,8 @@ def run_xclp_inprocess(
 
     return InProcessResult(
         outputs=outputs,
-        hamming=hamming,
+        W=W,
+        layout=layout,
         membership=membership,
         rowsums_attempts=tuple(attempts),
         seconds=dict(wire.seconds),

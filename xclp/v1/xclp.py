@@ -44,6 +44,15 @@ INFLUENCE_MSG = "influence"
 ROWSUMS_STEP = "rowsums"
 ROWSUMS_PURPOSE = ROWSUMS_STEP  # the pairwise-mask purpose (HKDF info) of SecureRowSums
 ROWSUMS_RESULT_MSG = "rowsums_result"
+# DESIGN §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
+# INFLUENCE_PIECE_BYTES (at least one column each), in the receiver's column order
+SOLVE_COLUMNS = 256
+INFLUENCE_PIECE_BYTES = 4 << 20
+
+
+def influence_piece_columns(n_rows: int) -> int:
+    """Columns of one influence piece over `n_rows` graph rows: float64[n, c] within the piece size."""
+    return max(1, INFLUENCE_PIECE_BYTES // (8 * max(n_rows, 1)))
 
 LABEL_NORMS = ("none", "party")
 SOLVERS = ("auto", "dense", "cg")

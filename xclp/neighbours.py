@@ -1,0 +1,126 @@
+"""Each row's k nearest neighbours, folded block by block: the kNN graph without the n × n matrix (DESIGN §10.1).
+
+The graph of DESIGN §5.4 keeps, per row i, the k largest similarities max(cos(π·H_ij/L), 0)^p over
+j ≠ i, ties going to the smaller column index, and drops picks of weight 0. Those k are also the k
+best of the union of any partition of the columns, each part cut to its own k best first; so the
+coordinator keeps per row only the k best candidates seen so far (`TopK`, O(n·k) memory), folds
+each party's own k nearest rows (`own_top_k`, computed by the party on its codes) and each pair's
+cross block as it is unmasked, and builds W from the candidates (`TopK.adjacency`): exactly the W
+of `xclp.graph.knn_adjacency` on the whole H.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from xclp.errors import InvalidInput
+from xclp.graph import GraphParams, similarity
+from xclp.hamming import hamming_dtype, hamming_matrix
+from xclp.lsh import check_lsh_bits
+
+# Elements of a similarity block materialised at once (float64): rows are folded in slices of this size.
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _best(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the k best (sim desc, idx asc) of `sim`/`idx` (float64/int64[r, m]), sorted best first."""
+    if sim.shape[1] > 4 * k:  # cut to about k per row first: select on values, ties resolved below
+        kth = -np.partition(-sim, k - 1, axis=1)[:, k - 1 : k]  # k-th largest value per row
+        keep = sim >= kth
+        width = int(keep.sum(axis=1).max())
+        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]  # the kept columns first, in column order
+        sim, idx = np.take_along_axis(sim, order, axis=1), np.take_along_axis(idx, order, axis=1)
+        sim = np.where(np.take_along_axis(keep, order, axis=1), sim, -np.inf)
+    order = np.lexsort((idx, -sim), axis=1)[:, :k]
+    return np.take_along_axis(sim, order, axis=1), np.take_along_axis(idx, order, axis=1)
+
+
+class TopK:
+    """Per row of an n-row graph, the k best candidates seen so far (similarity, then smaller index)."""
+
+    def __init__(self, n: int, lsh_bits: int, params: GraphParams) -> None:
+        if params.k >= n:
+            raise InvalidInput(f"k = {params.k} neighbours needs more than k rows, but the graph has only n = {n}; "
+                               f"choose k <= {n - 1} or add data")
+        self.n, self.k = int(n), int(params.k)
+        self.lsh_bits, self.power = check_lsh_bits(lsh_bits), params.power
+        self.sim = np.full((self.n, self.k), -np.inf)
+        self.idx = np.full((self.n, self.k), -1, dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.sim.nbytes + self.idx.nbytes)
+
+    def fold_block(self, rows: slice, columns: slice, distances: np.ndarray) -> None:
+        """Distances int[rows, columns] between rows `rows` and columns `columns` (global, disjoint)."""
+        block = np.asarray(distances)
+        shape = (rows.stop - rows.start, columns.stop - columns.start)
+        if block.shape != shape:
+            raise InvalidInput(f"a block of rows {rows.start}..{rows.stop} x columns {columns.start}..{columns.stop} "
+                               f"has shape {shape}, got {block.shape}")
+        if rows.start < columns.stop and columns.start < rows.stop:
+            raise InvalidInput("a block's rows and columns must not overlap (a row is never its own neighbour)")
+        step = max(1, _BLOCK_ELEMENTS // max(shape[1], 1))
+        cols = np.arange(columns.start, columns.stop, dtype=np.int64)
+        for start in range(0, shape[0], step):
+            part = block[start : start + step]
+            self._merge(rows.start + start, similarity(part, self.lsh_bits, self.power),
+                        np.broadcast_to(cols, part.shape))
+
+    def fold_lists(self, rows: slice, candidates: np.ndarray, distances: np.ndarray) -> None:
+        """Per-row candidate lists: int[r, m] global column indices and their distances int[r, m]."""
+        cand, dist = np.asarray(candidates, dtype=np.int64), np.asarray(distances)
+        r = rows.stop - rows.start
+        if cand.ndim != 2 or cand.shape[0] != r or dist.shape != cand.shape:
+            raise InvalidInput(f"candidate lists for {r} rows must be two int[{r}, m] arrays, got {cand.shape} and "
+                               f"{dist.shape}")
+        if cand.size and (cand.min() < 0 or cand.max() >= self.n):
+            raise InvalidInput(f"candidate indices must lie in 0..{self.n - 1}")
+        if np.any(cand == np.arange(rows.start, rows.stop)[:, None]):
+            raise InvalidInput("a row is never its own neighbour")
+        if cand.shape[1] > 1 and np.any(np.diff(np.sort(cand, axis=1), axis=1) == 0):
+            raise InvalidInput("a row's candidates must be distinct")
+        self._merge(rows.start, similarity(dist, self.lsh_bits, self.power), cand)
+
+    def _merge(self, first: int, sim: np.ndarray, idx: np.ndarray) -> None:
+        if sim.shape[1] == 0:
+            return
+        at = slice(first, first + sim.shape[0])
+        self.sim[at], self.idx[at] = _best(np.hstack([self.sim[at], sim]), np.hstack([self.idx[at], idx]), self.k)
+
+    def adjacency(self) -> sp.csr_matrix:
+        """W = B + Bᵀ from the candidates (zero-weight picks dropped, zero diagonal): `knn_adjacency`'s W."""
+        keep = self.sim > 0.0
+        rows = np.repeat(np.arange(self.n), keep.sum(axis=1))
+        B = sp.csr_matrix((self.sim[keep], (rows, self.idx[keep])), shape=(self.n, self.n))
+        B.sort_indices()
+        W = (B + B.T).tocsr()
+        W.setdiag(0.0)
+        W.eliminate_zeros()
+        W.sort_indices()
+        return W
+
+
+def own_top_k(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> tuple[np.ndarray, np.ndarray]:
+    """A party's own k nearest rows per row (DESIGN §10.1), by the graph's rule, without its n × n block.
+
+    Returns (candidates uint32[n, k'], distances hamming_dtype[n, k']) with k' = min(k, n − 1), each
+    row's best first, in the party's own row numbering.
+    """
+    n = int(np.asarray(codes).shape[0])
+    kk = min(int(params.k), n - 1)
+    if kk <= 0:
+        return np.zeros((n, 0), np.uint32), np.zeros((n, 0), hamming_dtype(lsh_bits))
+    top = TopK(n, lsh_bits, GraphParams(kk, params.alpha, params.power))
+    step = max(1, _BLOCK_ELEMENTS // n)
+    everyone = np.arange(n, dtype=np.int64)
+    distances = np.zeros((n, kk), dtype=hamming_dtype(lsh_bits))
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        block = hamming_matrix(codes[start:stop], codes)
+        sim = similarity(block, top.lsh_bits, top.power)
+        sim[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # self excluded
+        top.sim[start:stop], top.idx[start:stop] = _best(sim, np.broadcast_to(everyone, sim.shape), kk)
+        distances[start:stop] = np.take_along_axis(block, top.idx[start:stop], axis=1)
+    return top.idx.astype(np.uint32), distances
