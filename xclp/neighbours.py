@@ -19,19 +19,25 @@ from xclp.graph import GraphParams, similarity
 from xclp.hamming import hamming_dtype, hamming_matrix
 from xclp.lsh import check_lsh_bits
 
-# Elements of a similarity block materialised at once (float64): rows are folded in slices of this size.
-_BLOCK_ELEMENTS = 1 << 22
+# Elements of a similarity block materialised at once (float64): rows are folded in slices of this size,
+# so a fold's transient arrays stay near 8 MiB each whatever the pair's size.
+_BLOCK_ELEMENTS = 1 << 20
+
+
+def _cut(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, exactly the k best (sim desc, idx asc) of `sim`/`idx` (float64/int64[r, m], m >= k, each
+    row's idx ascending), in column order: the values above the k-th largest, then the first ties."""
+    kth = -np.partition(-sim, k - 1, axis=1)[:, k - 1 : k]  # the k-th largest value per row
+    above = sim > kth
+    at = sim == kth
+    need = k - above.sum(axis=1, keepdims=True)
+    keep = above | (at & (np.cumsum(at, axis=1, dtype=np.int32) <= need))
+    rows = sim.shape[0]
+    return sim[keep].reshape(rows, k), idx[keep].reshape(rows, k)
 
 
 def _best(sim: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the k best (sim desc, idx asc) of `sim`/`idx` (float64/int64[r, m]), sorted best first."""
-    if sim.shape[1] > 4 * k:  # cut to about k per row first: select on values, ties resolved below
-        kth = -np.partition(-sim, k - 1, axis=1)[:, k - 1 : k]  # k-th largest value per row
-        keep = sim >= kth
-        width = int(keep.sum(axis=1).max())
-        order = np.argsort(~keep, axis=1, kind="stable")[:, :width]  # the kept columns first, in column order
-        sim, idx = np.take_along_axis(sim, order, axis=1), np.take_along_axis(idx, order, axis=1)
-        sim = np.where(np.take_along_axis(keep, order, axis=1), sim, -np.inf)
     order = np.lexsort((idx, -sim), axis=1)[:, :k]
     return np.take_along_axis(sim, order, axis=1), np.take_along_axis(idx, order, axis=1)
 
@@ -66,7 +72,7 @@ class TopK:
         for start in range(0, shape[0], step):
             part = block[start : start + step]
             self._merge(rows.start + start, similarity(part, self.lsh_bits, self.power),
-                        np.broadcast_to(cols, part.shape))
+                        np.broadcast_to(cols, part.shape), ascending=True)
 
     def fold_lists(self, rows: slice, candidates: np.ndarray, distances: np.ndarray) -> None:
         """Per-row candidate lists: int[r, m] global column indices and their distances int[r, m]."""
@@ -83,9 +89,13 @@ class TopK:
             raise InvalidInput("a row's candidates must be distinct")
         self._merge(rows.start, similarity(dist, self.lsh_bits, self.power), cand)
 
-    def _merge(self, first: int, sim: np.ndarray, idx: np.ndarray) -> None:
+    def _merge(self, first: int, sim: np.ndarray, idx: np.ndarray, *, ascending: bool = False) -> None:
+        """Fold candidates `idx` (their similarities `sim`) into rows first.. ; `ascending`: each row's
+        idx ascending (a block's columns), which lets a wide block be cut to k per row first."""
         if sim.shape[1] == 0:
             return
+        if ascending and sim.shape[1] > self.k:
+            sim, idx = _cut(sim, idx, self.k)
         at = slice(first, first + sim.shape[0])
         self.sim[at], self.idx[at] = _best(np.hstack([self.sim[at], sim]), np.hstack([self.idx[at], idx]), self.k)
 
@@ -121,6 +131,6 @@ def own_top_k(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> tuple[np
         block = hamming_matrix(codes[start:stop], codes)
         sim = similarity(block, top.lsh_bits, top.power)
         sim[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # self excluded
-        top.sim[start:stop], top.idx[start:stop] = _best(sim, np.broadcast_to(everyone, sim.shape), kk)
+        top._merge(start, sim, np.broadcast_to(everyone, sim.shape), ascending=True)
         distances[start:stop] = np.take_along_axis(block, top.idx[start:stop], axis=1)
     return top.idx.astype(np.uint32), distances

@@ -13,6 +13,8 @@ from xclp.crypto.paillier import PaillierPublicKey
 from xclp.crypto.secure_hamming.layout import Residues, SlotLayout
 from xclp.errors import InvalidInput, OutOfRange
 
+_UNPACK_VALUES = 1024  # values unpacked at once: 1024 · K · w · 4 bytes (≈ 8 MiB at |N| = 2048, L = 1024)
+
 
 def unmask_distances(
     t: Residues, r: Residues, modulus: PaillierPublicKey | int, layout: SlotLayout, n_A: int, n_B: int
@@ -43,8 +45,12 @@ def unmask_distances(
         raise OutOfRange(f"an unmasked plaintext has bits above its last slot (bit {k * w} or higher): t or R is "
                          f"malformed")
     raw = np.frombuffer(b"".join(p.to_bytes(nbytes, "little") for p in packed), dtype=np.uint8).reshape(count, nbytes)
-    bits = np.unpackbits(raw, axis=1, bitorder="little")[:, : k * w].reshape(count, k, w)
-    slots = bits.astype(np.uint32) @ (np.uint32(1) << np.arange(w, dtype=np.uint32))  # uint32[count, K]
+    slots = np.empty((count, k), dtype=np.uint32)
+    weights = np.uint32(1) << np.arange(w, dtype=np.uint32)
+    for start in range(0, count, _UNPACK_VALUES):  # bit tensors of a few MiB, not w·4 bytes per distance at once
+        chunk = raw[start : start + _UNPACK_VALUES]
+        bits = np.unpackbits(chunk, axis=1, bitorder="little")[:, : k * w].reshape(chunk.shape[0], k, w)
+        slots[start : start + chunk.shape[0]] = bits.astype(np.uint32) @ weights
     n_batches = layout.batches(n_A)
     h = slots.reshape(n_batches, n_B, k).transpose(1, 0, 2).reshape(n_B, n_batches * k)
     if h[:, n_A:].any():

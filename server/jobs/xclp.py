@@ -296,6 +296,9 @@ class SecureHamming(Phase):
             self.fail(f"step {step.wire!r} failed: {exc}")
             return
         state.graph_layout = graph.layout
+        if state.dump is not None:  # the test hook: the graph, as csr arrays
+            for part in ("data", "indices", "indptr"):
+                state.dump(f"W-{part}.npy", getattr(state.W, part))
         log.info("XCLP: graph of %d rows of %d parties folded (%d candidates per row, %d edges)", graph.layout.n,
                  len(graph.layout.parties), graph.top.k, state.W.nnz)
         self.done()

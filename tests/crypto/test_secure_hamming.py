@@ -272,10 +272,13 @@ def _unmask(keypair, layout, t, r):  # type: ignore[no-untyped-def]
     return unmask_distances(t, r, keypair.public, layout, layout.slots + 2, 3)
 
 
-def test_honest_values_unmask(keypair, honest_run) -> None:  # type: ignore[no-untyped-def]
+def test_honest_values_unmask(keypair, honest_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     layout, t, r, H = honest_run
     np.testing.assert_array_equal(_unmask(keypair, layout, t, r), H)
     np.testing.assert_array_equal(unmask_distances(t, r, int(keypair.public.n), layout, layout.slots + 2, 3), H)
+    from xclp.crypto.secure_hamming import unmask
+    monkeypatch.setattr(unmask, "_UNPACK_VALUES", 4)  # 6 values unpacked in chunks of 4 and 2: the same H
+    np.testing.assert_array_equal(_unmask(keypair, layout, t, r), H)
 
 
 @pytest.mark.parametrize("which", ["t", "r"])

@@ -1,0 +1,176 @@
+"""XCLP at growing size through the real CLIs: time, distances/s and peak memory of every process (DESIGN §10).
+
+3 parties over gRPC + TLS on localhost (`xclp-server serve` and three `xclp-client run`), 2048-bit
+keys, L = 1024, k = 10, at 3 × 1 000, 3 × 2 000 and 3 × 4 000 rows (`--quick`: the first two).
+The rows are sklearn's digits (1 797 rows, 64 pixels), repeated with a small Gaussian jitter
+(σ = 0.5 pixel levels) to reach the size, 10 % of each party's rows labelled: what matters here is
+size, not the table.
+
+For each size (JSON last line, one entry per size): wall_seconds (party processes started ->
+all exited), secure_hamming_seconds and distances_per_second (cross distances / that step),
+coordinator_peak_mb and party_peak_mb (the largest of the three; VmHWM read from /proc while the
+process runs), dense_H_mb (what a coordinator holding the n × n uint16 H would need for H alone),
+influence (method, iterations, largest relative residual), and graph_equal_all_pairs: whether the
+coordinator's graph (its test dump of W) equals the plaintext reference's kNN graph on the whole H.
+memory_growth compares the coordinator's peak at the largest size with the smallest against the
+row ratio and its square.
+
+Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from _data import load_digits_data, write_party_csv
+
+from xclp.crypto import identity
+from xclp.graph import GraphParams, knn_adjacency
+from xclp.hamming import hamming_matrix
+from xclp.lsh import lsh_codes, lsh_projection
+from xclp.runtime import write_private
+from xclp.seeding import public_rng
+from xclp.server import dev_ca
+
+PARTIES = ("a", "b", "c")
+GRAPH = GraphParams(k=10, alpha=0.99, power=3)
+
+
+def say(message: str) -> None:
+    print(f"xclp_scale: {message}", file=sys.stderr, flush=True)
+
+
+class PeakMemory:
+    """The largest VmHWM (peak resident set) seen for a process, polled from /proc while it runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.path, self.peak_kb = Path(f"/proc/{pid}/status"), 0
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while True:
+            try:
+                for line in self.path.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                return
+            time.sleep(0.1)
+
+    @property
+    def mb(self) -> float:
+        return round(self.peak_kb / 1024, 1)
+
+
+def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    X, y = load_digits_data()
+    idx = rng.integers(0, X.shape[0], size=rows)
+    return X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]
+
+
+def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
+    rng = public_rng(rows, "benchmark/xclp-scale")
+    work = Path(tempfile.mkdtemp(prefix=f"xclp-scale-{rows}-"))
+    dev_ca.init_ca(work / "ca")
+    dev_ca.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    (work / "keys").mkdir()
+    allow, data = [], {}
+    for p in PARTIES:
+        X, y = table(rows, rng)
+        labels = np.where(rng.random(rows) < 0.1, y, -1)
+        data[p] = X
+        key = identity.generate_identity()
+        write_private(work / "keys" / f"{p}.key", identity.private_key_pem(key))
+        allow.append(f'{p} = "{identity.public_key_text(key)}"')
+        write_party_csv(work / f"{p}.csv", "r", X, labels)
+    insecure = key_bits < 2048
+    (work / "allow.toml").write_text("[parties]\n" + "\n".join(allow) + "\n")
+    (work / "job.toml").write_text(
+        'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
+        'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
+        f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
+        + ("insecure_test_keys = true\n" if insecure else ""))
+    (work / "server.toml").write_text(
+        'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
+        'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
+    env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
+                              stderr=open(work / "coordinator.log", "w"), env=env, cwd=work)
+    server_memory = PeakMemory(server.pid)
+    while not ((work / "port").exists() and (work / "port").read_text().strip()):
+        if server.poll() is not None:
+            raise SystemExit(f"coordinator exited; see {work / 'coordinator.log'}")
+        time.sleep(0.1)
+    port = int((work / "port").read_text())
+    say(f"3 x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")
+    started = time.perf_counter()
+    procs, memory = [], []
+    for p in PARTIES:
+        cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
+               "--ca-cert", str(work / "ca" / "ca.pem"), "--job", "scale", "--party", p,
+               "--identity", str(work / "keys" / f"{p}.key"), "--peers", str(work / "allow.toml"),
+               "--data", str(work / f"{p}.csv"), "--id-column", "row_id", "--paillier-bits", str(key_bits),
+               "--out", str(work / "out" / p), "--debug-dump-seed", str(work / f"{p}.seed"),
+               "--max-paillier-hours", "100", *(["--insecure-test-keys"] if insecure else [])]
+        procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))
+        memory.append(PeakMemory(procs[-1].pid))
+    codes = [proc.wait() for proc in procs]
+    wall = time.perf_counter() - started
+    server.wait(120)
+    if any(codes):
+        raise SystemExit(f"a party failed ({codes}); logs in {work}")
+    summary = json.loads((work / "summary.json").read_text())
+    seed = (work / "a.seed").read_bytes()
+    X = np.vstack([data[p] for p in PARTIES])
+    reference = knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, X.shape[1]))), lsh_bits,
+                              GRAPH)
+    if (work / "dump" / "H.npy").exists():  # a coordinator from before DESIGN §10.1 dumped its whole H
+        held = knn_adjacency(np.load(work / "dump" / "H.npy"), lsh_bits, GRAPH)
+        dumped = {part: getattr(held, part) for part in ("data", "indices", "indptr")}
+    else:
+        dumped = {part: np.load(work / "dump" / f"W-{part}.npy") for part in ("data", "indices", "indptr")}
+    equal = all(np.array_equal(dumped[part], getattr(reference, part)) for part in dumped)
+    secure = summary["steps"]["secure_hamming"]["seconds"]
+    n = 3 * rows
+    out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
+           "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,
+           "party_peak_mb": max(m.mb for m in memory), "dense_H_mb": round(n * n * 2 / 2**20, 1),
+           "influence": summary.get("influence", {}), "graph_equal_all_pairs": equal}
+    say(json.dumps(out))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 x 1000 and 3 x 2000 rows only")
+    ap.add_argument("--sizes", help="rows per party, comma-separated (overrides --quick)")
+    ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--lsh-bits", type=int, default=1024)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
+                                                                         else [1000, 2000, 4000])
+    results = [one_size(rows, args.key_bits, args.lsh_bits) for rows in sizes]
+    first, last = results[0], results[-1]
+    ratio = last["rows_per_party"] / first["rows_per_party"]
+    coordinator = round(last["coordinator_peak_mb"] / first["coordinator_peak_mb"], 2)
+    print(json.dumps({
+        "benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits, "lsh_bits": args.lsh_bits, "k": GRAPH.k,
+        "cores": len(os.sched_getaffinity(0)), "data": "sklearn digits, jittered repeats", "sizes": results,
+        "memory_growth": {"rows_ratio": ratio, "rows_ratio_squared": ratio**2,
+                          "coordinator_peak_ratio": coordinator,
+                          "party_peak_ratio": round(last["party_peak_mb"] / first["party_peak_mb"], 2)},
+    }))
+
+
+if __name__ == "__main__":
+    main()
