@@ -27,6 +27,22 @@ def load_allow_list(path: Path) -> Mapping[str, bytes]:
     return identity.allow_list(read_toml(path).get("parties"), source=str(path))
 
 
+def deployment(root: Path, parties: Sequence[str]) -> dict[str, bytes]:
+    """What a real-process test needs under `root`: a dev CA and the coordinator's certificate
+    (ca/, certs/), each party's identity key (keys/<party>.key) and allow.toml; returns the allow-list."""
+    from xclp.server import dev_ca  # the server's certificate helper: only tests that run a coordinator
+
+    dev_ca.init_ca(root / "ca")
+    dev_ca.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
+    (root / "keys").mkdir()
+    keys = {p: identity.generate_identity() for p in parties}
+    for p, key in keys.items():
+        save_identity(key, root / "keys" / f"{p}.key")
+    (root / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(key)}"\n' for p, key in keys.items()))
+    return {p: identity.public_bytes(key) for p, key in keys.items()}
+
+
 def make_data(seed: int, n: int = 50, d: int = 8, *, unlabeled: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """Three classes shifted along the first three of `d` features; the first `unlabeled` rows -1."""
     rng = np.random.default_rng(seed)

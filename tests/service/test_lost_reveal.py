@@ -21,16 +21,14 @@ import numpy as np
 import pytest
 
 from tests.harness import coordinator
-from tests.helpers import blobs, load_identity, save_identity, write_table
+from tests.helpers import blobs, deployment, write_table
 from tests.oracles.party_view import party_view
 from tests.service.test_xclp_job import read_predictions
 from xclp import race
 from xclp.client.models import ModelFile
-from xclp.crypto import identity
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
-from xclp.server import dev_ca
 from xclp.server.admin_cli import format_run
 from xclp.server.config import JobConfig, TlsFiles
 from xclp.server.jobs.dbcl import DbclTrainer
@@ -60,16 +58,7 @@ JOBS = {
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("lost-reveal")
-    dev_ca.init_ca(root / "ca")
-    dev_ca.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    (root / "keys").mkdir()
-    allow = {}
-    for party in PARTIES:
-        key = identity.generate_identity()
-        save_identity(key, root / "keys" / f"{party}.key")
-        allow[party] = identity.public_bytes(key)
-    (root / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(load_identity(root / "keys" / f"{p}.key"))}"\n' for p in PARTIES))
+    allow = deployment(root, PARTIES)
     data = {p: blobs(70 + i, n=N, labeled=12, d=D) for i, p in enumerate(PARTIES)}
     for p, d in data.items():
         write_table(root / f"{p}.csv", d.X, d.y, d.ids)

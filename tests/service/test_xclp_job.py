@@ -30,7 +30,7 @@ import pytest
 from scipy import stats
 
 from tests.harness import Recorder, admit, coordinator
-from tests.helpers import load_identity, save_identity, write_table
+from tests.helpers import deployment, write_table
 from tests.oracles.party_view import party_view
 from xclp.crypto import identity
 from xclp.crypto.fixedpoint import FixedPoint
@@ -38,7 +38,6 @@ from xclp.errors import ConfigError, InvalidInput
 from xclp.graph import GraphParams
 from xclp.party_table import PartyData
 from xclp.reference import XclpResult, xclp_reference
-from xclp.server import dev_ca
 from xclp.server.config import JobConfig, TlsFiles, load_job
 from xclp.v1.status import EXIT_BAD_INPUT
 from xclp.v1.xclp import XclpJobParams
@@ -88,21 +87,12 @@ def read_predictions_any(path: Path) -> tuple[list[str], list[int], list[float],
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("xclp")
-    dev_ca.init_ca(root / "ca")
-    dev_ca.issue(root / "ca", root / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    (root / "keys").mkdir()
-    allow = {}
-    for party in PARTIES:
-        key = identity.generate_identity()
-        save_identity(key, root / "keys" / f"{party}.key")
-        allow[party] = identity.public_bytes(key)
+    allow = deployment(root, PARTIES)
     data = {p: make_data(i) for i, p in enumerate(PARTIES)}
     for p, (X, y) in data.items():
         write_table(root / f"{p}.csv", X, y, [f"{p}-{i}" for i in range(len(y))])
     configs = [JobConfig(job_id, "xclp", XclpJobParams.parse({**PARAMS, **extra}), PARTIES, 2, 120.0, 60.0,
                          summary_path=root / f"{job_id}.summary.json") for job_id, extra in JOBS.items()]
-    (root / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(load_identity(root / "keys" / f"{p}.key"))}"\n' for p in PARTIES))
     recorder = Recorder()
     tls = TlsFiles(root / "certs" / "server.pem", root / "certs" / "server-key.pem")
     go = root / "kill-rs.go"  # the dying party of kill-rs dies once a and c have pushed round 0

@@ -3,11 +3,11 @@ message names, in the order they happen. Dtypes and shapes of every payload are 
 server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
 
     coordinator -> all   "layout", "pairs"
-    intra_hamming        j -> coordinator         (§5.2)
+    intra_hamming        j -> coordinator         (§5.2: each row's k nearest own rows, §10.1)
     secure_hamming       A <-> B relayed, then j -> coordinator   (§5.3)
     labeled_sets         j -> coordinator         (§5.5, skipped with hide_label_mask)
-    coordinator -> j     "graph", "influence"
-    rowsums, rowsums_reveal   the masked sum of row sums (§5.6, §6.1)
+    coordinator -> j     "graph", "influence" (pieces of ≤ 4 MiB, §10.2)
+    rowsums, rowsums_reveal, rowsums_recover   the masked sum of row sums (§5.6, §6.1)
     coordinator -> j     "rowsums_result"
 """
 
