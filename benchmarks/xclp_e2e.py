@@ -27,20 +27,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from _data import load_digits_data
+from _service import deployment, run_command, serve
 
 from xclp.baselines import per_client_lp
-from xclp.crypto import identity
 from xclp.crypto.pool import process_pool
 from xclp.graph import GraphParams
-from xclp.runtime import write_private
 from xclp.seeding import public_rng
-from xclp.server import dev_ca
 from xclp.simulation import run_xclp_inprocess
 
 PARTIES = ("a", "b", "c")
@@ -96,43 +93,24 @@ def main() -> None:
         labels[chosen] = y[idx][chosen]
         partial[p] = labels
 
-    work = Path(tempfile.mkdtemp(prefix="xclp-e2e-"))
-    dev_ca.init_ca(work / "ca")
-    dev_ca.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    (work / "keys").mkdir()
-    allow = []
+    work = deployment("xclp-e2e-", PARTIES)
     for p, idx in zip(PARTIES, clients):
-        key = identity.generate_identity()
-        write_private(work / "keys" / f"{p}.key", identity.private_key_pem(key))
-        allow.append(f'{p} = "{identity.public_key_text(key)}"')
         write_party_csv(work / f"{p}.csv", X[idx], partial[p])
-    (work / "allow.toml").write_text("[parties]\n" + "\n".join(allow) + "\n")
     (work / "job.toml").write_text(
         'job_id = "e2e"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         "[deadlines]\njoin_seconds = 300\nstep_seconds = 900\n"
         f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
         f"power = {GRAPH.power}\nkey_bits = {key_bits}\n" + ("insecure_test_keys = true\n" if insecure else ""))
-    (work / "server.toml").write_text(
-        'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
-        'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
-                              stderr=open(work / "coordinator.log", "w"), env=env)
-    while not ((work / "port").exists() and (work / "port").read_text().strip()):
-        if server.poll() is not None:
-            raise SystemExit(f"coordinator exited; see {work / 'coordinator.log'}")
-        time.sleep(0.1)
-    port = int((work / "port").read_text())
+    server, port = serve(work, env)
     say(f"{len(PARTIES)} parties x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")
     started = time.perf_counter()
     procs = []
     for p in PARTIES:
-        cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
-               "--ca-cert", str(work / "ca" / "ca.pem"), "--job", "e2e", "--party", p,
-               "--identity", str(work / "keys" / f"{p}.key"), "--peers", str(work / "allow.toml"),
-               "--data", str(work / f"{p}.csv"),
-               "--id-column", "row_id", "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
-               "--debug-dump-seed", str(work / f"{p}.seed")] + (["--insecure-test-keys"] if insecure else [])
+        cmd = run_command(work, port, "e2e", p, "--data", str(work / f"{p}.csv"), "--id-column", "row_id",
+                          "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
+                          "--debug-dump-seed", str(work / f"{p}.seed"),
+                          *(["--insecure-test-keys"] if insecure else []))
         procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))
     codes = [proc.wait() for proc in procs]
     total = time.perf_counter() - started

@@ -25,21 +25,18 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 from _data import load_digits_data, write_party_csv
+from _service import deployment, run_command, serve
 
-from xclp.crypto import identity
 from xclp.graph import GraphParams, knn_adjacency
 from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
-from xclp.runtime import write_private
 from xclp.seeding import public_rng
-from xclp.server import dev_ca
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
@@ -80,48 +77,29 @@ def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 
 def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
-    work = Path(tempfile.mkdtemp(prefix=f"xclp-scale-{rows}-"))
-    dev_ca.init_ca(work / "ca")
-    dev_ca.issue(work / "ca", work / "certs", "server", server=True, dns_names=("localhost",), ips=("127.0.0.1",))
-    (work / "keys").mkdir()
-    allow, data = [], {}
+    work = deployment(f"xclp-scale-{rows}-", PARTIES)
+    data = {}
     for p in PARTIES:
         X, y = table(rows, rng)
-        labels = np.where(rng.random(rows) < 0.1, y, -1)
         data[p] = X
-        key = identity.generate_identity()
-        write_private(work / "keys" / f"{p}.key", identity.private_key_pem(key))
-        allow.append(f'{p} = "{identity.public_key_text(key)}"')
-        write_party_csv(work / f"{p}.csv", "r", X, labels)
+        write_party_csv(work / f"{p}.csv", "r", X, np.where(rng.random(rows) < 0.1, y, -1))
     insecure = key_bits < 2048
-    (work / "allow.toml").write_text("[parties]\n" + "\n".join(allow) + "\n")
     (work / "job.toml").write_text(
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
         + ("insecure_test_keys = true\n" if insecure else ""))
-    (work / "server.toml").write_text(
-        'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
-        'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
-                              stderr=open(work / "coordinator.log", "w"), env=env, cwd=work)
+    server, port = serve(work, env)
     server_memory = PeakMemory(server.pid)
-    while not ((work / "port").exists() and (work / "port").read_text().strip()):
-        if server.poll() is not None:
-            raise SystemExit(f"coordinator exited; see {work / 'coordinator.log'}")
-        time.sleep(0.1)
-    port = int((work / "port").read_text())
     say(f"3 x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")
     started = time.perf_counter()
     procs, memory = [], []
     for p in PARTIES:
-        cmd = [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", f"localhost:{port}",
-               "--ca-cert", str(work / "ca" / "ca.pem"), "--job", "scale", "--party", p,
-               "--identity", str(work / "keys" / f"{p}.key"), "--peers", str(work / "allow.toml"),
-               "--data", str(work / f"{p}.csv"), "--id-column", "row_id", "--paillier-bits", str(key_bits),
-               "--out", str(work / "out" / p), "--debug-dump-seed", str(work / f"{p}.seed"),
-               "--max-paillier-hours", "100", *(["--insecure-test-keys"] if insecure else [])]
+        cmd = run_command(work, port, "scale", p, "--data", str(work / f"{p}.csv"), "--id-column", "row_id",
+                          "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
+                          "--debug-dump-seed", str(work / f"{p}.seed"), "--max-paillier-hours", "100",
+                          *(["--insecure-test-keys"] if insecure else []))
         procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))
         memory.append(PeakMemory(procs[-1].pid))
     codes = [proc.wait() for proc in procs]
