@@ -70,12 +70,17 @@ class PartyPolicy:
                                 f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
 
     def check_threshold(self, configured: int, holders: int, what: str) -> None:
-        """Refuse a sum among `holders` whose seeds `configured` would let fewer shares rebuild than
-        this party's minimum (a sum nobody can be recovered from shares nothing)."""
-        t = share_threshold(configured, holders)
-        if recoverable(t, holders) and t < self.min_share_threshold:
-            raise PolicyRefused(f"{what} lets {t} of {holders} parties rebuild a self-mask seed; this party requires "
-                                f"at least {self.min_share_threshold} (--min-share-threshold)")
+        check_share_threshold(configured, holders, self.min_share_threshold, what)
+
+
+def check_share_threshold(configured: int, holders: int, minimum: int, what: str) -> None:
+    """Refuse (PolicyRefused) a sum among `holders` whose seeds the threshold `configured` would let
+    fewer than `minimum` shares rebuild (a sum nobody can be recovered from shares nothing): the job
+    at Join, each attempt before masking (client/phases/seed_shares.py)."""
+    t = share_threshold(configured, holders)
+    if recoverable(t, holders) and t < minimum:
+        raise PolicyRefused(f"{what} lets {t} of {holders} parties rebuild a self-mask seed; this party requires "
+                            f"at least {minimum} (--min-share-threshold)")
 
 
 @dataclass

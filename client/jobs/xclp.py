@@ -149,9 +149,9 @@ class XclpParty(PartyJob):
             if step == PAIRS_MSG:
                 return 16 * m * m
             if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (DESIGN §10.2)
-                n = sum(size for _, size in self._need(self.graph, "the graph layout"))
-                columns = n_self if self.params.hide_label_mask else int(np.count_nonzero(self.y >= 0))
-                return 8 * n * min(influence_piece_columns(n), columns)
+                influence = self._need(self.influence, "the graph layout")
+                n = influence.zbar.shape[0]
+                return 8 * n * min(influence_piece_columns(n), influence.expected)
             if step == ROWSUMS_RESULT_MSG:
                 return 8 * n_self * self.params.n_classes
             raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
@@ -176,6 +176,9 @@ class XclpParty(PartyJob):
                                     "were done")
             else:
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
+                self.influence = steps.InfluenceScores(self.y, self.params.n_classes, sum(n for _, n in self.graph),
+                                                       hide_label_mask=self.params.hide_label_mask,
+                                                       normalise_labels=self.params.normalise_labels)
         elif message.step == PAIRS_MSG:
             self.pairs = self._pairs(payload)
         elif message.step == INFLUENCE_MSG:
@@ -338,12 +341,9 @@ class XclpParty(PartyJob):
         if not self.hamming_pushed:  # protocol order: no graph without this party's distances
             raise ProtocolError("the coordinator sent an influence block before this party's SecureHamming pairs "
                                 "were done")
-        n = sum(size for _, size in self.graph)
-        if self.influence is None:
-            self.influence = steps.InfluenceScores(self.y, self.params.n_classes, n,
-                                                   hide_label_mask=self.params.hide_label_mask,
-                                                   normalise_labels=self.params.normalise_labels)
-        elif self.influence.complete:
+        influence = self._need(self.influence, "the graph layout")  # made with the graph layout
+        n = influence.zbar.shape[0]
+        if influence.complete:
             raise ProtocolError("the coordinator sent more influence columns than this party has")
         if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 \
                 or payload.shape[0] != n:
@@ -354,12 +354,12 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the influence block has values outside [0, 1/(1 - alpha)] = [0, {bound:g}]: not "
                                 "an influence matrix")
         try:
-            self.influence.add(payload)
+            influence.add(payload)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
-        if self.influence.complete:
-            self.zbar = self.influence.zbar
-            self.progress(f"influence columns received: {self.influence.expected} columns of {n} rows")
+        if influence.complete:
+            self.zbar = influence.zbar
+            self.progress(f"influence columns received: {influence.expected} columns of {n} rows")
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""

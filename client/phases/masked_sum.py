@@ -76,8 +76,11 @@ class SelfMasks:
     step: str  # the step name the reveal digest binds
     session_id: bytes
     attempts: dict[int, tuple[bytes, Members]] = field(default_factory=dict)  # attempt -> (seed, members)
-    revealed: bool = False
     revealed_attempt: tuple[int, Members] | None = None  # the attempt whose seed this party revealed
+
+    @property
+    def revealed(self) -> bool:
+        return self.revealed_attempt is not None
 
     def add(self, values: np.ndarray, attempt: int, members: Members | list[str]) -> np.ndarray:
         """values + PRG(b) in the ring of values.dtype, with a fresh b for (attempt, members)."""
@@ -93,7 +96,7 @@ class SelfMasks:
     def reveal(self, attempt: int, members: Members | list[str]) -> bytes:
         """digest ‖ b for the coordinator, if the rules allow it (else ProtocolError)."""
         seed, mine = self.check(attempt, members)
-        self.revealed, self.revealed_attempt = True, (attempt, mine)
+        self.revealed_attempt = (attempt, mine)
         return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
 
     def check(self, attempt: int, members: Members | list[str]) -> tuple[bytes, Members]:

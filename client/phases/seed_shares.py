@@ -22,9 +22,10 @@ that could still reveal a are then too few to rebuild its seed of a.
 from __future__ import annotations
 
 from xclp.client.context import PartyContext
+from xclp.client.policy import check_share_threshold
 from xclp.crypto import aead, shamir
 from xclp.crypto.kdf import derive_key
-from xclp.errors import PolicyRefused, ProtocolError
+from xclp.errors import ProtocolError
 from xclp.v1 import wire
 from xclp.v1.double_masking import (
     SEALED_SHARE_BYTES,
@@ -61,11 +62,8 @@ class SeedShares:
                       confirmed: bool) -> None:
         """Before masking attempt `attempt`: the threshold meets this party's policy, and a restart
         after this party confirmed `previous` leaves too few outside to open that attempt."""
-        t = self.threshold(members)
-        if self.recoverable(members) and t < self.ctx.min_share_threshold:
-            raise PolicyRefused(f"{self.step} attempt {attempt} lets {t} of {len(members)} parties rebuild this "
-                                f"party's self-mask seed; it requires at least {self.ctx.min_share_threshold} "
-                                "(--min-share-threshold)")
+        check_share_threshold(self.configured, len(members), self.ctx.min_share_threshold,
+                              f"{self.step} attempt {attempt}")
         if previous is None or not confirmed:
             return
         before, earlier = previous

@@ -11,7 +11,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; masks R  | A; coord.    |
 | §5.3 SecureHamming, A    | `hamming_decrypt`           | masked packed distances t              | coordinator  |
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
-| §5.5 influence received  | `select_influence`          | —                                      |              |
+| §5.5 influence received  | `InfluenceScores` (pieces, §10.2); `select_influence` (whole) | —    |              |
 | §5.6 SecureRowSums       | `local_scores`, `encode_row_sums`, | uint64[n_frame − n_j, C]           | coordinator  |
 |                          | `split_own_rows`            |                                        |              |
 | §5.6-5.7 output          | `unmask_row_sums`, `party_scores`, `predict` | —                     |              |
@@ -167,10 +167,11 @@ class InfluenceScores:
     def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
                  normalise_labels: bool) -> None:
         labels = check_labels(y, n_classes)
-        self.own = np.flatnonzero(labels != UNLABELED)
+        self.labeled = labels != UNLABELED
+        self.position = np.cumsum(self.labeled) - 1  # a labeled row's row of Y_L
         self.hide = hide_label_mask
-        self.expected = labels.size if hide_label_mask else self.own.size
-        self.Y = (label_matrix(labels[self.own], n_classes, normalise_labels) if self.own.size
+        self.expected = labels.size if hide_label_mask else int(self.labeled.sum())
+        self.Y = (label_matrix(labels[self.labeled], n_classes, normalise_labels) if self.labeled.any()
                   else np.zeros((0, n_classes)))
         self.zbar = np.zeros((n_graph, n_classes))
         self.received = 0
@@ -188,10 +189,8 @@ class InfluenceScores:
         if stop > self.expected:
             raise InvalidInput(f"influence pieces for {stop} columns, but this party has {self.expected}")
         if self.hide:  # columns are own rows received..stop; Y_L's rows are the labeled ones among them
-            at = np.searchsorted(self.own, np.arange(self.received, stop))
-            labeled = (at < self.own.size) & (self.own[np.minimum(at, self.own.size - 1)] == np.arange(self.received,
-                                                                                                       stop))
-            self.zbar += S[:, labeled] @ self.Y[at[labeled]]
+            labeled = self.labeled[self.received : stop]
+            self.zbar += S[:, labeled] @ self.Y[self.position[self.received : stop][labeled]]
         else:
             self.zbar += S @ self.Y[self.received : stop]
         self.received = stop

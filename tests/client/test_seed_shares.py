@@ -94,7 +94,7 @@ def test_a_sum_of_two_deals_no_shares_and_a_threshold_below_the_partys_minimum_i
     ctx, _ = contexts()["a"]
     strict = {"a": MaskedSumParty(dataclasses.replace(ctx, min_share_threshold=3), "total",
                                   lambda members: np.ones(4, np.uint64))}
-    with pytest.raises(PolicyRefused, match="lets 2 of 3 parties rebuild this party's self-mask seed; it requires "
-                                            "at least 3"):
+    with pytest.raises(PolicyRefused, match=r"total attempt 0 lets 2 of 3 parties rebuild a self-mask seed; this "
+                                            r"party requires at least 3 \(--min-share-threshold\)"):
         strict["a"].on_step(start("total", 0))
     assert strict["a"].ctx.conn.pushed == []  # refused before anything was sent
