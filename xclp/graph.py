@@ -71,7 +71,8 @@ def _check_square(H: object, name: str = "H") -> np.ndarray:
     return arr
 
 
-def _check_k(k: int, n: int) -> None:
+def check_k(k: int, n: int) -> None:
+    """Refuse k neighbours per row of an n-row graph unless k < n."""
     if k >= n:
         raise InvalidInput(
             f"k = {k} neighbours needs more than k rows, but the graph has only n = {n}; "
@@ -95,7 +96,7 @@ def knn_from_similarity_rows(rows: Callable[[int, int], np.ndarray], n: int, k: 
 
     Self loops are excluded before selecting, zero-weight picks are dropped, the diagonal is zero.
     """
-    _check_k(k, n)
+    check_k(k, n)
     block = max(1, _SIM_BLOCK_ELEMENTS // max(n, 1))
     indptr_parts, cols_parts, vals_parts = [], [], []
     for start in range(0, n, block):
@@ -170,26 +171,8 @@ def influence_columns(
     solved against the labeled unit vectors: dense Cholesky when n <= dense_max_nodes, else
     conjugate gradients on all l right-hand sides at once (DESIGN §5.4). `method` forces one.
     """
-    if not 0.0 < float(alpha) < 1.0:
-        raise InvalidInput(f"alpha must be strictly between 0 and 1, got {alpha!r}")
-    Wn = sp.csr_matrix(Wn, dtype=np.float64)
-    n = Wn.shape[0]
-    if Wn.shape != (n, n) or n == 0:
-        raise InvalidInput(f"Wn must be a non-empty square matrix, got shape {Wn.shape}")
-    if n and abs(Wn - Wn.T).max() > 1e-12:
-        raise InvalidInput("Wn must be symmetric; build it with normalise(knn_adjacency(...))")
-    idx = _check_labeled(labeled, n)
-    if method not in ("auto", "dense", "cg"):
-        raise InvalidInput(f"method must be 'auto', 'dense' or 'cg', got {method!r}")
-    if method == "auto":
-        method = "dense" if n <= dense_max_nodes else "cg"
-    M = (sp.identity(n, format="csr") - float(alpha) * Wn).tocsr()
-    rhs = np.zeros((n, idx.size))
-    rhs[idx, np.arange(idx.size)] = 1.0
-    if method == "dense":
-        factor = scipy.linalg.cho_factor(M.toarray(), lower=True, check_finite=False)
-        return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
-    return _multi_cg(M, rhs, rtol=rtol, max_iter=max(1000, 10 * n))[0]
+    solver = InfluenceSolver(Wn, alpha, method, dense_max_nodes=dense_max_nodes, rtol=rtol)
+    return solver.solve(_check_labeled(labeled, solver.n))
 
 
 @dataclass
@@ -223,6 +206,8 @@ class InfluenceSolver:
         self.n = Wn.shape[0]
         if Wn.shape != (self.n, self.n) or self.n == 0:
             raise InvalidInput(f"Wn must be a non-empty square matrix, got shape {Wn.shape}")
+        if abs(Wn - Wn.T).max() > 1e-12:
+            raise InvalidInput("Wn must be symmetric; build it with normalise(knn_adjacency(...))")
         if method == "auto":
             method = "dense" if self.n <= dense_max_nodes else "cg"
         self.M = (sp.identity(self.n, format="csr") - float(alpha) * Wn).tocsr()

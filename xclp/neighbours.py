@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xclp.errors import InvalidInput
-from xclp.graph import GraphParams, similarity
+from xclp.graph import GraphParams, check_k, similarity
 from xclp.hamming import hamming_dtype, hamming_matrix
 from xclp.lsh import check_lsh_bits
 
@@ -46,17 +46,11 @@ class TopK:
     """Per row of an n-row graph, the k best candidates seen so far (similarity, then smaller index)."""
 
     def __init__(self, n: int, lsh_bits: int, params: GraphParams) -> None:
-        if params.k >= n:
-            raise InvalidInput(f"k = {params.k} neighbours needs more than k rows, but the graph has only n = {n}; "
-                               f"choose k <= {n - 1} or add data")
+        check_k(params.k, n)
         self.n, self.k = int(n), int(params.k)
         self.lsh_bits, self.power = check_lsh_bits(lsh_bits), params.power
         self.sim = np.full((self.n, self.k), -np.inf)
         self.idx = np.full((self.n, self.k), -1, dtype=np.int64)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.sim.nbytes + self.idx.nbytes)
 
     def fold_block(self, rows: slice, columns: slice, distances: np.ndarray) -> None:
         """Distances int[rows, columns] between rows `rows` and columns `columns` (global, disjoint)."""

@@ -47,7 +47,7 @@ from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.neighbours import own_top_k
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
-from xclp.v1.xclp import ROWSUMS_PURPOSE
+from xclp.v1.xclp import ROWSUMS_PURPOSE, own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout
 from xclp.validation import UNLABELED, check_features, check_labels
 
@@ -90,8 +90,9 @@ def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.nda
     never the n_j × n_j matrix; the coordinator learns these distances, not the rest of the block.
     uint32 because the wire carries no uint16 (`server.steps.xclp.check_own_neighbours` narrows it).
     """
-    candidates, distances = own_top_k(codes, lsh_bits, params)
-    return np.stack([candidates, distances.astype(np.uint32)], axis=-1)
+    out = np.empty(own_neighbours_shape(len(codes), params.k), dtype=np.uint32)
+    out[:, :, 0], out[:, :, 1] = own_top_k(codes, lsh_bits, params)
+    return out
 
 
 def labeled_rows(y: object, n_classes: int) -> np.ndarray:

@@ -165,9 +165,7 @@ class Samples(Phase):
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
         step.pending -= dropped  # the others' announcements stand
-        if not step.pending:
-            self.run.end_step(step)
-            self.on_step_complete(step)
+        self.complete_if_done(step)
 
 
 def payload_bytes(payload: wire.Payload) -> bytes:

@@ -67,6 +67,7 @@ from xclp.v1.xclp import (
     SOLVE_COLUMNS,
     XclpJobParams,
     influence_piece_columns,
+    own_neighbours_shape,
 )
 from xclp.v1.xclp_layout import PairTask, parts_of
 
@@ -195,7 +196,7 @@ class IntraHamming(Phase):
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         return wire.array_bytes(np.dtype(np.uint32),
-                                steps.own_neighbours_shape(self.state.sizes.get(sender, 0), self.state.params.k))
+                                own_neighbours_shape(self.state.sizes.get(sender, 0), self.state.params.k))
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
         if not isinstance(payload, np.ndarray):
@@ -359,7 +360,7 @@ class LabeledSets(Phase):
 
 
 def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: set[str], stage: steps.XclpStage,
-                       received: Mapping[str, object]) -> None:
+                       received: dict[str, Any]) -> None:
     """The others' contributions stay valid: wait for the rest only."""
     try:
         phase.state.drop(dropped, stage)
@@ -369,7 +370,7 @@ def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: s
     step.pending -= dropped
     for pid in dropped:
         step.received.pop(pid, None)
-        received.pop(pid, None)  # type: ignore[attr-defined]
+        received.pop(pid, None)
     if not step.pending:
         phase.run.end_step(step)
         phase.done()

@@ -143,6 +143,12 @@ class Phase:
         scope still has at least its minimum of members."""
         raise NotImplementedError
 
+    def complete_if_done(self, step: Step) -> None:
+        """After a drop left the others' contributions standing: end `step` if nobody owes one."""
+        if not step.pending:
+            self.run.end_step(step)
+            self.on_step_complete(step)
+
     def blame(self, step: Step) -> set[str]:
         """Who leaves when `step` misses its deadline: those who still owe a contribution."""
         return set(step.pending)

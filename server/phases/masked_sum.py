@@ -190,9 +190,8 @@ class MaskedSum(Phase):
             left = len(self._givers(step) | step.pending)
             if lost and left < self.threshold(self.masked.participants):
                 self._cannot_rebuild(lost, left)
-            elif not step.pending:
-                self.run.end_step(step)
-                self.on_step_complete(step)
+            else:
+                self.complete_if_done(step)
             return
         rest = [p for p in step.participants if p not in dropped and p in self.scope.members]  # masked or confirm
         if len(rest) < self.scope.min_members:

@@ -30,6 +30,7 @@ from xclp.graph import GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
 from xclp.neighbours import TopK
+from xclp.v1.xclp import own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
@@ -103,11 +104,6 @@ def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membersh
 def rowsums_participants(membership: Membership) -> tuple[str, ...]:
     """The participant set of the current SecureRowSums attempt (bound into every mask key)."""
     return membership.labels
-
-
-def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
-    """The shape of a party's own k nearest rows on the wire: uint32[n_j, min(k, n_j − 1), 2]."""
-    return (n_rows, max(0, min(k, n_rows - 1)), 2)
 
 
 def check_own_neighbours(payload: np.ndarray, n_rows: int, k: int, lsh_bits: int) -> tuple[np.ndarray, np.ndarray]:
@@ -191,9 +187,9 @@ def influence_columns_of(layout: RowLayout, receivers: Sequence[str], *,
                          labeled: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
     """Per receiver (in layout order), the global columns of S it gets (DESIGN §5.5): its labeled
     rows, or with `labeled=None` (hide_label_mask) all its rows. InvalidInput if nobody has a label."""
-    out = {}
+    out, wanted = {}, set(receivers)
     for p in layout.parties:
-        if p in set(receivers):
+        if p in wanted:
             rows = layout.rows(p)
             local = np.arange(rows.stop - rows.start) if labeled is None else _check_local(labeled.get(p), rows, p)
             out[p] = rows.start + local

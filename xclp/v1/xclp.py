@@ -50,6 +50,12 @@ SOLVE_COLUMNS = 256
 INFLUENCE_PIECE_BYTES = 4 << 20
 
 
+def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
+    """A party's own k nearest rows on the wire (DESIGN §10.1): uint32[n_j, min(k, n_j − 1), 2] of
+    (own row number, Hamming distance)."""
+    return (n_rows, max(0, min(k, n_rows - 1)), 2)
+
+
 def influence_piece_columns(n_rows: int) -> int:
     """Columns of one influence piece over `n_rows` graph rows: float64[n, c] within the piece size."""
     return max(1, INFLUENCE_PIECE_BYTES // (8 * max(n_rows, 1)))
