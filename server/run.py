@@ -170,9 +170,9 @@ class Run:
                 raise ProtocolError(f"party {sender!r} is not a participant of step {step.wire!r} round {step.attempt}")
             if msg.recipient:  # a peer's message, relayed unread
                 phase.check_relay(step, sender, msg.recipient, msg.payload)
-                step.check_relay(sender, msg.recipient)
+                step.check_relay(sender, msg.recipient, phase.relay_limit(step, sender, msg.recipient))
                 self.post.relay(sender, msg)
-                step.relays.add((sender, msg.recipient))
+                step.relays[(sender, msg.recipient)] += 1
                 step.bytes_relayed += msg.nbytes
                 step.largest = max(step.largest, msg.nbytes)
                 return
@@ -181,10 +181,12 @@ class Run:
             phase.accept(step, sender, msg.payload)
             if self.observer is not None:
                 self.observer(self.config.job_id, step.wire, step.attempt, sender, msg.payload)
-            step.received[sender] = msg.payload
-            step.pending.discard(sender)
             step.bytes_in += msg.nbytes
             step.largest = max(step.largest, msg.nbytes)
+            if phase.owes(step, sender):  # a piece: more to come from this sender
+                return
+            step.received[sender] = msg.payload
+            step.pending.discard(sender)
             if not step.pending:
                 self.end_step(step)
                 phase.on_step_complete(step)

@@ -5,15 +5,20 @@ moves payloads (dtypes and shapes as in server/jobs/xclp.py). Heavy Paillier wor
 context's executor (client/workers.py). SecureRowSums is the party's masked-sum phase
 (client/phases/masked_sum.py), which keeps the party's own masked rows back.
 
-SecureHamming restarts (a peer dropped): roles stay as drawn in the first attempt, and this party
-re-sends what it already computed (its encrypted slices, its evaluation and masks R for a pair,
-its decrypted t) — the same bytes, so a restart reveals nothing new and costs no new Paillier work.
+SecureHamming streams (DESIGN §10.1, xclp.v1.secure_hamming_wire): as B this party evaluates A's
+slices one piece of A's batches at a time, a bounded window ahead of A's acknowledgements, and
+sends the coordinator only a mask seed per pair; as A it decrypts each piece as it arrives and sends
+its t on. Neither side keeps a pair's ciphertexts, t or masks beyond the pieces in flight.
+A restart (a peer dropped) starts every pair of the rest again with fresh seeds (roles stay as drawn
+in the first attempt; A's encrypted slices are kept and sent again): the coordinator keeps no
+per-pair state, so the pairs' Paillier work is done again.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sized
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -27,11 +32,22 @@ from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
-from xclp.crypto.secure_hamming import SlotLayout
+from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
 from xclp.errors import InvalidInput, ProtocolError, XclpError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
+from xclp.v1.secure_hamming_wire import (
+    MAX_IN_FLIGHT,
+    HammingUpload,
+    Piece,
+    Relay,
+    Upload,
+    frame_relay,
+    open_relay,
+    piece_values,
+    pieces,
+)
 from xclp.v1.xclp import (
     GRAPH_MSG,
     HAMMING_STEP,
@@ -52,6 +68,29 @@ T = TypeVar("T")
 RELAY_SLACK_BYTES = 4096  # a sealed relay's header and AEAD nonce and tag
 
 
+@dataclass
+class _AsA:
+    """A pair where this party is A: B's pieces arrive in order; `received` of them decrypted and sent on."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    index: int  # the pair's position in the pairs message
+    received: int = 0
+
+
+@dataclass
+class _AsB:
+    """A pair where this party is B: A's slices, then pieces evaluated (`sent`) ahead of A's acknowledgements."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    index: int
+    seed: bytes  # the pair's mask seed, sent to the coordinator only
+    slices: EncryptedSlices | None = None
+    sent: int = 0
+    acked: int = 0
+
+
 class XclpParty(PartyJob):
     """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
 
@@ -69,10 +108,11 @@ class XclpParty(PartyJob):
         self.pairs: tuple[PairTask, ...] = ()
         self.hamming_attempt: int | None = None
         self.hamming_members: tuple[str, ...] = ()
-        self.slices: bytes | None = None
-        self.evaluated: dict[str, tuple[bytes, np.ndarray]] = {}  # by B: (evaluation, R)
-        self.t: dict[str, np.ndarray] = {}  # by A: uint8[⌈n_A/K⌉·n_B, |N|/8]
-        self.hamming_pushed = False
+        self.slices: bytes | None = None  # this party's encrypted bit slices, sent to each B of every attempt
+        self.as_a: dict[str, _AsA] = {}  # this attempt's pairs where it is A, by B
+        self.as_b: dict[str, _AsB] = {}  # ... and where it is B, by A
+        self.hamming_pushed = False  # every pair of the attempt done here
+        self.hamming_started = time.monotonic()
         self.zbar: np.ndarray | None = None  # Z̄ once every influence column is in
         self.influence: steps.InfluenceScores | None = None
         self.started = time.monotonic()
@@ -157,9 +197,9 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
         if step != HAMMING_STEP or sender not in self.sizes or sender == self.party_id:
             raise ProtocolError(f"{sender!r} sent a {step!r} message, which peers never send")
-        # A's bit slices (⌈n_A/K⌉·L ciphertexts) or B's evaluation (⌈n_A/K⌉·n_B), 2|N|/8 bytes each
+        # A's bit slices (⌈n_A/K⌉·L ciphertexts) or one piece of B's evaluation, 2|N|/8 bytes each
         peer = SlotLayout(self.params.key_bits, L)
-        ciphertexts = max(peer.batches(self.sizes[sender]) * L, peer.batches(n_self) * self.sizes[sender])
+        ciphertexts = max(peer.batches(self.sizes[sender]) * L, piece_values(peer))
         return ciphertexts * 2 * peer.value_bytes + RELAY_SLACK_BYTES
 
     # --- layout ------------------------------------------------------------------------------
@@ -227,48 +267,124 @@ class XclpParty(PartyJob):
     # --- SecureHamming (DESIGN §5.3) ----------------------------------------------------------
 
     def _start_hamming(self, attempt: int, members: tuple[str, ...]) -> None:
+        """A new attempt: every pair of this party among `members` starts from its first piece.
+
+        As B this party draws a fresh mask seed per pair and sends it to the coordinator first; as
+        A it sends its encrypted bit slices (encrypted once, for every attempt) to each B."""
         codes = self._need(self.codes, "LSH codes")
         self._need(self.pairs, "the SecureHamming pairs")
         self.hamming_attempt, self.hamming_members, self.hamming_pushed = attempt, members, False
+        self.hamming_started = time.monotonic()
         mine = self._my_pairs()
-        as_a = [t for t in mine if t.a == self.party_id]
-        self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(as_a)} "
-                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)})")
-        if as_a:
+        index = {task: i for i, task in enumerate(self.pairs)}
+        layout = SlotLayout(self.params.key_bits, self.params.lsh_bits)
+        self.as_a = {t.b: _AsA(t, pieces(layout, self.sizes[t.a], self.sizes[t.b]), index[t])
+                     for t in mine if t.a == self.party_id}
+        self.as_b = {t.a: _AsB(t, pieces(layout, self.sizes[t.a], self.sizes[t.b]), index[t], draw_mask_seed())
+                     for t in mine if t.b == self.party_id}
+        count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
+        self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
+                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces")
+        for pair in self.as_b.values():  # the seeds first: the coordinator unmasks A's t with them
+            self._push(HammingUpload(Upload.SEED, pair.index, 0, pair.seed).to_array(), HAMMING_STEP, attempt)
+        if self.as_a:
             if self.slices is None:
                 t0 = time.monotonic()
                 self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
-            for task in as_a:
-                self._push(self._seal(self.slices, attempt, task.b), HAMMING_STEP, attempt, recipient=task.b)
-        self._maybe_push_hamming()
+            for peer in self.as_a:
+                self._relay(Relay.SLICES, 0, self.slices, peer)
+        self._maybe_done()
 
     def _from_peer(self, message: wire.Message) -> None:
         if message.round != self.hamming_attempt or message.sender not in self.hamming_members:
             return  # a message of an abandoned attempt
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
-        task = self._pair_with(message.sender)
-        payload = self._open(message.payload, message.round, message.sender)  # DESIGN §2.2: from that peer, for us
-        L = self.params.lsh_bits
-        if task.b == self.party_id:  # we are B: evaluate A's slices (or re-send the evaluation)
-            if task.a not in self.evaluated:
-                t0 = time.monotonic()
-                a_key = self._peer_key(task.a)
-                self.evaluated[task.a] = steps.hamming_evaluate(a_key, payload, self._need(self.codes, "LSH codes"), L,
-                                                                self.sizes[task.a], self.ctx.executor)
-                self.progress(f"SecureHamming pair {task.a}->{task.b}: evaluated {self.X.shape[0]} x "
-                              f"{self.sizes[task.a]} distances in {time.monotonic() - t0:.1f}s")
-            self._push(self._seal(self.evaluated[task.a][0], message.round, task.a), HAMMING_STEP, message.round,
-                       recipient=task.a)
-        else:  # we are A: decrypt B's evaluation into t = (packed H + R) mod N
-            if task.b not in self.t:
-                t0 = time.monotonic()
-                self.t[task.b] = steps.hamming_decrypt(self.keypair, payload, L, self.X.shape[0],
-                                                       self.sizes[task.b], self.ctx.executor)
-                self.progress(f"SecureHamming pair {task.a}->{task.b}: decrypted in {time.monotonic() - t0:.1f}s")
-        self._maybe_push_hamming()
+        self._pair_with(message.sender)
+        # DESIGN §2.2: from that peer, for us, this attempt; kind and index authenticated with it
+        kind, index, body = open_relay(self._open(message.payload, message.round, message.sender))
+        if message.sender in self.as_b:
+            self._as_b(self.as_b[message.sender], kind, index, body)
+        else:
+            self._as_a(self.as_a[message.sender], kind, index, body)
+        self._maybe_done()
+
+    def _as_b(self, pair: _AsB, kind: Relay, index: int, body: bytes) -> None:
+        """A's slices (first), then A's acknowledgements in piece order; evaluate what the window allows."""
+        if pair.slices is None:
+            if kind != Relay.SLICES:
+                raise ProtocolError(f"{pair.task.a!r} sent a {kind.name} before its bit slices")
+            pair.slices = steps.received_slices(self._peer_key(pair.task.a), body, self.params.lsh_bits,
+                                                self.sizes[pair.task.a])
+        elif kind != Relay.ACK or index != pair.acked or index >= pair.sent:
+            raise ProtocolError(f"{pair.task.a!r} sent {kind.name} {index} where acknowledgement {pair.acked} of "
+                                f"{pair.sent} sent pieces was due: dropped, replayed or reordered on the way")
+        else:
+            pair.acked += 1
+        self._evaluate(pair)
+
+    def _evaluate(self, pair: _AsB) -> None:
+        """Evaluate and send the next pieces: up to the window ahead of A's acknowledgements, in waves
+        that keep every worker busy (a wave waits for enough acknowledgements unless none is out)."""
+        workers, window = self._workers(), self._window()
+        while pair.sent < len(pair.pieces):
+            free, left = window - (pair.sent - pair.acked), len(pair.pieces) - pair.sent
+            wave = min(free, left)
+            if wave <= 0 or (wave < min(workers, left) and pair.sent > pair.acked):
+                return
+            codes = self._need(self.codes, "LSH codes")
+            todo = pair.pieces[pair.sent : pair.sent + wave]
+            if len(todo[0].rows) < len(codes):  # slices of B's rows: one batch per wave
+                todo = tuple(p for p in todo if p.batches == todo[0].batches)
+            assert pair.slices is not None
+            # the wave at once: its batches (all rows), or one batch's consecutive row slices
+            batches = range(todo[0].batches.start, todo[-1].batches.stop)
+            rows = range(todo[0].rows.start, todo[-1].rows.stop) if len(batches) == 1 else range(len(codes))
+            out = steps.evaluate_piece(self._peer_key(pair.task.a), pair.slices, codes, batches, rows, pair.seed,
+                                       self.ctx.executor, split=-(-workers // len(batches)))
+            at, size = 0, 2 * self.params.key_bits // 8  # bytes of one D
+            for piece in todo:
+                self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)
+                at += piece.values * size
+                pair.sent += 1
+            self._tell_progress(pair.task, pair.sent, len(pair.pieces), "evaluated")
+
+    def _as_a(self, pair: _AsA, kind: Relay, index: int, body: bytes) -> None:
+        """B's pieces in order: decrypt each into t for the coordinator, then acknowledge it to B."""
+        if kind != Relay.PIECE or index != pair.received or index >= len(pair.pieces):
+            raise ProtocolError(f"{pair.task.b!r} sent {kind.name} {index} where piece {pair.received} of "
+                                f"{len(pair.pieces)} was due: dropped, replayed or reordered on the way")
+        t = steps.decrypt_piece(self.keypair, body, pair.pieces[index].values, self.ctx.executor)
+        attempt = self._need(self.hamming_attempt, "the SecureHamming step")
+        self._push(HammingUpload(Upload.T, pair.index, index, t).to_array(), HAMMING_STEP, attempt)
+        pair.received += 1
+        if pair.received < len(pair.pieces):  # B needs no word about the last one
+            self._relay(Relay.ACK, index, b"", pair.task.b)
+        self._tell_progress(pair.task, pair.received, len(pair.pieces), "decrypted")
+
+    def _tell_progress(self, task: PairTask, done: int, total: int, what: str) -> None:
+        """A progress line per pair now and then (every tenth of it, and at its end), with an ETA."""
+        step = max(1, total // 10)
+        if done % step and done != total:
+            return
+        elapsed = time.monotonic() - self.hamming_started
+        eta = f", about {elapsed * (total - done) / done:.0f}s left" if done < total else ""
+        self.progress(f"SecureHamming pair {task.a}->{task.b}: {what} {done}/{total} pieces "
+                      f"({elapsed:.1f}s{eta})")
+
+    def _workers(self) -> int:
+        executor = self.ctx.executor
+        return max(1, int(getattr(executor, "_max_workers", 1))) if executor is not None else 1
+
+    def _window(self) -> int:
+        """Pieces of a pair B keeps sent and unacknowledged: enough for two waves, within the coordinator's bound."""
+        return max(1, min(MAX_IN_FLIGHT, 2 * self._workers()))
+
+    def _relay(self, kind: Relay, index: int, body: bytes, peer: str) -> None:
+        attempt = self._need(self.hamming_attempt, "the SecureHamming step")
+        self._push(self._seal(frame_relay(kind, index, body), attempt, peer), HAMMING_STEP, attempt, recipient=peer)
 
     def _relay_key(self, attempt: int, sender: str, recipient: str) -> tuple[bytes, bytes]:
         """(key, AAD) sealing a SecureHamming relay from `sender` to `recipient` (DESIGN §2.2): a pairwise
@@ -294,28 +410,15 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"a SecureHamming message said to come from {sender!r} does not open: forged, "
                                 "replayed or redirected on the way") from None
 
-    def _maybe_push_hamming(self) -> None:
-        """Once every pair of this attempt has its part here: t (as A) and R (as B), in pair order.
-
-        Each part is uint8[⌈n_A/K⌉·n_B, |N|/8] (one value mod N per ciphertext D); all pairs use
-        keys of the job's key_bits, so the parts stack into one uint8[m, key_bits/8] payload.
-        """
+    def _maybe_done(self) -> None:
+        """Every pair of this attempt is done here: all pieces evaluated (as B) and decrypted (as A)."""
         if self.hamming_pushed or self.hamming_attempt is None:
             return
-        parts = []
-        for task in self._my_pairs():
-            if task.a == self.party_id:
-                part = self.t.get(task.b)
-            else:
-                part = self.evaluated[task.a][1] if task.a in self.evaluated else None
-            if part is None:
-                return
-            parts.append(np.ascontiguousarray(part, dtype=np.uint8))
-        width = self.params.key_bits // 8
-        rows = np.concatenate(parts) if parts else np.zeros((0, width), dtype=np.uint8)
-        self._push(rows, HAMMING_STEP, self.hamming_attempt)
+        if any(p.received < len(p.pieces) for p in self.as_a.values()) or \
+                any(p.sent < len(p.pieces) for p in self.as_b.values()):
+            return
         self.hamming_pushed = True
-        self.progress(f"SecureHamming done: {len(parts)} pairs ({self._elapsed()})")
+        self.progress(f"SecureHamming done: {len(self.as_a) + len(self.as_b)} pairs ({self._elapsed()})")
 
     def _my_pairs(self) -> tuple[PairTask, ...]:
         return parts_of(self.pairs, self.party_id, self.hamming_members)

@@ -38,8 +38,11 @@ from xclp.crypto.secure_hamming import (
     EvaluatedDistances,
     SlotLayout,
     decrypt,
+    decrypt_ciphertexts,
     encrypt_bit_slices,
     evaluate,
+    evaluate_batches,
+    masks_from_seed,
 )
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.graph import GraphParams
@@ -60,6 +63,9 @@ __all__ = [
     "hamming_decrypt",
     "hamming_encrypt",
     "hamming_evaluate",
+    "decrypt_piece",
+    "evaluate_piece",
+    "received_slices",
     "own_nearest",
     "labeled_rows",
     "local_scores",
@@ -125,12 +131,7 @@ def hamming_evaluate(
 
     `slices` is untrusted input from A: parsing validates its size against n_A, L and A's modulus.
     """
-    layout = slot_layout(a_public, lsh_bits)
-    received = EncryptedSlices.from_bytes(slices)
-    if received.layout != layout or received.n_A != n_a:
-        raise ProtocolError(
-            f"A's bit slices declare {received.layout}, n_A={received.n_A}; expected {layout}, n_A={n_a}"
-        )
+    received = received_slices(a_public, slices, lsh_bits, n_a)
     evaluated, masks = evaluate(a_public, received, codes, executor=executor)
     return evaluated.to_bytes(), masks.to_array()
 
@@ -144,6 +145,39 @@ def hamming_decrypt(
     if received.n_B != n_b:
         raise ProtocolError(f"B evaluated {received.n_B} vectors but has {n_b} rows")
     return decrypt(keypair, received, layout, n_a, executor).to_array()  # checks layout and n_A
+
+
+def received_slices(a_public: PaillierPublicKey, slices: bytes, lsh_bits: int, n_a: int) -> EncryptedSlices:
+    """Side B: A's bit slices parsed from untrusted bytes, checked against n_A, L and A's modulus."""
+    layout = slot_layout(a_public, lsh_bits)
+    received = EncryptedSlices.from_bytes(slices)
+    if received.layout != layout or received.n_A != n_a:
+        raise ProtocolError(
+            f"A's bit slices declare {received.layout}, n_A={received.n_A}; expected {layout}, n_A={n_a}"
+        )
+    return received
+
+
+def evaluate_piece(a_public: PaillierPublicKey, slices: EncryptedSlices, codes: np.ndarray, batches: range,
+                   rows: range, seed: bytes, executor: Executor | None = None, *, split: int = 1) -> bytes:
+    """Side B, pieces of the streamed SecureHamming (DESIGN §10.1): D for A's `batches` and B's
+    `rows`, masked with the pair's seeded masks (D(g, x) takes mask g·n_B + x), as bytes for A,
+    batch-major. `rows` is all of B's rows, or `batches` is one batch."""
+    n_b = len(codes)
+    if len(batches) > 1 and len(rows) != n_b:
+        raise InvalidInput("a piece of several batches covers all of B's rows")
+    masks = masks_from_seed(seed, int(a_public.n), batches.start * n_b + rows.start, len(batches) * len(rows))
+    return evaluate_batches(a_public, slices, codes[rows.start : rows.stop], batches, masks, executor, split=split)
+
+
+def decrypt_piece(keypair: PaillierKeypair, ciphertexts: bytes, count: int, executor: Executor | None = None) -> bytes:
+    """Side A, one piece: t = (packed H + R) mod N of each of B's `count` ciphertexts, |N|/8 bytes
+    each, for the coordinator. ProtocolError if B sent another number of ciphertexts."""
+    size = 2 * keypair.public.modulus_bits // 8
+    if len(ciphertexts) != count * size:
+        raise ProtocolError(f"a SecureHamming piece must carry {count} ciphertexts of {size} bytes, got "
+                            f"{len(ciphertexts)} bytes")
+    return decrypt_ciphertexts(keypair, ciphertexts, executor).data
 
 
 def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:

@@ -26,11 +26,19 @@ from xclp.crypto.secure_hamming.layout import (
     SlotLayout,
     code_bits,
 )
-from xclp.crypto.secure_hamming.role_a import decrypt, encrypt_bit_slices
-from xclp.crypto.secure_hamming.role_b import choose_group_bits, draw_masks, evaluate, occupied_ones
+from xclp.crypto.secure_hamming.masks import MASK_SEED_BYTES, draw_mask_seed, masks_from_seed
+from xclp.crypto.secure_hamming.role_a import decrypt, decrypt_ciphertexts, encrypt_bit_slices
+from xclp.crypto.secure_hamming.role_b import (
+    choose_group_bits,
+    draw_masks,
+    evaluate,
+    evaluate_batches,
+    occupied_ones,
+)
 from xclp.crypto.secure_hamming.unmask import unmask_distances
 
 __all__ = [
+    "MASK_SEED_BYTES",
     "EncryptedSlices",
     "EvaluatedDistances",
     "Residues",
@@ -38,9 +46,13 @@ __all__ = [
     "choose_group_bits",
     "code_bits",
     "decrypt",
+    "decrypt_ciphertexts",
+    "draw_mask_seed",
     "draw_masks",
     "encrypt_bit_slices",
     "evaluate",
+    "evaluate_batches",
+    "masks_from_seed",
     "occupied_ones",
     "unmask_distances",
 ]

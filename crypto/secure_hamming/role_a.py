@@ -82,9 +82,27 @@ def encrypt_bit_slices(
 # ---- decrypt --------------------------------------------------------
 
 
+_DECRYPT_VALUES = 256  # ciphertexts per decryption task: fine enough to keep every worker busy on one piece
+
+
 def _decrypt_chunk(secret: tuple[int, int, int, int], data: bytes) -> list[mpz]:
     keypair = _keypair(*secret)
     return [keypair.decrypt(c) for c in parse_ciphertexts(data, keypair.public)]
+
+
+def decrypt_ciphertexts(keypair: PaillierKeypair, ciphertexts: bytes, executor: Executor | None = None) -> Residues:
+    """Role A: CRT-decrypt fixed-width ciphertexts (B's D, any number of them) into t, in order.
+
+    Tasks of `_DECRYPT_VALUES` ciphertexts, so one piece of the streamed SecureHamming spreads over
+    every worker. A does not unpack: t is uniform in [0, N) and tells A nothing (module docstring).
+    """
+    size = 2 * keypair.public.modulus_bits // 8
+    if len(ciphertexts) % size:
+        raise ProtocolError(f"{len(ciphertexts)} bytes are not a whole number of {size}-byte ciphertexts")
+    step = size * _DECRYPT_VALUES
+    tasks = [(_secret_state(keypair), ciphertexts[i : i + step]) for i in range(0, len(ciphertexts), step)]
+    t = [m for part in run_tasks(_decrypt_chunk, tasks, executor) for m in part]  # each < N (decryption)
+    return Residues.from_ints(t, keypair.public.modulus_bits)
 
 
 def decrypt(
@@ -103,6 +121,4 @@ def decrypt(
     if layout.modulus_bits != keypair.public.modulus_bits:
         raise InvalidInput(f"layout is for a {layout.modulus_bits}-bit modulus, key has {keypair.public.modulus_bits} "
                            f"bits")
-    tasks = [(_secret_state(keypair), evaluated.batch(g)) for g in range(layout.batches(n_A))]
-    t = [m for part in run_tasks(_decrypt_chunk, tasks, executor) for m in part]  # each < N (decryption)
-    return Residues.from_ints(t, layout.modulus_bits)
+    return decrypt_ciphertexts(keypair, evaluated.ciphertexts, executor)

@@ -123,6 +123,64 @@ def occupied_ones(layout: SlotLayout, n_A: int, g: int) -> int:
     return sum(1 << (layout.width * s) for s in range(occupied))
 
 
+def _patterns(bits: np.ndarray, L: int, g_bits: int) -> np.ndarray:
+    """uint16[n_B, groups]: each vector's bit pattern in each group of g_bits, the index into that group's table."""
+    n_B = len(bits)
+    groups = -(-L // g_bits)
+    padded = np.zeros((n_B, groups * g_bits), dtype=np.int64)
+    padded[:, :L] = bits
+    powers = np.int64(1) << np.arange(g_bits, dtype=np.int64)
+    return (padded.reshape(n_B, groups, g_bits) @ powers).astype(np.uint16)
+
+
+def evaluate_batches(
+    public: PaillierPublicKey,
+    slices: EncryptedSlices,
+    codes_B: np.ndarray,
+    batches: range,
+    masks: list[int],
+    executor: Executor | None = None,
+    *,
+    split: int = 1,
+    group_bits: int | None = None,
+    window: int = DEFAULT_WINDOW,
+) -> bytes:
+    """Role B on A's batches `batches` only: the ciphertexts D, batch-major (index (g − batches.start)·n_B + x),
+    as fixed-width bytes; masks[i] is the mask R of the i-th of them.
+
+    One task per batch, its rows cut into `split` parts (each part builds the batch's tables once
+    more: only worth it when there are fewer batches than workers). The streamed SecureHamming
+    (client/jobs/xclp.py) evaluates one piece of batches at a time with this.
+    """
+    layout = slices.layout
+    if layout.modulus_bits != public.modulus_bits:
+        raise ProtocolError(f"bit slices are for a {layout.modulus_bits}-bit modulus, A's key has "
+                            f"{public.modulus_bits} bits")
+    n_A = slices.n_A
+    if batches.step != 1 or batches.start < 0 or batches.stop > layout.batches(n_A) or len(batches) < 1:
+        raise InvalidInput(f"batches {batches.start}..{batches.stop} are not a range of A's {layout.batches(n_A)}")
+    bits = code_bits(codes_B, layout.L, "codes_B")
+    n_B = len(bits)
+    if len(masks) != len(batches) * n_B:
+        raise InvalidInput(f"{len(batches)} batches of {n_B} vectors need {len(batches) * n_B} masks, got {len(masks)}")
+    parts = max(1, min(int(split), n_B))
+    cuts = [n_B * i // parts for i in range(parts + 1)]
+    g_bits = group_bits if group_bits is not None else choose_group_bits(layout.L, cuts[1] - cuts[0])
+    if not 1 <= g_bits <= 16:
+        raise InvalidInput(f"group_bits must be in [1, 16], got {g_bits}")
+    patterns = _patterns(bits, layout.L, g_bits)
+    weights = [int(w) for w in bits.sum(axis=1, dtype=np.int64)]
+    n = int(public.n)
+    state = (n, int(public.h_s), public.exponent_bits)
+    tasks = []
+    for i, g in enumerate(batches):
+        ones = occupied_ones(layout, n_A, g)
+        plaintexts = [(w * ones + r) % n for w, r in zip(weights, masks[i * n_B : (i + 1) * n_B])]
+        for lo, hi in zip(cuts, cuts[1:]):
+            tasks.append((state, window, slices.batch(g), patterns[lo:hi], g_bits, plaintexts[lo:hi], layout))
+    return b"".join(run_tasks(_evaluate_batch, tasks, executor))
+
+
 def evaluate(
     public: PaillierPublicKey,
     slices: EncryptedSlices,
@@ -136,31 +194,11 @@ def evaluate(
 
     The masks go to the coordinator, the EvaluatedDistances to A. |x| is added to occupied slots
     only, so the padding slots of A's last batch decrypt (after unmasking) to exactly 0 — which
-    the coordinator checks.
+    the coordinator checks. (The service streams the same in pieces with `evaluate_batches`.)
     """
     layout = slices.layout
-    if layout.modulus_bits != public.modulus_bits:
-        raise ProtocolError(f"bit slices are for a {layout.modulus_bits}-bit modulus, A's key has "
-                            f"{public.modulus_bits} bits")
-    bits = code_bits(codes_B, layout.L, "codes_B")
-    n_B, n_A = len(bits), slices.n_A
-    g_bits = group_bits if group_bits is not None else choose_group_bits(layout.L, n_B)
-    if not 1 <= g_bits <= 16:
-        raise InvalidInput(f"group_bits must be in [1, 16], got {g_bits}")
-    groups = -(-layout.L // g_bits)
-    padded = np.zeros((n_B, groups * g_bits), dtype=np.int64)
-    padded[:, : layout.L] = bits
-    # uint16[n_B, groups]: x's bit pattern in each group, the index into that group's table
-    powers = np.int64(1) << np.arange(g_bits, dtype=np.int64)
-    patterns = (padded.reshape(n_B, groups, g_bits) @ powers).astype(np.uint16)
-    weights = [int(w) for w in bits.sum(axis=1, dtype=np.int64)]
-    n_batches, n = layout.batches(n_A), int(public.n)
-    masks = draw_masks(n_batches * n_B, n)  # batch-major, like D
-    state = (n, int(public.h_s), public.exponent_bits)
-    tasks = []
-    for g in range(n_batches):
-        ones = occupied_ones(layout, n_A, g)
-        plaintexts = [(w * ones + r) % n for w, r in zip(weights, masks[g * n_B : (g + 1) * n_B])]
-        tasks.append((state, window, slices.batch(g), patterns, g_bits, plaintexts, layout))
-    out = b"".join(run_tasks(_evaluate_batch, tasks, executor))
-    return EvaluatedDistances(layout, n_A, n_B, out), Residues.from_ints(masks, layout.modulus_bits)
+    n_B = len(code_bits(codes_B, layout.L, "codes_B"))
+    masks = draw_masks(layout.values(slices.n_A, n_B), int(public.n))  # batch-major, like D
+    out = evaluate_batches(public, slices, codes_B, range(layout.batches(slices.n_A)), masks, executor,
+                           group_bits=group_bits, window=window)
+    return EvaluatedDistances(layout, slices.n_A, n_B, out), Residues.from_ints(masks, layout.modulus_bits)

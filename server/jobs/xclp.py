@@ -7,11 +7,13 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
     intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
                                            (row, distance) per row, never the n_j × n_j block (§10.1)
     coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
-    secure_hamming       A -> B (relayed)  bytes: encrypted bit slices of A's codes     (§5.3)
-                         B -> A (relayed)  bytes: evaluated ciphertexts
-                         j -> coordinator  uint8[Σ ⌈n_A/K⌉·n_B over j's pairs, |N|/8]: t of the
-                                           pairs where j is A, masks R of the pairs where j is B,
-                                           in pair order; one big-endian value mod N per ciphertext
+    secure_hamming       streamed per pair in pieces of A's batches (§10.1, xclp.v1.secure_hamming_wire):
+                         A -> B (relayed)  sealed bytes: encrypted bit slices of A's codes; then an
+                                           acknowledgement per piece
+                         B -> coordinator  uint8[16 + 32]: the pair's mask seed (B's masks R derive from it)
+                         B -> A (relayed)  sealed bytes: the evaluated ciphertexts of one piece
+                         A -> coordinator  uint8[16 + |piece|·|N|/8]: t of one piece, one big-endian
+                                           value mod N per ciphertext
     labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
     coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
     coordinator -> j     "influence"       float64[n, c] pieces of ≤ 4 MiB, in j's column order, making up
@@ -21,13 +23,13 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
     coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 
 The coordinator never holds H (DESIGN §10.1): it folds each party's own nearest rows and each
-pair's unmasked block, as soon as both halves of the pair are in, into per-row top-k candidates
+piece of each pair, unmasked as A's t of it arrives, into per-row top-k candidates
 (`steps.NeighbourGraph`), and builds the graph from those.
 
 Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
-intra_hamming is as if it never joined; in secure_hamming its rows leave the graph (folded again
-among the others) and the step restarts among the others (roles stay as first drawn; parties re-send what they already
-computed, so finished pairs cost no new Paillier work); in labeled_sets it shaped the graph but
+intra_hamming is as if it never joined; in secure_hamming its rows leave the graph and the step
+restarts among the others, every pair afresh (roles stay as first drawn; the coordinator keeps no
+per-pair state, so the pairs' Paillier work is done again); in labeled_sets it shaped the graph but
 brings and gets no labels; in rowsums the masked sum restarts without it (MaskedSum).
 
 `xclp_phases` is the whole protocol as a sub-program; the xclp job runs it once among all parties,
@@ -54,6 +56,14 @@ from xclp.server.phases.base import Phase, Program, Scope, Step
 from xclp.server.phases.masked_sum import MaskedSum, SumResult, ring_array
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
+from xclp.v1.secure_hamming_wire import (
+    MAX_IN_FLIGHT,
+    HammingUpload,
+    Piece,
+    Upload,
+    piece_values,
+    pieces,
+)
 from xclp.v1.xclp import (
     GRAPH_MSG,
     HAMMING_STEP,
@@ -69,7 +79,7 @@ from xclp.v1.xclp import (
     influence_piece_columns,
     own_neighbours_shape,
 )
-from xclp.v1.xclp_layout import PairTask, parts_of
+from xclp.v1.xclp_layout import PairTask
 
 if TYPE_CHECKING:
     from xclp.server.run import Run
@@ -212,8 +222,19 @@ class IntraHamming(Phase):
         _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.own)
 
 
+@dataclass
+class _PairStream:
+    """The coordinator's view of one pair in one attempt (xclp.v1.secure_hamming_wire)."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    seed: bytes | None = None  # B's mask seed
+    folded: int = 0  # pieces of t unmasked and folded, in order
+
+
 class SecureHamming(Phase):
-    """Paillier SecureHamming of every pair (DESIGN §5.3), each pair folded into the graph as it completes."""
+    """Paillier SecureHamming of every pair (DESIGN §5.3), streamed in pieces (§10.1): each piece is
+    unmasked with B's seeded masks and folded into the graph as A's t arrives, then dropped."""
 
     relays = True
 
@@ -221,9 +242,9 @@ class SecureHamming(Phase):
         super().__init__(scope)
         self.state = state
         self.attempt = 0
-        self.parts: dict[tuple[str, str, str], np.ndarray] = {}  # (a, b, "t"|"r") -> uint8[m, |N|/8], until folded
+        self.streams: dict[int, _PairStream] = {}  # by the pair's position in state.pairs
         self.graph: steps.NeighbourGraph | None = None
-        self.error: str | None = None  # a pair's values were malformed: the step fails once it is over
+        self.error: str | None = None  # a piece's values were malformed: the step fails once it is over
 
     def start(self) -> None:
         state = self.state
@@ -232,7 +253,10 @@ class SecureHamming(Phase):
             position = {p: i for i, p in enumerate(state.roster)}
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
-        self.parts, self.error = {}, None
+        members = set(state.membership.graph)
+        self.streams = {i: _PairStream(t, pieces(state.layout, state.sizes[t.a], state.sizes[t.b]))
+                        for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
+        self.error = None
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
         try:  # every attempt folds afresh: a lost party's rows may have pushed others' candidates out
             self.graph = steps.NeighbourGraph(layout, state.own, state.params.lsh_bits, state.params.graph_params)
@@ -242,49 +266,64 @@ class SecureHamming(Phase):
         self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
-        """Generous upper bounds from the row counts and the slot layout (DESIGN §5 payloads)."""
+        """Bounds from the row counts and the slot layout: slices, one piece, an acknowledgement."""
         sizes, layout = self.state.sizes, self.state.layout
         n_j = sizes.get(sender, 0)
-        if recipient:  # slices: batches(n_A)·L, evaluations: batches(n_A)·n_B
-            peer = sizes.get(recipient, 0)
-            return 64 + 2 * layout.value_bytes * max(layout.batches(n_j) * layout.L, layout.batches(peer) * n_j,
-                                                     layout.batches(n_j) * peer)
-        return layout.value_bytes * sum(layout.values(sizes[t.a], sizes[t.b])
-                                        for t in self.state.pairs if sender in (t.a, t.b))
+        if recipient:  # slices: batches(n_A)·L ciphertexts; a piece: at most piece_values
+            return 4096 + 2 * layout.value_bytes * max(layout.batches(n_j) * layout.L, piece_values(layout))
+        return HammingUpload.limit(layout)
+
+    def relay_limit(self, step: Step, sender: str, recipient: str) -> int:
+        """A to B: the slices and an acknowledgement per piece but the last; B to A: its pieces, at most
+        MAX_IN_FLIGHT ahead of A's acknowledgements (so what waits here for A stays bounded)."""
+        stream = self._stream(sender, recipient)
+        if sender == stream.task.a:
+            return len(stream.pieces)
+        acked = max(0, step.relays[(recipient, sender)] - 1)
+        return min(len(stream.pieces), acked + MAX_IN_FLIGHT)
 
     def check_relay(self, step: Step, sender: str, recipient: str, payload: wire.Payload) -> None:
-        """Slices go from A to B, evaluations from B to A (DESIGN §5.3); once per attempt: the run."""
-        pairs = {(t.a, t.b) for t in self.state.pairs} | {(t.b, t.a) for t in self.state.pairs}
-        if (sender, recipient) not in pairs:
-            raise InvalidInput(f"{sender!r} and {recipient!r} are not a SecureHamming pair")
+        """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3)."""
+        self._stream(sender, recipient)
         if not isinstance(payload, bytes):
             raise InvalidInput("SecureHamming ciphertexts travel as opaque bytes")
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        layout, sizes = self.state.layout, self.state.sizes
-        parts = [(t, layout.values(sizes[t.a], sizes[t.b]))
-                 for t in parts_of(self.state.pairs, sender, step.participants)]
-        rows = ring_array(payload, np.dtype(np.uint8), (sum(size for _, size in parts), layout.value_bytes),
-                          f"the secure_hamming values of {sender!r}")
-        start = 0
-        for task, size in parts:
-            self.parts[(task.a, task.b, "t" if sender == task.a else "r")] = rows[start : start + size]
-            start += size
-            self._fold(task)
-
-    def _fold(self, task: PairTask) -> None:
-        """Both halves of the pair are in: unmask its block, fold it into the graph, drop it."""
-        state, graph = self.state, self.graph
-        t, r = self.parts.get((task.a, task.b, "t")), self.parts.get((task.a, task.b, "r"))
-        if t is None or r is None or graph is None or self.error is not None:
+        upload = HammingUpload.from_array(payload)
+        stream = self.streams.get(upload.pair)
+        if stream is None:
+            raise InvalidInput(f"pair {upload.pair} is not a SecureHamming pair of round {step.attempt}")
+        task, state = stream.task, self.state
+        if upload.kind == Upload.SEED:
+            if sender != task.b or stream.seed is not None:
+                raise InvalidInput(f"only B ({task.b!r}) sends the mask seed of pair ({task.a}, {task.b}), once")
+            stream.seed = upload.data
             return
-        del self.parts[(task.a, task.b, "t")], self.parts[(task.a, task.b, "r")]
+        if sender != task.a:
+            raise InvalidInput(f"only A ({task.a!r}) sends t of pair ({task.a}, {task.b})")
+        if stream.seed is None:
+            raise InvalidInput(f"t of pair ({task.a}, {task.b}) before B's mask seed")
+        if upload.piece != stream.folded or stream.folded >= len(stream.pieces):
+            raise InvalidInput(f"piece {upload.piece} of pair ({task.a}, {task.b}) where piece {stream.folded} of "
+                               f"{len(stream.pieces)} was due")
+        piece = stream.pieces[stream.folded]
+        stream.folded += 1
+        if self.error is not None or self.graph is None:
+            return
+        n_a, n_b = state.sizes[task.a], state.sizes[task.b]
         try:
-            block = steps.cross_block(t, r, state.moduli[task.a], state.sizes[task.a], state.sizes[task.b],
+            block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
                                       state.params.lsh_bits)
-            graph.fold_pair(task.a, task.b, block)
+            self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start, piece.rows.start, block)
+            if stream.folded == len(stream.pieces):
+                self.graph.pair_done(task.a, task.b)
         except XclpError as exc:  # out-of-range distances: nothing a restart would fix
             self.error = str(exc)
+
+    def owes(self, step: Step, sender: str) -> bool:
+        """A party owes the seeds of its pairs as B and every piece of t of its pairs as A."""
+        return any((s.task.b == sender and s.seed is None) or (s.task.a == sender and s.folded < len(s.pieces))
+                   for s in self.streams.values())
 
     def on_step_complete(self, step: Step) -> None:
         state, graph = self.state, self.graph
@@ -311,23 +350,30 @@ class SecureHamming(Phase):
             self.fail(str(exc))
             return
         self.attempt += 1
-        self.start()  # among the rest; parties re-send what they have
+        self.start()  # among the rest, every pair afresh
 
     def blame(self, step: Step) -> set[str]:
-        """Only those who owe the next message, not those waiting for them."""
+        """Only those who owe the next message of an unfinished pair, not those waiting for them."""
         owes = dict.fromkeys(step.participants, False)
         waits = dict.fromkeys(step.participants, False)
-        for task in self._pairs(step):
-            if (task.a, task.b) not in step.relays:
-                owes[task.a], waits[task.b] = True, True
-            elif (task.b, task.a) not in step.relays:
-                owes[task.b], waits[task.a] = True, True
+        for s in self.streams.values():
+            a, b = s.task.a, s.task.b
+            if s.folded == len(s.pieces):
+                continue
+            if s.seed is None:
+                owes[b] = True
+            if step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded:  # A's slices, or a piece at A
+                owes[a], waits[b] = True, True
+            else:  # B's next piece
+                owes[b], waits[a] = True, True
         culprits = {p for p in step.pending if owes[p] or not waits[p]}
         return culprits or set(step.pending)
 
-    def _pairs(self, step: Step) -> tuple[PairTask, ...]:
-        members = set(step.participants)
-        return tuple(t for t in self.state.pairs if t.a in members and t.b in members)
+    def _stream(self, sender: str, recipient: str) -> _PairStream:
+        for s in self.streams.values():
+            if {s.task.a, s.task.b} == {sender, recipient}:
+                return s
+        raise InvalidInput(f"{sender!r} and {recipient!r} are not a SecureHamming pair")
 
 
 class LabeledSets(Phase):

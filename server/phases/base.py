@@ -20,6 +20,7 @@ in it, and what a missed deadline costs (leaving the job, or only the round).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -61,15 +62,16 @@ class Step:
     bytes_in: int = 0
     bytes_relayed: int = 0
     largest: int = 0  # the largest message of this step so far (bounds a late one, DESIGN §3)
-    relays: set[tuple[str, str]] = field(default_factory=set)  # (sender, recipient) relayed this attempt
+    relays: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, recipient): relays this attempt
     ended: bool = False  # complete, or abandoned for another step
 
-    def check_relay(self, sender: str, recipient: str) -> None:
-        """One relay per sender and recipient per attempt, to another participant."""
+    def check_relay(self, sender: str, recipient: str, limit: int = 1) -> None:
+        """At most `limit` relays per sender and recipient per attempt (the phase's), to another participant."""
         if recipient not in self.participants or recipient == sender:
             raise InvalidInput(f"recipient {recipient!r} is not another participant of step {self.wire!r}")
-        if (sender, recipient) in self.relays:
-            raise ResourceExhausted(f"{sender!r} already sent its {self.wire!r} message to {recipient!r} "
+        if self.relays[(sender, recipient)] >= limit:
+            raise ResourceExhausted(f"{sender!r} already sent its {self.wire!r} "
+                                    f"{'message' if limit == 1 else f'{limit} messages'} to {recipient!r} "
                                     f"in round {self.attempt}")
 
 
@@ -131,9 +133,18 @@ class Phase:
         if not self.relays:
             raise InvalidInput(f"step {step.wire!r} carries no peer-to-peer messages")
 
+    def relay_limit(self, step: Step, sender: str, recipient: str) -> int:
+        """How many messages `sender` may relay to `recipient` in one attempt of `step` (checked before each)."""
+        return 1
+
     def accept(self, step: Step, sender: str, payload: Payload) -> None:
         """Validate a contribution to `step` (raise InvalidInput); the run then records it."""
         raise InvalidInput(f"step {step.wire!r} takes no contributions")
+
+    def owes(self, step: Step, sender: str) -> bool:
+        """After `accept`: whether `sender` still owes more contributions to `step` (a phase that takes
+        its contributions in pieces says so; the run then neither keeps the piece nor marks it done)."""
+        return False
 
     def on_step_complete(self, step: Step) -> None:
         raise NotImplementedError

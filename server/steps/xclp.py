@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from xclp.crypto.secure_hamming import Residues, SlotLayout, unmask_distances
+from xclp.crypto.secure_hamming import Residues, SlotLayout, masks_from_seed, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
 from xclp.neighbours import TopK
+from xclp.v1.secure_hamming_wire import Piece
 from xclp.v1.xclp import own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
@@ -146,6 +147,27 @@ def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int
     return H.astype(hamming_dtype(lsh_bits))
 
 
+def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n_b: int,
+                lsh_bits: int) -> np.ndarray:
+    """One piece of a pair (DESIGN §10.1, xclp.v1.secure_hamming_wire): H[B's rows of the piece, A's
+    rows of its batches] from A's t of the piece and B's masks, regenerated from B's seed.
+
+    t: |N|/8-byte big-endian values, one per ciphertext D of the piece, batch-major. Refuses a
+    wrong size (InvalidInput) and what `unmask_distances` finds malformed (OutOfRange).
+    """
+    lsh_bits = check_lsh_bits(lsh_bits)
+    layout = SlotLayout(int(a_modulus).bit_length(), lsh_bits)
+    rows = piece.a_rows(layout, n_a)
+    r_a = rows.stop - rows.start
+    if r_a < 1 or layout.batches(r_a) != len(piece.batches) or len(t) != piece.values * layout.value_bytes:
+        raise InvalidInput(f"t of a piece of {len(piece.batches)} batches x {len(piece.rows)} rows must be "
+                           f"{piece.values} values of {layout.value_bytes} bytes, got {len(t)} bytes")
+    masks = masks_from_seed(seed, a_modulus, piece.first_mask(n_b), piece.values)
+    r = Residues.from_ints(masks, layout.modulus_bits)
+    H = unmask_distances(Residues(layout.modulus_bits, t), r, a_modulus, layout, r_a, len(piece.rows))
+    return H.astype(hamming_dtype(lsh_bits))
+
+
 class NeighbourGraph:
     """What the coordinator keeps of H (DESIGN §10.1): per row of `layout`, the k best candidates,
     from every party's own nearest rows and every pair's cross block, folded as they arrive."""
@@ -163,15 +185,33 @@ class NeighbourGraph:
 
     def fold_pair(self, a: str, b: str, block: np.ndarray) -> None:
         """One pair's distances H[b rows, a rows] (from `cross_block`), folded both ways, then dropped."""
-        if frozenset((a, b)) in self.pairs or a == b:
-            raise ProtocolError(f"more than one cross block for the pair ({a}, {b})")
         ra, rb = self.layout.rows(a), self.layout.rows(b)
         shape = (rb.stop - rb.start, ra.stop - ra.start)
         if block.shape != shape:
             raise InvalidInput(f"cross block ({a}, {b}) must have shape {shape}, got {block.shape}")
+        self.fold_piece(a, b, 0, 0, block)
+        self.pair_done(a, b)
+
+    def fold_piece(self, a: str, b: str, a_first: int, b_first: int, block: np.ndarray) -> None:
+        """A piece of a pair (DESIGN §10.1): H[b's rows b_first.., a's rows a_first..] (from
+        `cross_piece`), folded both ways, then dropped."""
+        if frozenset((a, b)) in self.pairs or a == b:
+            raise ProtocolError(f"the pair ({a}, {b}) is already folded")
+        ra, rb = self.layout.rows(a), self.layout.rows(b)
+        if block.ndim != 2 or min(a_first, b_first) < 0 or a_first + block.shape[1] > ra.stop - ra.start \
+                or b_first + block.shape[0] > rb.stop - rb.start:
+            raise InvalidInput(f"a piece of the pair ({a}, {b}) at rows ({b_first}, {a_first}) of shape {block.shape} "
+                               f"does not fit {b}'s {rb.stop - rb.start} x {a}'s {ra.stop - ra.start} rows")
         _check_range(block, self.lsh_bits, f"cross block ({a}, {b})")
-        self.top.fold_block(rb, ra, block)
-        self.top.fold_block(ra, rb, block.T)
+        part_a = slice(ra.start + a_first, ra.start + a_first + block.shape[1])
+        part_b = slice(rb.start + b_first, rb.start + b_first + block.shape[0])
+        self.top.fold_block(part_b, part_a, block)
+        self.top.fold_block(part_a, part_b, block.T)
+
+    def pair_done(self, a: str, b: str) -> None:
+        """Every piece of the pair is folded: `adjacency` may count it."""
+        if frozenset((a, b)) in self.pairs:
+            raise ProtocolError(f"the pair ({a}, {b}) is already folded")
         self.pairs.add(frozenset((a, b)))
 
     def adjacency(self) -> sp.csr_matrix:

@@ -228,7 +228,7 @@ def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evalua
     forged = EvaluatedDistances(slices.layout, 3, 2, slices.ciphertexts[: 2 * width]).to_bytes()
     with pytest.raises(ProtocolError, match="said to come from 'b' does not open"):
         a.on_message(Message("j", "secure_hamming", 0, "b", "a", forged))
-    assert a.t == {}  # nothing was decrypted
+    assert a.as_a["b"].received == 0  # nothing was decrypted
 
 
 @pytest.mark.parametrize("hide", [False, True], ids=["labeled-columns", "hidden-mask"])

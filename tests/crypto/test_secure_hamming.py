@@ -399,3 +399,65 @@ def test_bad_codes_are_refused(keypair) -> None:  # type: ignore[no-untyped-def]
     other = SlotLayout(2048, 100)
     with pytest.raises(InvalidInput, match="modulus"):
         encrypt_bit_slices(keypair, np.zeros((1, 2), dtype=np.uint64), other)
+
+
+# ---- B's masks from a seed (streamed SecureHamming, DESIGN §10.1) ---------------------------------
+
+
+def _bucket_pvalue(masks: list[int], modulus: int, buckets: int = 16) -> float:
+    from scipy import stats
+
+    counts = np.bincount([m * buckets // modulus for m in masks], minlength=buckets)
+    return float(stats.chisquare(counts).pvalue)
+
+
+def test_seeded_masks_are_below_N_the_same_piece_by_piece_and_uniform() -> None:
+    from xclp.crypto.secure_hamming import draw_mask_seed, masks_from_seed
+
+    modulus = 3 << 510  # 0.75 · 2^512: reducing a 512-bit value mod N without headroom is visibly biased
+    seed = draw_mask_seed()
+    whole = masks_from_seed(seed, modulus, 0, 4000)
+    assert all(0 <= m < modulus for m in whole)
+    assert masks_from_seed(seed, modulus, 1234, 700) == whole[1234:1934]  # any range on its own
+    assert masks_from_seed(draw_mask_seed(), modulus, 0, 10) != whole[:10]
+    assert _bucket_pvalue(whole, modulus) > 1e-4
+
+
+def test_the_uniformity_check_catches_masks_reduced_without_headroom(monkeypatch) -> None:
+    """The check above can fail: without the 128 extra bits, values below 2^512 − N come twice as often."""
+    import xclp.crypto.secure_hamming.masks as masks
+
+    monkeypatch.setattr(masks, "_EXTRA_BYTES", 0)
+    modulus = 3 << 510
+    assert _bucket_pvalue(masks.masks_from_seed(masks.draw_mask_seed(), modulus, 0, 4000), modulus) < 1e-12
+
+
+def test_seeded_masks_refuse_a_bad_seed_or_range() -> None:
+    from xclp.crypto.secure_hamming import masks_from_seed
+
+    with pytest.raises(InvalidInput, match="32 bytes"):
+        masks_from_seed(bytes(16), 101, 0, 1)
+    with pytest.raises(InvalidInput, match="non-negative range"):
+        masks_from_seed(bytes(32), 101, -1, 1)
+
+
+def test_evaluate_batches_piece_by_piece_equals_the_whole_evaluation(keypair) -> None:
+    """Pieces of A's batches, each masked with its own range of seeded masks, decrypt to the same
+    t as one evaluation of every batch with those masks: the streamed protocol computes the same."""
+    from xclp.crypto.secure_hamming import decrypt_ciphertexts, evaluate_batches, masks_from_seed
+
+    rng = np.random.default_rng(3)
+    L, n_a, n_b = 16, 450, 4  # K = 204 at |N| = 1024: three batches
+    layout = SlotLayout(keypair.public.modulus_bits, L)
+    codes_a, codes_b = (rng.integers(0, 1 << L, size=(n, 1), dtype=np.uint64) for n in (n_a, n_b))
+    slices = encrypt_bit_slices(keypair, codes_a, layout)
+    seed, n = bytes(range(32)), int(keypair.public.n)
+    total = layout.batches(n_a)
+    assert total >= 3
+    whole = decrypt_ciphertexts(keypair, evaluate_batches(keypair.public, slices, codes_b, range(total),
+                                                          masks_from_seed(seed, n, 0, total * n_b)))
+    pieces = b"".join(
+        decrypt_ciphertexts(keypair, evaluate_batches(keypair.public, slices, codes_b, range(g, g + 1),
+                                                      masks_from_seed(seed, n, g * n_b, n_b), split=2)).data
+        for g in range(total))
+    assert pieces == whole.data

@@ -193,12 +193,14 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
     ct = 2 * 512 // 8
     slots = (512 - 2) // math.ceil(math.log2(L + 1))  # K = ⌊(|N| − 2)/w⌋, w = ⌈log2(L+1)⌉ (crypto/secure_hamming.py)
     batches = math.ceil(N / slots)
-    # three pairs, each: a header + one slice ciphertext per (batch, bit), a header + one per (batch, B row),
-    # each relay sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, DESIGN §2.2)
-    relayed = 3 * (20 + batches * L * ct) + 3 * (24 + batches * N * ct) + 6 * (12 + 16)
+    # three pairs of one piece each (xclp.v1.secure_hamming_wire): the slices (a 20-byte header and one
+    # ciphertext per (batch, bit)) and the piece (one per (batch, B row)), each relay framed (5 bytes) and
+    # sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, DESIGN §2.2); no acknowledgement
+    relayed = 3 * (5 + 20 + batches * L * ct) + 3 * (5 + batches * N * ct) + 6 * (12 + 16)
     assert summary["steps"]["secure_hamming"]["bytes_relayed"] == relayed
-    # t and R per pair: one 512-bit value per ciphertext D
-    assert summary["steps"]["secure_hamming"]["bytes_in"] == 3 * 2 * batches * N * 512 // 8
+    # per pair B's mask seed and A's t, one 512-bit value per ciphertext D, each upload with a 16-byte header;
+    # never the masks R themselves (B's seed stands for them)
+    assert summary["steps"]["secure_hamming"]["bytes_in"] == 3 * (16 + 32) + 3 * (16 + batches * N * 512 // 8)
     assert summary["bytes_total"] == sum(s["bytes_in"] + s["bytes_relayed"] + s["bytes_out"]
                                          for s in summary["steps"].values())
 
@@ -339,8 +341,20 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
         send(p, "intra_hamming", np.array([[[1, 0], [2, 0]], [[0, 0], [2, 0]], [[0, 0], [1, 0]]], np.uint32))
     assert j.step.name == "secure_hamming"
     assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
-    send("b", "secure_hamming", b"slices", recipient="a")  # pair (b, a): b encrypts, a evaluates
+    from xclp.v1.secure_hamming_wire import HammingUpload, Upload
+
+    def upload(sender: str, kind: Upload, pair: int, data: bytes) -> None:
+        send(sender, "secure_hamming", HammingUpload(kind, pair, 0, data).to_array())
+
+    upload("a", Upload.SEED, 0, bytes(32))  # pair 0 (b, a): a is B, its mask seed ...
+    send("b", "secure_hamming", b"slices", recipient="a")  # ... b encrypts, a evaluates (one piece) ...
     send("a", "secure_hamming", b"evaluated", recipient="b")
+    upload("b", Upload.T, 0, bytes(3 * 64))  # ... b decrypts: t of 1 batch x 3 rows, done
+    with pytest.raises(InvalidInput, match="piece 0 of pair \\(b, a\\) where piece 1 of 1 was due"):
+        upload("b", Upload.T, 0, bytes(3 * 64))
+    with pytest.raises(InvalidInput, match="only B \\('a'\\) sends the mask seed"):
+        upload("b", Upload.SEED, 0, bytes(32))
+    upload("b", Upload.SEED, 2, bytes(32))  # pair 2 (c, b): b's seed, then it waits for c's slices
     send("a", "secure_hamming", b"slices", recipient="c")  # pair (a, c): c never evaluates ...
     with pytest.raises(InvalidInput, match="already sent"):
         send("a", "secure_hamming", b"again", recipient="c")

@@ -1,0 +1,165 @@
+"""The streamed SecureHamming between two real parties (DESIGN §10.1, xclp.v1.secure_hamming_wire).
+
+The test plays the coordinator: it carries the sealed relays between party a (A of the pair) and
+party b (B), takes their uploads, and unmasks each piece as the coordinator does
+(`server.steps.xclp.cross_piece`, B's masks regenerated from its seed). The pieces put together
+must be the plaintext Hamming block exactly; a coordinator that drops, replays or reorders a piece
+or an acknowledgement is caught by the party that expected another index; B never runs more than
+its window ahead of A.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import numpy as np
+import pytest
+
+import xclp.v1.secure_hamming_wire as shw
+from xclp.client.context import PartyContext
+from xclp.client.jobs.xclp import XclpParty
+from xclp.client.steps import xclp as steps
+from xclp.crypto.identity import KeyBundle, Roster
+from xclp.crypto.masking import PairwiseMasker
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import ProtocolError
+from xclp.hamming import hamming_matrix
+from xclp.party_table import PartyData
+from xclp.server.steps.xclp import cross_piece
+from xclp.v1.bundles import paillier_fields
+from xclp.v1.secure_hamming_wire import HammingUpload, Upload, open_relay, pieces
+from xclp.v1.wire import Message
+from xclp.v1.xclp import XclpJobParams
+from xclp.v1.xclp_layout import PairTask
+
+L = 64
+PARAMS = XclpJobParams(n_classes=2, lsh_bits=L, key_bits=512, insecure_test_keys=True)
+ROWS = {"a": 160, "b": 5}  # K = 72 slots at L = 64 and |N| = 512: A's 160 rows are 3 batches
+
+
+class Wire:
+    """What both parties push, in order: (sender, payload, round, recipient)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, object, int, str]] = []
+
+    def push(self, payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
+        self.sent.append((sender, payload, round, recipient))
+        return 0
+
+    def take(self) -> list[tuple[str, object, int, str]]:
+        out, self.sent = self.sent, []
+        return out
+
+
+@pytest.fixture(scope="module")
+def keys() -> dict[str, PaillierKeypair]:
+    return {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in ROWS}
+
+
+@pytest.fixture
+def pair(keys, monkeypatch, request):
+    """Parties a and b with LSH codes and pairs [(a, b)], and the wire between them. Pieces of one
+    batch × B's 5 rows (5 ciphertexts of 128 bytes), or with param "slices" of one batch × 1-2 rows."""
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128 if getattr(request, "param", "") == "slices" else 5 * 128)
+    rng = np.random.default_rng(7)
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16), rows=n,
+                              **paillier_fields(keys[p].public)) for p, n in ROWS.items())
+    roster, secret, link = Roster(bundles, bytes(32)), secrets.token_bytes(32), Wire()
+    parties = {}
+    for p, peer in (("a", "b"), ("b", "a")):
+        data = PartyData(rng.normal(size=(ROWS[p], 4)), np.zeros(ROWS[p], dtype=np.int64),
+                         tuple(f"r{i}" for i in range(ROWS[p])))
+        ctx = PartyContext(p, PARAMS, data, roster, bytes(32), PairwiseMasker(p, {peer: secret}, b"session"), link,
+                           lambda m: None, keypair=keys[p])
+        party = XclpParty(ctx)
+        party.sizes, party.pairs = dict(ROWS), (PairTask("a", "b"),)
+        party.codes = steps.lsh_step(data.X, bytes(32), L)
+        parties[p] = party
+    return parties, link
+
+
+def deliver(parties, sender: str, payload, round: int, recipient: str) -> None:
+    parties[recipient].on_message(Message("j", "secure_hamming", round, sender, recipient, payload))
+
+
+def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
+    """Carry every relay until nothing moves; the uploads by sender."""
+    uploads: dict[str, list[HammingUpload]] = {"a": [], "b": []}
+    for p in ("b", "a"):
+        parties[p]._start_hamming(0, ("a", "b"))
+    while (batch := link.take()):
+        for sender, payload, round, recipient in batch:
+            if recipient:
+                deliver(parties, sender, payload, round, recipient)
+            else:
+                uploads[sender].append(HammingUpload.from_array(payload))
+    return uploads
+
+
+@pytest.mark.parametrize("pair", ["batches", "slices"], indirect=True)
+def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, keys) -> None:
+    parties, link = pair
+    uploads = run_honestly(parties, link)
+    assert all(p.hamming_pushed for p in parties.values())
+    [seed] = uploads["b"]  # B sends its seed, never its masks
+    assert (seed.kind, seed.pair, len(seed.data)) == (Upload.SEED, 0, 32)
+    layout = steps.slot_layout(keys["a"].public, L)
+    parts = pieces(layout, ROWS["a"], ROWS["b"])
+    assert len(parts) in (3, 9)  # 3 batches, each whole or in 3 slices of B's rows (1, 2, 2)
+    assert [(u.kind, u.piece) for u in uploads["a"]] == [(Upload.T, i) for i in range(len(parts))]
+    H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
+    for upload, piece in zip(uploads["a"], parts):
+        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
+        H[piece.rows.start : piece.rows.stop, piece.a_rows(layout, ROWS["a"])] = block
+    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].codes, parties["a"].codes))
+
+
+def test_b_stays_within_its_window_of_as_acknowledgements(pair) -> None:
+    parties, link = pair
+    for p in ("b", "a"):
+        parties[p]._start_hamming(0, ("a", "b"))
+    [(_, slices, _, _)] = [m for m in link.take() if m[3] == "b"]
+    deliver(parties, "a", slices, 0, "b")
+    sent = [m for m in link.take() if m[3] == "a"]
+    window = parties["b"]._window()
+    assert window == 2 and len(sent) == window  # 3 pieces, 2 ahead of any acknowledgement
+    deliver(parties, "b", sent[0][1], 0, "a")  # a decrypts piece 0, acknowledges it
+    ack = [m for m in link.take() if m[3] == "b"]
+    deliver(parties, "a", ack[0][1], 0, "b")
+    assert [open_relay(parties["a"]._open(m[1], 0, "b"))[1] for m in link.take() if m[3] == "a"] == [2]
+
+
+@pytest.mark.parametrize("attack", ["replay", "skip", "swap"])
+def test_a_refuses_a_piece_the_coordinator_replayed_skipped_or_reordered(pair, attack: str) -> None:
+    """Attack: the coordinator relays B's pieces out of order (a replayed piece would be decrypted
+    twice; a skipped one leaves a gap the coordinator could fill with another attempt's). The index
+    is sealed with the piece, so A sees it."""
+    parties, link = pair
+    for p in ("b", "a"):
+        parties[p]._start_hamming(0, ("a", "b"))
+    deliver(parties, "a", [m for m in link.take() if m[3] == "b"][0][1], 0, "b")
+    first, second = [m[1] for m in link.take() if m[3] == "a"]
+    order = {"replay": [first, first], "skip": [second], "swap": [second, first]}[attack]
+    with pytest.raises(ProtocolError, match="where piece .* was due: dropped, replayed or reordered"):
+        for payload in order:
+            deliver(parties, "b", payload, 0, "a")
+
+
+def test_b_refuses_an_acknowledgement_replayed_or_before_the_slices(pair) -> None:
+    parties, link = pair
+    for p in ("b", "a"):
+        parties[p]._start_hamming(0, ("a", "b"))
+    slices = [m for m in link.take() if m[3] == "b"][0][1]
+    deliver(parties, "a", slices, 0, "b")
+    piece = [m for m in link.take() if m[3] == "a"][0][1]
+    deliver(parties, "b", piece, 0, "a")
+    ack = [m for m in link.take() if m[3] == "b"][0][1]
+    deliver(parties, "a", ack, 0, "b")
+    with pytest.raises(ProtocolError, match="where acknowledgement 1 of 3 sent pieces was due"):
+        deliver(parties, "a", ack, 0, "b")
+    fresh = XclpParty(parties["b"].ctx)  # a new b: the acknowledgement before any slices
+    fresh.sizes, fresh.pairs, fresh.codes = dict(ROWS), (PairTask("a", "b"),), parties["b"].codes
+    fresh._start_hamming(0, ("a", "b"))
+    with pytest.raises(ProtocolError, match="sent a ACK before its bit slices"):
+        fresh.on_message(Message("j", "secure_hamming", 0, "a", "b", ack))

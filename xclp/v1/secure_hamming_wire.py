@@ -1,0 +1,142 @@
+"""The streamed SecureHamming on the wire (DESIGN §5.3, §10.1): pieces, uploads and relay frames.
+
+A pair (A, B) travels in pieces: piece p covers some of A's ⌈n_A/K⌉ batches and some of B's n_B
+rows (`Piece`), so that its ciphertexts D fit `PIECE_BYTES` (several batches × all of B's rows when
+B is small, else one batch × a slice of B's rows). In order:
+
+    A -> B (relayed)   SLICES: A's encrypted bit slices, once per attempt
+    B -> coordinator   upload SEED: B's 32-byte mask seed of the pair (before any piece)
+    B -> A (relayed)   PIECE p: B's evaluated ciphertexts of piece p, p = 0, 1, ...
+    A -> coordinator   upload T p: t of piece p (A decrypted it), one |N|/8-byte value per D
+    A -> B (relayed)   ACK p: A is done with piece p (not for the last piece)
+
+B keeps at most `MAX_IN_FLIGHT` pieces sent and not acknowledged (the coordinator refuses more),
+so what the coordinator relays and holds per pair is bounded whatever A's speed. The coordinator
+regenerates B's masks of a piece from the seed (crypto.secure_hamming.masks), unmasks t and folds
+the piece into the graph at once: it never holds a pair's t, R or distances.
+
+Relay frames are sealed end to end (client/jobs/xclp.py), so their kind and index are
+authenticated: a piece dropped, replayed or reordered by the coordinator fails to match the index
+its recipient expects. Uploads go over the party's own authenticated channel to the coordinator.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from xclp.crypto.secure_hamming import MASK_SEED_BYTES, SlotLayout
+from xclp.errors import InvalidInput, ProtocolError
+
+PIECE_BYTES = 4 << 20  # B's evaluated ciphertexts of one piece (at least one batch)
+MAX_IN_FLIGHT = 8  # pieces of one pair relayed to A and not yet acknowledged
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A's batches `batches` × B's rows `rows`: its ciphertexts D in batch-major order, the masks of
+    D(g, x) being mask g·n_B + x of the pair (one contiguous range: all rows, or one batch)."""
+
+    batches: range
+    rows: range
+
+    @property
+    def values(self) -> int:
+        return len(self.batches) * len(self.rows)
+
+    def first_mask(self, n_b: int) -> int:
+        return self.batches.start * n_b + self.rows.start
+
+    def a_rows(self, layout: SlotLayout, n_a: int) -> slice:
+        """A's rows (its own numbering) whose distances the piece carries."""
+        return slice(self.batches.start * layout.slots, min(n_a, self.batches.stop * layout.slots))
+
+
+def piece_values(layout: SlotLayout) -> int:
+    """Ciphertexts D per piece at most: 2|N|/8 bytes each within PIECE_BYTES (at least one)."""
+    return max(1, PIECE_BYTES // (2 * layout.value_bytes))
+
+
+def pieces(layout: SlotLayout, n_a: int, n_b: int) -> tuple[Piece, ...]:
+    """The pieces of a pair, in order: groups of batches × all rows when B's rows fit a piece, else
+    each batch × B's rows cut in near-equal slices."""
+    total, per = layout.batches(n_a), piece_values(layout)
+    every = range(n_b)
+    if n_b <= per:
+        step = per // max(n_b, 1)
+        return tuple(Piece(range(g, min(g + step, total)), every) for g in range(0, total, step))
+    cuts = -(-n_b // per)
+    bounds = [n_b * i // cuts for i in range(cuts + 1)]
+    return tuple(Piece(range(g, g + 1), range(lo, hi)) for g in range(total) for lo, hi in zip(bounds, bounds[1:]))
+
+
+class Upload(enum.IntEnum):
+    SEED = 1
+    T = 2
+
+
+_UPLOAD = struct.Struct(">4sBxxxII")  # magic, kind, pair, piece
+_UPLOAD_MAGIC = b"XSH1"
+
+
+@dataclass(frozen=True)
+class HammingUpload:
+    """What a party sends the coordinator in secure_hamming: B's seed or A's t of one piece of one pair
+    (`pair`: its position in the job's pairs message), as uint8[16 + len(data)]."""
+
+    kind: Upload
+    pair: int
+    piece: int
+    data: bytes
+
+    def to_array(self) -> np.ndarray:
+        head = _UPLOAD.pack(_UPLOAD_MAGIC, int(self.kind), self.pair, self.piece)
+        return np.frombuffer(head + self.data, dtype=np.uint8).copy()
+
+    @classmethod
+    def from_array(cls, payload: object) -> HammingUpload:
+        """From an untrusted payload; InvalidInput naming what is wrong."""
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint8 or payload.ndim != 1 \
+                or payload.size < _UPLOAD.size:
+            raise InvalidInput(f"a secure_hamming upload must be uint8[{_UPLOAD.size} + data]")
+        raw = payload.tobytes()
+        magic, kind, pair, piece = _UPLOAD.unpack_from(raw)
+        if magic != _UPLOAD_MAGIC or kind not in (Upload.SEED, Upload.T):
+            raise InvalidInput("a secure_hamming upload has an unknown header")
+        data = raw[_UPLOAD.size :]
+        if kind == Upload.SEED and (piece != 0 or len(data) != MASK_SEED_BYTES):
+            raise InvalidInput(f"a mask seed upload carries {MASK_SEED_BYTES} bytes and piece 0")
+        return cls(Upload(kind), pair, piece, data)
+
+    @staticmethod
+    def limit(layout: SlotLayout) -> int:
+        """The largest upload: t of a full piece."""
+        return _UPLOAD.size + max(MASK_SEED_BYTES, piece_values(layout) * layout.value_bytes)
+
+
+class Relay(enum.IntEnum):
+    SLICES = 1
+    PIECE = 2
+    ACK = 3
+
+
+_RELAY = struct.Struct(">BI")  # kind, index
+RELAY_HEADER_BYTES = _RELAY.size
+
+
+def frame_relay(kind: Relay, index: int, body: bytes = b"") -> bytes:
+    """A relay's plaintext (sealed by the sender): kind, index, body."""
+    return _RELAY.pack(int(kind), index) + body
+
+
+def open_relay(plaintext: bytes) -> tuple[Relay, int, bytes]:
+    """(kind, index, body) of an opened relay; ProtocolError if it is not one."""
+    if len(plaintext) < _RELAY.size:
+        raise ProtocolError("a SecureHamming relay is too short")
+    kind, index = _RELAY.unpack_from(plaintext)
+    if kind not in (Relay.SLICES, Relay.PIECE, Relay.ACK):
+        raise ProtocolError(f"a SecureHamming relay of unknown kind {kind}")
+    return Relay(kind), index, plaintext[_RELAY.size :]
