@@ -76,6 +76,7 @@ class PartyContext:
     keypair: PaillierKeypair | None = None  # published in this party's bundle, if the job uses Paillier
     executor: Executor | None = None  # where Paillier work runs (None: in this process)
     max_paillier_seconds: float = 0.0  # refuse Paillier work estimated to take longer (0: no limit)
+    max_memory_bytes: int = 0  # refuse a layout whose estimated memory is larger (0: no limit)
     # DESIGN §2.5: the public values this party accepted in the scope, and its identity key's
     # signature (what a masked sum signs before any reveal)
     transcript: Transcript = field(default_factory=lambda: Transcript(b""))

@@ -1,20 +1,21 @@
-"""What an XCLP job will ask of this party, estimated before the work starts (DESIGN §5, §9).
+"""What an XCLP job will ask of this party, estimated before the work starts (DESIGN §5, §9, §10.5).
 
-XCLP is quadratic by design: a party holds its own n×n Hamming block, and its Paillier work grows
-with n times every peer's rows. A party that joins a job it cannot finish ends in a MemoryError
-hours later; so it estimates first and refuses, with the numbers and what to change:
+A party that joins a job it cannot finish ends in a MemoryError or a week of Paillier work; so it
+estimates first and refuses, with the numbers and what to change:
 
-- memory, before joining (only its own row count is needed): the uint16 intra block and its
-  kernel buffer, 2 · n² · 2 bytes;
-- time, when the coordinator's row layout names every party's rows: for each peer k, encrypting
-  its own bit slices (L · ⌈n/K⌉), evaluating the peer's (L/2 · ⌈n_k/K⌉ · n multiplications) and
-  decrypting (⌈n/K⌉ · n_k), each priced by timing a few operations with this party's own key,
-  over its Paillier workers. This counts both roles of every pair, an upper bound on its share.
+- memory (`party_bytes`), before joining from its own rows and again once the coordinator's layout
+  names every party's rows: its LSH codes, its own nearest rows (computed in blocks), its encrypted
+  bit slices (and the sealed copy it sends), the slices of every peer it evaluates (its pairs run
+  at once), a wave of SecureHamming pieces in flight with their Python integers (the streamed
+  protocol, §10.1: never a whole pair), and the propagation's n_total × C arrays. Linear in the rows;
+- time, from the layout: for each peer k, encrypting its own bit slices (L · ⌈n/K⌉), evaluating
+  the peer's (L/2 · ⌈n_k/K⌉ · n multiplications) and decrypting (⌈n/K⌉ · n_k), each priced by timing
+  a few operations with this party's own key, over its Paillier workers. This counts both roles of
+  every pair, an upper bound on its share.
 """
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -25,37 +26,44 @@ import gmpy2
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ResourceExhausted
+from xclp.memory import default_max_memory, gib
+from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, piece_values
+from xclp.v1.xclp import INFLUENCE_PIECE_BYTES
+
+__all__ = ["DEFAULT_MAX_PAILLIER_HOURS", "OperationCosts", "check_memory", "check_time", "default_max_memory",
+           "paillier_seconds", "party_bytes"]
 
 DEFAULT_MAX_PAILLIER_HOURS = 24.0
 SAMPLES = 6
+OWN_NEAREST_BYTES = 96 << 20  # own_top_k's blocks of 2^20 distances, similarities and indices, a few at once
+INT_OVERHEAD = 40  # a Python int's header beyond its digits
 
 
-def physical_memory() -> int:
-    """Bytes of RAM on this machine (0 if unknown)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+def slices_bytes(layout: SlotLayout, n: int) -> int:
+    """A party's encrypted bit slices: ⌈n/K⌉·L ciphertexts of 2|N|/8 bytes."""
+    return layout.batches(n) * layout.L * 2 * layout.value_bytes
 
 
-def default_max_memory() -> int:
-    """Three quarters of the RAM, or no limit when it cannot be read."""
-    return physical_memory() * 3 // 4
+def party_bytes(n: int, peers: Mapping[str, int], layout: SlotLayout, *, workers: int, n_classes: int) -> int:
+    """Peak bytes of this party's XCLP beyond its table (module docstring); `peers` may be empty
+    (before the layout: this party's own part only)."""
+    value = layout.value_bytes
+    # one wave: its ciphertexts as bytes, and per value a mask, a plaintext and a result as Python ints
+    wave = min(MAX_IN_FLIGHT, 2 * max(1, workers)) * piece_values(layout) * (2 * value + 3 * (2 * value + INT_OVERHEAD))
+    n_total = n + sum(peers.values())
+    propagation = 4 * n_total * n_classes * 8 + INFLUENCE_PIECE_BYTES  # Z̄, the row sums and their masks
+    return (n * layout.L // 8 + OWN_NEAREST_BYTES + 2 * slices_bytes(layout, n)
+            + sum(slices_bytes(layout, m) for m in peers.values()) + (wave if peers else 0) + propagation)
 
 
-def intra_bytes(n: int) -> int:
-    """The intra-party Hamming block (uint16[n, n]) and its kernel buffer."""
-    return 2 * n * n * 2
-
-
-def check_memory(n: int, max_bytes: int) -> None:
-    need = intra_bytes(n)
+def check_memory(need: int, max_bytes: int, n: int, peers: Mapping[str, int]) -> None:
+    """ResourceExhausted, with the estimate and what to change, when `need` passes `max_bytes` (0: no limit)."""
     if max_bytes and need > max_bytes:
-        largest = int((max_bytes / 4) ** 0.5)
+        against = f" against {sum(peers.values())} rows of {len(peers)} peers" if peers else ""
         raise ResourceExhausted(
-            f"XCLP needs about {_gib(need)} for this party's own {n} × {n} distance block, above the limit of "
-            f"{_gib(max_bytes)} (--max-memory-gb; default three quarters of the RAM). XCLP is quadratic in the rows: "
-            f"subsample to at most about {largest} rows, or split the table over more parties")
+            f"XCLP needs about {gib(need)} on this party ({n} rows{against}), above the limit of {gib(max_bytes)} "
+            "(--max-memory-gb; default three quarters of the RAM). Most of it grows with the rows and the key: "
+            "subsample the rows, split the table over more parties, or raise --max-memory-gb on a larger machine")
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,3 @@ def check_time(seconds: float, max_seconds: float, n: int, peers: Mapping[str, i
             f"this key), above the limit of {max_seconds / 3600:.1f} hours (--max-paillier-hours). Subsample the "
             "rows (the work grows with the product of the parties' rows), or run with more workers (--workers)")
 
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"

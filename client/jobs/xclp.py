@@ -25,7 +25,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import OperationCosts, check_time, paillier_seconds
+from xclp.client.jobs.estimate import OperationCosts, check_memory, check_time, paillier_seconds, party_bytes
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
 from xclp.crypto import aead
@@ -122,13 +122,17 @@ class XclpParty(PartyJob):
                                        withhold=self._own_rows, digest_name=ROWSUMS_STEP)
 
     def _check_size(self) -> None:
-        """Estimate this party's Paillier work from the layout, before any of it (client/jobs/estimate.py)."""
+        """Estimate this party's memory and Paillier work from the layout, before any of it
+        (client/jobs/estimate.py)."""
         peers = {p: n for p, n in self.sizes.items() if p != self.party_id}
-        executor, limit = self.ctx.executor, self.ctx.max_paillier_seconds
+        limit, workers = self.ctx.max_paillier_seconds, self._workers()
+        layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
+        n = self.X.shape[0]
+        need = party_bytes(n, peers, layout, workers=workers, n_classes=self.params.n_classes)
+        self.progress(f"estimated memory: {need / 2**30:.2f} GiB beyond the table")
+        check_memory(need, self.ctx.max_memory_bytes, n, peers)
         if not peers or not limit:
             return
-        workers = getattr(executor, "_max_workers", 1) if executor is not None else 1
-        layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
         seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers)
         self.progress(f"estimated Paillier work: {seconds / 60:.1f} min on {workers} workers "
                       f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers)")

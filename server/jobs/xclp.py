@@ -50,6 +50,7 @@ import scipy.sparse as sp
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped, XclpError
 from xclp.graph import InfluenceSolver, SolveStats, normalise
+from xclp.memory import default_max_memory, gib
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, Program, Scope, Step
@@ -74,10 +75,10 @@ from xclp.v1.xclp import (
     PAIRS_MSG,
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
-    SOLVE_COLUMNS,
     XclpJobParams,
     influence_piece_columns,
     own_neighbours_shape,
+    solve_columns,
 )
 from xclp.v1.xclp_layout import PairTask
 
@@ -156,6 +157,11 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
     return got
 
 
+def coordinator_memory_limit() -> int:
+    """What an XCLP run may use on this coordinator: three quarters of its RAM (0: unknown, no limit)."""
+    return default_max_memory()
+
+
 class XclpJob(CoordinatorJob[XclpJobParams]):
     """One XCLP run among every party of the job."""
 
@@ -164,10 +170,19 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
     def check_start(self, parties: Mapping[str, Party]) -> None:
         """Refuse, before any Paillier work, a job the joined parties' rows cannot run."""
         super().check_start(parties)
-        rows = sum(int(p.summary.rows) for p in parties.values())
-        if self.params.k > rows - 1:
-            raise InvalidInput(f"k = {self.params.k} neighbours need at least {self.params.k + 1} rows in all, but the "
+        sizes = [int(p.summary.rows) for p in parties.values()]
+        rows, p = sum(sizes), self.params
+        if p.k > rows - 1:
+            raise InvalidInput(f"k = {p.k} neighbours need at least {p.k + 1} rows in all, but the "
                                f"{len(parties)} parties bring {rows}: lower k in the job file")
+        need, limit = steps.coordinator_bytes(sizes, SlotLayout(p.key_bits, p.lsh_bits), p.k, p.n_classes), \
+            coordinator_memory_limit()
+        log.info("XCLP: %d rows of %d parties; the coordinator's estimate is %s", rows, len(sizes), gib(need))
+        if limit and need > limit:
+            raise InvalidInput(f"this XCLP run would need about {gib(need)} on the coordinator ({rows} rows of "
+                               f"{len(sizes)} parties, k = {p.k}), above its limit of {gib(limit)} (three quarters "
+                               "of its RAM): fewer rows per party (max_rows_per_party, max_total_rows), a smaller k, "
+                               "or a coordinator with more memory")
 
     def program(self, run: Run) -> Program[str]:
         self.xclp = XclpState.of(self.params, run.parties, run.scope.members, self._dump)
@@ -423,7 +438,7 @@ def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: s
 
 
 def _distribute(scope: Scope, state: XclpState) -> None:
-    """The graph layout, then each receiver's S_L^{(j)} (DESIGN §5.4-5.5) solved SOLVE_COLUMNS
+    """The graph layout, then each receiver's S_L^{(j)} (DESIGN §5.4-5.5) solved `solve_columns(n)`
     columns at a time and sent on in pieces as each block is solved (§10.2)."""
     assert state.W is not None and state.graph_layout is not None
     p, membership, layout = state.params, state.membership, state.graph_layout
@@ -436,8 +451,8 @@ def _distribute(scope: Scope, state: XclpState) -> None:
     for pid, cols in columns.items():
         if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
             scope.send(pid, INFLUENCE_MSG, 0, np.zeros((layout.n, 0)))
-        for start in range(0, cols.size, SOLVE_COLUMNS):
-            block = solver.solve(cols[start : start + SOLVE_COLUMNS])
+        for start in range(0, cols.size, solve_columns(layout.n)):
+            block = solver.solve(cols[start : start + solve_columns(layout.n)])
             for at in range(0, block.shape[1], piece):
                 scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
     state.solve = solver.stats

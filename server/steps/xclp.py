@@ -26,12 +26,12 @@ import scipy.sparse as sp
 
 from xclp.crypto.secure_hamming import Residues, SlotLayout, masks_from_seed, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
-from xclp.graph import GraphParams, InfluenceMethod, influence_of
+from xclp.graph import DENSE_MAX_NODES, GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
 from xclp.neighbours import TopK
-from xclp.v1.secure_hamming_wire import Piece
-from xclp.v1.xclp import own_neighbours_shape
+from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, PIECE_BYTES, Piece, piece_values
+from xclp.v1.xclp import own_neighbours_shape, solve_columns
 from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
@@ -295,6 +295,30 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
         np.add(total[: own.start], arr[: own.start], out=total[: own.start])  # wraps mod 2^64
         np.add(total[own.stop :], arr[own.start :], out=total[own.stop :])
     return {p: total[frame.rows(p)].copy() for p in frame.parties}
+
+
+def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int) -> int:
+    """Peak bytes of an XCLP run on the coordinator (DESIGN §10.5), linear in the rows but for the
+    dense solve of a small graph:
+
+    - the graph: each party's own nearest rows (10 bytes per candidate), the top-k candidates
+      (16) and W with its normalisation (about 48): ~74·n·k;
+    - SecureHamming relays waiting in mailboxes: every pair's A slices at once (an upper bound:
+      each party's slices to each of its peers) and MAX_IN_FLIGHT pieces per pair, plus one piece
+      being unmasked (its values as Python integers) and folded (blocks of 2^20 distances);
+    - the influence solve: dense Cholesky (3·n² floats) up to DENSE_MAX_NODES rows, else
+      conjugate gradients on `solve_columns(n)` columns (about eight float64[n, c] arrays);
+    - SecureRowSums: the participants' contributions and their sum, uint64[n, C] each.
+    """
+    n, parties = int(sum(sizes)), len(sizes)
+    graph = 74 * n * k
+    slices = sum(layout.batches(m) * layout.L * 2 * layout.value_bytes for m in sizes) * max(parties - 1, 0)
+    pairs = parties * (parties - 1) // 2
+    relays = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES
+    unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + 40)) + (64 << 20)
+    solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else 64 * n * solve_columns(n)
+    rowsums = (parties + 2) * n * n_classes * 8
+    return graph + relays + unmask + solve + rowsums
 
 
 def _check_range(arr: np.ndarray, lsh_bits: int, name: str) -> None:

@@ -4,28 +4,41 @@ from __future__ import annotations
 
 import pytest
 
-from xclp.client.jobs.estimate import OperationCosts, check_memory, intra_bytes, paillier_seconds
+from xclp.client.jobs.estimate import OperationCosts, check_memory, paillier_seconds, party_bytes, slices_bytes
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ResourceExhausted
 
+LAYOUT = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
 
-def test_the_memory_estimate_refuses_390000_rows_without_allocating_and_says_what_to_do():
+
+def test_the_memory_estimate_is_linear_in_the_rows_of_every_party() -> None:
+    """Streamed SecureHamming (DESIGN §10.1): no n × n block anywhere, so twice the rows of every
+    party is about twice the memory (the old estimate was 4 · n²: 566.6 GiB at 390 000 rows)."""
+    small = party_bytes(20_000, {"b": 20_000, "c": 20_000}, LAYOUT, workers=2, n_classes=2)
+    large = party_bytes(40_000, {"b": 40_000, "c": 40_000}, LAYOUT, workers=2, n_classes=2)
+    assert small < 2**30 and 1.5 < large / small < 2.0  # the fixed part (blocks, one wave) does not grow
+    assert slices_bytes(LAYOUT, 1860) == 10 * 1024 * 512  # ⌈n/K⌉ · L ciphertexts of 2|N|/8 bytes
+    alone = party_bytes(20_000, {}, LAYOUT, workers=2, n_classes=2)  # before the layout: its own part
+    assert alone < small and party_bytes(390_000, {}, LAYOUT, workers=2, n_classes=2) < 3 * 2**30
+
+
+def test_the_memory_check_refuses_with_the_estimate_and_what_to_change() -> None:
+    need = party_bytes(390_000, {"b": 390_000}, LAYOUT, workers=2, n_classes=2)
     with pytest.raises(ResourceExhausted) as exc:
-        check_memory(390_000, 64 * 2**30)
+        check_memory(need, 2**30, 390_000, {"b": 390_000})
     message = str(exc.value)
-    assert "566.6 GiB" in message and "390000 × 390000" in message
-    assert "subsample to at most about 131072 rows" in message
-    check_memory(10_000, 64 * 2**30)  # 0.4 GiB: fine
-    check_memory(390_000, 0)  # 0: no limit
-    assert intra_bytes(1000) == 4_000_000
+    assert f"about {need / 2**30:.1f} GiB on this party (390000 rows against 390000 rows of 1 peers)" in message
+    assert "above the limit of 1.0 GiB (--max-memory-gb" in message and "subsample the rows" in message
+    check_memory(need, 64 * 2**30, 390_000, {"b": 390_000})  # fits
+    check_memory(need, 0, 390_000, {})  # 0: no limit
 
 
 def test_the_paillier_estimate_grows_with_the_product_of_the_rows():
     keypair = PaillierKeypair.generate(512, allow_insecure_test_size=True)
     costs = OperationCosts.measure(keypair)
     assert costs.decrypt > 0 and costs.encrypt > 0 and costs.multiply > 0
-    layout = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
+    layout = LAYOUT
     decrypt_only = OperationCosts(encrypt=0.0, multiply=0.0, decrypt=1.0)
     assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 1) == 10 * 1500  # ⌈n/K⌉ · Σ n_k
     assert paillier_seconds(decrypt_only, layout, 1860, {"b": 500, "c": 1000}, 4) == 10 * 1500 / 4

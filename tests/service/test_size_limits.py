@@ -48,4 +48,24 @@ def test_the_coordinator_refuses_at_join_the_party_that_would_pass_its_row_cap(k
     assert len(refused) == 1, results
     refusal = str(results[refused[0]])
     assert "at most 150 rows in all (max_total_rows); 120 have joined and this party brings 60" in refusal
-    assert JobConfig("x", "xclp", parse_params("xclp", XCLP), PARTIES, 2).max_total_rows == 50_000
+    assert JobConfig("x", "xclp", parse_params("xclp", XCLP), PARTIES, 2).max_total_rows == 300_000
+
+
+def test_the_coordinator_refuses_before_any_work_an_xclp_run_its_memory_cannot_hold(keys, monkeypatch):
+    """DESIGN §10.5: the coordinator estimates its own peak (server.steps.xclp.coordinator_bytes)
+    from the joined rows and refuses the run, with the estimate and what to change, before the seed."""
+    import xclp.server.jobs.xclp as coordinator_xclp
+
+    monkeypatch.setattr(coordinator_xclp, "coordinator_memory_limit", lambda: 2**20)
+    datas = {p: party_data(i) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, join_seconds=5)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        run = coord.jobs["x"]
+        assert run.stage.value == "failed" and run.job.xclp is None  # refused: no phase ever started
+    for p in PARTIES:
+        assert isinstance(results[p], BaseException), results
+        message = str(results[p])
+        assert "would need about" in message and "on the coordinator (180 rows of 3 parties, k = 3)" in message
+        assert "above its limit of 0.0 GiB" in message and "max_rows_per_party" in message

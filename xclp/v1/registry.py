@@ -176,7 +176,7 @@ register(JobType(
     "xclp", XclpJobParams,
     "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
     coordinator="xclp.server.jobs.xclp:XclpJob", party="xclp.client.jobs.xclp:XclpParty",
-    output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=50_000))
+    output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=300_000))
 register(JobType(
     "flynn", FlynnJobParams,
     "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",

@@ -47,6 +47,7 @@ ROWSUMS_RESULT_MSG = "rowsums_result"
 # DESIGN §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
 # INFLUENCE_PIECE_BYTES (at least one column each), in the receiver's column order
 SOLVE_COLUMNS = 256
+SOLVE_BYTES = 256 << 20
 INFLUENCE_PIECE_BYTES = 4 << 20
 
 
@@ -54,6 +55,12 @@ def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
     """A party's own k nearest rows on the wire (DESIGN §10.1): uint32[n_j, min(k, n_j − 1), 2] of
     (own row number, Hamming distance)."""
     return (n_rows, max(0, min(k, n_rows - 1)), 2)
+
+
+def solve_columns(n_rows: int) -> int:
+    """Influence columns solved together over `n_rows` graph rows: SOLVE_COLUMNS, fewer when the
+    block's working arrays (about eight float64[n, c] in conjugate gradients) would pass SOLVE_BYTES."""
+    return max(1, min(SOLVE_COLUMNS, SOLVE_BYTES // (8 * 8 * max(n_rows, 1))))
 
 
 def influence_piece_columns(n_rows: int) -> int:
