@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+INT_OVERHEAD = 40  # a Python int's header beyond its digits (a Paillier value held as an int)
+
 
 def physical_memory() -> int:
     """Bytes of RAM on this machine (0 if unknown)."""

@@ -26,7 +26,7 @@ import gmpy2
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ResourceExhausted
-from xclp.memory import default_max_memory, gib
+from xclp.memory import INT_OVERHEAD, default_max_memory, gib
 from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, piece_values
 from xclp.v1.xclp import INFLUENCE_PIECE_BYTES
 
@@ -36,24 +36,19 @@ __all__ = ["DEFAULT_MAX_PAILLIER_HOURS", "OperationCosts", "check_memory", "chec
 DEFAULT_MAX_PAILLIER_HOURS = 24.0
 SAMPLES = 6
 OWN_NEAREST_BYTES = 96 << 20  # own_top_k's blocks of 2^20 distances, similarities and indices, a few at once
-INT_OVERHEAD = 40  # a Python int's header beyond its digits
-
-
-def slices_bytes(layout: SlotLayout, n: int) -> int:
-    """A party's encrypted bit slices: ⌈n/K⌉·L ciphertexts of 2|N|/8 bytes."""
-    return layout.batches(n) * layout.L * 2 * layout.value_bytes
 
 
 def party_bytes(n: int, peers: Mapping[str, int], layout: SlotLayout, *, workers: int, n_classes: int) -> int:
     """Peak bytes of this party's XCLP beyond its table (module docstring); `peers` may be empty
     (before the layout: this party's own part only)."""
-    value = layout.value_bytes
+    ciphertext = layout.ciphertext_bytes
     # one wave: its ciphertexts as bytes, and per value a mask, a plaintext and a result as Python ints
-    wave = min(MAX_IN_FLIGHT, 2 * max(1, workers)) * piece_values(layout) * (2 * value + 3 * (2 * value + INT_OVERHEAD))
+    per_value = ciphertext + 3 * (ciphertext + INT_OVERHEAD)
+    wave = min(MAX_IN_FLIGHT, 2 * max(1, workers)) * piece_values(layout) * per_value
     n_total = n + sum(peers.values())
     propagation = 4 * n_total * n_classes * 8 + INFLUENCE_PIECE_BYTES  # Z̄, the row sums and their masks
-    return (n * layout.L // 8 + OWN_NEAREST_BYTES + 2 * slices_bytes(layout, n)
-            + sum(slices_bytes(layout, m) for m in peers.values()) + (wave if peers else 0) + propagation)
+    return (n * layout.L // 8 + OWN_NEAREST_BYTES + 2 * layout.slices_bytes(n)
+            + sum(layout.slices_bytes(m) for m in peers.values()) + (wave if peers else 0) + propagation)
 
 
 def check_memory(need: int, max_bytes: int, n: int, peers: Mapping[str, int]) -> None:

@@ -45,8 +45,8 @@ from xclp.v1.secure_hamming_wire import (
     Upload,
     frame_relay,
     open_relay,
-    piece_values,
     pieces,
+    relay_bytes,
 )
 from xclp.v1.xclp import (
     GRAPH_MSG,
@@ -65,7 +65,6 @@ from xclp.v1.xclp import (
 from xclp.v1.xclp_layout import PairTask, parts_of
 
 T = TypeVar("T")
-RELAY_SLACK_BYTES = 4096  # a sealed relay's header and AEAD nonce and tag
 
 
 @dataclass
@@ -201,10 +200,7 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
         if step != HAMMING_STEP or sender not in self.sizes or sender == self.party_id:
             raise ProtocolError(f"{sender!r} sent a {step!r} message, which peers never send")
-        # A's bit slices (⌈n_A/K⌉·L ciphertexts) or one piece of B's evaluation, 2|N|/8 bytes each
-        peer = SlotLayout(self.params.key_bits, L)
-        ciphertexts = max(peer.batches(self.sizes[sender]) * L, piece_values(peer))
-        return ciphertexts * 2 * peer.value_bytes + RELAY_SLACK_BYTES
+        return relay_bytes(SlotLayout(self.params.key_bits, L), self.sizes[sender])  # A's slices, or a piece
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -348,7 +344,7 @@ class XclpParty(PartyJob):
             rows = range(todo[0].rows.start, todo[-1].rows.stop) if len(batches) == 1 else range(len(codes))
             out = steps.evaluate_piece(self._peer_key(pair.task.a), pair.slices, codes, batches, rows, pair.seed,
                                        self.ctx.executor, split=-(-workers // len(batches)))
-            at, size = 0, 2 * self.params.key_bits // 8  # bytes of one D
+            at, size = 0, pair.slices.layout.ciphertext_bytes  # bytes of one D
             for piece in todo:
                 self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)
                 at += piece.values * size

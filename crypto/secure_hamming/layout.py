@@ -60,6 +60,15 @@ class SlotLayout:
     def batches(self, n: int) -> int:
         return -(-n // self.slots)
 
+    @property
+    def ciphertext_bytes(self) -> int:
+        """One Paillier ciphertext mod N² on the wire: 2|N|/8 bytes."""
+        return 2 * self.value_bytes
+
+    def slices_bytes(self, n_A: int) -> int:
+        """A's encrypted bit slices of n_A vectors: ⌈n_A/K⌉·L ciphertexts."""
+        return self.batches(n_A) * self.L * self.ciphertext_bytes
+
     def values(self, n_A: int, n_B: int) -> int:
         """How many ciphertexts D (and so values t and masks R) a pair produces: ⌈n_A/K⌉·n_B."""
         return self.batches(n_A) * n_B
@@ -87,13 +96,13 @@ class EncryptedSlices:
     ciphertexts: bytes
 
     def __post_init__(self) -> None:
-        expected = self.layout.batches(self.n_A) * self.layout.L * 2 * self.layout.value_bytes
+        expected = self.layout.slices_bytes(self.n_A)
         if self.n_A < 1 or len(self.ciphertexts) != expected:
             raise ProtocolError(f"bit slices for n_A={self.n_A} need {expected} ciphertext bytes, got "
                                 f"{len(self.ciphertexts)}")
 
     def batch(self, g: int) -> bytes:
-        size = self.layout.L * 2 * self.layout.value_bytes
+        size = self.layout.L * self.layout.ciphertext_bytes
         return self.ciphertexts[g * size : (g + 1) * size]
 
     def to_bytes(self) -> bytes:

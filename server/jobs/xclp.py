@@ -62,8 +62,8 @@ from xclp.v1.secure_hamming_wire import (
     HammingUpload,
     Piece,
     Upload,
-    piece_values,
     pieces,
+    relay_bytes,
 )
 from xclp.v1.xclp import (
     GRAPH_MSG,
@@ -282,10 +282,9 @@ class SecureHamming(Phase):
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         """Bounds from the row counts and the slot layout: slices, one piece, an acknowledgement."""
-        sizes, layout = self.state.sizes, self.state.layout
-        n_j = sizes.get(sender, 0)
-        if recipient:  # slices: batches(n_A)·L ciphertexts; a piece: at most piece_values
-            return 4096 + 2 * layout.value_bytes * max(layout.batches(n_j) * layout.L, piece_values(layout))
+        layout = self.state.layout
+        if recipient:  # A's slices, or one piece
+            return relay_bytes(layout, self.state.sizes.get(sender, 0))
         return HammingUpload.limit(layout)
 
     def relay_limit(self, step: Step, sender: str, recipient: str) -> int:

@@ -29,6 +29,7 @@ from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import DENSE_MAX_NODES, GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
+from xclp.memory import INT_OVERHEAD
 from xclp.neighbours import TopK
 from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, PIECE_BYTES, Piece, piece_values
 from xclp.v1.xclp import own_neighbours_shape, solve_columns
@@ -312,10 +313,10 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     """
     n, parties = int(sum(sizes)), len(sizes)
     graph = 74 * n * k
-    slices = sum(layout.batches(m) * layout.L * 2 * layout.value_bytes for m in sizes) * max(parties - 1, 0)
+    slices = sum(layout.slices_bytes(m) for m in sizes) * max(parties - 1, 0)
     pairs = parties * (parties - 1) // 2
     relays = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES
-    unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + 40)) + (64 << 20)
+    unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)
     solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else 64 * n * solve_columns(n)
     rowsums = (parties + 2) * n * n_classes * 8
     return graph + relays + unmask + solve + rowsums

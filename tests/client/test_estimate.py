@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xclp.client.jobs.estimate import OperationCosts, check_memory, paillier_seconds, party_bytes, slices_bytes
+from xclp.client.jobs.estimate import OperationCosts, check_memory, paillier_seconds, party_bytes
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ResourceExhausted
@@ -18,7 +18,7 @@ def test_the_memory_estimate_is_linear_in_the_rows_of_every_party() -> None:
     small = party_bytes(20_000, {"b": 20_000, "c": 20_000}, LAYOUT, workers=2, n_classes=2)
     large = party_bytes(40_000, {"b": 40_000, "c": 40_000}, LAYOUT, workers=2, n_classes=2)
     assert small < 2**30 and 1.5 < large / small < 2.0  # the fixed part (blocks, one wave) does not grow
-    assert slices_bytes(LAYOUT, 1860) == 10 * 1024 * 512  # ⌈n/K⌉ · L ciphertexts of 2|N|/8 bytes
+    assert LAYOUT.slices_bytes(1860) == 10 * 1024 * 512  # ⌈n/K⌉ · L ciphertexts of 2|N|/8 bytes
     alone = party_bytes(20_000, {}, LAYOUT, workers=2, n_classes=2)  # before the layout: its own part
     assert alone < small and party_bytes(390_000, {}, LAYOUT, workers=2, n_classes=2) < 3 * 2**30
 

@@ -55,9 +55,18 @@ class Piece:
         return slice(self.batches.start * layout.slots, min(n_a, self.batches.stop * layout.slots))
 
 
+RELAY_SLACK_BYTES = 4096  # a relay's frame header and its sealing (AEAD nonce and tag), generously
+
+
 def piece_values(layout: SlotLayout) -> int:
     """Ciphertexts D per piece at most: 2|N|/8 bytes each within PIECE_BYTES (at least one)."""
-    return max(1, PIECE_BYTES // (2 * layout.value_bytes))
+    return max(1, PIECE_BYTES // layout.ciphertext_bytes)
+
+
+def relay_bytes(layout: SlotLayout, n_sender: int) -> int:
+    """The largest relay a pair's party sends: its bit slices (as A), or one piece (as B); what the
+    coordinator accepts and the recipient takes."""
+    return max(layout.slices_bytes(n_sender), piece_values(layout) * layout.ciphertext_bytes) + RELAY_SLACK_BYTES
 
 
 def pieces(layout: SlotLayout, n_a: int, n_b: int) -> tuple[Piece, ...]:
