@@ -86,6 +86,7 @@ class _AsB:
     index: int
     seed: bytes  # the pair's mask seed, sent to the coordinator only
     slices: EncryptedSlices | None = None
+    a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
     sent: int = 0
     acked: int = 0
 
@@ -316,8 +317,8 @@ class XclpParty(PartyJob):
         if pair.slices is None:
             if kind != Relay.SLICES:
                 raise ProtocolError(f"{pair.task.a!r} sent a {kind.name} before its bit slices")
-            pair.slices = steps.received_slices(self._peer_key(pair.task.a), body, self.params.lsh_bits,
-                                                self.sizes[pair.task.a])
+            pair.a_key = self._peer_key(pair.task.a)
+            pair.slices = steps.received_slices(pair.a_key, body, self.params.lsh_bits, self.sizes[pair.task.a])
         elif kind != Relay.ACK or index != pair.acked or index >= pair.sent:
             raise ProtocolError(f"{pair.task.a!r} sent {kind.name} {index} where acknowledgement {pair.acked} of "
                                 f"{pair.sent} sent pieces was due: dropped, replayed or reordered on the way")
@@ -338,11 +339,11 @@ class XclpParty(PartyJob):
             todo = pair.pieces[pair.sent : pair.sent + wave]
             if len(todo[0].rows) < len(codes):  # slices of B's rows: one batch per wave
                 todo = tuple(p for p in todo if p.batches == todo[0].batches)
-            assert pair.slices is not None
+            assert pair.slices is not None and pair.a_key is not None
             # the wave at once: its batches (all rows), or one batch's consecutive row slices
             batches = range(todo[0].batches.start, todo[-1].batches.stop)
             rows = range(todo[0].rows.start, todo[-1].rows.stop) if len(batches) == 1 else range(len(codes))
-            out = steps.evaluate_piece(self._peer_key(pair.task.a), pair.slices, codes, batches, rows, pair.seed,
+            out = steps.evaluate_piece(pair.a_key, pair.slices, codes, batches, rows, pair.seed,
                                        self.ctx.executor, split=-(-workers // len(batches)))
             at, size = 0, pair.slices.layout.ciphertext_bytes  # bytes of one D
             for piece in todo:

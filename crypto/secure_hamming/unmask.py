@@ -7,6 +7,8 @@ L) is refused with OutOfRange, so a malformed t or R cannot smuggle garbage into
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from xclp.crypto.paillier import PaillierPublicKey
@@ -17,9 +19,10 @@ _UNPACK_VALUES = 1024  # values unpacked at once: 1024 · K · w · 4 bytes (≈
 
 
 def unmask_distances(
-    t: Residues, r: Residues, modulus: PaillierPublicKey | int, layout: SlotLayout, n_A: int, n_B: int
+    t: Residues, r: Residues | Sequence[int], modulus: PaillierPublicKey | int, layout: SlotLayout, n_A: int, n_B: int
 ) -> np.ndarray:
-    """Coordinator: H as uint16[n_B, n_A] from A's t and B's R, both one value per ciphertext D.
+    """Coordinator: H as uint16[n_B, n_A] from A's t and B's R, both one value per ciphertext D
+    (R as B sent it, or as integers the coordinator regenerated from B's seed, `masks_from_seed`).
 
     (t − R) mod N is the packed Σ_s h_s·2^(ws) of each D (module docstring). OutOfRange unless t
     and R are below N, no bit above slot K − 1 is set, every padding slot of A's last batch is 0
@@ -30,12 +33,15 @@ def unmask_distances(
         raise InvalidInput(f"A's modulus has {n.bit_length()} bits but the slot layout is for {layout.modulus_bits}")
     count = layout.values(n_A, n_B)
     for name, values in (("t (from A)", t), ("R (from B)", r)):
-        if values.modulus_bits != layout.modulus_bits or values.count != count:
+        if isinstance(values, Residues) and (values.modulus_bits != layout.modulus_bits or values.count != count):
             raise OutOfRange(
                 f"{name} must hold {count} values of {layout.modulus_bits} bits for n_A={n_A}, n_B={n_B}; "
                 f"got {values.count} of {values.modulus_bits} bits"
             )
-    t_int, r_int = t.to_ints(), r.to_ints()
+    t_int = t.to_ints()
+    r_int = r.to_ints() if isinstance(r, Residues) else [int(v) for v in r]
+    if len(r_int) != count:
+        raise OutOfRange(f"R (from B) must hold {count} values for n_A={n_A}, n_B={n_B}; got {len(r_int)}")
     for name, ints in (("t (from A)", t_int), ("R (from B)", r_int)):
         if any(v >= n for v in ints):
             raise OutOfRange(f"{name} has a value not below A's modulus N")

@@ -164,8 +164,7 @@ def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n
         raise InvalidInput(f"t of a piece of {len(piece.batches)} batches x {len(piece.rows)} rows must be "
                            f"{piece.values} values of {layout.value_bytes} bytes, got {len(t)} bytes")
     masks = masks_from_seed(seed, a_modulus, piece.first_mask(n_b), piece.values)
-    r = Residues.from_ints(masks, layout.modulus_bits)
-    H = unmask_distances(Residues(layout.modulus_bits, t), r, a_modulus, layout, r_a, len(piece.rows))
+    H = unmask_distances(Residues(layout.modulus_bits, t), masks, a_modulus, layout, r_a, len(piece.rows))
     return H.astype(hamming_dtype(lsh_bits))
 
 
