@@ -20,7 +20,6 @@ always this party, strictly shrinking restarts, nothing after the result.
 from __future__ import annotations
 
 import enum
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from xclp.errors import (
 )
 from xclp.party_table import PartyData
 from xclp.prep import Scaling
+from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -65,8 +65,8 @@ DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
 
 
-def stderr_progress(message: str) -> None:
-    print(f"xclp-client: {message}", file=sys.stderr, flush=True)
+# a line per message on stderr; on a terminal also the bar of a long step (xclp.progress)
+stderr_progress = Console("xclp-client: ")
 
 
 class PartyStage(enum.Enum):
@@ -396,7 +396,7 @@ class PartySession:
         waiting = f"; waiting for {', '.join(status.waiting_for)}" if status.waiting_for else ""
         self.progress(f"joined; {status.joined} of {status.expected} parties so far (the job starts with "
                       f"{status.min_parties} at its join deadline){waiting}; "
-                      f"join deadline in {_duration(status.join_deadline_seconds)}")
+                      f"join deadline in {duration(status.join_deadline_seconds)}")
 
     def on_end(self, end: pb.JobEnd) -> None:
         if end.outcome == pb.JobEnd.DONE:
@@ -451,15 +451,6 @@ class PartySession:
                 raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
-
-
-def _duration(seconds: float) -> str:
-    """'45 s', '9 min', '2 h 5 min' for a party's progress line."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 90:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    return f"{minutes} min" if minutes < 120 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def run_job(config: RunConfig, data: PartyData | DataLoader, *, progress: Progress = stderr_progress) -> JobResult:

@@ -209,6 +209,8 @@ def _bytes(n: int) -> str:
 def format_run(info: pb.RunInfo) -> str:
     step = f", step {info.step} round {info.round}" if info.step else ""
     lines = [f"run {info.run_id}: job {info.job_id} ({info.job_type}), {info.state}{step}"]
+    if info.progress:
+        lines.append(f"  progress:  {info.progress}")
     if info.reason:
         lines.append(f"  reason:    {info.reason}")
     lines.append(f"  created:   {_when(info.created_at)}" + (f" by {info.submitted_by}" if info.submitted_by else ""))

@@ -44,6 +44,7 @@ from xclp.v1.spec import party_view
 log = logging.getLogger("xclp.server")
 
 TICK_SECONDS = 0.2
+LIVE_LEDGER_WAIT_SECONDS = 0.5  # job show waits this long for a busy run's live ledger, then shows the stored one
 
 
 class Coordinator:
@@ -220,10 +221,13 @@ class Coordinator:
                           reason=record.reason, created_at=record.created_at, started_at=record.started_at,
                           ended_at=record.ended_at, submitted_by=record.submitted_by)
         if job is not None and record.state in ("joining", "running"):
-            with job.lock:
-                steps = job.ledger.as_dict()
-                if job.step is not None:
-                    info.step, info.round = job.step.wire, job.step.attempt
+            activity = job.activity  # without the lock: a long coordinator computation holds it
+            info.step, info.round, info.progress = activity.step, activity.round, activity.progress()
+            if job.lock.acquire(timeout=LIVE_LEDGER_WAIT_SECONDS):  # the live ledger, or the stored one
+                try:
+                    steps = job.ledger.as_dict()
+                finally:
+                    job.lock.release()
         for p in record.parties:
             info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason)
         for name, st in steps.items():

@@ -35,7 +35,7 @@ from xclp.server.config import JobConfig
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.jobs.summary import StepLedger, log_line
 from xclp.server.mailbox import Party, Post
-from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
+from xclp.server.phases.base import Activity, Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.prepare import prepare
 from xclp.server.phases.seed import SeedPhase
 from xclp.v1 import registry, wire
@@ -94,6 +94,7 @@ class Run:
         self._root: Scope | None = None  # the job's scope, once the roster is out
         self.phase: Phase | None = None
         self.step: Step | None = None
+        self.activity = Activity()  # what job show says it does now: read without the lock
         # wire names of steps that ran -> the largest message they took: a payload for one is late
         self.past_steps: dict[str, int] = {}
         self.closed_scopes: set[str] = set()  # prefixes of scopes that are over (training rounds)
@@ -254,6 +255,7 @@ class Run:
         now = self.clock()
         step = Step(name, scope.wire(name), attempt, members, now, now + self.config.step_seconds, set(members))
         self.step = step
+        self.activity = Activity(step.wire, attempt)
         start = pb.StepStart(step=step.wire, round=attempt, participants=list(members),
                              deadline_seconds=self.config.step_seconds)
         for pid in members:
@@ -269,6 +271,8 @@ class Run:
             return
         how = "given up" if step.pending else "complete"
         step.ended = True
+        if self.activity.step == step.wire:
+            self.activity = Activity()
         self.past_steps[step.wire] = max(self.past_steps.get(step.wire, 0), step.largest, LATE_MIN_BYTES)
         seconds = self.clock() - step.started
         self.ledger.record(step.name, seconds, bytes_in=step.bytes_in, bytes_relayed=step.bytes_relayed)
@@ -277,6 +281,12 @@ class Run:
         log.info("job %s: step %s attempt %d %s in %.3fs; %d parties, %d bytes in, %d bytes relayed",
                  self.config.job_id, step.wire, step.attempt, how, seconds, len(step.participants), step.bytes_in,
                  step.bytes_relayed)
+
+    def report(self, describe: Callable[[], str], *, work: str = "") -> None:
+        """How far the current step, or the coordinator's own `work` between steps, has got."""
+        step = self.step
+        self.activity = (Activity(work, 0, describe) if work or step is None
+                         else Activity(step.wire, step.attempt, describe))
 
     def send(self, party_id: str, wire_name: str, attempt: int, payload: wire.Payload, *, ledger_name: str) -> int:
         """Queue a coordinator payload (sender "") for a party; returns the bytes queued."""

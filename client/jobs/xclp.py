@@ -34,6 +34,7 @@ from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
 from xclp.errors import InvalidInput, ProtocolError, XclpError
+from xclp.progress import Meter
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
@@ -74,6 +75,7 @@ class _AsA:
     task: PairTask
     pieces: tuple[Piece, ...]
     index: int  # the pair's position in the pairs message
+    meter: Meter  # its pieces decrypted
     received: int = 0
 
 
@@ -85,6 +87,7 @@ class _AsB:
     pieces: tuple[Piece, ...]
     index: int
     seed: bytes  # the pair's mask seed, sent to the coordinator only
+    meter: Meter  # its pieces evaluated
     slices: EncryptedSlices | None = None
     a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
     sent: int = 0
@@ -112,9 +115,10 @@ class XclpParty(PartyJob):
         self.as_a: dict[str, _AsA] = {}  # this attempt's pairs where it is A, by B
         self.as_b: dict[str, _AsB] = {}  # ... and where it is B, by A
         self.hamming_pushed = False  # every pair of the attempt done here
-        self.hamming_started = time.monotonic()
+        self.meter: Meter | None = None  # every piece of the attempt's pairs, evaluated or decrypted here
         self.zbar: np.ndarray | None = None  # Z̄ once every influence column is in
         self.influence: steps.InfluenceScores | None = None
+        self.influence_meter: Meter | None = None
         self.started = time.monotonic()
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
         # training round too; the round's session id binds the round)
@@ -220,6 +224,9 @@ class XclpParty(PartyJob):
                 self.influence = steps.InfluenceScores(self.y, self.params.n_classes, sum(n for _, n in self.graph),
                                                        hide_label_mask=self.params.hide_label_mask,
                                                        normalise_labels=self.params.normalise_labels)
+                # the coordinator solves and sends them block by block (§10.2): the wait is the solve
+                self.influence_meter = Meter("influence columns", self.influence.expected, self.progress,
+                                             unit="columns received", lines=4, bar=True)
         elif message.step == PAIRS_MSG:
             self.pairs = self._pairs(payload)
         elif message.step == INFLUENCE_MSG:
@@ -275,17 +282,24 @@ class XclpParty(PartyJob):
         codes = self._need(self.codes, "LSH codes")
         self._need(self.pairs, "the SecureHamming pairs")
         self.hamming_attempt, self.hamming_members, self.hamming_pushed = attempt, members, False
-        self.hamming_started = time.monotonic()
         mine = self._my_pairs()
         index = {task: i for i, task in enumerate(self.pairs)}
         layout = SlotLayout(self.params.key_bits, self.params.lsh_bits)
-        self.as_a = {t.b: _AsA(t, pieces(layout, self.sizes[t.a], self.sizes[t.b]), index[t])
-                     for t in mine if t.a == self.party_id}
-        self.as_b = {t.a: _AsB(t, pieces(layout, self.sizes[t.a], self.sizes[t.b]), index[t], draw_mask_seed())
-                     for t in mine if t.b == self.party_id}
+
+        self.as_a, self.as_b = {}, {}
+        for t in mine:  # each pair's meter: a line every quarter of it (on a terminal, when it is done)
+            parts = pieces(layout, self.sizes[t.a], self.sizes[t.b])
+            what = f"SecureHamming pair {t.a}->{t.b}"
+            if t.a == self.party_id:
+                self.as_a[t.b] = _AsA(t, parts, index[t], Meter(what, len(parts), self.progress,
+                                                                unit="pieces decrypted", lines=4))
+            else:
+                self.as_b[t.a] = _AsB(t, parts, index[t], draw_mask_seed(),
+                                      Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4))
         count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
         self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
                       f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces")
+        self.meter = Meter(f"SecureHamming, {len(mine)} pair{'s' * (len(mine) != 1)}", count, self.progress, bar=True)
         for pair in self.as_b.values():  # the seeds first: the coordinator unmasks A's t with them
             self._push(HammingUpload(Upload.SEED, pair.index, 0, pair.seed).to_array(), HAMMING_STEP, attempt)
         if self.as_a:
@@ -350,7 +364,8 @@ class XclpParty(PartyJob):
                 self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)
                 at += piece.values * size
                 pair.sent += 1
-            self._tell_progress(pair.task, pair.sent, len(pair.pieces), "evaluated")
+            pair.meter.update(pair.sent)
+            self._tell_progress()
 
     def _as_a(self, pair: _AsA, kind: Relay, index: int, body: bytes) -> None:
         """B's pieces in order: decrypt each into t for the coordinator, then acknowledge it to B."""
@@ -363,17 +378,13 @@ class XclpParty(PartyJob):
         pair.received += 1
         if pair.received < len(pair.pieces):  # B needs no word about the last one
             self._relay(Relay.ACK, index, b"", pair.task.b)
-        self._tell_progress(pair.task, pair.received, len(pair.pieces), "decrypted")
+        pair.meter.update(pair.received)
+        self._tell_progress()
 
-    def _tell_progress(self, task: PairTask, done: int, total: int, what: str) -> None:
-        """A progress line per pair now and then (every tenth of it, and at its end), with an ETA."""
-        step = max(1, total // 10)
-        if done % step and done != total:
-            return
-        elapsed = time.monotonic() - self.hamming_started
-        eta = f", about {elapsed * (total - done) / done:.0f}s left" if done < total else ""
-        self.progress(f"SecureHamming pair {task.a}->{task.b}: {what} {done}/{total} pieces "
-                      f"({elapsed:.1f}s{eta})")
+    def _tell_progress(self) -> None:
+        """The attempt's pieces done here, over all pairs: a bar on a terminal, a line every tenth elsewhere."""
+        if self.meter is not None:
+            self.meter.update(sum(p.received for p in self.as_a.values()) + sum(p.sent for p in self.as_b.values()))
 
     def _workers(self) -> int:
         executor = self.ctx.executor
@@ -419,7 +430,8 @@ class XclpParty(PartyJob):
                 any(p.sent < len(p.pieces) for p in self.as_b.values()):
             return
         self.hamming_pushed = True
-        self.progress(f"SecureHamming done: {len(self.as_a) + len(self.as_b)} pairs ({self._elapsed()})")
+        self._tell_progress()  # (no pieces at all: still a line that it is done)
+        self.progress(f"SecureHamming done ({self._elapsed()})")
 
     def _my_pairs(self) -> tuple[PairTask, ...]:
         return parts_of(self.pairs, self.party_id, self.hamming_members)
@@ -461,9 +473,10 @@ class XclpParty(PartyJob):
             influence.add(payload)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
+        if self.influence_meter is not None:
+            self.influence_meter.update(influence.received)
         if influence.complete:
             self.zbar = influence.zbar
-            self.progress(f"influence columns received: {influence.expected} columns of {n} rows")
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""

@@ -51,6 +51,7 @@ from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped, XclpError
 from xclp.graph import InfluenceSolver, SolveStats, normalise
 from xclp.memory import default_max_memory, gib
+from xclp.progress import Meter
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, Program, Scope, Step
@@ -260,6 +261,7 @@ class SecureHamming(Phase):
         self.streams: dict[int, _PairStream] = {}  # by the pair's position in state.pairs
         self.graph: steps.NeighbourGraph | None = None
         self.error: str | None = None  # a piece's values were malformed: the step fails once it is over
+        self.meter: Meter | None = None  # pieces folded in this attempt, for job show and the log
 
     def start(self) -> None:
         state = self.state
@@ -279,6 +281,8 @@ class SecureHamming(Phase):
             self.fail(f"the graph cannot be built among {', '.join(layout.parties)}: {exc}")
             return
         self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
+        self.meter = _meter(self.scope, "SecureHamming", sum(len(s.pieces) for s in self.streams.values()),
+                            "pieces folded")
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         """Bounds from the row counts and the slot layout: slices, one piece, an acknowledgement."""
@@ -322,6 +326,8 @@ class SecureHamming(Phase):
                                f"{len(stream.pieces)} was due")
         piece = stream.pieces[stream.folded]
         stream.folded += 1
+        if self.meter is not None:
+            self.meter.update(self.meter.done + 1)
         if self.error is not None or self.graph is None:
             return
         n_a, n_b = state.sizes[task.a], state.sizes[task.b]
@@ -447,6 +453,7 @@ def _distribute(scope: Scope, state: XclpState) -> None:
     solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
     scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
     piece = influence_piece_columns(layout.n)
+    meter = _meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved", work="influence")
     for pid, cols in columns.items():
         if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
             scope.send(pid, INFLUENCE_MSG, 0, np.zeros((layout.n, 0)))
@@ -454,11 +461,22 @@ def _distribute(scope: Scope, state: XclpState) -> None:
             block = solver.solve(cols[start : start + solve_columns(layout.n)])
             for at in range(0, block.shape[1], piece):
                 scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
+            meter.update(meter.done + block.shape[1])
     state.solve = solver.stats
     scope.run.ledger.record("graph", scope.run.clock() - started)
     log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",
              solver.stats.columns, solver.stats.method, solver.stats.blocks, solver.stats.iterations,
              solver.stats.max_residual)
+
+
+def _meter(scope: Scope, what: str, total: int, unit: str, *, work: str = "") -> Meter:
+    """A meter of the coordinator's part of a long step: its progress in `xclp-server job show`
+    (the current step's, or `work`'s between steps), a log line at every tenth."""
+    job_id = scope.run.config.job_id
+    meter = Meter(what, total, lambda line: log.info("job %s: %s", job_id, line), unit=unit,
+                  clock=scope.run.clock)
+    scope.report(meter.describe, work=work)
+    return meter
 
 
 def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:

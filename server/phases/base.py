@@ -21,7 +21,7 @@ in it, and what a missed deadline costs (leaving the job, or only the round).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +42,20 @@ class PhaseFailed(XclpError):
         super().__init__(reason)
         self.reason = reason
         self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What a run is doing now, for `xclp-server job show` (DESIGN §10, issue 26): replaced whole, so
+    the operator's view reads it without the run's lock, which a long coordinator computation
+    (the influence solve) holds. `describe` says how far it has got (a Meter's), "" if nobody says."""
+
+    step: str = ""  # a step's wire name, or the coordinator's own work ("influence")
+    round: int = 0
+    describe: Callable[[], str] = str
+
+    def progress(self) -> str:
+        return self.describe()
 
 
 @dataclass
@@ -97,6 +111,10 @@ class Scope:
     def send(self, party_id: str, name: str, attempt: int, payload: Payload) -> int:
         """Queue a coordinator message (sender "") for a party; returns the bytes queued."""
         return self.run.send(party_id, self.wire(name), attempt, payload, ledger_name=name)
+
+    def report(self, describe: Callable[[], str], *, work: str = "") -> None:
+        """How far the current step (or the coordinator's own `work`, between steps) has got."""
+        self.run.report(describe, work=self.wire(work) if work else "")
 
     def broadcast(self, name: str, attempt: int, payload: Payload, to: Iterable[str] | None = None) -> int:
         """The same message to every member (or to those of `to` still members); returns the bytes queued."""

@@ -163,3 +163,41 @@ def test_b_refuses_an_acknowledgement_replayed_or_before_the_slices(pair) -> Non
     fresh._start_hamming(0, ("a", "b"))
     with pytest.raises(ProtocolError, match="sent a ACK before its bit slices"):
         fresh.on_message(Message("j", "secure_hamming", 0, "a", "b", ack))
+
+
+@pytest.mark.parametrize("pair", ["slices"], indirect=True)
+def test_each_party_tells_each_pair_and_the_whole_in_lines_when_not_on_a_terminal(pair) -> None:
+    parties, link = pair
+    lines: dict[str, list[str]] = {"a": [], "b": []}
+    for p in parties:
+        parties[p].progress = lines[p].append
+    run_honestly(parties, link)
+    for p, what in (("a", "decrypted"), ("b", "evaluated")):  # 9 pieces: a line per quarter, one at the end
+        pair_lines = [line for line in lines[p] if line.startswith("SecureHamming pair a->b:")]
+        assert [line.split(" (")[0] for line in pair_lines[:-1]] == [
+            f"SecureHamming pair a->b: {k}/9 pieces {what}" for k in (3, 5, 7)]
+        assert pair_lines[-1].startswith(f"SecureHamming pair a->b: 9 pieces {what} in ")
+        whole = [line for line in lines[p] if line.startswith("SecureHamming, 1 pair:")]
+        # a line whenever the count passes a tenth of the 9 pieces (B sends in waves), then the last line
+        done = [int(line.split(": ")[1].split("/")[0]) for line in whole[:-1]]
+        assert len(done) >= 4 and done == sorted(set(done)) and "about" in whole[0]
+        assert whole[-1].startswith("SecureHamming, 1 pair: 9 pieces in")
+        assert lines[p][-1].startswith("SecureHamming done (")
+
+
+@pytest.mark.parametrize("pair", ["slices"], indirect=True)
+def test_on_a_terminal_a_bar_for_the_whole_and_one_line_per_pair(pair) -> None:
+    import io
+
+    from xclp.progress import CLEAR_LINE, Console
+
+    parties, link = pair
+    out = {p: io.StringIO() for p in parties}
+    for p in parties:
+        parties[p].progress = Console("", out[p], interactive=True, width=300)
+    run_honestly(parties, link)
+    text = out["b"].getvalue()
+    assert CLEAR_LINE + "SecureHamming, 1 pair [" in text  # the bar, drawn in place
+    assert text.count("SecureHamming pair a->b") == 1  # the pair's line once it is done, above the bar
+    assert text.endswith("SecureHamming done (" + text.rsplit("SecureHamming done (", 1)[1])
+    assert CLEAR_LINE + "SecureHamming, 1 pair: 9 pieces in" in text  # the bar gives way to the last line

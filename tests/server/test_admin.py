@@ -155,3 +155,51 @@ def test_the_admin_server_stays_on_loopback_unless_tls(keys):
             build_admin_server(coord, {"alice": identity.public_bytes(keys["a"])}, "0.0.0.0:0", tls=None)
         with pytest.raises(errors.ConfigError, match="at least one operator key"):
             build_admin_server(coord, {}, "127.0.0.1:0", tls=None)
+
+
+def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_without_waiting(keys, monkeypatch):
+    """`xclp-server job show` during an XCLP run: the current step, its pieces folded or columns
+    solved so far, with an ETA. The operator's call is answered on another thread while the run
+    holds its lock (it folds a piece, it solves an influence block): it must not wait for that."""
+    import threading
+
+    import xclp.server.jobs.xclp as coordinator_xclp
+    import xclp.v1.secure_hamming_wire as shw
+    from tests.harness import job
+    from xclp.client.policy import PartyPolicy
+    from xclp.crypto.paillier import PaillierKeypair
+    from xclp.graph import InfluenceSolver
+    from xclp.server.admin_cli import format_run
+    from xclp.server.steps.xclp import NeighbourGraph
+
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # pieces of two ciphertexts: many per pair
+    monkeypatch.setattr(coordinator_xclp, "solve_columns", lambda n: 2)  # influence in blocks of two columns
+    shown: dict[str, list[str | None]] = {"hamming": [], "influence": []}
+
+    def show(what: str) -> None:
+        if len(shown[what]) >= 2:
+            return
+        out: list[str] = []
+        asks = threading.Thread(target=lambda: out.append(format_run(coord.run_info(coord.jobs["x"].run_id))),
+                                daemon=True)
+        asks.start()
+        asks.join(10)
+        shown[what].append(out[0] if out else None)
+
+    real_fold, real_solve = NeighbourGraph.fold_piece, InfluenceSolver.solve
+    monkeypatch.setattr(NeighbourGraph, "fold_piece", lambda self, *a: (show("hamming"), real_fold(self, *a))[1])
+    monkeypatch.setattr(InfluenceSolver, "solve", lambda self, cols: (show("influence"), real_solve(self, cols))[1])
+    params = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, address):
+        results = run_parties(address, "x", keys, {p: party_data(60 + i, n=20) for i, p in enumerate(PARTIES)},
+                              paillier=paillier, policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert None not in shown["hamming"] + shown["influence"], shown  # answered while the run was busy
+    first, second = shown["hamming"]
+    assert ", running, step secure_hamming round 0\n" in first
+    assert "  progress:  1/30 pieces folded (3%), " in first and "left" in first  # an ETA from the first piece
+    assert "  progress:  2/30 pieces folded (6%), " in second
+    first, second = shown["influence"]
+    assert ", running, step influence round 0\n" in first and "  progress:  0/" in first
+    assert "  progress:  2/" in second and "columns solved" in second
