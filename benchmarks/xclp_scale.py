@@ -9,7 +9,9 @@ size, not the table.
 For each size (JSON last line, one entry per size): wall_seconds (party processes started ->
 all exited), secure_hamming_seconds and distances_per_second (cross distances / that step),
 coordinator_peak_mb and party_peak_mb (the largest of the three; VmHWM read from /proc while the
-process runs), dense_H_mb (what a coordinator holding the n × n uint16 H would need for H alone),
+process runs) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of
+DESIGN §10.5, which leave out the interpreter and its libraries), dense_H_mb (what a coordinator
+holding the n × n uint16 H would need for H alone),
 influence (method, iterations, largest relative residual), and graph_equal_all_pairs: whether the
 coordinator's graph (its test dump of W) equals the plaintext reference's kNN graph on the whole H.
 memory_growth compares the coordinator's peak at the largest size with the smallest against the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -33,10 +36,12 @@ import numpy as np
 from _data import load_digits_data, write_party_csv
 from _service import deployment, run_command, serve
 
+from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams, knn_adjacency
 from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
 from xclp.seeding import public_rng
+from xclp.server.steps.xclp import coordinator_bytes
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
@@ -120,9 +125,16 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
     equal = all(np.array_equal(dumped[part], getattr(reference, part)) for part in dumped)
     secure = summary["steps"]["secure_hamming"]["seconds"]
     n = 3 * rows
+    # the before-work estimates (DESIGN §10.5) beside what was measured: the party's from its log
+    # line, the coordinator's as check_start computes it (both leave out the interpreter and libraries)
+    said = [re.search(r"estimated memory: ([\d.]+) GiB", (work / f"{p}.log").read_text()) for p in PARTIES]
+    party_estimate = max(float(m.group(1)) * 1024 for m in said if m) if any(said) else None
+    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,
            "party_peak_mb": max(m.mb for m in memory), "dense_H_mb": round(n * n * 2 / 2**20, 1),
+           "coordinator_estimate_mb": round(coordinator_estimate, 1),
+           "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
            "influence": summary.get("influence", {}), "graph_equal_all_pairs": equal}
     say(json.dumps(out))
     return out

@@ -324,7 +324,10 @@ class SecureHamming(Phase):
         if upload.piece != stream.folded or stream.folded >= len(stream.pieces):
             raise InvalidInput(f"piece {upload.piece} of pair ({task.a}, {task.b}) where piece {stream.folded} of "
                                f"{len(stream.pieces)} was due")
-        piece = stream.pieces[stream.folded]
+        piece, size = stream.pieces[stream.folded], state.layout.value_bytes
+        if len(upload.data) != piece.values * size:  # refused, not counted: A may still send it right
+            raise InvalidInput(f"t of piece {upload.piece} of pair ({task.a}, {task.b}) must be {piece.values} values "
+                               f"of {size} bytes, got {len(upload.data)} bytes")
         stream.folded += 1
         if self.meter is not None:
             self.meter.update(self.meter.done + 1)

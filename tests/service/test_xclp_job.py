@@ -317,35 +317,45 @@ def test_job_file_naming_sigma_is_refused() -> None:
 # ---- the coordinator's state machine without sockets ---------------------------------------------
 
 
+class AtSecureHamming:
+    """A Run (no sockets) of an XCLP job among a, b and c with 3 rows each, past the seed and the
+    intra step: its SecureHamming step is on, with the pairs (b, a), (a, c), (c, b)."""
+
+    def __init__(self) -> None:
+        from tests.harness import job as job_config
+        from xclp.server.run import Run
+        from xclp.v1 import xclp_pb2 as pb
+
+        keys = {p: identity.generate_identity() for p in PARTIES}
+        self.now = 0.0
+        self.run = j = Run(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
+                           clock=lambda: self.now)
+        for p in PARTIES:
+            admit(j, keys, p, pb.DataSummary(rows=3, labeled_rows=1, dim=D),
+                  paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
+        for p in PARTIES:
+            self.send(p, "seed", b"")
+        for p in PARTIES:
+            self.send(p, "intra_hamming", np.array([[[1, 0], [2, 0]], [[0, 0], [2, 0]], [[0, 0], [1, 0]]], np.uint32))
+        assert j.step.name == "secure_hamming"
+        assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
+
+    def send(self, sender: str, step: str, payload, recipient: str = "") -> None:
+        from xclp.v1 import wire
+
+        self.run.message(sender, wire.Message("j", step, self.run.step.attempt, sender, recipient, payload))
+
+    def upload(self, sender: str, kind, pair: int, data: bytes, piece: int = 0) -> None:
+        from xclp.v1.secure_hamming_wire import HammingUpload
+
+        self.send(sender, "secure_hamming", HammingUpload(kind, pair, piece, data).to_array())
+
+
 def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_it() -> None:
+    from xclp.v1.secure_hamming_wire import Upload
 
-    from tests.harness import job as job_config
-    from xclp.server.run import Run
-    from xclp.v1 import wire
-    from xclp.v1 import xclp_pb2 as pb
-
-    keys = {p: identity.generate_identity() for p in PARTIES}
-    now = [0.0]
-    j = Run(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
-            clock=lambda: now[0])
-    for p in PARTIES:
-        admit(j, keys, p, pb.DataSummary(rows=3, labeled_rows=1, dim=D), paillier_n=b"\x80" + bytes(62) + b"\x01",
-              paillier_hs=bytes(127) + b"\x02")
-
-    def send(sender: str, step: str, payload, recipient: str = "") -> None:
-        j.message(sender, wire.Message("j", step, j.step.attempt, sender, recipient, payload))
-
-    for p in PARTIES:
-        send(p, "seed", b"")
-    for p in PARTIES:
-        send(p, "intra_hamming", np.array([[[1, 0], [2, 0]], [[0, 0], [2, 0]], [[0, 0], [1, 0]]], np.uint32))
-    assert j.step.name == "secure_hamming"
-    assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
-    from xclp.v1.secure_hamming_wire import HammingUpload, Upload
-
-    def upload(sender: str, kind: Upload, pair: int, data: bytes) -> None:
-        send(sender, "secure_hamming", HammingUpload(kind, pair, 0, data).to_array())
-
+    at = AtSecureHamming()
+    j, send, upload = at.run, at.send, at.upload
     upload("a", Upload.SEED, 0, bytes(32))  # pair 0 (b, a): a is B, its mask seed ...
     send("b", "secure_hamming", b"slices", recipient="a")  # ... b encrypts, a evaluates (one piece) ...
     send("a", "secure_hamming", b"evaluated", recipient="b")
@@ -362,10 +372,74 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
         send("a", "secure_hamming", b"x", recipient="a")
     # ... nor encrypts for (c, b): a and b wait for c, so only c is to blame
     assert j.phase.blame(j.step) == {"c"}
-    now[0] = j.step.deadline + 1
-    j.tick(now[0])
+    at.now = j.step.deadline + 1
+    j.tick(at.now)
     assert j.dropped == {"c"} and j.job.xclp.membership.graph == ("a", "b")
     assert (j.step.name, j.step.attempt, j.step.participants) == ("secure_hamming", 1, ("a", "b"))
+
+
+def test_malformed_secure_hamming_uploads_are_refused_and_the_step_goes_on() -> None:
+    """What a broken or hostile party may push in place of a seed or t: each refused with what is
+    wrong, none counted, and the pair then completes with the right messages."""
+    import struct
+
+    from xclp.v1.secure_hamming_wire import Upload
+
+    at = AtSecureHamming()
+    head = struct.Struct(">4sBxxxII")  # magic, kind, pair, piece (xclp.v1.secure_hamming_wire)
+
+    def raw(data: bytes) -> np.ndarray:
+        return np.frombuffer(data, dtype=np.uint8).copy()
+
+    for payload, refusal in [
+        (np.zeros(40, dtype=np.uint16), "must be uint8\\[16 \\+ data\\]"),  # not bytes
+        (raw(b"short"), "must be uint8\\[16 \\+ data\\]"),  # shorter than the header
+        (raw(head.pack(b"XXXX", 1, 0, 0) + bytes(32)), "unknown header"),  # not a SecureHamming upload
+        (raw(head.pack(b"XSH1", 9, 0, 0) + bytes(32)), "unknown header"),  # no such kind
+        (raw(head.pack(b"XSH1", 1, 0, 0) + bytes(31)), "carries 32 bytes and piece 0"),  # a short seed
+        (raw(head.pack(b"XSH1", 1, 7, 0) + bytes(32)), "pair 7 is not a SecureHamming pair"),
+    ]:
+        with pytest.raises(InvalidInput, match=refusal):
+            at.send("a", "secure_hamming", payload)
+    with pytest.raises(InvalidInput, match="t of pair \\(b, a\\) before B's mask seed"):
+        at.upload("b", Upload.T, 0, bytes(3 * 64))
+    at.upload("a", Upload.SEED, 0, bytes(32))
+    at.send("b", "secure_hamming", b"slices", recipient="a")
+    at.send("a", "secure_hamming", b"evaluated", recipient="b")
+    for data in (bytes(3 * 64 - 1), bytes(3 * 64 + 64)):  # t of 3 values of 64 bytes, or nothing
+        with pytest.raises(InvalidInput, match="t of piece 0 of pair \\(b, a\\) must be 3 values of 64 bytes"):
+            at.upload("b", Upload.T, 0, data)
+    with pytest.raises(InvalidInput, match="piece 1 of pair \\(b, a\\) where piece 0 of 1 was due"):
+        at.upload("b", Upload.T, 0, bytes(3 * 64), piece=1)
+    at.upload("b", Upload.T, 0, bytes(3 * 64))  # one of the right size still counts: the pair is done
+    assert at.run.phase.streams[0].folded == 1 and at.run.step.name == "secure_hamming"
+    assert "malformed" in at.run.phase.error  # (zeros are no t: the values fail the step once it is over)
+
+
+def test_b_cannot_flood_a_through_the_coordinator_past_its_window(monkeypatch) -> None:
+    """A hostile B sends pieces without waiting for A's acknowledgements: the coordinator keeps at
+    most MAX_IN_FLIGHT of them unacknowledged for A (here 2 of a pair of 3 pieces) and refuses the rest."""
+    import xclp.server.jobs.xclp as coordinator_xclp
+    import xclp.v1.secure_hamming_wire as shw
+    from xclp.errors import ResourceExhausted
+    from xclp.v1.secure_hamming_wire import Upload
+
+    monkeypatch.setattr(shw, "PIECE_BYTES", 64)  # a piece per row of B (one ciphertext): 3 per pair
+    monkeypatch.setattr(coordinator_xclp, "MAX_IN_FLIGHT", 2)
+    at = AtSecureHamming()
+    assert len(at.run.phase.streams[0].pieces) == 3
+    at.upload("a", Upload.SEED, 0, bytes(32))  # pair (b, a): a is B
+    at.send("b", "secure_hamming", b"slices", recipient="a")
+    at.send("a", "secure_hamming", b"piece 0", recipient="b")
+    at.send("a", "secure_hamming", b"piece 1", recipient="b")
+    with pytest.raises(ResourceExhausted, match="'a' already sent its 'secure_hamming' 2 messages to 'b'"):
+        at.send("a", "secure_hamming", b"piece 2", recipient="b")
+    assert at.run.step.relays[("a", "b")] == 2  # the refused piece was not passed on
+    at.upload("b", Upload.T, 0, bytes(64))
+    at.send("b", "secure_hamming", b"ack 0", recipient="a")  # A acknowledged piece 0: one more may go
+    at.send("a", "secure_hamming", b"piece 2", recipient="b")
+    with pytest.raises(ResourceExhausted):  # and no more than the pair has
+        at.send("a", "secure_hamming", b"piece 3", recipient="b")
 
 
 def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
