@@ -28,6 +28,7 @@ class Mailbox:
     def __init__(self) -> None:
         self._queue: queue.Queue[pb.PullItem] = queue.Queue()
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)  # notified as the Pull stream takes frames
         self.queued_bytes = 0
         self.streaming = False
         self.pushes = 0  # Push streams of this party open now
@@ -44,7 +45,14 @@ class Mailbox:
             return None
         with self._lock:
             self.queued_bytes -= len(item.frame.data) if item.HasField("frame") else 0
+            self._drained.notify_all()
         return item
+
+    def wait_below(self, limit: int, timeout: float) -> bool:
+        """Wait until at most `limit` bytes of frames are waiting (the party's Pull stream took the
+        rest), or `timeout` seconds; whether it got there."""
+        with self._lock:
+            return self._drained.wait_for(lambda: self.queued_bytes <= limit, timeout)
 
 
 @dataclass

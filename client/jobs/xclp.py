@@ -114,6 +114,7 @@ class XclpParty(PartyJob):
         self.slices: bytes | None = None  # this party's encrypted bit slices, sent to each B of every attempt
         self.as_a: dict[str, _AsA] = {}  # this attempt's pairs where it is A, by B
         self.as_b: dict[str, _AsB] = {}  # ... and where it is B, by A
+        self.slices_due: list[str] = []  # Bs of this attempt still to get the slices, one after another
         self.hamming_pushed = False  # every pair of the attempt done here
         self.meter: Meter | None = None  # every piece of the attempt's pairs, evaluated or decrypted here
         self.zbar: np.ndarray | None = None  # Z̄ once every influence column is in
@@ -308,9 +309,16 @@ class XclpParty(PartyJob):
                 self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
-            for peer in self.as_a:
-                self._relay(Relay.SLICES, 0, self.slices, peer)
+            # one B at a time (DESIGN §10.1): the next once this one answers with its first piece, so
+            # the coordinator holds one copy of the slices in its mailboxes, not one per peer
+            self.slices_due = list(self.as_a)
+            self._send_slices()
         self._maybe_done()
+
+    def _send_slices(self) -> None:
+        if self.slices_due:
+            assert self.slices is not None
+            self._relay(Relay.SLICES, 0, self.slices, self.slices_due.pop(0))
 
     def _from_peer(self, message: wire.Message) -> None:
         if message.round != self.hamming_attempt or message.sender not in self.hamming_members:
@@ -372,6 +380,8 @@ class XclpParty(PartyJob):
         if kind != Relay.PIECE or index != pair.received or index >= len(pair.pieces):
             raise ProtocolError(f"{pair.task.b!r} sent {kind.name} {index} where piece {pair.received} of "
                                 f"{len(pair.pieces)} was due: dropped, replayed or reordered on the way")
+        if index == 0:  # B has the slices: the next B may have them
+            self._send_slices()
         t = steps.decrypt_piece(self.keypair, body, pair.pieces[index].values, self.ctx.executor)
         attempt = self._need(self.hamming_attempt, "the SecureHamming step")
         self._push(HammingUpload(Upload.T, pair.index, index, t).to_array(), HAMMING_STEP, attempt)

@@ -48,7 +48,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xclp.crypto.secure_hamming import SlotLayout
-from xclp.errors import InvalidInput, PeerDropped, XclpError
+from xclp.errors import InvalidInput, PeerDropped, ResourceExhausted, XclpError
 from xclp.graph import InfluenceSolver, SolveStats, normalise
 from xclp.memory import default_max_memory, gib
 from xclp.progress import Meter
@@ -156,6 +156,9 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
                                                                                     state.labeled[pid])
         scope.send(pid, ROWSUMS_RESULT_MSG, total.attempt, np.ascontiguousarray(block[rows]))
     return got
+
+
+INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
 
 
 def coordinator_memory_limit() -> int:
@@ -301,10 +304,17 @@ class SecureHamming(Phase):
         return min(len(stream.pieces), acked + MAX_IN_FLIGHT)
 
     def check_relay(self, step: Step, sender: str, recipient: str, payload: wire.Payload) -> None:
-        """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3)."""
-        self._stream(sender, recipient)
+        """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3). A sends its
+        slices to one B at a time (§10.1): to the next once the last answered with a piece, so the
+        mailboxes hold at most one copy of each party's slices."""
+        stream = self._stream(sender, recipient)
         if not isinstance(payload, bytes):
             raise InvalidInput("SecureHamming ciphertexts travel as opaque bytes")
+        if sender == stream.task.a and step.relays[(sender, recipient)] == 0:
+            unanswered = sorted(self._unanswered(step, sender))
+            if unanswered:
+                raise ResourceExhausted(f"{sender!r} sent its slices to {recipient!r} before {unanswered[0]!r} "
+                                        "answered the slices it has: one B at a time")
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
         upload = HammingUpload.from_array(payload)
@@ -385,12 +395,19 @@ class SecureHamming(Phase):
                 continue
             if s.seed is None:
                 owes[b] = True
-            if step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded:  # A's slices, or a piece at A
+            if step.relays[(a, b)] == 0 and self._unanswered(step, a):  # A's slices wait for another B
+                waits[a], waits[b] = True, True
+            elif step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded:  # A's slices, or a piece at A
                 owes[a], waits[b] = True, True
             else:  # B's next piece
                 owes[b], waits[a] = True, True
         culprits = {p for p in step.pending if owes[p] or not waits[p]}
         return culprits or set(step.pending)
+
+    def _unanswered(self, step: Step, a: str) -> set[str]:
+        """The Bs that have `a`'s slices (relayed) and have not answered with a piece yet."""
+        return {s.task.b for s in self.streams.values()
+                if s.task.a == a and step.relays[(a, s.task.b)] > 0 and step.relays[(s.task.b, a)] == 0}
 
     def _stream(self, sender: str, recipient: str) -> _PairStream:
         for s in self.streams.values():
@@ -456,6 +473,7 @@ def _distribute(scope: Scope, state: XclpState) -> None:
     solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
     scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
     piece = influence_piece_columns(layout.n)
+    stalled: set[str] = set()
     meter = _meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved", work="influence")
     for pid, cols in columns.items():
         if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
@@ -465,6 +483,10 @@ def _distribute(scope: Scope, state: XclpState) -> None:
             for at in range(0, block.shape[1], piece):
                 scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
             meter.update(meter.done + block.shape[1])
+            # the next block once this one is (nearly) on its way: the mailboxes never hold all of S_L
+            if pid not in stalled and not scope.wait_for_delivery(pid, INFLUENCE_BACKLOG_BYTES):
+                stalled.add(pid)  # not reading: waited for once, and its silence is dealt with later
+                log.warning("job %s: party %s is not reading its influence columns", scope.run.config.job_id, pid)
     state.solve = solver.stats
     scope.run.ledger.record("graph", scope.run.clock() - started)
     log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",

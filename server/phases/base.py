@@ -112,6 +112,11 @@ class Scope:
         """Queue a coordinator message (sender "") for a party; returns the bytes queued."""
         return self.run.send(party_id, self.wire(name), attempt, payload, ledger_name=name)
 
+    def wait_for_delivery(self, party_id: str, backlog: int) -> bool:
+        """Let `party_id` take what waits for it down to `backlog` bytes before queuing more (at most a
+        step's deadline: a party that stops reading is dealt with as any silent party)."""
+        return self.run.parties[party_id].mailbox.wait_below(backlog, self.run.config.step_seconds)
+
     def report(self, describe: Callable[[], str], *, work: str = "") -> None:
         """How far the current step (or the coordinator's own `work`, between steps) has got."""
         self.run.report(describe, work=self.wire(work) if work else "")

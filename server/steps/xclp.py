@@ -303,8 +303,8 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
 
     - the graph: each party's own nearest rows (10 bytes per candidate), the top-k candidates
       (16) and W with its normalisation (about 48): ~74·n·k;
-    - SecureHamming relays waiting in mailboxes: every pair's A slices at once (an upper bound:
-      each party's slices to each of its peers) and MAX_IN_FLIGHT pieces per pair, plus one piece
+    - SecureHamming relays waiting in mailboxes: one copy of each party's slices (it sends them to
+      one B at a time) and MAX_IN_FLIGHT pieces per pair, plus one piece
       being unmasked (its values as Python integers) and folded (blocks of 2^20 distances);
     - the influence solve: dense Cholesky (3·n² floats) up to DENSE_MAX_NODES rows, else
       conjugate gradients on `solve_columns(n)` columns (about eight float64[n, c] arrays);
@@ -312,7 +312,7 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     """
     n, parties = int(sum(sizes)), len(sizes)
     graph = 74 * n * k
-    slices = sum(layout.slices_bytes(m) for m in sizes) * max(parties - 1, 0)
+    slices = sum(layout.slices_bytes(m) for m in sizes) if parties > 1 else 0
     pairs = parties * (parties - 1) // 2
     relays = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES
     unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)

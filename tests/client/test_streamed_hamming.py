@@ -54,7 +54,26 @@ class Wire:
 
 @pytest.fixture(scope="module")
 def keys() -> dict[str, PaillierKeypair]:
-    return {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in ROWS}
+    return {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in ("a", "b", "c")}
+
+
+def build(keys, rows: dict[str, int], pairs: tuple[PairTask, ...]) -> tuple[dict[str, XclpParty], Wire]:
+    """Parties with LSH codes, the given pairs, and the wire between them."""
+    rng = np.random.default_rng(7)
+    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16), rows=n,
+                              **paillier_fields(keys[p].public)) for p, n in rows.items())
+    roster, link = Roster(bundles, bytes(32)), Wire()
+    secret = {frozenset((p, q)): secrets.token_bytes(32) for p in rows for q in rows if p < q}
+    parties = {}
+    for p, n in rows.items():
+        data = PartyData(rng.normal(size=(n, 4)), np.zeros(n, dtype=np.int64), tuple(f"r{i}" for i in range(n)))
+        masker = PairwiseMasker(p, {q: secret[frozenset((p, q))] for q in rows if q != p}, b"session")
+        ctx = PartyContext(p, PARAMS, data, roster, bytes(32), masker, link, lambda m: None, keypair=keys[p])
+        party = XclpParty(ctx)
+        party.sizes, party.pairs = dict(rows), pairs
+        party.codes = steps.lsh_step(data.X, bytes(32), L)
+        parties[p] = party
+    return parties, link
 
 
 @pytest.fixture
@@ -62,21 +81,7 @@ def pair(keys, monkeypatch, request):
     """Parties a and b with LSH codes and pairs [(a, b)], and the wire between them. Pieces of one
     batch × B's 5 rows (5 ciphertexts of 128 bytes), or with param "slices" of one batch × 1-2 rows."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128 if getattr(request, "param", "") == "slices" else 5 * 128)
-    rng = np.random.default_rng(7)
-    bundles = tuple(KeyBundle(p, "j", secrets.token_bytes(32), secrets.token_bytes(32), bytes(16), rows=n,
-                              **paillier_fields(keys[p].public)) for p, n in ROWS.items())
-    roster, secret, link = Roster(bundles, bytes(32)), secrets.token_bytes(32), Wire()
-    parties = {}
-    for p, peer in (("a", "b"), ("b", "a")):
-        data = PartyData(rng.normal(size=(ROWS[p], 4)), np.zeros(ROWS[p], dtype=np.int64),
-                         tuple(f"r{i}" for i in range(ROWS[p])))
-        ctx = PartyContext(p, PARAMS, data, roster, bytes(32), PairwiseMasker(p, {peer: secret}, b"session"), link,
-                           lambda m: None, keypair=keys[p])
-        party = XclpParty(ctx)
-        party.sizes, party.pairs = dict(ROWS), (PairTask("a", "b"),)
-        party.codes = steps.lsh_step(data.X, bytes(32), L)
-        parties[p] = party
-    return parties, link
+    return build(keys, ROWS, (PairTask("a", "b"),))
 
 
 def deliver(parties, sender: str, payload, round: int, recipient: str) -> None:
@@ -85,9 +90,9 @@ def deliver(parties, sender: str, payload, round: int, recipient: str) -> None:
 
 def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
     """Carry every relay until nothing moves; the uploads by sender."""
-    uploads: dict[str, list[HammingUpload]] = {"a": [], "b": []}
-    for p in ("b", "a"):
-        parties[p]._start_hamming(0, ("a", "b"))
+    uploads: dict[str, list[HammingUpload]] = {p: [] for p in parties}
+    for p in sorted(parties, reverse=True):
+        parties[p]._start_hamming(0, tuple(sorted(parties)))
     while (batch := link.take()):
         for sender, payload, round, recipient in batch:
             if recipient:
@@ -201,3 +206,41 @@ def test_on_a_terminal_a_bar_for_the_whole_and_one_line_per_pair(pair) -> None:
     assert text.count("SecureHamming pair a->b") == 1  # the pair's line once it is done, above the bar
     assert text.endswith("SecureHamming done (" + text.rsplit("SecureHamming done (", 1)[1])
     assert CLEAR_LINE + "SecureHamming, 1 pair: 9 pieces in" in text  # the bar gives way to the last line
+
+
+def test_a_sends_its_slices_to_one_b_at_a_time(keys, monkeypatch) -> None:
+    """DESIGN §10.1: a, A of (a, b) and (a, c), sends its slices to c only once b has answered with
+    its first piece, so the coordinator's mailboxes never hold two copies of a's slices. Every
+    distance still comes out exact."""
+    monkeypatch.setattr(shw, "PIECE_BYTES", 5 * 128)
+    rows = {"a": 160, "b": 5, "c": 5}
+    parties, link = build(keys, rows, (PairTask("a", "b"), PairTask("a", "c")))
+    for p in ("c", "b", "a"):
+        parties[p]._start_hamming(0, ("a", "b", "c"))
+    first = link.take()
+    assert [m[3] for m in first if m[0] == "a" and m[3]] == ["b"]  # the slices to b only
+    for sender, payload, round, recipient in first:
+        if recipient:
+            deliver(parties, sender, payload, round, recipient)
+    from_b = [m for m in link.take() if m[0] == "b" and m[3] == "a"]
+    assert from_b and not [m for m in link.sent if m[0] == "a" and m[3] == "c"]
+    deliver(parties, "b", from_b[0][1], 0, "a")  # b's first piece: now c's turn
+    assert [open_relay(parties["c"]._open(m[1], 0, "a"))[0] for m in link.take() if m[3] == "c"] == [shw.Relay.SLICES]
+
+
+def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
+    monkeypatch.setattr(shw, "PIECE_BYTES", 5 * 128)
+    rows = {"a": 160, "b": 5, "c": 5}
+    parties, link = build(keys, rows, (PairTask("a", "b"), PairTask("a", "c")))
+    uploads = run_honestly(parties, link)
+    assert all(p.hamming_pushed for p in parties.values())
+    layout = steps.slot_layout(keys["a"].public, L)
+    t = [u for u in uploads["a"] if u.kind == Upload.T]
+    for b, index in (("b", 0), ("c", 1)):
+        [seed] = uploads[b]
+        H = np.full((5, 160), -1, dtype=np.int64)
+        for upload in (u for u in t if u.pair == index):
+            piece = pieces(layout, 160, 5)[upload.piece]
+            H[:, piece.a_rows(layout, 160)] = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece,
+                                                           160, 5, L)
+        np.testing.assert_array_equal(H, hamming_matrix(parties[b].codes, parties["a"].codes))

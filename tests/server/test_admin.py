@@ -158,9 +158,12 @@ def test_the_admin_server_stays_on_loopback_unless_tls(keys):
 
 
 def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_without_waiting(keys, monkeypatch):
-    """`xclp-server job show` during an XCLP run: the current step, its pieces folded or columns
-    solved so far, with an ETA. The operator's call is answered on another thread while the run
-    holds its lock (it folds a piece, it solves an influence block): it must not wait for that."""
+    """`xclp-server job show` during an XCLP run of four parties: the current step, its pieces
+    folded or columns solved so far, with an ETA. The operator's call is answered on another thread
+    while the run holds its lock (it folds a piece, it solves an influence block): it must not wait
+    for that. The run also shows the streaming bounds of DESIGN §10: a party A of two pairs sends
+    its slices to one B at a time, and the next influence block is solved only once the last one
+    left the coordinator's mailboxes (with no backlog allowed here)."""
     import threading
 
     import xclp.server.jobs.xclp as coordinator_xclp
@@ -174,7 +177,9 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
 
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # pieces of two ciphertexts: many per pair
     monkeypatch.setattr(coordinator_xclp, "solve_columns", lambda n: 2)  # influence in blocks of two columns
+    monkeypatch.setattr(coordinator_xclp, "INFLUENCE_BACKLOG_BYTES", 0)
     shown: dict[str, list[str | None]] = {"hamming": [], "influence": []}
+    waiting: list[int] = []  # influence bytes in the mailboxes as each block is solved
 
     def show(what: str) -> None:
         if len(shown[what]) >= 2:
@@ -188,18 +193,25 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
 
     real_fold, real_solve = NeighbourGraph.fold_piece, InfluenceSolver.solve
     monkeypatch.setattr(NeighbourGraph, "fold_piece", lambda self, *a: (show("hamming"), real_fold(self, *a))[1])
-    monkeypatch.setattr(InfluenceSolver, "solve", lambda self, cols: (show("influence"), real_solve(self, cols))[1])
+    def solve(self, cols):
+        waiting.append(sum(p.mailbox.queued_bytes for p in coord.jobs["x"].parties.values()))
+        show("influence")
+        return real_solve(self, cols)
+
+    monkeypatch.setattr(InfluenceSolver, "solve", solve)
     params = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, address):
-        results = run_parties(address, "x", keys, {p: party_data(60 + i, n=20) for i, p in enumerate(PARTIES)},
+    parties = (*PARTIES, "d")
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in parties}
+    with coordinator(allow_list(keys), [job("x", "xclp", params, parties=parties)]) as (coord, address):
+        results = run_parties(address, "x", keys, {p: party_data(60 + i, n=20) for i, p in enumerate(parties)},
                               paillier=paillier, policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
     assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert len(waiting) > 10 and max(waiting[1:]) < 80 * 2 * 8  # never a block of 80 rows x 2 columns waiting
     assert None not in shown["hamming"] + shown["influence"], shown  # answered while the run was busy
     first, second = shown["hamming"]
     assert ", running, step secure_hamming round 0\n" in first
-    assert "  progress:  1/30 pieces folded (3%), " in first and "left" in first  # an ETA from the first piece
-    assert "  progress:  2/30 pieces folded (6%), " in second
+    assert "  progress:  1/60 pieces folded (1%), " in first and "left" in first  # an ETA from the first piece
+    assert "  progress:  2/60 pieces folded (3%), " in second
     first, second = shown["influence"]
     assert ", running, step influence round 0\n" in first and "  progress:  0/" in first
     assert "  progress:  2/" in second and "columns solved" in second

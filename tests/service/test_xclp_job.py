@@ -318,27 +318,28 @@ def test_job_file_naming_sigma_is_refused() -> None:
 
 
 class AtSecureHamming:
-    """A Run (no sockets) of an XCLP job among a, b and c with 3 rows each, past the seed and the
-    intra step: its SecureHamming step is on, with the pairs (b, a), (a, c), (c, b)."""
+    """A Run (no sockets) of an XCLP job among `parties` with 3 rows each, past the seed and the
+    intra step: its SecureHamming step is on (among a, b and c, with the pairs (b, a), (a, c), (c, b))."""
 
-    def __init__(self) -> None:
+    def __init__(self, parties: tuple[str, ...] = PARTIES) -> None:
         from tests.harness import job as job_config
         from xclp.server.run import Run
         from xclp.v1 import xclp_pb2 as pb
 
-        keys = {p: identity.generate_identity() for p in PARTIES}
+        keys = {p: identity.generate_identity() for p in parties}
         self.now = 0.0
-        self.run = j = Run(job_config("j", "xclp", PARAMS), {p: identity.public_bytes(k) for p, k in keys.items()},
-                           clock=lambda: self.now)
-        for p in PARTIES:
+        self.run = j = Run(job_config("j", "xclp", PARAMS, parties=parties),
+                           {p: identity.public_bytes(k) for p, k in keys.items()}, clock=lambda: self.now)
+        for p in parties:
             admit(j, keys, p, pb.DataSummary(rows=3, labeled_rows=1, dim=D),
                   paillier_n=b"\x80" + bytes(62) + b"\x01", paillier_hs=bytes(127) + b"\x02")
-        for p in PARTIES:
+        for p in parties:
             self.send(p, "seed", b"")
-        for p in PARTIES:
+        for p in parties:
             self.send(p, "intra_hamming", np.array([[[1, 0], [2, 0]], [[0, 0], [2, 0]], [[0, 0], [1, 0]]], np.uint32))
         assert j.step.name == "secure_hamming"
-        assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
+        if parties == PARTIES:
+            assert [(t.a, t.b) for t in j.job.xclp.pairs] == [("b", "a"), ("a", "c"), ("c", "b")]
 
     def send(self, sender: str, step: str, payload, recipient: str = "") -> None:
         from xclp.v1 import wire
@@ -440,6 +441,30 @@ def test_b_cannot_flood_a_through_the_coordinator_past_its_window(monkeypatch) -
     at.send("a", "secure_hamming", b"piece 2", recipient="b")
     with pytest.raises(ResourceExhausted):  # and no more than the pair has
         at.send("a", "secure_hamming", b"piece 3", recipient="b")
+
+
+def test_a_sends_its_slices_to_one_b_at_a_time_and_is_not_blamed_for_the_next(monkeypatch) -> None:
+    """DESIGN §10.1: A's slices wait in the coordinator's mailboxes for one B at a time. A party
+    that is A of two pairs may not relay its slices to the second B before the first answered with
+    a piece (what a party that ignores the rule would do, doubling the coordinator's memory), and
+    while it waits it is not the one a deadline blames for the second pair."""
+    from xclp.errors import ResourceExhausted
+    from xclp.v1.secure_hamming_wire import Upload
+
+    at = AtSecureHamming(("a", "b", "c", "d"))
+    pairs = at.run.job.xclp.pairs
+    a = next(p for p in "abcd" if sum(t.a == p for t in pairs) == 2)
+    first, second = [t.b for t in pairs if t.a == a]
+    for i, t in enumerate(pairs):  # every B's seed: only relays are owed
+        at.upload(t.b, Upload.SEED, i, bytes(32))
+    at.send(a, "secure_hamming", b"slices", recipient=first)
+    with pytest.raises(ResourceExhausted, match=f"'{a}' sent its slices to '{second}' before '{first}' answered"):
+        at.send(a, "secure_hamming", b"slices", recipient=second)
+    assert at.run.step.relays[(a, second)] == 0
+    assert a not in at.run.phase.blame(at.run.step) and first in at.run.phase.blame(at.run.step)
+    at.send(first, "secure_hamming", b"piece 0", recipient=a)  # the first B answered: the second's turn
+    at.send(a, "secure_hamming", b"slices", recipient=second)
+    assert at.run.step.relays[(a, second)] == 1
 
 
 def test_demo_command_runs_end_to_end_and_reports_accuracy(tmp_path) -> None:
