@@ -9,8 +9,11 @@ size, not the table.
 For each size (JSON last line, one entry per size): wall_seconds (party processes started ->
 all exited), secure_hamming_seconds and distances_per_second (cross distances / that step),
 coordinator_peak_mb and party_peak_mb (the largest of the three; VmHWM read from /proc while the
-process runs) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of
-DESIGN §10.5, which leave out the interpreter and its libraries), dense_H_mb (what a coordinator
+process runs; each process's resident set every second goes to memory-<process>.tsv in the work
+dir) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of DESIGN §10.5,
+which leave out the interpreter, its libraries and the party's table: compare them with the peak
+less coordinator_baseline_mb and party_baseline_mb, the resident sets of the coordinator and of the
+first party once that party has joined and waits for its peers), dense_H_mb (what a coordinator
 holding the n × n uint16 H would need for H alone),
 influence (method, iterations, largest relative residual), and graph_equal_all_pairs: whether the
 coordinator's graph (its test dump of W) equals the plaintext reference's kNN graph on the whole H.
@@ -54,24 +57,50 @@ def say(message: str) -> None:
 class PeakMemory:
     """The largest VmHWM (peak resident set) seen for a process, polled from /proc while it runs."""
 
-    def __init__(self, pid: int) -> None:
-        self.path, self.peak_kb = Path(f"/proc/{pid}/status"), 0
+    def __init__(self, pid: int, timeline: Path) -> None:
+        self.path, self.peak_kb, self.timeline = Path(f"/proc/{pid}/status"), 0, timeline
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
-        while True:
-            try:
-                for line in self.path.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-            except (OSError, ValueError):
-                return
-            time.sleep(0.1)
+        """Also writes `timeline`: the resident set (MB) every second, with the wall-clock time, to
+        set beside the processes' logs when the peak is not where the estimate expects it."""
+        start, last = time.time(), 0.0
+        with self.timeline.open("w") as out:
+            while True:
+                try:
+                    status = dict(line.split(":", 1) for line in self.path.read_text().splitlines() if ":" in line)
+                    self.peak_kb = max(self.peak_kb, int(status["VmHWM"].split()[0]))
+                except (OSError, ValueError, KeyError):
+                    return
+                if time.time() - last >= 1.0:
+                    last = time.time()
+                    out.write(f"{time.strftime('%H:%M:%S')}\t{last - start:.0f}\t"
+                              f"{int(status['VmRSS'].split()[0]) / 1024:.0f}\n")
+                    out.flush()
+                time.sleep(0.1)
 
     @property
     def mb(self) -> float:
         return round(self.peak_kb / 1024, 1)
+
+
+def resident_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise SystemExit(f"no VmRSS for process {pid}")
+
+
+def waiting_rss(proc: subprocess.Popen, log: Path) -> float:
+    """The party's resident set once it has joined and waits for its peers: the interpreter, the
+    libraries, its table and its Paillier key, before any XCLP work."""
+    deadline = time.monotonic() + 300
+    while "joined; 1 of" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the first party did not join; see {log}")
+        time.sleep(0.2)
+    return resident_mb(proc.pid)
 
 
 def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +125,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
         + ("insecure_test_keys = true\n" if insecure else ""))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
-    server_memory = PeakMemory(server.pid)
+    server_memory = PeakMemory(server.pid, work / "memory-coordinator.tsv")
     say(f"3 x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")
     started = time.perf_counter()
     procs, memory = [], []
@@ -106,7 +135,9 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
                           "--debug-dump-seed", str(work / f"{p}.seed"), "--max-paillier-hours", "100",
                           *(["--insecure-test-keys"] if insecure else []))
         procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))
-        memory.append(PeakMemory(procs[-1].pid))
+        memory.append(PeakMemory(procs[-1].pid, work / f"memory-{p}.tsv"))
+        if p == PARTIES[0]:  # what a process holds before any XCLP work: the first party, joined and waiting
+            baseline = {"party": waiting_rss(procs[-1], work / f"{p}.log"), "coordinator": resident_mb(server.pid)}
     codes = [proc.wait() for proc in procs]
     wall = time.perf_counter() - started
     server.wait(120)
@@ -133,6 +164,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,
            "party_peak_mb": max(m.mb for m in memory), "dense_H_mb": round(n * n * 2 / 2**20, 1),
+           "coordinator_baseline_mb": baseline["coordinator"], "party_baseline_mb": baseline["party"],
            "coordinator_estimate_mb": round(coordinator_estimate, 1),
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
            "influence": summary.get("influence", {}), "graph_equal_all_pairs": equal}

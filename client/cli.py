@@ -43,6 +43,7 @@ from xclp.client.session import RunConfig, run_job, stderr_progress
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.memory import limit_malloc_arenas
 from xclp.runtime import TESTING_ENV, check_keys, read_bytes, read_toml, require_testing, write_atomic, write_private
 from xclp.v1 import registry
 from xclp.v1.params import JobParams
@@ -345,6 +346,7 @@ def query(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    limit_malloc_arenas()
     commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo, "agent": agent}
     try:
         return commands[args.command](args)

@@ -28,6 +28,7 @@ import grpc
 
 from xclp.crypto.identity import allow_list, parse_public_key
 from xclp.errors import ConfigError, XclpError
+from xclp.memory import limit_malloc_arenas
 from xclp.runtime import read_toml
 from xclp.server import admin_cli, dev_ca
 from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
@@ -211,6 +212,7 @@ def health(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    limit_malloc_arenas()
     logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

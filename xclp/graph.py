@@ -253,7 +253,10 @@ def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) 
         if done.any():
             out[:, cols[done]] = X[:, done]
             keep = ~done
-            cols, X, R, P, rs, target = cols[keep], X[:, keep], R[:, keep], P[:, keep], rs[keep], target[keep]
+            cols, rs, target = cols[keep], rs[keep], target[keep]
+            X = X[:, keep]  # one working array copied at a time: never more than eight float64[n, c]
+            R = R[:, keep]
+            P = P[:, keep]
         if cols.size == 0:
             return out, iteration
         MP = M @ P

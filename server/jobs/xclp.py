@@ -158,9 +158,6 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
     return got
 
 
-INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
-
-
 def coordinator_memory_limit() -> int:
     """What an XCLP run may use on this coordinator: three quarters of its RAM (0: unknown, no limit)."""
     return default_max_memory()
@@ -334,16 +331,14 @@ class SecureHamming(Phase):
         if upload.piece != stream.folded or stream.folded >= len(stream.pieces):
             raise InvalidInput(f"piece {upload.piece} of pair ({task.a}, {task.b}) where piece {stream.folded} of "
                                f"{len(stream.pieces)} was due")
-        piece, size = stream.pieces[stream.folded], state.layout.value_bytes
-        if len(upload.data) != piece.values * size:  # refused, not counted: A may still send it right
-            raise InvalidInput(f"t of piece {upload.piece} of pair ({task.a}, {task.b}) must be {piece.values} values "
-                               f"of {size} bytes, got {len(upload.data)} bytes")
+        piece, n_a, n_b = stream.pieces[stream.folded], state.sizes[task.a], state.sizes[task.b]
+        steps.check_piece_t(upload.data, state.layout, piece, n_a,  # refused, not counted: A may still send it right
+                            f"t of piece {upload.piece} of pair ({task.a}, {task.b})")
         stream.folded += 1
         if self.meter is not None:
             self.meter.update(self.meter.done + 1)
         if self.error is not None or self.graph is None:
             return
-        n_a, n_b = state.sizes[task.a], state.sizes[task.b]
         try:
             block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
                                       state.params.lsh_bits)
@@ -473,7 +468,6 @@ def _distribute(scope: Scope, state: XclpState) -> None:
     solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
     scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
     piece = influence_piece_columns(layout.n)
-    stalled: set[str] = set()
     meter = _meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved", work="influence")
     for pid, cols in columns.items():
         if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
@@ -484,9 +478,12 @@ def _distribute(scope: Scope, state: XclpState) -> None:
                 scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
             meter.update(meter.done + block.shape[1])
             # the next block once this one is (nearly) on its way: the mailboxes never hold all of S_L
-            if pid not in stalled and not scope.wait_for_delivery(pid, INFLUENCE_BACKLOG_BYTES):
-                stalled.add(pid)  # not reading: waited for once, and its silence is dealt with later
-                log.warning("job %s: party %s is not reading its influence columns", scope.run.config.job_id, pid)
+            if not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
+                # not reading for a step's deadline: the rest of its columns are neither solved nor
+                # queued, and it will miss SecureRowSums as any silent party does
+                log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",
+                            scope.run.config.job_id, pid)
+                break
     state.solve = solver.stats
     scope.run.ledger.record("graph", scope.run.clock() - started)
     log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",

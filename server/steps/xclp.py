@@ -148,6 +148,17 @@ def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int
     return H.astype(hamming_dtype(lsh_bits))
 
 
+def check_piece_t(t: bytes, layout: SlotLayout, piece: Piece, n_a: int, what: str = "") -> int:
+    """A's rows in `piece` (of its n_a), once t has the piece's size: one |N|/8-byte value per
+    ciphertext D (InvalidInput otherwise, about `what`)."""
+    rows = piece.a_rows(layout, n_a)
+    r_a = rows.stop - rows.start
+    if r_a < 1 or layout.batches(r_a) != len(piece.batches) or len(t) != piece.values * layout.value_bytes:
+        what = what or f"t of a piece of {len(piece.batches)} batches x {len(piece.rows)} rows"
+        raise InvalidInput(f"{what} must be {piece.values} values of {layout.value_bytes} bytes, got {len(t)} bytes")
+    return r_a
+
+
 def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n_b: int,
                 lsh_bits: int) -> np.ndarray:
     """One piece of a pair (DESIGN §10.1, xclp.v1.secure_hamming_wire): H[B's rows of the piece, A's
@@ -158,11 +169,7 @@ def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n
     """
     lsh_bits = check_lsh_bits(lsh_bits)
     layout = SlotLayout(int(a_modulus).bit_length(), lsh_bits)
-    rows = piece.a_rows(layout, n_a)
-    r_a = rows.stop - rows.start
-    if r_a < 1 or layout.batches(r_a) != len(piece.batches) or len(t) != piece.values * layout.value_bytes:
-        raise InvalidInput(f"t of a piece of {len(piece.batches)} batches x {len(piece.rows)} rows must be "
-                           f"{piece.values} values of {layout.value_bytes} bytes, got {len(t)} bytes")
+    r_a = check_piece_t(t, layout, piece, n_a)
     masks = masks_from_seed(seed, a_modulus, piece.first_mask(n_b), piece.values)
     H = unmask_distances(Residues(layout.modulus_bits, t), masks, a_modulus, layout, r_a, len(piece.rows))
     return H.astype(hamming_dtype(lsh_bits))
@@ -297,28 +304,37 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
     return {p: total[frame.rows(p)].copy() for p in frame.parties}
 
 
+INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
+
+
 def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int) -> int:
     """Peak bytes of an XCLP run on the coordinator (DESIGN §10.5), linear in the rows but for the
-    dense solve of a small graph:
+    dense solve of a small graph: the graph, and the largest of its steps' working sets.
 
     - the graph: each party's own nearest rows (10 bytes per candidate), the top-k candidates
       (16) and W with its normalisation (about 48): ~74·n·k;
-    - SecureHamming relays waiting in mailboxes: one copy of each party's slices (it sends them to
-      one B at a time) and MAX_IN_FLIGHT pieces per pair, plus one piece
-      being unmasked (its values as Python integers) and folded (blocks of 2^20 distances);
+    - SecureHamming: relays waiting in mailboxes, one copy of each party's slices (it sends them
+      to one B at a time) and MAX_IN_FLIGHT pieces per pair, plus one piece being unmasked (its
+      values as Python integers) and folded (blocks of 2^20 distances);
     - the influence solve: dense Cholesky (3·n² floats) up to DENSE_MAX_NODES rows, else
-      conjugate gradients on `solve_columns(n)` columns (about eight float64[n, c] arrays);
+      conjugate gradients on `solve_columns(n)` columns (at most eight float64[n, c] arrays); and
+      what waits for the parties: the block just solved for its receiver, and for each party up
+      to INFLUENCE_BACKLOG_BYTES in its mailbox (a party that stops reading is sent no more) and
+      about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
+      292 MB above the process's resident set before work, against 315 MB estimated);
     - SecureRowSums: the participants' contributions and their sum, uint64[n, C] each.
     """
     n, parties = int(sum(sizes)), len(sizes)
     graph = 74 * n * k
     slices = sum(layout.slices_bytes(m) for m in sizes) if parties > 1 else 0
     pairs = parties * (parties - 1) // 2
-    relays = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES
     unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)
-    solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else 64 * n * solve_columns(n)
+    hamming = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES + unmask
+    columns = n if n <= DENSE_MAX_NODES else solve_columns(n)
+    solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else 64 * n * columns
+    influence = solve + 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES
     rowsums = (parties + 2) * n * n_classes * 8
-    return graph + relays + unmask + solve + rowsums
+    return graph + max(hamming, influence, rowsums)
 
 
 def _check_range(arr: np.ndarray, lsh_bits: int, name: str) -> None:

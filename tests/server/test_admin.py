@@ -177,7 +177,7 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
 
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # pieces of two ciphertexts: many per pair
     monkeypatch.setattr(coordinator_xclp, "solve_columns", lambda n: 2)  # influence in blocks of two columns
-    monkeypatch.setattr(coordinator_xclp, "INFLUENCE_BACKLOG_BYTES", 0)
+    monkeypatch.setattr(coordinator_xclp.steps, "INFLUENCE_BACKLOG_BYTES", 0)
     shown: dict[str, list[str | None]] = {"hamming": [], "influence": []}
     waiting: list[int] = []  # influence bytes in the mailboxes as each block is solved
 

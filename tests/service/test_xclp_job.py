@@ -321,14 +321,14 @@ class AtSecureHamming:
     """A Run (no sockets) of an XCLP job among `parties` with 3 rows each, past the seed and the
     intra step: its SecureHamming step is on (among a, b and c, with the pairs (b, a), (a, c), (c, b))."""
 
-    def __init__(self, parties: tuple[str, ...] = PARTIES) -> None:
+    def __init__(self, parties: tuple[str, ...] = PARTIES, step_seconds: float = 30.0) -> None:
         from tests.harness import job as job_config
         from xclp.server.run import Run
         from xclp.v1 import xclp_pb2 as pb
 
         keys = {p: identity.generate_identity() for p in parties}
         self.now = 0.0
-        self.run = j = Run(job_config("j", "xclp", PARAMS, parties=parties),
+        self.run = j = Run(job_config("j", "xclp", PARAMS, parties=parties, step_seconds=step_seconds),
                            {p: identity.public_bytes(k) for p, k in keys.items()}, clock=lambda: self.now)
         for p in parties:
             admit(j, keys, p, pb.DataSummary(rows=3, labeled_rows=1, dim=D),
@@ -415,6 +415,50 @@ def test_malformed_secure_hamming_uploads_are_refused_and_the_step_goes_on() -> 
     at.upload("b", Upload.T, 0, bytes(3 * 64))  # one of the right size still counts: the pair is done
     assert at.run.phase.streams[0].folded == 1 and at.run.step.name == "secure_hamming"
     assert "malformed" in at.run.phase.error  # (zeros are no t: the values fail the step once it is over)
+
+
+def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkeypatch) -> None:
+    """DESIGN §10.2: the next influence block is solved once the last one has left for its owner.
+    A party that stops reading (here b; a and c read) is waited for once, a step's deadline, and
+    then the rest of its columns are neither solved nor queued: the coordinator holds at most one
+    block for it, never all of its S_L (it used to solve and queue every one)."""
+    import scipy.sparse as sp
+
+    import xclp.server.jobs.xclp as coordinator_xclp
+    from xclp.graph import InfluenceSolver
+    from xclp.server.steps.xclp import RowLayout
+
+    monkeypatch.setattr(coordinator_xclp, "solve_columns", lambda n: 1)  # blocks of one column
+    monkeypatch.setattr(coordinator_xclp.steps, "INFLUENCE_BACKLOG_BYTES", 0)
+    solved: list[int] = []
+    real_solve = InfluenceSolver.solve
+    monkeypatch.setattr(InfluenceSolver, "solve", lambda self, cols: (solved.extend(cols), real_solve(self, cols))[1])
+    at = AtSecureHamming(step_seconds=0.3)
+    state, scope = at.run.job.xclp, at.run.phase.scope
+    state.graph_layout = RowLayout(PARTIES, (3, 3, 3))
+    ring = np.roll(np.eye(9), 1, axis=1)
+    state.W = sp.csr_matrix(ring + ring.T)
+    state.labeled = {p: np.arange(3) for p in PARTIES}  # three columns for each party
+    mailboxes = {p: at.run.parties[p].mailbox for p in PARTIES}
+    for p in PARTIES:  # what the SecureHamming step left
+        while mailboxes[p].get(timeout=0) is not None:
+            pass
+    stop = threading.Event()
+
+    def read(p: str) -> None:
+        while not stop.is_set():
+            mailboxes[p].get(timeout=0.01)
+
+    readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in ("a", "c")]
+    for r in readers:
+        r.start()
+    try:
+        coordinator_xclp._distribute(scope, state)
+    finally:
+        stop.set()
+    assert solved == [0, 1, 2, 3, 6, 7, 8]  # a's three columns, b's first, c's three
+    graph, block = 8 * 3, 8 * 9  # the graph message (uint64[3]) and one float64[9, 1] column
+    assert mailboxes["b"].queued_bytes == graph + block
 
 
 def test_b_cannot_flood_a_through_the_coordinator_past_its_window(monkeypatch) -> None:
