@@ -63,6 +63,26 @@ def subsample_labels(
     return partial
 
 
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist (apt-get install it)
+
+
+def load_fashion_mnist(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`rows` of Zalando's Fashion-MNIST training set drawn without replacement: X float64[rows, 784]
+    (pixel values 0..255), y int64[rows] in 0..9. Read from Debian's package `dataset-fashion-mnist`
+    (the idx files of github.com/zalandoresearch/fashion-mnist); SystemExit naming it if absent."""
+    import gzip
+    from pathlib import Path
+
+    folder = Path(FASHION_MNIST)
+    if not (folder / "train-images-idx3-ubyte.gz").exists():
+        raise SystemExit(f"Fashion-MNIST is not in {folder}: apt-get install dataset-fashion-mnist")
+    images = np.frombuffer(gzip.decompress((folder / "train-images-idx3-ubyte.gz").read_bytes())[16:], np.uint8)
+    labels = np.frombuffer(gzip.decompress((folder / "train-labels-idx1-ubyte.gz").read_bytes())[8:], np.uint8)
+    X, y = images.reshape(labels.size, 784), labels
+    pick = np.sort(rng.choice(y.size, size=rows, replace=False))
+    return X[pick].astype(np.float64), y[pick].astype(np.int64)
+
+
 def load_breast_cancer_data() -> tuple[np.ndarray, np.ndarray]:
     """sklearn's bundled Wisconsin breast cancer table: X float64[569, 30], y int64[569] in 0..1."""
     from sklearn.datasets import load_breast_cancer

@@ -120,15 +120,24 @@ def knn_from_similarity_rows(rows: Callable[[int, int], np.ndarray], n: int, k: 
     return W
 
 
-def knn_adjacency(H: np.ndarray, lsh_bits: int, params: GraphParams) -> sp.csr_matrix:
-    """Symmetric kNN adjacency W (float64 csr[n, n]) from the pooled Hamming matrix H (int[n, n])."""
+def knn_adjacency(H: np.ndarray, lsh_bits: int, params: GraphParams,
+                  candidates: np.ndarray | None = None) -> sp.csr_matrix:
+    """Symmetric kNN adjacency W (float64 csr[n, n]) from the pooled Hamming matrix H (int[n, n]);
+    with `candidates` (bool[n, n], xclp.candidates.candidate_mask) only those pairs may be neighbours."""
     lsh_bits = check_lsh_bits(lsh_bits)
     H = _check_square(H)
     if H.dtype.kind not in "iu":
         raise InvalidInput(f"H must hold integer Hamming distances, got dtype {H.dtype}")
     if H.size and (H.min() < 0 or H.max() > lsh_bits):
         raise InvalidInput(f"Hamming distances must lie in [0, L = {lsh_bits}], got range [{H.min()}, {H.max()}]")
-    return knn_from_similarity_rows(lambda a, b: similarity(H[a:b], lsh_bits, params.power), H.shape[0], params.k)
+    if candidates is not None and np.shape(candidates) != H.shape:
+        raise InvalidInput(f"candidates must be bool{list(H.shape)}, got shape {np.shape(candidates)}")
+
+    def rows(a: int, b: int) -> np.ndarray:
+        sim = similarity(H[a:b], lsh_bits, params.power)
+        return sim if candidates is None else np.where(candidates[a:b], sim, -np.inf)
+
+    return knn_from_similarity_rows(rows, H.shape[0], params.k)
 
 
 def normalise(W: sp.spmatrix) -> sp.csr_matrix:
@@ -293,9 +302,11 @@ def build_influence(
     labeled_idx: np.ndarray,
     params: GraphParams = GraphParams(),
     method: InfluenceMethod = "auto",
+    candidates: np.ndarray | None = None,
 ) -> Influence:
-    """Pooled H (party blocks in party order) -> graph -> S_L (the plaintext reference's path)."""
-    return influence_of(knn_adjacency(H, lsh_bits, params), labeled_idx, params, method)
+    """Pooled H (party blocks in party order) -> graph (among `candidates` only, if given) -> S_L
+    (the plaintext reference's path)."""
+    return influence_of(knn_adjacency(H, lsh_bits, params, candidates), labeled_idx, params, method)
 
 
 def influence_of(W: sp.csr_matrix, labeled_idx: np.ndarray, params: GraphParams = GraphParams(),

@@ -1,0 +1,117 @@
+"""Candidate pairs against all pairs (DESIGN §10.3), on the plaintext reference of the same schedule.
+
+The secure run equals the plaintext reference on the same candidate schedule (the contract of
+DESIGN §10.3), so what candidates cost in accuracy and save in SecureHamming work is measured here
+without Paillier: per data set, 3 parties with label skew (Dirichlet 0.5 over the classes), 10 %
+of each party's rows labelled, the features standardised on the pooled moments (as the service's
+preparation does), L = 1024, k = 10, 2048-bit keys' K = 186 slots per ciphertext. The centres are
+federated k-means' (xclp.v1.centres.kmeans_reference: the masked sums' rounds in plaintext, a
+centre pooled only from at least 20 rows), each party lists 8 probes per row, and for each
+pair_budget the probes per row are the most that stay within it (choose_probes).
+
+For each data set, centre count and pair_budget (JSON last line): probes, ciphertext_fraction (the
+SecureHamming ciphertexts of the schedule, dummies included, over all pairs' — what the secure run's
+Paillier time scales with), unpadded_fraction (the same schedule with each party's own counts as its
+budgets: what padding to public budgets costs is the ratio), pair_fraction (cross pairs of rows
+evaluated over all cross pairs), edge_recall (edges of the all-pairs kNN graph the candidate graph
+keeps) and accuracy on the unlabeled rows beside all pairs'.
+
+Data: sklearn's digits (1 797 rows, 64 pixels) and Zalando's Fashion-MNIST (--rows of its
+training set, 784 pixels; Debian's dataset-fashion-mnist).
+
+Usage: python benchmarks/xclp_candidates.py [--quick] [--rows 6000] [--centres 16,32,64]
+       [--budgets 0.1,0.2,0.35]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+from _data import dirichlet_split, load_digits_data, load_fashion_mnist, subsample_labels
+
+from xclp import candidates as cd
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.seeding import public_rng
+from xclp.v1.centres import kmeans_reference
+from xclp.v1.xclp_layout import secure_hamming_pairs
+
+PARTIES = ("a", "b", "c")
+GRAPH = GraphParams(k=10, alpha=0.99, power=3)
+L, K, N_CLASSES, PROBES, ROUNDS, MIN_ROWS, SLACK = 1024, 186, 10, 8, 8, 20, 1.0
+SEED = bytes(range(32))
+
+
+def say(message: str) -> None:
+    print(f"xclp_candidates: {message}", file=sys.stderr, flush=True)
+
+
+def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float]) -> dict:
+    rng = public_rng(X.shape[0], f"benchmark/xclp-candidates/{name}")
+    split = dirichlet_split(y, len(PARTIES), 0.5, rng)
+    partial = subsample_labels(y, split, 0.1, rng)
+    spread = X.std(axis=0)
+    Z = (X - X.mean(axis=0)) / np.where(spread > 0, spread, 1.0)
+    parties = [(Z[rows], partial[rows]) for rows in split]
+    sizes = {p: rows.size for p, rows in zip(PARTIES, split)}
+    truth = np.concatenate([y[rows] for rows in split])
+    unlabeled = np.concatenate([partial[rows] for rows in split]) < 0
+    started = time.perf_counter()
+    exact = xclp_reference(parties, SEED, N_CLASSES, L, GRAPH)
+    say(f"{name}: {sum(sizes.values())} rows {sizes}, all pairs in {time.perf_counter() - started:.0f} s")
+    accuracy = float(np.mean(exact.labels[unlabeled] == truth[unlabeled]))
+    pairs = [(t.a, t.b) for t in secure_hamming_pairs(PARTIES)]
+    unit = {p: cd.unit_rows(Z[rows]) for p, rows in zip(PARTIES, split)}
+    n = sum(sizes.values())
+    cross = n * n - sum(v * v for v in sizes.values())
+    runs = []
+    for C in centre_counts:
+        centres = kmeans_reference(list(unit.values()), SEED, C, ROUNDS, MIN_ROWS)
+        probes = {p: cd.nearest_centres(unit[p], centres, PROBES) for p in PARTIES}
+        for budget in budgets:
+            try:
+                p, fraction = cd.choose_probes(probes, sizes, pairs, C, K, SLACK, budget)
+            except Exception as exc:  # even one probe is over this budget with so few centres
+                say(f"{name}: C = {C}, pair_budget = {budget}: {exc}")
+                continue
+            pooled = np.sum([cd.probe_counts(probes[q], p, C) for q in PARTIES], axis=0)
+            public = {q: cd.row_budgets(pooled, sizes[q], n, SLACK) for q in PARTIES}
+            own = {q: cd.probe_counts(probes[q], p, C) for q in PARTIES}
+            lists = {q: cd.centre_lists(probes[q], p, public[q]) for q in PARTIES}
+            mask = cd.candidate_mask(lists, sizes)
+            result = xclp_reference(parties, SEED, N_CLASSES, L, GRAPH, candidates=mask)
+            W, W_all = result.influence.W, exact.influence.W
+            run = {"centres": C, "pair_budget": budget, "probes": p, "ciphertext_fraction": round(fraction, 4),
+                   "unpadded_fraction": round(cd.evaluated_fraction(own, sizes, pairs, K), 4),
+                   "pair_fraction": round(float(mask.sum() - (n * n - cross)) / cross, 4),
+                   "edge_recall": round(float((W.multiply(W_all) != 0).sum() / W_all.nnz), 4),
+                   "accuracy": round(float(np.mean(result.labels[unlabeled] == truth[unlabeled])), 4)}
+            say(f"{name}: {json.dumps(run)}")
+            runs.append(run)
+    return {"data": name, "rows": sizes, "all_pairs_accuracy": round(accuracy, 4), "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="digits only, one centre count")
+    parser.add_argument("--rows", type=int, default=6000, help="Fashion-MNIST rows (all three parties)")
+    parser.add_argument("--centres", default="16,32,64")
+    parser.add_argument("--budgets", default="0.1,0.2,0.35")
+    args = parser.parse_args()
+    centre_counts = [int(c) for c in args.centres.split(",")][: 1 if args.quick else None]
+    budgets = [float(b) for b in args.budgets.split(",")]
+    data = [("digits", *load_digits_data())]
+    if not args.quick:
+        data.append(("fashion-mnist", *load_fashion_mnist(args.rows, public_rng(args.rows, "benchmark/fashion"))))
+    results = [one_data_set(name, X, y, centre_counts, budgets) for name, X, y in data]
+    print(json.dumps({"benchmark": "xclp_candidates", "parties": len(PARTIES), "lsh_bits": L, "k": GRAPH.k,
+                      "slots_per_ciphertext": K, "kmeans_rounds": ROUNDS, "min_centre_rows": MIN_ROWS,
+                      "slack": SLACK, "data_sets": results}))
+
+
+if __name__ == "__main__":
+    main()

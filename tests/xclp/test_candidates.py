@@ -1,0 +1,156 @@
+"""Candidate pairs (xclp.candidates, DESIGN §10.3): the schedule evaluates what the reference says,
+each pair once, from public numbers only; k-means pools no centre of fewer rows than the minimum."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from xclp import candidates as cd
+from xclp.errors import InvalidInput
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.v1.centres import decode_sums, encode_sums, kmeans_reference
+
+SIZES = {"a": 37, "b": 50, "c": 23}
+C, P, K = 7, 3, 8
+
+
+def probes_of(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Each row's P distinct centres in a random order (nearest first), skewed towards low ids."""
+    weights = np.linspace(2.0, 0.5, C)
+    return np.array([rng.choice(C, size=P, replace=False, p=weights / weights.sum()) for _ in range(n)])
+
+
+def public_budgets(probes: dict[str, np.ndarray], slack: float = 1.0) -> dict[str, np.ndarray]:
+    pooled = np.sum([cd.probe_counts(probes[q], P, C) for q in SIZES], axis=0)
+    return {q: cd.row_budgets(pooled, SIZES[q], sum(SIZES.values()), slack) for q in SIZES}
+
+
+def walk(schedule: cd.PairSchedule, lists_a, lists_b, n_a: int, n_b: int) -> list[tuple[int, int]]:
+    """What the coordinator folds, batch by batch, for a pair run on `schedule`: (A's row, B's row)."""
+    slots = cd.a_slots(schedule, lists_a)
+    a_member, b_member = cd.membership(lists_a, n_a, P), cd.membership(lists_b, n_b, P)
+    out = []
+    for g in range(schedule.batches):
+        rows = cd.b_rows(schedule, lists_b, g)
+        assert rows.size == schedule.counts()[g]
+        keep = cd.folded(schedule, g, slots[g], rows, a_member, b_member)
+        x, s = np.nonzero(keep)
+        out += list(zip(slots[g][s].tolist(), rows[x].tolist()))
+    return out
+
+
+@pytest.mark.parametrize("slack", [1.0, 1.5, 3.0])
+def test_walking_the_schedule_folds_each_candidate_pair_exactly_once(slack: float) -> None:
+    rng = np.random.default_rng(11)
+    probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    budgets = public_budgets(probes, slack)
+    lists = {q: cd.centre_lists(probes[q], P, budgets[q]) for q in SIZES}
+    if slack == 1.0:  # the proportional share cuts some lists: the reference must see the same cut
+        assert any(lists[q][c].size < cd.probe_counts(probes[q], P, C)[c] for q in SIZES for c in range(C))
+    mask = cd.candidate_mask(lists, SIZES)
+    offsets = dict(zip(SIZES, np.cumsum([0, *SIZES.values()])))
+    for a, b in itertools.permutations(SIZES, 2):
+        schedule = cd.PairSchedule.of(budgets[a], budgets[b], K)
+        pairs = walk(schedule, lists[a], lists[b], SIZES[a], SIZES[b])
+        assert len(pairs) == len(set(pairs))  # never folded twice
+        block = mask[offsets[a] : offsets[a] + SIZES[a], offsets[b] : offsets[b] + SIZES[b]]
+        assert set(pairs) == set(zip(*np.nonzero(block))), (a, b)
+
+
+def test_what_a_peer_sees_is_the_same_for_two_partners_with_the_same_public_numbers() -> None:
+    """B's view of a pair (A's batches, and how many of its own rows each is evaluated against) is
+    a function of the budgets. Two worlds where rows move between a and c (the pooled counts and
+    sizes stay, a's own histogram changes): b's view is the same; with each party's own counts as
+    its budget (no padding) it is not."""
+    rng = np.random.default_rng(5)
+    first = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    moved = dict(first)
+    swap = np.nonzero(first["a"][:, 0] == 0)[0][:5]
+    other = np.nonzero(first["c"][:, 0] != 0)[0][: swap.size]
+    moved["a"], moved["c"] = first["a"].copy(), first["c"].copy()
+    moved["a"][swap], moved["c"][other] = first["c"][other], first["a"][swap]
+    assert not np.array_equal(cd.probe_counts(first["a"], P, C), cd.probe_counts(moved["a"], P, C))
+
+    def view(probes: dict[str, np.ndarray], padded: bool) -> tuple[int, list[int]]:
+        budgets = public_budgets(probes) if padded else {q: cd.probe_counts(probes[q], P, C) for q in SIZES}
+        schedule = cd.PairSchedule.of(budgets["a"], budgets["b"], K)
+        return schedule.batches, schedule.counts().tolist()
+
+    assert view(first, padded=True) == view(moved, padded=True)
+    assert view(first, padded=False) != view(moved, padded=False)
+
+
+def test_the_first_shared_centre_is_the_smallest_in_both_sets() -> None:
+    rng = np.random.default_rng(3)
+    a = np.sort(rng.integers(-1, 9, size=(20, 4)), axis=1)
+    b = np.sort(rng.integers(-1, 9, size=(15, 4)), axis=1)
+    got = cd.first_shared(a, b)
+    for i, j in itertools.product(range(15), range(20)):
+        common = (set(b[i]) & set(a[j])) - {cd.DUMMY}
+        assert got[i, j] == (min(common) if common else cd.DUMMY)
+
+
+def test_lists_follow_probe_rank_then_row_within_their_budget() -> None:
+    probes = np.array([[2, 0], [0, 2], [2, 1], [0, 1], [1, 2]])
+    lists = cd.centre_lists(probes, 2, np.array([1, 2, 3]))
+    assert [x.tolist() for x in lists] == [[1], [4, 2], [0, 2, 1]]  # centre 0 cut to one row: 1 probes it first
+    assert cd.membership(lists, 5, 2).tolist() == [[2, -1], [0, 2], [1, 2], [-1, -1], [1, -1]]
+    assert cd.row_budgets(np.array([0, 10, 100]), 30, 90, 1.0).tolist() == [0, 4, 30]  # ⌈10/3⌉; never above 30
+
+
+def test_a_centre_of_fewer_rows_than_the_minimum_is_never_pooled() -> None:
+    rng = np.random.default_rng(2)
+    parts = [cd.unit_rows(rng.normal(size=(n, 5))) for n in (30, 40)]
+    start = cd.initial_centres(b"s" * 32, 4, 5)
+    counts = np.sum([cd.kmeans_counts(X, start) for X in parts], axis=0)
+    qualified = counts >= 20
+    assert qualified.any() and not qualified.all()
+    for X in parts:
+        sums = cd.kmeans_sums(X, start, qualified)
+        assert np.all(sums[~qualified] == 0.0)  # nothing of a small centre leaves the party
+    moved = cd.next_centres(start, sum(cd.kmeans_sums(X, start, qualified) for X in parts), qualified)
+    assert np.array_equal(moved[~qualified], start[~qualified]) and not np.allclose(moved[qualified], start[qualified])
+    # a minimum above every centre's rows: k-means never moves off the seed's directions
+    assert np.array_equal(kmeans_reference(parts, b"s" * 32, 4, 3, min_rows=71), start)
+
+
+def test_pooled_sums_in_the_ring_are_the_sums() -> None:
+    rng = np.random.default_rng(4)
+    parts = [cd.unit_rows(rng.normal(size=(n, 6))) for n in (50, 60, 70)]
+    centres = cd.initial_centres(b"t" * 32, 5, 6)
+    everything = np.ones(5, dtype=bool)
+    pooled = np.sum([encode_sums(cd.kmeans_sums(X, centres, everything)) for X in parts], axis=0, dtype=np.uint64)
+    nearest = cd.nearest_centres(np.vstack(parts), centres, 1)[:, 0]
+    expected = np.array([np.vstack(parts)[nearest == c].sum(axis=0) for c in range(5)])
+    assert np.allclose(decode_sums(pooled), expected, atol=1e-6)
+
+
+def test_probes_are_chosen_within_the_pair_budget() -> None:
+    rng = np.random.default_rng(9)
+    probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    pairs = [("a", "b"), ("c", "a"), ("b", "c")]
+    p, fraction = cd.choose_probes(probes, SIZES, pairs, C, K, 1.0, 0.9)
+    assert fraction <= 0.9
+    if p < P:  # one more probe would pass the budget
+        more = np.sum([cd.probe_counts(probes[q], p + 1, C) for q in SIZES], axis=0)
+        budgets = {q: cd.row_budgets(more, SIZES[q], sum(SIZES.values()), 1.0) for q in SIZES}
+        assert cd.evaluated_fraction(budgets, SIZES, pairs, K) > 0.9
+    with pytest.raises(InvalidInput, match="even one probe per row evaluates .* above pair_budget = 0.01"):
+        cd.choose_probes(probes, SIZES, pairs, C, K, 1.0, 0.01)
+
+
+def test_the_reference_on_every_pair_as_candidates_is_the_all_pairs_reference() -> None:
+    rng = np.random.default_rng(1)
+    parties = [(rng.normal(size=(n, 6)), np.where(rng.random(n) < 0.3, rng.integers(0, 3, n), -1)) for n in (20, 25)]
+    params = GraphParams(k=4)
+    full = xclp_reference(parties, b"u" * 32, 3, 64, params)
+    same = xclp_reference(parties, b"u" * 32, 3, 64, params, candidates=np.ones((45, 45), dtype=bool))
+    assert (full.influence.W != same.influence.W).nnz == 0 and np.array_equal(full.scores, same.scores)
+    fewer = xclp_reference(parties, b"u" * 32, 3, 64, params,
+                           candidates=cd.candidate_mask({"a": [np.arange(5)], "b": [np.arange(5)]}, {"a": 20, "b": 25}))
+    cross = fewer.influence.W[:20, 20:].nonzero()
+    assert cross[0].size and cross[0].max() < 5 and cross[1].max() < 5  # cross edges only among the candidates

@@ -1,0 +1,271 @@
+"""Candidate pairs for SecureHamming (DESIGN §10.3): evaluate only pairs of rows that can be neighbours.
+
+All-pairs SecureHamming costs n_A·n_B distances per pair of parties; each row needs only its k
+nearest. The parties agree on C centres on the unit sphere (spherical k-means over their
+normalised rows: `kmeans_counts`, `kmeans_sums` and `next_centres` are one round, which the
+service pools through verifiable masked sums, xclp.v1.centres), and each row lists its `probes` nearest centres (`nearest_centres`). A pair of
+rows of two parties is a **candidate** when both are on the list of a common centre:
+
+- each party's list of centre c holds its rows that probe c, those for which c is a nearer probe
+  first (then by row number), cut to a **public budget** of rows (`row_budgets`): a share of the
+  centre's pooled count (every party's rows probing c, which all parties see) in proportion to the
+  party's rows, times a slack. A peer sees only the budgets, never this party's own per-centre
+  counts; a row beyond its centre's budget keeps its other centres;
+- as A, a party lays its lists out one after another, each padded to its budget with dummy
+  slots, and cuts them into ciphertext batches of K slots, so the slots stay full whatever the
+  lists' sizes; as B, it evaluates each batch against its own lists of the centres the batch
+  holds, each padded with dummy rows to its budget (`PairSchedule`). The coordinator folds a
+  distance only where slot and row are real and of the same centre, and a pair of rows that
+  shares several centres only at the first (`folded`).
+
+`candidate_mask` is the set of pairs this evaluates (n × n: for the plaintext reference of the
+same schedule, xclp.reference, which holds H anyway). `evaluated_fraction` is its cost against all pairs, padding included:
+what `pair_budget` bounds (`choose_probes`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from xclp.errors import InvalidInput
+from xclp.seeding import Seed, public_rng
+
+__all__ = ["DUMMY", "PairSchedule", "a_slots", "b_rows", "candidate_mask", "centre_lists",
+           "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres", "kmeans_counts",
+           "kmeans_sums", "membership", "nearest_centres", "next_centres", "probe_counts",
+           "row_budgets", "unit_rows"]
+
+DUMMY = -1  # a slot or row that stands for no row: evaluated like any other, discarded by the coordinator
+_BLOCK_ELEMENTS = 1 << 22  # rows × centres of dot products computed at once
+
+
+def unit_rows(X: np.ndarray) -> np.ndarray:
+    """float64[n, d]: each row over its Euclidean norm (an all-zero row stays zero)."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or not np.all(np.isfinite(X)):
+        raise InvalidInput(f"rows must be a finite float[n, d], got shape {X.shape}")
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.divide(X, norms, out=np.zeros_like(X), where=norms > 0)
+
+
+def initial_centres(seed: Seed, centres: int, dim: int) -> np.ndarray:
+    """float64[C, d]: C directions drawn from the common seed, the start of k-means (no one's data)."""
+    if centres < 1 or dim < 1:
+        raise InvalidInput(f"k-means needs at least one centre and one feature, got {centres} and {dim}")
+    return unit_rows(public_rng(seed, "xclp/centres").standard_normal((centres, dim)))
+
+
+def nearest_centres(Xn: np.ndarray, centres: np.ndarray, probes: int) -> np.ndarray:
+    """int64[n, p]: each unit row's `probes` nearest centres (largest dot product, then smaller id), nearest first."""
+    n, C = Xn.shape[0], centres.shape[0]
+    p = min(int(probes), C)
+    out = np.empty((n, p), dtype=np.int64)
+    step = max(1, _BLOCK_ELEMENTS // max(C, 1))
+    for start in range(0, n, step):
+        dots = Xn[start : start + step] @ centres.T
+        out[start : start + step] = np.argsort(-dots, axis=1, kind="stable")[:, :p]
+    return out
+
+
+def kmeans_counts(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """int64[C]: this party's rows nearest to each centre (one k-means round's first masked sum)."""
+    return np.bincount(nearest_centres(Xn, centres, 1)[:, 0], minlength=centres.shape[0]).astype(np.int64)
+
+
+def kmeans_sums(Xn: np.ndarray, centres: np.ndarray, qualified: np.ndarray) -> np.ndarray:
+    """float64[C, d]: the sum of this party's unit rows nearest to each qualified centre, zero for the
+    others (a centre's sum is pooled only once its pooled count has passed the minimum)."""
+    nearest = nearest_centres(Xn, centres, 1)[:, 0]
+    sums = np.zeros_like(centres)
+    np.add.at(sums, nearest, Xn)
+    sums[~np.asarray(qualified, dtype=bool)] = 0.0
+    return sums
+
+
+def next_centres(centres: np.ndarray, pooled_sums: np.ndarray, qualified: np.ndarray) -> np.ndarray:
+    """float64[C, d]: each qualified centre moved to the direction of its pooled sum (spherical k-means);
+    the others stay where they were (drawn from the seed, or pooled from enough rows in an earlier round)."""
+    moved = unit_rows(pooled_sums)
+    keep = np.asarray(qualified, dtype=bool) & np.any(moved != 0.0, axis=1)
+    out = centres.copy()
+    out[keep] = moved[keep]
+    return out
+
+
+def probe_counts(probes: np.ndarray, p: int, centres: int) -> np.ndarray:
+    """int64[C]: rows having each centre among their first p probes."""
+    return np.bincount(np.asarray(probes)[:, :p].ravel(), minlength=centres).astype(np.int64)
+
+
+def row_budgets(pooled: np.ndarray, rows: int, total_rows: int, slack: float) -> np.ndarray:
+    """int64[C]: a party's rows per centre list, public: ⌈slack · pooled_c · rows / total_rows⌉, at most its rows."""
+    pooled = np.asarray(pooled, dtype=np.int64)
+    share = np.ceil(float(slack) * pooled * (rows / max(total_rows, 1)) - 1e-9).astype(np.int64)
+    return np.minimum(np.maximum(share, 0), rows)
+
+
+def centre_lists(probes: np.ndarray, p: int, budgets: np.ndarray) -> list[np.ndarray]:
+    """Per centre, this party's rows on its list (int64, in order): the rows probing it among their
+    first p probes, nearer probes first, then by row number, cut to the centre's budget."""
+    probes = np.asarray(probes)[:, :p]
+    n = probes.shape[0]
+    centre, rank = probes.ravel(), np.tile(np.arange(p), n)
+    row = np.repeat(np.arange(n, dtype=np.int64), p)
+    order = np.lexsort((row, rank, centre))
+    centre, row = centre[order], row[order]
+    bounds = np.searchsorted(centre, np.arange(len(budgets) + 1))
+    return [row[bounds[c] : bounds[c + 1]][: budgets[c]] for c in range(len(budgets))]
+
+
+def membership(lists: Sequence[np.ndarray], rows: int, p: int) -> np.ndarray:
+    """int64[rows, p]: the centres whose list holds each row (ascending, DUMMY-padded)."""
+    out = np.full((rows, p), DUMMY, dtype=np.int64)
+    filled = np.zeros(rows, dtype=np.int64)
+    for c, members in enumerate(lists):  # ascending c: each row's centres come out sorted
+        out[members, filled[members]] = c
+        filled[members] += 1
+    return out
+
+
+def first_shared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int64[m, r]: for rows with centre sets b[m, p] and a[r, p] (DUMMY-padded), the smallest
+    centre both hold (DUMMY where none): the one centre at which their distance is folded."""
+    best = np.full((b.shape[0], a.shape[0]), np.iinfo(np.int64).max, dtype=np.int64)
+    for j in range(b.shape[1]):
+        for i in range(a.shape[1]):
+            same = (b[:, j, None] == a[None, :, i]) & (b[:, j, None] != DUMMY)
+            np.minimum(best, np.where(same, b[:, j, None], best), out=best)
+    best[best == np.iinfo(np.int64).max] = DUMMY
+    return best
+
+
+@dataclass(frozen=True)
+class PairSchedule:
+    """The SecureHamming ciphertexts of one pair (A, B) on a candidate schedule, from public numbers
+    only (the two parties' budgets and K): what A packs, what B evaluates, what the coordinator
+    expects, and nothing any party's own counts decide.
+
+    A's slots are its centre lists, each padded to its budget, one after another in centre order
+    and cut into batches of K (so the slots stay full whatever the lists' sizes); `slot_centre`
+    int64[batches·K] is each slot's centre (DUMMY after the last list). Batch g is evaluated against
+    B's lists of the centres its slots hold, each padded to B's budget, in centre order: D number
+    `first[g] + j` is batch g against the j-th of those rows (`b_entries(g)`).
+    """
+
+    slot_centre: np.ndarray
+    b_budgets: np.ndarray
+    K: int
+
+    @classmethod
+    def of(cls, a_budgets: np.ndarray, b_budgets: np.ndarray, K: int) -> PairSchedule:
+        a_budgets, b_budgets = np.asarray(a_budgets, np.int64), np.asarray(b_budgets, np.int64)
+        if a_budgets.shape != b_budgets.shape or a_budgets.ndim != 1 or np.any(a_budgets < 0) or np.any(b_budgets < 0):
+            raise InvalidInput("the budgets of a pair must be two non-negative int[C] of the same centres")
+        centre = np.repeat(np.arange(a_budgets.size, dtype=np.int64), a_budgets)
+        slots = np.full(-(-centre.size // K) * K, DUMMY, dtype=np.int64)
+        slots[: centre.size] = centre
+        return cls(slots, b_budgets, int(K))
+
+    @property
+    def batches(self) -> int:
+        return self.slot_centre.size // self.K
+
+    def centres(self, g: int) -> np.ndarray:
+        """int64: the centres batch g's slots hold, ascending."""
+        held = self.slot_centre[g * self.K : (g + 1) * self.K]
+        return np.unique(held[held != DUMMY])
+
+    def counts(self) -> np.ndarray:
+        """int64[batches]: the ciphertexts of each batch (B's budgets of the centres it holds)."""
+        return np.array([int(self.b_budgets[self.centres(g)].sum()) for g in range(self.batches)], dtype=np.int64)
+
+    @property
+    def values(self) -> int:
+        return int(self.counts().sum())
+
+    def b_entries(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """(centre, position) int64[m] of the rows batch g is evaluated against: position j of B's
+        padded list of that centre."""
+        centres = self.centres(g)
+        sizes = self.b_budgets[centres]
+        return np.repeat(centres, sizes), np.concatenate([np.arange(s) for s in sizes] or [np.zeros(0, np.int64)])
+
+
+def a_slots(schedule: PairSchedule, lists: Sequence[np.ndarray]) -> np.ndarray:
+    """int64[batches, K]: A's row in each slot of the schedule (DUMMY where its list is shorter than its budget)."""
+    out = np.full(schedule.slot_centre.size, DUMMY, dtype=np.int64)
+    starts = np.searchsorted(schedule.slot_centre[schedule.slot_centre != DUMMY], np.arange(len(lists)))
+    for c, members in enumerate(lists):
+        out[starts[c] : starts[c] + members.size] = members
+    return out.reshape(schedule.batches, schedule.K)
+
+
+def b_rows(schedule: PairSchedule, lists: Sequence[np.ndarray], g: int) -> np.ndarray:
+    """int64[m]: B's rows batch g is evaluated against (DUMMY where a list is shorter than its budget)."""
+    centre, position = schedule.b_entries(g)
+    out = np.full(centre.size, DUMMY, dtype=np.int64)
+    for i, (c, j) in enumerate(zip(centre.tolist(), position.tolist())):
+        if j < lists[c].size:
+            out[i] = lists[c][j]
+    return out
+
+
+def folded(schedule: PairSchedule, g: int, slots: np.ndarray, rows: np.ndarray, a_member: np.ndarray,
+           b_member: np.ndarray) -> np.ndarray:
+    """bool[m, K]: which of batch g's distances the coordinator folds: slot and row both real, the
+    slot's centre the row's list's centre, and that centre the first the two rows share (each
+    pair of rows once). slots: A's rows of batch g; rows: B's rows evaluated against it;
+    a_member/b_member: each party's centre sets (`membership`)."""
+    centre, _ = schedule.b_entries(g)
+    slot_centre = schedule.slot_centre[g * schedule.K : (g + 1) * schedule.K]
+    real = (rows[:, None] != DUMMY) & (slots[None, :] != DUMMY) & (centre[:, None] == slot_centre[None, :])
+    shared = first_shared(a_member[np.maximum(slots, 0)], b_member[np.maximum(rows, 0)])
+    return real & (shared == centre[:, None])
+
+
+def candidate_mask(lists: Mapping[str, Sequence[np.ndarray]], sizes: Mapping[str, int]) -> np.ndarray:
+    """bool[n, n] over the parties' rows in `sizes`' order: the cross pairs some centre's lists hold
+    both of (every pair of a party's own rows is a candidate: the parties compute those in full)."""
+    offsets = np.cumsum([0, *sizes.values()])
+    n = int(offsets[-1])
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(len(sizes)):
+        mask[offsets[i] : offsets[i + 1], offsets[i] : offsets[i + 1]] = True
+    parties = list(sizes)
+    for i, p in enumerate(parties):
+        for j, q in enumerate(parties):
+            if i < j:
+                for a, b in zip(lists[p], lists[q]):
+                    mask[np.ix_(offsets[i] + a, offsets[j] + b)] = True
+                    mask[np.ix_(offsets[j] + b, offsets[i] + a)] = True
+    return mask
+
+
+def evaluated_fraction(budgets: Mapping[str, np.ndarray], sizes: Mapping[str, int],
+                       pairs: Sequence[tuple[str, str]], K: int) -> float:
+    """SecureHamming ciphertexts of the candidate schedule (dummies included) over all pairs'
+    ciphertexts, `pairs` as (A, B): the cost `pair_budget` bounds."""
+    scheduled = sum(PairSchedule.of(budgets[a], budgets[b], K).values for a, b in pairs)
+    everything = sum(math.ceil(sizes[a] / K) * sizes[b] for a, b in pairs)
+    return scheduled / max(everything, 1)
+
+
+def choose_probes(probes: Mapping[str, np.ndarray], sizes: Mapping[str, int], pairs: Sequence[tuple[str, str]],
+                  centres: int, K: int, slack: float, pair_budget: float) -> tuple[int, float]:
+    """The most probes per row (at most what the parties listed) whose schedule stays within
+    `pair_budget` of all pairs' ciphertexts, and its fraction; InvalidInput if one probe is over."""
+    n = sum(sizes.values())
+    most = min(p.shape[1] for p in probes.values())
+    fraction = 1.0
+    for p in range(most, 0, -1):
+        pooled = np.sum([probe_counts(probes[q], p, centres) for q in sizes], axis=0)
+        budgets = {q: row_budgets(pooled, sizes[q], n, slack) for q in sizes}
+        fraction = evaluated_fraction(budgets, sizes, pairs, K)
+        if fraction <= pair_budget:
+            return p, fraction
+    raise InvalidInput(f"even one probe per row evaluates {fraction:.1%} of the pairs, above pair_budget = "
+                       f"{pair_budget}: use more centres, or a larger pair_budget")

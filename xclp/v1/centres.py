@@ -1,0 +1,46 @@
+"""Federated k-means on the wire (DESIGN §10.3): the rounds' masked sums of candidate pairs' centres.
+
+Each round pools, in two verifiable masked sums (DESIGN §2.7: every member recomputes what opens),
+the rows nearest to each centre (uint64[C]), then the sums of the unit rows of the centres whose
+pooled count reached the minimum (`SUMS`, fixed point in Z_2^64, int64 two's complement: uint64[C, d],
+zero for the other centres). `kmeans_reference` is the same rounds in plaintext, ring sums
+included, so the secure run's centres equal it bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from xclp.candidates import initial_centres, kmeans_counts, kmeans_sums, next_centres
+from xclp.crypto.fixedpoint import FixedPoint
+from xclp.seeding import Seed
+
+# coordinates of unit rows summed over at most 2^31 rows: |sum| < 2^31, 24 fractional bits
+SUMS = FixedPoint(frac_bits=24, total_bits=64, headroom_terms=1 << 31)
+
+
+def encode_sums(sums: np.ndarray) -> np.ndarray:
+    """uint64[C, d]: a party's k-means sums in the masked sum's ring."""
+    return SUMS.encode(sums)
+
+
+def decode_sums(pooled: np.ndarray) -> np.ndarray:
+    """float64[C, d]: the pooled sums from their ring sum."""
+    return SUMS.decode(np.asarray(pooled, dtype=np.uint64))
+
+
+def kmeans_reference(parts: Sequence[np.ndarray], seed: Seed, centres: int, rounds: int,
+                     min_rows: int) -> np.ndarray:
+    """The centres federated k-means reaches, in plaintext: `parts` are the parties' unit rows; each
+    round pools the counts, then the sums of the centres with at least `min_rows` rows, in the ring."""
+    c = initial_centres(seed, centres, parts[0].shape[1])
+    for _ in range(rounds):
+        counts = np.sum([kmeans_counts(X, c) for X in parts], axis=0)
+        qualified = counts >= min_rows
+        pooled = np.zeros(c.shape, dtype=np.uint64)
+        for X in parts:
+            pooled += encode_sums(kmeans_sums(X, c, qualified))  # wraps mod 2^64, as the masked sum does
+        c = next_centres(c, decode_sums(pooled), qualified)
+    return c
