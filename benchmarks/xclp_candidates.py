@@ -34,6 +34,7 @@ import numpy as np
 from _data import dirichlet_split, load_digits_data, load_fashion_mnist, subsample_labels
 
 from xclp import candidates as cd
+from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.seeding import public_rng
@@ -72,15 +73,14 @@ def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[in
     for C in centre_counts:
         centres = kmeans_reference(list(unit.values()), SEED, C, ROUNDS, MIN_ROWS)
         probes = {p: cd.nearest_centres(unit[p], centres, PROBES) for p in PARTIES}
+        pooled = np.sum([cd.probe_table(probes[q], C) for q in PARTIES], axis=0)
         for budget in budgets:
             try:
-                p, fraction = cd.choose_probes(probes, sizes, pairs, C, K, SLACK, budget)
-            except Exception as exc:  # even one probe is over this budget with so few centres
+                p, public, fraction = cd.choose_probes(pooled, sizes, pairs, K, SLACK, budget)
+            except InvalidInput as exc:  # even one probe is over this budget
                 say(f"{name}: C = {C}, pair_budget = {budget}: {exc}")
                 continue
-            pooled = np.sum([cd.probe_counts(probes[q], p, C) for q in PARTIES], axis=0)
-            public = {q: cd.row_budgets(pooled, sizes[q], n, SLACK) for q in PARTIES}
-            own = {q: cd.probe_counts(probes[q], p, C) for q in PARTIES}
+            own = {q: cd.probe_table(probes[q], C)[p - 1] for q in PARTIES}
             lists = {q: cd.centre_lists(probes[q], p, public[q]) for q in PARTIES}
             mask = cd.candidate_mask(lists, sizes)
             result = xclp_reference(parties, SEED, N_CLASSES, L, GRAPH, candidates=mask)

@@ -3,8 +3,9 @@
 All-pairs SecureHamming costs n_A·n_B distances per pair of parties; each row needs only its k
 nearest. The parties agree on C centres on the unit sphere (spherical k-means over their
 normalised rows: `kmeans_counts`, `kmeans_sums` and `next_centres` are one round, which the
-service pools through verifiable masked sums, xclp.v1.centres), and each row lists its `probes` nearest centres (`nearest_centres`). A pair of
-rows of two parties is a **candidate** when both are on the list of a common centre:
+service pools through verifiable masked sums, xclp.v1.centres), and each row lists its `probes`
+nearest centres (`nearest_centres`). A pair of rows of two parties is a **candidate** when both
+are on the list of a common centre:
 
 - each party's list of centre c holds its rows that probe c, those for which c is a nearer probe
   first (then by row number), cut to a **public budget** of rows (`row_budgets`): a share of the
@@ -19,8 +20,13 @@ rows of two parties is a **candidate** when both are on the list of a common cen
   shares several centres only at the first (`folded`).
 
 `candidate_mask` is the set of pairs this evaluates (n × n: for the plaintext reference of the
-same schedule, xclp.reference, which holds H anyway). `evaluated_fraction` is its cost against all pairs, padding included:
-what `pair_budget` bounds (`choose_probes`).
+same schedule, xclp.reference, which holds H anyway). `evaluated_fraction` is its cost against all
+pairs, padding included: what `pair_budget` bounds (`choose_probes`, from the pooled `probe_table`).
+
+A ciphertext compares one of B's rows with K of A's, so a row of B is evaluated against at least
+one batch per probe: candidates cut the ciphertexts by at most about ⌈n_A/K⌉ / probes, however
+few pairs of rows they keep (K = 186 at 2048-bit keys and L = 1024: ~11× at 2 000 rows, ~108× at
+20 000).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from xclp.seeding import Seed, public_rng
 
 __all__ = ["DUMMY", "PairSchedule", "a_slots", "b_rows", "candidate_mask", "centre_lists",
            "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres", "kmeans_counts",
-           "kmeans_sums", "membership", "nearest_centres", "next_centres", "probe_counts",
+           "kmeans_sums", "membership", "nearest_centres", "next_centres", "probe_table",
            "row_budgets", "unit_rows"]
 
 DUMMY = -1  # a slot or row that stands for no row: evaluated like any other, discarded by the coordinator
@@ -94,11 +100,6 @@ def next_centres(centres: np.ndarray, pooled_sums: np.ndarray, qualified: np.nda
     out = centres.copy()
     out[keep] = moved[keep]
     return out
-
-
-def probe_counts(probes: np.ndarray, p: int, centres: int) -> np.ndarray:
-    """int64[C]: rows having each centre among their first p probes."""
-    return np.bincount(np.asarray(probes)[:, :p].ravel(), minlength=centres).astype(np.int64)
 
 
 def row_budgets(pooled: np.ndarray, rows: int, total_rows: int, slack: float) -> np.ndarray:
@@ -254,18 +255,27 @@ def evaluated_fraction(budgets: Mapping[str, np.ndarray], sizes: Mapping[str, in
     return scheduled / max(everything, 1)
 
 
-def choose_probes(probes: Mapping[str, np.ndarray], sizes: Mapping[str, int], pairs: Sequence[tuple[str, str]],
-                  centres: int, K: int, slack: float, pair_budget: float) -> tuple[int, float]:
-    """The most probes per row (at most what the parties listed) whose schedule stays within
-    `pair_budget` of all pairs' ciphertexts, and its fraction; InvalidInput if one probe is over."""
+def probe_table(probes: np.ndarray, centres: int) -> np.ndarray:
+    """int64[P, C]: row p − 1 counts this party's rows having each centre among their first p probes
+    (its part of the pooled table every party chooses its probes from, `choose_probes`)."""
+    return np.cumsum([np.bincount(np.asarray(probes)[:, j], minlength=centres) for j in range(probes.shape[1])],
+                     axis=0).astype(np.int64)
+
+
+def choose_probes(pooled: np.ndarray, sizes: Mapping[str, int], pairs: Sequence[tuple[str, str]], K: int,
+                  slack: float, pair_budget: float) -> tuple[int, dict[str, np.ndarray], float]:
+    """The most probes per row whose schedule stays within `pair_budget` of all pairs' ciphertexts:
+    (p, every party's public budgets, the fraction), from the pooled `probe_table` alone, so that
+    every party and the coordinator choose the same. InvalidInput if one probe is already over."""
+    pooled = np.asarray(pooled, dtype=np.int64)
     n = sum(sizes.values())
-    most = min(p.shape[1] for p in probes.values())
     fraction = 1.0
-    for p in range(most, 0, -1):
-        pooled = np.sum([probe_counts(probes[q], p, centres) for q in sizes], axis=0)
-        budgets = {q: row_budgets(pooled, sizes[q], n, slack) for q in sizes}
+    for p in range(pooled.shape[0], 0, -1):
+        budgets = {q: row_budgets(pooled[p - 1], sizes[q], n, slack) for q in sizes}
         fraction = evaluated_fraction(budgets, sizes, pairs, K)
         if fraction <= pair_budget:
-            return p, fraction
-    raise InvalidInput(f"even one probe per row evaluates {fraction:.1%} of the pairs, above pair_budget = "
-                       f"{pair_budget}: use more centres, or a larger pair_budget")
+            return p, budgets, fraction
+    raise InvalidInput(f"even one probe per row evaluates {fraction:.1%} of the pairs' ciphertexts, above "
+                       f"pair_budget = {pair_budget}: each row is evaluated against at least a batch of {K} of a "
+                       "peer's rows per probe, so below about ⌈rows/K⌉ times fewer ciphertexts candidates cannot "
+                       "go; raise pair_budget (1.0: all pairs)")

@@ -83,6 +83,26 @@ class TopK:
             raise InvalidInput("a row's candidates must be distinct")
         self._merge(rows.start, similarity(dist, self.lsh_bits, self.power), cand)
 
+    def fold_scattered(self, rows: np.ndarray, columns: np.ndarray, distances: np.ndarray,
+                       keep: np.ndarray) -> None:
+        """Distances int[m, r] between global rows `rows` and columns `columns` (each distinct, the two
+        disjoint), folded into `rows` where `keep` (bool[m, r]): a candidate schedule's batch, whose
+        rows and columns are anyone's (xclp.candidates.folded)."""
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64)
+        block, keep = np.asarray(distances), np.asarray(keep, dtype=bool)
+        if rows.ndim != 1 or cols.ndim != 1 or block.shape != (rows.size, cols.size) or keep.shape != block.shape:
+            raise InvalidInput(f"a scattered block of {rows.size} rows x {cols.size} columns has shape {block.shape} "
+                               f"and a mask of shape {keep.shape}")
+        for name, idx in (("rows", rows), ("columns", cols)):
+            if idx.size and (idx.min() < 0 or idx.max() >= self.n or np.unique(idx).size != idx.size):
+                raise InvalidInput(f"a scattered block's {name} must be distinct and in 0..{self.n - 1}")
+        if np.intersect1d(rows, cols).size:
+            raise InvalidInput("a block's rows and columns must not overlap (a row is never its own neighbour)")
+        sim = np.where(keep, similarity(block, self.lsh_bits, self.power), -np.inf)
+        merged = _best(np.hstack([self.sim[rows], sim]), np.hstack([self.idx[rows], np.broadcast_to(cols, sim.shape)]),
+                       self.k)
+        self.sim[rows], self.idx[rows] = merged
+
     def _merge(self, first: int, sim: np.ndarray, idx: np.ndarray, *, ascending: bool = False) -> None:
         """Fold candidates `idx` (their similarities `sim`) into rows first.. ; `ascending`: each row's
         idx ascending (a block's columns), which lets a wide block be cut to k per row first."""

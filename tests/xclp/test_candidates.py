@@ -24,8 +24,12 @@ def probes_of(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.array([rng.choice(C, size=P, replace=False, p=weights / weights.sum()) for _ in range(n)])
 
 
+def counts(probes: np.ndarray, p: int = P) -> np.ndarray:
+    return cd.probe_table(probes, C)[p - 1]
+
+
 def public_budgets(probes: dict[str, np.ndarray], slack: float = 1.0) -> dict[str, np.ndarray]:
-    pooled = np.sum([cd.probe_counts(probes[q], P, C) for q in SIZES], axis=0)
+    pooled = np.sum([counts(probes[q]) for q in SIZES], axis=0)
     return {q: cd.row_budgets(pooled, SIZES[q], sum(SIZES.values()), slack) for q in SIZES}
 
 
@@ -50,7 +54,7 @@ def test_walking_the_schedule_folds_each_candidate_pair_exactly_once(slack: floa
     budgets = public_budgets(probes, slack)
     lists = {q: cd.centre_lists(probes[q], P, budgets[q]) for q in SIZES}
     if slack == 1.0:  # the proportional share cuts some lists: the reference must see the same cut
-        assert any(lists[q][c].size < cd.probe_counts(probes[q], P, C)[c] for q in SIZES for c in range(C))
+        assert any(lists[q][c].size < counts(probes[q])[c] for q in SIZES for c in range(C))
     mask = cd.candidate_mask(lists, SIZES)
     offsets = dict(zip(SIZES, np.cumsum([0, *SIZES.values()])))
     for a, b in itertools.permutations(SIZES, 2):
@@ -73,10 +77,10 @@ def test_what_a_peer_sees_is_the_same_for_two_partners_with_the_same_public_numb
     other = np.nonzero(first["c"][:, 0] != 0)[0][: swap.size]
     moved["a"], moved["c"] = first["a"].copy(), first["c"].copy()
     moved["a"][swap], moved["c"][other] = first["c"][other], first["a"][swap]
-    assert not np.array_equal(cd.probe_counts(first["a"], P, C), cd.probe_counts(moved["a"], P, C))
+    assert not np.array_equal(counts(first["a"]), counts(moved["a"]))
 
     def view(probes: dict[str, np.ndarray], padded: bool) -> tuple[int, list[int]]:
-        budgets = public_budgets(probes) if padded else {q: cd.probe_counts(probes[q], P, C) for q in SIZES}
+        budgets = public_budgets(probes) if padded else {q: counts(probes[q]) for q in SIZES}
         schedule = cd.PairSchedule.of(budgets["a"], budgets["b"], K)
         return schedule.batches, schedule.counts().tolist()
 
@@ -129,18 +133,19 @@ def test_pooled_sums_in_the_ring_are_the_sums() -> None:
     assert np.allclose(decode_sums(pooled), expected, atol=1e-6)
 
 
-def test_probes_are_chosen_within_the_pair_budget() -> None:
+def test_probes_are_chosen_within_the_pair_budget_from_the_pooled_table() -> None:
     rng = np.random.default_rng(9)
     probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    pooled = np.sum([cd.probe_table(probes[q], C) for q in SIZES], axis=0)
+    assert np.array_equal(pooled[1], np.sum([counts(probes[q], 2) for q in SIZES], axis=0))
     pairs = [("a", "b"), ("c", "a"), ("b", "c")]
-    p, fraction = cd.choose_probes(probes, SIZES, pairs, C, K, 1.0, 0.9)
-    assert fraction <= 0.9
+    p, budgets, fraction = cd.choose_probes(pooled, SIZES, pairs, K, 1.0, 0.9)
+    assert fraction <= 0.9 and fraction == cd.evaluated_fraction(budgets, SIZES, pairs, K)
     if p < P:  # one more probe would pass the budget
-        more = np.sum([cd.probe_counts(probes[q], p + 1, C) for q in SIZES], axis=0)
-        budgets = {q: cd.row_budgets(more, SIZES[q], sum(SIZES.values()), 1.0) for q in SIZES}
-        assert cd.evaluated_fraction(budgets, SIZES, pairs, K) > 0.9
+        more = {q: cd.row_budgets(pooled[p], SIZES[q], sum(SIZES.values()), 1.0) for q in SIZES}
+        assert cd.evaluated_fraction(more, SIZES, pairs, K) > 0.9
     with pytest.raises(InvalidInput, match="even one probe per row evaluates .* above pair_budget = 0.01"):
-        cd.choose_probes(probes, SIZES, pairs, C, K, 1.0, 0.01)
+        cd.choose_probes(pooled, SIZES, pairs, K, 1.0, 0.01)
 
 
 def test_the_reference_on_every_pair_as_candidates_is_the_all_pairs_reference() -> None:
@@ -154,3 +159,48 @@ def test_the_reference_on_every_pair_as_candidates_is_the_all_pairs_reference() 
                            candidates=cd.candidate_mask({"a": [np.arange(5)], "b": [np.arange(5)]}, {"a": 20, "b": 25}))
     cross = fewer.influence.W[:20, 20:].nonzero()
     assert cross[0].size and cross[0].max() < 5 and cross[1].max() < 5  # cross edges only among the candidates
+
+
+def test_the_coordinators_fold_of_the_schedule_is_the_reference_graph_on_the_same_schedule() -> None:
+    """What the coordinator does with a candidate run's distances: each party's own nearest rows,
+    then every pair's batches folded both ways where `folded` says; its W equals the plaintext
+    reference's kNN graph among the candidates, exactly (ties included: 16-bit codes tie often)."""
+    from xclp.graph import knn_adjacency
+    from xclp.hamming import hamming_matrix
+    from xclp.neighbours import TopK, own_top_k
+    from xclp.v1.xclp_layout import secure_hamming_pairs
+
+    rng = np.random.default_rng(8)
+    L, params = 64, GraphParams(k=5)
+    codes = {q: rng.integers(0, 2**16, size=(n, 1), dtype=np.uint64) for q, n in SIZES.items()}  # 16 of 64 bits
+    probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    budgets = public_budgets(probes)
+    lists = {q: cd.centre_lists(probes[q], P, budgets[q]) for q in SIZES}
+    members = {q: cd.membership(lists[q], SIZES[q], P) for q in SIZES}
+    offsets = dict(zip(SIZES, np.cumsum([0, *SIZES.values()]).tolist()))
+    H = hamming_matrix(np.vstack(list(codes.values())))
+    top = TopK(sum(SIZES.values()), L, params)
+    for q in SIZES:
+        candidates, distances = own_top_k(codes[q], L, params)
+        top.fold_lists(slice(offsets[q], offsets[q] + SIZES[q]), candidates.astype(np.int64) + offsets[q], distances)
+    for task in secure_hamming_pairs(tuple(SIZES)):
+        a, b = task.a, task.b
+        schedule = cd.PairSchedule.of(budgets[a], budgets[b], K)
+        slots = cd.a_slots(schedule, lists[a])
+        for g in range(schedule.batches):
+            rows = cd.b_rows(schedule, lists[b], g)
+            keep = cd.folded(schedule, g, slots[g], rows, members[a], members[b])
+            x, s = np.nonzero(keep)
+            if not x.size:
+                continue
+            ga, gb = slots[g][s] + offsets[a], rows[x] + offsets[b]
+            # one batch's kept distances, by (B's row, A's row): unique pairs, folded both ways
+            ub, ib = np.unique(gb, return_inverse=True)
+            ua, ia = np.unique(ga, return_inverse=True)
+            block, mask = np.zeros((ub.size, ua.size), dtype=H.dtype), np.zeros((ub.size, ua.size), dtype=bool)
+            block[ib, ia], mask[ib, ia] = H[gb, ga], True
+            top.fold_scattered(ub, ua, block, mask)
+            top.fold_scattered(ua, ub, block.T, mask.T)
+    reference = knn_adjacency(H, L, params, cd.candidate_mask(lists, SIZES))
+    assert (top.adjacency() != reference).nnz == 0
+    assert (reference != knn_adjacency(H, L, params)).nnz  # the schedule did leave pairs out
