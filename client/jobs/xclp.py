@@ -16,6 +16,7 @@ per-pair state, so the pairs' Paillier work is done again.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sized
 from dataclasses import dataclass
@@ -44,9 +45,9 @@ from xclp.v1.secure_hamming_wire import (
     Piece,
     Relay,
     Upload,
+    all_pairs,
     frame_relay,
     open_relay,
-    pieces,
     relay_bytes,
 )
 from xclp.v1.xclp import (
@@ -289,7 +290,7 @@ class XclpParty(PartyJob):
 
         self.as_a, self.as_b = {}, {}
         for t in mine:  # each pair's meter: a line every quarter of it (on a terminal, when it is done)
-            parts = pieces(layout, self.sizes[t.a], self.sizes[t.b])
+            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b])
             what = f"SecureHamming pair {t.a}->{t.b}"
             if t.a == self.party_id:
                 self.as_a[t.b] = _AsA(t, parts, index[t], Meter(what, len(parts), self.progress,
@@ -359,14 +360,18 @@ class XclpParty(PartyJob):
                 return
             codes = self._need(self.codes, "LSH codes")
             todo = pair.pieces[pair.sent : pair.sent + wave]
-            if len(todo[0].rows) < len(codes):  # slices of B's rows: one batch per wave
+            if todo[0].entries is not None:  # slices of one batch's rows: one batch per wave
                 todo = tuple(p for p in todo if p.batches == todo[0].batches)
+            else:  # whole batches: up to the first slice of a batch
+                todo = tuple(itertools.takewhile(lambda p: p.entries is None, todo))
             assert pair.slices is not None and pair.a_key is not None
             # the wave at once: its batches (all rows), or one batch's consecutive row slices
             batches = range(todo[0].batches.start, todo[-1].batches.stop)
-            rows = range(todo[0].rows.start, todo[-1].rows.stop) if len(batches) == 1 else range(len(codes))
-            out = steps.evaluate_piece(pair.a_key, pair.slices, codes, batches, rows, pair.seed,
-                                       self.ctx.executor, split=-(-workers // len(batches)))
+            rows = todo[0].b_rows(len(codes)) if len(batches) > 1 else range(
+                todo[0].b_rows(len(codes)).start, todo[-1].b_rows(len(codes)).stop)
+            out = steps.evaluate_piece(pair.a_key, pair.slices, codes[rows.start : rows.stop], batches,
+                                       todo[0].first, pair.seed, self.ctx.executor,
+                                       split=-(-workers // len(batches)))
             at, size = 0, pair.slices.layout.ciphertext_bytes  # bytes of one D
             for piece in todo:
                 self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)

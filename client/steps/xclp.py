@@ -159,15 +159,12 @@ def received_slices(a_public: PaillierPublicKey, slices: bytes, lsh_bits: int, n
 
 
 def evaluate_piece(a_public: PaillierPublicKey, slices: EncryptedSlices, codes: np.ndarray, batches: range,
-                   rows: range, seed: bytes, executor: Executor | None = None, *, split: int = 1) -> bytes:
-    """Side B, pieces of the streamed SecureHamming (DESIGN §10.1): D for A's `batches` and B's
-    `rows`, masked with the pair's seeded masks (D(g, x) takes mask g·n_B + x), as bytes for A,
-    batch-major. `rows` is all of B's rows, or `batches` is one batch."""
-    n_b = len(codes)
-    if len(batches) > 1 and len(rows) != n_b:
-        raise InvalidInput("a piece of several batches covers all of B's rows")
-    masks = masks_from_seed(seed, int(a_public.n), batches.start * n_b + rows.start, len(batches) * len(rows))
-    return evaluate_batches(a_public, slices, codes[rows.start : rows.stop], batches, masks, executor, split=split)
+                   first: int, seed: bytes, executor: Executor | None = None, *, split: int = 1) -> bytes:
+    """Side B, pieces of the streamed SecureHamming (DESIGN §10.1): D for A's `batches`, each against
+    the rows whose `codes` are given, masked with the pair's seeded masks from mask `first` on, as
+    bytes for A, batch-major."""
+    masks = masks_from_seed(seed, int(a_public.n), first, len(batches) * len(codes))
+    return evaluate_batches(a_public, slices, codes, batches, masks, executor, split=split)
 
 
 def decrypt_piece(keypair: PaillierKeypair, ciphertexts: bytes, count: int, executor: Executor | None = None) -> bytes:

@@ -63,7 +63,7 @@ from xclp.v1.secure_hamming_wire import (
     HammingUpload,
     Piece,
     Upload,
-    pieces,
+    all_pairs,
     relay_bytes,
 )
 from xclp.v1.xclp import (
@@ -271,7 +271,7 @@ class SecureHamming(Phase):
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
         members = set(state.membership.graph)
-        self.streams = {i: _PairStream(t, pieces(state.layout, state.sizes[t.a], state.sizes[t.b]))
+        self.streams = {i: _PairStream(t, all_pairs(state.layout, state.sizes[t.a], state.sizes[t.b]))
                         for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
         self.error = None
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
@@ -342,7 +342,8 @@ class SecureHamming(Phase):
         try:
             block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
                                       state.params.lsh_bits)
-            self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start, piece.rows.start, block)
+            self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start, piece.b_rows(n_b).start,
+                                  block)
             if stream.folded == len(stream.pieces):
                 self.graph.pair_done(task.a, task.b)
         except XclpError as exc:  # out-of-range distances: nothing a restart would fix

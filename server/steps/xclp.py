@@ -154,7 +154,7 @@ def check_piece_t(t: bytes, layout: SlotLayout, piece: Piece, n_a: int, what: st
     rows = piece.a_rows(layout, n_a)
     r_a = rows.stop - rows.start
     if r_a < 1 or layout.batches(r_a) != len(piece.batches) or len(t) != piece.values * layout.value_bytes:
-        what = what or f"t of a piece of {len(piece.batches)} batches x {len(piece.rows)} rows"
+        what = what or f"t of a piece of {len(piece.batches)} batches ({piece.values} values)"
         raise InvalidInput(f"{what} must be {piece.values} values of {layout.value_bytes} bytes, got {len(t)} bytes")
     return r_a
 
@@ -170,8 +170,8 @@ def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n
     lsh_bits = check_lsh_bits(lsh_bits)
     layout = SlotLayout(int(a_modulus).bit_length(), lsh_bits)
     r_a = check_piece_t(t, layout, piece, n_a)
-    masks = masks_from_seed(seed, a_modulus, piece.first_mask(n_b), piece.values)
-    H = unmask_distances(Residues(layout.modulus_bits, t), masks, a_modulus, layout, r_a, len(piece.rows))
+    masks = masks_from_seed(seed, a_modulus, piece.first, piece.values)
+    H = unmask_distances(Residues(layout.modulus_bits, t), masks, a_modulus, layout, r_a, len(piece.b_rows(n_b)))
     return H.astype(hamming_dtype(lsh_bits))
 
 

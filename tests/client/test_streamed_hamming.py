@@ -27,7 +27,7 @@ from xclp.hamming import hamming_matrix
 from xclp.party_table import PartyData
 from xclp.server.steps.xclp import cross_piece
 from xclp.v1.bundles import paillier_fields
-from xclp.v1.secure_hamming_wire import HammingUpload, Upload, open_relay, pieces
+from xclp.v1.secure_hamming_wire import HammingUpload, Upload, all_pairs, open_relay
 from xclp.v1.wire import Message
 from xclp.v1.xclp import XclpJobParams
 from xclp.v1.xclp_layout import PairTask
@@ -110,13 +110,14 @@ def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, 
     [seed] = uploads["b"]  # B sends its seed, never its masks
     assert (seed.kind, seed.pair, len(seed.data)) == (Upload.SEED, 0, 32)
     layout = steps.slot_layout(keys["a"].public, L)
-    parts = pieces(layout, ROWS["a"], ROWS["b"])
+    parts = all_pairs(layout, ROWS["a"], ROWS["b"])
     assert len(parts) in (3, 9)  # 3 batches, each whole or in 3 slices of B's rows (1, 2, 2)
     assert [(u.kind, u.piece) for u in uploads["a"]] == [(Upload.T, i) for i in range(len(parts))]
     H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
     for upload, piece in zip(uploads["a"], parts):
         block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
-        H[piece.rows.start : piece.rows.stop, piece.a_rows(layout, ROWS["a"])] = block
+        rows = piece.b_rows(ROWS["b"])
+        H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
     np.testing.assert_array_equal(H, hamming_matrix(parties["b"].codes, parties["a"].codes))
 
 
@@ -240,7 +241,7 @@ def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
         [seed] = uploads[b]
         H = np.full((5, 160), -1, dtype=np.int64)
         for upload in (u for u in t if u.pair == index):
-            piece = pieces(layout, 160, 5)[upload.piece]
+            piece = all_pairs(layout, 160, 5)[upload.piece]
             H[:, piece.a_rows(layout, 160)] = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece,
                                                            160, 5, L)
         np.testing.assert_array_equal(H, hamming_matrix(parties[b].codes, parties["a"].codes))

@@ -1,8 +1,9 @@
 """The streamed SecureHamming on the wire (DESIGN §5.3, §10.1): pieces, uploads and relay frames.
 
-A pair (A, B) travels in pieces: piece p covers some of A's ⌈n_A/K⌉ batches and some of B's n_B
-rows (`Piece`), so that its ciphertexts D fit `PIECE_BYTES` (several batches × all of B's rows when
-B is small, else one batch × a slice of B's rows). In order:
+A pair (A, B) travels in pieces: piece p covers some of A's ⌈n_A/K⌉ batches and some of the rows
+B evaluates them against (`Piece`: all of B's n_B rows, or a candidate schedule's), so that its
+ciphertexts D fit `PIECE_BYTES` (several batches with all their rows, or one batch with a slice of
+its rows). In order:
 
     A -> B (relayed)   SLICES: A's encrypted bit slices, once per attempt
     B -> coordinator   upload SEED: B's 32-byte mask seed of the pair (before any piece)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,22 +39,24 @@ MAX_IN_FLIGHT = 8  # pieces of one pair relayed to A and not yet acknowledged
 
 @dataclass(frozen=True)
 class Piece:
-    """A's batches `batches` × B's rows `rows`: its ciphertexts D in batch-major order, the masks of
-    D(g, x) being mask g·n_B + x of the pair (one contiguous range: all rows, or one batch)."""
+    """A's batches `batches`, each against the rows B evaluates it with (the batch's entries: all
+    of B's rows, or on a candidate schedule its lists of the batch's centres, xclp.candidates): with
+    several batches every entry of each, with one batch its entries `entries` (None: all of them).
+    Its ciphertexts D are batch-major and numbered `first`, `first` + 1, ... in the pair (mask i of
+    the pair masks D number i); `values` of them."""
 
     batches: range
-    rows: range
-
-    @property
-    def values(self) -> int:
-        return len(self.batches) * len(self.rows)
-
-    def first_mask(self, n_b: int) -> int:
-        return self.batches.start * n_b + self.rows.start
+    entries: range | None
+    first: int
+    values: int
 
     def a_rows(self, layout: SlotLayout, n_a: int) -> slice:
-        """A's rows (its own numbering) whose distances the piece carries."""
+        """A's slots (its rows, in its own numbering, on all pairs) whose distances the piece carries."""
         return slice(self.batches.start * layout.slots, min(n_a, self.batches.stop * layout.slots))
+
+    def b_rows(self, n_b: int) -> range:
+        """On all pairs (every batch against all n_b of B's rows): B's rows the piece carries."""
+        return range(n_b) if self.entries is None else self.entries
 
 
 RELAY_SLACK_BYTES = 4096  # a relay's frame header and its sealing (AEAD nonce and tag), generously
@@ -69,17 +73,28 @@ def relay_bytes(layout: SlotLayout, n_sender: int) -> int:
     return max(layout.slices_bytes(n_sender), piece_values(layout) * layout.ciphertext_bytes) + RELAY_SLACK_BYTES
 
 
-def pieces(layout: SlotLayout, n_a: int, n_b: int) -> tuple[Piece, ...]:
-    """The pieces of a pair, in order: groups of batches × all rows when B's rows fit a piece, else
-    each batch × B's rows cut in near-equal slices."""
-    total, per = layout.batches(n_a), piece_values(layout)
-    every = range(n_b)
-    if n_b <= per:
-        step = per // max(n_b, 1)
-        return tuple(Piece(range(g, min(g + step, total)), every) for g in range(0, total, step))
-    cuts = -(-n_b // per)
-    bounds = [n_b * i // cuts for i in range(cuts + 1)]
-    return tuple(Piece(range(g, g + 1), range(lo, hi)) for g in range(total) for lo, hi in zip(bounds, bounds[1:]))
+def pieces(layout: SlotLayout, counts: Sequence[int]) -> tuple[Piece, ...]:
+    """The pieces of a pair whose batch g is evaluated against counts[g] rows, in order: as many
+    whole batches as fit a piece, and a batch too large for one cut in near-equal slices."""
+    per, out, first, g = piece_values(layout), [], 0, 0
+    while g < len(counts):
+        if counts[g] > per:
+            cuts = -(-counts[g] // per)
+            bounds = [counts[g] * i // cuts for i in range(cuts + 1)]
+            out += [Piece(range(g, g + 1), range(lo, hi), first + lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+            first, g = first + counts[g], g + 1
+            continue
+        stop, size = g, 0
+        while stop < len(counts) and size + counts[stop] <= per:
+            size, stop = size + counts[stop], stop + 1
+        out.append(Piece(range(g, stop), None, first, size))
+        first, g = first + size, stop
+    return tuple(out)
+
+
+def all_pairs(layout: SlotLayout, n_a: int, n_b: int) -> tuple[Piece, ...]:
+    """The pieces of a pair on all pairs: each of A's ⌈n_A/K⌉ batches against all n_B of B's rows."""
+    return pieces(layout, [n_b] * layout.batches(n_a))
 
 
 class Upload(enum.IntEnum):
