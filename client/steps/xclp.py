@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xclp.candidates import DUMMY, PairSchedule, b_rows
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
@@ -50,6 +51,7 @@ from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.neighbours import own_top_k
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
+from xclp.v1.secure_hamming_wire import Piece
 from xclp.v1.xclp import ROWSUMS_PURPOSE, own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout
 from xclp.validation import UNLABELED, check_features, check_labels
@@ -65,6 +67,8 @@ __all__ = [
     "hamming_evaluate",
     "decrypt_piece",
     "evaluate_piece",
+    "evaluate_scheduled",
+    "slot_codes",
     "received_slices",
     "own_nearest",
     "labeled_rows",
@@ -165,6 +169,32 @@ def evaluate_piece(a_public: PaillierPublicKey, slices: EncryptedSlices, codes: 
     bytes for A, batch-major."""
     masks = masks_from_seed(seed, int(a_public.n), first, len(batches) * len(codes))
     return evaluate_batches(a_public, slices, codes, batches, masks, executor, split=split)
+
+
+def slot_codes(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The codes of `rows` (xclp.candidates: A's slots or B's entries), all zero for a DUMMY: a dummy
+    is evaluated like any row, and nobody but the coordinator, which discards it, knows which it is."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros((rows.size, codes.shape[1]), dtype=codes.dtype)
+    real = rows != DUMMY
+    out[real] = codes[rows[real]]
+    return out
+
+
+def evaluate_scheduled(a_public: PaillierPublicKey, slices: EncryptedSlices, codes: np.ndarray,
+                       schedule: PairSchedule, lists: Sequence[np.ndarray], piece: Piece, seed: bytes,
+                       executor: Executor | None = None, *, split: int = 1) -> bytes:
+    """Side B of a pair on a candidate schedule: the piece's ciphertexts, batch by batch, each batch
+    against this party's padded lists of the centres it holds (`candidates.b_rows`)."""
+    out, first = [], piece.first
+    for g in piece.batches:
+        rows = b_rows(schedule, lists, g)
+        if piece.entries is not None:
+            rows = rows[piece.entries.start : piece.entries.stop]
+        out.append(evaluate_piece(a_public, slices, slot_codes(codes, rows), range(g, g + 1), first, seed, executor,
+                                  split=split))
+        first += rows.size
+    return b"".join(out)
 
 
 def decrypt_piece(keypair: PaillierKeypair, ciphertexts: bytes, count: int, executor: Executor | None = None) -> bytes:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from xclp.candidates import DUMMY, PairSchedule
 from xclp.crypto.secure_hamming import Residues, SlotLayout, masks_from_seed, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
 from xclp.graph import DENSE_MAX_NODES, GraphParams, InfluenceMethod, influence_of
@@ -175,6 +176,31 @@ def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n
     return H.astype(hamming_dtype(lsh_bits))
 
 
+def scheduled_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, schedule: PairSchedule,
+                    lsh_bits: int) -> list[tuple[int, range, np.ndarray]]:
+    """One piece of a pair on a candidate schedule (xclp.candidates): per batch g of the piece,
+    (g, the batch's entries the piece carries, H[those entries, the batch's slots]) from A's t and
+    B's masks, regenerated from B's seed. InvalidInput for a wrong size, OutOfRange as
+    `unmask_distances` (a padding slot past the lists' end must decrypt to 0)."""
+    lsh_bits = check_lsh_bits(lsh_bits)
+    layout = SlotLayout(int(a_modulus).bit_length(), lsh_bits)
+    counts = schedule.counts()
+    if len(t) != piece.values * layout.value_bytes:
+        raise InvalidInput(f"t of a piece of {len(piece.batches)} batches must be {piece.values} values of "
+                           f"{layout.value_bytes} bytes, got {len(t)} bytes")
+    masks = masks_from_seed(seed, a_modulus, piece.first, piece.values)
+    occupied = np.count_nonzero(schedule.slot_centre != DUMMY)
+    out, at = [], 0
+    for g in piece.batches:
+        entries = range(int(counts[g])) if piece.entries is None else piece.entries
+        m, slots = len(entries), min(layout.slots, int(occupied) - g * layout.slots)
+        values = t[at * layout.value_bytes : (at + m) * layout.value_bytes]
+        H = unmask_distances(Residues(layout.modulus_bits, values), masks[at : at + m], a_modulus, layout, slots, m)
+        out.append((g, entries, H.astype(hamming_dtype(lsh_bits))))
+        at += m
+    return out
+
+
 class NeighbourGraph:
     """What the coordinator keeps of H (DESIGN §10.1): per row of `layout`, the k best candidates,
     from every party's own nearest rows and every pair's cross block, folded as they arrive."""
@@ -214,6 +240,26 @@ class NeighbourGraph:
         part_b = slice(rb.start + b_first, rb.start + b_first + block.shape[0])
         self.top.fold_block(part_b, part_a, block)
         self.top.fold_block(part_a, part_b, block.T)
+
+    def fold_scheduled(self, a: str, b: str, slots: np.ndarray, rows: np.ndarray, block: np.ndarray,
+                       keep: np.ndarray) -> None:
+        """A batch of a pair on a candidate schedule: distances int[m, K'] between B's rows `rows` and
+        A's rows in the batch's slots `slots` (own numbering, DUMMY-padded, either may repeat a row
+        of two centres), folded both ways where `keep` (xclp.candidates.folded), then dropped."""
+        if frozenset((a, b)) in self.pairs or a == b:
+            raise ProtocolError(f"the pair ({a}, {b}) is already folded")
+        _check_range(block, self.lsh_bits, f"cross block ({a}, {b})")
+        x, s = np.nonzero(keep)
+        if not x.size:
+            return
+        ra, rb = self.layout.rows(a), self.layout.rows(b)
+        ub, ib = np.unique(rows[x], return_inverse=True)
+        ua, ia = np.unique(slots[s], return_inverse=True)
+        dense = np.zeros((ub.size, ua.size), dtype=block.dtype)
+        kept = np.zeros(dense.shape, dtype=bool)
+        dense[ib, ia], kept[ib, ia] = block[x, s], True
+        self.top.fold_scattered(ub + rb.start, ua + ra.start, dense, kept)
+        self.top.fold_scattered(ua + ra.start, ub + rb.start, dense.T, kept.T)
 
     def pair_done(self, a: str, b: str) -> None:
         """Every piece of the pair is folded: `adjacency` may count it."""

@@ -49,9 +49,9 @@ def test_all_pairs_are_the_pieces_they_were(monkeypatch) -> None:
     K = LAYOUT.slots
     small = shw.all_pairs(LAYOUT, 3 * K + 1, 3)  # 4 batches of 3 rows: 3 batches per piece
     assert [(p.batches, p.entries, p.first, p.values) for p in small] == [
-        (range(0, 3), None, 0, 9), (range(3, 4), None, 9, 3)]
+        (range(3), None, 0, 9), (range(3, 4), None, 9, 3)]
     large = shw.all_pairs(LAYOUT, K + 1, 25)  # 2 batches of 25 rows: 3 slices each (8, 8, 9)
     assert [(p.batches, p.entries, p.first) for p in large] == [
-        (range(0, 1), range(0, 8), 0), (range(0, 1), range(8, 16), 8), (range(0, 1), range(16, 25), 16),
-        (range(1, 2), range(0, 8), 25), (range(1, 2), range(8, 16), 33), (range(1, 2), range(16, 25), 41)]
+        (range(1), range(8), 0), (range(1), range(8, 16), 8), (range(1), range(16, 25), 16),
+        (range(1, 2), range(8), 25), (range(1, 2), range(8, 16), 33), (range(1, 2), range(16, 25), 41)]
     assert large[4].b_rows(25) == range(8, 16) and small[0].b_rows(3) == range(3)
