@@ -83,6 +83,32 @@ def load_fashion_mnist(rows: int, rng: np.random.Generator) -> tuple[np.ndarray,
     return X[pick].astype(np.float64), y[pick].astype(np.int64)
 
 
+MLBENCH = "/usr/lib/R/site-library/mlbench/data"  # Debian's r-cran-mlbench (apt-get install it)
+
+
+def load_mlbench(name: str, label: str) -> tuple[np.ndarray, np.ndarray]:
+    """A table of R's mlbench (UCI's LetterRecognition, 20 000 × 16, 26 classes; Satellite, 6 435 ×
+    36, 6 classes; ...): X float64 of its numeric columns, y int64 codes of its factor `label`,
+    exported by Rscript from Debian's package r-cran-mlbench; SystemExit naming it if absent."""
+    import csv
+    import io
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    path = Path(MLBENCH) / f"{name}.rda"
+    if not path.exists() or shutil.which("Rscript") is None:
+        raise SystemExit(f"{path} or Rscript is missing: apt-get install r-cran-mlbench")
+    script = (f'load("{path}"); d <- {name}; d${label} <- as.integer(d${label}) - 1L; '
+              "write.csv(d, stdout(), row.names = FALSE)")
+    text = subprocess.run(["Rscript", "-e", script], capture_output=True, text=True, check=True).stdout
+    rows = list(csv.reader(io.StringIO(text)))
+    header, body = rows[0], rows[1:]
+    at = header.index(label)
+    X = np.array([[float(v) for j, v in enumerate(r) if j != at] for r in body])
+    return X, np.array([int(r[at]) for r in body], dtype=np.int64)
+
+
 def load_breast_cancer_data() -> tuple[np.ndarray, np.ndarray]:
     """sklearn's bundled Wisconsin breast cancer table: X float64[569, 30], y int64[569] in 0..1."""
     from sklearn.datasets import load_breast_cancer

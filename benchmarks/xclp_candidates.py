@@ -16,8 +16,10 @@ budgets: what padding to public budgets costs is the ratio), pair_fraction (cros
 evaluated over all cross pairs), edge_recall (edges of the all-pairs kNN graph the candidate graph
 keeps) and accuracy on the unlabeled rows beside all pairs'.
 
-Data: sklearn's digits (1 797 rows, 64 pixels) and Zalando's Fashion-MNIST (--rows of its
-training set, 784 pixels; Debian's dataset-fashion-mnist).
+Data: sklearn's digits (1 797 rows, 64 pixels, 10 classes); UCI's Statlog Satellite (6 435 rows,
+36 features, 6 classes) and --rows of UCI's Letter Recognition (20 000 rows, 16 features, 26
+classes), both from R's mlbench (Debian's r-cran-mlbench, read with Rscript); --rows of Zalando's
+Fashion-MNIST training set (784 pixels, 10 classes; Debian's dataset-fashion-mnist).
 
 Usage: python benchmarks/xclp_candidates.py [--quick] [--rows 6000] [--centres 16,32,64]
        [--budgets 0.1,0.2,0.35]
@@ -31,7 +33,7 @@ import sys
 import time
 
 import numpy as np
-from _data import dirichlet_split, load_digits_data, load_fashion_mnist, subsample_labels
+from _data import dirichlet_split, load_digits_data, load_fashion_mnist, load_mlbench, subsample_labels
 
 from xclp import candidates as cd
 from xclp.errors import InvalidInput
@@ -43,7 +45,7 @@ from xclp.v1.xclp_layout import secure_hamming_pairs
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
-L, K, N_CLASSES, PROBES, ROUNDS, MIN_ROWS, SLACK = 1024, 186, 10, 8, 8, 20, 1.0
+L, K, PROBES, ROUNDS, MIN_ROWS, SLACK = 1024, 186, 8, 8, 20, 1.0
 SEED = bytes(range(32))
 
 
@@ -53,6 +55,7 @@ def say(message: str) -> None:
 
 def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float]) -> dict:
     rng = public_rng(X.shape[0], f"benchmark/xclp-candidates/{name}")
+    n_classes = int(y.max()) + 1
     split = dirichlet_split(y, len(PARTIES), 0.5, rng)
     partial = subsample_labels(y, split, 0.1, rng)
     spread = X.std(axis=0)
@@ -62,7 +65,7 @@ def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[in
     truth = np.concatenate([y[rows] for rows in split])
     unlabeled = np.concatenate([partial[rows] for rows in split]) < 0
     started = time.perf_counter()
-    exact = xclp_reference(parties, SEED, N_CLASSES, L, GRAPH)
+    exact = xclp_reference(parties, SEED, n_classes, L, GRAPH)
     say(f"{name}: {sum(sizes.values())} rows {sizes}, all pairs in {time.perf_counter() - started:.0f} s")
     accuracy = float(np.mean(exact.labels[unlabeled] == truth[unlabeled]))
     pairs = [(t.a, t.b) for t in secure_hamming_pairs(PARTIES)]
@@ -83,7 +86,7 @@ def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[in
             own = {q: cd.probe_table(probes[q], C)[p - 1] for q in PARTIES}
             lists = {q: cd.centre_lists(probes[q], p, public[q]) for q in PARTIES}
             mask = cd.candidate_mask(lists, sizes)
-            result = xclp_reference(parties, SEED, N_CLASSES, L, GRAPH, candidates=mask)
+            result = xclp_reference(parties, SEED, n_classes, L, GRAPH, candidates=mask)
             W, W_all = result.influence.W, exact.influence.W
             run = {"centres": C, "pair_budget": budget, "probes": p, "ciphertext_fraction": round(fraction, 4),
                    "unpadded_fraction": round(cd.evaluated_fraction(own, sizes, pairs, K), 4),
@@ -106,6 +109,10 @@ def main() -> None:
     budgets = [float(b) for b in args.budgets.split(",")]
     data = [("digits", *load_digits_data())]
     if not args.quick:
+        data.append(("satellite", *load_mlbench("Satellite", "classes")))
+        letters, labels = load_mlbench("LetterRecognition", "lettr")
+        pick = np.sort(public_rng(args.rows, "benchmark/letters").choice(labels.size, args.rows, replace=False))
+        data.append(("letters", letters[pick], labels[pick]))
         data.append(("fashion-mnist", *load_fashion_mnist(args.rows, public_rng(args.rows, "benchmark/fashion"))))
     results = [one_data_set(name, X, y, centre_counts, budgets) for name, X, y in data]
     print(json.dumps({"benchmark": "xclp_candidates", "parties": len(PARTIES), "lsh_bits": L, "k": GRAPH.k,

@@ -204,3 +204,12 @@ def test_the_coordinators_fold_of_the_schedule_is_the_reference_graph_on_the_sam
     reference = knn_adjacency(H, L, params, cd.candidate_mask(lists, SIZES))
     assert (top.adjacency() != reference).nnz == 0
     assert (reference != knn_adjacency(H, L, params)).nnz  # the schedule did leave pairs out
+
+
+def test_a_partys_sums_of_many_rows_fit_the_ring() -> None:
+    """A centre can gather thousands of one party's unit rows: their sum (|x| up to the rows) must
+    encode (it once refused anything past 256), and 256 such parties still sum without wrapping."""
+    rows = np.tile(cd.unit_rows(np.array([[3.0, 4.0]])), (5000, 1))
+    one = encode_sums(cd.kmeans_sums(rows, np.array([[0.6, 0.8], [-0.6, -0.8]]), np.array([True, True])))
+    assert np.allclose(decode_sums(one)[0], [3000.0, 4000.0])
+    assert np.allclose(decode_sums(np.sum([one] * 256, axis=0, dtype=np.uint64))[0], [768000.0, 1024000.0])

@@ -17,8 +17,9 @@ from xclp.candidates import initial_centres, kmeans_counts, kmeans_sums, next_ce
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.seeding import Seed
 
-# coordinates of unit rows summed over at most 2^31 rows: |sum| < 2^31, 24 fractional bits
-SUMS = FixedPoint(frac_bits=24, total_bits=64, headroom_terms=1 << 31)
+# a party's sum of unit rows has coordinates below its rows (< 2^31), with 24 fractional bits; the
+# ring then holds the sum of up to 256 parties' (each value at most 2^63 / 256 / 2^24 = 2^31)
+SUMS = FixedPoint(frac_bits=24, total_bits=64, headroom_terms=256)
 
 
 def encode_sums(sums: np.ndarray) -> np.ndarray:
