@@ -16,6 +16,7 @@ estimates first and refuses, with the numbers and what to change:
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Mapping
@@ -38,17 +39,20 @@ SAMPLES = 6
 OWN_NEAREST_BYTES = 96 << 20  # own_top_k's blocks of 2^20 distances, similarities and indices, a few at once
 
 
-def party_bytes(n: int, peers: Mapping[str, int], layout: SlotLayout, *, workers: int, n_classes: int) -> int:
+def party_bytes(n: int, peers: Mapping[str, int], layout: SlotLayout, *, workers: int, n_classes: int,
+                slots: float = 1.0) -> int:
     """Peak bytes of this party's XCLP beyond its table (module docstring); `peers` may be empty
-    (before the layout: this party's own part only)."""
+    (before the layout: this party's own part only); `slots`: its slots as A per row
+    (XclpJobParams.slots_per_row: more than one on candidate pairs, DESIGN §10.3)."""
     ciphertext = layout.ciphertext_bytes
     # one wave: its ciphertexts as bytes, and per value a mask, a plaintext and a result as Python ints
     per_value = ciphertext + 3 * (ciphertext + INT_OVERHEAD)
     wave = min(MAX_IN_FLIGHT, 2 * max(1, workers)) * piece_values(layout) * per_value
     n_total = n + sum(peers.values())
     propagation = 4 * n_total * n_classes * 8 + INFLUENCE_PIECE_BYTES  # Z̄, the row sums and their masks
-    return (n * layout.L // 8 + OWN_NEAREST_BYTES + 2 * layout.slices_bytes(n)
-            + sum(layout.slices_bytes(m) for m in peers.values()) + (wave if peers else 0) + propagation)
+    return (n * layout.L // 8 + OWN_NEAREST_BYTES + 2 * layout.slices_bytes(math.ceil(slots * n))
+            + sum(layout.slices_bytes(math.ceil(slots * m)) for m in peers.values()) + (wave if peers else 0)
+            + propagation)
 
 
 def check_memory(need: int, max_bytes: int, n: int, peers: Mapping[str, int]) -> None:
@@ -88,12 +92,14 @@ class OperationCosts:
 
 
 def paillier_seconds(costs: OperationCosts, layout: SlotLayout, n: int, peers: Mapping[str, int],
-                     workers: int) -> float:
+                     workers: int, *, budget: float = 1.0, slots: float = 1.0) -> float:
+    """On candidate pairs the ciphertexts are at most `budget` of all pairs' and the slots `slots`
+    times the rows (XclpJobParams.slots_per_row): the estimate is the bound the job's pair_budget sets."""
     total = 0.0
     for n_k in peers.values():
-        total += layout.L * layout.batches(n) * costs.encrypt  # our slices, as A
-        total += layout.values(n, n_k) * costs.decrypt  # our decryptions, as A
-        total += layout.L / 2 * layout.values(n_k, n) * costs.multiply  # evaluating the peer's slices, as B
+        total += layout.L * layout.batches(math.ceil(slots * n)) * costs.encrypt  # our slices, as A
+        total += budget * layout.values(n, n_k) * costs.decrypt  # our decryptions, as A
+        total += budget * layout.L / 2 * layout.values(n_k, n) * costs.multiply  # evaluating the peer's slices, as B
     return total / max(1, workers)
 
 

@@ -24,9 +24,17 @@ from typing import TypeVar
 
 import numpy as np
 
+from xclp.candidates import PairSchedule, a_slots
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import OperationCosts, check_memory, check_time, paillier_seconds, party_bytes
+from xclp.client.jobs.estimate import (
+    OperationCosts,
+    check_memory,
+    check_time,
+    paillier_seconds,
+    party_bytes,
+)
+from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
 from xclp.crypto import aead
@@ -48,6 +56,7 @@ from xclp.v1.secure_hamming_wire import (
     all_pairs,
     frame_relay,
     open_relay,
+    pieces,
     relay_bytes,
 )
 from xclp.v1.xclp import (
@@ -91,6 +100,7 @@ class _AsB:
     meter: Meter  # its pieces evaluated
     slices: EncryptedSlices | None = None
     a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
+    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what it evaluates
     sent: int = 0
     acked: int = 0
 
@@ -126,6 +136,9 @@ class XclpParty(PartyJob):
         # training round too; the round's session id binds the round)
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
                                        withhold=self._own_rows, digest_name=ROWSUMS_STEP)
+        # DESIGN §10.3: SecureHamming on candidate pairs only, set up by federated k-means
+        self.candidates = CandidateCentres(ctx, self.params, self.X, lambda: self.sizes, SlotLayout.for_key(
+            self.keypair.public, self.params.lsh_bits).slots) if self.params.candidates else None
 
     def _check_size(self) -> None:
         """Estimate this party's memory and Paillier work from the layout, before any of it
@@ -134,12 +147,15 @@ class XclpParty(PartyJob):
         limit, workers = self.ctx.max_paillier_seconds, self._workers()
         layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
         n = self.X.shape[0]
-        need = party_bytes(n, peers, layout, workers=workers, n_classes=self.params.n_classes)
+        p = self.params
+        slots, budget = p.slots_per_row, p.pair_budget
+        need = party_bytes(n, peers, layout, workers=workers, n_classes=p.n_classes, slots=slots)
         self.progress(f"estimated memory: {need / 2**30:.2f} GiB beyond the table")
         check_memory(need, self.ctx.max_memory_bytes, n, peers)
         if not peers or not limit:
             return
-        seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers)
+        seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers,
+                                   budget=budget, slots=slots)
         self.progress(f"estimated Paillier work: {seconds / 60:.1f} min on {workers} workers "
                       f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers)")
         check_time(seconds, limit, self.X.shape[0], peers, workers)
@@ -165,6 +181,8 @@ class XclpParty(PartyJob):
             self._push(nearest, INTRA_STEP, step.round)
             self.progress(f"LSH ({self.params.lsh_bits} bits) and own {nearest.shape[1]} nearest rows per row sent "
                           f"({self._elapsed()})")
+        elif self.candidates is not None and self.candidates.handles(step.step):
+            self.candidates.on_step(step)
         elif step.step == HAMMING_STEP:
             self._start_hamming(step.round, members)
         elif step.step == LABELS_STEP:
@@ -207,7 +225,8 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator sent an unknown {step!r} message")
         if step != HAMMING_STEP or sender not in self.sizes or sender == self.party_id:
             raise ProtocolError(f"{sender!r} sent a {step!r} message, which peers never send")
-        return relay_bytes(SlotLayout(self.params.key_bits, L), self.sizes[sender])  # A's slices, or a piece
+        rows = self.sizes[sender] if self.candidates is None else self.candidates.slots_of(sender)
+        return relay_bytes(SlotLayout(self.params.key_bits, L), rows)  # A's slices, or a piece
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -290,14 +309,17 @@ class XclpParty(PartyJob):
 
         self.as_a, self.as_b = {}, {}
         for t in mine:  # each pair's meter: a line every quarter of it (on a terminal, when it is done)
-            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b])
+            schedule = None if self.candidates is None else self.candidates.schedule(t.a, t.b)
+            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b]) if schedule is None else pieces(
+                layout, schedule.counts().tolist())
             what = f"SecureHamming pair {t.a}->{t.b}"
             if t.a == self.party_id:
                 self.as_a[t.b] = _AsA(t, parts, index[t], Meter(what, len(parts), self.progress,
                                                                 unit="pieces decrypted", lines=4))
             else:
                 self.as_b[t.a] = _AsB(t, parts, index[t], draw_mask_seed(),
-                                      Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4))
+                                      Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4),
+                                      schedule=schedule)
         count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
         self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
                       f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces")
@@ -307,6 +329,10 @@ class XclpParty(PartyJob):
         if self.as_a:
             if self.slices is None:
                 t0 = time.monotonic()
+                if self.candidates is not None:  # its centre lists, padded, in full batches (DESIGN §10.3)
+                    slots = self.candidates.slots_of(self.party_id)
+                    schedule = self.candidates.schedule(self.party_id, self.party_id)  # its slots alone matter
+                    codes = steps.slot_codes(codes, a_slots(schedule, self.candidates.lists()).ravel()[:slots])
                 self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.X.shape[0]} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
@@ -341,7 +367,8 @@ class XclpParty(PartyJob):
             if kind != Relay.SLICES:
                 raise ProtocolError(f"{pair.task.a!r} sent a {kind.name} before its bit slices")
             pair.a_key = self._peer_key(pair.task.a)
-            pair.slices = steps.received_slices(pair.a_key, body, self.params.lsh_bits, self.sizes[pair.task.a])
+            slots = self.sizes[pair.task.a] if self.candidates is None else self.candidates.slots_of(pair.task.a)
+            pair.slices = steps.received_slices(pair.a_key, body, self.params.lsh_bits, slots)
         elif kind != Relay.ACK or index != pair.acked or index >= pair.sent:
             raise ProtocolError(f"{pair.task.a!r} sent {kind.name} {index} where acknowledgement {pair.acked} of "
                                 f"{pair.sent} sent pieces was due: dropped, replayed or reordered on the way")
@@ -359,6 +386,16 @@ class XclpParty(PartyJob):
             if wave <= 0 or (wave < min(workers, left) and pair.sent > pair.acked):
                 return
             codes = self._need(self.codes, "LSH codes")
+            if pair.schedule is not None and self.candidates is not None:  # a piece at a time, batch by batch
+                assert pair.slices is not None and pair.a_key is not None
+                piece = pair.pieces[pair.sent]
+                out = steps.evaluate_scheduled(pair.a_key, pair.slices, codes, pair.schedule, self.candidates.lists(),
+                                               piece, pair.seed, self.ctx.executor, split=workers)
+                self._relay(Relay.PIECE, pair.sent, out, pair.task.a)
+                pair.sent += 1
+                pair.meter.update(pair.sent)
+                self._tell_progress()
+                continue
             todo = pair.pieces[pair.sent : pair.sent + wave]
             if todo[0].entries is not None:  # slices of one batch's rows: one batch per wave
                 todo = tuple(p for p in todo if p.batches == todo[0].batches)

@@ -39,6 +39,7 @@ a fedavg job with pseudo_label = "xclp" once per training round among the round'
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from xclp.candidates import PairSchedule, a_slots, b_rows, centre_lists, choose_probes, folded, membership
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped, ResourceExhausted, XclpError
 from xclp.graph import InfluenceSolver, SolveStats, normalise
@@ -54,16 +56,19 @@ from xclp.memory import default_max_memory, gib
 from xclp.progress import Meter
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import Phase, Program, Scope, Step
+from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.masked_sum import MaskedSum, SumResult, ring_array
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.centres import PROBE_TABLE_STEP, PROBES_STEP, candidate_steps
 from xclp.v1.secure_hamming_wire import (
     MAX_IN_FLIGHT,
     HammingUpload,
     Piece,
     Upload,
     all_pairs,
+    pieces,
     relay_bytes,
 )
 from xclp.v1.xclp import (
@@ -91,6 +96,21 @@ Dump = Callable[[str, np.ndarray], None]  # test hook: what the coordinator saw,
 
 
 @dataclass
+class CandidateRun:
+    """Candidate pairs of one run (DESIGN §10.3): the probes per row the pooled table allows, every
+    party's public budgets, and, as they arrive, each party's centre lists and centre sets."""
+
+    probes: int
+    budgets: dict[str, np.ndarray]
+    fraction: float
+    lists: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    members: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def schedule(self, a: str, b: str, slots: int) -> PairSchedule:
+        return PairSchedule.of(self.budgets[a], self.budgets[b], slots)
+
+
+@dataclass
 class XclpState:
     """What one XCLP run holds between its phases."""
 
@@ -106,14 +126,16 @@ class XclpState:
     solve: SolveStats | None = None  # how the influence columns were solved (DESIGN §10.2)
     labeled: dict[str, np.ndarray] = field(default_factory=dict)
     dump: Dump | None = None
+    dim: int = 0  # the prepared features' dimension (candidate pairs' k-means)
+    candidates: CandidateRun | None = None  # DESIGN §10.3, once the probe table is pooled
 
     @classmethod
     def of(cls, params: XclpJobParams, parties: Mapping[str, Party], members: list[str],
-           dump: Dump | None = None) -> XclpState:
+           dump: Dump | None = None, dim: int = 0) -> XclpState:
         roster = tuple(sorted(parties))
         return cls(params, roster, {p: int(parties[p].summary.rows) for p in roster},
                    {p: int.from_bytes(parties[p].bundle.paillier_n, "big") for p in roster},
-                   steps.start_membership(tuple(members)), dump=dump)
+                   steps.start_membership(tuple(members)), dump=dump, dim=dim)
 
     @property
     def layout(self) -> SlotLayout:
@@ -141,6 +163,8 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
     graph = state.membership.graph
     scope.broadcast(LAYOUT_MSG, 0, state.rows(graph), to=graph)
     yield IntraHamming(scope, state)
+    if state.params.candidates:
+        yield from _candidates(scope, state)
     yield SecureHamming(scope, state)
     if not state.params.hide_label_mask:
         yield LabeledSets(scope, state)
@@ -163,6 +187,34 @@ def coordinator_memory_limit() -> int:
     return default_max_memory()
 
 
+def _candidates(scope: Scope, state: XclpState) -> Program[None]:
+    """Candidate pairs' set-up (DESIGN §10.3): federated k-means, two verifiable masked sums a round
+    (every party recomputes what opens, so none takes a count or a centre on the coordinator's word;
+    a centre's sum is pooled only once its pooled count reached min_centre_rows), then the pooled
+    probe table, from which every side picks the same probes and budgets, then each party's probes."""
+    p = state.params
+    shapes = {PROBE_TABLE_STEP: (p.probes, p.centres)}
+    total: SumResult | None = None
+    for name in candidate_steps(p.kmeans_rounds):
+        shape = shapes.get(name, (p.centres,) if name.startswith("centre_counts") else (p.centres, state.dim))
+        total = yield MaskedSum(scope, name, wire=(np.dtype(np.uint64), shape), what=name.replace("_", " "),
+                                participants=state.membership.graph, verifiable=True)
+        lost = set(state.membership.graph) - set(total.participants)
+        if lost:  # its rows leave the run as if it never joined
+            state.drop(lost, steps.XclpStage.SETUP)
+    assert total is not None
+    sizes = {q: state.sizes[q] for q in state.membership.graph}
+    try:
+        probes, budgets, fraction = choose_probes(total.value, sizes, list(itertools.permutations(sizes, 2)),
+                                                  state.layout.slots, p.budget_slack, p.pair_budget)
+    except InvalidInput as exc:
+        raise PhaseFailed(f"candidate pairs: {exc}", pb.JobEnd.REFUSED) from None
+    state.candidates = CandidateRun(probes, budgets, fraction)
+    log.info("job %s: candidate pairs: %d centres, %d probes per row, %.1f%% of all pairs' ciphertexts",
+             scope.run.config.job_id, p.centres, probes, 100 * fraction)
+    yield Probes(scope, state)
+
+
 class XclpJob(CoordinatorJob[XclpJobParams]):
     """One XCLP run among every party of the job."""
 
@@ -176,7 +228,8 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         if p.k > rows - 1:
             raise InvalidInput(f"k = {p.k} neighbours need at least {p.k + 1} rows in all, but the "
                                f"{len(parties)} parties bring {rows}: lower k in the job file")
-        need, limit = steps.coordinator_bytes(sizes, SlotLayout(p.key_bits, p.lsh_bits), p.k, p.n_classes), \
+        need, limit = steps.coordinator_bytes(sizes, SlotLayout(p.key_bits, p.lsh_bits), p.k, p.n_classes,
+                                              p.slots_per_row), \
             coordinator_memory_limit()
         log.info("XCLP: %d rows of %d parties; the coordinator's estimate is %s", rows, len(sizes), gib(need))
         if limit and need > limit:
@@ -186,7 +239,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
                                "or a coordinator with more memory")
 
     def program(self, run: Run) -> Program[str]:
-        self.xclp = XclpState.of(self.params, run.parties, run.scope.members, self._dump)
+        self.xclp = XclpState.of(self.params, run.parties, run.scope.members, self._dump, run.dim)
         labelled = yield from xclp_phases(run.scope, self.xclp)
         return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
 
@@ -196,8 +249,11 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
                 "graph_parties": list(state.membership.graph) if state else [],
                 "label_parties": list(state.membership.labels) if state else [],
                 "influence": state.solve.as_dict() if state and state.solve else {},
+                "candidates": {"probes": state.candidates.probes, "ciphertext_fraction": state.candidates.fraction}
+                if state and state.candidates else {},
                 "params": {"lsh_bits": p.lsh_bits, "k": p.k, "key_bits": p.key_bits,
-                           "hide_label_mask": p.hide_label_mask, "label_norm": p.label_norm}}
+                           "hide_label_mask": p.hide_label_mask, "label_norm": p.label_norm,
+                           "pair_budget": p.pair_budget}}
 
     def _dump(self, name: str, arr: np.ndarray) -> None:
         """Test hook (JobConfig refuses it unless XCLP_TESTING=1): what the coordinator saw."""
@@ -238,6 +294,42 @@ class IntraHamming(Phase):
         _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.own)
 
 
+class Probes(Phase):
+    """Each party's first p probes per row (DESIGN §10.3): its centre lists and centre sets follow
+    from them and the public budgets. A party lost here is as if it never joined."""
+
+    def __init__(self, scope: Scope, state: XclpState) -> None:
+        super().__init__(scope)
+        self.state = state
+
+    def start(self) -> None:
+        self.scope.start_step(PROBES_STEP, self.state.membership.graph)
+
+    def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
+        assert self.state.candidates is not None
+        return wire.array_bytes(np.dtype(np.uint16), (self.state.sizes.get(sender, 0), self.state.candidates.probes))
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        state, run = self.state, self.state.candidates
+        assert run is not None
+        n, want = state.sizes[sender], (state.sizes[sender], run.probes)
+        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint16 or payload.shape != want:
+            raise InvalidInput(f"the probes of {sender!r} must be uint16{list(want)}")
+        probes = payload.astype(np.int64)
+        if probes.size and (probes.max() >= state.params.centres or np.any(np.sort(probes, axis=1)[:, 1:] ==
+                                                                              np.sort(probes, axis=1)[:, :-1])):
+            raise InvalidInput(f"the probes of {sender!r} must be distinct centres below {state.params.centres}")
+        run.lists[sender] = centre_lists(probes, run.probes, run.budgets[sender])
+        run.members[sender] = membership(run.lists[sender], n, run.probes)
+
+    def on_step_complete(self, step: Step) -> None:
+        self.done()
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        assert self.state.candidates is not None
+        _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.candidates.lists)
+
+
 @dataclass
 class _PairStream:
     """The coordinator's view of one pair in one attempt (xclp.v1.secure_hamming_wire)."""
@@ -246,6 +338,8 @@ class _PairStream:
     pieces: tuple[Piece, ...]
     seed: bytes | None = None  # B's mask seed
     folded: int = 0  # pieces of t unmasked and folded, in order
+    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what B evaluates
+    slots: np.ndarray | None = None  # ... and A's row in each slot (candidates.a_slots)
 
 
 class SecureHamming(Phase):
@@ -271,8 +365,7 @@ class SecureHamming(Phase):
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
         members = set(state.membership.graph)
-        self.streams = {i: _PairStream(t, all_pairs(state.layout, state.sizes[t.a], state.sizes[t.b]))
-                        for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
+        self.streams = {i: self._stream_of(t) for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
         self.error = None
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
         try:  # every attempt folds afresh: a lost party's rows may have pushed others' candidates out
@@ -284,11 +377,22 @@ class SecureHamming(Phase):
         self.meter = _meter(self.scope, "SecureHamming", sum(len(s.pieces) for s in self.streams.values()),
                             "pieces folded")
 
+    def _stream_of(self, task: PairTask) -> _PairStream:
+        state, layout = self.state, self.state.layout
+        if state.candidates is None:
+            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b]))
+        schedule = state.candidates.schedule(task.a, task.b, layout.slots)
+        return _PairStream(task, pieces(layout, schedule.counts().tolist()), schedule=schedule,
+                           slots=a_slots(schedule, state.candidates.lists[task.a]))
+
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
-        """Bounds from the row counts and the slot layout: slices, one piece, an acknowledgement."""
-        layout = self.state.layout
+        """Bounds from the row counts (or a candidate schedule's slots) and the slot layout: slices,
+        one piece, an acknowledgement."""
+        layout, state = self.state.layout, self.state
         if recipient:  # A's slices, or one piece
-            return relay_bytes(layout, self.state.sizes.get(sender, 0))
+            rows = state.sizes.get(sender, 0) if state.candidates is None else int(
+                state.candidates.budgets.get(sender, np.zeros(1, np.int64)).sum())
+            return relay_bytes(layout, rows)
         return HammingUpload.limit(layout)
 
     def relay_limit(self, step: Step, sender: str, recipient: str) -> int:
@@ -332,22 +436,42 @@ class SecureHamming(Phase):
             raise InvalidInput(f"piece {upload.piece} of pair ({task.a}, {task.b}) where piece {stream.folded} of "
                                f"{len(stream.pieces)} was due")
         piece, n_a, n_b = stream.pieces[stream.folded], state.sizes[task.a], state.sizes[task.b]
-        steps.check_piece_t(upload.data, state.layout, piece, n_a,  # refused, not counted: A may still send it right
-                            f"t of piece {upload.piece} of pair ({task.a}, {task.b})")
+        what = f"t of piece {upload.piece} of pair ({task.a}, {task.b})"
+        if stream.schedule is None:  # refused, not counted: A may still send it right
+            steps.check_piece_t(upload.data, state.layout, piece, n_a, what)
+        elif len(upload.data) != piece.values * state.layout.value_bytes:
+            raise InvalidInput(f"{what} must be {piece.values} values of {state.layout.value_bytes} bytes, "
+                               f"got {len(upload.data)} bytes")
         stream.folded += 1
         if self.meter is not None:
             self.meter.update(self.meter.done + 1)
         if self.error is not None or self.graph is None:
             return
         try:
-            block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
-                                      state.params.lsh_bits)
-            self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start, piece.b_rows(n_b).start,
-                                  block)
+            if stream.schedule is not None:
+                self._fold_scheduled(stream, piece, upload.data)
+            else:
+                block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
+                                          state.params.lsh_bits)
+                self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start,
+                                      piece.b_rows(n_b).start, block)
             if stream.folded == len(stream.pieces):
                 self.graph.pair_done(task.a, task.b)
         except XclpError as exc:  # out-of-range distances: nothing a restart would fix
             self.error = str(exc)
+
+    def _fold_scheduled(self, stream: _PairStream, piece: Piece, t: bytes) -> None:
+        """A piece of a pair on candidate pairs: each batch unmasked, what `folded` keeps folded."""
+        state, task, run, graph = self.state, stream.task, self.state.candidates, self.graph
+        assert stream.schedule is not None and stream.slots is not None and stream.seed is not None
+        assert run is not None and graph is not None
+        for g, entries, H in steps.scheduled_piece(t, stream.seed, state.moduli[task.a], piece, stream.schedule,
+                                                   state.params.lsh_bits):
+            every = b_rows(stream.schedule, run.lists[task.b], g)
+            keep = folded(stream.schedule, g, stream.slots[g], every, run.members[task.a], run.members[task.b])
+            width = H.shape[1]
+            graph.fold_scheduled(task.a, task.b, stream.slots[g][:width], every[entries.start : entries.stop], H,
+                                 keep[entries.start : entries.stop, :width])
 
     def owes(self, step: Step, sender: str) -> bool:
         """A party owes the seeds of its pairs as B and every piece of t of its pairs as A."""
@@ -441,8 +565,8 @@ class LabeledSets(Phase):
         _wait_for_the_rest(self, step, dropped, steps.XclpStage.GRAPH, self.state.labeled)
 
 
-def _wait_for_the_rest(phase: IntraHamming | LabeledSets, step: Step, dropped: set[str], stage: steps.XclpStage,
-                       received: dict[str, Any]) -> None:
+def _wait_for_the_rest(phase: IntraHamming | LabeledSets | Probes, step: Step, dropped: set[str],
+                       stage: steps.XclpStage, received: dict[str, Any]) -> None:
     """The others' contributions stay valid: wait for the rest only."""
     try:
         phase.state.drop(dropped, stage)

@@ -18,6 +18,7 @@ Rows of the graph are ordered by party (the roster's sorted ids), each party's r
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -353,7 +354,7 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
 INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
 
 
-def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int) -> int:
+def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int, slots: float = 1.0) -> int:
     """Peak bytes of an XCLP run on the coordinator (DESIGN §10.5), linear in the rows but for the
     dense solve of a small graph: the graph, and the largest of its steps' working sets.
 
@@ -369,10 +370,12 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
       about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
       292 MB above the process's resident set before work, against 315 MB estimated);
     - SecureRowSums: the participants' contributions and their sum, uint64[n, C] each.
+
+    `slots`: a party's slots as A per row (XclpJobParams.slots_per_row: more than one on candidate pairs).
     """
     n, parties = int(sum(sizes)), len(sizes)
     graph = 74 * n * k
-    slices = sum(layout.slices_bytes(m) for m in sizes) if parties > 1 else 0
+    slices = sum(layout.slices_bytes(math.ceil(slots * m)) for m in sizes) if parties > 1 else 0
     pairs = parties * (parties - 1) // 2
     unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)
     hamming = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES + unmask

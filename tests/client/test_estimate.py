@@ -46,3 +46,20 @@ def test_the_paillier_estimate_grows_with_the_product_of_the_rows():
     assert paillier_seconds(encrypt_only, layout, 1860, {"b": 500}, 1) == 1024 * 10  # L · ⌈n/K⌉ slices
     multiply_only = OperationCosts(encrypt=0.0, multiply=1.0, decrypt=0.0)
     assert paillier_seconds(multiply_only, layout, 1860, {"b": 372}, 1) == 512 * 2 * 1860  # L/2 · ⌈n_k/K⌉ · n
+
+
+def test_on_candidate_pairs_the_estimates_are_the_bounds_the_budget_and_the_slots_set() -> None:
+    """DESIGN §10.3, §10.5: the ciphertexts are at most pair_budget of all pairs'; a party's slots
+    as A at most probes × budget_slack times its rows (XclpJobParams.slots_per_row)."""
+    from xclp.v1.xclp import XclpJobParams
+
+    params = XclpJobParams.parse({"n_classes": 3, "pair_budget": 0.1, "probes": 3, "budget_slack": 1.5})
+    assert params.slots_per_row == 4.5 and XclpJobParams.parse({"n_classes": 3, "probes": 3}).slots_per_row == 1.0
+    decrypt_only = OperationCosts(encrypt=0.0, multiply=0.0, decrypt=1.0)
+    assert paillier_seconds(decrypt_only, LAYOUT, 1860, {"b": 500}, 1, budget=0.1) == 0.1 * 10 * 500
+    encrypt_only = OperationCosts(encrypt=1.0, multiply=0.0, decrypt=0.0)
+    assert paillier_seconds(encrypt_only, LAYOUT, 1860, {"b": 500}, 1, slots=4.5) == 1024 * 45  # ⌈4.5·1860/186⌉
+    plain = party_bytes(1860, {"b": 500}, LAYOUT, workers=2, n_classes=3)
+    more = party_bytes(1860, {"b": 500}, LAYOUT, workers=2, n_classes=3, slots=4.5)
+    assert more - plain == 2 * LAYOUT.slices_bytes(8370) + LAYOUT.slices_bytes(2250) - (
+        2 * LAYOUT.slices_bytes(1860) + LAYOUT.slices_bytes(500))  # its slices (and the sealed copy), the peer's

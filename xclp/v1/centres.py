@@ -45,3 +45,29 @@ def kmeans_reference(parts: Sequence[np.ndarray], seed: Seed, centres: int, roun
             pooled += encode_sums(kmeans_sums(X, c, qualified))  # wraps mod 2^64, as the masked sum does
         c = next_centres(c, decode_sums(pooled), qualified)
     return c
+
+
+# --- the steps (DESIGN §10.3): round r's two verifiable masked sums, the probe table, the probes ---
+
+PROBE_TABLE_STEP = "probe_table"  # uint64[probes, C]: rows having each centre among their first p probes
+PROBES_STEP = "probes"  # a party's first p probes per row, uint16[n_j, p], to the coordinator
+
+
+def counts_step(r: int) -> str:
+    """Round r's first sum: uint64[C], the rows nearest to each centre."""
+    return f"centre_counts_{r}"
+
+
+def sums_step(r: int) -> str:
+    """Round r's second sum: uint64[C, d], the unit rows' sums of the centres that reached the minimum."""
+    return f"centre_sums_{r}"
+
+
+def candidate_steps(rounds: int) -> tuple[str, ...]:
+    """The masked sums of candidate pairs' set-up, in order."""
+    return (*(name for r in range(rounds) for name in (counts_step(r), sums_step(r))), PROBE_TABLE_STEP)
+
+
+def qualified(counts: np.ndarray, min_rows: int) -> np.ndarray:
+    """bool[C]: the centres whose pooled count (uint64, from a counts sum) reached the minimum."""
+    return np.asarray(counts, dtype=np.uint64).astype(np.int64) >= min_rows

@@ -105,6 +105,20 @@ class XclpJobParams(JobParams):
     frac_bits: int = param("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
     insecure_test_keys: bool = param("allow key_bits below 2048 (tests and quick trials only)", "true, false",
                                      default=False)
+    pair_budget: float = param("SecureHamming on candidate pairs only: the most its ciphertexts may cost, as a "
+                               "fraction of all pairs' (1.0: all pairs, exact)", "(0, 1]", "DESIGN §10.3",
+                               default=1.0)
+    centres: int = param("candidate pairs: k-means centres the rows are grouped around", "2 .. 4096",
+                         "DESIGN §10.3", default=64)
+    probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
+                        "1 .. 16", "DESIGN §10.3", default=4)
+    kmeans_rounds: int = param("candidate pairs: federated k-means rounds (two masked sums each)", "1 .. 64",
+                               "DESIGN §10.3", default=8)
+    min_centre_rows: int = param("candidate pairs: a centre's sum is pooled only once it holds this many rows "
+                                 "of all parties", ">= 2", "DESIGN §10.3", default=20)
+    budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
+                                "the centre's pooled rows (more: fewer rows cut, more padding)", ">= 1",
+                                "DESIGN §10.3", default=1.0)
 
     def __post_init__(self) -> None:
         if self.n_classes < 2:
@@ -126,7 +140,28 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not 8 <= self.frac_bits <= 48:
             raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
+        if not 0.0 < self.pair_budget <= 1.0:
+            raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs), got {self.pair_budget}")
+        for name, low, high in (("centres", 2, 4096), ("probes", 1, 16), ("kmeans_rounds", 1, 64),
+                                ("min_centre_rows", 2, 2**31)):
+            if not low <= getattr(self, name) <= high:
+                raise ConfigError(f"{name} must be in [{low}, {high}], got {getattr(self, name)}")
+        if self.probes > self.centres:
+            raise ConfigError(f"probes ({self.probes}) cannot pass centres ({self.centres})")
+        if self.budget_slack < 1.0:
+            raise ConfigError(f"budget_slack must be >= 1, got {self.budget_slack}")
         method(lambda: self.graph_params)
+
+    @property
+    def candidates(self) -> bool:
+        """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs."""
+        return self.pair_budget < 1.0
+
+    @property
+    def slots_per_row(self) -> float:
+        """A party's SecureHamming slots as A per row, at most: 1 on all pairs; on candidate pairs its
+        rows in each of up to `probes` centre lists, each list at most budget_slack times its share."""
+        return max(1.0, self.probes * self.budget_slack) if self.candidates else 1.0
 
     @property
     def graph_params(self) -> GraphParams:
@@ -160,13 +195,18 @@ class XclpJobParams(JobParams):
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> XclpJobParams:
         check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
-                                    "label_norm", "solver", "frac_bits", "insecure_test_keys"}), "xclp")
+                                    "label_norm", "solver", "frac_bits", "insecure_test_keys", "pair_budget",
+                                    "centres", "probes", "kmeans_rounds", "min_centre_rows", "budget_slack"}),
+                    "xclp")
         return cls(
             n_classes=n_classes_param(raw), lsh_bits=int_param(raw, "lsh_bits", 1024, low=64),
             k=int_param(raw, "k", 10), alpha=float_param(raw, "alpha", 0.99), power=float_param(raw, "power", 3.0),
             key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS), hide_label_mask=bool_param(raw, "hide_label_mask"),
             label_norm=str_param(raw, "label_norm", "none"), solver=str_param(raw, "solver", "auto"),
             frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
+            pair_budget=float_param(raw, "pair_budget", 1.0), centres=int_param(raw, "centres", 64),
+            probes=int_param(raw, "probes", 4), kmeans_rounds=int_param(raw, "kmeans_rounds", 8),
+            min_centre_rows=int_param(raw, "min_centre_rows", 20), budget_slack=float_param(raw, "budget_slack", 1.0),
             **data_params(raw),
         )
 

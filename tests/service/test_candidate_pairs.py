@@ -1,0 +1,75 @@
+"""XCLP on candidate pairs through the service (DESIGN §10.3): an in-process coordinator, three
+party sessions over gRPC, 512-bit test keys. Federated k-means (verifiable masked sums), the probe
+table, the probes, then SecureHamming on the schedule: every party's scores equal the plaintext
+reference's on the same schedule, and the schedule did leave pairs out."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from tests.oracles.party_view import party_view
+from xclp import candidates as cd
+from xclp.client.policy import PartyPolicy
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.crypto.secure_hamming import SlotLayout
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.v1.centres import kmeans_reference
+
+L, C = 64, 3
+CANDIDATES = {"pair_budget": 0.8, "centres": 4, "probes": 2, "kmeans_rounds": 3, "min_centre_rows": 5}
+PARAMS = {"n_classes": C, "lsh_bits": L, "k": 5, "key_bits": 512, "insecure_test_keys": True, **CANDIDATES}
+
+
+def test_secure_xclp_on_candidate_pairs_equals_the_reference_on_the_same_schedule(keys) -> None:
+    datas = {p: party_data(40 + i, n=150 + 10 * i) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("x", "xclp", PARAMS)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier, progress=progress,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        state = coord.jobs["x"].job.xclp
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+
+    # the reference on the same schedule: the same k-means, probes and budgets, in plaintext
+    seed = results["a"].seed
+    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
+    centres = kmeans_reference([unit[p] for p in PARTIES], seed, 4, 3, 5)
+    probes = {p: cd.nearest_centres(unit[p], centres, 2) for p in PARTIES}
+    pooled = np.sum([cd.probe_table(probes[p], 4) for p in PARTIES], axis=0)
+    sizes = {p: datas[p].X.shape[0] for p in PARTIES}
+    p_used, budgets, fraction = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
+                                                 SlotLayout(512, L).slots, 1.0, 0.8)
+    assert state.candidates is not None and state.candidates.probes == p_used
+    assert all(np.array_equal(state.candidates.budgets[p], budgets[p]) for p in PARTIES)
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], p_used, budgets[p]) for p in PARTIES}, sizes)
+    cross = sum(sizes.values()) ** 2 - sum(n * n for n in sizes.values())
+    assert mask.sum() - (sum(n * n for n in sizes.values())) < cross  # some pairs were never evaluated
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, C, L, GraphParams(k=5), candidates=mask)
+    everything = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, C, L, GraphParams(k=5))
+    assert (state.W != ref.influence.W).nnz == 0  # the coordinator's graph: the reference's on the schedule
+    assert (everything.influence.W != ref.influence.W).nnz  # ... which is not the all-pairs graph
+    for j, p in enumerate(PARTIES):
+        labels, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
+        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+        assert np.array_equal(results[p].aggregate.argmax(axis=1), labels)
+    assert any("candidate pairs: " in line for line in progress["a"])
+
+
+def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hamming(keys) -> None:
+    """One probe per row still costs a batch of K slots per row of B: a budget below that is refused
+    once the probe table is open, with the reason, before any Paillier work."""
+    datas = {p: party_data(50 + i, n=150) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.01})]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        run = coord.jobs["x"]
+        assert run.stage.value == "failed" and run.job.xclp.pairs == ()  # SecureHamming never started
+    for p in PARTIES:
+        assert isinstance(results[p], BaseException), results
+        assert "candidate pairs: even one probe per row evaluates" in str(results[p])
+        assert "above pair_budget = 0.01" in str(results[p])
