@@ -73,3 +73,35 @@ def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hammi
         assert isinstance(results[p], BaseException), results
         assert "candidate pairs: even one probe per row evaluates" in str(results[p])
         assert "above pair_budget = 0.01" in str(results[p])
+
+
+def test_the_coordinator_never_opens_the_sum_of_a_centre_with_fewer_rows_than_the_minimum(keys, monkeypatch) -> None:
+    """DESIGN §10.3: what the coordinator opens of each k-means round, recorded as it opens it: the
+    sum of every centre whose pooled count is below min_centre_rows is zero (no party sent any of
+    it), and such centres did occur."""
+    from xclp.server.phases.masked_sum import MaskedSum
+    from xclp.v1.centres import counts_step, decode_sums, sums_step
+
+    opened: dict[str, np.ndarray] = {}
+    real_init = MaskedSum.__init__
+
+    def init(self, scope, name, **kwargs) -> None:
+        real_init(self, scope, name, **kwargs)
+        combine = self.combine
+        self.combine = lambda values, participants: opened.setdefault(name, combine(values, participants))
+
+    monkeypatch.setattr(MaskedSum, "__init__", init)
+    params = {**PARAMS, "centres": 8, "min_centre_rows": 70, "pair_budget": 0.95}
+    datas = {p: party_data(60 + i, n=150) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    small = 0
+    for r in range(params["kmeans_rounds"]):
+        counts, sums = opened[counts_step(r)].astype(np.int64), decode_sums(opened[sums_step(r)])
+        below = counts < params["min_centre_rows"]
+        small += int(below.sum())
+        assert np.all(sums[below] == 0.0) and np.all(np.abs(sums[~below & (counts > 0)]).sum(axis=1) > 0)
+    assert small > 0  # the minimum mattered
