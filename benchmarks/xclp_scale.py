@@ -20,12 +20,20 @@ coordinator's graph (its test dump of W) equals the plaintext reference's kNN gr
 memory_growth compares the coordinator's peak at the largest size with the smallest against the
 row ratio and its square.
 
+With --candidates PAIR_BUDGET each size runs again on candidate pairs (DESIGN §10.3; --centres,
+4 probes, 8 k-means rounds, centres of at least 20 rows) right after all pairs: its entries in
+candidate_pairs carry the probes and ciphertext fraction from the run summary, the speedup of
+SecureHamming and of the whole run against all pairs, and graph_equal_same_schedule (the
+coordinator's graph against the plaintext reference's on the same schedule).
+
 Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
+       [--candidates 0.35] [--centres 64]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -39,12 +47,14 @@ import numpy as np
 from _data import load_digits_data, write_party_csv
 from _service import deployment, run_command, serve
 
+from xclp import candidates as cd
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams, knn_adjacency
 from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
 from xclp.seeding import public_rng
 from xclp.server.steps.xclp import coordinator_bytes
+from xclp.v1.centres import kmeans_reference
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
@@ -103,13 +113,27 @@ def waiting_rss(proc: subprocess.Popen, log: Path) -> float:
     return resident_mb(proc.pid)
 
 
+def schedule_mask(data: dict[str, np.ndarray], seed: bytes, params: dict, slots: int) -> np.ndarray:
+    """The candidate pairs the run evaluated, recomputed in plaintext (xclp.v1.centres.kmeans_reference
+    and xclp.candidates), for the reference's graph on the same schedule."""
+    unit = {p: cd.unit_rows(data[p]) for p in PARTIES}
+    centres = kmeans_reference([unit[p] for p in PARTIES], seed, params["centres"], params["kmeans_rounds"],
+                               params["min_centre_rows"])
+    probes = {p: cd.nearest_centres(unit[p], centres, params["probes"]) for p in PARTIES}
+    pooled = np.sum([cd.probe_table(probes[p], params["centres"]) for p in PARTIES], axis=0)
+    sizes = {p: data[p].shape[0] for p in PARTIES}
+    used, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(PARTIES, 2)), slots, 1.0,
+                                        params["pair_budget"])
+    return cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in PARTIES}, sizes)
+
+
 def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     X, y = load_digits_data()
     idx = rng.integers(0, X.shape[0], size=rows)
     return X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]
 
 
-def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
+def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None) -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
     work = deployment(f"xclp-scale-{rows}-", PARTIES)
     data = {}
@@ -122,7 +146,8 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
-        + ("insecure_test_keys = true\n" if insecure else ""))
+        + ("insecure_test_keys = true\n" if insecure else "")
+        + "".join(f"{key} = {value}\n" for key, value in (candidates or {}).items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     server_memory = PeakMemory(server.pid, work / "memory-coordinator.tsv")
@@ -146,8 +171,9 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
     summary = json.loads((work / "summary.json").read_text())
     seed = (work / "a.seed").read_bytes()
     X = np.vstack([data[p] for p in PARTIES])
+    mask = None if not candidates else schedule_mask(data, seed, candidates, SlotLayout(key_bits, lsh_bits).slots)
     reference = knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, X.shape[1]))), lsh_bits,
-                              GRAPH)
+                              GRAPH, mask)
     if (work / "dump" / "H.npy").exists():  # a coordinator from before DESIGN §10.1 dumped its whole H
         held = knn_adjacency(np.load(work / "dump" / "H.npy"), lsh_bits, GRAPH)
         dumped = {part: getattr(held, part) for part in ("data", "indices", "indptr")}
@@ -162,12 +188,17 @@ def one_size(rows: int, key_bits: int, lsh_bits: int) -> dict:
     party_estimate = max(float(m.group(1)) * 1024 for m in said if m) if any(said) else None
     coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
+           # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)
            "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,
            "party_peak_mb": max(m.mb for m in memory), "dense_H_mb": round(n * n * 2 / 2**20, 1),
            "coordinator_baseline_mb": baseline["coordinator"], "party_baseline_mb": baseline["party"],
            "coordinator_estimate_mb": round(coordinator_estimate, 1),
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
-           "influence": summary.get("influence", {}), "graph_equal_all_pairs": equal}
+           "influence": summary.get("influence", {}),
+           # on candidate pairs, against the reference's graph on the same schedule (DESIGN §10.3)
+           ("graph_equal_same_schedule" if candidates else "graph_equal_all_pairs"): equal}
+    if candidates:
+        out["candidates"] = {**candidates, **summary.get("candidates", {})}
     say(json.dumps(out))
     return out
 
@@ -178,16 +209,29 @@ def main() -> None:
     ap.add_argument("--sizes", help="rows per party, comma-separated (overrides --quick)")
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--lsh-bits", type=int, default=1024)
+    ap.add_argument("--candidates", type=float, metavar="PAIR_BUDGET",
+                    help="also run each size on candidate pairs within this pair_budget (DESIGN §10.3), side by side")
+    ap.add_argument("--centres", type=int, default=64)
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
                                                                          else [1000, 2000, 4000])
     results = [one_size(rows, args.key_bits, args.lsh_bits) for rows in sizes]
+    compared = []
+    if args.candidates:  # each size again on candidate pairs, right after all pairs
+        params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4, "kmeans_rounds": 8,
+                  "min_centre_rows": 20}
+        for done in results:
+            run = one_size(done["rows_per_party"], args.key_bits, args.lsh_bits, params)
+            compared.append({**run, "secure_hamming_speedup": round(done["secure_hamming_seconds"]
+                                                                    / run["secure_hamming_seconds"], 2),
+                             "wall_speedup": round(done["wall_seconds"] / run["wall_seconds"], 2)})
     first, last = results[0], results[-1]
     ratio = last["rows_per_party"] / first["rows_per_party"]
     coordinator = round(last["coordinator_peak_mb"] / first["coordinator_peak_mb"], 2)
     print(json.dumps({
         "benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits, "lsh_bits": args.lsh_bits, "k": GRAPH.k,
         "cores": len(os.sched_getaffinity(0)), "data": "sklearn digits, jittered repeats", "sizes": results,
+        **({"candidate_pairs": compared} if compared else {}),
         "memory_growth": {"rows_ratio": ratio, "rows_ratio_squared": ratio**2,
                           "coordinator_peak_ratio": coordinator,
                           "party_peak_ratio": round(last["party_peak_mb"] / first["party_peak_mb"], 2)},
