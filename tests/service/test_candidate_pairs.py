@@ -105,3 +105,38 @@ def test_the_coordinator_never_opens_the_sum_of_a_centre_with_fewer_rows_than_th
         small += int(below.sum())
         assert np.all(sums[below] == 0.0) and np.all(np.abs(sums[~below & (counts > 0)]).sum(axis=1) > 0)
     assert small > 0  # the minimum mattered
+
+
+def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(keys) -> None:
+    """c is lost when the probes step starts (k-means and the probe table had all three): a and b
+    go on with the budgets every side derived from the three-party table, and get the reference's
+    scores among a and b on that schedule."""
+    from tests.harness import DiesAt
+
+    class Dies(DiesAt):
+        at = "probes"
+
+    datas = {p: party_data(70 + i, n=150) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", PARAMS)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier, sessions={"c": Dies},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        state = coord.jobs["x"].job.xclp
+    assert isinstance(results["c"], BaseException)
+    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
+    assert state.membership.graph == ("a", "b")
+    seed = results["a"].seed
+    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
+    centres = kmeans_reference([unit[p] for p in PARTIES], seed, 4, 3, 5)
+    probes = {p: cd.nearest_centres(unit[p], centres, 2) for p in PARTIES}
+    pooled = np.sum([cd.probe_table(probes[p], 4) for p in PARTIES], axis=0)
+    sizes = dict.fromkeys(PARTIES, 150)
+    used, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
+                                        SlotLayout(512, L).slots, 1.0, 0.8)
+    two = dict.fromkeys("ab", 150)
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, two)
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "ab"], seed, C, L, GraphParams(k=5), candidates=mask)
+    assert (state.W != ref.influence.W).nnz == 0
+    for j, p in enumerate("ab"):
+        _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
+        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
