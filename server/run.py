@@ -414,14 +414,16 @@ class Run:
         if self.step is not None:
             self.end_step(self.step)
         self.step = self.phase = None
-        for pid in list(told):
-            self._end(pid, outcome, reason or "job complete")
         if self._program is not None and inspect.getgeneratorstate(self._program) != inspect.GEN_RUNNING:
             self._program.close()
-        self.done_event.set()
-        log.info("job %s: %s", self.config.job_id, log_line(self.summary()))
-        if self.events is not None:
-            self.events.ended(self)
+        try:
+            log.info("job %s: %s", self.config.job_id, log_line(self.summary()))
+            if self.events is not None:  # stored before anyone hears: a party told the run is over finds it so
+                self.events.ended(self)
+        finally:
+            for pid in list(told):
+                self._end(pid, outcome, reason or "job complete")
+            self.done_event.set()
 
     def _end(self, party_id: str, outcome: pb.JobEnd.Outcome, reason: str) -> None:
         party = self.parties[party_id]

@@ -122,6 +122,7 @@ def test_a_cancelled_run_ends_for_its_parties_with_the_operators_reason(keys):
         for party in PARTIES:
             assert isinstance(results[party], errors.RunCancelled), results[party]
             assert "the run was cancelled: wrong data set" in str(results[party])
+        assert coord.runs[run].done_event.wait(10)  # set once the store has the outcome
         record = coord.store.run(run)
         assert (record.state, record.reason, record.cancelled_by) == ("cancelled", "wrong data set", "alice")
         with pytest.raises(errors.InvalidInput, match="already cancelled"):
