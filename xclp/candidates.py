@@ -31,6 +31,7 @@ few pairs of rows they keep (K = 186 at 2048-bit keys and L = 1024: ~11× at 2 0
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -181,12 +182,17 @@ class PairSchedule:
         return np.unique(held[held != DUMMY])
 
     def counts(self) -> np.ndarray:
-        """int64[batches]: the ciphertexts of each batch (B's budgets of the centres it holds)."""
+        """int64[batches]: the ciphertexts of each batch (B's budgets of the centres it holds); computed
+        once (every piece of the pair asks for it), a copy each time."""
+        return self._counts.copy()
+
+    @functools.cached_property
+    def _counts(self) -> np.ndarray:
         return np.array([int(self.b_budgets[self.centres(g)].sum()) for g in range(self.batches)], dtype=np.int64)
 
     @property
     def values(self) -> int:
-        return int(self.counts().sum())
+        return int(self._counts.sum())
 
     def b_entries(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """(centre, position) int64[m] of the rows batch g is evaluated against: position j of B's

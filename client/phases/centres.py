@@ -23,7 +23,10 @@ from xclp.client.context import PartyContext
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1.centres import (
+    COUNTS,
     PROBES_STEP,
+    SUMS_KIND,
+    TABLE,
     candidate_steps,
     decode_sums,
     encode_sums,
@@ -46,12 +49,13 @@ class CandidateCentres:
         self.qualified: np.ndarray | None = None  # the current round's centres whose sum is pooled
         self.probes: np.ndarray | None = None  # int64[n, probes] nearest first, once k-means is done
         self.chosen: tuple[int, dict[str, np.ndarray], float] | None = None  # probes, budgets, fraction
+        self.own_lists: list[np.ndarray] | None = None  # its centre lists, cut to its budgets
         self.refusal = ""  # why the pooled table allows no schedule within the budget
         self.sums: dict[str, MaskedSumParty] = {}
-        for name in candidate_steps(params.kmeans_rounds):
-            make, opened = ((self._counts, self._counted) if name.startswith("centre_counts") else
-                            (self._sums, self._summed) if name.startswith("centre_sums") else
-                            (self._table, self._tabled))
+        kinds = {COUNTS: (self._counts, self._counted), SUMS_KIND: (self._sums, self._summed),
+                 TABLE: (self._table, self._tabled)}
+        for name, kind in candidate_steps(params.kmeans_rounds):
+            make, opened = kinds[kind]
             self.sums[name] = MaskedSumParty(ctx, name, make, exact=True, on_opened=opened)
 
     def handles(self, step: str) -> bool:
@@ -106,6 +110,9 @@ class CandidateCentres:
                                            self.slots, self.params.budget_slack, self.params.pair_budget)
         except InvalidInput as exc:  # the coordinator, which opened the same table, refuses the run
             self.refusal = f"candidate pairs: {exc}"
+            return
+        assert self.probes is not None
+        self.own_lists = cd.centre_lists(self.probes, self.chosen[0], self.budgets(self.ctx.party_id))
 
     # --- what SecureHamming needs ---------------------------------------------------------------
 
@@ -119,9 +126,9 @@ class CandidateCentres:
 
     def lists(self) -> list[np.ndarray]:
         """This party's centre lists (its rows per centre, cut to its budgets)."""
-        if self.probes is None or self.chosen is None:
+        if self.own_lists is None:
             raise ProtocolError("SecureHamming on candidate pairs before the probe table was opened")
-        return cd.centre_lists(self.probes, self.chosen[0], self.budgets(self.ctx.party_id))
+        return self.own_lists
 
     def schedule(self, a: str, b: str) -> cd.PairSchedule:
         return cd.PairSchedule.of(self.budgets(a), self.budgets(b), self.slots)

@@ -61,7 +61,7 @@ from xclp.server.phases.masked_sum import MaskedSum, SumResult, ring_array
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.centres import PROBE_TABLE_STEP, PROBES_STEP, candidate_steps
+from xclp.v1.centres import PROBES_STEP, candidate_steps, sum_shape
 from xclp.v1.secure_hamming_wire import (
     MAX_IN_FLIGHT,
     HammingUpload,
@@ -193,10 +193,9 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     a centre's sum is pooled only once its pooled count reached min_centre_rows), then the pooled
     probe table, from which every side picks the same probes and budgets, then each party's probes."""
     p = state.params
-    shapes = {PROBE_TABLE_STEP: (p.probes, p.centres)}
     total: SumResult | None = None
-    for name in candidate_steps(p.kmeans_rounds):
-        shape = shapes.get(name, (p.centres,) if name.startswith("centre_counts") else (p.centres, state.dim))
+    for name, kind in candidate_steps(p.kmeans_rounds):
+        shape = sum_shape(kind, p.centres, state.dim, p.probes)
         total = yield MaskedSum(scope, name, wire=(np.dtype(np.uint64), shape), what=name.replace("_", " "),
                                 participants=state.membership.graph, verifiable=True)
         lost = set(state.membership.graph) - set(total.participants)

@@ -63,9 +63,19 @@ def sums_step(r: int) -> str:
     return f"centre_sums_{r}"
 
 
-def candidate_steps(rounds: int) -> tuple[str, ...]:
-    """The masked sums of candidate pairs' set-up, in order."""
-    return (*(name for r in range(rounds) for name in (counts_step(r), sums_step(r))), PROBE_TABLE_STEP)
+COUNTS, SUMS_KIND, TABLE = "counts", "sums", "table"  # what each masked sum of the set-up carries
+
+
+def candidate_steps(rounds: int) -> tuple[tuple[str, str], ...]:
+    """The masked sums of candidate pairs' set-up, in order: (step name, COUNTS | SUMS_KIND | TABLE)."""
+    return (*((name, kind) for r in range(rounds) for name, kind in ((counts_step(r), COUNTS),
+                                                                      (sums_step(r), SUMS_KIND))),
+            (PROBE_TABLE_STEP, TABLE))
+
+
+def sum_shape(kind: str, centres: int, dim: int, probes: int) -> tuple[int, ...]:
+    """uint64 shape of a set-up sum: counts [C], sums [C, d], the probe table [probes, C]."""
+    return {COUNTS: (centres,), SUMS_KIND: (centres, dim), TABLE: (probes, centres)}[kind]
 
 
 def qualified(counts: np.ndarray, min_rows: int) -> np.ndarray:
