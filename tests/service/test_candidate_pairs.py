@@ -141,3 +141,27 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
     for j, p in enumerate("ab"):
         _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
         np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+
+
+def test_the_coordinator_refuses_probes_a_party_could_not_have_sent() -> None:
+    """Bad input at the probes step (server/jobs/xclp.py Probes.accept): not uint16[n, p], a centre
+    past the job's, a centre twice in a row; nothing of it is kept. A good one becomes the lists."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from xclp.errors import InvalidInput
+    from xclp.server.jobs.xclp import CandidateRun, Probes
+
+    run = CandidateRun(2, {"a": np.array([3, 3, 2, 2])}, 0.5)
+    phase = Probes(None, SimpleNamespace(sizes={"a": 5}, candidates=run, params=SimpleNamespace(centres=4)))
+    good = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]], dtype=np.uint16)
+    for payload, refusal in [(good.astype(np.int64), "must be uint16\\[5, 2\\]"), (good[:4], "must be uint16"),
+                             (good[:, :1], "must be uint16"), (np.where(good == 3, 4, good).astype(np.uint16),
+                                                                "distinct centres below 4"),
+                             (np.array([[1, 1]] + good[1:].tolist(), dtype=np.uint16), "distinct centres")]:
+        with pytest.raises(InvalidInput, match=refusal):
+            phase.accept(None, "a", payload)
+        assert "a" not in run.lists
+    phase.accept(None, "a", good)
+    assert [x.tolist() for x in run.lists["a"]] == [[0, 4, 3], [1, 0], [2, 1], [3, 2]]  # nearer probes first, cut
