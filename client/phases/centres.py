@@ -47,6 +47,7 @@ class CandidateCentres:
         self.unit = cd.unit_rows(X)
         self.centres: np.ndarray | None = None  # drawn from the common seed at the first round
         self.qualified: np.ndarray | None = None  # the current round's centres whose sum is pooled
+        self.counted_by: Members = ()  # ... by the members over whom their counts were opened
         self.probes: np.ndarray | None = None  # int64[n, probes] nearest first, once k-means is done
         self.chosen: tuple[int, dict[str, np.ndarray], float] | None = None  # probes, budgets, fraction
         self.own_lists: list[np.ndarray] | None = None  # its centre lists, cut to its budgets
@@ -87,16 +88,22 @@ class CandidateCentres:
         return cd.kmeans_counts(self.unit, self._current()).astype(np.uint64)
 
     def _counted(self, total: np.ndarray, attempt: int, members: Members) -> None:
-        self.qualified = qualified(total, self.params.min_centre_rows)
+        self.qualified, self.counted_by = qualified(total, self.params.min_centre_rows), members
 
-    def _sums(self, members: Members) -> np.ndarray:
+    def _pooled(self, members: Members) -> np.ndarray:
+        """The centres whose sums this round pools among `members`: those whose count over the same
+        members reached the minimum. A member lost since the counts opened (the sum restarted without
+        it) leaves none: its rows may be what brought a centre to the minimum, and the sum of the rest
+        would open fewer rows than min_centre_rows. The centres then stay for this round."""
         if self.qualified is None:
             raise ProtocolError("the coordinator asked for the centres' sums before their counts were opened")
-        return encode_sums(cd.kmeans_sums(self.unit, self._current(), self.qualified))
+        return self.qualified if members == self.counted_by else np.zeros_like(self.qualified)
+
+    def _sums(self, members: Members) -> np.ndarray:
+        return encode_sums(cd.kmeans_sums(self.unit, self._current(), self._pooled(members)))
 
     def _summed(self, total: np.ndarray, attempt: int, members: Members) -> None:
-        assert self.qualified is not None
-        self.centres = cd.next_centres(self._current(), decode_sums(total), self.qualified)
+        self.centres = cd.next_centres(self._current(), decode_sums(total), self._pooled(members))
         self.qualified = None
 
     def _table(self, members: Members) -> np.ndarray:

@@ -191,7 +191,10 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     """Candidate pairs' set-up (DESIGN §10.3): federated k-means, two verifiable masked sums a round
     (every party recomputes what opens, so none takes a count or a centre on the coordinator's word;
     a centre's sum is pooled only once its pooled count reached min_centre_rows), then the pooled
-    probe table, from which every side picks the same probes and budgets, then each party's probes."""
+    probe table, from which every side picks the same probes and budgets, then each party's probes.
+    A party lost in a sum leaves the run; if its round's counts had opened with it, the round's sums
+    (restarted without it) pool no centre, since its rows may be what qualified one (each party
+    keeps to that on its own: client/phases/centres.py)."""
     p = state.params
     total: SumResult | None = None
     for name, kind in candidate_steps(p.kmeans_rounds):

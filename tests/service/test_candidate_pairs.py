@@ -143,6 +143,78 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
         np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
 
 
+def _round(parts: list[np.ndarray], c: np.ndarray, min_rows: int, *, pooled: bool = True) -> np.ndarray:
+    """One federated k-means round in plaintext among `parts` (none of its sums pooled: the centres stay)."""
+    from xclp.v1.centres import decode_sums, encode_sums, qualified
+
+    counts = np.sum([cd.kmeans_counts(X, c) for X in parts], axis=0)
+    chosen = qualified(counts, min_rows) & pooled
+    total = np.zeros(c.shape, dtype=np.uint64)
+    for X in parts:
+        total += encode_sums(cd.kmeans_sums(X, c, chosen))
+    return cd.next_centres(c, decode_sums(total), chosen)
+
+
+def test_a_party_lost_while_the_centres_sums_are_masked_pools_no_centre_its_rows_qualified(keys, monkeypatch) -> None:
+    """c is lost when round 1's sums start, after round 1's counts were opened over a, b and c: the
+    sum restarts among a and b, and a centre that reached min_centre_rows only with c's rows must not
+    open as the sum of a and b's few rows. Every centre's sum over a and b stays unopened that round
+    (its counts were not theirs), the centres move again once counts over a and b are opened, and
+    the run equals the reference on that course of k-means among a and b."""
+    from tests.harness import DiesAt
+    from xclp.server.phases.masked_sum import MaskedSum
+    from xclp.v1.centres import decode_sums, sums_step
+
+    class Dies(DiesAt):
+        at = sums_step(1)
+
+    opened: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {}
+    real_init = MaskedSum.__init__
+
+    def init(self, scope, name, **kwargs) -> None:
+        real_init(self, scope, name, **kwargs)
+        combine = self.combine
+        self.combine = lambda values, participants: opened.setdefault(name, (combine(values, participants),
+                                                                              participants))[0]
+
+    monkeypatch.setattr(MaskedSum, "__init__", init)
+    # a and b hold 300 rows in all, below the minimum; of 910 rows, one of 3 centres holds at least 304
+    rows, centres, min_rows = {"a": 150, "b": 150, "c": 610}, 3, 301
+    params = {**PARAMS, "centres": centres, "min_centre_rows": min_rows, "pair_budget": 0.99}
+    datas = {p: party_data(80 + i, n=rows[p]) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier, sessions={"c": Dies},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        state = coord.jobs["x"].job.xclp
+    assert isinstance(results["c"], BaseException)
+    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
+    sums, over = opened[sums_step(1)]
+    assert over == ("a", "b")
+
+    seed = results["a"].seed
+    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
+    c1 = kmeans_reference([unit[p] for p in PARTIES], seed, centres, 1, min_rows)  # round 0 among all
+    three = np.sum([cd.kmeans_counts(unit[p], c1) for p in PARTIES], axis=0)
+    two = np.sum([cd.kmeans_counts(unit[p], c1) for p in "ab"], axis=0)
+    assert np.any((three >= min_rows) & (two < min_rows))  # c's rows made a centre reach the minimum
+    assert np.all(decode_sums(sums) == 0.0)  # ... and no sum of a and b's rows opened for it
+
+    c2 = _round([unit[p] for p in "ab"], c1, min_rows, pooled=False)
+    c3 = _round([unit[p] for p in "ab"], c2, min_rows)
+    probes = {p: cd.nearest_centres(unit[p], c3, 1) for p in "ab"}
+    pooled = np.sum([cd.probe_table(probes[p], centres) for p in "ab"], axis=0)
+    two_sizes = {p: rows[p] for p in "ab"}
+    used, budgets, _ = cd.choose_probes(pooled, two_sizes, list(itertools.permutations(two_sizes, 2)),
+                                        SlotLayout(512, L).slots, 1.0, 0.99)
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, two_sizes)
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "ab"], seed, C, L, GraphParams(k=5), candidates=mask)
+    assert (state.W != ref.influence.W).nnz == 0
+    for j, p in enumerate("ab"):
+        _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
+        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+
+
 def test_the_coordinator_refuses_probes_a_party_could_not_have_sent() -> None:
     """Bad input at the probes step (server/jobs/xclp.py Probes.accept): not uint16[n, p], a centre
     past the job's, a centre twice in a row; nothing of it is kept. A good one becomes the lists."""
