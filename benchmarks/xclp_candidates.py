@@ -22,7 +22,7 @@ classes), both from R's mlbench (Debian's r-cran-mlbench, read with Rscript); --
 Fashion-MNIST training set (784 pixels, 10 classes; Debian's dataset-fashion-mnist).
 
 Usage: python benchmarks/xclp_candidates.py [--quick] [--rows 6000] [--centres 16,32,64]
-       [--budgets 0.1,0.2,0.35]
+       [--budgets 0.1,0.2,0.35] [--data digits,satellite,letters,fashion-mnist]
 """
 
 from __future__ import annotations
@@ -104,16 +104,25 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=6000, help="Fashion-MNIST rows (all three parties)")
     parser.add_argument("--centres", default="16,32,64")
     parser.add_argument("--budgets", default="0.1,0.2,0.35")
+    parser.add_argument("--data", default="digits,satellite,letters,fashion-mnist",
+                        help="the data sets to run, of those (--quick: digits)")
     args = parser.parse_args()
+    wanted = ["digits"] if args.quick else args.data.split(",")
     centre_counts = [int(c) for c in args.centres.split(",")][: 1 if args.quick else None]
     budgets = [float(b) for b in args.budgets.split(",")]
-    data = [("digits", *load_digits_data())]
-    if not args.quick:
+    data = []
+    if "digits" in wanted:
+        data.append(("digits", *load_digits_data()))
+    if "satellite" in wanted:
         data.append(("satellite", *load_mlbench("Satellite", "classes")))
+    if "letters" in wanted:
         letters, labels = load_mlbench("LetterRecognition", "lettr")
         pick = np.sort(public_rng(args.rows, "benchmark/letters").choice(labels.size, args.rows, replace=False))
         data.append(("letters", letters[pick], labels[pick]))
+    if "fashion-mnist" in wanted:
         data.append(("fashion-mnist", *load_fashion_mnist(args.rows, public_rng(args.rows, "benchmark/fashion"))))
+    if not data:
+        parser.error(f"--data: none of {args.data!r} is digits, satellite, letters or fashion-mnist")
     results = [one_data_set(name, X, y, centre_counts, budgets) for name, X, y in data]
     print(json.dumps({"benchmark": "xclp_candidates", "parties": len(PARTIES), "lsh_bits": L, "k": GRAPH.k,
                       "slots_per_ciphertext": K, "kmeans_rounds": ROUNDS, "min_centre_rows": MIN_ROWS,

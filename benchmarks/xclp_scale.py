@@ -186,7 +186,9 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     # line, the coordinator's as check_start computes it (both leave out the interpreter and libraries)
     said = [re.search(r"estimated memory: ([\d.]+) GiB", (work / f"{p}.log").read_text()) for p in PARTIES]
     party_estimate = max(float(m.group(1)) * 1024 for m in said if m) if any(said) else None
-    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10) / 2**20
+    # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
+    slots = max(1.0, candidates["probes"] * candidates.get("budget_slack", 1.0)) if candidates else 1.0
+    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)
            "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,

@@ -30,7 +30,8 @@ agent.toml:
     coordinator = "coord.example.org:50051"
     ca_cert = "ca.pem"                   # and client_cert, client_key, server_name, insecure
     out = "runs/"
-    poll_seconds = 2.0                   # also: join_wait, idle_timeout, workers
+    poll_seconds = 2.0                   # also: join_wait, idle_timeout
+    workers = "tls://dask.hospital-a.internal:8786"   # or a number of local processes (default: the cores)
     state = "state/"                     # the release log (default: <out>/.state/), DESIGN §2.8
 
     [policy]
@@ -68,6 +69,7 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.releases import FILE_NAME as RELEASES_FILE
 from xclp.client.releases import ReleaseLog
 from xclp.client.session import PartySession, RunConfig
+from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
 from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
@@ -82,7 +84,8 @@ from xclp.v1.status import error_from_rpc
 log = logging.getLogger("xclp.agent")
 
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
-              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "policy", "datasets", "state"}
+              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "insecure_workers", "policy",
+              "datasets", "state"}
 POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "allow_hide_label_mask",
                "insecure_test_keys", "min_key_bits",
                "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
@@ -116,7 +119,7 @@ class AgentConfig:
     poll_seconds: float = 2.0
     join_wait: float = 60.0
     idle_timeout: float = 900.0
-    workers: int | None = None
+    workers: WorkerSpec = WorkerSpec()
     max_memory_bytes: int | None = None
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
     releases: ReleaseLog | None = None  # the agent's release log (`state`/releases.json, DESIGN §2.8)
@@ -170,7 +173,7 @@ class AgentConfig:
             max_key_bits=int(policy.get("max_key_bits", 4096)),
             poll_seconds=float(raw.get("poll_seconds", 2.0)), join_wait=float(raw.get("join_wait", 60.0)),
             idle_timeout=float(raw.get("idle_timeout", 900.0)),
-            workers=None if raw.get("workers") is None else int(raw["workers"]),
+            workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
             max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
             releases=ReleaseLog((base / raw["state"] if raw.get("state") else base / raw["out"] / ".state")

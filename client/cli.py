@@ -40,6 +40,7 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.releases import ReleaseLog
 from xclp.client.releases import default_path as default_releases
 from xclp.client.session import RunConfig, run_job, stderr_progress
+from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, InvalidInput, XclpError
@@ -53,8 +54,9 @@ from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
             "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
-            "insecure_test_keys", "workers", "debug_dump_seed", "min_parties", "require_dp", "allow_hide_label_mask",
-            "min_share_threshold", "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
+            "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
+            "allow_hide_label_mask", "min_share_threshold", "max_memory_gb", "max_paillier_hours", "state",
+            "allow_rerun"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -106,7 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
-    r.add_argument("--workers", type=int, help="xclp: processes for Paillier work (default: the cores; 0 = none)")
+    r.add_argument("--workers", help="xclp: where Paillier work runs: a number of local processes (default: the "
+                                     "cores; 0 = none) or the institution's own Dask scheduler, tls://host:8786 "
+                                     "(it gets this party's secret key and codes; README)")
+    r.add_argument("--insecure-workers", action="store_true", default=None,
+                   help="allow a tcp:// Dask scheduler (Paillier tasks then cross the network in the clear)")
     r.add_argument("--state", type=Path, help="the release log: which parties each exact sum of a job on this data "
                                               "went to (default: $XDG_STATE_HOME/xclp/releases.json)")
     r.add_argument("--allow-rerun", action="store_true", default=None,
@@ -175,6 +181,9 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
     identity.check_party_id(cfg["party"])
+    workers = WorkerSpec.parse(cfg.get("workers"), insecure=bool(cfg.get("insecure_workers")))
+    if workers.scheduler is not None and workers.scheduler.startswith("tcp://"):
+        stderr_progress(f"WARNING: --insecure-workers: Paillier tasks go to {workers.scheduler} in the clear")
     conn = ConnectionConfig(
         address=cfg["coordinator"],
         ca_cert=Path(cfg["ca_cert"]) if cfg.get("ca_cert") else None,
@@ -224,11 +233,10 @@ def run(args: argparse.Namespace) -> int:
         bits = int(cfg["paillier_bits"])
         stderr_progress(f"generating a {bits}-bit Paillier key for this run")
         paillier = PaillierKeypair.generate(bits, allow_insecure_test_size=bool(cfg.get("insecure_test_keys")))
-    workers = cfg.get("workers")
     config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
                        join_wait_seconds=float(cfg.get("join_wait", 60.0)),
                        idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
-                       workers=None if workers is None else int(workers), peers=peers,
+                       workers=workers, peers=peers,
                        max_memory_bytes=(None if cfg.get("max_memory_gb") is None
                                          else int(float(cfg["max_memory_gb"]) * 2**30)),
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,

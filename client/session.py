@@ -37,7 +37,7 @@ from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.client.releases import ReleaseLog, data_digest, release_id
 from xclp.client.transcript import Transcript
-from xclp.client.workers import make_executor
+from xclp.client.workers import DaskWorkers, WorkerSpec, make_executor
 from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
@@ -89,7 +89,7 @@ class RunConfig:
     # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
     peers: Mapping[str, bytes] | None = None
     policy: PartyPolicy = PartyPolicy()  # this party's own minimums (DESIGN §2.3)
-    workers: int | None = None  # XCLP Paillier process pool size (None = the cores, 0 = in-process)
+    workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (client/workers.py)
     # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
@@ -226,14 +226,18 @@ class PartySession:
             **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
-        response = conn.join(request)
-        if response.spec != challenge.spec:
-            raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
-        self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
-                      f"{len(response.spec.expected_parties)} parties expected")
+        # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
         self._executor = make_executor(self.config.workers) if keys is not None else None
-        reader = conn.pull()
+        if isinstance(self._executor, DaskWorkers):
+            self.progress(self._executor.describe())
+        reader = None
         try:
+            response = conn.join(request)
+            if response.spec != challenge.spec:
+                raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
+            self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
+                          f"{len(response.spec.expected_parties)} parties expected")
+            reader = conn.pull()
             while self.stage is not PartyStage.DONE:
                 try:
                     item = reader.next(self.config.idle_seconds)
@@ -244,7 +248,8 @@ class PartySession:
                     raise
                 self.handle(item)
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed

@@ -1,27 +1,207 @@
-"""Where a party's Paillier work runs (DESIGN §10.4): a local process pool by default."""
+"""Where a party's Paillier work runs (DESIGN §10.4): a local process pool by default, or the
+institution's own Dask distributed cluster (`--workers tls://scheduler:8786`).
+
+Every Paillier task (encrypt a batch of A's bit slices, evaluate a batch against some of B's rows,
+decrypt a chunk) goes through a `concurrent.futures.Executor` (crypto/pool.py `run_tasks`):
+- a number: that many local processes (forkserver, not fork: the party already runs gRPC threads,
+  and forking a threaded process can copy a held lock into the child); 0: none, in-process;
+- a scheduler address: a `distributed.Client` of the institution's cluster. Its tasks carry the
+  party's Paillier secret key (A decrypts on the workers) and its codes, so the address must be
+  one of the institution's own machines: TLS only (mutual, configured the Dask way:
+  `distributed.comm.tls.ca-file`, `...tls.client.cert`, `...tls.client.key` in Dask's YAML config
+  or the DASK_DISTRIBUTED__COMM__TLS__* environment variables), `tcp://` only when the party was
+  told `--insecure-workers`. The party connects before it joins a job, so a scheduler that does
+  not answer, or does not speak TLS, refuses the job before Join.
+
+On the cluster, an argument of a task that other tasks of the same call share (a batch of A's
+ciphertexts that B's evaluation splits over its rows) is sent to the cluster once, as a task of
+its own that the scheduler can recompute if the worker holding it is lost (scattered data could
+not be), and the tasks depend on it. A worker lost mid-task is survived by Dask's own retry
+(`distributed.scheduler.allowed-failures`); a lost scheduler fails the party's step with a
+`WorkersLost` that names it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import multiprocessing
-from concurrent.futures import Executor, ProcessPoolExecutor
+import time
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from xclp.crypto.pool import default_workers
+from xclp.errors import ConfigError, XclpError
+
+log = logging.getLogger("xclp.client")
+
+T = TypeVar("T")
+
+SCHEMES = ("tls", "tcp")
+CONNECT_SECONDS = 20.0  # how long the party waits for the scheduler before refusing the job
+THREADS_SECONDS = 5.0  # how stale the cluster's thread count may be
+TLS_KEYS = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert", "distributed.comm.tls.client.key")
 
 
-def make_executor(workers: int | None) -> Executor | None:
-    """A process pool for Paillier work: `workers` processes (None = the cores), 0 = none.
+class WorkersLost(XclpError):
+    """The Dask cluster doing this party's Paillier work went away mid-step."""
 
-    forkserver, not fork: the party already runs gRPC threads, and forking a threaded process
-    can copy a held lock into the child.
-    """
-    if workers == 0:
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """`--workers`: local processes (`processes`, None = the cores) or a Dask scheduler address."""
+
+    processes: int | None = None
+    scheduler: str | None = None
+
+    @classmethod
+    def parse(cls, value: int | str | None, *, insecure: bool = False) -> WorkerSpec:
+        """A number of processes or a scheduler address; ConfigError with what to do otherwise."""
+        if value is None:
+            return cls()
+        text = str(value).strip()
+        if text.isdigit():
+            return cls(processes=int(text))
+        scheme = urlsplit(text).scheme if "://" in text else ""
+        if scheme not in SCHEMES or not urlsplit(text).hostname:
+            raise ConfigError(f"--workers {text!r}: give a number of local processes or a Dask scheduler address "
+                              "tls://host:port")
+        if scheme == "tcp" and not insecure:
+            raise ConfigError(f"--workers {text}: Paillier tasks carry this party's secret key and codes, and tcp:// "
+                              "sends them in the clear; use tls:// (mutual TLS configured the Dask way, README), "
+                              "or pass --insecure-workers on a network nobody else can read")
+        return cls(scheduler=text)
+
+    def __str__(self) -> str:
+        if self.scheduler is not None:
+            return self.scheduler
+        return "the cores" if self.processes is None else str(self.processes)
+
+
+def make_executor(spec: WorkerSpec | int | None) -> Executor | None:
+    """Where this party's Paillier tasks run (module docstring); None: in-process."""
+    if not isinstance(spec, WorkerSpec):
+        spec = WorkerSpec(processes=spec)
+    if spec.scheduler is not None:
+        return DaskWorkers.connect(spec.scheduler)
+    if spec.processes == 0:
         return None
-    count = workers or default_workers()
+    count = spec.processes or default_workers()
     executor = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("forkserver"))
     for _ in range(count):  # start the workers and their imports now, while the job is still joining
         executor.submit(_warm_up)
     return executor
 
 
+def worker_count(executor: Executor | None) -> int:
+    """How many Paillier tasks run at once: the pool's processes, or the cluster's worker threads."""
+    if executor is None:
+        return 1
+    if isinstance(executor, DaskWorkers):
+        return executor.threads()
+    return max(1, int(getattr(executor, "_max_workers", 1)))
+
+
 def _warm_up() -> None:
     import xclp.crypto.secure_hamming  # noqa: F401 - the modules every Paillier task runs in
+
+
+def _hold(value: T) -> T:
+    """A shared task argument as a task of its own (the scheduler can recompute it)."""
+    return value
+
+
+class DaskWorkers(Executor):
+    """The institution's Dask cluster as an Executor (module docstring)."""
+
+    def __init__(self, client: Any, address: str) -> None:
+        from distributed import KilledWorker
+        from distributed.comm.core import CommClosedError
+
+        self.client, self.address = client, address
+        self._threads, self._asked = 1, -THREADS_SECONDS
+        # what the cluster, not the task, raises: cancelled (scheduler lost), retried out, comm down
+        self.lost: tuple[type[BaseException], ...] = (CancelledError, asyncio.CancelledError, KilledWorker,
+                                                      CommClosedError, OSError, TimeoutError)
+
+    @classmethod
+    def connect(cls, address: str, timeout: float | None = None) -> DaskWorkers:
+        timeout = CONNECT_SECONDS if timeout is None else timeout
+        try:
+            import dask
+            from distributed import Client
+        except ImportError:
+            raise ConfigError(f"--workers {address}: Dask is not installed; pip install 'xclp[dask]'") from None
+        if address.startswith("tls://"):
+            missing = [key for key in TLS_KEYS if not dask.config.get(key, None)]
+            if missing:
+                raise ConfigError(f"--workers {address}: mutual TLS needs Dask's {', '.join(missing)} (Dask's YAML "
+                                  f"config, or {', '.join(_env(key) for key in missing)}; README)")
+        try:
+            client = Client(address, timeout=timeout, set_as_default=False)
+        except Exception as exc:  # refused, timed out, a TLS handshake with a plain-TCP server, a bad TLS file
+            raise ConfigError(f"--workers {address}: the Dask scheduler did not answer within {timeout:.0f} s "
+                              f"({_reason(exc)}); is it up, does it speak {address.split(':')[0]}, and do its "
+                              "certificates come from the CA in Dask's distributed.comm.tls.ca-file?") from None
+        workers = cls(client, address)
+        log.info("%s", workers.describe())
+        return workers
+
+    def describe(self) -> str:
+        """Which scheduler and how many workers (no secrets), for the party's log."""
+        return (f"Paillier work on the Dask scheduler {self.address}: {len(self._nthreads())} workers, "
+                f"{self.threads()} threads")
+
+    def threads(self) -> int:
+        """The cluster's worker threads (at least 1), asked of the scheduler at most every few seconds."""
+        now = time.monotonic()
+        if now - self._asked >= THREADS_SECONDS:
+            self._threads, self._asked = max(1, sum(self._nthreads().values())), now
+        return self._threads
+
+    def _nthreads(self) -> dict[str, int]:
+        try:
+            return dict(self.client.nthreads())
+        except Exception as exc:
+            raise WorkersLost(f"the Dask scheduler {self.address} is gone: {_reason(exc)}") from None
+
+    def share(self, value: T) -> Any:
+        """`value` sent to the cluster once, for several tasks to take (crypto/pool.py run_tasks)."""
+        return self.client.submit(_hold, value, pure=False)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        done: Future[T] = Future()
+        try:
+            remote = self.client.submit(fn, *args, pure=False, **kwargs)
+        except Exception as exc:
+            done.set_exception(WorkersLost(f"the Dask scheduler {self.address} is gone: {_reason(exc)}"))
+            return done
+
+        def settle(remote: Any) -> None:
+            try:
+                done.set_result(remote.result())
+            except self.lost as exc:
+                done.set_exception(WorkersLost(f"a Paillier task on the Dask scheduler {self.address} failed: "
+                                               f"{_reason(exc)}"))
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        remote.add_done_callback(settle)
+        return done
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with contextlib.suppress(Exception):  # the scheduler may be gone already; nothing to keep
+            self.client.close(timeout=5 if wait else 1)
+
+
+def _env(key: str) -> str:
+    return "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+

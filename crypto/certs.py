@@ -60,8 +60,11 @@ def make_leaf(
     dns_names: tuple[str, ...] = (),
     ips: tuple[str, ...] = (),
     days: int = 825,
+    client_too: bool = False,
 ) -> CertifiedKey:
-    """A server (serverAuth, SANs required) or client (clientAuth) certificate signed by the CA."""
+    """A server (serverAuth, SANs required) or client (clientAuth) certificate signed by the CA;
+    `client_too`: a server's that is also a client's (a Dask scheduler's or worker's, which both
+    listen and connect)."""
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     for ip in ips:
         try:
@@ -72,7 +75,9 @@ def make_leaf(
         raise InvalidInput("a server certificate needs at least one DNS name or IP address")
     key = ec.generate_private_key(ec.SECP256R1())
     start, end = _validity(days)
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+    if client_too or not server:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name)).issuer_name(ca_cert.subject)
@@ -80,7 +85,7 @@ def make_leaf(
         .not_valid_before(start).not_valid_after(end)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, False, True, False, False, False, False, False, False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     if sans:

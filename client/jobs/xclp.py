@@ -37,6 +37,7 @@ from xclp.client.jobs.estimate import (
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
+from xclp.client.workers import worker_count
 from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.kdf import derive_key
@@ -439,8 +440,7 @@ class XclpParty(PartyJob):
             self.meter.update(sum(p.received for p in self.as_a.values()) + sum(p.sent for p in self.as_b.values()))
 
     def _workers(self) -> int:
-        executor = self.ctx.executor
-        return max(1, int(getattr(executor, "_max_workers", 1))) if executor is not None else 1
+        return worker_count(self.ctx.executor)
 
     def _window(self) -> int:
         """Pieces of a pair B keeps sent and unacknowledged: enough for two waves, within the coordinator's bound."""

@@ -176,8 +176,9 @@ def evaluate_batches(
     for i, g in enumerate(batches):
         ones = occupied_ones(layout, n_A, g)
         plaintexts = [(w * ones + r) % n for w, r in zip(weights, masks[i * n_B : (i + 1) * n_B])]
+        batch = slices.batch(g)  # one object for every part: a cluster gets it once (crypto/pool.py)
         for lo, hi in zip(cuts, cuts[1:]):
-            tasks.append((state, window, slices.batch(g), patterns[lo:hi], g_bits, plaintexts[lo:hi], layout))
+            tasks.append((state, window, batch, patterns[lo:hi], g_bits, plaintexts[lo:hi], layout))
     return b"".join(run_tasks(_evaluate_batch, tasks, executor))
 
 

@@ -162,3 +162,15 @@ def test_a_hostile_coordinator_cannot_steer_outputs_out_of_the_output_directory(
     with pytest.raises(PolicyRefused, match="not a plain directory name"):
         write_run_dir(tmp_path / "out", "j", "../escape", data, result)
     assert not (tmp_path / "escape").exists()
+
+
+def test_the_agents_workers_are_processes_or_its_own_tls_scheduler(agent, tmp_path):
+    base = (tmp_path / "agent.toml").read_text()
+    for line, expected in [('workers = 2\n', "2"), ('workers = "tls://dask.internal:8786"\n', "tls://dask.internal:8786"),
+                           ('workers = "tcp://dask.internal:8786"\ninsecure_workers = true\n',
+                            "tcp://dask.internal:8786")]:
+        (tmp_path / "agent.toml").write_text(line + base)
+        assert str(AgentConfig.load(tmp_path / "agent.toml").workers) == expected
+    (tmp_path / "agent.toml").write_text('workers = "tcp://dask.internal:8786"\n' + base)
+    with pytest.raises(ConfigError, match="tcp:// sends them in the clear"):
+        AgentConfig.load(tmp_path / "agent.toml")
