@@ -19,6 +19,9 @@ FROM ${BASE_IMAGE} AS builder
 LABEL io.xclp.build-stage=builder
 # 1 = install only from the wheels in the build context's wheelhouse/ (no network).
 ARG WHEELHOUSE=0
+# Optional extras of pyproject.toml installed too: dask (--workers tls://scheduler:8786, and the
+# `dask scheduler` / `dask worker` commands of an institution's own cluster, README).
+ARG EXTRAS="dask"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
@@ -36,7 +39,8 @@ RUN set -eu; \
         fi; \
         export PIP_NO_INDEX=1 PIP_FIND_LINKS=/build; \
     fi; \
-    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("/build/pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    EXTRAS="$EXTRAS" python3 -c 'import os, tomllib; p = tomllib.load(open("/build/pyproject.toml", "rb"))["project"]; \
+print("\n".join(p["dependencies"] + [r for e in os.environ["EXTRAS"].split() for r in p["optional-dependencies"][e]]))' \
         > /build/requirements.txt; \
     /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt; \
     # The bundled test suites of numpy, scipy and numba (~50 MB) are never imported at run time.
@@ -58,6 +62,7 @@ RUN set -eu; \
     # Smoke test of the finished venv: both CLIs import, numba compiles, the Hamming kernel runs.
     /opt/xclp/venv/bin/xclp-server --help >/dev/null; \
     /opt/xclp/venv/bin/xclp-client --help >/dev/null; \
+    case " $EXTRAS " in *" dask "*) /opt/xclp/venv/bin/python -c 'import distributed' ;; esac; \
     NUMBA_CACHE_DIR=/tmp/numba-smoke /opt/xclp/venv/bin/python -c 'import numpy as np; from xclp.hamming import hamming_matrix; \
 assert (hamming_matrix(np.array([[0], [7]], dtype=np.uint64)) == [[0, 3], [3, 0]]).all()'; \
     rm -rf /tmp/numba-smoke

@@ -13,7 +13,8 @@
 # Environment: XCLP_PARTY (required), XCLP_COORDINATOR (coordinator:50051), XCLP_INSECURE_TEST_KEYS
 # (1 = accept Paillier keys below 2048 bits; tests only), XCLP_MIN_PARTIES (2), XCLP_IDLE_TIMEOUT
 # (seconds without news before a run is given up; the client's default when empty), XCLP_ID_COLUMN
-# (row_id) and XCLP_LABEL_COLUMN (label) of /data/<party>.csv.
+# (row_id) and XCLP_LABEL_COLUMN (label) of /data/<party>.csv, XCLP_CLUSTER_SCHEDULER (the host name
+# of the institution's own Dask scheduler, used when it resolves; certificates in /etc/xclp/cluster).
 set -eu
 party=${XCLP_PARTY:?set XCLP_PARTY to this institution id}
 secrets=/etc/xclp/secrets
@@ -22,6 +23,16 @@ insecure=false
 [ "${XCLP_INSECURE_TEST_KEYS:-0}" != 1 ] || insecure=true
 idle=""
 [ -z "${XCLP_IDLE_TIMEOUT:-}" ] || idle="idle_timeout = $XCLP_IDLE_TIMEOUT"
+# The institution's own Dask cluster, when `docker compose --profile cluster up` started it: its
+# scheduler's name resolves on the demo's network (it starts with the coordinator, which this
+# service waits for), and the agent sends its Paillier work there over mutual TLS.
+workers=""
+if [ -n "${XCLP_CLUSTER_SCHEDULER:-}" ] && getent hosts "$XCLP_CLUSTER_SCHEDULER" >/dev/null; then
+  workers="workers = \"tls://$XCLP_CLUSTER_SCHEDULER:8786\""
+  export DASK_DISTRIBUTED__COMM__TLS__CA_FILE=/etc/xclp/cluster/ca.pem \
+         DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT=/etc/xclp/cluster/party.pem \
+         DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY=/etc/xclp/cluster/party-key.pem
+fi
 cat > agent.toml <<TOML
 # written by docker/agent.sh
 party = "$party"
@@ -32,6 +43,7 @@ ca_cert = "$secrets/ca.pem"
 out = "runs"
 poll_seconds = 1
 $idle
+$workers
 
 [policy]
 job_types = ["xclp", "flynn"]

@@ -9,6 +9,9 @@
 #                      (that institution's secrets volume)
 #   /vol/operator      demo.key (the demo operator's Admin API key, private), demo.pub, ca.pem
 #                      (the operator volume: only setup and `submit` mount it)
+#   /vol/cluster-ca    hospital-a's own cluster CA (only setup mounts it), and
+#   /vol/cluster       its scheduler's, workers' and agent's certificates and keys, ca.pem (the
+#                      hospital-a-cluster volume: hospital-a and its cluster, profile "cluster")
 # and the coordinator's server.toml: no job file, the state file, the Admin API with the demo
 # operator's key, metrics, TLS.
 #
@@ -87,6 +90,20 @@ cert = "certs/server.pem"
 key = "certs/server-key.pem"
 TOML
 mv /vol/coordinator/server.toml.tmp /vol/coordinator/server.toml
+
+# hospital-a's own Dask cluster (`docker compose --profile cluster up`, README "Docker"): a CA of the
+# institution's own, not the dev CA above, and node certificates (serverAuth and clientAuth: Dask's
+# nodes listen and dial) for its scheduler, its workers and its agent, in its cluster volume.
+if [ -d /vol/cluster-ca ] && [ -d /vol/cluster ]; then
+  [ -f /vol/cluster-ca/ca-key.pem ] || xclp-server ca init --dir /vol/cluster-ca 2>/dev/null
+  for node in scheduler worker party; do
+    xclp-server cert node --ca-dir /vol/cluster-ca --out /vol/cluster --name "$node" --dns "$node" 2>/dev/null
+  done
+  cp /vol/cluster-ca/ca.pem /vol/cluster/ca.pem
+  chmod 0644 /vol/cluster/ca.pem
+  chown -R "$XCLP_UID:$XCLP_UID" /vol/cluster
+  say "hospital-a's cluster CA and certificates for its scheduler, workers and agent"
+fi
 
 chown -R "$XCLP_UID:$XCLP_UID" /vol/ca /vol/coordinator /vol/operator
 for party in $PARTIES; do chown -R "$XCLP_UID:$XCLP_UID" "/vol/$party"; done

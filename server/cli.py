@@ -85,6 +85,14 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--dns", action="append", default=[], help="DNS name the parties dial (repeatable)")
     srv.add_argument("--ip", action="append", default=[], help="IP address the parties dial (repeatable)")
     srv.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
+    node = cert.add_parser("node", help="certificate of a node that listens and connects (serverAuth and clientAuth): "
+                                        "a Dask scheduler or worker, or a party dialling one (README)")
+    node.add_argument("--ca-dir", type=Path, required=True, help="directory holding ca.pem and ca-key.pem")
+    node.add_argument("--out", type=Path, required=True, help="output directory (writes <name>.pem, <name>-key.pem)")
+    node.add_argument("--name", required=True, help="file name and common name")
+    node.add_argument("--dns", action="append", default=[], help="DNS name it is reached by (repeatable)")
+    node.add_argument("--ip", action="append", default=[], help="IP address it is reached by (repeatable)")
+    node.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
     party = cert.add_parser("party", help="client certificate for a party (mutual TLS)")
     party.add_argument("--ca-dir", type=Path, required=True, help="directory holding ca.pem and ca-key.pem")
     party.add_argument("--out", type=Path, required=True, help="output directory (writes <party>.pem, <party>-key.pem)")
@@ -228,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             issued = dev_ca.init_ca(args.dir, days=args.days)
             print(f"CA certificate: {issued.cert_path}\nCA key (keep private): {issued.key_path}", file=sys.stderr)
             return EXIT_OK
-        if args.cert_command == "server":
+        if args.cert_command in ("server", "node"):
             issued = dev_ca.issue(args.ca_dir, args.out, args.name, server=True, dns_names=tuple(args.dns),
-                                 ips=tuple(args.ip), days=args.days)
+                                 ips=tuple(args.ip), days=args.days, client_too=args.cert_command == "node")
         else:
             issued = dev_ca.issue(args.ca_dir, args.out, args.party, server=False, days=args.days)
         print(f"certificate: {issued.cert_path}\nkey (keep private): {issued.key_path}", file=sys.stderr)

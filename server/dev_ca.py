@@ -1,4 +1,4 @@
-"""The development CA on disk (`xclp-server ca init`, `cert server`, `cert party`): ca.pem and
+"""The development CA on disk (`xclp-server ca init`, `cert server`, `cert node`, `cert party`): ca.pem and
 ca-key.pem in a directory, and each certificate issued from it as <name>.pem and <name>-key.pem.
 Private keys are written mode 0600, never through a symbolic link; crypto/certs.py makes them."""
 
@@ -52,10 +52,13 @@ def issue(
     dns_names: tuple[str, ...] = (),
     ips: tuple[str, ...] = (),
     days: int = 825,
+    client_too: bool = False,
 ) -> Issued:
-    """Write <out_dir>/<name>.pem and <name>-key.pem signed by the CA in `ca_dir`."""
+    """Write <out_dir>/<name>.pem and <name>-key.pem signed by the CA in `ca_dir` (`client_too`: a
+    server's certificate that is also a client's, for a node that listens and connects)."""
     ca_key, ca_cert = load_ca(ca_dir)
-    key, cert = certs.make_leaf(ca_key, ca_cert, name, server=server, dns_names=dns_names, ips=ips, days=days)
+    key, cert = certs.make_leaf(ca_key, ca_cert, name, server=server, dns_names=dns_names, ips=ips, days=days,
+                                client_too=client_too)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     return _write(out / f"{name}.pem", out / f"{name}-key.pem", key, cert)

@@ -62,3 +62,19 @@ def test_bad_requests_fail_with_a_clear_message():
         certs.make_leaf(ca_key, ca_cert, "server", server=True, ips=("300.1.1.1",))
     with pytest.raises(InvalidInput, match="at least 1 day"):
         certs.make_ca(days=0)
+
+
+def test_a_node_certificate_serves_and_dials(tmp_path):
+    """`xclp-server cert node`: a Dask scheduler or worker both listens and connects, and Dask's
+    mutual TLS checks the peer's purpose either way: serverAuth and clientAuth, with its SANs."""
+    from xclp.server.cli import main
+
+    assert main(["ca", "init", "--dir", str(tmp_path / "ca")]) == 0
+    assert main(["cert", "node", "--ca-dir", str(tmp_path / "ca"), "--out", str(tmp_path), "--name", "worker-1",
+                 "--dns", "worker-1.internal"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "worker-1.pem").read_bytes())
+    eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["worker-1.internal"]
+    assert (tmp_path / "worker-1-key.pem").stat().st_mode & 0o777 == 0o600

@@ -55,11 +55,13 @@ class Project:
     name: str = field(default_factory=lambda: f"xclp-test-{uuid.uuid4().hex[:10]}")
     env: dict[str, str] = field(default_factory=dict)
     overrides: list[Path] = field(default_factory=list)  # compose files on top of docker-compose.yml
+    profiles: list[str] = field(default_factory=list)  # compose profiles on (e.g. "cluster")
 
     def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "XCLP_IMAGE": self.image, **self.env}
         files = [arg for f in [REPO / "docker-compose.yml", *self.overrides] for arg in ("-f", str(f))]
-        return run([*COMPOSE, "-p", self.name, *files, *args], env=env, timeout=timeout, check=check)
+        profiles = [arg for p in self.profiles for arg in ("--profile", p)]
+        return run([*COMPOSE, "-p", self.name, *files, *profiles, *args], env=env, timeout=timeout, check=check)
 
     def container(self, service: str) -> str:
         cid = self.compose("ps", "--all", "-q", service).stdout.strip()
@@ -142,13 +144,14 @@ def check_predictions(project: Project, party: str) -> str:
     return text
 
 
-def fault_jobs(tmp_path: Path) -> Path:
-    """The demo's XCLP job alone with a 20 s step deadline (a silent party is dropped soon),
-    readable by the image's user (uid 10001)."""
+def fault_jobs(tmp_path: Path, step_seconds: int | None = 20) -> Path:
+    """The demo's XCLP job alone, with a 20 s step deadline (a silent party is dropped soon) unless
+    `step_seconds` is None, readable by the image's user (uid 10001)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     xclp = (JOBS / "xclp-demo.toml").read_text()
-    xclp = re.sub(r"(?m)^step_seconds = \d+", "step_seconds = 20", xclp)
+    if step_seconds is not None:
+        xclp = re.sub(r"(?m)^step_seconds = \d+", f"step_seconds = {step_seconds}", xclp)
     (jobs / "xclp-demo.toml").write_text(xclp)
     for path in (tmp_path, jobs, *jobs.iterdir()):
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -334,3 +337,37 @@ def test_a_disconnected_institution_misses_the_deadline_and_is_dropped_the_same_
     # run over and not done, exits 5 ("dropped or timed out").
     assert project.wait_exit("hospital-b", timeout=120) == 5
     assert "run 1 of job xclp-demo failed" in project.logs("hospital-b")
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_the_cluster_profile_sends_hospital_as_paillier_work_to_its_own_dask_cluster_over_tls(
+        project: Project, tmp_path: Path) -> None:
+    """`docker compose --profile cluster up` (the XCLP job alone): hospital-a's agent finds its own
+    scheduler, sends its Paillier work there over mutual TLS with its own cluster CA (not the dev
+    CA), and every institution gets its predictions; the cluster's CA key is setup's alone."""
+    project.profiles.append("cluster")
+    project.env.update({"XCLP_JOBS_DIR": str(fault_jobs(tmp_path, step_seconds=None)), "XCLP_AGENT_RUNS": "1",
+                        "XCLP_SUMMARY_GRACE": "10"})
+    started = time.monotonic()
+    project.compose("up", "--detach", timeout=180)
+    for service in (*PARTIES, "coordinator", "submit"):
+        project.wait_exit(service, timeout=420)
+    say(f"XCLP with hospital-a on its cluster done {time.monotonic() - started:.1f}s after `up`")
+    codes = {s: project.state(s)["ExitCode"] for s in (*PARTIES, "coordinator", "submit")}
+    assert codes == dict.fromkeys(codes, 0), project.logs("hospital-a")[-3000:]
+    for party in PARTIES:
+        check_predictions(project, party)
+    said = re.findall(r"Paillier work on the Dask scheduler (\S+): (\d+) workers", project.logs("hospital-a"))
+    assert said and said[0][0] == "tls://hospital-a-scheduler:8786", project.logs("hospital-a")[-3000:]
+    for other in ("hospital-b", "hospital-c"):
+        assert "Dask scheduler" not in project.logs(other)
+    scheduler = project.logs("hospital-a-scheduler")
+    assert "tls://" in scheduler and scheduler.count("Register worker") >= 2, scheduler[-3000:]
+    # the cluster's own CA: its key in a volume only setup mounts; not the coordinator's dev CA
+    cluster_ca = project.volume("hospital-a-cluster-ca")
+    for service in (*SERVICES, "hospital-a-scheduler", "hospital-a-worker-1", "hospital-a-worker-2"):
+        mounts = json.loads(run(["docker", "inspect", "--format", "{{json .Mounts}}",
+                                 project.container(service)]).stdout)
+        assert (cluster_ca in [m.get("Name") for m in mounts]) == (service == "setup"), service
+    assert project.read("hospital-a-cluster", "ca.pem") != project.read("coordinator", "certs/ca.pem")
