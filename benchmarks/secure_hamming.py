@@ -6,14 +6,24 @@ the cores; the literal protocol is timed per operation on a sample and extrapola
 perfect scaling over the same number of workers, which flatters it). The floor is CRT decryption
 alone of the same number of ciphertexts on the same pool (twice, averaged; see main). Progress goes to stderr; the last
 stdout line is one JSON object.
+
+`--workers` is the pool's size (default: the cores), or a Dask scheduler (DESIGN §10.4):
+`tls://host:8786` (TLS configured the Dask way, README), or `local` to start one here over mutual
+TLS with a throwaway CA and as many single-threaded worker processes as cores. With a scheduler the
+packed protocol also runs on the cluster, alternating with a process pool of as many processes as
+the cluster has threads (pool, cluster, pool, cluster), and the JSON's "cluster" reports both
+times, their ratio and the payload bytes moved to and from the workers per pair (task arguments
+and results: ciphertexts, codes, keys, masks).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -25,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracles live
 from tests.oracles.decryption_floor import decrypt_all
 from tests.oracles.literal_hamming import literal_decrypt, literal_encrypt_bits, literal_evaluate, literal_unmask
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.crypto.pool import default_workers, process_pool
+from xclp.crypto.pool import default_workers, process_pool, run_tasks
 from xclp.crypto.secure_hamming import (
     SlotLayout,
     choose_group_bits,
@@ -91,15 +101,93 @@ def time_literal(keypair: PaillierKeypair, codes_A: np.ndarray, codes_B: np.ndar
     return out
 
 
+def payload(value: object) -> int:
+    """Bytes of a task's argument or result as data: bytes, arrays, integers (ciphertexts, masks,
+    key parts), and containers of them; anything else counts 0."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, list | tuple):
+        return sum(payload(v) for v in value)
+    if isinstance(value, int) or type(value).__name__ == "mpz":
+        return (int(value).bit_length() + 7) // 8
+    return 0
+
+
+def packed(keypair: PaillierKeypair, codes_A: np.ndarray, codes_B: np.ndarray, layout: SlotLayout,
+           executor: object) -> tuple[float, np.ndarray]:
+    """One packed SecureHamming of the pair on `executor`: its seconds and the distances."""
+    t0 = time.perf_counter()
+    slices = encrypt_bit_slices(keypair, codes_A, layout, executor)
+    evaluated, r = evaluate(keypair.public, slices, codes_B, executor)
+    t = decrypt(keypair, evaluated, layout, len(codes_A), executor)
+    seconds = time.perf_counter() - t0
+    return seconds, unmask_distances(t, r, keypair.public, layout, len(codes_A), len(codes_B))
+
+
+def on_cluster(scheduler: str, keypair: PaillierKeypair, codes_A: np.ndarray, codes_B: np.ndarray,
+               layout: SlotLayout, expected: np.ndarray) -> dict[str, object]:
+    """The packed protocol on a Dask cluster against a process pool as large as the cluster's
+    threads, alternating, with the payload bytes moved to and from the workers."""
+    from xclp.client.workers import DaskWorkers
+
+    class Counted(DaskWorkers):
+        sent = received = 0
+
+        def share(self, value):  # type: ignore[no-untyped-def]
+            Counted.sent += payload(value)
+            return super().share(value)
+
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            Counted.sent += payload(args)
+            future = super().submit(fn, *args, **kwargs)
+            future.add_done_callback(lambda f: setattr(Counted, "received", Counted.received
+                                                       + (payload(f.result()) if not f.exception() else 0)))
+            return future
+
+    with contextlib.ExitStack() as stack:
+        if scheduler == "local":
+            from tests.dask_cluster import cluster as local_cluster
+
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="xclp-dask-")))
+            scheduler = stack.enter_context(local_cluster(tmp, default_workers())).address  # and its TLS config
+        counted = stack.enter_context(Counted.connect(scheduler))
+        threads = counted.threads()
+        log(counted.describe())
+        times: dict[str, list[float]] = {"pool": [], "cluster": []}
+        correct = True
+        with process_pool(threads) as pool:
+            decrypt_all(keypair, b"", 1, pool)
+            run_tasks(len, [(b"",)] * threads, counted)  # the workers' imports, outside any timed run
+            Counted.sent = Counted.received = 0
+            for round_ in range(2):
+                for name, executor in (("pool", pool), ("cluster", counted)):
+                    seconds, H = packed(keypair, codes_A, codes_B, layout, executor)
+                    correct &= bool(np.array_equal(H, expected))
+                    times[name].append(seconds)
+                    log(f"round {round_}: {name} {seconds:.2f}s")
+        sent, received = Counted.sent // 2, Counted.received // 2  # per pair: two rounds ran
+    pool_s, cluster_s = (sum(v) / len(v) for v in (times["pool"], times["cluster"]))
+    return {"scheduler": "local" if scheduler.startswith("tls://127.0.0.1") else "given", "threads": threads,
+            "correct": correct, "pool_seconds": [round(x, 3) for x in times["pool"]],
+            "cluster_seconds": [round(x, 3) for x in times["cluster"]],
+            "overhead_ratio": round(cluster_s / pool_s, 3),
+            "bytes_to_workers_per_pair": sent, "bytes_from_workers_per_pair": received}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="200 vectors, 1024-bit (test-size) key")
     parser.add_argument("--n", type=int, help="vectors per side (default 1000, quick 200)")
     parser.add_argument("--L", type=int, default=1024)
     parser.add_argument("--bits", type=int, help="modulus bits (default 2048, quick 1024)")
-    parser.add_argument("--workers", type=int, default=default_workers())
+    parser.add_argument("--workers", default=str(default_workers()),
+                        help="pool processes (default: the cores), or a Dask scheduler: tls://host:8786 or local")
     parser.add_argument("--literal-samples", type=int, default=4)
     args = parser.parse_args()
+    scheduler = None if args.workers.isdigit() else args.workers
+    args.workers = int(args.workers) if scheduler is None else default_workers()
     n = args.n or (200 if args.quick else 1000)
     bits = args.bits or (1024 if args.quick else 2048)
 
@@ -159,6 +247,9 @@ def main() -> None:
                         + n * n * (per_op["evaluate_pair_cpu"] + per_op["decrypt_pair_cpu"]))
     log(f"literal per op: {per_op}; extrapolated {literal_single_core / 3600:.2f} single-core hours")
 
+    cluster = None
+    if scheduler is not None:
+        cluster = on_cluster(scheduler, keypair, codes_A, codes_B, layout, H)
     print(json.dumps({  # wall-clock figures first (the targets), CPU figures as a noise check
         "benchmark": "secure_hamming",
         "quick": args.quick,
@@ -187,6 +278,7 @@ def main() -> None:
         "bytes_b_to_a": len(evaluated.to_bytes()),
         "bytes_b_to_coordinator": len(r.data),
         "bytes_a_to_coordinator": len(t.data),
+        **({"cluster": cluster} if cluster is not None else {}),
     }))
 
 
