@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import numpy as np
 import pytest
@@ -59,6 +60,26 @@ def paillier_tasks(address: str) -> set[str]:
         return set(w.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
 
 
+def kill_at_third_task(monkeypatch, victim: subprocess.Popen) -> list[int]:
+    """Party a's cluster kills `victim` (SIGKILL to its process group) as a submits its third
+    Paillier task, with tasks queued and running; the list gets the victim's exit status."""
+    killed: list[int] = []
+
+    class Killing(DaskWorkers):
+        submitted = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            future = super().submit(fn, *args, **kwargs)
+            Killing.submitted += 1
+            if Killing.submitted == 3:
+                os.killpg(victim.pid, signal.SIGKILL)
+                killed.append(victim.wait(30))
+            return future
+
+    monkeypatch.setattr(workers_module, "DaskWorkers", Killing)
+    return killed
+
+
 def test_a_party_on_its_own_dask_cluster_over_tls_gets_the_reference_scores(keys, tmp_path) -> None:
     progress: dict[str, list[str]] = {}
     with cluster(tmp_path) as running:
@@ -77,23 +98,8 @@ def test_a_party_on_its_own_dask_cluster_over_tls_gets_the_reference_scores(keys
 def test_a_worker_killed_mid_secure_hamming_is_survived_by_daskss_retry(keys, tmp_path, monkeypatch) -> None:
     """The third Paillier task party a submits kills one of the two workers (SIGKILL, no nanny to
     restart it), while tasks are queued and running on it: Dask reschedules them on the other."""
-    killed: list[int] = []
-
-    class Killing(DaskWorkers):
-        submitted = 0
-
-        def submit(self, fn, /, *args, **kwargs):
-            future = super().submit(fn, *args, **kwargs)
-            Killing.submitted += 1
-            if Killing.submitted == 3:
-                victim = running.workers[0]
-                os.killpg(victim.pid, signal.SIGKILL)
-                victim.wait(30)
-                killed.append(victim.returncode)
-            return future
-
-    monkeypatch.setattr(workers_module, "DaskWorkers", Killing)
     with cluster(tmp_path) as running:
+        killed = kill_at_third_task(monkeypatch, running.workers[0])
         datas, results, _ = xclp_run(keys, WorkerSpec(scheduler=running.address))
         with DaskWorkers.connect(running.address) as w:
             left = len(w.client.nthreads())
@@ -105,21 +111,9 @@ def test_a_lost_scheduler_fails_the_partys_step_and_the_others_finish_without_it
     """The scheduler is killed at party a's third Paillier task: a's step fails with WorkersLost
     naming the scheduler (within the client's reconnect timeout), the coordinator drops a, and b
     and c finish SecureHamming among themselves (DESIGN §5's dropout rules)."""
-
-    class Killing(DaskWorkers):
-        submitted = 0
-
-        def submit(self, fn, /, *args, **kwargs):
-            future = super().submit(fn, *args, **kwargs)
-            Killing.submitted += 1
-            if Killing.submitted == 3:
-                os.killpg(running.procs[0].pid, signal.SIGKILL)
-                running.procs[0].wait(30)
-            return future
-
-    monkeypatch.setattr(workers_module, "DaskWorkers", Killing)
     monkeypatch.setattr(workers_module, "CONNECT_SECONDS", 3.0)
     with cluster(tmp_path) as running:
+        kill_at_third_task(monkeypatch, running.procs[0])  # the scheduler
         datas, results, _ = xclp_run(keys, WorkerSpec(scheduler=running.address))
     assert isinstance(results["a"], WorkersLost), results["a"]
     assert f"on the Dask scheduler {running.address} failed" in str(results["a"])

@@ -108,6 +108,29 @@ def test_the_coordinator_never_opens_the_sum_of_a_centre_with_fewer_rows_than_th
     assert small > 0  # the minimum mattered
 
 
+def _without_c(keys, params: dict, datas, dies):
+    """The job run with c's session `dies`: each party's result, and the coordinator's XCLP state;
+    c failed and a and b finished."""
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier, sessions={"c": dies},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        state = coord.jobs["x"].job.xclp
+    assert isinstance(results["c"], BaseException)
+    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
+    return results, state
+
+
+def _assert_ab_reference(results, state, datas, mask: np.ndarray) -> None:
+    """The coordinator's graph and a's and b's scores are the reference's among a and b on `mask`."""
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "ab"], results["a"].seed, C, L, GraphParams(k=5),
+                         candidates=mask)
+    assert (state.W != ref.influence.W).nnz == 0
+    for j, p in enumerate("ab"):
+        _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
+        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+
+
 def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(keys) -> None:
     """c is lost when the probes step starts (k-means and the probe table had all three): a and b
     go on with the budgets every side derived from the three-party table, and get the reference's
@@ -118,13 +141,7 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
         at = "probes"
 
     datas = {p: party_data(70 + i, n=300) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", PARAMS)]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier, sessions={"c": Dies},
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        state = coord.jobs["x"].job.xclp
-    assert isinstance(results["c"], BaseException)
-    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
+    results, state = _without_c(keys, PARAMS, datas, Dies)
     assert state.membership.graph == ("a", "b")
     seed = results["a"].seed
     unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
@@ -134,13 +151,8 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
     sizes = dict.fromkeys(PARTIES, 300)
     used, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
                                         SlotLayout(512, L).slots, 1.0, 0.9)
-    two = dict.fromkeys("ab", 300)
-    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, two)
-    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "ab"], seed, C, L, GraphParams(k=5), candidates=mask)
-    assert (state.W != ref.influence.W).nnz == 0
-    for j, p in enumerate("ab"):
-        _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
-        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, dict.fromkeys("ab", 300))
+    _assert_ab_reference(results, state, datas, mask)
 
 
 def _round(parts: list[np.ndarray], c: np.ndarray, min_rows: int, *, pooled: bool = True) -> np.ndarray:
@@ -182,13 +194,7 @@ def test_a_party_lost_while_the_centres_sums_are_masked_pools_no_centre_its_rows
     rows, centres, min_rows = {"a": 150, "b": 150, "c": 610}, 3, 301
     params = {**PARAMS, "centres": centres, "min_centre_rows": min_rows, "pair_budget": 0.99}
     datas = {p: party_data(80 + i, n=rows[p]) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier, sessions={"c": Dies},
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        state = coord.jobs["x"].job.xclp
-    assert isinstance(results["c"], BaseException)
-    assert all(not isinstance(results[p], BaseException) for p in "ab"), results
+    results, state = _without_c(keys, params, datas, Dies)
     sums, over = opened[sums_step(1)]
     assert over == ("a", "b")
 
@@ -208,11 +214,7 @@ def test_a_party_lost_while_the_centres_sums_are_masked_pools_no_centre_its_rows
     used, budgets, _ = cd.choose_probes(pooled, two_sizes, list(itertools.permutations(two_sizes, 2)),
                                         SlotLayout(512, L).slots, 1.0, 0.99)
     mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, two_sizes)
-    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "ab"], seed, C, L, GraphParams(k=5), candidates=mask)
-    assert (state.W != ref.influence.W).nnz == 0
-    for j, p in enumerate("ab"):
-        _, _, scores = party_view(ref.scores[ref.party_rows(j)], datas[p].y, C)
-        np.testing.assert_allclose(results[p].aggregate, scores, rtol=0, atol=1e-6)
+    _assert_ab_reference(results, state, datas, mask)
 
 
 def test_the_coordinator_refuses_probes_a_party_could_not_have_sent() -> None:
