@@ -40,6 +40,7 @@ agent.toml:
     min_share_threshold = 2              # the fewest shares that may rebuild a lost self-mask seed
     require_dp = 1.0                     # optional
     allow_hide_label_mask = false
+    allow_unsketched_layers = false      # true: DBCL jobs that release some layers unsketched
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
     max_key_bits = 4096
     max_memory_gb = 16                   # and max_paillier_hours
@@ -87,6 +88,7 @@ AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_ce
               "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "insecure_workers", "policy",
               "datasets", "state"}
 POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "allow_hide_label_mask",
+               "allow_unsketched_layers",
                "insecure_test_keys", "min_key_bits",
                "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
@@ -166,6 +168,7 @@ class AgentConfig:
             datasets=datasets,
             policy=PartyPolicy(min_parties=int(policy.get("min_parties", 3)), require_dp=policy.get("require_dp"),
                                allow_hide_label_mask=bool(policy.get("allow_hide_label_mask")),
+                               allow_unsketched_layers=bool(policy.get("allow_unsketched_layers")),
                                insecure_test_keys=bool(policy.get("insecure_test_keys")),
                                min_share_threshold=int(policy.get("min_share_threshold", 2))),
             job_types=frozenset(types),

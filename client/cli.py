@@ -55,8 +55,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
-            "allow_hide_label_mask", "min_share_threshold", "max_memory_gb", "max_paillier_hours", "state",
-            "allow_rerun"}
+            "allow_hide_label_mask", "allow_unsketched_layers", "min_share_threshold", "max_memory_gb",
+            "max_paillier_hours", "state", "allow_rerun"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse jobs that let fewer than T shares rebuild this party's self-mask seed if it is lost "
                         "while revealing (default 2, at least 2)")
     r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
+    r.add_argument("--allow-unsketched-layers", action="store_true", default=None,
+                   help="take part in dbcl jobs that release some layers' gradients unsketched (the paper's "
+                        "output layer, or sketch = \"none\"; a property probe reads them; README)")
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
     r.add_argument("--workers", help="xclp: where Paillier work runs: a number of local processes (default: the "
@@ -242,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
                        policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
                                           allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
+                                          allow_unsketched_layers=bool(cfg.get("allow_unsketched_layers")),
                                           insecure_test_keys=bool(cfg.get("insecure_test_keys")),
                                           min_share_threshold=int(cfg.get("min_share_threshold", 2))),
                        releases=ReleaseLog(Path(cfg.get("state") or default_releases()),

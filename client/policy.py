@@ -2,8 +2,9 @@
 say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
-  party requires, no hidden label mask unless allowed, Paillier keys of a secure size, a share
-  threshold no lower than the party's (`--min-share-threshold`).
+  party requires, no hidden label mask unless allowed, no DBCL layer released unsketched unless
+  allowed, Paillier keys of a secure size, a share threshold no lower than the party's
+  (`--min-share-threshold`).
 - `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
   recover step, whose sum is over the attempt's larger set), always including this party; a later
   attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
@@ -30,6 +31,8 @@ class PartyPolicy:
     insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
     # the fewest shares of this party's self-mask seed that may rebuild it (never below 2, issue 25)
     min_share_threshold: int = MIN_SHARE_THRESHOLD
+    # DBCL layers released unsketched (the paper's output layer; plain federated SGD: all of them)
+    allow_unsketched_layers: bool = False
 
     def __post_init__(self) -> None:
         t = self.min_share_threshold
@@ -63,6 +66,12 @@ class PartyPolicy:
             raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
                                 "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
                                 "take part only with --allow-hide-label-mask")
+        unsketched = params.unsketched_layers
+        if unsketched and not self.allow_unsketched_layers:
+            raise PolicyRefused(f"job {spec.job_id!r} releases the gradients of layer(s) "
+                                f"{', '.join(map(str, unsketched))} unsketched, from which a property probe tells "
+                                "what the other parties' batches held (README, DBCL); sketch every layer, or take "
+                                "part only with --allow-unsketched-layers")
         self.check_threshold(params.share_threshold, len(spec.expected_parties), f"job {spec.job_id!r}")
         keys = params.paillier
         if keys is not None and keys.bits < MIN_SECURE_BITS and not self.insecure_test_keys:

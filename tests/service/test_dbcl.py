@@ -10,9 +10,10 @@ import pytest
 
 from tests.harness import PARTIES, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
+from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult
 from xclp.dbcl import RoundView, draw_sketches, view_size
-from xclp.errors import ConfigError, ProtocolError
+from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.fedavg import initial_network
 from xclp.server.config import JobConfig
 from xclp.simulation import run_dbcl
@@ -26,6 +27,9 @@ def params(**extra) -> dict:
 
 
 def secure_run(keys, job_id: str, p: dict, datas, **kw) -> tuple[dict[str, JobResult], object]:
+    """The job among the parties of `datas`; they take part in jobs releasing unsketched layers
+    unless `policy` says otherwise (the parity tests cover the paper's setting and plain SGD)."""
+    kw.setdefault("policy", PartyPolicy(min_parties=2, allow_unsketched_layers=True))
     with coordinator(allow_list(keys), [job(job_id, "dbcl", p)], **kw.pop("coord", {})) as (coord, address):
         results = run_parties(address, job_id, keys, datas, **kw)
         state = coord.jobs[job_id]
@@ -67,6 +71,23 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, variant: dict) ->
         sketches = draw_sketches(net0.arch, params_.layers, params_.sketch, params_.sizes(dim), seeds[0])
         np.testing.assert_array_equal(a.rounds[0].model_in, RoundView.release(net0, sketches).flat())
     assert not np.allclose(sim.model.flat, initial_network(params_.architecture(dim), params_.seed).flat)
+
+
+def test_a_party_refuses_layers_released_unsketched_unless_it_opts_in(keys) -> None:
+    """By default every layer is sketched and parties take part; the paper's setting (output layer
+    unsketched) and plain federated SGD are refused before Join by a party's default policy, with
+    the layers and the way out (issue 30)."""
+    datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
+    strict = PartyPolicy(min_parties=2)
+    results, _ = secure_run(keys, "dbcl-default", params(), datas, policy=strict)
+    assert all(isinstance(r, JobResult) for r in results.values()), results
+    for extra, layers in [({"sketched_layers": [0]}, "layer(s) 1"), ({"sketch": "none"}, "layer(s) 0, 1")]:
+        results, state = secure_run(keys, "dbcl-leaky", params(**extra), datas, policy=strict)
+        for p in PARTIES:
+            assert isinstance(results[p], PolicyRefused), results[p]
+            assert f"releases the gradients of {layers} unsketched" in str(results[p])
+            assert "--allow-unsketched-layers" in str(results[p])
+        assert not state.parties  # nobody joined
 
 
 def test_a_party_refuses_a_reused_sketch_seed(keys, monkeypatch) -> None:

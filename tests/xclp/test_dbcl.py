@@ -203,8 +203,13 @@ def test_bad_dbcl_parameters_are_refused_with_the_reason(params: dict, message: 
         parse_params("dbcl", {"n_classes": 3, **params})
 
 
-def test_dbcl_params_default_to_every_layer_but_the_output_at_half_size() -> None:
+def test_dbcl_params_default_to_every_layer_at_half_size_and_say_which_go_unsketched() -> None:
+    """The output layer too, by default (issue 30): the paper's setting leaves it unsketched, and a
+    property probe reads it (README)."""
     p = DbclJobParams.parse({"n_classes": 4, "hidden": [20, 10]})
-    assert p.layers == (0, 1) and p.sizes(30) == {0: 15, 1: 10}
-    assert DbclJobParams.parse({"n_classes": 4, "sketch": "none"}).layers == ()
+    assert p.layers == (0, 1, 2) and p.sizes(30) == {0: 15, 1: 10, 2: 5} and p.unsketched_layers == ()
+    paper = DbclJobParams.parse({"n_classes": 4, "hidden": [20, 10], "sketched_layers": [0, 1]})
+    assert paper.unsketched_layers == (2,)
+    plain = DbclJobParams.parse({"n_classes": 4, "sketch": "none"})
+    assert plain.layers == () and plain.unsketched_layers == (0, 1)
     assert DbclJobParams.parse({"n_classes": 4, "sketched_layers": [1]}).sizes(9) == {1: 32}

@@ -86,7 +86,8 @@ class DbclJobParams(JobParams):
     sketch_ratio: float = param("s/d: each sketched layer with d inputs is released as s = ⌈ratio · d⌉ rows",
                              "(0, 1]", default=0.5)
     sketched_layers: tuple[int, ...] | None = param("which layers are sketched, 0 = the input layer; unset: every "
-                                                 "layer but the output layer (as the paper)",
+                                                 "layer (the paper leaves the output layer unsketched, which a "
+                                                 "party refuses unless --allow-unsketched-layers)",
                                                  "layer numbers", default=None)
     frac_bits: int = param("fractional bits of the gradient's fixed-point ring (2^-frac_bits resolution)",
                         "8 .. 40", default=24)
@@ -110,10 +111,14 @@ class DbclJobParams(JobParams):
 
     @property
     def layers(self) -> tuple[int, ...]:
-        """The sketched layers (none when sketch = "none")."""
+        """The sketched layers (none when sketch = "none"; every layer when sketched_layers is unset)."""
         if self.sketch == "none":
             return ()
-        return tuple(range(len(self.hidden))) if self.sketched_layers is None else tuple(self.sketched_layers)
+        return tuple(range(len(self.hidden) + 1)) if self.sketched_layers is None else tuple(self.sketched_layers)
+
+    @property
+    def unsketched_layers(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self.hidden) + 1) if i not in self.layers)
 
     def architecture(self, dim: int) -> Architecture:
         return method(lambda: Architecture((dim, *self.hidden, self.n_classes)))

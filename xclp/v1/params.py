@@ -114,6 +114,12 @@ class JobParams:
         return False
 
     @property
+    def unsketched_layers(self) -> tuple[int, ...]:
+        """DBCL: the network's layers whose gradients the job releases unsketched (a party refuses any
+        unless --allow-unsketched-layers); no other job sketches."""
+        return ()
+
+    @property
     def required_files(self) -> dict[str, str]:
         """Job-file keys naming files the coordinator must write with these parameters, and why."""
         return {}
