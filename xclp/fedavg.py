@@ -36,6 +36,7 @@ from xclp.seeding import Seed, public_rng, seed_bytes
 from xclp.validation import UNLABELED
 
 PSEUDO_LABELS = ("none", "local_lp", "network", "xclp")
+PSEUDO_LABEL_SPACES = ("embedding", "input")  # where xclp and local_lp compare rows
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,16 @@ class TrainingSet:
 
 
 def local_pseudo_labels(kind: str, net: Network, X: np.ndarray, y: np.ndarray, n_classes: int,
-                        params: GraphParams) -> PseudoLabels | None:
-    """The pseudo-labels a party makes alone: "none" (None), "network" or "local_lp"; "xclp" needs
-    the other parties of the round and comes from an XCLP run instead."""
+                        params: GraphParams, space: str = "embedding") -> PseudoLabels | None:
+    """The pseudo-labels a party makes alone: "none" (None), "network" or "local_lp" (its rows
+    compared in `space`: the embedding f_φ or the input); "xclp" needs the other parties of the
+    round and comes from an XCLP run instead."""
     if kind == "none":
         return None
     if kind == "network":
         return network_pseudo_labels(net, X[y == UNLABELED])
     if kind == "local_lp":
-        return local_lp_pseudo_labels(net.embed(X), y, n_classes, params)
+        return local_lp_pseudo_labels(net.embed(X) if space == "embedding" else X, y, n_classes, params)
     raise InvalidInput(f"{kind!r} pseudo-labels are not made by one party alone")
 
 

@@ -43,7 +43,7 @@ class FedavgTrainer:
         if self.params.pseudo_labels_in(t) == "xclp":
             if self.ctx.keypair is None:
                 raise InvalidInput("pseudo_label = \"xclp\" needs this party's Paillier key")
-            embedded = PartyData(self.model.embed(self.ctx.data.X), self.y, self.ctx.data.ids)
+            embedded = PartyData(self.params.neighbour_space(self.model, self.ctx.data.X), self.y, self.ctx.data.ids)
             self.xclp = XclpParty(scope.with_job(self.params.xclp_params(), embedded))
 
     def on_step(self, t: int, step: pb.StepStart) -> None:
@@ -99,7 +99,7 @@ class FedavgTrainer:
         kind = self.params.pseudo_labels_in(self.round)
         if kind != "xclp":
             return local_pseudo_labels(kind, self.model, self.ctx.data.X, self.y, self.params.n_classes,
-                                       self.params.graph_params)
+                                       self.params.graph_params, self.params.pseudo_label_space)
         if self.xclp is None or self.xclp.result is None:
             raise ProtocolError(f"the update of round {self.round} started before this party had its XCLP "
                                 "pseudo-labels")

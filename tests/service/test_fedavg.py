@@ -15,8 +15,11 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult, PartySession
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, InvalidInput
+from xclp.fedavg import local_lp_pseudo_labels
 from xclp.party_table import PartyData
+from xclp.reference import xclp_reference
 from xclp.simulation import run_fedavg
+from xclp.simulation.fedavg import round_seed
 from xclp.v1 import fedavg
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import FedavgJobParams
@@ -44,10 +47,13 @@ def paillier() -> dict[str, PaillierKeypair]:
     return {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
 
 
-@pytest.mark.parametrize("pseudo_label", ["none", "local_lp", "network", "xclp"])
-def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_label: str) -> None:
+@pytest.mark.parametrize(("pseudo_label", "space"), [
+    ("none", "embedding"), ("local_lp", "embedding"), ("network", "embedding"), ("xclp", "embedding"),
+    ("local_lp", "input"), ("xclp", "input"),
+], ids=["none", "local_lp", "network", "xclp", "local_lp-input", "xclp-input"])
+def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_label: str, space: str) -> None:
     datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
-    p = params(pseudo_label)
+    p = params(pseudo_label, pseudo_label_space=space)
     progress: dict[str, list[str]] = {}
     results = secure_run(keys, f"fedavg-{pseudo_label}", p, datas, policy=TEST_KEYS,
                          paillier=paillier if pseudo_label == "xclp" else None, progress=progress)
@@ -74,6 +80,20 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_
                                          r"masked update sent \(\d+ bytes, 3 parties\)", line))]
         assert [(int(m[1]), int(m[2])) for m in trained] == [(r.round, r.rows) for r in result.rounds]
     assert not np.allclose(sim.rounds[0].model_in, sim.model.flat)  # training moved the model
+    if (pseudo_label, space) == ("xclp", "input"):  # XCLP on the prepared rows, whatever the model
+        order = sorted(PARTIES)
+        for t, r in enumerate(results["a"].rounds):
+            ref = xclp_reference([(datas[q].X, datas[q].y) for q in order], round_seed(seed, t), C, 64,
+                                 FedavgJobParams.parse(p).graph_params)
+            unlabeled = datas["a"].y < 0
+            assert r.pseudo is not None
+            np.testing.assert_array_equal(r.pseudo.labels, ref.labels[ref.party_rows(0)][unlabeled])
+    if (pseudo_label, space) == ("local_lp", "input"):  # the prepared rows themselves, whatever the model
+        for party in PARTIES:
+            alone = local_lp_pseudo_labels(datas[party].X, datas[party].y, C, FedavgJobParams.parse(p).graph_params)
+            for r in results[party].rounds:
+                assert r.pseudo is not None
+                np.testing.assert_array_equal(r.pseudo.labels, alone.labels)
     if pseudo_label == "xclp":  # DESIGN §7: the secure pseudo-labels are the plaintext XCLP reference's
         ref = run_fedavg({q: (d.X, d.y) for q, d in datas.items()}, FedavgJobParams.parse(p), seed=seed)
         for mine, theirs in zip(sim.rounds, ref.rounds):

@@ -120,6 +120,7 @@ def test_round_scopes_round_trip_and_reject_other_names() -> None:
 
 @pytest.mark.parametrize("params, message", [
     ({"pseudo_label": "magic"}, "pseudo_label must be one of"),
+    ({"pseudo_label_space": "pixels"}, "pseudo_label_space must be one of .embedding., .input."),
     ({"hidden": []}, "hidden must be"),
     ({"hidden": "64"}, "list of layer widths"),
     ({"fraction": 0}, "fraction must be in"),

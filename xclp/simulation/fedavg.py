@@ -111,9 +111,10 @@ def run_fedavg(
 def _pseudo_labels(net: Network, data: Mapping[str, tuple[np.ndarray, np.ndarray]], params: FedavgJobParams,
                    kind: str, seed: bytes, xclp: str, executor: Executor | None) -> dict[str, PseudoLabels | None]:
     if kind != "xclp":
-        return {pid: local_pseudo_labels(kind, net, X, y, params.n_classes, params.graph_params)
+        return {pid: local_pseudo_labels(kind, net, X, y, params.n_classes, params.graph_params,
+                                         params.pseudo_label_space)
                 for pid, (X, y) in data.items()}
-    embedded = {pid: (net.embed(X), y) for pid, (X, y) in data.items()}
+    embedded = {pid: (params.neighbour_space(net, X), y) for pid, (X, y) in data.items()}
     if xclp == "secure":
         result = run_xclp_inprocess(embedded, params.n_classes, seed=seed, L=params.lsh_bits,
                                     key_bits=params.key_bits, params=params.graph_params, executor=executor,

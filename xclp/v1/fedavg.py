@@ -37,9 +37,9 @@ import numpy as np
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, InvalidInput
-from xclp.fedavg import PSEUDO_LABELS, sample_parties
+from xclp.fedavg import PSEUDO_LABEL_SPACES, PSEUDO_LABELS, sample_parties
 from xclp.graph import GraphParams
-from xclp.nn import SGD, Architecture
+from xclp.nn import SGD, Architecture, Network
 from xclp.v1.double_masking import reveal_step
 from xclp.v1.params import (
     JobParams,
@@ -193,6 +193,9 @@ class FedavgJobParams(JobParams):
                            'round\'s parties); weight = confidence ω', '"none", "local_lp", "network", "xclp"',
                            "paper 003 Alg. 2", default="none")
     warmup_rounds: int = param("rounds on labeled rows only before pseudo-labelling starts", ">= 0", default=0)
+    pseudo_label_space: str = param('where "xclp" and "local_lp" look for neighbours: "embedding" (the network\'s '
+                                 'last hidden layer f_φ, the paper\'s choice) or "input" (the prepared features)',
+                                 '"embedding", "input"', "paper 003 §4.2", default="embedding")
     seed: int = param("public seed of the initial model (each round's sample comes from the parties' common "
                       "seed)", ">= 0", default=0)
     lsh_bits: int = param("XCLP: L, LSH bits per embedded row", "multiple of 64", default=1024)
@@ -208,6 +211,9 @@ class FedavgJobParams(JobParams):
         if self.pseudo_label not in PSEUDO_LABELS:
             raise ConfigError(f"pseudo_label must be one of {', '.join(repr(v) for v in PSEUDO_LABELS)}, "
                               f"got {self.pseudo_label!r}")
+        if self.pseudo_label_space not in PSEUDO_LABEL_SPACES:
+            raise ConfigError(f"pseudo_label_space must be one of {', '.join(repr(v) for v in PSEUDO_LABEL_SPACES)}, "
+                              f"got {self.pseudo_label_space!r}")
         method(lambda: self.optimiser)
         if self.pseudo_label == "xclp":
             method(lambda: self.xclp_params())
@@ -227,6 +233,10 @@ class FedavgJobParams(JobParams):
         """The parameters of each round's XCLP run (on embeddings, already prepared)."""
         return XclpJobParams(n_classes=self.n_classes, lsh_bits=self.lsh_bits, k=self.k, alpha=self.alpha,
                              power=self.power, key_bits=self.key_bits, insecure_test_keys=self.insecure_test_keys)
+
+    def neighbour_space(self, net: Network, X: np.ndarray) -> np.ndarray:
+        """The rows XCLP and local LP compare: f_φ(X), or the prepared X itself."""
+        return net.embed(X) if self.pseudo_label_space == "embedding" else X
 
     def pseudo_labels_in(self, round: int) -> str:
         """The pseudo-labelling of round t: "none" during the warm-up."""
@@ -252,7 +262,8 @@ class FedavgJobParams(JobParams):
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> FedavgJobParams:
         check_names(raw, frozenset({"n_classes", "hidden", "rounds", "fraction", "local_epochs", "batch_size",
-                                    "learning_rate", "momentum", "frac_bits", "pseudo_label", "warmup_rounds", "seed",
+                                    "learning_rate", "momentum", "frac_bits", "pseudo_label", "warmup_rounds",
+                                    "pseudo_label_space", "seed",
                                     "lsh_bits", "k", "alpha", "power", "key_bits", "insecure_test_keys"}), "fedavg")
         return cls(
             n_classes=n_classes_param(raw), hidden=tuple(int_list(raw, "hidden", [64], "layer widths")),
@@ -260,7 +271,8 @@ class FedavgJobParams(JobParams):
             local_epochs=int_param(raw, "local_epochs", 5), batch_size=int_param(raw, "batch_size", 32),
             learning_rate=float_param(raw, "learning_rate", 0.1), momentum=float_param(raw, "momentum", 0.0),
             frac_bits=int_param(raw, "frac_bits", 24), pseudo_label=str_param(raw, "pseudo_label", "none"),
-            warmup_rounds=int_param(raw, "warmup_rounds", 0, low=0), seed=int_param(raw, "seed", 0, low=0),
+            warmup_rounds=int_param(raw, "warmup_rounds", 0, low=0),
+            pseudo_label_space=str_param(raw, "pseudo_label_space", "embedding"), seed=int_param(raw, "seed", 0, low=0),
             lsh_bits=int_param(raw, "lsh_bits", 1024, low=64), k=int_param(raw, "k", 10),
             alpha=float_param(raw, "alpha", 0.99), power=float_param(raw, "power", 3.0),
             key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS),
