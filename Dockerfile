@@ -43,9 +43,13 @@ RUN set -eu; \
 print("\n".join(p["dependencies"] + [r for e in os.environ["EXTRAS"].split() for r in p["optional-dependencies"][e]]))' \
         > /build/requirements.txt; \
     /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt; \
-    # The bundled test suites of numpy, scipy and numba (~50 MB) are never imported at run time.
+    # The bundled test suites of numpy, scipy, numba and the dask extra's packages (~50 MB) are
+    # never imported at run time; tornado's holds a test private key, which no image may carry.
     site=$(/opt/xclp/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
-    find "$site/numpy" "$site/scipy" "$site/numba" -depth -type d -name tests -exec rm -rf {} +
+    find "$site/numpy" "$site/scipy" "$site/numba" -depth -type d -name tests -exec rm -rf {} +; \
+    for pkg in tornado distributed dask; do \
+        [ ! -d "$site/$pkg" ] || find "$site/$pkg" -depth -type d \( -name tests -o -name test \) -exec rm -rf {} +; \
+    done
 
 # The package itself. pip's isolated build environment honours PIP_NO_INDEX/PIP_FIND_LINKS, so in
 # offline mode setuptools and wheel come from the wheelhouse too.
