@@ -1,4 +1,5 @@
-"""Differential-privacy noise: Laplace, discrete Laplace, its distributed shares, exponential mechanism.
+"""Differential-privacy noise: Laplace, discrete Laplace and Skellam with their distributed shares,
+exponential mechanism.
 
 Used by FlyNN's per-party DP training and RACE's private release (DESIGN §6).
 
@@ -92,6 +93,31 @@ def discrete_laplace_share(
     u = uniform_open((2, *dims), source=source)
     nb = stats.nbinom.ppf(u, 1.0 / max(int(n_parties) - 1, 1), p).astype(np.int64)
     return nb[0] - nb[1]
+
+
+def skellam_share(
+    variance: float, n_parties: int, shape: Shape, *, source: np.random.Generator | None = None
+) -> np.ndarray:
+    """int64[shape]: one of `n_parties` = τ shares of symmetric Skellam noise, sized so that ANY
+    τ − 1 of them already sum to exactly Skellam of `variance` per cell (issue 29; the DP sums of
+    DBCL and FedAvg).
+
+    Share = Poisson(λ) − Poisson(λ), λ = variance / (2(τ − 1)). Poisson is infinitely divisible,
+    so τ − 1 i.i.d. shares sum to Poisson(variance/2) − Poisson(variance/2): the Skellam mechanism
+    of Agarwal, Kairouz and Liu (2021), whose Rényi DP `xclp.accounting` composes. As with
+    `discrete_laplace_share`, a party that subtracts its own share from the sum still sees the
+    whole noise; all τ shares carry τ/(τ − 1) of it. With τ = 1 the one share is the whole noise.
+    Each Poisson draw is an exact inverse-CDF sample, `scipy.stats.poisson.ppf(u)` of a
+    cryptographic uniform.
+    """
+    v = _check_scale(variance)
+    if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) or n_parties < 1:
+        raise InvalidInput(f"n_parties must be an integer >= 1, got {n_parties!r}")
+    dims = _check_shape(shape)
+    lam = v / (2.0 * max(int(n_parties) - 1, 1))
+    u = uniform_open((2, *dims), source=source)
+    draws = stats.poisson.ppf(u, lam).astype(np.int64)
+    return draws[0] - draws[1]
 
 
 def exponential_mechanism_select(
