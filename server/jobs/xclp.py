@@ -268,15 +268,54 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
 # --- the phases ---------------------------------------------------------------------------------
 
 
-class IntraHamming(Phase):
-    """Every party's own k nearest rows (DESIGN §5.2, §10.1). A party lost here is as if it never joined."""
+class _EachParty(Phase):
+    """One step in which every participant sends one contribution, kept in `received()`. A party
+    lost in it leaves the run at `stage`, and the others' contributions stay valid: the step waits
+    for the rest only."""
+
+    step_name = ""
+    stage = steps.XclpStage.SETUP
 
     def __init__(self, scope: Scope, state: XclpState) -> None:
         super().__init__(scope)
         self.state = state
 
+    def participants(self) -> tuple[str, ...]:
+        return self.state.membership.graph
+
+    def received(self) -> tuple[dict[str, Any], ...]:
+        """Where `accept` keeps each sender's contribution (forgotten if the sender is lost)."""
+        raise NotImplementedError
+
     def start(self) -> None:
-        self.scope.start_step(INTRA_STEP, self.state.membership.graph)
+        self.scope.start_step(self.step_name, self.participants())
+
+    def on_step_complete(self, step: Step) -> None:
+        self.done()
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        try:
+            self.state.drop(dropped, self.stage)
+        except PeerDropped as exc:
+            self.fail(str(exc))
+            return
+        step.pending -= dropped
+        for pid in dropped:
+            step.received.pop(pid, None)
+            for kept in self.received():
+                kept.pop(pid, None)
+        if not step.pending:
+            self.run.end_step(step)
+            self.done()
+
+
+class IntraHamming(_EachParty):
+    """Every party's own k nearest rows (DESIGN §5.2, §10.1). A party lost here is as if it never joined."""
+
+    step_name = INTRA_STEP
+
+    def received(self) -> tuple[dict[str, Any], ...]:
+        return (self.state.own,)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         return wire.array_bytes(np.dtype(np.uint32),
@@ -289,23 +328,16 @@ class IntraHamming(Phase):
         state.own[sender] = steps.check_own_neighbours(payload, state.sizes[sender], state.params.k,
                                                        state.params.lsh_bits)
 
-    def on_step_complete(self, step: Step) -> None:
-        self.done()
 
-    def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.own)
-
-
-class Probes(Phase):
+class Probes(_EachParty):
     """Each party's first p probes per row (DESIGN §10.3): its centre lists and centre sets follow
     from them and the public budgets. A party lost here is as if it never joined."""
 
-    def __init__(self, scope: Scope, state: XclpState) -> None:
-        super().__init__(scope)
-        self.state = state
+    step_name = PROBES_STEP
 
-    def start(self) -> None:
-        self.scope.start_step(PROBES_STEP, self.state.membership.graph)
+    def received(self) -> tuple[dict[str, Any], ...]:
+        assert self.state.candidates is not None
+        return (self.state.candidates.lists, self.state.candidates.members)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         assert self.state.candidates is not None
@@ -318,18 +350,11 @@ class Probes(Phase):
         if not isinstance(payload, np.ndarray) or payload.dtype != np.uint16 or payload.shape != want:
             raise InvalidInput(f"the probes of {sender!r} must be uint16{list(want)}")
         probes = payload.astype(np.int64)
-        if probes.size and (probes.max() >= state.params.centres or np.any(np.sort(probes, axis=1)[:, 1:] ==
-                                                                              np.sort(probes, axis=1)[:, :-1])):
+        ordered = np.sort(probes, axis=1)
+        if probes.size and (probes.max() >= state.params.centres or np.any(ordered[:, 1:] == ordered[:, :-1])):
             raise InvalidInput(f"the probes of {sender!r} must be distinct centres below {state.params.centres}")
         run.lists[sender] = centre_lists(probes, run.probes, run.budgets[sender])
         run.members[sender] = membership(run.lists[sender], n, run.probes)
-
-    def on_step_complete(self, step: Step) -> None:
-        self.done()
-
-    def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        assert self.state.candidates is not None
-        _wait_for_the_rest(self, step, dropped, steps.XclpStage.SETUP, self.state.candidates.lists)
 
 
 @dataclass
@@ -538,17 +563,21 @@ class SecureHamming(Phase):
         raise InvalidInput(f"{sender!r} and {recipient!r} are not a SecureHamming pair")
 
 
-class LabeledSets(Phase):
+class LabeledSets(_EachParty):
     """Each party's labeled row numbers (DESIGN §5.5). A party lost here shaped the graph but
     brings and gets no labels."""
 
-    def __init__(self, scope: Scope, state: XclpState) -> None:
-        super().__init__(scope)
-        self.state = state
+    step_name, stage = LABELS_STEP, steps.XclpStage.GRAPH
+
+    def participants(self) -> tuple[str, ...]:
+        return self.state.membership.labels
+
+    def received(self) -> tuple[dict[str, Any], ...]:
+        return (self.state.labeled,)
 
     def start(self) -> None:
         self.state.labeled = {}
-        self.scope.start_step(LABELS_STEP, self.state.membership.labels)
+        super().start()
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         return 8 * self.state.sizes.get(sender, 0)
@@ -559,29 +588,6 @@ class LabeledSets(Phase):
         if count and (idx[0] < 0 or idx[-1] >= n or np.any(np.diff(idx) <= 0)):
             raise InvalidInput(f"the labeled rows of {sender!r} must be ascending and in 0..{n - 1}")
         self.state.labeled[sender] = idx
-
-    def on_step_complete(self, step: Step) -> None:
-        self.done()
-
-    def on_dropped(self, step: Step, dropped: set[str]) -> None:
-        _wait_for_the_rest(self, step, dropped, steps.XclpStage.GRAPH, self.state.labeled)
-
-
-def _wait_for_the_rest(phase: IntraHamming | LabeledSets | Probes, step: Step, dropped: set[str],
-                       stage: steps.XclpStage, received: dict[str, Any]) -> None:
-    """The others' contributions stay valid: wait for the rest only."""
-    try:
-        phase.state.drop(dropped, stage)
-    except PeerDropped as exc:
-        phase.fail(str(exc))
-        return
-    step.pending -= dropped
-    for pid in dropped:
-        step.received.pop(pid, None)
-        received.pop(pid, None)
-    if not step.pending:
-        phase.run.end_step(step)
-        phase.done()
 
 
 def _distribute(scope: Scope, state: XclpState) -> None:
