@@ -243,11 +243,7 @@ def run(args: argparse.Namespace) -> int:
                        max_memory_bytes=(None if cfg.get("max_memory_gb") is None
                                          else int(float(cfg["max_memory_gb"]) * 2**30)),
                        max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
-                       policy=PartyPolicy(min_parties=int(cfg.get("min_parties", 3)), require_dp=cfg.get("require_dp"),
-                                          allow_hide_label_mask=bool(cfg.get("allow_hide_label_mask")),
-                                          allow_unsketched_layers=bool(cfg.get("allow_unsketched_layers")),
-                                          insecure_test_keys=bool(cfg.get("insecure_test_keys")),
-                                          min_share_threshold=int(cfg.get("min_share_threshold", 2))),
+                       policy=PartyPolicy.from_settings(cfg),
                        releases=ReleaseLog(Path(cfg.get("state") or default_releases()),
                                            allow_rerun=bool(cfg.get("allow_rerun"))))
     result = run_job(config, load)

@@ -14,7 +14,9 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import PolicyRefused, ProtocolError
@@ -44,6 +46,15 @@ class PartyPolicy:
                                 f"got {self.min_parties!r}")
         if self.require_dp is not None and not self.require_dp > 0:
             raise PolicyRefused(f"--require-dp must be a positive epsilon, got {self.require_dp!r}")
+
+    @classmethod
+    def from_settings(cls, raw: Mapping[str, Any]) -> PartyPolicy:
+        """The policy from `xclp-client run`'s settings or an agent's [policy] table (same key names)."""
+        return cls(min_parties=int(raw.get("min_parties", 3)), require_dp=raw.get("require_dp"),
+                   allow_hide_label_mask=bool(raw.get("allow_hide_label_mask")),
+                   allow_unsketched_layers=bool(raw.get("allow_unsketched_layers")),
+                   insecure_test_keys=bool(raw.get("insecure_test_keys")),
+                   min_share_threshold=int(raw.get("min_share_threshold", 2)))
 
     def check_job(self, spec: pb.JobSpec, params: JobParams) -> None:
         """Refuse, before joining, a job this party will not take part in."""

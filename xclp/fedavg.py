@@ -105,6 +105,11 @@ class TrainingSet:
         return int(self.y_labeled.shape[0] + self.y_pseudo.shape[0])
 
 
+def neighbour_rows(space: str, net: Network, X: np.ndarray) -> np.ndarray:
+    """The rows XCLP and local LP compare in `space` (PSEUDO_LABEL_SPACES): f_φ(X), or X itself."""
+    return net.embed(X) if space == "embedding" else X
+
+
 def local_pseudo_labels(kind: str, net: Network, X: np.ndarray, y: np.ndarray, n_classes: int,
                         params: GraphParams, space: str = "embedding") -> PseudoLabels | None:
     """The pseudo-labels a party makes alone: "none" (None), "network" or "local_lp" (its rows
@@ -115,7 +120,7 @@ def local_pseudo_labels(kind: str, net: Network, X: np.ndarray, y: np.ndarray, n
     if kind == "network":
         return network_pseudo_labels(net, X[y == UNLABELED])
     if kind == "local_lp":
-        return local_lp_pseudo_labels(net.embed(X) if space == "embedding" else X, y, n_classes, params)
+        return local_lp_pseudo_labels(neighbour_rows(space, net, X), y, n_classes, params)
     raise InvalidInput(f"{kind!r} pseudo-labels are not made by one party alone")
 
 

@@ -37,7 +37,7 @@ import numpy as np
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, InvalidInput
-from xclp.fedavg import PSEUDO_LABEL_SPACES, PSEUDO_LABELS, sample_parties
+from xclp.fedavg import PSEUDO_LABEL_SPACES, PSEUDO_LABELS, neighbour_rows, sample_parties
 from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture, Network
 from xclp.v1.double_masking import reveal_step
@@ -236,7 +236,7 @@ class FedavgJobParams(JobParams):
 
     def neighbour_space(self, net: Network, X: np.ndarray) -> np.ndarray:
         """The rows XCLP and local LP compare: f_φ(X), or the prepared X itself."""
-        return net.embed(X) if self.pseudo_label_space == "embedding" else X
+        return neighbour_rows(self.pseudo_label_space, net, X)
 
     def pseudo_labels_in(self, round: int) -> str:
         """The pseudo-labelling of round t: "none" during the warm-up."""
