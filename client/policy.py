@@ -62,13 +62,13 @@ class PartyPolicy:
             raise PolicyRefused(f"job {spec.job_id!r} expects {len(spec.expected_parties)} parties; this party masks "
                                 f"with at least {self.min_parties} (--min-parties)")
         if self.require_dp is not None:
-            epsilon = params.dp_epsilon
+            epsilon = params.epsilon_total
             if epsilon is None:
                 raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
                                     f"job {spec.job_id!r} ({spec.job_type}) releases without DP")
             if epsilon > self.require_dp:
-                raise PolicyRefused(f"job {spec.job_id!r} uses epsilon = {epsilon}; this party requires epsilon <= "
-                                    f"{self.require_dp} (--require-dp)")
+                raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} in total over its releases; "
+                                    f"this party requires epsilon <= {self.require_dp:g} (--require-dp)")
             if params.prepares:
                 raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes, which releases the pooled mean and "
                                     "standard deviation of every feature exactly, outside the DP guarantee that "

@@ -23,6 +23,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -114,6 +115,7 @@ class JobResult:
     scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
     rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
+    privacy: dict[str, Any] | None = None  # with record-level DP: what this party's rows spent (xclp.dpsgd)
 
 
 class PartySession:
@@ -255,7 +257,7 @@ class PartySession:
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
         return JobResult(self.job_type, params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
-                         self.job.rounds())
+                         self.job.rounds(), self.job.privacy())
 
     def _check_own_identity(self) -> None:
         if not self.config.peers:

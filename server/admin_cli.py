@@ -213,6 +213,8 @@ def format_run(info: pb.RunInfo) -> str:
         lines.append(f"  progress:  {info.progress}")
     if info.reason:
         lines.append(f"  reason:    {info.reason}")
+    if info.privacy:
+        lines.append(f"  privacy:   {info.privacy}")
     lines.append(f"  created:   {_when(info.created_at)}" + (f" by {info.submitted_by}" if info.submitted_by else ""))
     lines.append(f"  started:   {_when(info.started_at)}    ended: {_when(info.ended_at)}    "
                  f"duration: {_duration(info):.1f} s")

@@ -219,7 +219,9 @@ class Coordinator:
         steps = record.steps
         info = pb.RunInfo(run_id=record.run_id, job_id=record.job_id, job_type=record.job_type, state=record.state,
                           reason=record.reason, created_at=record.created_at, started_at=record.started_at,
-                          ended_at=record.ended_at, submitted_by=record.submitted_by)
+                          ended_at=record.ended_at, submitted_by=record.submitted_by, privacy=record.privacy)
+        if not info.privacy:
+            info.privacy = self._budget(record.job_id)
         if job is not None and record.state in ("joining", "running"):
             activity = job.activity  # without the lock: a long coordinator computation holds it
             info.step, info.round, info.progress = activity.step, activity.round, activity.progress()
@@ -237,6 +239,12 @@ class Coordinator:
                            recovered=[str(r) for r in st.get("recovered", [])])
             info.bytes_total += int(st["bytes_in"]) + int(st["bytes_relayed"]) + int(st["bytes_out"])
         return info
+
+    def _budget(self, job_id: str) -> str:
+        """A DP job's budget from its definition, for a run that has not reported what it spent."""
+        definition = self.definitions.get(job_id)
+        epsilon = definition.params.epsilon_total if definition is not None else None
+        return "" if epsilon is None else f"DP budget ε = {epsilon:g} over the job's releases (not yet spent)"
 
     # --- the parties' calls -------------------------------------------------------------------
 
@@ -311,7 +319,7 @@ class Coordinator:
         else:
             state = job.stage.value
         by = self._cancelled_by.get(job.run_id, "") if state == "cancelled" else ""
-        self.store.set_steps(job.run_id, job.ledger.as_dict())
+        self.store.set_steps(job.run_id, job.ledger.as_dict(), job.job.summary().get("privacy", {}).get("line", ""))
         self.store.set_state(job.run_id, state, job.outcome_reason, cancelled_by=by)
         if job.config.summary_path is not None:  # the run summary the job file asks for (DESIGN §9)
             write_json_atomic(job.config.summary_path, job.summary(), mode=0o644)

@@ -76,6 +76,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE runs ADD COLUMN cancelled_by TEXT NOT NULL DEFAULT '';
     CREATE TABLE call_nonces (nonce BLOB PRIMARY KEY, expires REAL NOT NULL);
     """,
+    # 2 -> 3: with DP, the accountant's line of a finished run (what its releases spent)
+    """
+    ALTER TABLE runs ADD COLUMN privacy TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -104,6 +108,7 @@ class RunRecord:
     submitted_by: str
     cancelled_by: str
     parties: list[PartyRecord] = field(default_factory=list)
+    privacy: str = ""  # with DP: the accountant's line (server/jobs/training.py)
 
     @property
     def bytes_total(self) -> int:
@@ -228,9 +233,12 @@ class StateStore:
         with self._tx() as db:
             db.execute("DELETE FROM run_parties WHERE run_id = ? AND party_id = ?", (int(run_id), party_id))
 
-    def set_steps(self, run_id: str, steps: dict[str, dict[str, Any]]) -> None:
+    def set_steps(self, run_id: str, steps: dict[str, dict[str, Any]], privacy: str | None = None) -> None:
+        """A run's per-step ledger, and once it has ended, with DP, the accountant's line."""
         with self._tx() as db:
             db.execute("UPDATE runs SET steps = ? WHERE run_id = ?", (json.dumps(steps), int(run_id)))
+            if privacy is not None:
+                db.execute("UPDATE runs SET privacy = ? WHERE run_id = ?", (privacy, int(run_id)))
 
     def interrupt_in_flight(self, reason: str) -> list[str]:
         """At start: runs a previous coordinator left joining or running become interrupted."""
@@ -255,7 +263,8 @@ class StateStore:
             where.append(f"r.state IN ({', '.join('?' * len(states))})")
             args.extend(states)
         sql = ("SELECT r.run_id, r.job_id, j.job_type, r.nonce, r.state, r.reason, r.created_at, r.started_at, "
-               "r.ended_at, r.steps, r.submitted_by, r.cancelled_by FROM runs r JOIN jobs j ON j.job_id = r.job_id"
+               "r.ended_at, r.steps, r.submitted_by, r.cancelled_by, r.privacy "
+               "FROM runs r JOIN jobs j ON j.job_id = r.job_id"
                + (f" WHERE {' AND '.join(where)}" if where else "")
                + f" ORDER BY r.run_id {'ASC' if oldest_first else 'DESC'}" + (" LIMIT ?" if limit else ""))
         if limit:
@@ -263,7 +272,7 @@ class StateStore:
         with self._lock:
             rows = list(self._db.execute(sql, args))
             records = [RunRecord(str(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10],
-                                 r[11])
+                                 r[11], privacy=r[12])
                        for r in rows]
             for record in records:
                 record.parties = [PartyRecord(*p) for p in self._db.execute(

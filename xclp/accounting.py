@@ -42,12 +42,24 @@ def skellam_rdp(alpha: int, l2: float, l1: float, variance: float) -> float:
 
 def skellam_epsilon(releases: Sequence[tuple[float, float, float]], delta: float) -> tuple[float, int]:
     """(ε, the order that gave it) of the composition of Skellam releases [(Δ₂, Δ₁, μ), ...] at δ."""
+    counted = [(1, l2, l1, mu) for l2, l1, mu in releases]
+    return _epsilon(counted, delta)
+
+
+def repeated_skellam_epsilon(count: int, l2: float, l1: float, variance: float, delta: float) -> tuple[float, int]:
+    """(ε, order) of `count` identical Skellam releases at δ (a training job's rounds)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidInput(f"the number of releases must be an integer >= 0, got {count!r}")
+    return _epsilon([(count, l2, l1, variance)] if count else [], delta)
+
+
+def _epsilon(releases: Sequence[tuple[int, float, float, float]], delta: float) -> tuple[float, int]:
     if not 0 < delta < 1:
         raise InvalidInput(f"delta must be in (0, 1), got {delta!r}")
     if not releases:
         return 0.0, ORDERS[0]
     from dp_accounting.rdp import compute_epsilon  # the well-kept conversion (pyproject: dp-accounting)
 
-    rdp = [sum(skellam_rdp(a, l2, l1, mu) for l2, l1, mu in releases) for a in ORDERS]
+    rdp = [sum(n * skellam_rdp(a, l2, l1, mu) for n, l2, l1, mu in releases) for a in ORDERS]
     epsilon, order = compute_epsilon(ORDERS, rdp, delta)
     return float(epsilon), int(order)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xclp.dpsgd import DpPlan, private_steps
 from xclp.errors import InvalidInput
 from xclp.nn import Architecture, Network, dense_backward, dense_forward, weighted_cross_entropy
 from xclp.sketch import Sketch
@@ -82,9 +83,23 @@ class RoundView:
         weights, biases = unpack(view_shapes(arch, {i: S.s for i, S in sketches.items()}), flat)
         return cls(weights, biases, dict(sketches))
 
+    @classmethod
+    def from_flat_shapes(cls, shapes: Sequence[tuple[int, int]], sketches: Mapping[int, Sketch],
+                         flat: np.ndarray) -> RoundView:
+        weights, biases = unpack(shapes, flat)
+        return cls(weights, biases, dict(sketches))
+
     def flat(self) -> np.ndarray:
         """The released parameters as one float64 vector: per layer W (or W̃) row-major, then b."""
         return pack(self.weights, self.biases)
+
+    def descend(self, dWs: Sequence[np.ndarray], dbs: Sequence[np.ndarray], learning_rate: float) -> None:
+        """Move this copy as the coordinator would move W by the gradient (dWs, dbs) of what is
+        held: W ← W − η S G̃ is W̃ ← W̃ − η SᵀS G̃ (SᵀS diagonal), other layers − η G."""
+        for i, (dW, db) in enumerate(zip(dWs, dbs)):
+            step = self.sketches[i].gram_diagonal()[:, None] * dW if i in self.sketches else dW
+            self.weights[i] = self.weights[i] - learning_rate * step
+            self.biases[i] = self.biases[i] - learning_rate * db
 
     @property
     def size(self) -> int:
@@ -101,6 +116,19 @@ class RoundView:
             Z = sketched_forward(A, self.sketches[i], W, b) if i in self.sketches else dense_forward(A, W, b)
             A = np.maximum(Z, 0.0) if i < len(self.weights) - 1 else Z
         return A, inputs
+
+    # --- per-example gradients (xclp.dpsgd.Layered) --------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.weights)
+
+    def layer_input(self, i: int, A: np.ndarray) -> np.ndarray:
+        return self.sketches[i].right(A) if i in self.sketches else A
+
+    def input_gradient(self, i: int, G: np.ndarray) -> np.ndarray:
+        dX = G @ self.weights[i].T
+        return self.sketches[i].left(dX.T).T if i in self.sketches else dX
 
     def loss_and_grad(self, X: np.ndarray, y: np.ndarray,
                       w: np.ndarray) -> tuple[float, list[np.ndarray], list[np.ndarray]]:
@@ -193,16 +221,35 @@ def client_gradient(view: RoundView, X: np.ndarray, y: np.ndarray, batch: int, s
         return total, 0
     b = min(batch, labeled.size)
     work = view.copy() if steps > 1 else view
-    grams = {i: S.gram_diagonal()[:, None] for i, S in view.sketches.items()}
     for step in range(steps):
         rows = rng.choice(labeled, size=b, replace=False)
         _, dWs, dbs = work.loss_and_grad(X[rows], y[rows], np.ones(b))
         total += b * pack(dWs, dbs)
         if step < steps - 1:
-            for i, (dW, db) in enumerate(zip(dWs, dbs)):
-                work.weights[i] -= learning_rate * (grams[i] * dW if i in grams else dW)
-                work.biases[i] -= learning_rate * db
+            work.descend(dWs, dbs, learning_rate)
     return total, b
+
+
+def private_client_gradient(view: RoundView, X: np.ndarray, y: np.ndarray, batch: int, steps: int,
+                            learning_rate: float, dp: DpPlan, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """`client_gradient` with record-level DP (xclp.dpsgd): the int64 sum over `steps` batches of
+    b labeled rows of their per-example gradients clipped to C, randomly rounded at 2^-g (and, with
+    several steps, each with the whole noise; one step's noise share is added per attempt of the
+    round's sum), and b. Between steps the copy moves by the mean noisy gradient."""
+    labeled = np.flatnonzero(np.asarray(y) != UNLABELED)
+    shapes = [W.shape for W in view.weights]
+
+    def model(flat: np.ndarray) -> RoundView:
+        return RoundView.from_flat_shapes(shapes, view.sketches, flat)
+
+    def move(flat: np.ndarray, mean: np.ndarray) -> np.ndarray:
+        work = model(flat)
+        dWs, dbs = unpack(shapes, mean)
+        work.descend(dWs, dbs, learning_rate)
+        return work.flat()
+
+    return private_steps(dp, view.flat(), model, move, X[labeled], y[labeled], np.ones(labeled.size), batch, steps,
+                         rng)
 
 
 @dataclass

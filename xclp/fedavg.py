@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xclp.baselines import per_client_lp
+from xclp.dpsgd import DpPlan, private_steps
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture, Network, check_examples
@@ -177,6 +178,20 @@ def client_update(net: Network, data: TrainingSet, opt: SGD, rng: np.random.Gene
         check_examples(net, X, y, w)
     trained = opt.run(net, batches(data, opt, rng))
     return n * (trained.flat - net.flat), n
+
+
+def private_client_update(net: Network, data: TrainingSet, learning_rate: float, batch: int, steps: int,
+                          dp: DpPlan, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """ClientUpdate with record-level DP (xclp.dpsgd): `steps` DP-SGD steps of b = min(batch, rows)
+    rows from θ; returns the int64 sum of the steps' clipped gradient sums at 2^-g (with the whole
+    noise at each step when steps > 1; one step's noise share is added per attempt of the round's
+    sum) and b. n_j·(θ_j − θ) is then −η times that sum over 2^g (`FedavgJobParams.weighted_delta`)."""
+    X = np.concatenate([data.X_labeled, data.X_pseudo])
+    y = np.concatenate([data.y_labeled, data.y_pseudo])
+    w = np.concatenate([np.ones(data.y_labeled.shape[0]), data.w_pseudo])
+    check_examples(net, X, y, w)
+    return private_steps(dp, net.flat, lambda flat: Network(net.arch, flat),
+                         lambda flat, mean: flat - learning_rate * mean, X, y, w, batch, steps, rng)
 
 
 def server_update(net: Network, weighted_delta: np.ndarray, rows: int) -> Network:

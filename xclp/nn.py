@@ -147,6 +147,18 @@ class Network:
                 G = G * (inputs[i] > 0.0)  # ReLU of layer i−1: its output is this layer's input
         return loss, np.concatenate(grads[::-1])
 
+    # --- per-example gradients (xclp.dpsgd.Layered) --------------------------------------------
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_input(self, i: int, A: np.ndarray) -> np.ndarray:
+        return A
+
+    def input_gradient(self, i: int, G: np.ndarray) -> np.ndarray:
+        return G @ self.layers[i][0].T
+
     def embed(self, X: np.ndarray) -> np.ndarray:
         """f_φ(X): the last hidden layer's ReLU output, float64[n, h_k] (paper 003 Alg. 2 line 3)."""
         A = self._check(X)

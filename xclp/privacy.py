@@ -20,7 +20,7 @@ import os
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from xclp.errors import InvalidInput
 
@@ -107,17 +107,69 @@ def skellam_share(
     of Agarwal, Kairouz and Liu (2021), whose Rényi DP `xclp.accounting` composes. As with
     `discrete_laplace_share`, a party that subtracts its own share from the sum still sees the
     whole noise; all τ shares carry τ/(τ − 1) of it. With τ = 1 the one share is the whole noise.
-    Each Poisson draw is an exact inverse-CDF sample, `scipy.stats.poisson.ppf(u)` of a
-    cryptographic uniform.
+    Each Poisson draw is exact (`poisson`).
     """
     v = _check_scale(variance)
     if isinstance(n_parties, bool) or not isinstance(n_parties, (int, np.integer)) or n_parties < 1:
         raise InvalidInput(f"n_parties must be an integer >= 1, got {n_parties!r}")
     dims = _check_shape(shape)
     lam = v / (2.0 * max(int(n_parties) - 1, 1))
-    u = uniform_open((2, *dims), source=source)
-    draws = stats.poisson.ppf(u, lam).astype(np.int64)
+    draws = poisson(lam, (2, *dims), source=source)
     return draws[0] - draws[1]
+
+
+def poisson(lam: float, shape: Shape, *, source: np.random.Generator | None = None) -> np.ndarray:
+    """int64[shape] i.i.d. Poisson(λ) from cryptographic uniforms (or `source`), exact for every λ.
+
+    λ < 10: the inverse CDF, `scipy.stats.poisson.ppf(u)`. λ >= 10: Hörmann's transformed
+    rejection (PTRS, "The transformed rejection method for generating Poisson random variables",
+    1993; numpy's own algorithm), vectorised: every cell draws a pair of uniforms until one is
+    accepted (over 90 % are at the first pair). The inverse CDF takes minutes for 10⁵ draws at
+    λ = 10⁸ and returns NaN beyond; the DP sums of the training jobs need λ up to 2^49.
+    """
+    lam = float(lam)
+    if not math.isfinite(lam) or lam < 0 or lam > _MAX_SCALE:
+        raise InvalidInput(f"the Poisson mean must be finite, >= 0 and at most 2^56, got {lam!r}")
+    dims = _check_shape(shape)
+    n = math.prod(dims)
+    if lam < 10.0:
+        return stats.poisson.ppf(uniform_open(n, source=source), lam).astype(np.int64).reshape(dims)
+    slam, loglam = math.sqrt(lam), math.log(lam)
+    b = 0.931 + 2.53 * slam
+    a = -0.059 + 0.02483 * b
+    log_invalpha = math.log(1.1239 + 1.1328 / (b - 3.4))
+    vr = 0.9277 - 3.6224 / (b - 2)
+    out = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        uv = uniform_open((2, todo.size), source=source)
+        U, V = uv[0] - 0.5, uv[1]
+        us = 0.5 - np.abs(U)
+        k = np.floor((2 * a / us + b) * U + lam + 0.43)
+        quick = (us >= 0.07) & (vr >= V)
+        possible = ~quick & (k >= 0) & ~((us < 0.013) & (us < V))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slow = possible & (np.log(V) + log_invalpha - np.log(a / (us * us) + b) <= _log_pmf(k, lam, loglam))
+        accepted = quick | slow
+        out[todo[accepted]] = k[accepted].astype(np.int64)
+        todo = todo[~accepted]
+    return out.reshape(dims)
+
+
+def _log_pmf(k: np.ndarray, lam: float, loglam: float) -> np.ndarray:
+    """log P(Poisson(λ) = k) = −λ + k log λ − log k!, for float k >= 0 (others: anything).
+
+    Written naively its three terms are each ~λ log λ and their difference O(1): at λ = 2^49 the
+    rounding error is ~2, which skewed the variance of PTRS draws by 8 %. For k >= 10 Stirling's
+    series gives it as (k − λ) − k·log1p((k − λ)/λ) − ½ log(2πk) − (1/12k − 1/360k³ + 1/1260k⁵),
+    whose first two terms cancel exactly in closed form (error of the series < 10⁻¹⁰)."""
+    k = np.maximum(k, 0.0)
+    big = np.maximum(k, 10.0)
+    d = big - lam
+    inv = 1.0 / big
+    stirling = (d - big * np.log1p(d / lam) - 0.5 * np.log(2 * math.pi * big)
+                - inv * (1 / 12 - inv * inv * (1 / 360 - inv * inv / 1260)))
+    return np.where(k >= 10.0, stirling, -lam + k * loglam - special.gammaln(k + 1))
 
 
 def exponential_mechanism_select(

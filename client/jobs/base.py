@@ -7,7 +7,7 @@ phases, and it holds its result once the job's last message is in.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,11 @@ class PartyJob:
         at its first frame before anything is buffered; ProtocolError for a message the job never
         gets. The default bounds nothing beyond the wire's own limit."""
         return wire.DEFAULT_MAX_PAYLOAD_BYTES
+
+    def privacy(self) -> dict[str, Any] | None:
+        """With record-level DP: what this party's rows spent (the accountant's ε over the rounds it
+        took part in) and the job's budget; None without DP."""
+        return None
 
     def rounds(self) -> tuple[RoundRecord, ...]:
         """What this party saw of each training round it took part in (training jobs only)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.training import RoundRecord, RoundsParty
-from xclp.dbcl import RoundView, client_gradient, draw_sketches
+from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient, view_size
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import local_rng
 from xclp.nn import Network
@@ -79,13 +79,21 @@ class DbclTrainer:
     def train(self, t: int, started: float) -> tuple[np.ndarray, int, RoundRecord]:
         assert self.view is not None
         began = time.monotonic()
-        vector, rows = client_gradient(self.view, self.ctx.data.X, self.y, self.params.batch_size,
-                                       self.params.local_steps, self.params.learning_rate,
-                                       local_rng(self.ctx.seed, self.ctx.party_id, t))
+        p, rng = self.params, local_rng(self.ctx.seed, self.ctx.party_id, t)
+        dp = p.dp_plan(self.update_size())
+        if dp is None:
+            vector, rows = client_gradient(self.view, self.ctx.data.X, self.y, p.batch_size, p.local_steps,
+                                           p.learning_rate, rng)
+        else:
+            vector, rows = private_client_gradient(self.view, self.ctx.data.X, self.y, p.batch_size, p.local_steps,
+                                                   p.learning_rate, dp, rng)
         record = RoundRecord(t, self.view.flat(), None, rows, 0.0, time.monotonic() - began, self.seeds[t])
         return vector, rows, record
 
     verifiable = False  # the party never sees W
+
+    def update_size(self) -> int:
+        return view_size(self.arch, self.sizes)
 
     def model_bytes(self) -> int:
         return self.arch.n_params * 8  # a view is at most the network (sketch_ratio <= 1), the final W it

@@ -18,7 +18,15 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.client.jobs.xclp import XclpParty
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.fedavg import PseudoLabels, client_update, local_pseudo_labels, local_rng, server_update, training_set
+from xclp.fedavg import (
+    PseudoLabels,
+    client_update,
+    local_pseudo_labels,
+    local_rng,
+    private_client_update,
+    server_update,
+    training_set,
+)
 from xclp.nn import Network
 from xclp.party_table import PartyData
 from xclp.v1 import fedavg, wire
@@ -62,13 +70,22 @@ class FedavgTrainer:
         assert self.model is not None
         pseudo = self._pseudo_labels()  # XCLP's ran between the model and this step
         labeled_at = time.monotonic()
-        vector, rows = client_update(self.model, training_set(self.ctx.data.X, self.y, pseudo), self.params.optimiser,
-                                     local_rng(self.ctx.seed, self.ctx.party_id, t))
+        p, data, rng = self.params, training_set(self.ctx.data.X, self.y, pseudo), local_rng(self.ctx.seed,
+                                                                                            self.ctx.party_id, t)
+        dp = p.dp_plan(self.update_size())
+        if dp is None:
+            vector, rows = client_update(self.model, data, p.optimiser, rng)
+        else:
+            vector, rows = private_client_update(self.model, data, p.learning_rate, p.batch_size, p.dp_local_steps,
+                                                 dp, rng)
         record = RoundRecord(t, self.model.flat.copy(), pseudo, rows, labeled_at - started,
                              time.monotonic() - labeled_at)
         return vector, rows, record
 
     verifiable = True
+
+    def update_size(self) -> int:
+        return self.arch.n_params
 
     def model_bytes(self) -> int:
         return self.arch.n_params * 8
@@ -82,7 +99,7 @@ class FedavgTrainer:
     def next_model(self, total: np.ndarray) -> np.ndarray:
         """θ moved by the opened sum exactly as the coordinator moves it (server/jobs/fedavg.py)."""
         assert self.model is not None
-        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        delta, rows = self.params.weighted_delta(total, self.arch.n_params)
         return server_update(self.model, delta, rows).flat
 
     def describe(self, record: RoundRecord) -> str:

@@ -26,18 +26,19 @@ import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
 from xclp.v1 import fedavg, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.fedavg import TrainingParams
+from xclp.v1.fedavg import TrainingParams, private_training
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ class Trainer(Protocol):
     def model_bytes(self) -> int:
         """The most bytes a released model (or view, or the final model) can take."""
 
+    def update_size(self) -> int:
+        """Values in this party's update before its row count."""
+
     def payload_limit(self, t: int, name: str, sender: str) -> int:
         """What another message of round t can need (named in the round's scope); ProtocolError
         for one the trainer never gets."""
@@ -117,6 +121,17 @@ class RoundsParty(PartyJob):
         self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
         self.history: list[RoundRecord] = []
         self._round_started = 0.0
+        # record-level DP (xclp.dpsgd): the job's noise, and this round's share of it
+        self.dp: DpPlan | None = private_training(self.params).dp_plan(trainer.update_size())
+        self.noise: RoundNoise | None = None
+
+    def privacy(self) -> dict[str, Any] | None:
+        if self.dp is None:
+            return None
+        releases = len(self.history) * self.dp.releases // self.params.rounds
+        return {"epsilon_spent": self.dp.spent(releases) if releases else 0.0, "epsilon_budget": self.dp.epsilon,
+                "delta": self.dp.delta, "rounds": len(self.history), "noise_multiplier": self.dp.noise_multiplier,
+                "clip_norm": self.dp.clip, "distributed": self.dp.distributed}
 
     def rounds(self) -> tuple[RoundRecord, ...]:
         return tuple(self.history)
@@ -125,6 +140,11 @@ class RoundsParty(PartyJob):
         if message.sender == "" and message.step == fedavg.FINAL_MSG:
             self._check_next_model(message.payload, self.params.rounds, "the final model")
             self.result = self.trainer.final(message.payload)
+            privacy = self.privacy()
+            if privacy is not None:
+                self.ctx.progress(f"privacy spent by this party's rows: ε = {privacy['epsilon_spent']:.3g} of the "
+                                  f"job's {privacy['epsilon_budget']:g} (δ = {privacy['delta']:g}) over "
+                                  f"{privacy['rounds']} round(s)")
             return
         scope = fedavg.unscope(message.step)
         if scope is None:
@@ -182,7 +202,7 @@ class RoundsParty(PartyJob):
             raise ProtocolError(f"round {t} started before the parties announced the rounds' samples")
         self.sample = frozenset(self.samples[t])
         self._check_sample(t, [self.ctx.party_id])
-        self.round, self.update, self._round_started = t, None, time.monotonic()
+        self.round, self.update, self.noise, self._round_started = t, None, None, time.monotonic()
         scope = self.ctx.round_scope(t)
         self._check_next_model(payload, t, f"the model of round {t}")
         # θ, or DBCL's released view: one for every party (DESIGN §2.5)
@@ -239,7 +259,13 @@ class RoundsParty(PartyJob):
             self.update = (vector, rows)
             self.history.append(record)
         vector, rows = self.update
-        return fedavg.encode_update(vector, rows, self.params.frac_bits, len(members))
+        if self.dp is None:
+            return fedavg.encode_update(vector, rows, self.params.frac_bits, len(members))
+        if self.dp.distributed:  # the round's share, topped up if the sum restarted with fewer parties
+            if self.noise is None:
+                self.noise = RoundNoise(self.dp, vector.shape[0])
+            vector = vector + self.noise.for_members(len(members))
+        return fedavg.encode_private_update(vector, rows)
 
     def _check_sample(self, t: int, members: Iterable[str]) -> None:
         outside = sorted(set(members) - self.sample)

@@ -68,7 +68,7 @@ class DbclTrainer:
 
     def apply(self, total: np.ndarray) -> int:
         assert self.net is not None
-        summed, rows = fedavg.decode_update(total, self.params.frac_bits)
+        summed, rows = self.params.decode_sum(total, self.update_size())
         self.net = server_step(self.net, self.sketches, summed, rows, self.optimiser)
         return rows
 

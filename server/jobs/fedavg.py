@@ -69,7 +69,7 @@ class FedavgTrainer:
 
     def apply(self, total: np.ndarray) -> int:
         assert self.net is not None
-        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        delta, rows = self.params.weighted_delta(total, self.net.arch.n_params)
         self.net = server_update(self.net, delta, rows)
         return rows
 

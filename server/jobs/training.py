@@ -95,6 +95,25 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         super().check_start(parties)
         self.trainer.check_start(parties)
 
+    def summary(self) -> dict[str, Any]:
+        """With record-level DP, the accountant's report (xclp.dpsgd): the budget, the noise, and
+        what each party's rows spent over the rounds whose sum it was in."""
+        if self.trainer.net is None or not self.params.private:
+            return {}
+        dp = self.params.dp_plan(self.trainer.update_size())
+        assert dp is not None
+        per_round = dp.releases // self.params.rounds
+        counts = {p: sum(p in h["parties"] for h in self.history) for p in sorted(self.config.expected_parties)}
+        spent = {p: round(dp.spent(n * per_round), 4) if n else 0.0 for p, n in counts.items()}
+        worst = max(spent.values(), default=0.0)
+        return {"privacy": {
+            "epsilon_budget": dp.epsilon, "delta": dp.delta, "epsilon_spent": spent, "clip_norm": dp.clip,
+            "noise_multiplier": round(dp.noise_multiplier, 6), "distributed": dp.distributed,
+            "line": (f"record-level DP: ε = {worst:.3g} spent of {dp.epsilon:g} (δ = {dp.delta:g}) by the rows of the "
+                     f"party in most rounds; noise multiplier {dp.noise_multiplier:.3g}, rows clipped to {dp.clip:g}, "
+                     + ("noise shared among each round's parties" if dp.distributed
+                        else "each party's own noise at every local step"))}}
+
     def program(self, run: Run) -> Program[str]:
         net = self.trainer.begin(run.dim)
         log.info("job %s: training a %s network (%d parameters) for %d rounds", self.config.job_id,

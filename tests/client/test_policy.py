@@ -20,7 +20,7 @@ PARTIES = ("a", "b", "c")
 @pytest.mark.parametrize(("policy", "params", "message"), [
     (PartyPolicy(min_parties=4), {"flynn": FLYNN}, "expects 3 parties; this party masks with at least 4"),
     (PartyPolicy(require_dp=1.0), {"flynn": FLYNN}, "releases without DP"),
-    (PartyPolicy(require_dp=1.0), {"flynn": {**FLYNN, "epsilon": 4.0, "T": 5}}, "uses epsilon = 4.0"),
+    (PartyPolicy(require_dp=1.0), {"flynn": {**FLYNN, "epsilon": 4.0, "T": 5}}, "spends epsilon = 4 in total"),
     (PartyPolicy(), {"xclp": {"n_classes": 3, "hide_label_mask": True}}, "--allow-hide-label-mask"),
     (PartyPolicy(), {"xclp": {"n_classes": 3, "key_bits": 512, "insecure_test_keys": True}}, "below the secure 2048"),
     (PartyPolicy(min_share_threshold=3), {"flynn": FLYNN}, "lets 2 of 3 parties rebuild a self-mask seed; this party "

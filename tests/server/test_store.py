@@ -36,11 +36,12 @@ def test_a_database_of_the_older_schema_is_migrated_and_keeps_its_history(tmp_pa
     path = tmp_path / "state.db"
     version_1_database(path)
     store = StateStore(path)
-    assert store.version == SCHEMA_VERSION == 2
+    assert store.version == SCHEMA_VERSION == 3
     (run,) = store.runs()
     assert (run.run_id, run.job_id, run.state, run.reason) == ("1", "old-job", "done", "job complete")
     assert run.bytes_total == 15
     assert (run.submitted_by, run.cancelled_by) == ("", "")  # the columns version 2 added
+    assert run.privacy == ""  # and version 3's
     assert [(p.party_id, p.rows) for p in run.parties] == [("a", 40)]
     # version 2's table
     assert store.remember_nonce(b"n" * 16, 1.0, 1e12) and not store.remember_nonce(b"n" * 16, 2.0, 1e12)
@@ -54,7 +55,7 @@ def test_a_database_of_a_newer_schema_or_not_a_database_is_refused_with_what_to_
     path = tmp_path / "new.db"
     StateStore(path).close()
     sqlite3.connect(path, isolation_level=None).execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(ConfigError, match="schema version 99; this xclp knows up to 2: upgrade xclp"):
+    with pytest.raises(ConfigError, match="schema version 99; this xclp knows up to 3: upgrade xclp"):
         StateStore(path)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database at all" * 100)

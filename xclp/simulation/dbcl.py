@@ -4,7 +4,9 @@
 of parties, the same W₀, each party's batches from the same generator, the same sketches from
 the same round seeds, the same coordinator optimiser — without the masking: the gradient sum is
 formed in float64 (the service sums fixed point, so the two agree within 2^-frac_bits per party
-and parameter). It is the oracle of the service's parity test and what benchmarks/dbcl.py measures.
+and parameter). With dp_epsilon it runs the parties' DP release as they do (clipped, rounded,
+with their noise: not comparable run to run, since the noise is fresh). It is the oracle of the
+service's parity test and what benchmarks/dbcl.py measures.
 
 The service draws each round's seed at random; give `round_seeds` (e.g. the seeds a party of a
 secure run recorded) to replay those rounds, or let the simulation derive them from `seed`.
@@ -19,7 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xclp.dbcl import RoundView, client_gradient, draw_sketches, server_step
+from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient, server_step
+from xclp.dpsgd import RoundNoise
 from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network, local_rng, sample_parties
 from xclp.nn import Network
@@ -82,14 +85,23 @@ def run_dbcl(
         round_seed = round_seeds[t] if round_seeds is not None else simulated_round_seed(seed, t)
         sketches = draw_sketches(net.arch, params.layers, params.sketch, sizes, round_seed)
         view = RoundView.release(net, sketches)
+        dp = params.dp_plan(view.size)
         total = np.zeros(view.size)
+        noisy = np.zeros(view.size, dtype=np.int64)
         rows = 0
         for pid in members:
             X, y = data[pid]
-            g, b = client_gradient(view, X, y, params.batch_size, params.local_steps, params.learning_rate,
-                                   local_rng(seed, pid, t))
-            total += g
+            if dp is None:
+                g, b = client_gradient(view, X, y, params.batch_size, params.local_steps, params.learning_rate,
+                                       local_rng(seed, pid, t))
+                total += g
+            else:
+                q, b = private_client_gradient(view, X, y, params.batch_size, params.local_steps,
+                                               params.learning_rate, dp, local_rng(seed, pid, t))
+                noisy += q + (RoundNoise(dp, view.size).for_members(len(members)) if dp.distributed else 0)
             rows += b
+        if dp is not None:
+            total = noisy / dp.scale  # what the coordinator opens (xclp.v1.fedavg.PrivateTraining.decode_sum)
         if rows == 0:
             run.skipped.append(t)
             continue

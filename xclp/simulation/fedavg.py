@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from xclp.dpsgd import RoundNoise
 from xclp.errors import InvalidInput
 from xclp.fedavg import (
     PseudoLabels,
@@ -28,6 +29,7 @@ from xclp.fedavg import (
     initial_network,
     local_pseudo_labels,
     local_rng,
+    private_client_update,
     round_seed,
     sample_parties,
     server_update,
@@ -90,13 +92,24 @@ def run_fedavg(
         pseudo = _pseudo_labels(net, {p: data[p] for p in members}, params, params.pseudo_labels_in(t),
                                 round_seed(seed, t), xclp, executor)
         trained = time.perf_counter()
+        dp = params.dp_plan(net.arch.n_params)
         total = np.zeros_like(net.flat)
+        noisy = np.zeros(net.arch.n_params, dtype=np.int64)
         rows = 0
         for pid in members:
             X, y = data[pid]
-            delta, n = client_update(net, training_set(X, y, pseudo[pid]), params.optimiser, local_rng(seed, pid, t))
-            total += delta
+            rng = local_rng(seed, pid, t)
+            if dp is None:
+                delta, n = client_update(net, training_set(X, y, pseudo[pid]), params.optimiser, rng)
+                total += delta
+            else:
+                q, n = private_client_update(net, training_set(X, y, pseudo[pid]), params.learning_rate,
+                                             params.batch_size, params.dp_local_steps, dp, rng)
+                noisy += q + (RoundNoise(dp, q.shape[0]).for_members(len(members)) if dp.distributed else 0)
             rows += n
+        if dp is not None:
+            # FedavgJobParams.weighted_delta of the opened sum
+            total = np.asarray(-params.learning_rate * noisy / dp.scale, dtype=np.float64)
         new = server_update(net, total, rows)
         record = RoundRecord(t, members, net.flat.copy(), pseudo, new.flat.copy(), trained - started,
                              time.perf_counter() - trained)

@@ -23,13 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from xclp.dbcl import OPTIMISERS, ServerOptimiser, sketch_sizes
+from xclp.dbcl import OPTIMISERS, ServerOptimiser, sketch_sizes, view_size
 from xclp.errors import ConfigError, InvalidInput
 from xclp.nn import Architecture
 from xclp.sketch import KINDS as SKETCH_KINDS
-from xclp.v1.fedavg import check_sample, check_training
+from xclp.v1.fedavg import DP_KEYS, MAX_DP_PARTIES, PrivateTraining, check_sample, check_training, dp_params
 from xclp.v1.params import (
-    JobParams,
     bool_param,
     check_names,
     data_params,
@@ -54,7 +53,7 @@ def round_seed_payload(payload: object, round: int) -> bytes:
 
 
 @dataclass(frozen=True)
-class DbclJobParams(JobParams):
+class DbclJobParams(PrivateTraining):
     """Double-blind collaborative learning of a small network (DESIGN §7, paper 004 §4.2; xclp.dbcl).
 
     Each round the coordinator draws a fresh seed, sketches each layer in `sketched_layers` with
@@ -98,6 +97,7 @@ class DbclJobParams(JobParams):
 
     def __post_init__(self) -> None:
         check_training(self)
+        self.check_dp()
         if self.sketch not in (*SKETCH_KINDS, "none"):
             raise ConfigError(f"sketch must be one of countsketch, uniform, none, got {self.sketch!r}")
         if self.optimiser not in OPTIMISERS:
@@ -149,14 +149,23 @@ class DbclJobParams(JobParams):
         return {"model": "withhold_model = true keeps the trained network from the parties, and the coordinator "
                          "writes it to the job's model file"}
 
+    @property
+    def dp_steps(self) -> int:
+        return self.local_steps
+
+    def update_size(self, dim: int) -> int:
+        """Values in one party's update: the released parameters' gradient."""
+        return view_size(self.architecture(dim), self.sizes(dim))
+
     def check_dim(self, dim: int) -> None:
         self.sizes(dim)  # every sketched layer fits the data's columns
+        self.check_dp_sum(self.update_size(dim), self.batch_size, MAX_DP_PARTIES)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> DbclJobParams:
         check_names(raw, frozenset({"n_classes", "hidden", "rounds", "fraction", "batch_size", "local_steps",
                                     "optimiser", "learning_rate", "momentum", "rmsprop_decay", "sketch", "sketch_ratio",
-                                    "sketched_layers", "frac_bits", "seed", "withhold_model"}), "dbcl")
+                                    "sketched_layers", "frac_bits", "seed", "withhold_model"} | DP_KEYS), "dbcl")
         layers = raw.get("sketched_layers")
         return cls(
             n_classes=n_classes_param(raw), hidden=tuple(int_list(raw, "hidden", [64], "layer widths")),
@@ -167,5 +176,5 @@ class DbclJobParams(JobParams):
             sketch=str_param(raw, "sketch", "countsketch"), sketch_ratio=float_param(raw, "sketch_ratio", 0.5),
             sketched_layers=None if layers is None else tuple(int_list(raw, "sketched_layers", [], "layer numbers")),
             frac_bits=int_param(raw, "frac_bits", 24), seed=int_param(raw, "seed", 0, low=0),
-            withhold_model=bool_param(raw, "withhold_model"), **data_params(raw),
+            withhold_model=bool_param(raw, "withhold_model"), **dp_params(raw), **data_params(raw),
         )

@@ -30,12 +30,14 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
 
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import MIN_SECURE_BITS
+from xclp.dpsgd import DpPlan, plan
 from xclp.errors import ConfigError, InvalidInput
 from xclp.fedavg import PSEUDO_LABEL_SPACES, PSEUDO_LABELS, neighbour_rows, sample_parties
 from xclp.graph import GraphParams
@@ -52,6 +54,7 @@ from xclp.v1.params import (
     int_param,
     method,
     n_classes_param,
+    optional_float,
     param,
     str_param,
 )
@@ -145,6 +148,109 @@ def model_payload(flat: object, n_params: int, what: str) -> np.ndarray:
     return flat
 
 
+DP_KEYS = frozenset({"dp_epsilon", "dp_delta", "clip_norm"})
+MAX_DP_DELTA = 0.01  # δ is the chance the guarantee fails outright; README: take 1/n² for n rows
+MAX_DP_PARTIES = 4096  # the ring's headroom is checked for this many parties in one sum
+
+
+@dataclass(frozen=True)
+class PrivateTraining(JobParams):
+    """Record-level DP of a training job (issue 29, xclp.dpsgd), off unless dp_epsilon is set: each
+    party's rows enter every round as a sum of per-example gradients clipped to clip_norm, released
+    as integers with Skellam noise sized so that all the job's rounds spend at most (ε, δ); with
+    one local step each round's noise is shared among its parties (any m − 1 shares make it), with
+    several each party adds it all to each of its steps."""
+
+    dp_epsilon: float | None = param("record-level DP: the ε every party's rows spend over all the job's rounds "
+                                     "(off when unset; needs dp_delta and clip_norm)", "> 0",
+                                     "README \"Differential privacy\"", default=None, kw_only=True)
+    dp_delta: float | None = param("record-level DP: the δ of dp_epsilon (take 1/n² for n rows)", "(0, 0.01]",
+                                   "README \"Differential privacy\"", default=None, kw_only=True)
+    clip_norm: float | None = param("record-level DP: every row's gradient is clipped to this L2 norm", "> 0",
+                                    "README \"Differential privacy\"", default=None, kw_only=True)
+
+    @property
+    def private(self) -> bool:
+        return self.dp_epsilon is not None
+
+    @property
+    def epsilon_total(self) -> float | None:
+        return self.dp_epsilon
+
+    @property
+    def dp_steps(self) -> int:
+        """Noisy sums a party adds per round: 1 is the distributed case."""
+        raise NotImplementedError
+
+    def dp_plan(self, update_dim: int) -> DpPlan | None:
+        """The noise for updates of `update_dim` values (None without DP); the same on every end."""
+        if self.dp_epsilon is None or self.dp_delta is None or self.clip_norm is None:
+            return None
+        steps = self.dp_steps
+        return method(lambda: _plan(self.dp_epsilon, self.dp_delta, self.clip_norm,
+                                    self.rounds * steps, update_dim, steps == 1))
+
+    def check_dp(self) -> None:
+        given = [k for k in ("dp_epsilon", "dp_delta", "clip_norm") if getattr(self, k) is not None]
+        if given and len(given) != 3:
+            raise ConfigError(f"record-level DP needs dp_epsilon, dp_delta and clip_norm together; got only "
+                              f"{', '.join(given)}")
+        if not given:
+            return
+        assert self.dp_epsilon is not None and self.dp_delta is not None and self.clip_norm is not None
+        if not self.dp_epsilon > 0:
+            raise ConfigError(f"dp_epsilon must be > 0, got {self.dp_epsilon}")
+        if not 0 < self.dp_delta <= MAX_DP_DELTA:
+            raise ConfigError(f"dp_delta must be in (0, {MAX_DP_DELTA}] (the chance the guarantee fails; take 1/n² "
+                              f"for n rows), got {self.dp_delta}")
+        if not self.clip_norm > 0:
+            raise ConfigError(f"clip_norm must be > 0, got {self.clip_norm}")
+
+    def check_dp_sum(self, update_dim: int, batch: int, parties: int) -> None:
+        """Refuse (ConfigError) DP parameters whose summed update could wrap the ring."""
+        dp = self.dp_plan(update_dim)
+        if dp is not None:
+            method(lambda: dp.check_headroom(batch, self.dp_steps, parties))
+
+    def decode_sum(self, total: np.ndarray, update_dim: int) -> tuple[np.ndarray, int]:
+        """An opened update sum as (Σ_j of the parties' float vectors, Σ_j of their rows): fixed
+        point at 2^-frac_bits, or with DP the noisy integer sums at the plan's 2^-g."""
+        dp = self.dp_plan(update_dim)
+        return decode_update(total, self.frac_bits if dp is None else dp.scale_bits)
+
+    @property
+    def rounds(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def frac_bits(self) -> int:
+        raise NotImplementedError
+
+
+def private_training(params: object) -> PrivateTraining:
+    """A training job's parameters as the DP schema they all extend."""
+    if not isinstance(params, PrivateTraining):
+        raise InvalidInput(f"{type(params).__name__} is not a training job's parameters")
+    return params
+
+
+@lru_cache(maxsize=64)
+def _plan(epsilon: float, delta: float, clip: float, releases: int, dim: int, distributed: bool) -> DpPlan:
+    return plan(epsilon, delta, clip, releases, dim, distributed=distributed)
+
+
+def dp_params(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of `PrivateTraining`'s fields from a [params] table."""
+    return {k: optional_float(raw, k) for k in DP_KEYS}
+
+
+def encode_private_update(q: np.ndarray, rows: int) -> np.ndarray:
+    """A DP update, already integers with their noise (xclp.dpsgd), and its rows -> uint64[n + 1]."""
+    if not 0 <= rows <= MAX_ROWS:
+        raise InvalidInput(f"a party trains on 0..{MAX_ROWS} rows, got {rows}")
+    return np.concatenate([np.asarray(q, dtype=np.int64).view(np.uint64), np.array([rows], dtype=np.uint64)])
+
+
 class TrainingParams(Protocol):
     """What the rounds of a training job (fedavg, dbcl) read from its parameters."""
 
@@ -164,7 +270,7 @@ class TrainingParams(Protocol):
 
 
 @dataclass(frozen=True)
-class FedavgJobParams(JobParams):
+class FedavgJobParams(PrivateTraining):
     """Secure FedAvg of a small network (DESIGN §7, paper 003 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
 
     Each round samples ⌈fraction · parties⌉ parties, drawn from the parties' common seed and
@@ -205,9 +311,23 @@ class FedavgJobParams(JobParams):
     key_bits: int = param("XCLP: Paillier modulus size (each party's key serves every round)",
                        ">= 2048 (smaller with insecure_test_keys)", default=MIN_SECURE_BITS)
     insecure_test_keys: bool = param("XCLP: allow key_bits below 2048 (tests only)", "true, false", default=False)
+    dp_local_steps: int = param("with dp_epsilon: DP-SGD steps of batch_size rows per round, replacing local_epochs "
+                                "(1: the round's noise is shared among its parties; more: each party adds all of it "
+                                "at every step)", ">= 1", "README \"Differential privacy\"", default=1)
 
     def __post_init__(self) -> None:
         check_training(self)
+        self.check_dp()
+        if self.private:
+            if self.pseudo_label in ("local_lp", "xclp"):
+                raise ConfigError(f"pseudo_label = {self.pseudo_label!r} cannot run with dp_epsilon: one labeled row "
+                                  "moves the pseudo-labels of many rows, so clipping each row's gradient bounds "
+                                  "nothing; use \"none\" or \"network\"")
+            if self.momentum:
+                raise ConfigError("momentum cannot run with dp_epsilon: DP-SGD's local steps are plain SGD")
+        elif self.dp_local_steps != 1:
+            raise ConfigError("dp_local_steps applies only with dp_epsilon (without DP, local_epochs says how much a "
+                              "party trains per round)")
         if self.pseudo_label not in PSEUDO_LABELS:
             raise ConfigError(f"pseudo_label must be one of {', '.join(repr(v) for v in PSEUDO_LABELS)}, "
                               f"got {self.pseudo_label!r}")
@@ -259,12 +379,28 @@ class FedavgJobParams(JobParams):
     def check_roster(self, expected: int, min_parties: int) -> None:
         check_sample(self.fraction, expected, min_parties)
 
+    @property
+    def dp_steps(self) -> int:
+        return self.dp_local_steps
+
+    def check_dim(self, dim: int) -> None:
+        self.check_dp_sum(self.architecture(dim).n_params, self.batch_size, MAX_DP_PARTIES)
+
+    def weighted_delta(self, total: np.ndarray, n_params: int) -> tuple[np.ndarray, int]:
+        """An opened update sum as (Σ_j n_j·(θ_j − θ), Σ_j n_j): with DP the parties sum their noisy
+        gradient sums, and n_j·(θ_j − θ) = −η times them (xclp.fedavg.private_client_update)."""
+        summed, rows = self.decode_sum(total, n_params)
+        return (-self.learning_rate * summed if self.private else summed), rows
+
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> FedavgJobParams:
         check_names(raw, frozenset({"n_classes", "hidden", "rounds", "fraction", "local_epochs", "batch_size",
                                     "learning_rate", "momentum", "frac_bits", "pseudo_label", "warmup_rounds",
                                     "pseudo_label_space", "seed",
-                                    "lsh_bits", "k", "alpha", "power", "key_bits", "insecure_test_keys"}), "fedavg")
+                                    "lsh_bits", "k", "alpha", "power", "key_bits", "insecure_test_keys",
+                                    "dp_local_steps"} | DP_KEYS), "fedavg")
+        if raw.get("dp_epsilon") is not None and raw.get("local_epochs", 5) != 5:  # the spec's JSON has the default
+            raise ConfigError("local_epochs does not apply with dp_epsilon: DP-SGD counts steps (dp_local_steps)")
         return cls(
             n_classes=n_classes_param(raw), hidden=tuple(int_list(raw, "hidden", [64], "layer widths")),
             rounds=int_param(raw, "rounds", 20), fraction=float_param(raw, "fraction", 1.0),
@@ -277,7 +413,7 @@ class FedavgJobParams(JobParams):
             alpha=float_param(raw, "alpha", 0.99), power=float_param(raw, "power", 3.0),
             key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS),
             insecure_test_keys=bool_param(raw, "insecure_test_keys"),
-            **data_params(raw),
+            dp_local_steps=int_param(raw, "dp_local_steps", 1), **dp_params(raw), **data_params(raw),
         )
 
 

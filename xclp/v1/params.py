@@ -104,8 +104,9 @@ class JobParams:
         return None
 
     @property
-    def dp_epsilon(self) -> float | None:
-        """The ε of what the job releases, None without DP (a party's --require-dp compares it)."""
+    def epsilon_total(self) -> float | None:
+        """The ε of everything the job releases about a row, over all its releases (a training
+        job: all its rounds); None without DP. A party's --require-dp compares it."""
         return None
 
     @property

@@ -110,7 +110,7 @@ class StepInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., rounds: _Optional[int] = ..., seconds: _Optional[float] = ..., bytes_in: _Optional[int] = ..., bytes_relayed: _Optional[int] = ..., bytes_out: _Optional[int] = ..., recovered: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "job_id", "job_type", "state", "reason", "created_at", "started_at", "ended_at", "parties", "step", "round", "steps", "bytes_total", "submitted_by", "progress")
+    __slots__ = ("run_id", "job_id", "job_type", "state", "reason", "created_at", "started_at", "ended_at", "parties", "step", "round", "steps", "bytes_total", "submitted_by", "progress", "privacy")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class RunInfo(_message.Message):
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PRIVACY_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     job_type: str
@@ -141,7 +142,8 @@ class RunInfo(_message.Message):
     bytes_total: int
     submitted_by: str
     progress: str
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., parties: _Optional[_Iterable[_Union[PartyInfo, _Mapping]]] = ..., step: _Optional[str] = ..., round: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., bytes_total: _Optional[int] = ..., submitted_by: _Optional[str] = ..., progress: _Optional[str] = ...) -> None: ...
+    privacy: str
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., parties: _Optional[_Iterable[_Union[PartyInfo, _Mapping]]] = ..., step: _Optional[str] = ..., round: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[StepInfo, _Mapping]]] = ..., bytes_total: _Optional[int] = ..., submitted_by: _Optional[str] = ..., progress: _Optional[str] = ..., privacy: _Optional[str] = ...) -> None: ...
 
 class RunList(_message.Message):
     __slots__ = ("runs",)
