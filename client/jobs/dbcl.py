@@ -21,7 +21,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.training import RoundRecord, RoundsParty
-from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient, view_size
+from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import local_rng
 from xclp.nn import Network
@@ -93,7 +93,7 @@ class DbclTrainer:
     verifiable = False  # the party never sees W
 
     def update_size(self) -> int:
-        return view_size(self.arch, self.sizes)
+        return self.params.update_size(self.ctx.data.X.shape[1])
 
     def model_bytes(self) -> int:
         return self.arch.n_params * 8  # a view is at most the network (sketch_ratio <= 1), the final W it

@@ -128,8 +128,8 @@ class RoundsParty(PartyJob):
     def privacy(self) -> dict[str, Any] | None:
         if self.dp is None:
             return None
-        releases = len(self.history) * self.dp.releases // self.params.rounds
-        return {"epsilon_spent": self.dp.spent(releases) if releases else 0.0, "epsilon_budget": self.dp.epsilon,
+        spent = private_training(self.params).epsilon_spent(self.trainer.update_size(), len(self.history))
+        return {"epsilon_spent": spent, "epsilon_budget": self.dp.epsilon,
                 "delta": self.dp.delta, "rounds": len(self.history), "noise_multiplier": self.dp.noise_multiplier,
                 "clip_norm": self.dp.clip, "distributed": self.dp.distributed}
 

@@ -100,11 +100,11 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         what each party's rows spent over the rounds whose sum it was in."""
         if self.trainer.net is None or not self.params.private:
             return {}
-        dp = self.params.dp_plan(self.trainer.update_size())
+        size = self.trainer.update_size()
+        dp = self.params.dp_plan(size)
         assert dp is not None
-        per_round = dp.releases // self.params.rounds
         counts = {p: sum(p in h["parties"] for h in self.history) for p in sorted(self.config.expected_parties)}
-        spent = {p: round(dp.spent(n * per_round), 4) if n else 0.0 for p, n in counts.items()}
+        spent = {p: round(self.params.epsilon_spent(size, n), 4) for p, n in counts.items()}
         worst = max(spent.values(), default=0.0)
         return {"privacy": {
             "epsilon_budget": dp.epsilon, "delta": dp.delta, "epsilon_spent": spent, "clip_norm": dp.clip,

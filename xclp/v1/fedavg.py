@@ -190,6 +190,14 @@ class PrivateTraining(JobParams):
         return method(lambda: _plan(self.dp_epsilon, self.dp_delta, self.clip_norm,
                                     self.rounds * steps, update_dim, steps == 1))
 
+    def epsilon_spent(self, update_dim: int, rounds: int) -> float:
+        """ε the accountant gives the rows of a party whose updates went into `rounds` opened sums
+        (each round's local steps are releases of their own when the noise is local)."""
+        dp = self.dp_plan(update_dim)
+        if dp is None or not rounds:
+            return 0.0
+        return dp.spent(rounds * self.dp_steps)
+
     def check_dp(self) -> None:
         given = [k for k in ("dp_epsilon", "dp_delta", "clip_norm") if getattr(self, k) is not None]
         if given and len(given) != 3:
