@@ -39,6 +39,7 @@ agent.toml:
     min_parties = 3
     min_share_threshold = 2              # the fewest shares that may rebuild a lost self-mask seed
     require_dp = 1.0                     # optional
+    require_label_dp = 4.0               # optional: labels DP with ε <= 4 (xclp's label_dp_epsilon)
     allow_hide_label_mask = false
     allow_unsketched_layers = false      # true: DBCL jobs that release some layers unsketched
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
@@ -87,7 +88,8 @@ log = logging.getLogger("xclp.agent")
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
               "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "insecure_workers", "policy",
               "datasets", "state"}
-POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "allow_hide_label_mask",
+POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "require_label_dp",
+               "allow_hide_label_mask",
                "allow_unsketched_layers",
                "insecure_test_keys", "min_key_bits",
                "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}

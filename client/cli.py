@@ -55,8 +55,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "ca_cert",
             "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
-            "allow_hide_label_mask", "allow_unsketched_layers", "min_share_threshold", "max_memory_gb",
-            "max_paillier_hours", "state", "allow_rerun"}
+            "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "min_share_threshold",
+            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="refuse jobs that let fewer than T shares rebuild this party's self-mask seed if it is lost "
                         "while revealing (default 2, at least 2)")
     r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
+    r.add_argument("--require-label-dp", type=float, metavar="EPS",
+                   help="take part only in jobs whose release of each label is DP with epsilon <= EPS (xclp: "
+                        "label_dp_epsilon; record-level DP covers labels too)")
     r.add_argument("--allow-unsketched-layers", action="store_true", default=None,
                    help="take part in dbcl jobs that release some layers' gradients unsketched (the paper's "
                         "output layer, or sketch = \"none\"; a property probe reads them; README)")

@@ -2,7 +2,8 @@
 say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
-  party requires, no hidden label mask unless allowed, no DBCL layer released unsketched unless
+  party requires (of its rows, --require-dp; of its labels, --require-label-dp), no hidden label
+  mask unless allowed, no DBCL layer released unsketched unless
   allowed, Paillier keys of a secure size, a share threshold no lower than the party's
   (`--min-share-threshold`).
 - `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
@@ -29,6 +30,7 @@ from xclp.v1.params import JobParams
 class PartyPolicy:
     min_parties: int = 3  # the smallest participant set this party masks with; never below 2
     require_dp: float | None = None  # if set: only DP jobs with epsilon <= this
+    require_label_dp: float | None = None  # if set: only jobs whose labels spend epsilon <= this
     allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (DESIGN §5.5)
     insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
     # the fewest shares of this party's self-mask seed that may rebuild it (never below 2, issue 25)
@@ -44,13 +46,15 @@ class PartyPolicy:
         if isinstance(self.min_parties, bool) or not isinstance(self.min_parties, int) or self.min_parties < 2:
             raise PolicyRefused(f"--min-parties must be an integer >= 2 (masking a sum of one reveals it), "
                                 f"got {self.min_parties!r}")
-        if self.require_dp is not None and not self.require_dp > 0:
-            raise PolicyRefused(f"--require-dp must be a positive epsilon, got {self.require_dp!r}")
+        for flag, value in (("--require-dp", self.require_dp), ("--require-label-dp", self.require_label_dp)):
+            if value is not None and not value > 0:
+                raise PolicyRefused(f"{flag} must be a positive epsilon, got {value!r}")
 
     @classmethod
     def from_settings(cls, raw: Mapping[str, Any]) -> PartyPolicy:
         """The policy from `xclp-client run`'s settings or an agent's [policy] table (same key names)."""
         return cls(min_parties=int(raw.get("min_parties", 3)), require_dp=raw.get("require_dp"),
+                   require_label_dp=raw.get("require_label_dp"),
                    allow_hide_label_mask=bool(raw.get("allow_hide_label_mask")),
                    allow_unsketched_layers=bool(raw.get("allow_unsketched_layers")),
                    insecure_test_keys=bool(raw.get("insecure_test_keys")),
@@ -64,8 +68,10 @@ class PartyPolicy:
         if self.require_dp is not None:
             epsilon = params.epsilon_total
             if epsilon is None:
+                labels_only = (" (its label-DP protects labels only, not the rows: see --require-label-dp)"
+                               if params.label_epsilon_total is not None else "")
                 raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
-                                    f"job {spec.job_id!r} ({spec.job_type}) releases without DP")
+                                    f"job {spec.job_id!r} ({spec.job_type}) releases without DP{labels_only}")
             if epsilon > self.require_dp:
                 raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} in total over its releases; "
                                     f"this party requires epsilon <= {self.require_dp:g} (--require-dp)")
@@ -73,6 +79,15 @@ class PartyPolicy:
                 raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes, which releases the pooled mean and "
                                     "standard deviation of every feature exactly, outside the DP guarantee that "
                                     "--require-dp asks for (DESIGN §8)")
+        if self.require_label_dp is not None:
+            epsilon = params.label_epsilon_total
+            if epsilon is None:
+                raise PolicyRefused(f"this party requires label-DP with epsilon <= {self.require_label_dp} "
+                                    f"(--require-label-dp), and job {spec.job_id!r} ({spec.job_type}) releases what "
+                                    "its labels say without DP (xclp: set label_dp_epsilon)")
+            if epsilon > self.require_label_dp:
+                raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} on each label; this party "
+                                    f"requires epsilon <= {self.require_label_dp:g} (--require-label-dp)")
         if params.hides_labeled_rows and not self.allow_hide_label_mask:
             raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
                                 "of all its rows, from which peers can solve for labels (DESIGN §5.5); "

@@ -115,7 +115,7 @@ class JobResult:
     scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
     rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
-    privacy: dict[str, Any] | None = None  # with record-level DP: what this party's rows spent (xclp.dpsgd)
+    privacy: dict[str, Any] | None = None  # with DP: what its rows (xclp.dpsgd) or labels (xclp.label_dp) spent
 
 
 class PartySession:

@@ -70,7 +70,7 @@ class FixedPoint:
 
     def max_abs_for(self, n_terms: int) -> float:
         """Largest |x| `encode` accepts when `n_terms` encoded values will be summed."""
-        return _float_at_most(self._limit(n_terms)) / self.scale
+        return _float_at_most(self.max_encoded(n_terms)) / self.scale
 
     def encode(self, x: np.ndarray | float, *, n_terms: int | None = None) -> np.ndarray:
         """float[...] -> ring_dtype[...] (same shape): round(x · 2^frac) in two's complement.
@@ -88,7 +88,7 @@ class FixedPoint:
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             raise InvalidInput(f"cannot encode {int(bad.sum())} NaN/inf values (first at index {where})")
         scaled = np.rint(arr * self.scale)  # exact power-of-two scaling, then ties-to-even
-        limit = _float_at_most(self._limit(terms))
+        limit = _float_at_most(self.max_encoded(terms))
         over = np.abs(scaled) > limit
         if over.any():
             where = tuple(int(i) for i in np.argwhere(over)[0])
@@ -107,7 +107,8 @@ class FixedPoint:
             raise InvalidInput(f"decode expects a {self.ring_dtype} array, got {got}")
         return u.view(self.signed_dtype).astype(np.float64) / self.scale
 
-    def _limit(self, n_terms: int) -> int:
+    def max_encoded(self, n_terms: int) -> int:
+        """The largest |v| one of `n_terms` encoded summands may have."""
         return (2 ** (self.total_bits - 1) - 1) // _check_terms(n_terms, "n_terms")
 
 

@@ -243,8 +243,12 @@ class Coordinator:
     def _budget(self, job_id: str) -> str:
         """A DP job's budget from its definition, for a run that has not reported what it spent."""
         definition = self.definitions.get(job_id)
-        epsilon = definition.params.epsilon_total if definition is not None else None
-        return "" if epsilon is None else f"DP budget ε = {epsilon:g} over the job's releases (not yet spent)"
+        if definition is None:
+            return ""
+        epsilon, labels = definition.params.epsilon_total, definition.params.label_epsilon_total
+        if epsilon is not None:
+            return f"DP budget ε = {epsilon:g} over the job's releases (not yet spent)"
+        return "" if not labels else f"label-DP budget ε = {labels:g} per label (not yet spent)"
 
     # --- the parties' calls -------------------------------------------------------------------
 

@@ -97,6 +97,7 @@ class Run:
         self.activity = Activity()  # what job show says it does now: read without the lock
         # wire names of steps that ran -> the largest message they took: a payload for one is late
         self.past_steps: dict[str, int] = {}
+        self.last_attempt: Step | None = None  # the step attempt that ended last (a restart's predecessor)
         self.closed_scopes: set[str] = set()  # prefixes of scopes that are over (training rounds)
         self.session_id = b""  # set when the roster goes out
         self.run_id = ""  # the coordinator's id of this run
@@ -233,12 +234,18 @@ class Run:
             self._settle(Stage.CANCELLED, reason, pb.JobEnd.CANCELLED, self.parties)
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
 
-    def payload_limit(self, sender: str, step: str, recipient: str) -> int:
+    def payload_limit(self, sender: str, step: str, recipient: str, attempt: int | None = None) -> int:
         """The most bytes one message of `step` from `sender` can need, checked at its first frame
-        before anything is buffered: the running step's limit; for a step that is over (a late
-        payload, read and ignored), the largest message it took; any other step name is refused."""
-        current, phase = self.step, self.phase  # read once, without the lock: called for every frame
+        before anything is buffered: the running step's limit (for a message of the attempt before a
+        restart, read and ignored, that attempt's: it had more participants, and so larger frames);
+        for a step that is over (a late payload, read and ignored), the largest message it took; any
+        other step name is refused."""
+        current, phase, ended = self.step, self.phase, self.last_attempt  # read once, without the lock
         if current is not None and phase is not None and step == current.wire:
+            if attempt is not None and attempt < current.attempt and ended is not None and \
+                    ended.wire == step and ended.attempt == attempt:
+                return max(phase.payload_limit(sender, ended, recipient),
+                           phase.payload_limit(sender, current, recipient))
             return phase.payload_limit(sender, current, recipient)
         late = self.past_steps.get(step)
         if late is not None:
@@ -274,6 +281,7 @@ class Run:
         if self.activity.step == step.wire:
             self.activity = Activity()
         self.past_steps[step.wire] = max(self.past_steps.get(step.wire, 0), step.largest, LATE_MIN_BYTES)
+        self.last_attempt = step
         seconds = self.clock() - step.started
         self.ledger.record(step.name, seconds, bytes_in=step.bytes_in, bytes_relayed=step.bytes_relayed)
         if self.events is not None:

@@ -129,7 +129,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                         raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
                     frames += 1
                     total += len(frame.data)
-                    message = assembler.add(frame, limit=job.payload_limit(party_id, frame.step, frame.recipient))
+                    message = assembler.add(frame, limit=job.payload_limit(party_id, frame.step, frame.recipient,
+                                                                             frame.round))
                     if message is not None:
                         job.message(party_id, message)
                 if assembler.pending:

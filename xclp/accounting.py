@@ -63,3 +63,29 @@ def _epsilon(releases: Sequence[tuple[int, float, float, float]], delta: float) 
     rdp = [sum(n * skellam_rdp(a, l2, l1, mu) for n, l2, l1, mu in releases) for a in ORDERS]
     epsilon, order = compute_epsilon(ORDERS, rdp, delta)
     return float(epsilon), int(order)
+
+
+MAX_VARIANCE = 2.0**50  # Skellam draws stay exact in float64 (2^53) with room for the tails
+
+
+def skellam_variance(epsilon: float, delta: float, l2: float, l1: float, releases: int = 1) -> float | None:
+    """The smallest Skellam variance μ per cell whose `releases` identical releases of sensitivity
+    (Δ₂, Δ₁) compose to at most (ε, δ), to 10⁻⁶ relative (bisection on log μ; ε(μ) falls as μ
+    grows); None if it is above MAX_VARIANCE, where draws are no longer exact."""
+    if not math.isfinite(epsilon) or epsilon <= 0:
+        raise InvalidInput(f"epsilon must be finite and > 0, got {epsilon!r}")
+
+    def spent(variance: float) -> float:
+        return repeated_skellam_epsilon(releases, l2, l1, variance, delta)[0]
+
+    low = high = l2 * l2  # noise multiplier ~1
+    while spent(high) > epsilon:
+        low, high = high, high * 4
+        if high > MAX_VARIANCE:
+            return None
+    while low > 1e-300 and spent(low) <= epsilon:
+        low /= 4
+    while high / low > 1 + 1e-6:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if spent(middle) <= epsilon else (middle, high)
+    return high

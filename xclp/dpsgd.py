@@ -38,14 +38,13 @@ from typing import Protocol
 
 import numpy as np
 
-from xclp.accounting import repeated_skellam_epsilon
+from xclp.accounting import repeated_skellam_epsilon, skellam_variance
 from xclp.errors import InvalidInput
 from xclp.nn import log_softmax
 from xclp.privacy import skellam_share, uniform_open
 
 SCALE_MARGIN = 64  # 2C·2^g >= 64·√d: the rounding adds at most 1/64 to the sensitivity
 MAX_SCALE_BITS = 40
-MAX_VARIANCE = 2.0**50  # Skellam draws stay exact in float64 (2^53) with room for the tails
 RING_LIMIT = 2**62  # the summed release, tails included, stays inside the signed 64-bit ring with room
 TAIL_SIGMAS = 40.0  # noise beyond 40 standard deviations: probability below 10^-340 per cell
 
@@ -174,8 +173,8 @@ class DpPlan:
 
 
 def plan(epsilon: float, delta: float, clip: float, releases: int, dim: int, *, distributed: bool) -> DpPlan:
-    """The smallest Skellam variance whose `releases` compose to at most (ε, δ) (bisection on log μ,
-    to 10⁻⁶ relative); InvalidInput if it cannot be sampled exactly (μ > 2^50)."""
+    """The smallest Skellam variance whose `releases` compose to at most (ε, δ)
+    (`xclp.accounting.skellam_variance`); InvalidInput if it cannot be sampled exactly (μ > 2^50)."""
     for name, value in (("epsilon", epsilon), ("clip_norm", clip)):
         if not math.isfinite(value) or value <= 0:
             raise InvalidInput(f"{name} must be finite and > 0, got {value!r}")
@@ -184,22 +183,12 @@ def plan(epsilon: float, delta: float, clip: float, releases: int, dim: int, *, 
     if releases < 1 or dim < 1:
         raise InvalidInput(f"a plan needs at least one release of one value, got {releases} of {dim}")
     g = scale_bits(clip, dim)
-
-    def at(variance: float) -> DpPlan:
-        return DpPlan(epsilon, delta, clip, releases, dim, distributed, g, variance)
-
-    low = high = at(1.0).l2 ** 2  # noise multiplier ~1
-    while at(high).spent(releases) > epsilon:
-        low, high = high, high * 4
-        if high > MAX_VARIANCE:
-            raise InvalidInput(f"ε = {epsilon:g} over {releases} release(s) of {dim} values needs more noise than "
-                               "can be drawn exactly: raise dp_epsilon, or train fewer rounds or a smaller network")
-    while low > 1e-300 and at(low).spent(releases) <= epsilon:
-        low /= 4
-    while high / low > 1 + 1e-6:
-        middle = math.sqrt(low * high)
-        low, high = (low, middle) if at(middle).spent(releases) <= epsilon else (middle, high)
-    return at(high)
+    probe = DpPlan(epsilon, delta, clip, releases, dim, distributed, g, 1.0)
+    variance = skellam_variance(epsilon, delta, probe.l2, probe.l1, releases)
+    if variance is None:
+        raise InvalidInput(f"ε = {epsilon:g} over {releases} release(s) of {dim} values needs more noise than "
+                           "can be drawn exactly: raise dp_epsilon, or train fewer rounds or a smaller network")
+    return DpPlan(epsilon, delta, clip, releases, dim, distributed, g, variance)
 
 
 def randomised_round(x: np.ndarray) -> np.ndarray:

@@ -38,7 +38,8 @@ class PartyJob:
 
     def privacy(self) -> dict[str, Any] | None:
         """With record-level DP: what this party's rows spent (the accountant's ε over the rounds it
-        took part in) and the job's budget; None without DP."""
+        took part in) and the job's budget; with label-DP (xclp) what its labels spent; None without
+        DP."""
         return None
 
     def rounds(self) -> tuple[RoundRecord, ...]:

@@ -20,10 +20,11 @@ import itertools
 import time
 from collections.abc import Sized
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
+from xclp import label_dp
 from xclp.candidates import PairSchedule, a_slots
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
@@ -74,7 +75,7 @@ from xclp.v1.xclp import (
     XclpJobParams,
     influence_piece_columns,
 )
-from xclp.v1.xclp_layout import PairTask, parts_of
+from xclp.v1.xclp_layout import PairTask, RowLayout, parts_of
 
 T = TypeVar("T")
 
@@ -129,8 +130,16 @@ class XclpParty(PartyJob):
         self.slices_due: list[str] = []  # Bs of this attempt still to get the slices, one after another
         self.hamming_pushed = False  # every pair of the attempt done here
         self.meter: Meter | None = None  # every piece of the attempt's pairs, evaluated or decrypted here
-        self.zbar: np.ndarray | None = None  # Z̄ once every influence column is in
+        # Z̄ once every influence column is in; with label-DP its noisy release, drawn once
+        self.zbar: np.ndarray | steps.NoisyRowSums | None = None
         self.influence: steps.InfluenceScores | None = None
+        # label-DP by randomised response (xclp.label_dp): the labels as released, drawn once
+        p = self.params
+        self.released_y = (label_dp.randomised_response(self.y, p.n_classes, p.label_dp_epsilon,
+                                                        hide_unlabeled=p.hide_label_mask)
+                           if p.label_dp_epsilon is not None and p.label_dp_mechanism == "response" else None)
+        self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
+        self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
         self.started = time.monotonic()
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
@@ -243,11 +252,11 @@ class XclpParty(PartyJob):
                                     "were done")
             else:
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
-                self.influence = steps.InfluenceScores(self.y, self.params.n_classes, sum(n for _, n in self.graph),
-                                                       hide_label_mask=self.params.hide_label_mask,
-                                                       normalise_labels=self.params.normalise_labels)
+                influence = self.influence = self._scores_of(self.y)
+                if self.released_y is not None:
+                    self.released = self._scores_of(self.released_y)
                 # the coordinator solves and sends them block by block (§10.2): the wait is the solve
-                self.influence_meter = Meter("influence columns", self.influence.expected, self.progress,
+                self.influence_meter = Meter("influence columns", influence.expected, self.progress,
                                              unit="columns received", lines=4, bar=True)
         elif message.step == PAIRS_MSG:
             self.pairs = self._pairs(payload)
@@ -511,7 +520,7 @@ class XclpParty(PartyJob):
                                 "were done")
         influence = self._need(self.influence, "the graph layout")  # made with the graph layout
         n = influence.zbar.shape[0]
-        if influence.complete:
+        if self.zbar is not None:  # (a party without labeled rows is complete with one empty piece)
             raise ProtocolError("the coordinator sent more influence columns than this party has")
         if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 \
                 or payload.shape[0] != n:
@@ -523,12 +532,51 @@ class XclpParty(PartyJob):
                                 "an influence matrix")
         try:
             influence.add(payload)
+            if self.released is not None:
+                self.released.add(payload)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
         if self.influence_meter is not None:
             self.influence_meter.update(influence.received)
         if influence.complete:
-            self.zbar = influence.zbar
+            self.zbar = influence.zbar if not self.params.label_dp else self._label_dp_release(influence)
+
+    def _scores_of(self, y: np.ndarray) -> steps.InfluenceScores:
+        return steps.InfluenceScores(y, self.params.n_classes, sum(n for _, n in self.graph),
+                                     hide_label_mask=self.params.hide_label_mask,
+                                     normalise_labels=self.params.normalise_labels,
+                                     own=RowLayout.of(self.graph).rows(self.party_id))
+
+    def _label_dp_release(self, influence: steps.InfluenceScores) -> np.ndarray | steps.NoisyRowSums:
+        """Z̄ as this party releases it with label-DP (xclp.label_dp): from its randomised labels, or
+        with noise calibrated to the block it received; its own rows exact."""
+        p = self.params
+        assert p.label_dp_epsilon is not None
+        if self.released is not None:  # randomised response
+            values = p.n_classes + p.hide_label_mask
+            self.label_privacy = {"mechanism": "response", "epsilon_spent": p.label_dp_epsilon, "delta": 0.0,
+                                  "keep_probability": label_dp.keep_probability(p.label_dp_epsilon, values)}
+            self.progress(f"label-DP ε = {p.label_dp_epsilon:g}: each label was kept with probability "
+                          f"{self.label_privacy['keep_probability']:.3g}, else replaced at random, before use")
+            return steps.released_scores(influence.zbar, self.released.zbar, self.graph, self.party_id)
+        assert p.label_dp_delta is not None
+        released = influence.zbar.shape[0] - self.X.shape[0]
+        try:
+            plan = label_dp.plan(p.label_dp_epsilon, p.label_dp_delta, *influence.largest_columns, released,
+                                 p.frac_bits)
+            noisy = steps.label_dp_release(influence.zbar, self.graph, self.party_id, plan, self.fixed_point)
+        except InvalidInput as exc:
+            raise ProtocolError(f"the influence block cannot be released with label-DP: {exc}") from None
+        self.label_privacy = {"mechanism": "skellam", "epsilon_spent": plan.epsilon, "delta": plan.delta,
+                              "noise_std": plan.noise_std, "noise_multiplier": plan.noise_multiplier}
+        self.progress(plan.describe())
+        return noisy
+
+    def privacy(self) -> dict[str, Any] | None:
+        """With label-DP: what this party's labels spent (one release; a restart resends it)."""
+        if self.label_privacy is None:
+            return None
+        return {"label_dp": True, "epsilon_budget": self.params.label_dp_epsilon, **self.label_privacy}
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""

@@ -13,6 +13,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
 | §5.5 influence received  | `InfluenceScores` (pieces, §10.2); `select_influence` (whole) | —    |              |
 | §5.6 SecureRowSums       | `local_scores`, `encode_row_sums`, | uint64[n_frame − n_j, C]           | coordinator  |
+|                          | `released_scores`, `label_dp_release` (label-DP) |                   |              |
 |                          | `split_own_rows`            |                                        |              |
 | §5.6-5.7 output          | `unmask_row_sums`, `party_scores`, `predict` | —                     |              |
 
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xclp import label_dp
 from xclp.candidates import DUMMY, PairSchedule, b_rows
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
@@ -47,6 +49,7 @@ from xclp.crypto.secure_hamming import (
 )
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.graph import GraphParams
+from xclp.label_dp import LabelDpPlan
 from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.neighbours import own_top_k
 from xclp.propagation import label_matrix, predict, scores
@@ -59,8 +62,11 @@ from xclp.validation import UNLABELED, check_features, check_labels
 __all__ = [
     "InfluenceScores",
     "MaskedRowSums",
+    "NoisyRowSums",
     "check_party_data",
     "encode_row_sums",
+    "label_dp_release",
+    "released_scores",
     "graph_rows_of",
     "hamming_decrypt",
     "hamming_encrypt",
@@ -227,7 +233,7 @@ class InfluenceScores:
     all its rows and it keeps its labeled ones (`select_influence`'s choice, piece by piece)."""
 
     def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
-                 normalise_labels: bool) -> None:
+                 normalise_labels: bool, own: slice = slice(0, 0)) -> None:
         labels = check_labels(y, n_classes)
         self.labeled = labels != UNLABELED
         self.position = np.cumsum(self.labeled) - 1  # a labeled row's row of Y_L
@@ -237,6 +243,8 @@ class InfluenceScores:
                   else np.zeros((0, n_classes)))
         self.zbar = np.zeros((n_graph, n_classes))
         self.received = 0
+        self.own = own  # this party's graph rows, which it keeps (for `largest_columns`)
+        self.largest_columns = (0.0, 0.0)  # (c₂, c₁) over the columns received so far (xclp.label_dp)
 
     @property
     def complete(self) -> bool:
@@ -256,6 +264,8 @@ class InfluenceScores:
         else:
             self.zbar += S @ self.Y[self.received : stop]
         self.received = stop
+        l2, l1 = label_dp.largest_columns(S, self.own)
+        self.largest_columns = (max(self.largest_columns[0], l2), max(self.largest_columns[1], l1))
 
 
 def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels: bool) -> np.ndarray:
@@ -271,16 +281,58 @@ def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels
     return scores(S_L, label_matrix(labeled, n_classes, normalise_labels))
 
 
-def encode_row_sums(Zbar: np.ndarray, graph_rows: Sequence[tuple[str, int]], participants: Sequence[str],
-                    fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:
+def released_scores(own: np.ndarray, released: np.ndarray, graph_rows: Sequence[tuple[str, int]],
+                    me: str) -> np.ndarray:
+    """float64[n, C]: Z̄ from the randomised labels (label-DP "response") on every graph row but this
+    party's, where it keeps Z̄ from its true labels (those rows are never sent)."""
+    rows = RowLayout.of(graph_rows).rows(me)
+    out = np.array(released, dtype=np.float64)
+    out[rows] = own[rows]
+    return out
+
+
+@dataclass(frozen=True)
+class NoisyRowSums:
+    """Party j's Z̄ with its label-DP noise (xclp.label_dp), in the ring: uint64[n, C] over the graph
+    rows, its own rows exact and never sent. Drawn once, so every SecureRowSums attempt sends the
+    same values."""
+
+    encoded: np.ndarray
+    plan: LabelDpPlan
+
+
+def label_dp_release(Zbar: np.ndarray, graph_rows: Sequence[tuple[str, int]], me: str, plan: LabelDpPlan,
+                     fixed_point: FixedPoint = FixedPoint()) -> NoisyRowSums:
+    """`NoisyRowSums` of Z̄ float64[n, C] over the graph rows: every row but this party's own gets
+    the plan's noise. The headroom is for every graph party summing, the largest frame."""
+    graph = RowLayout.of(graph_rows)
+    Zbar = np.asarray(Zbar, dtype=np.float64)
+    if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
+        raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
+    own = graph.rows(me)
+    encoded = fixed_point.encode(Zbar, n_terms=len(graph.parties))
+    others = np.concatenate([Zbar[: own.start], Zbar[own.stop :]])
+    noisy = label_dp.release(others, plan, fixed_point.frac_bits,
+                             fixed_point.max_encoded(len(graph.parties)))
+    noisy = noisy.astype(fixed_point.signed_dtype).view(fixed_point.ring_dtype)
+    encoded[: own.start], encoded[own.stop :] = noisy[: own.start], noisy[own.start :]
+    return NoisyRowSums(encoded, plan)
+
+
+def encode_row_sums(Zbar: np.ndarray | NoisyRowSums, graph_rows: Sequence[tuple[str, int]],
+                    participants: Sequence[str], fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:
     """Z̄ on the SecureRowSums frame (the rows of `participants`), encoded in Z_{2^64}: uint64[n_frame, C].
 
-    Zbar: float64[n, C] over the graph rows (graph_rows = [(party, n_party), ...] in H's order).
-    Rows outside the frame (a party that left after H) are not sent: with nobody withholding a
-    mask there, the coordinator would see their unmasked sum.
+    Zbar: float64[n, C] over the graph rows (graph_rows = [(party, n_party), ...] in H's order), or
+    its label-DP release over them. Rows outside the frame (a party that left after H) are not
+    sent: with nobody withholding a mask there, the coordinator would see their unmasked sum.
     """
     graph = RowLayout.of(graph_rows)
     frame = graph.restrict(participants)
+    if isinstance(Zbar, NoisyRowSums):
+        if Zbar.encoded.shape[0] != graph.n:
+            raise InvalidInput(f"the noisy row sums cover {Zbar.encoded.shape[0]} rows, the graph {graph.n}")
+        return np.concatenate([Zbar.encoded[graph.rows(p)] for p in frame.parties])
     Zbar = np.asarray(Zbar, dtype=np.float64)
     if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
         raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
@@ -311,7 +363,7 @@ class MaskedRowSums:
 
 
 def mask_row_sums(
-    Zbar: np.ndarray,
+    Zbar: np.ndarray | NoisyRowSums,
     graph_rows: Sequence[tuple[str, int]],
     masker: PairwiseMasker,
     *,

@@ -83,6 +83,7 @@ from xclp.v1.xclp import (
     ROWSUMS_STEP,
     XclpJobParams,
     influence_piece_columns,
+    label_dp_line,
     own_neighbours_shape,
     solve_columns,
 )
@@ -255,7 +256,9 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
                 if state and state.candidates else {},
                 "params": {"lsh_bits": p.lsh_bits, "k": p.k, "key_bits": p.key_bits,
                            "hide_label_mask": p.hide_label_mask, "label_norm": p.label_norm,
-                           "pair_budget": p.pair_budget}}
+                           "pair_budget": p.pair_budget},
+                **({"privacy": {"label_dp_epsilon": p.label_dp_epsilon, "mechanism": p.label_dp_mechanism,
+                                "delta": p.label_dp_delta or 0.0, "line": label_dp_line(p)}} if p.label_dp else {})}
 
     def _dump(self, name: str, arr: np.ndarray) -> None:
         """Test hook (JobConfig refuses it unless XCLP_TESTING=1): what the coordinator saw."""

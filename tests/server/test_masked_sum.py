@@ -114,6 +114,11 @@ def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes(keys) -> Non
     assert (run.step.name, run.step.attempt, run.step.participants) == ("rows", 1, ("a", "b", "c"))
     assert run.payload_limit("b", "rows", "") == 8 * (2 + 3 + 1)  # the frame shrank with the set
     assert [i.step.round for i in drain(run, "a") if i.WhichOneof("item") == "step"][-1] == 1
+    # b's attempt-0 contribution, pushed before it heard of the restart, is of attempt 0's larger
+    # frame: read and ignored, not refused as oversized (which ended b's part in the job)
+    assert run.payload_limit("b", "rows", "", 0) == 8 * (2 + 4 + 1)
+    run.message("b", msg("rows", 0, "b", contribution("b", 4, 1)))
+    assert run.step.attempt == 1 and "b" in run.step.participants
 
 
 def test_a_holder_lost_while_revealing_is_rebuilt_from_the_others_shares_and_the_sum_opens_over_all(keys) -> None:

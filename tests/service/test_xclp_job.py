@@ -556,3 +556,29 @@ def test_a_party_lost_before_the_first_xclp_step_leaves_a_layout_over_the_whole_
     for p in ("a", "b"):
         assert isinstance(results[p], JobResult), results[p]
         assert results[p].participants == ("a", "b") and results[p].aggregate.shape == (20, C)
+
+
+def test_a_party_without_labeled_rows_gets_every_row_labelled_by_the_others(keys):
+    """A party with no labeled row has no influence columns: the coordinator sends it one empty
+    piece, which completes its Z̄ = 0 (it refused that piece as "more influence columns than this
+    party has", and the others then failed on its loss). It gets the reference's scores."""
+    from tests.harness import allow_list, job, run_parties
+    from xclp.client.policy import PartyPolicy
+    from xclp.client.session import JobResult
+    from xclp.crypto.paillier import PaillierKeypair
+
+    rng = np.random.default_rng(9)
+    datas = {}
+    for p in PARTIES:
+        y = rng.integers(0, C, 20)
+        y[10 if p != "b" else 0 :] = -1  # b: no labeled row
+        datas[p] = PartyData(rng.normal(size=(20, D)) + y[:, None], y, tuple(f"{p}{k}" for k in range(20)))
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("nolabels", "xclp", PARAMS)]) as (_, address):
+        results = run_parties(address, "nolabels", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert all(isinstance(r, JobResult) for r in results.values()), results
+    b = results["b"]
+    assert isinstance(b, JobResult)
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], b.seed, C, L, GraphParams(k=K))
+    np.testing.assert_allclose(b.aggregate, ref.scores[20:40], atol=1e-6)

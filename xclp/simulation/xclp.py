@@ -26,6 +26,7 @@ from typing import overload
 import numpy as np
 import scipy.sparse as sp
 
+from xclp import label_dp
 from xclp.client.phases.masked_sum import SelfMasks
 from xclp.client.steps import xclp as party
 from xclp.crypto.fixedpoint import FixedPoint
@@ -33,6 +34,7 @@ from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, s
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
+from xclp.label_dp import LabelDpPlan
 from xclp.server.steps import xclp as coord
 from xclp.v1.double_masking import self_mask, unpack_reveal
 from xclp.v1.wire import Payload, payload_bytes
@@ -71,6 +73,7 @@ class InProcessResult:
     rowsums_attempts: tuple[RowSumsAttempt, ...]
     seconds: Mapping[str, float]
     bytes_sent: Mapping[str, int]
+    label_dp: Mapping[str, LabelDpPlan] = field(default_factory=dict)  # each party's own noise, with label-DP
 
     @property
     def total_seconds(self) -> float:
@@ -120,13 +123,18 @@ def run_xclp_inprocess(
     executor: Executor | None = None,
     insecure_test_keys: bool = False,
     fixed_point: FixedPoint = FixedPoint(),
+    label_dp_epsilon: float | None = None,
+    label_dp_mechanism: str = "response",
+    label_dp_delta: float | None = None,
 ) -> InProcessResult:
     """Run one XCLP job; parties = {id: (X float[n_j, d], y int[n_j] with -1 = unlabeled)}.
 
     drop = {id: stage} makes that party miss its deadline in the stage named by an
     `server.steps.xclp.XclpStage` value ("setup", "secure_hamming", "graph", "secure_rowsums");
     the job then goes on as DESIGN §5 (end) says. `insecure_test_keys` allows Paillier keys below
-    2048 bits (tests only). Rows of H are in sorted-id order.
+    2048 bits (tests only). Rows of H are in sorted-id order. `label_dp_epsilon`, `_mechanism`,
+    `_delta`: each party releases its row sums with label-DP, as the job parameters of those names
+    (xclp.label_dp).
     """
     data = {pid: party.check_party_data(X, y, n_classes) for pid, (X, y) in _check_parties(parties).items()}
     drops = _check_drop(drop, data)
@@ -204,12 +212,29 @@ def run_xclp_inprocess(
         received = {pid: wire.send("influence", block) for pid, block in blocks.items()}
 
     with wire.timed("rowsums"):  # DESIGN §5.6, restarted without a party that misses it
-        Zbar = {}
+        Zbar: dict[str, np.ndarray | party.NoisyRowSums] = {}
+        graph_rows = party.graph_rows_of(sizes, membership.graph)
+        plans = {}
         for pid, block in received.items():
             y = data[pid][1]
-            S_L = party.select_influence(block, y, n_classes, hide_label_mask=hide_label_mask)
-            Zbar[pid] = party.local_scores(S_L, y, n_classes, normalise_labels=normalise_labels)
-        graph_rows = party.graph_rows_of(sizes, membership.graph)
+            Zbar[pid] = scores = party.local_scores(party.select_influence(block, y, n_classes,
+                                                                           hide_label_mask=hide_label_mask),
+                                                    y, n_classes, normalise_labels=normalise_labels)
+            if label_dp_epsilon is None:
+                continue
+            if label_dp_mechanism == "response":  # the labels randomised once, before any use
+                noisy_y = label_dp.randomised_response(y, n_classes, label_dp_epsilon, hide_unlabeled=hide_label_mask)
+                released = party.local_scores(party.select_influence(block, noisy_y, n_classes,
+                                                                     hide_label_mask=hide_label_mask),
+                                              noisy_y, n_classes, normalise_labels=normalise_labels)
+                Zbar[pid] = party.released_scores(scores, released, graph_rows, pid)
+            else:  # calibrated to the block as received (all of it)
+                if label_dp_delta is None:
+                    raise InvalidInput('label_dp_mechanism = "skellam" needs label_dp_delta')
+                plans[pid] = label_dp.plan(label_dp_epsilon, label_dp_delta,
+                                           *label_dp.largest_columns(block, layout.rows(pid)),
+                                           layout.n - sizes[pid], fixed_point.frac_bits)
+                Zbar[pid] = party.label_dp_release(scores, graph_rows, pid, plans[pid], fixed_point)
         self_masks = {pid: SelfMasks("rowsums", session_id) for pid in membership.graph}
         attempts: list[RowSumsAttempt] = []
         while True:
@@ -260,6 +285,7 @@ def run_xclp_inprocess(
         rowsums_attempts=tuple(attempts),
         seconds=dict(wire.seconds),
         bytes_sent=dict(wire.bytes_sent),
+        label_dp=plans,
     )
 
 

@@ -44,6 +44,7 @@ from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture, Network
 from xclp.v1.double_masking import reveal_step
 from xclp.v1.params import (
+    MAX_DP_DELTA,
     JobParams,
     KeySpec,
     bool_param,
@@ -149,7 +150,6 @@ def model_payload(flat: object, n_params: int, what: str) -> np.ndarray:
 
 
 DP_KEYS = frozenset({"dp_epsilon", "dp_delta", "clip_norm"})
-MAX_DP_DELTA = 0.01  # δ is the chance the guarantee fails outright; README: take 1/n² for n rows
 MAX_DP_PARTIES = 4096  # the ring's headroom is checked for this many parties in one sum
 
 

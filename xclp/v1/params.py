@@ -26,6 +26,7 @@ IMPUTE = ("none", "mean")
 # the parameters every job type has (JobParams' own fields)
 DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold"})
 MAX_CLASSES = 4096
+MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; README: take 1/n² for n rows
 # Parameters that were renamed: a job file naming the old one hears the new name.
 RENAMED = {"n_bits": "lsh_bits"}
 
@@ -108,6 +109,12 @@ class JobParams:
         """The ε of everything the job releases about a row, over all its releases (a training
         job: all its rounds); None without DP. A party's --require-dp compares it."""
         return None
+
+    @property
+    def label_epsilon_total(self) -> float | None:
+        """The ε of everything the job releases about one label (a party's --require-label-dp
+        compares it): a job that reads no labels spends none; record-level DP covers labels too."""
+        return self.epsilon_total if self.label_classes else 0.0
 
     @property
     def hides_labeled_rows(self) -> bool:

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from xclp import label_dp
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError
 from xclp.graph import GraphParams, InfluenceMethod
 from xclp.v1.params import (
+    MAX_DP_DELTA,
     JobParams,
     KeySpec,
     bool_param,
@@ -30,6 +32,7 @@ from xclp.v1.params import (
     int_param,
     method,
     n_classes_param,
+    optional_float,
     param,
     str_param,
 )
@@ -119,6 +122,15 @@ class XclpJobParams(JobParams):
     budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
                                 "the centre's pooled rows (more: fewer rows cut, more padding)", ">= 1",
                                 "DESIGN §10.3", default=1.0)
+    label_dp_epsilon: float | None = param("label-DP: the ε each label of each party spends in its SecureRowSums "
+                                           "contribution, whatever influence block the coordinator sends (off when "
+                                           "unset)", "> 0", "README \"Differential privacy\"", default=None)
+    label_dp_mechanism: str = param('label-DP: "response" randomises each label before use (δ = 0); "skellam" adds '
+                                    "noise to the row sums calibrated to the block received (needs label_dp_delta)",
+                                    '"response", "skellam"', "xclp.label_dp", default="response")
+    label_dp_delta: float | None = param('label-DP with "skellam": the δ of label_dp_epsilon (take 1/n² for n '
+                                         "labeled rows)", f"(0, {MAX_DP_DELTA}]", "README \"Differential privacy\"",
+                                         default=None)
 
     def __post_init__(self) -> None:
         if self.n_classes < 2:
@@ -151,6 +163,40 @@ class XclpJobParams(JobParams):
         if self.budget_slack < 1.0:
             raise ConfigError(f"budget_slack must be >= 1, got {self.budget_slack}")
         method(lambda: self.graph_params)
+        self._check_label_dp()
+
+    def _check_label_dp(self) -> None:
+        eps, delta, mechanism = self.label_dp_epsilon, self.label_dp_delta, self.label_dp_mechanism
+        if mechanism not in label_dp.MECHANISMS:
+            raise ConfigError(f"label_dp_mechanism must be one of {', '.join(label_dp.MECHANISMS)}, got {mechanism!r}")
+        if eps is None:
+            if delta is not None:
+                raise ConfigError("label_dp_delta is set but label_dp_epsilon is not: label-DP is off")
+            return
+        if not 0 < eps < float("inf"):
+            raise ConfigError(f"label_dp_epsilon must be finite and > 0, got {eps}")
+        if mechanism == "response":
+            if delta is not None:
+                raise ConfigError('label_dp_mechanism = "response" is ε-DP with δ = 0; label_dp_delta is for '
+                                  '"skellam" only')
+            return
+        if delta is None:
+            raise ConfigError('label_dp_mechanism = "skellam" needs label_dp_delta (take 1/n² for n labeled rows)')
+        if not 0 < delta <= MAX_DP_DELTA:
+            raise ConfigError(f"label_dp_delta must be in (0, {MAX_DP_DELTA}] (the chance the guarantee fails; take "
+                              f"1/n² for n labeled rows), got {delta}")
+        if self.label_norm != "none":
+            raise ConfigError(f'label_dp_mechanism = "skellam" needs label_norm = "none": with label_norm = '
+                              f"{self.label_norm!r} one label changes its class count and so the weight of every "
+                              'row of that class (randomised response, "response", allows it)')
+
+    @property
+    def label_dp(self) -> bool:
+        return self.label_dp_epsilon is not None
+
+    @property
+    def label_epsilon_total(self) -> float | None:
+        return self.label_dp_epsilon
 
     @property
     def candidates(self) -> bool:
@@ -196,7 +242,8 @@ class XclpJobParams(JobParams):
     def parse(cls, raw: Mapping[str, Any]) -> XclpJobParams:
         check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                                     "label_norm", "solver", "frac_bits", "insecure_test_keys", "pair_budget",
-                                    "centres", "probes", "kmeans_rounds", "min_centre_rows", "budget_slack"}),
+                                    "centres", "probes", "kmeans_rounds", "min_centre_rows", "budget_slack",
+                                    "label_dp_epsilon", "label_dp_mechanism", "label_dp_delta"}),
                     "xclp")
         return cls(
             n_classes=n_classes_param(raw), lsh_bits=int_param(raw, "lsh_bits", 1024, low=64),
@@ -207,8 +254,18 @@ class XclpJobParams(JobParams):
             pair_budget=float_param(raw, "pair_budget", 1.0), centres=int_param(raw, "centres", 64),
             probes=int_param(raw, "probes", 4), kmeans_rounds=int_param(raw, "kmeans_rounds", 8),
             min_centre_rows=int_param(raw, "min_centre_rows", 20), budget_slack=float_param(raw, "budget_slack", 1.0),
+            label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
+            label_dp_mechanism=str_param(raw, "label_dp_mechanism", "response"),
+            label_dp_delta=optional_float(raw, "label_dp_delta"),
             **data_params(raw),
         )
+
+
+def label_dp_line(params: XclpJobParams) -> str:
+    """What a label-DP job spends, for the run's summary and `job show`."""
+    how = ("each label randomised before use (δ = 0)" if params.label_dp_mechanism == "response" else
+           f"δ = {params.label_dp_delta:g}, Skellam noise on the row sums calibrated to each party's influence block")
+    return f"label-DP: ε = {params.label_dp_epsilon:g} per label of every party, {how}"
 
 
 def check_key_bits(key_bits: int, insecure_test_keys: bool) -> None:
