@@ -67,13 +67,18 @@ def keep_probability(epsilon: float, values: int) -> float:
     return 1.0 / (1.0 + (values - 1) * math.exp(-epsilon))
 
 
+def response_values(n_classes: int, *, hide_unlabeled: bool) -> int:
+    """K: the values randomised response chooses among (the classes, and "unlabeled" when hidden)."""
+    return n_classes + 1 if hide_unlabeled else n_classes
+
+
 def randomised_response(labels: np.ndarray, n_classes: int, epsilon: float, *, hide_unlabeled: bool) -> np.ndarray:
     """int64[n]: each label kept with `keep_probability`, else one of the other values uniformly,
     from the OS CSPRNG. Without `hide_unlabeled` the values are the C classes and unlabeled rows
     (−1) stay unlabeled (the coordinator knows them); with it "unlabeled" is value C + 1 of the
     response, so a labeled row may come out unlabeled and an unlabeled one labeled."""
     y = np.asarray(labels, dtype=np.int64)
-    values = n_classes + 1 if hide_unlabeled else n_classes
+    values = response_values(n_classes, hide_unlabeled=hide_unlabeled)
     p = keep_probability(epsilon, values)
     v = np.where(y == UNLABELED, n_classes, y)  # "unlabeled" as value C
     # another value, uniformly: v + 1 + (r mod (K − 1)); the modulo bias is below (K − 1)/2^64

@@ -545,7 +545,8 @@ class XclpParty(PartyJob):
         return steps.InfluenceScores(y, self.params.n_classes, sum(n for _, n in self.graph),
                                      hide_label_mask=self.params.hide_label_mask,
                                      normalise_labels=self.params.normalise_labels,
-                                     own=RowLayout.of(self.graph).rows(self.party_id))
+                                     own=RowLayout.of(self.graph).rows(self.party_id)
+                                     if self.params.label_dp and self.params.label_dp_mechanism == "skellam" else None)
 
     def _label_dp_release(self, influence: steps.InfluenceScores) -> np.ndarray | steps.NoisyRowSums:
         """Z̄ as this party releases it with label-DP (xclp.label_dp): from its randomised labels, or
@@ -553,7 +554,7 @@ class XclpParty(PartyJob):
         p = self.params
         assert p.label_dp_epsilon is not None
         if self.released is not None:  # randomised response
-            values = p.n_classes + p.hide_label_mask
+            values = label_dp.response_values(p.n_classes, hide_unlabeled=p.hide_label_mask)
             self.label_privacy = {"mechanism": "response", "epsilon_spent": p.label_dp_epsilon, "delta": 0.0,
                                   "keep_probability": label_dp.keep_probability(p.label_dp_epsilon, values)}
             self.progress(f"label-DP ε = {p.label_dp_epsilon:g}: each label was kept with probability "

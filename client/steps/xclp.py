@@ -233,7 +233,7 @@ class InfluenceScores:
     all its rows and it keeps its labeled ones (`select_influence`'s choice, piece by piece)."""
 
     def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
-                 normalise_labels: bool, own: slice = slice(0, 0)) -> None:
+                 normalise_labels: bool, own: slice | None = None) -> None:
         labels = check_labels(y, n_classes)
         self.labeled = labels != UNLABELED
         self.position = np.cumsum(self.labeled) - 1  # a labeled row's row of Y_L
@@ -243,8 +243,10 @@ class InfluenceScores:
                   else np.zeros((0, n_classes)))
         self.zbar = np.zeros((n_graph, n_classes))
         self.received = 0
-        self.own = own  # this party's graph rows, which it keeps (for `largest_columns`)
-        self.largest_columns = (0.0, 0.0)  # (c₂, c₁) over the columns received so far (xclp.label_dp)
+        # with `own` (this party's graph rows, which it keeps): (c₂, c₁) of the columns received so
+        # far on the other rows, for label-DP's Skellam noise (xclp.label_dp); no pass over them without
+        self.own = own
+        self.largest_columns = (0.0, 0.0)
 
     @property
     def complete(self) -> bool:
@@ -264,8 +266,9 @@ class InfluenceScores:
         else:
             self.zbar += S @ self.Y[self.received : stop]
         self.received = stop
-        l2, l1 = label_dp.largest_columns(S, self.own)
-        self.largest_columns = (max(self.largest_columns[0], l2), max(self.largest_columns[1], l1))
+        if self.own is not None:
+            l2, l1 = label_dp.largest_columns(S, self.own)
+            self.largest_columns = (max(self.largest_columns[0], l2), max(self.largest_columns[1], l1))
 
 
 def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels: bool) -> np.ndarray:
@@ -309,14 +312,12 @@ def label_dp_release(Zbar: np.ndarray, graph_rows: Sequence[tuple[str, int]], me
     Zbar = np.asarray(Zbar, dtype=np.float64)
     if Zbar.ndim != 2 or Zbar.shape[0] != graph.n:
         raise InvalidInput(f"Z̄ must be float64[{graph.n}, C] over the graph rows, got shape {Zbar.shape}")
-    own = graph.rows(me)
-    encoded = fixed_point.encode(Zbar, n_terms=len(graph.parties))
+    own, terms = graph.rows(me), len(graph.parties)
     others = np.concatenate([Zbar[: own.start], Zbar[own.stop :]])
-    noisy = label_dp.release(others, plan, fixed_point.frac_bits,
-                             fixed_point.max_encoded(len(graph.parties)))
+    noisy = label_dp.release(others, plan, fixed_point.frac_bits, fixed_point.max_encoded(terms))
     noisy = noisy.astype(fixed_point.signed_dtype).view(fixed_point.ring_dtype)
-    encoded[: own.start], encoded[own.stop :] = noisy[: own.start], noisy[own.start :]
-    return NoisyRowSums(encoded, plan)
+    exact = fixed_point.encode(Zbar[own], n_terms=terms)
+    return NoisyRowSums(np.concatenate([noisy[: own.start], exact, noisy[own.start :]]), plan)
 
 
 def encode_row_sums(Zbar: np.ndarray | NoisyRowSums, graph_rows: Sequence[tuple[str, int]],
