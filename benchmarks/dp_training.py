@@ -24,9 +24,16 @@ the truth files, plain XCLP against randomised response and Skellam noise on the
 test keys (the scores do not depend on the key size; tests check them against the plaintext
 reference).
 
-Usage: python benchmarks/dp_training.py [--quick] [--seeds N] [--only training|xclp]
---quick: digits only, one seed. --only: one of the two parts. Progress on stderr; the last stdout
-line is one JSON object.
+DP moments (xclp.dp_moments): breast cancer's 30 features span 0.001 to 4254, so its jobs
+standardise. DP-DBCL at ε = 4 (as above) with the pooled moments of the training rows released
+exactly, against DP moments at moments_epsilon ∈ {1, 4} (δ = 1/n²; the job's total ε is then 5 or
+8), the public bounds being each feature's min and max as the data set's documentation (sklearn's
+DESCR) lists them. The moments phase is the in-process simulation (xclp.simulation.pooled_scaling:
+each party's clipped sums and Skellam share, decoded as both ends decode).
+
+Usage: python benchmarks/dp_training.py [--quick] [--seeds N] [--only training|xclp|moments]
+--quick: digits only, one seed (no moments part). --only: one of the three parts. Progress on
+stderr; the last stdout line is one JSON object.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,7 +51,7 @@ from _data import load_breast_cancer_data, load_digits_data
 
 from xclp.fedavg import accuracy
 from xclp.graph import GraphParams
-from xclp.simulation import run_dbcl, run_fedavg
+from xclp.simulation import pooled_scaling, run_dbcl, run_fedavg
 from xclp.simulation.xclp import run_xclp_inprocess
 from xclp.v1.registry import parse_params
 
@@ -54,7 +62,10 @@ SETTINGS = {
 }
 
 
-def split(name: str, seed: int) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, int]:
+def split(name: str, seed: int, moments_epsilon: float | None = None,
+          ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray, np.ndarray, int]:
+    """3 parties' training rows, the test rows, the training row count. Breast cancer is
+    standardised with the training rows' pooled moments: exact, or DP moments at `moments_epsilon`."""
     X, y = load_digits_data() if name == "digits" else load_breast_cancer_data()
     if name == "digits":
         X = X / 16.0
@@ -62,15 +73,33 @@ def split(name: str, seed: int) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]
     X, y = X[order], y[order]
     n_train = int(0.7 * len(y))
     if name != "digits":
-        mean, std = X[:n_train].mean(axis=0), X[:n_train].std(axis=0)
-        X = (X - mean) / np.where(std > 0, std, 1.0)
+        if moments_epsilon is None:
+            mean, std = X[:n_train].mean(axis=0), X[:n_train].std(axis=0)
+            X = (X - mean) / np.where(std > 0, std, 1.0)
+        else:
+            params = parse_params("race", {"rows": 1, "width": 2, "standardise": True,
+                                           "moments_epsilon": moments_epsilon, "moments_delta": 1.0 / n_train**2,
+                                           "moments_bounds": documented_ranges()})
+            X = pooled_scaling([X[:n_train][i::3] for i in range(3)], params).apply(X)
     parties = {p: (X[:n_train][i::3], y[:n_train][i::3]) for i, p in enumerate("abc")}
     return parties, X[n_train:], y[n_train:], n_train
 
 
-def run(kind: str, name: str, epsilon: float | None, seed: int) -> tuple[float, float | None, float]:
+def documented_ranges() -> list[list[float]]:
+    """Each breast cancer feature's [min, max] from the data set's documentation (sklearn's DESCR)."""
+    from sklearn.datasets import load_breast_cancer
+
+    ranges = [[float(lo), float(hi)] for lo, hi in
+              re.findall(r"^[a-z ]+\([a-z ]+\):\s+([\d.]+)\s+([\d.]+)$", load_breast_cancer().DESCR, re.M)]
+    if len(ranges) != 30:
+        raise RuntimeError(f"expected 30 documented feature ranges in sklearn's DESCR, found {len(ranges)}")
+    return ranges
+
+
+def run(kind: str, name: str, epsilon: float | None, seed: int,
+        moments_epsilon: float | None = None) -> tuple[float, float | None, float]:
     """(test accuracy, ε the accountant gives for the run, seconds)."""
-    parties, X_test, y_test, n_train = split(name, seed)
+    parties, X_test, y_test, n_train = split(name, seed, moments_epsilon)
     setting = SETTINGS[name]
     n_classes = int(max(int(y.max()) for _, y in parties.values())) + 1
     dp = {} if epsilon is None else {"dp_epsilon": epsilon, "dp_delta": 1.0 / n_train**2, "clip_norm": 1.0}
@@ -131,9 +160,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="digits only, one seed")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--only", choices=("training", "xclp"), help="run one part only")
+    ap.add_argument("--only", choices=("training", "xclp", "moments"), help="run one part only")
     args = ap.parse_args()
-    names = [] if args.only == "xclp" else ["digits"] if args.quick else list(SETTINGS)
+    names = [] if args.only in ("xclp", "moments") else ["digits"] if args.quick else list(SETTINGS)
     seeds = range(1 if args.quick else args.seeds)
     out: dict[str, object] = {"quick": args.quick, "seeds": len(seeds), "epsilons": list(EPSILONS), "results": {}}
     results: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -149,7 +178,18 @@ def main() -> None:
                 results.setdefault(name, {})[f"{kind}_{label}"] = entry
                 print(f"{name} {kind} {label}: accuracy {acc:.3f} (ε spent {entry['epsilon_spent']}), "
                       f"{entry['seconds']}s", file=sys.stderr, flush=True)
-    for label, options in LABEL_DP.items() if args.only != "training" else ():
+    for moments_epsilon in (None, 1.0, 4.0) if args.only in (None, "moments") and not args.quick else ():
+        label = "exact" if moments_epsilon is None else f"dp_moments_eps{moments_epsilon:g}"
+        runs = [run("dbcl", "breast_cancer", 4.0, s, moments_epsilon) for s in seeds]
+        entry = {"accuracy": round(float(np.mean([r[0] for r in runs])), 4),
+                 "accuracy_std": round(float(np.std([r[0] for r in runs])), 4),
+                 "epsilon_total": 4.0 + (moments_epsilon or 0.0) if moments_epsilon else None}
+        results.setdefault("moments", {})[f"moments_dbcl_eps4_{label}"] = entry
+        print(f"breast cancer dbcl ε = 4, moments {label}: accuracy {entry['accuracy']:.3f}", file=sys.stderr,
+              flush=True)
+    for key, entry in results.get("moments", {}).items():
+        out[key] = entry["accuracy"]
+    for label, options in LABEL_DP.items() if args.only not in ("training", "moments") else ():
         runs = [run_xclp(options, s) for s in seeds]
         entry = {"accuracy": round(float(np.mean([r[0] for r in runs])), 4),
                  "accuracy_std": round(float(np.std([r[0] for r in runs])), 4),

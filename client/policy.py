@@ -67,18 +67,22 @@ class PartyPolicy:
                                 f"with at least {self.min_parties} (--min-parties)")
         if self.require_dp is not None:
             epsilon = params.epsilon_total
+            if epsilon is None and params.release_epsilon is not None:
+                raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes without DP, which releases the "
+                                    "pooled mean and standard deviation of every feature exactly, outside the DP "
+                                    "guarantee that --require-dp asks for (DESIGN §8; the job can set "
+                                    "moments_epsilon)")
             if epsilon is None:
                 labels_only = (" (its label-DP protects labels only, not the rows: see --require-label-dp)"
                                if params.label_epsilon_total is not None else "")
                 raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
                                     f"job {spec.job_id!r} ({spec.job_type}) releases without DP{labels_only}")
             if epsilon > self.require_dp:
-                raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} in total over its releases; "
-                                    f"this party requires epsilon <= {self.require_dp:g} (--require-dp)")
-            if params.prepares:
-                raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes, which releases the pooled mean and "
-                                    "standard deviation of every feature exactly, outside the DP guarantee that "
-                                    "--require-dp asks for (DESIGN §8)")
+                moments = (f" ({params.release_epsilon:g} for its releases and {params.moments_epsilon:g} for the "
+                           "moments)" if params.moments_dp else "")
+                raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} in total over its "
+                                    f"releases{moments}; this party requires epsilon <= {self.require_dp:g} "
+                                    "(--require-dp)")
         if self.require_label_dp is not None:
             epsilon = params.label_epsilon_total
             if epsilon is None:

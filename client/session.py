@@ -257,7 +257,16 @@ class PartySession:
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
         return JobResult(self.job_type, params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
-                         self.job.rounds(), self.job.privacy())
+                         self.job.rounds(), self._privacy())
+
+    def _privacy(self) -> dict[str, Any] | None:
+        """What the job's releases spent (JobResult.privacy), with the DP moments' as "moments"."""
+        assert self.job is not None
+        privacy = self.job.privacy()
+        moments = self.prep.privacy() if self.prep is not None else None
+        if moments is None:
+            return privacy
+        return {**(privacy or {}), "moments": moments}
 
     def _check_own_identity(self) -> None:
         if not self.config.peers:
@@ -287,7 +296,7 @@ class PartySession:
                 row = int(np.flatnonzero(bad)[0])
                 raise InvalidInput(f"label {int(self.data.y[row])} at row {row} is out of range for a "
                                    f"{n_classes}-class job")
-        params.check_dim(self.data.X.shape[1])
+        params.check_table(self.data.X.shape[1])
 
     # --- transitions --------------------------------------------------------------------------
 

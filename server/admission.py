@@ -137,7 +137,7 @@ def check_summary(config: JobConfig, summary: pb.DataSummary, joined: Iterable[t
     if summary.dim > MAX_DIM:
         raise InvalidInput(f"the data summary reports {summary.dim} columns; at most {MAX_DIM}")
     try:
-        config.params.check_dim(int(summary.dim))
+        config.params.check_table(int(summary.dim))
     except InvalidInput as exc:
         raise InvalidInput(f"job {config.job_id!r} cannot use data of {summary.dim} columns: {exc}") from None
     if summary.labeled_rows > summary.rows:

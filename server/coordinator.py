@@ -245,10 +245,15 @@ class Coordinator:
         definition = self.definitions.get(job_id)
         if definition is None:
             return ""
-        epsilon, labels = definition.params.epsilon_total, definition.params.label_epsilon_total
+        params = definition.params
+        epsilon, labels = params.epsilon_total, params.label_epsilon_total
+        moments = f"DP moments ε = {params.moments_epsilon:g}" if params.moments_dp else ""
         if epsilon is not None:
-            return f"DP budget ε = {epsilon:g} over the job's releases (not yet spent)"
-        return "" if not labels else f"label-DP budget ε = {labels:g} per label (not yet spent)"
+            with_moments = " and its moments" if moments else ""
+            return f"DP budget ε = {epsilon:g} over the job's releases{with_moments} (not yet spent)"
+        parts = [f"label-DP budget ε = {labels:g} per label" if labels else "", moments]
+        budget = "; ".join(p for p in parts if p)
+        return f"{budget} (not yet spent)" if budget else ""
 
     # --- the parties' calls -------------------------------------------------------------------
 
@@ -323,7 +328,7 @@ class Coordinator:
         else:
             state = job.stage.value
         by = self._cancelled_by.get(job.run_id, "") if state == "cancelled" else ""
-        self.store.set_steps(job.run_id, job.ledger.as_dict(), job.job.summary().get("privacy", {}).get("line", ""))
+        self.store.set_steps(job.run_id, job.ledger.as_dict(), job.privacy().get("line", ""))
         self.store.set_state(job.run_id, state, job.outcome_reason, cancelled_by=by)
         if job.config.summary_path is not None:  # the run summary the job file asks for (DESIGN §9)
             write_json_atomic(job.config.summary_path, job.summary(), mode=0o644)

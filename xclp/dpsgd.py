@@ -197,13 +197,22 @@ def randomised_round(x: np.ndarray) -> np.ndarray:
     return np.floor(x + uniform_open(x.shape)).astype(np.int64)
 
 
-class RoundNoise:
-    """This party's noise share for a round's update sum, the same across the round's attempts: a
-    restart with fewer parties tops it up so that any m − 1 of the m shares still make μ (the
-    draws are independent Skellam, so the sum of the share and the top-up is one share of the new
-    size). Reusing it means a restarted sum never adds a fresh, independent view of this party."""
+class Noisy(Protocol):
+    """A noise plan: μ, the Skellam variance per cell that any m − 1 of a sum's m shares make
+    (DpPlan, xclp.dp_moments.MomentsPlan)."""
 
-    def __init__(self, plan: DpPlan, dim: int) -> None:
+    @property
+    def variance(self) -> float: ...
+
+
+class RoundNoise:
+    """This party's noise share for a round's update sum (or the DP moments' sum), the same across
+    the sum's attempts: a restart with fewer parties tops it up so that any m − 1 of the m shares
+    still make μ (the draws are independent Skellam, so the sum of the share and the top-up is one
+    share of the new size). Reusing it means a restarted sum never adds a fresh, independent view
+    of this party."""
+
+    def __init__(self, plan: Noisy, dim: int) -> None:
         self.plan, self.dim = plan, dim
         self.share: np.ndarray | None = None
         self.variance = 0.0  # of the share as it stands

@@ -125,7 +125,7 @@ class AllReduceParty(PartyJob):
         super().__init__(ctx)
         self.release = release
         self.sum = MaskedSumParty(ctx, SUM_STEP, self.local_array, purpose=SUM_PURPOSE,
-                                  exact=ctx.params.epsilon_total is None)
+                                  exact=ctx.params.release_epsilon is None)
 
     def local_array(self, members: tuple[str, ...]) -> np.ndarray:
         """This party's unmasked ring array for the sum among `members` (DESIGN §6)."""

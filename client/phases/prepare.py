@@ -9,11 +9,15 @@ step. The coordinator learns the pooled moments only.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from xclp import dp_moments
 from xclp.client.context import PartyContext
 from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.dp_moments import MomentsPlan
+from xclp.dpsgd import RoundNoise
 from xclp.errors import ProtocolError
 from xclp.party_table import PartyData
 from xclp.prep import Scaling, local_moments
@@ -25,8 +29,20 @@ from xclp.v1.steps import MOMENTS_PURPOSE, MOMENTS_RESULT_MSG, MOMENTS_STEP
 class Preparation:
     def __init__(self, ctx: PartyContext) -> None:
         self.ctx, self.params, self.data, self.progress = ctx, ctx.params, ctx.data, ctx.progress
-        self.local = local_moments(self.data.X)  # float64[4, d]; refuses overflowing squares before any send
-        self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE, exact=True)
+        dim = self.data.X.shape[1]
+        # with moments_epsilon (xclp.dp_moments): the clipped integer sums and this party's noise share
+        self.dp: MomentsPlan | None = self.params.moments_plan(dim)
+        if self.dp is None:
+            self.local = local_moments(self.data.X)  # float64[4, d]; refuses overflowing squares before any send
+            self.own_counts = self.local[0]
+        else:
+            bounds = self.params.moments_ranges(dim)
+            self.clipped = dp_moments.local_sums(self.data.X, bounds, self.dp.scale_bits)
+            self.own_counts = self.clipped[0] >> self.dp.scale_bits
+            self.noise = RoundNoise(self.dp, self.dp.cells)
+            self._report_clipped(dp_moments.outside(self.data.X, bounds))
+        self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE,
+                                  exact=self.dp is None)
         self.scaling: Scaling | None = None
 
     def handles(self, step: str) -> bool:
@@ -36,8 +52,28 @@ class Preparation:
         self.sum.on_step(step)
 
     def _contribution(self, members: tuple[str, ...]) -> np.ndarray:
-        self.progress(f"pushing masked feature moments ({len(members)} parties)")
-        return moments.encode(self.local, len(members))
+        if self.dp is None:
+            self.progress(f"pushing masked feature moments ({len(members)} parties)")
+            return moments.encode(self.local, len(members))
+        self.progress(f"pushing masked feature moments with DP noise, ε = {self.dp.epsilon:g} ({len(members)} "
+                      "parties)")
+        share = self.noise.for_members(len(members))  # the same share on a restart, topped up
+        return moments.encode_private(self.clipped, share, self.dp, len(members))
+
+    def _report_clipped(self, outside: np.ndarray) -> None:
+        columns = np.flatnonzero(outside)
+        if columns.size:
+            names = [repr(self.data.columns[j]) if self.data.columns else str(j + 1) for j in columns[:5]]
+            more = f" and {columns.size - 5} more" if columns.size > 5 else ""
+            self.progress(f"{int(outside.sum())} cells in {columns.size} feature column(s) ({', '.join(names)}{more}) "
+                          "lie outside moments_bounds; the DP moments clip them (the table itself is not clipped)")
+
+    def privacy(self) -> dict[str, Any] | None:
+        """With DP moments: their budget and noise (a one-off release: spent once the sum opened)."""
+        if self.dp is None or self.scaling is None:
+            return None
+        return {"epsilon_spent": self.dp.epsilon, "delta": self.dp.delta, "noise_std": self.dp.std,
+                "noisy_counts": self.dp.noisy_counts, "line": f"DP moments: {self.dp.describe()}"}
 
     def on_message(self, message: wire.Message) -> Scaling:
         if message.step != MOMENTS_RESULT_MSG or message.sender != "":
@@ -50,11 +86,13 @@ class Preparation:
             raise ProtocolError(f"the pooled moments must be {dtype.str}{list(shape)}")
         self.ctx.transcript.absorb("moments", payload)  # the pooled moments: one for all (DESIGN §2.5)
         sums = moments.decode(payload)
-        own = self.local[0]
-        if any(int(sums[0, j]) >> moments.FRAC_BITS < own[j] for j in range(own.shape[0])):
+        own = self.own_counts
+        exact_counts = self.dp is None or not self.dp.noisy_counts
+        if exact_counts and any(int(sums[0, j]) >> moments.FRAC_BITS < own[j] for j in range(own.shape[0])):
             raise ProtocolError("the pooled moments count fewer cells than this party alone holds")
-        self.scaling = Scaling.from_sums(sums, moments.FRAC_BITS, standardise=self.params.standardise,
-                                         impute=self.params.impute == "mean")
+        self.scaling = moments.pooled_scaling(self.params, payload, self.data.X.shape[1])
+        if self.dp is not None:
+            self.progress(f"pooled moments released with DP: {self.dp.describe()}")
         return self.scaling
 
     def prepared(self) -> PartyData:

@@ -3,6 +3,7 @@ standardisation and imputation, class names, and the bad tables it refuses."""
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ from xclp.prep import local_moments
 from xclp.reference import xclp_reference
 from xclp.v1 import moments
 from xclp.v1.double_masking import self_mask, unpack_reveal
+from xclp.v1.registry import parse_params
 
 FLYNN = {"n_classes": 3, "m": 512, "s": 2, "rho": 16}
 SCALES = np.array([1.0, 1e3, 1e-3, 50.0, 1.0])  # the last column is a constant (7) on every party
@@ -253,3 +255,55 @@ def test_categorical_columns_read_for_the_job_give_every_party_the_same_one_hot_
     fh = FlyHash.from_seed(results["a"].seed, FlyNNParams(4, 256, 2, 8))
     assert results["a"].columns == ("age", "site=north", "site=south", "site=east")
     assert np.array_equal(results["c"].aggregate, train_counts(fh, X.astype(np.float64), y, 3))
+
+
+def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_parties_make(keys, monkeypatch,
+                                                                                             tmp_path):
+    """moments_epsilon (xclp.dp_moments) through the service, with parties that --require-dp: the
+    coordinator's opened moments are the parties' clipped integer sums plus noise of variance
+    μ·3/2 per cell (three shares of which any two make μ; shares sized so that all three make μ
+    would give a third less: 900 cells, a standard error of 5 %). Every party applies the
+    coordinator's scaling, hears what the moments spent, and logs no exact release."""
+    from xclp import dp_moments
+    from xclp.client.releases import ReleaseLog
+
+    opened: list[np.ndarray] = []
+    real = moments.pooled_scaling
+
+    def pooled_scaling(params, total, dim):
+        opened.append(total.copy())
+        return real(params, total, dim)
+
+    monkeypatch.setattr(moments, "pooled_scaling", pooled_scaling)
+    d = 300
+    rng = np.random.default_rng(7)
+    datas = {}
+    for i, p in enumerate(PARTIES):
+        X = rng.normal(size=(20, d)) * 2 + i
+        X[rng.random(X.shape) < 0.05] = np.nan
+        datas[p] = PartyData(X, rng.integers(0, 3, 20), tuple(f"{p}{r}" for r in range(20)))
+    params = {**FLYNN, "epsilon": 2.0, "T": 5, "standardise": True, "impute": "mean", "moments_epsilon": 1.0,
+              "moments_delta": 1e-6, "moments_bounds": [-4.0, 6.0]}
+    logs = {p: {"releases": ReleaseLog(tmp_path / p / "releases.json")} for p in PARTIES}
+    with coordinator(allow_list(keys), [job("f", "flynn", params)]) as (coord, addr):
+        results = run_parties(addr, "f", keys, datas, policy=PartyPolicy(require_dp=3.0), overrides=logs)
+        scaling = coord.jobs["f"].scaling
+        summary = coord.jobs["f"].summary()
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    job_params = parse_params("flynn", params)
+    plan, bounds = job_params.moments_plan(d), job_params.moments_ranges(d)
+    assert plan is not None and plan.noisy_counts
+    shift = moments.FRAC_BITS - plan.scale_bits
+    total = np.array([[int(v) >> shift for v in row] for row in moments.decode(opened[0])], dtype=np.int64)
+    clipped = sum(dp_moments.local_sums(data.X, bounds, plan.scale_bits) for data in datas.values())
+    residual = (total - clipped).ravel().astype(np.float64)
+    assert residual.var() == pytest.approx(plan.variance * 3 / 2, rel=0.2)
+    assert abs(residual.mean()) < 5 * math.sqrt(plan.variance * 3 / 2 / residual.size)
+    for p, result in results.items():
+        np.testing.assert_array_equal(result.scaling.mean, scaling.mean)
+        np.testing.assert_array_equal(result.scaling.std, scaling.std)
+        assert result.privacy is not None and result.privacy["moments"]["epsilon_spent"] == 1.0
+        assert not (tmp_path / p / "releases.json").exists()  # noisy sums: nothing to difference exactly
+    kept = scaling.kept  # 60 rows against a noise of σ ≈ 160 on each count: some counts fall below one row
+    assert ((scaling.mean[kept] >= -4.0) & (scaling.mean[kept] <= 6.0)).all() and (scaling.std[kept] <= 5.0).all()
+    assert summary["privacy"]["line"].startswith("DP moments: ε = 1, δ = 1e-06")

@@ -91,7 +91,7 @@ class FlynnJobParams(JobParams):
         return self.n_classes
 
     @property
-    def epsilon_total(self) -> float | None:
+    def release_epsilon(self) -> float | None:
         return self.epsilon
 
     def wire(self, dim: int) -> tuple[np.dtype[Any], tuple[int, ...]]:
@@ -156,7 +156,7 @@ class RaceJobParams(JobParams):
         return self.n_classes
 
     @property
-    def epsilon_total(self) -> float | None:
+    def release_epsilon(self) -> float | None:
         return self.epsilon
 
     def wire(self, dim: int) -> tuple[np.dtype[Any], tuple[int, ...]]:

@@ -174,7 +174,7 @@ class PrivateTraining(JobParams):
         return self.dp_epsilon is not None
 
     @property
-    def epsilon_total(self) -> float | None:
+    def release_epsilon(self) -> float | None:
         return self.dp_epsilon
 
     @property

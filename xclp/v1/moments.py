@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from xclp import dp_moments
 from xclp.crypto.fixedpoint import WideFixedPoint
 from xclp.errors import InvalidInput
+from xclp.prep import Scaling
 from xclp.v1.double_masking import reveal_step
+from xclp.v1.params import JobParams
 from xclp.v1.steps import MOMENTS_STEP
 
 CODEC = WideFixedPoint()
@@ -46,6 +49,28 @@ def encode(local: np.ndarray, n_parties: int) -> np.ndarray:
         square = _round_div(count * c * c + 2 * c * dev, 1 << F)  # (n·c² + 2·c·D) · 2^F
         ints[:, j] = [count << F, count * c + dev, CODEC.scaled(m2) + square]
     return CODEC.to_limbs(ints, n_terms=n_parties)
+
+
+def encode_private(clipped: np.ndarray, share: np.ndarray, plan: dp_moments.MomentsPlan,
+                   n_parties: int) -> np.ndarray:
+    """A DP moments contribution (xclp.dp_moments): the party's clipped integer sums int64[3, d]
+    and its noise share int64[plan.cells] on the noisy cells -> uint64[3, d, LIMBS] at 2^FRAC_BITS;
+    InvalidInput for a value that could wrap among `n_parties`."""
+    noise = np.zeros(clipped.shape, dtype=np.int64)
+    noise[plan.noise_mask()] = share
+    return CODEC.to_limbs(dp_moments.release(clipped, noise, plan, FRAC_BITS), n_terms=n_parties)
+
+
+def pooled_scaling(params: JobParams, total: np.ndarray, dim: int) -> Scaling:
+    """What every side applies, from the opened sum uint64[3, dim, LIMBS]: exact moments, or the
+    DP moments' post-processing (xclp.dp_moments.scaling) when the job sets moments_epsilon."""
+    sums = decode(total)
+    impute = params.impute == "mean"
+    plan = params.moments_plan(dim)
+    if plan is None:
+        return Scaling.from_sums(sums, FRAC_BITS, standardise=params.standardise, impute=impute)
+    return dp_moments.scaling(sums, FRAC_BITS, plan, params.moments_ranges(dim), standardise=params.standardise,
+                              impute=impute)
 
 
 def decode(total: np.ndarray) -> np.ndarray:

@@ -18,13 +18,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field
+from functools import lru_cache
 from typing import Any, TypeVar
 
+import numpy as np
+
+from xclp.dp_moments import MomentsPlan, bounds_array
+from xclp.dp_moments import plan as plan_moments
 from xclp.errors import ConfigError, InvalidInput
 
 IMPUTE = ("none", "mean")
 # the parameters every job type has (JobParams' own fields)
-DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold"})
+DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold", "moments_epsilon",
+                       "moments_delta", "moments_bounds"})
 MAX_CLASSES = 4096
 MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; README: take 1/n² for n rows
 # Parameters that were renamed: a job file naming the old one hears the new name.
@@ -76,6 +82,16 @@ class JobParams:
         "t of the t-of-n Shamir shares of every self-mask seed: a party lost while revealing is recovered from "
         "t of the others' shares (0: a majority of each attempt's parties, ⌊n/2⌋ + 1)",
         "0, or 2 .. the expected parties", "README \"Who can learn what\"", default=0, kw_only=True)
+    moments_epsilon: float | None = param(
+        "record-level DP for the pooled moments of standardise / impute: the ε of that one release (off when "
+        "unset; needs moments_delta and moments_bounds)", "> 0", "README \"Differential privacy\"", default=None,
+        kw_only=True)
+    moments_delta: float | None = param("the δ of moments_epsilon (take 1/n² for n rows)", "(0, 0.01]",
+                                        "README \"Differential privacy\"", default=None, kw_only=True)
+    moments_bounds: tuple[tuple[float, float], ...] | None = param(
+        "with moments_epsilon: the public range every feature's values are clipped to for the moments, as "
+        "[lo, hi] for all features or [[lo, hi], ...] one per feature column", "lo < hi, finite",
+        "README \"Differential privacy\"", default=None, kw_only=True)
 
     # --- what both ends ask of any job ----------------------------------------------------------
 
@@ -105,16 +121,53 @@ class JobParams:
         return None
 
     @property
-    def epsilon_total(self) -> float | None:
-        """The ε of everything the job releases about a row, over all its releases (a training
-        job: all its rounds); None without DP. A party's --require-dp compares it."""
+    def release_epsilon(self) -> float | None:
+        """The ε of everything the job type's own releases say about a row, over all of them (a
+        training job: all its rounds); None if they are not DP."""
         return None
+
+    @property
+    def moments_dp(self) -> bool:
+        """Whether the moments phase releases with DP (xclp.dp_moments)."""
+        return self.prepares and self.moments_epsilon is not None
+
+    @property
+    def epsilon_total(self) -> float | None:
+        """The ε of everything the job releases about a row: its own releases' plus, if it
+        standardises or imputes, the moments' (basic composition); None if anything it releases
+        is not DP. A party's --require-dp compares it."""
+        own = self.release_epsilon
+        if own is None or not self.prepares:
+            return own
+        return own + self.moments_epsilon if self.moments_epsilon is not None else None
 
     @property
     def label_epsilon_total(self) -> float | None:
         """The ε of everything the job releases about one label (a party's --require-label-dp
-        compares it): a job that reads no labels spends none; record-level DP covers labels too."""
-        return self.epsilon_total if self.label_classes else 0.0
+        compares it): a job that reads no labels spends none; record-level DP covers labels too
+        (the moments read no labels)."""
+        return self.release_epsilon if self.label_classes else 0.0
+
+    def moments_plan(self, dim: int) -> MomentsPlan | None:
+        """The noise of the DP moments for a table of `dim` feature columns (None without them)."""
+        if not self.moments_dp:
+            return None
+        assert self.moments_epsilon is not None and self.moments_delta is not None
+        return _moments_plan(self.moments_epsilon, self.moments_delta, dim, self.impute == "mean")
+
+    def moments_ranges(self, dim: int) -> np.ndarray:
+        """float64[dim, 2]: the moments' clipping bounds per feature (InvalidInput if they do not fit)."""
+        if self.moments_bounds is None:
+            raise InvalidInput("the job sets no moments_bounds")
+        return bounds_array(self.moments_bounds, dim)
+
+    def check_table(self, dim: int) -> None:
+        """Refuse (InvalidInput) a table of `dim` feature columns, as read, before any work on it:
+        what the moments need of it, then `check_dim`."""
+        if self.moments_dp:
+            self.moments_ranges(dim)
+            self.moments_plan(dim)
+        self.check_dim(dim)
 
     @property
     def hides_labeled_rows(self) -> bool:
@@ -164,6 +217,29 @@ class JobParams:
                 raise ConfigError(f"categorical column {column!r} needs a list of distinct, non-empty categories")
         if self.impute not in IMPUTE:
             raise ConfigError(f"impute must be one of {', '.join(repr(v) for v in IMPUTE)}, got {self.impute!r}")
+        self._check_moments()
+
+    def _check_moments(self) -> None:
+        eps, delta, bounds = self.moments_epsilon, self.moments_delta, self.moments_bounds
+        if eps is None:
+            if delta is not None or bounds is not None:
+                raise ConfigError("moments_delta and moments_bounds are for moments_epsilon, which is not set")
+            return
+        if not self.prepares:
+            raise ConfigError("moments_epsilon is set but the job neither standardises nor imputes: it releases no "
+                              "moments")
+        if not eps > 0:
+            raise ConfigError(f"moments_epsilon must be > 0, got {eps}")
+        if delta is None or bounds is None:
+            raise ConfigError("moments_epsilon needs moments_delta (take 1/n² for n rows) and moments_bounds (the "
+                              "public range of every feature's values)")
+        if not 0 < delta <= MAX_DP_DELTA:
+            raise ConfigError(f"moments_delta must be in (0, {MAX_DP_DELTA}] (the chance the guarantee fails; take "
+                              f"1/n² for n rows), got {delta}")
+        if not bounds:
+            raise ConfigError("moments_bounds must give at least one [lo, hi] range")
+        method(lambda: bounds_array(bounds, len(bounds)))
+        method(lambda: _moments_plan(eps, delta, len(bounds) if len(bounds) > 1 else 1, self.impute == "mean"))
 
 
 # --- parsing a [params] table ---------------------------------------------------------------------
@@ -250,7 +326,31 @@ def data_params(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise ConfigError("job parameter 'categorical' must be a table of column = [category names]")
         categorical = {str(k): tuple(c.strip() for c in v) for k, v in categorical.items()}
     return {"classes": classes, "standardise": bool_param(raw, "standardise"), "impute": impute,
-            "categorical": categorical, "share_threshold": int_param(raw, "share_threshold", 0, low=0)}
+            "categorical": categorical, "share_threshold": int_param(raw, "share_threshold", 0, low=0),
+            "moments_epsilon": optional_float(raw, "moments_epsilon"),
+            "moments_delta": optional_float(raw, "moments_delta"), "moments_bounds": _bounds_param(raw)}
+
+
+def _bounds_param(raw: Mapping[str, Any]) -> tuple[tuple[float, float], ...] | None:
+    """moments_bounds: [lo, hi] for every feature, or [[lo, hi], ...] one per feature column."""
+    value = raw.get("moments_bounds")
+    if value is None:
+        return None
+
+    def number(v: Any) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float))
+
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(number(v) for v in value):
+        return ((float(value[0]), float(value[1])),)
+    if (isinstance(value, (list, tuple)) and value
+            and all(isinstance(p, (list, tuple)) and len(p) == 2 and all(number(v) for v in p) for p in value)):
+        return tuple((float(lo), float(hi)) for lo, hi in value)
+    raise ConfigError(f"job parameter 'moments_bounds' must be [lo, hi] or a list of [lo, hi], got {value!r}")
+
+
+@lru_cache(maxsize=64)
+def _moments_plan(epsilon: float, delta: float, dim: int, noisy_counts: bool) -> MomentsPlan:
+    return plan_moments(epsilon, delta, dim, noisy_counts=noisy_counts)
 
 
 def method(build: Callable[[], T]) -> T:
