@@ -10,6 +10,10 @@ Neither Σx nor Σx² is summed as float64: a party centres its values on its ow
 D = Σ(x − c) and M2 = Σ(x − c)² (no cancellation), then forms Σx and Σx² from them exactly in the
 fixed-point integers. The pooled variance (exact integers, xclp.prep) so keeps the digits that
 float64 sums lose on a feature whose mean is large against its spread (a timestamp, say).
+
+With moments_epsilon (xclp.dp_moments) the same payload carries, per feature, the noisy
+(ñ, Σũ, Σũ²) of the range-scaled clipped values instead (`encode_private`), and `pooled_scaling`
+post-processes them into the Scaling on both ends.
 """
 
 from __future__ import annotations
