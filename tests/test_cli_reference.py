@@ -4,6 +4,7 @@ process, COLUMNS=100) must be in it word for word."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -13,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from xclp.cli_reference import WIDTH, commands, parsers, reference
-
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cli.md"
+_spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "docs" / "cli_reference.py")
+assert _spec is not None and _spec.loader is not None
+cli_reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cli_reference)
+WIDTH, commands, parsers, reference = (cli_reference.WIDTH, cli_reference.commands, cli_reference.parsers,
+                                       cli_reference.reference)
 
 
 def test_the_reference_is_current():

@@ -2,7 +2,9 @@
 
 Every command and subcommand of `xclp-client` and `xclp-server`, each with its `--help` text as
 argparse prints it at a fixed width, so the reference and the programs cannot drift:
-scripts/gen-cli-reference rewrites the file and tests/test_cli_reference.py fails when they differ.
+`python docs/cli_reference.py` (scripts/gen-cli-reference) rewrites the file and
+tests/test_cli_reference.py fails when they differ. It lives beside the docs, not in the package:
+it imports both the client and the server, which no installed module but the simulation may.
 """
 
 from __future__ import annotations
@@ -60,3 +62,9 @@ def reference(width: int = WIDTH) -> str:
         for prog, sub in commands(parser):
             out.append(f"## `{prog}`\n\n```text\n{help_text(sub, width).rstrip()}\n```\n")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    from pathlib import Path
+
+    (Path(__file__).resolve().parent / "cli.md").write_text(reference())
