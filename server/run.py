@@ -441,20 +441,22 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """The run summary (DESIGN §9): per-step seconds and bytes, who dropped; nothing sensitive."""
+        job = self.job.summary()
         return {"job_id": self.config.job_id, "job_type": self.config.job_type, "outcome": self.stage.value,
                 "reason": self.outcome_reason, "total_seconds": round(self.clock() - self.started_at, 6),
                 "steps": self.ledger.as_dict(), "bytes_total": self.ledger.bytes_total,
                 "dropped": {p: self.drop_reasons.get(p, "never joined") for p in sorted(self.dropped)},
-                **self.job.summary(), **({"privacy": privacy} if (privacy := self.privacy()) else {})}
+                **job, **({"privacy": privacy} if (privacy := self._privacy(job)) else {})}
 
     def privacy(self) -> dict[str, Any]:
         """The run's privacy report: the job's (its accountant with DP, xclp's label-DP) and, once
         released, the DP moments' as "moments"; "line" says all of it in one line."""
-        privacy = dict(self.job.summary().get("privacy", {}))
+        return self._privacy(self.job.summary())
+
+    def _privacy(self, job: dict[str, Any]) -> dict[str, Any]:
+        privacy = dict(job.get("privacy", {}))
         plan = self.config.params.moments_plan(self.table_dim) if self.scaling is not None else None
         if plan is not None:
-            line = f"DP moments: ε = {plan.epsilon:g}, δ = {plan.delta:g}, noise σ = {plan.std:.3g}"
-            privacy["moments"] = {"epsilon": plan.epsilon, "delta": plan.delta, "noise_std": round(plan.std, 6),
-                                  "noisy_counts": plan.noisy_counts, "line": line}
-            privacy["line"] = "; ".join(part for part in (privacy.get("line", ""), line) if part)
+            privacy["moments"] = report = plan.report()
+            privacy["line"] = "; ".join(part for part in (privacy.get("line", ""), str(report["line"])) if part)
         return privacy

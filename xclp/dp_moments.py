@@ -133,6 +133,13 @@ class MomentsPlan:
         mask[0] = self.noisy_counts
         return mask
 
+    def report(self) -> dict[str, object]:
+        """What the release spent, as the party's JobResult.privacy and the coordinator's summary
+        carry it under "moments" (a one-off release: all of it once the sum opened)."""
+        return {"epsilon_spent": self.epsilon, "delta": self.delta, "noise_std": round(self.std, 6),
+                "noisy_counts": self.noisy_counts,
+                "line": f"DP moments: ε = {self.epsilon:g}, δ = {self.delta:g}, noise σ = {self.std:.3g}"}
+
     def describe(self) -> str:
         counts = ", and every feature's count of present cells" if self.noisy_counts else ""
         return (f"ε = {self.epsilon:g}, δ = {self.delta:g}; noise σ = {self.std:.3g} on the sums of the "

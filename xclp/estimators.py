@@ -67,7 +67,20 @@ def _normalised(P: np.ndarray) -> np.ndarray:
     return np.where(total > 0, P / np.where(total > 0, total, 1.0), uniform)
 
 
-class LSHLabelSpreading(ClassifierMixin, BaseEstimator):
+class _Classifier(ClassifierMixin, BaseEstimator):
+    """A classifier whose `predict` is the class of largest `predict_proba` (ties: the first)."""
+
+    classes_: np.ndarray
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+
+class LSHLabelSpreading(_Classifier):
     """Label propagation on LSH codes: XCLP's method on one table.
 
     Parameters: lsh_bits (L, a multiple of 64), n_neighbors (k; at most n − 1 are used), alpha
@@ -117,12 +130,8 @@ class LSHLabelSpreading(ClassifierMixin, BaseEstimator):
         weights = similarity(np.take_along_axis(H, nearest, axis=1), int(self.lsh_bits), float(self.power))
         return _normalised(np.einsum("qk,qkc->qc", weights, self.label_distributions_[nearest]))
 
-    def predict(self, X: Any) -> np.ndarray:
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-
-class FlyNNClassifier(ClassifierMixin, BaseEstimator):
+class FlyNNClassifier(_Classifier):
     """FlyNN (paper 001): m-dimensional FlyHash with s features per expansion row and rho winners,
     one Bloom filter per class with decay gamma. s = None takes ⌈d/2⌉ (at least 1), and rho is
     capped at m. `predict_proba` is each class's familiarity (rho minus FlyNN's novelty score)
@@ -155,10 +164,6 @@ class FlyNNClassifier(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, dtype=np.float64, reset=False)
         novelty = self.model_.scores(X)
         return _normalised(np.maximum(self.model_.flyhash.params.rho - novelty, 0.0))
-
-    def predict(self, X: Any) -> np.ndarray:
-        check_is_fitted(self)
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
 class RaceDensity(BaseEstimator):

@@ -69,11 +69,10 @@ class Preparation:
                           "lie outside moments_bounds; the DP moments clip them (the table itself is not clipped)")
 
     def privacy(self) -> dict[str, Any] | None:
-        """With DP moments: their budget and noise (a one-off release: spent once the sum opened)."""
+        """With DP moments, once released: their report (MomentsPlan.report)."""
         if self.dp is None or self.scaling is None:
             return None
-        return {"epsilon_spent": self.dp.epsilon, "delta": self.dp.delta, "noise_std": self.dp.std,
-                "noisy_counts": self.dp.noisy_counts, "line": f"DP moments: {self.dp.describe()}"}
+        return self.dp.report()
 
     def on_message(self, message: wire.Message) -> Scaling:
         if message.step != MOMENTS_RESULT_MSG or message.sender != "":
@@ -90,7 +89,7 @@ class Preparation:
         exact_counts = self.dp is None or not self.dp.noisy_counts
         if exact_counts and any(int(sums[0, j]) >> moments.FRAC_BITS < own[j] for j in range(own.shape[0])):
             raise ProtocolError("the pooled moments count fewer cells than this party alone holds")
-        self.scaling = moments.pooled_scaling(self.params, payload, self.data.X.shape[1])
+        self.scaling = moments.pooled_scaling(self.params, sums, self.data.X.shape[1])
         if self.dp is not None:
             self.progress(f"pooled moments released with DP: {self.dp.describe()}")
         return self.scaling

@@ -27,7 +27,7 @@ def prepare(scope: Scope, params: JobParams, table_dim: int, check: Callable[[in
     """The pooled Scaling. The job is refused (JobEnd.REFUSED) if its parameters (`params.check_dim`)
     or its type (`check(dim)` raises InvalidInput) cannot use the prepared data."""
     total: SumResult = yield MaskedSum(scope, MOMENTS_STEP, wire=moments.wire(table_dim), what="moments")
-    scaling = moments.pooled_scaling(params, total.value, table_dim)
+    scaling = moments.pooled_scaling(params, moments.decode(total.value), table_dim)
     log.info("job %s: pooled moments of %d parties; %d of %d features kept", scope.run.config.job_id,
              len(total.participants), scaling.dim, table_dim)
     scope.broadcast(MOMENTS_RESULT_MSG, total.attempt, total.value, to=total.participants)

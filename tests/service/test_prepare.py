@@ -270,9 +270,9 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
     opened: list[np.ndarray] = []
     real = moments.pooled_scaling
 
-    def pooled_scaling(params, total, dim):
-        opened.append(total.copy())
-        return real(params, total, dim)
+    def pooled_scaling(params, sums, dim):
+        opened.append(sums.copy())
+        return real(params, sums, dim)
 
     monkeypatch.setattr(moments, "pooled_scaling", pooled_scaling)
     d = 300
@@ -294,7 +294,7 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
     plan, bounds = job_params.moments_plan(d), job_params.moments_ranges(d)
     assert plan is not None and plan.noisy_counts
     shift = moments.FRAC_BITS - plan.scale_bits
-    total = np.array([[int(v) >> shift for v in row] for row in moments.decode(opened[0])], dtype=np.int64)
+    total = np.array([[int(v) >> shift for v in row] for row in opened[0]], dtype=np.int64)
     clipped = sum(dp_moments.local_sums(data.X, bounds, plan.scale_bits) for data in datas.values())
     residual = (total - clipped).ravel().astype(np.float64)
     assert residual.var() == pytest.approx(plan.variance * 3 / 2, rel=0.2)

@@ -32,4 +32,4 @@ def pooled_scaling(tables: Sequence[np.ndarray], params: JobParams) -> Scaling:
         else:
             clipped = dp_moments.local_sums(X, params.moments_ranges(dim), plan.scale_bits)
             total += moments.encode_private(clipped, RoundNoise(plan, plan.cells).for_members(n), plan, n)
-    return moments.pooled_scaling(params, total, dim)
+    return moments.pooled_scaling(params, moments.decode(total), dim)

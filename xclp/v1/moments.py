@@ -65,10 +65,10 @@ def encode_private(clipped: np.ndarray, share: np.ndarray, plan: dp_moments.Mome
     return CODEC.to_limbs(dp_moments.release(clipped, noise, plan, FRAC_BITS), n_terms=n_parties)
 
 
-def pooled_scaling(params: JobParams, total: np.ndarray, dim: int) -> Scaling:
-    """What every side applies, from the opened sum uint64[3, dim, LIMBS]: exact moments, or the
-    DP moments' post-processing (xclp.dp_moments.scaling) when the job sets moments_epsilon."""
-    sums = decode(total)
+def pooled_scaling(params: JobParams, sums: np.ndarray, dim: int) -> Scaling:
+    """What every side applies, from the opened sum as `decode` gives it (object[3, dim]): exact
+    moments, or the DP moments' post-processing (xclp.dp_moments.scaling) when the job sets
+    moments_epsilon."""
     impute = params.impute == "mean"
     plan = params.moments_plan(dim)
     if plan is None:
