@@ -64,6 +64,7 @@ from pathlib import Path
 import grpc
 
 from xclp import tables
+from xclp.client.api import take_part
 from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
@@ -293,12 +294,6 @@ class Agent:
 
     def _run(self, offer: pb.Offer, params: JobParams, dataset: Dataset, active: _Active) -> None:
         job, run = offer.spec.job_id, offer.run_id
-        loaded: list[PartyData] = []
-
-        def load(p: JobParams) -> PartyData:
-            loaded.append(dataset.load(p))
-            return loaded[-1]
-
         ok = False
         try:
             paillier, keys = None, params.paillier
@@ -312,10 +307,9 @@ class Agent:
                                max_memory_bytes=self.config.max_memory_bytes,
                                max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
                                accepted_spec=offer.spec, releases=self.config.releases)
-            session = PartySession(config, load, progress=lambda m: self.say(f"[{job} run {run}] {m}"))
-            active.session = session
-            result = session.run()
-            path = write_run_dir(self.config.out, job, run, loaded[-1], result)
+            result = take_part(config, dataset.load, progress=lambda m: self.say(f"[{job} run {run}] {m}"),
+                               started=lambda session: setattr(active, "session", session))
+            path = write_run_dir(self.config.out, job, run, result)
             self.say(f"run {run} of job {job} done: outputs in {path}")
             ok = True
         except RunCancelled as exc:

@@ -21,34 +21,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from xclp import tables as party_data
-from xclp.client.connection import ConnectionConfig
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp import party_table, tables
+from xclp.client import api
 from xclp.client.models import ModelFile
-from xclp.client.outputs import (
-    MODEL_FILE,
-    PREDICTIONS_FILE,
-    class_names,
-    model_file,
-    withheld,
-    write_csv,
-    write_predictions,
-)
-from xclp.client.policy import PartyPolicy
-from xclp.client.releases import ReleaseLog
+from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, write_columns
 from xclp.client.releases import default_path as default_releases
-from xclp.client.session import RunConfig, run_job, stderr_progress
-from xclp.client.workers import WorkerSpec
+from xclp.client.session import stderr_progress
 from xclp.crypto import identity
-from xclp.crypto.paillier import PaillierKeypair
-from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
-from xclp.runtime import TESTING_ENV, check_keys, read_bytes, read_toml, require_testing, write_atomic, write_private
-from xclp.v1 import registry
-from xclp.v1.params import JobParams
-from xclp.v1.registry import ModelKind, Output
+from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic, write_private
+from xclp.v1.registry import Output
 from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
@@ -187,84 +170,24 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
     identity.check_party_id(cfg["party"])
-    workers = WorkerSpec.parse(cfg.get("workers"), insecure=bool(cfg.get("insecure_workers")))
-    if workers.scheduler is not None and workers.scheduler.startswith("tcp://"):
-        stderr_progress(f"WARNING: --insecure-workers: Paillier tasks go to {workers.scheduler} in the clear")
-    conn = ConnectionConfig(
-        address=cfg["coordinator"],
-        ca_cert=Path(cfg["ca_cert"]) if cfg.get("ca_cert") else None,
-        client_cert=Path(cfg["client_cert"]) if cfg.get("client_cert") else None,
-        client_key=Path(cfg["client_key"]) if cfg.get("client_key") else None,
-        server_name=cfg.get("server_name"),
-        insecure=bool(cfg.get("insecure")),
-    )
-    if conn.insecure:
-        stderr_progress("WARNING: --insecure: talking plaintext gRPC to the coordinator")
-    key = identity.load_private_key(read_bytes(cfg["identity"], "identity key"), source=str(cfg["identity"]))
-    peers = identity.allow_list(read_toml(cfg["peers"]).get("parties"), source=str(cfg["peers"]))
-    seed_path = cfg.get("debug_dump_seed")
+    seed_path = cfg.pop("debug_dump_seed", None)
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
-    loaded: list[party_data.PartyData] = []
-
-    def read(categorical: dict[str, tuple[str, ...]] | None) -> party_data.PartyData:
-        data = party_data.load(cfg["data"], label_column=cfg.get("label_column", "label") or None,
-                               id_column=cfg.get("id_column") or None, delimiter=cfg.get("delimiter"),
-                               categorical=categorical)
-        empty = int(data.missing.sum())
-        stderr_progress(f"loaded {data.X.shape[0]} rows x {data.X.shape[1]} features "
-                        f"({int(data.labeled.sum())} labeled{f', {empty} empty feature cells' if empty else ''}) "
-                        f"from {cfg['data']}")
-        loaded.append(data)
-        return data
-
-    # Read before connecting, so a bad table fails at once; a text column may still be one the job
-    # declares categorical, so such a failure waits for the job's parameters (and a re-read).
-    if not Path(cfg["data"]).is_file():
-        raise InvalidInput(f"cannot read {cfg['data']}: no such file")
-    try:
-        early: party_data.PartyData | XclpError = read(None)
-    except XclpError as exc:
-        early = exc
-
-    def load(params: JobParams) -> party_data.PartyData:
-        if params.categorical:
-            return read(params.categorical)
-        if isinstance(early, XclpError):
-            raise early
-        return early
-
-    paillier = None
-    if cfg.get("paillier_bits"):
-        bits = int(cfg["paillier_bits"])
-        stderr_progress(f"generating a {bits}-bit Paillier key for this run")
-        paillier = PaillierKeypair.generate(bits, allow_insecure_test_size=bool(cfg.get("insecure_test_keys")))
-    config = RunConfig(job_id=cfg["job"], party_id=cfg["party"], identity=key, connection=conn,
-                       join_wait_seconds=float(cfg.get("join_wait", 60.0)),
-                       idle_seconds=float(cfg.get("idle_timeout", 900.0)), paillier=paillier,
-                       workers=workers, peers=peers,
-                       max_memory_bytes=(None if cfg.get("max_memory_gb") is None
-                                         else int(float(cfg["max_memory_gb"]) * 2**30)),
-                       max_paillier_seconds=float(cfg.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
-                       policy=PartyPolicy.from_settings(cfg),
-                       releases=ReleaseLog(Path(cfg.get("state") or default_releases()),
-                                           allow_rerun=bool(cfg.get("allow_rerun"))))
-    result = run_job(config, load)
-    data = loaded[-1]
+    out = Path(cfg.pop("out"))
+    cfg["label_column"] = cfg.get("label_column", "label") or None
+    cfg["id_column"] = cfg.get("id_column") or None
+    cfg["state"] = cfg.get("state") or default_releases()
+    result = api.run(**cfg)
     if seed_path:
-        write_atomic(seed_path, result.seed)
-    if registry.get(result.job_type).output is Output.PREDICTIONS:
-        out = write_predictions(Path(cfg["out"]), data, result)
-        stderr_progress(f"wrote predictions for {len(data.ids)} rows to {out}")
-        return EXIT_OK
-    if withheld(result):
-        stderr_progress(f"the job withholds the model from the parties (after {len(result.rounds)} rounds), so "
+        write_atomic(seed_path, result.job.seed)
+    path = result.save(out)
+    if result.output is Output.PREDICTIONS:
+        stderr_progress(f"wrote predictions for {len(result.data.ids)} rows to {path}")
+    elif path is None:
+        stderr_progress(f"the job withholds the model from the parties (after {len(result.job.rounds)} rounds), so "
                         "there is no model to write")
-        return EXIT_OK
-    out = Path(cfg["out"])
-    target = out / MODEL_FILE if out.is_dir() or str(cfg["out"]).endswith("/") else out
-    path = model_file(result).save(target)
-    stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
+    else:
+        stderr_progress(f"wrote the {result.job_type} model of {len(result.participants)} parties to {path}")
     return EXIT_OK
 
 
@@ -314,45 +237,23 @@ def keygen(args: argparse.Namespace) -> int:
 
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    if model.kind not in (ModelKind.FLYNN, ModelKind.NETWORK):
-        takes = [t for t in registry.names() if registry.get(t).model in (ModelKind.FLYNN, ModelKind.NETWORK)]
-        raise InvalidInput(f"{args.model} is a {model.job_type} model: predict takes {', '.join(takes[:-1])} and "
-                           f"{takes[-1]} models "
-                           "(RACE models answer `xclp-client query`)")
-    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=args.delimiter, categorical=model.params.categorical)
-    labels, confidence = model.predict(model.features(data))
-    names = class_names(model.class_names, model.n_classes)
-    if confidence is not None:
-        rows = [[i, names[p], repr(float(w))] for i, p, w in zip(data.ids, labels, confidence)]
-        write_csv(args.out, ["id", "prediction", "confidence"], rows)
-    else:
-        rows = [[i, names[p]] for i, p in zip(data.ids, labels)]
-        write_csv(args.out, ["id", "prediction"], rows)
-    stderr_progress(f"wrote {len(rows)} predictions of the {model.job_type} model to {args.out}")
+    columns = predict_columns(model, _table(args, model))
+    write_columns(args.out, columns)
+    stderr_progress(f"wrote {len(columns['id'])} predictions of the {model.job_type} model to {args.out}")
     return EXIT_OK
 
 
 def query(args: argparse.Namespace) -> int:
-    from xclp.race import query as race_query
-
     model = ModelFile.load(args.model)
-    data = party_data.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
-                           delimiter=args.delimiter, categorical=model.params.categorical)
-    X = model.features(data)
-    if model.aggregate.ndim == 3:
-        classifier = model.race_classifier()
-        scores = classifier.scores(X)
-        predictions = np.argmax(scores, axis=1)
-        names = class_names(model.class_names, scores.shape[1])
-        header = ["id", "prediction"] + [f"score_{c}" for c in names]
-        rows = [[i, names[p], *(f"{s:.10g}" for s in row)] for i, p, row in zip(data.ids, predictions, scores)]
-    else:
-        kde = race_query(model.aggregate, None, model.race_hashes(), X, estimator=args.estimator, groups=args.groups)
-        header, rows = ["id", "kde"], [[i, f"{v:.10g}"] for i, v in zip(data.ids, kde)]
-    write_csv(args.out, header, rows)
-    stderr_progress(f"wrote {len(rows)} estimates to {args.out}")
+    columns = query_columns(model, _table(args, model), estimator=args.estimator, groups=args.groups)
+    write_columns(args.out, columns, float_format=lambda v: f"{v:.10g}")
+    stderr_progress(f"wrote {len(columns['id'])} estimates to {args.out}")
     return EXIT_OK
+
+
+def _table(args: argparse.Namespace, model: ModelFile) -> party_table.PartyData:
+    return tables.load(args.data, label_column=args.label_column or None, id_column=args.id_column,
+                           delimiter=args.delimiter, categorical=model.params.categorical)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,16 +13,23 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from xclp.client.models import ModelFile
 from xclp.client.session import JobResult
-from xclp.errors import ConfigError, PolicyRefused
+from xclp.errors import ConfigError, InvalidInput, PolicyRefused
 from xclp.party_table import PartyData
 from xclp.propagation import predict as xclp_predict
+from xclp.race import Estimator
 from xclp.runtime import write_atomic
-from xclp.v1.registry import Output, get
+from xclp.v1.registry import ModelKind, Output, get, names
+
+if TYPE_CHECKING:
+    from xclp.client.api import PartyResult
 
 PREDICTIONS_FILE = "predictions.csv"
 MODEL_FILE = "model.npz"  # the model's name when --out is a directory
@@ -35,14 +42,67 @@ def write_predictions(out: Path, data: PartyData, result: JobResult) -> Path:
     `out` is a .csv file or a directory that gets predictions.csv.
     """
     path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
+    write_columns(path, xclp_columns(data, result))
+    return path
+
+
+Columns = dict[str, Any]  # column name -> a list or a 1-D array, every column as long as the table
+
+
+def xclp_columns(data: PartyData, result: JobResult) -> Columns:
+    """An XCLP job's labels for this party's rows: id, label, confidence, score_<c>."""
     scores = result.aggregate
     labels, confidence = xclp_predict(scores)
     names = class_names(result.params.classes, scores.shape[1])
-    header = ["id", "label", "confidence"] + [f"score_{c}" for c in names]
-    rows = [[i, names[lab], repr(float(w)), *(repr(float(v)) for v in row)]
-            for i, lab, w, row in zip(data.ids, labels, confidence, scores)]
-    write_csv(path, header, rows)
-    return path
+    return {"id": list(data.ids), "label": [names[lab] for lab in labels], "confidence": confidence,
+            **{f"score_{c}": scores[:, k] for k, c in enumerate(names)}}
+
+
+def predict_columns(model: ModelFile, data: PartyData) -> Columns:
+    """A FlyNN or network model's classes for `data`: id, prediction (a network also: confidence)."""
+    if model.kind not in (ModelKind.FLYNN, ModelKind.NETWORK):
+        takes = [t for t in names() if get(t).model in (ModelKind.FLYNN, ModelKind.NETWORK)]
+        raise InvalidInput(f"this is a {model.job_type} model: predict takes {', '.join(takes[:-1])} and "
+                           f"{takes[-1]} models (RACE models answer a query: `xclp-client query`, PartyResult.query)")
+    labels, confidence = model.predict(model.features(data))
+    classes = class_names(model.class_names, model.n_classes)
+    columns: Columns = {"id": list(data.ids), "prediction": [classes[p] for p in labels]}
+    if confidence is not None:
+        columns["confidence"] = confidence
+    return columns
+
+
+def query_columns(model: ModelFile, data: PartyData, *, estimator: Estimator = "mean",
+                  groups: int | None = None) -> Columns:
+    """A RACE model's answers for `data`: id, kde (a density model), or id, prediction, score_<c>."""
+    from xclp.race import query as race_query
+
+    if model.kind is not ModelKind.RACE:
+        raise InvalidInput(f"this is a {model.job_type} model: only RACE models answer a query")
+    X = model.features(data)
+    if model.aggregate.ndim == 3:
+        scores = model.race_classifier().scores(X)
+        classes = class_names(model.class_names, scores.shape[1])
+        return {"id": list(data.ids), "prediction": [classes[p] for p in np.argmax(scores, axis=1)],
+                **{f"score_{c}": scores[:, k] for k, c in enumerate(classes)}}
+    kde = race_query(model.aggregate, None, model.race_hashes(), X, estimator=estimator, groups=groups)
+    return {"id": list(data.ids), "kde": kde}
+
+
+def write_columns(path: Path, columns: Columns, *, float_format: Callable[[float], str] = repr) -> None:
+    """`columns` as a CSV file, atomically; floats in `float_format` (repr: every digit)."""
+    cells = [[float_format(float(v)) for v in c] if isinstance(c, np.ndarray) and c.dtype.kind == "f"
+             else [str(v) for v in c] for c in columns.values()]
+    write_csv(path, list(columns), [list(row) for row in zip(*cells)])
+
+
+def dataframe(columns: Columns) -> Any:
+    """`columns` as a pandas.DataFrame (pip install 'xclp[pandas]')."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ConfigError("a DataFrame needs pandas: pip install 'xclp[pandas]'") from None
+    return pd.DataFrame(columns)
 
 
 def withheld(result: JobResult) -> bool:
@@ -76,9 +136,10 @@ def check_dir_name(name: str, what: str) -> str:
     return name
 
 
-def write_run_dir(out: Path, job_id: str, run_id: str, data: PartyData, result: JobResult) -> Path:
+def write_run_dir(out: Path, job_id: str, run_id: str, party: PartyResult) -> Path:
     """An agent's outputs of one run, atomically: predictions.csv or model.npz (the job type's output), and run.json
     (ids, type, participants, time: nothing about the data)."""
+    data, result = party.data, party.job
     final = out / check_dir_name(job_id, "job id") / check_dir_name(run_id, "run id")
     if final.exists():
         raise ConfigError(f"{final} exists already: is another agent writing to this output directory?")

@@ -467,10 +467,3 @@ class PartySession:
                 raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
-
-
-def run_job(config: RunConfig, data: PartyData | DataLoader, *, progress: Progress = stderr_progress) -> JobResult:
-    """Take part in one job with `data`, or with what `data(params)` reads once the job is known."""
-    if isinstance(data, PartyData) and data.X.shape[0] == 0:
-        raise InvalidInput("the party's data has no rows")
-    return PartySession(config, data, progress=progress).run()

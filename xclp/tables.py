@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from xclp.errors import InvalidInput
 from xclp.party_table import NULL_CELLS, Labels, Locator, PartyData, csv_records
 from xclp.validation import UNLABELED, check_features
 
-__all__ = ["DELIMITERS", "Labels", "PartyData", "load"]
+__all__ = ["DELIMITERS", "Labels", "PartyData", "from_arrow", "load", "read_any"]
 
 DELIMITERS = ",;\t|"
 BLOCK_BYTES = 4 << 20  # bytes of CSV per parsed batch (pyarrow reads a few ahead)
@@ -59,6 +59,67 @@ def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id
     return _load_csv(path, label_column=label_column, id_column=id_column, delimiter=delimiter, categorical=categorical)
 
 
+def read_any(data: Any, *, label_column: str | None = "label", id_column: str | None = None,
+             delimiter: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None) -> PartyData:
+    """A party's table from a path (`load`), a pandas DataFrame (its index dropped) or a pyarrow
+    Table (`from_arrow`), arrays (X, y) or (X, y, ids) with y's −1 meaning unlabeled, or a PartyData."""
+    if isinstance(data, PartyData):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return load(data, label_column=label_column, id_column=id_column, delimiter=delimiter,
+                    categorical=categorical)
+    if isinstance(data, tuple):
+        return _arrays(data, categorical)
+    arrow = _as_arrow(data)
+    if arrow is None:
+        raise InvalidInput(f"data must be a path, a pandas DataFrame, a pyarrow Table or arrays (X, y[, ids]); got "
+                           f"{type(data).__name__}")
+    return from_arrow(arrow, label_column=label_column, id_column=id_column, categorical=categorical,
+                      name=f"the {type(data).__name__}")
+
+
+def _as_arrow(data: Any) -> Any:
+    """A pyarrow Table of a pyarrow Table or a pandas DataFrame (its index dropped), else None."""
+    import pyarrow as pa
+
+    if isinstance(data, pa.Table):
+        return data
+    if type(data).__name__ == "DataFrame" and type(data).__module__.startswith("pandas"):
+        if not all(isinstance(c, str) for c in data.columns):
+            raise InvalidInput("the DataFrame's column names must be strings, got "
+                               f"{', '.join(repr(c) for c in data.columns if not isinstance(c, str))[:200]}")
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InvalidInput(f"the DataFrame cannot be read: {exc}") from None
+    return None
+
+
+def _arrays(data: tuple[Any, ...], categorical: Mapping[str, Sequence[str]] | None) -> PartyData:
+    if categorical:
+        raise InvalidInput(f"the job declares categorical columns ({', '.join(categorical)}), which arrays cannot "
+                           "hold; give the table as a DataFrame or a file")
+    if len(data) not in (2, 3):
+        raise InvalidInput(f"arrays are (X, y) or (X, y, ids), got a tuple of {len(data)}")
+    X = feature_matrix(data[0], "X")
+    try:
+        y = None if data[1] is None else np.asarray(data[1])
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"y cannot be read as an array: {exc}") from None
+    if y is not None and (y.ndim != 1 or y.dtype.kind not in "iu"):
+        if y.ndim == 1 and y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+            y = y.astype(np.int64)
+        else:
+            raise InvalidInput(f"y must be one integer class number per row (−1 = unlabeled); got {y.dtype} of "
+                               f"shape {y.shape}")
+    if y is not None and y.size and y.min() < -1:
+        raise InvalidInput(f"y holds {int(y.min())}: class numbers are 0, 1, ...; −1 marks an unlabeled row")
+    ids = tuple(str(i) for i in data[2]) if len(data) == 3 else tuple(str(i) for i in range(X.shape[0]))
+    table = PartyData(X, None if y is None else y.astype(np.int64), ids)
+    check_unique_ids(ids)
+    return table
+
+
 # --- npz ----------------------------------------------------------------------------------------
 
 
@@ -68,7 +129,7 @@ def _load_npz(path: Path) -> PartyData:
         with np.load(path, allow_pickle=False) as npz:
             if "X" not in npz:
                 raise InvalidInput(f"{path} needs an array named X (and y, optionally ids and columns)")
-            X = _features(npz["X"], f"features in {path}")
+            X = feature_matrix(npz["X"], f"features in {path}")
             y, labels = _npz_labels(npz["y"], path) if "y" in npz else (None, None)
             ids = tuple(str(v) for v in npz["ids"]) if "ids" in npz else tuple(str(i) for i in range(X.shape[0]))
             columns = tuple(str(c) for c in npz["columns"]) if "columns" in npz else ()
@@ -77,7 +138,7 @@ def _load_npz(path: Path) -> PartyData:
             raise
         raise InvalidInput(f"cannot read {path}: {exc}") from None
     _check_columns(columns, path)
-    _check_unique_ids(ids, where)
+    check_unique_ids(ids, where)
     return PartyData(X, y, ids, columns, labels, where)
 
 
@@ -113,7 +174,7 @@ def _encode_labels(cells: np.ndarray) -> Labels:
     return Labels(codes, tuple(values))
 
 
-def _features(raw: object, name: str) -> np.ndarray:
+def feature_matrix(raw: object, name: str) -> np.ndarray:
     """float64[n, d]; NaN is a missing cell, ±inf is refused. No copy of a float64 matrix."""
     try:
         X = np.asarray(raw, dtype=np.float64)
@@ -163,7 +224,7 @@ def _read_header(path: Path, delimiter: str | None) -> tuple[list[str], str, str
     return [h.strip() for h in header], sep, hint
 
 
-def _check_columns(header: Sequence[str], path: Path) -> None:
+def _check_columns(header: Sequence[str], path: str | Path) -> None:
     dupes = sorted({h for h in header if header.count(h) > 1})
     if dupes:
         columns = {h: ", ".join(str(i + 1) for i, x in enumerate(header) if x == h) for h in dupes}
@@ -171,7 +232,7 @@ def _check_columns(header: Sequence[str], path: Path) -> None:
         raise InvalidInput(f"{path}: the header names a column twice: {where}; every column needs its own name")
 
 
-def _roles(header: list[str], path: Path, label_column: str | None, id_column: str | None,
+def _roles(header: list[str], path: str | Path, label_column: str | None, id_column: str | None,
            hint: str, categorical: Mapping[str, Sequence[str]] = {}) -> tuple[list[int], int | None, int | None]:
     """(feature column indices, label column index, id column index)."""
     _check_columns(header, path)
@@ -302,14 +363,14 @@ class _Collector:
         self.blank.append(empty)
         self.n += b
 
-    def finish(self, path: Path, name: str) -> PartyData:
+    def finish(self, path: str | Path, name: str) -> PartyData:
         X = self.X[: self.n]
         keep = ~np.concatenate(self.blank) if self.blank else np.zeros(0, dtype=bool)
         if not keep.all():  # rows whose every cell is empty are not data (spreadsheets leave them)
             X = X[keep]
         if X.shape[0] == 0:
             raise InvalidInput(f"{path} has a header but no rows")
-        X = _features(X, name)
+        X = feature_matrix(X, name)
         labels = None
         if self.label is not None:
             codes = np.concatenate(self.codes)[keep]
@@ -318,7 +379,7 @@ class _Collector:
             ids = tuple(i for i, k in zip(self.ids, keep) if k)
         else:
             ids = tuple(str(i) for i in range(X.shape[0]))
-        _check_unique_ids(ids, self.where)
+        check_unique_ids(ids, self.where)
         y = labels.numbers(self.where) if labels is not None and labels.are_numbers else None
         return PartyData(X, y, ids, tuple(self.columns), labels, self.where)
 
@@ -372,37 +433,60 @@ def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None
         pf = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
-    schema = pf.schema_arrow
-    header = list(schema.names)
-    features, label, ident = _roles(header, path, label_column, id_column, "", categorical)
+    return _arrow(pf.schema_arrow, pf.metadata.num_rows, lambda columns: pf.iter_batches(65536, columns=columns),
+                  str(path), Locator(str(path), "row", base=1), label_column=label_column, id_column=id_column,
+                  categorical=categorical)
+
+
+def from_arrow(table: Any, *, label_column: str | None = "label", id_column: str | None = None,
+               categorical: Mapping[str, Sequence[str]] | None = None, name: str = "the data") -> PartyData:
+    """A party's table from a pyarrow.Table, with the same rules as a Parquet file: every column but
+    the label and id columns is a numeric feature (or declared categorical); a null feature cell is
+    missing, a null label unlabeled. `name` says where the table came from in error messages."""
+    import pyarrow as pa
+
+    if not isinstance(table, pa.Table):
+        raise InvalidInput(f"{name}: expected a pyarrow.Table, got {type(table).__name__}")
+    return _arrow(table.schema, table.num_rows, lambda columns: table.select(columns).to_batches(65536), name,
+                  Locator("", "row"), label_column=label_column, id_column=id_column,
+                  categorical=dict(categorical or {}))
+
+
+def _arrow(schema: Any, rows: int, batches: Callable[[list[str]], Iterable[Any]], name: str, where: Locator, *,
+           label_column: str | None, id_column: str | None, categorical: Mapping[str, Sequence[str]]) -> PartyData:
+    """Arrow record batches (of a Parquet file or an in-memory table) into PartyData."""
+    import pyarrow as pa
+
+    header = [str(n) for n in schema.names]
+    features, label, ident = _roles(header, name, label_column, id_column, "", categorical)
     for j in features:
         if header[j] in categorical:
             continue
         kind = schema.field(j).type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
-                or pa.types.is_boolean(kind)):
-            raise InvalidInput(f"{path}: column {header[j]!r} holds {kind}, not numbers; every column other than "
+                or pa.types.is_boolean(kind) or pa.types.is_null(kind)):
+            raise InvalidInput(f"{name}: column {header[j]!r} holds {kind}, not numbers; every column other than "
                                "the label and id columns is a feature and must be numeric")
     names = [header[j] for j in features]
     numeric = [n for n in names if n not in categorical]
-    table = _Collector(pf.metadata.num_rows, [(n, n, categorical.get(n)) for n in names],
+    table = _Collector(rows, [(n, n, categorical.get(n)) for n in names],
                        header[label] if label is not None else None, header[ident] if ident is not None else None,
-                       Locator(str(path), "row", base=1))
+                       where)
     wanted = names + [header[i] for i in (label, ident) if i is not None]
     try:
-        for batch in pf.iter_batches(batch_size=65536, columns=wanted):
+        for batch in batches(wanted):
             columns = [batch.column(n).cast(pa.float64()) if n in numeric else batch.column(n).cast(pa.string())
                        for n in batch.schema.names]
             table.add(pa.RecordBatch.from_arrays(columns, names=batch.schema.names))
     except (OSError, pa.ArrowException) as exc:
-        raise InvalidInput(f"cannot read {path} as Parquet: {exc}") from None
-    return table.finish(path, f"features in {path}")
+        raise InvalidInput(f"cannot read {name}: {exc}") from None
+    return table.finish(name, f"features in {name}")
 
 
 # --- ids ----------------------------------------------------------------------------------------
 
 
-def _check_unique_ids(ids: tuple[str, ...], where: Locator) -> None:
+def check_unique_ids(ids: tuple[str, ...], where: Locator = Locator()) -> None:
     seen: dict[str, int] = {}
     for k, row_id in enumerate(ids):
         if row_id in seen:

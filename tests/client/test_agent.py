@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import save_identity
 from xclp.client.agent import Agent, AgentConfig
+from xclp.client.api import PartyResult
 from xclp.client.outputs import write_run_dir
 from xclp.client.session import JobResult
 from xclp.crypto import identity
@@ -107,7 +108,7 @@ def test_a_run_directory_appears_whole_or_not_at_all(tmp_path, monkeypatch):
     data = PartyData(np.zeros((2, 3)), np.array([0, -1]), ("r0", "r1"))
     result = JobResult("xclp", parse_params("xclp", {"n_classes": 2}), 3, b"s" * 32, np.array([[0.2, 0.8], [0.9, 0.1]]),
                        ("a", "b", "c"))
-    path = write_run_dir(tmp_path, "j", "5", data, result)
+    path = write_run_dir(tmp_path, "j", "5", PartyResult(result, data))
     assert sorted(p.name for p in path.iterdir()) == ["predictions.csv", "run.json"]
     import xclp.client.outputs as outputs
 
@@ -116,7 +117,7 @@ def test_a_run_directory_appears_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(outputs, "write_atomic", broken)
     with pytest.raises(OSError):
-        write_run_dir(tmp_path, "j", "6", data, result)
+        write_run_dir(tmp_path, "j", "6", PartyResult(result, data))
     assert sorted(p.name for p in (tmp_path / "j").iterdir()) == ["5"]  # no 6, no partial left
 
 
@@ -160,7 +161,7 @@ def test_a_hostile_coordinator_cannot_steer_outputs_out_of_the_output_directory(
     data = PartyData(np.zeros((1, 3)), np.array([0]), ("r0",))
     result = JobResult("xclp", parse_params("xclp", {"n_classes": 2}), 3, b"s" * 32, np.array([[0.2, 0.8]]), ("a",))
     with pytest.raises(PolicyRefused, match="not a plain directory name"):
-        write_run_dir(tmp_path / "out", "j", "../escape", data, result)
+        write_run_dir(tmp_path / "out", "j", "../escape", PartyResult(result, data))
     assert not (tmp_path / "escape").exists()
 
 

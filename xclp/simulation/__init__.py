@@ -1,4 +1,8 @@
-"""Whole protocols with every party and the coordinator in one process (tests, benchmarks).
+"""Whole protocols with every party and the coordinator in one process.
+
+- `simulate` (xclp.simulation.simulate): a job over local tables with every role in one process,
+  real cryptography or the plaintext reference, and what each role would learn — the way to try
+  a federation before any institution is involved;
 
 - `run_xclp_inprocess` (xclp.simulation.xclp): one XCLP job, real cryptography, every message
   through the wire encoding;
@@ -13,7 +17,8 @@
 from xclp.simulation.dbcl import DbclRound, DbclRun, run_dbcl
 from xclp.simulation.fedavg import FedavgRun, RoundRecord, run_fedavg
 from xclp.simulation.moments import pooled_scaling
+from xclp.simulation.simulate import Simulation, simulate
 from xclp.simulation.xclp import InProcessResult, PartyOutput, RowSumsAttempt, run_xclp_inprocess
 
 __all__ = ["DbclRound", "DbclRun", "FedavgRun", "InProcessResult", "PartyOutput", "RoundRecord", "RowSumsAttempt",
-           "pooled_scaling", "run_dbcl", "run_fedavg", "run_xclp_inprocess"]
+           "Simulation", "pooled_scaling", "simulate", "run_dbcl", "run_fedavg", "run_xclp_inprocess"]

@@ -1,0 +1,293 @@
+"""Taking part in a job from Python: `xclp.client.run` (what `xclp-client run` and the agent call).
+
+    import pandas as pd
+    import xclp.client
+
+    result = xclp.client.run(job="xclp-demo", coordinator="coord.example.org:50051", ca_cert="ca.pem",
+                             identity="keys/hospital-a.key", peers="allow.toml",
+                             data=pd.read_parquet("patients.parquet"), label_column="diagnosis",
+                             id_column="patient_id", paillier_bits=2048)
+    result.predictions()        # XCLP: a DataFrame id, label, confidence, score_<c> for this party's rows
+    result.model                # FlyNN, RACE, fedavg, dbcl: the model (xclp.client.models.ModelFile)
+    result.predict(new_rows)    # FlyNN, fedavg, dbcl: classes for new rows; result.query(rows) for RACE
+
+Data may be a path (CSV, Parquet, .npz, as `xclp-client run --data`), a pandas DataFrame, a
+pyarrow Table, or arrays `(X, y)` / `(X, y, ids)` with y's −1 meaning unlabeled. A table's columns
+follow the rules of README "Your data": every column but the label and id columns is a feature.
+
+Errors are the project's exceptions (`xclp.errors`): `InvalidInput` for bad data or a job that
+cannot run with it, `ConfigError` for bad settings, `PolicyRefused` when this party's own policy
+refuses the job, `ProtocolError` when the coordinator breaks the protocol, `PeerDropped` /
+`DeadlineExceeded` when the run fails for want of others, `RunCancelled` when it is stopped.
+Each has the exit code `xclp-client` gives it (`xclp.v1.status.exit_code`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from xclp import tables
+from xclp.client.connection import ConnectionConfig
+from xclp.client.context import Progress
+from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.models import ModelFile
+from xclp.client.outputs import (
+    MODEL_FILE,
+    dataframe,
+    model_file,
+    predict_columns,
+    query_columns,
+    withheld,
+    write_predictions,
+)
+from xclp.client.policy import PartyPolicy
+from xclp.client.releases import ReleaseLog
+from xclp.client.releases import default_path as default_releases
+from xclp.client.session import DataLoader, JobResult, PartySession, RunConfig, stderr_progress
+from xclp.client.workers import WorkerSpec
+from xclp.crypto import identity as identities
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.party_table import PartyData
+from xclp.race import Estimator
+from xclp.runtime import read_bytes, read_toml
+from xclp.v1 import registry
+from xclp.v1.params import JobParams
+from xclp.v1.registry import Output
+
+PathLike = str | os.PathLike[str]
+
+__all__ = ["PartyResult", "read_data", "run", "take_part"]
+
+
+@dataclass(frozen=True)
+class PartyResult:
+    """What a run gave this party.
+
+    `data` is the table as the job read it (its row ids and feature columns); `job` is everything
+    the session returned (`xclp.client.session.JobResult`), for those who need the raw aggregate.
+    """
+
+    job: JobResult
+    data: PartyData
+
+    @property
+    def job_type(self) -> str:
+        return self.job.job_type
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        """The parties whose data the result is computed from."""
+        return self.job.participants
+
+    @property
+    def privacy(self) -> dict[str, Any] | None:
+        """With DP: what this party's rows (or labels) spent, as the run's privacy report."""
+        return self.job.privacy
+
+    @property
+    def output(self) -> Output:
+        """PREDICTIONS (xclp: labels for this party's rows) or MODEL (the other job types)."""
+        return registry.get(self.job_type).output
+
+    @property
+    def model(self) -> ModelFile | None:
+        """The trained model (FlyNN, RACE, fedavg, dbcl); None for xclp, or when the job withholds it."""
+        if self.output is not Output.MODEL or withheld(self.job):
+            return None
+        return model_file(self.job)
+
+    def predictions(self) -> Any:
+        """XCLP: a pandas DataFrame with a row per row of this party's table: id, label (the class
+        name), confidence, score_<c> per class (pip install 'xclp[pandas]')."""
+        from xclp.client.outputs import xclp_columns
+
+        if self.output is not Output.PREDICTIONS:
+            raise InvalidInput(f"a {self.job_type} job gives a model, not predictions for the party's rows: use "
+                               "result.model, result.predict(data) or result.query(data)")
+        return dataframe(xclp_columns(self.data, self.job))
+
+    def predict(self, data: Any, *, id_column: str | None = None) -> Any:
+        """FlyNN, fedavg, dbcl: the model's classes for `data` (any form `run` takes; a label column
+        is ignored) as a DataFrame id, prediction (a network also: confidence)."""
+        model = self._model("predict")
+        return dataframe(predict_columns(model, _features_only(data, model, id_column)))
+
+    def query(self, data: Any, *, id_column: str | None = None, estimator: Estimator = "mean",
+              groups: int | None = None) -> Any:
+        """RACE: the kernel density (id, kde) or class estimates (id, prediction, score_<c>) for `data`."""
+        model = self._model("query")
+        return dataframe(query_columns(model, _features_only(data, model, id_column), estimator=estimator,
+                                       groups=groups))
+
+    def save(self, out: PathLike) -> Path | None:
+        """Write the output as `xclp-client run --out` does (atomically): XCLP predictions to a .csv
+        file or a directory's predictions.csv; a model to a .npz file or a directory's model.npz.
+        None when the job withholds the model."""
+        out = Path(out)
+        if self.output is Output.PREDICTIONS:
+            return write_predictions(out, self.data, self.job)
+        model = self.model
+        if model is None:
+            return None
+        return model.save(out / MODEL_FILE if out.is_dir() or str(out).endswith(os.sep) else out)
+
+    def _model(self, what: str) -> ModelFile:
+        model = self.model
+        if model is None:
+            raise InvalidInput(f"this {self.job_type} run gave this party no model to {what} with")
+        return model
+
+
+def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, peers: PathLike | Mapping[str, bytes],
+        data: Any, party: str | None = None, label_column: str | None = "label", id_column: str | None = None,
+        delimiter: str | None = None, ca_cert: PathLike | None = None, client_cert: PathLike | None = None,
+        client_key: PathLike | None = None, server_name: str | None = None, insecure: bool = False,
+        paillier_bits: int | None = None, insecure_test_keys: bool = False, workers: str | int | None = None,
+        insecure_workers: bool = False, min_parties: int = 3, min_share_threshold: int = 2,
+        require_dp: float | None = None, require_label_dp: float | None = None, allow_hide_label_mask: bool = False,
+        allow_unsketched_layers: bool = False, max_memory_gb: float | None = None,
+        max_paillier_hours: float = DEFAULT_MAX_PAILLIER_HOURS, state: PathLike | None = None,
+        allow_rerun: bool = False, join_wait: float = 60.0, idle_timeout: float = 900.0,
+        progress: Progress | None = None) -> PartyResult:
+    """Take part in one run of `job` on the coordinator at `coordinator` (host:port) with `data`.
+
+    Blocks until the run ends and returns this party's result; raises an `xclp.errors.XclpError`
+    if it cannot take part or the run fails. The settings are `xclp-client run`'s flags, with
+    the same meanings and defaults (docs: CLI reference):
+
+    - `identity`: this party's Ed25519 key (a file from `xclp-client keygen`, or the key);
+      `peers`: the job's allow-list (allow.toml, or a mapping party id -> public key bytes);
+      `party`: this party's id, by default the one whose key in `peers` is `identity`'s.
+    - `data`: a path, a pandas DataFrame, a pyarrow Table, or arrays `(X, y[, ids])`;
+      `label_column` (None: no labels), `id_column` (None: row numbers), `delimiter` (CSV).
+    - TLS: `ca_cert`, `client_cert`, `client_key`, `server_name`; `insecure` for plaintext
+      gRPC on a test machine.
+    - XCLP: `paillier_bits` (the job's key size), `workers` (local processes or a Dask scheduler).
+    - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
+      `allow_hide_label_mask`, `allow_unsketched_layers`, `max_memory_gb`, `max_paillier_hours`;
+      `state` (the release log; default $XDG_STATE_HOME/xclp/releases.json) and `allow_rerun`.
+    - `progress`: called with each progress line (default: printed to stderr).
+    """
+    say = progress or stderr_progress
+    worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers)  # before reading anything
+    if worker_spec.scheduler is not None and worker_spec.scheduler.startswith("tcp://"):
+        say(f"WARNING: insecure workers: Paillier tasks go to {worker_spec.scheduler} in the clear")
+    key = (identity if isinstance(identity, Ed25519PrivateKey)
+           else identities.load_private_key(read_bytes(Path(identity), "identity key"), source=str(identity)))
+    allow = (dict(peers) if isinstance(peers, Mapping)
+             else identities.allow_list(read_toml(Path(peers)).get("parties"), source=str(peers)))
+    party = _party(party, key, allow)
+    source = read_data(data, label_column=label_column, id_column=id_column, delimiter=delimiter, progress=progress)
+    connection = ConnectionConfig(address=coordinator, ca_cert=_path(ca_cert), client_cert=_path(client_cert),
+                                  client_key=_path(client_key), server_name=server_name, insecure=insecure)
+    if insecure:
+        say("WARNING: insecure: talking plaintext gRPC to the coordinator")
+    paillier = None
+    if paillier_bits:
+        say(f"generating a {paillier_bits}-bit Paillier key for this run")
+        paillier = PaillierKeypair.generate(int(paillier_bits), allow_insecure_test_size=insecure_test_keys)
+    policy = PartyPolicy.from_settings({
+        "min_parties": min_parties, "min_share_threshold": min_share_threshold, "require_dp": require_dp,
+        "require_label_dp": require_label_dp, "allow_hide_label_mask": allow_hide_label_mask,
+        "allow_unsketched_layers": allow_unsketched_layers, "insecure_test_keys": insecure_test_keys})
+    config = RunConfig(job_id=job, party_id=party, identity=key, connection=connection,
+                       join_wait_seconds=float(join_wait), idle_seconds=float(idle_timeout), paillier=paillier,
+                       workers=worker_spec, peers=allow,
+                       max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
+                       max_paillier_seconds=float(max_paillier_hours) * 3600, policy=policy,
+                       releases=ReleaseLog(Path(state) if state is not None else default_releases(),
+                                           allow_rerun=allow_rerun))
+    return take_part(config, source, progress=say)
+
+
+def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stderr_progress,
+              started: Callable[[PartySession], None] | None = None) -> PartyResult:
+    """One run with a prepared `RunConfig` (the agent's way in): `data(params)` reads the table once
+    the job's parameters are known; `started(session)` gets the session (to abort it from another
+    thread)."""
+    loaded: list[PartyData] = []
+
+    def load(params: JobParams) -> PartyData:
+        table = data(params)
+        if table.X.shape[0] == 0:
+            raise InvalidInput("the party's data has no rows")
+        loaded.append(table)
+        return table
+
+    session = PartySession(config, load, progress=progress)
+    if started is not None:
+        started(session)
+    result = session.run()
+    return PartyResult(result, loaded[-1])
+
+
+def read_data(data: Any, *, label_column: str | None = "label", id_column: str | None = None,
+              delimiter: str | None = None, progress: Progress | None = None) -> DataLoader:
+    """`data` as a loader for the job's parameters (categorical columns are known only then).
+
+    The table is read at once, so that bad data fails before anything is sent; a text column the
+    job may declare categorical is the exception: that failure waits for the job's parameters.
+    """
+    def read(categorical: Mapping[str, tuple[str, ...]] | None) -> PartyData:
+        table = tables.read_any(data, label_column=label_column, id_column=id_column, delimiter=delimiter,
+                                categorical=categorical)
+        empty = int(table.missing.sum())
+        cells = f", {empty} empty feature cells" if empty else ""
+        (progress or stderr_progress)(f"loaded {table.X.shape[0]} rows x {table.X.shape[1]} features "
+                                      f"({int(table.labeled.sum())} labeled{cells}) from {_describe(data)}")
+        return table
+
+    if isinstance(data, (str, os.PathLike)) and not Path(data).is_file():
+        raise InvalidInput(f"cannot read {data}: no such file")
+    try:
+        early: PartyData | XclpError = read(None)
+    except XclpError as exc:
+        early = exc
+
+    def load(params: JobParams) -> PartyData:
+        if params.categorical:
+            return read(params.categorical)
+        if isinstance(early, XclpError):
+            raise early
+        return early
+
+    return load
+
+
+def _features_only(data: Any, model: ModelFile, id_column: str | None) -> PartyData:
+    """New rows for a model: any form `run` takes; a label column is ignored."""
+    if isinstance(data, np.ndarray):
+        data = (data, None)
+    return tables.read_any(data, label_column="label", id_column=id_column, categorical=model.params.categorical)
+
+
+def _party(party: str | None, key: Ed25519PrivateKey, allow: Mapping[str, bytes]) -> str:
+    """This party's id: the allow-list's entry for its key (checked against `party` when given)."""
+    public = identities.public_bytes(key)
+    mine = [p for p, k in allow.items() if k == public]
+    if party is not None:
+        identities.check_party_id(party)
+        if party in allow and allow[party] != public:
+            raise ConfigError(f"the identity key is not the key the allow-list pins for {party!r}")
+        return party
+    if len(mine) != 1:
+        raise ConfigError("the allow-list pins this identity key for no party; pass party=..." if not mine else
+                          f"the allow-list pins this identity key for {len(mine)} parties ({', '.join(mine)}); "
+                          "pass party=...")
+    return mine[0]
+
+
+def _path(value: PathLike | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _describe(data: Any) -> str:
+    return str(data) if isinstance(data, (str, os.PathLike)) else f"a {type(data).__name__}"
