@@ -170,7 +170,9 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       `label_column` (None: no labels), `id_column` (None: row numbers), `delimiter` (CSV).
     - TLS: `ca_cert`, `client_cert`, `client_key`, `server_name`; `insecure` for plaintext
       gRPC on a test machine.
-    - XCLP: `paillier_bits` (the job's key size), `workers` (local processes or a Dask scheduler).
+    - XCLP: `paillier_bits` (the job's key size), `workers` (local processes or a Dask scheduler;
+      local processes import the main module, so a script calls `run` under
+      `if __name__ == "__main__":`, or passes `workers=0` to do the work in this process).
     - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
       `allow_hide_label_mask`, `allow_unsketched_layers`, `max_memory_gb`, `max_paillier_hours`;
       `state` (the release log; default $XDG_STATE_HOME/xclp/releases.json) and `allow_rerun`.
