@@ -20,7 +20,7 @@ LABEL io.xclp.build-stage=builder
 # 1 = install only from the wheels in the build context's wheelhouse/ (no network).
 ARG WHEELHOUSE=0
 # Optional extras of pyproject.toml installed too: dask (--workers tls://scheduler:8786, and the
-# `dask scheduler` / `dask worker` commands of an institution's own cluster, README).
+# `dask scheduler` / `dask worker` commands of an institution's own cluster, docs/cluster.md).
 ARG EXTRAS="dask"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \

@@ -13,7 +13,7 @@
 
 Data may be a path (CSV, Parquet, .npz, as `xclp-client run --data`), a pandas DataFrame, a
 pyarrow Table, or arrays `(X, y)` / `(X, y, ids)` with y's −1 meaning unlabeled. A table's columns
-follow the rules of README "Your data": every column but the label and id columns is a feature.
+follow the rules of docs/data.md: every column but the label and id columns is a feature.
 
 Errors are the project's exceptions (`xclp.errors`): `InvalidInput` for bad data or a job that
 cannot run with it, `ConfigError` for bad settings, `PolicyRefused` when this party's own policy

@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--peers", type=Path, help="the job's allow-list (allow.toml, from the operator by an authenticated "
                    "channel): the only identity keys this party accepts from the coordinator's roster")
     r.add_argument("--data", type=Path, help="CSV or Parquet (features, a label column, an optional id column) or .npz "
-                   "(X, y, ids, columns); see README \"Your data\"")
+                   "(X, y, ids, columns); see docs/data.md")
     r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
     r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
@@ -94,12 +94,13 @@ def _parser() -> argparse.ArgumentParser:
                         "label_dp_epsilon; record-level DP covers labels too)")
     r.add_argument("--allow-unsketched-layers", action="store_true", default=None,
                    help="take part in dbcl jobs that release some layers' gradients unsketched (the paper's "
-                        "output layer, or sketch = \"none\"; a property probe reads them; README)")
+                        "output layer, or sketch = \"none\"; a property probe reads them; docs/jobs/dbcl.md)")
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
-                   help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; README)")
+                   help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; "
+                        "docs/jobs/xclp.md)")
     r.add_argument("--workers", help="xclp: where Paillier work runs: a number of local processes (default: the "
                                      "cores; 0 = none) or the institution's own Dask scheduler, tls://host:8786 "
-                                     "(it gets this party's secret key and codes; README)")
+                                     "(it gets this party's secret key and codes; docs/cluster.md)")
     r.add_argument("--insecure-workers", action="store_true", default=None,
                    help="allow a tcp:// Dask scheduler (Paillier tasks then cross the network in the clear)")
     r.add_argument("--state", type=Path, help="the release log: which parties each exact sum of a job on this data "

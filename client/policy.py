@@ -100,7 +100,7 @@ class PartyPolicy:
         if unsketched and not self.allow_unsketched_layers:
             raise PolicyRefused(f"job {spec.job_id!r} releases the gradients of layer(s) "
                                 f"{', '.join(map(str, unsketched))} unsketched, from which a property probe tells "
-                                "what the other parties' batches held (README, DBCL); sketch every layer, or take "
+                                "what the other parties' batches held (docs/jobs/dbcl.md); sketch every layer, or take "
                                 "part only with --allow-unsketched-layers")
         self.check_threshold(params.share_threshold, len(spec.expected_parties), f"job {spec.job_id!r}")
         keys = params.paillier

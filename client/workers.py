@@ -72,7 +72,8 @@ class WorkerSpec:
                               "tls://host:port")
         if scheme == "tcp" and not insecure:
             raise ConfigError(f"--workers {text}: Paillier tasks carry this party's secret key and codes, and tcp:// "
-                              "sends them in the clear; use tls:// (mutual TLS configured the Dask way, README), "
+                              "sends them in the clear; use tls:// (mutual TLS configured the Dask way, "
+                              "docs/cluster.md), "
                               "or pass --insecure-workers on a network nobody else can read")
         return cls(scheduler=text)
 
@@ -140,7 +141,7 @@ class DaskWorkers(Executor):
             missing = [key for key in TLS_KEYS if not dask.config.get(key, None)]
             if missing:
                 raise ConfigError(f"--workers {address}: mutual TLS needs Dask's {', '.join(missing)} (Dask's YAML "
-                                  f"config, or {', '.join(_env(key) for key in missing)}; README)")
+                                  f"config, or {', '.join(_env(key) for key in missing)}; docs/cluster.md)")
         try:
             client = Client(address, timeout=timeout, set_as_default=False)
         except Exception as exc:  # refused, timed out, a TLS handshake with a plain-TCP server, a bad TLS file

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The compose demo's institution services (README "Docker"): an always-on party agent
+# The compose demo's institution services (docs/docker.md): an always-on party agent
 # (`xclp-client agent`) with a catalogue of one data set, "demo" = /data/<party>.csv (a read-only
 # mount of its own CSV alone). It takes part in the runs the coordinator offers it that its policy
 # accepts (xclp and flynn jobs, at least XCLP_MIN_PARTIES parties) and writes each run's outputs to

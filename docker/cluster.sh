@@ -1,6 +1,6 @@
 #!/bin/sh
-# hospital-a's own Dask cluster in the compose demo (`docker compose --profile cluster up`, README
-# "Docker"): `cluster.sh scheduler` or `cluster.sh worker <name>`. Mutual TLS with the
+# hospital-a's own Dask cluster in the compose demo (`docker compose --profile cluster up`,
+# docs/docker.md): `cluster.sh scheduler` or `cluster.sh worker <name>`. Mutual TLS with the
 # institution's own cluster CA (docker/setup.sh writes it into the hospital-a-cluster volume,
 # mounted read-only at /etc/xclp/cluster); the scheduler on port 8786 of the demo's network, which
 # only hospital-a's agent dials. One thread per worker process: Paillier work is Python-level

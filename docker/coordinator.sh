@@ -1,5 +1,5 @@
 #!/bin/sh
-# A one-shot coordinator (README "Across real machines"): serves every job file of /etc/xclp/jobs
+# A one-shot coordinator (docs/docker.md): serves every job file of /etc/xclp/jobs
 # (read-only mount) from a copy in its own volume, so each job's relative output paths (the XCLP
 # run summary) land in the volume, and exits once every job is done or failed. `started` and
 # `finished` in the volume say where it is. The compose demo runs the coordinator as a service

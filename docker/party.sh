@@ -1,5 +1,5 @@
 #!/bin/sh
-# A one-off institution (README "Across real machines"): `xclp-client run` for the XCLP job, then
+# A one-off institution (docs/docker.md): `xclp-client run` for the XCLP job, then
 # the FlyNN job, with its own CSV, writing into its results volume (the working directory):
 #   predictions.csv    XCLP: id (its own row ids), label, confidence, score_<c>
 #   flynn-model.npz    the federated FlyNN model (identical at every institution)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The compose demo's one-shot `setup` service (README "Docker"): what the coordinator's operator
+# The compose demo's one-shot `setup` service (docs/docker.md): what the coordinator's operator
 # and the institutions would each do once, here in one container so `docker compose up` needs
 # nothing else. It runs as root only to hand the fresh volumes to the image's user (uid 10001).
 #
@@ -75,7 +75,7 @@ fi
 cp /vol/ca/ca.pem /vol/operator/ca.pem
 chmod 0644 /vol/operator/ca.pem /vol/operator/demo.pub
 cat > /vol/coordinator/server.toml.tmp <<TOML
-# written by docker/setup.sh: the coordinator as a service (README "The coordinator as a service")
+# written by docker/setup.sh: the coordinator as a service (docs/operating.md)
 listen = "0.0.0.0:50051"
 allow_list = "allow.toml"
 state = "state/xclp.db"
@@ -91,7 +91,7 @@ key = "certs/server-key.pem"
 TOML
 mv /vol/coordinator/server.toml.tmp /vol/coordinator/server.toml
 
-# hospital-a's own Dask cluster (`docker compose --profile cluster up`, README "Docker"): a CA of the
+# hospital-a's own Dask cluster (`docker compose --profile cluster up`, docs/docker.md): a CA of the
 # institution's own, not the dev CA above, and node certificates (serverAuth and clientAuth: Dask's
 # nodes listen and dial) for its scheduler, its workers and its agent, in its cluster volume.
 if [ -d /vol/cluster-ca ] && [ -d /vol/cluster ]; then

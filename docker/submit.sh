@@ -1,5 +1,5 @@
 #!/bin/sh
-# The compose demo's one-shot `submit` service (README "Docker"): as the demo's operator (its key in
+# The compose demo's one-shot `submit` service (docs/docker.md): as the demo's operator (its key in
 # the operator volume, which no other service mounts), submit every job file of /etc/xclp/jobs over
 # the coordinator's Admin API (TLS to coordinator:50052), wait until the runs are over, then play
 # the evaluator: docker/summary.py prints the table. Exit status: summary.py's (0 only when every

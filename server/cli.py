@@ -86,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--ip", action="append", default=[], help="IP address the parties dial (repeatable)")
     srv.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
     node = cert.add_parser("node", help="certificate of a node that listens and connects (serverAuth and clientAuth): "
-                                        "a Dask scheduler or worker, or a party dialling one (README)")
+                                        "a Dask scheduler or worker, or a party dialling one (docs/cluster.md)")
     node.add_argument("--ca-dir", type=Path, required=True, help="directory holding ca.pem and ca-key.pem")
     node.add_argument("--out", type=Path, required=True, help="output directory (writes <name>.pem, <name>-key.pem)")
     node.add_argument("--name", required=True, help="file name and common name")

@@ -1,7 +1,7 @@
 """The coordinator's state across jobs and runs: job definitions, runs, admission tokens and the
 deadline clock.
 
-Jobs and runs (README "The coordinator as a service"): a job definition (a job file, given at
+Jobs and runs (docs/operating.md): a job definition (a job file, given at
 start or submitted at runtime) can run many times. Each run is a fresh `Job` state machine with
 its own run id and nonce (every key bundle of the run signs the nonce, so a bundle of an earlier
 run is refused). At most one run of a job is in flight (joining or running) at a time, since

@@ -45,7 +45,7 @@ N_CLASSES = 10
 # k = 5 neighbours, p = 3, one-hot labels (label_norm "none", the paper's): on the bundled data
 # (3 × 500 rows, 10 % labeled, Dirichlet(0.5) label skew) XCLP beat every institution's own LP
 # with the same settings for every one of 12 random common seeds tried (plaintext reference;
-# README "Label propagation across institutions (XCLP)").
+# docs/jobs/xclp.md).
 GRAPH = GraphParams(k=5, alpha=0.99, power=3)
 LABEL_NORM: Literal["none"] = "none"
 START_SECONDS = 60.0

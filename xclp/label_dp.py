@@ -35,7 +35,7 @@ smallest Skellam variance giving (ε, δ) for this one release (xclp.accounting)
 all of its own noise: it protects j's labels against the party that reads the sum, which might be
 the one colluding. The noise does not grow with the number of classes, but a column of S reaches
 1/(1 − α) in its own row's neighbourhood, and on the demo data (α = 0.99) this costs far more
-accuracy than randomised response at every ε (README "Differential privacy").
+accuracy than randomised response at every ε (docs/privacy.md).
 """
 
 from __future__ import annotations

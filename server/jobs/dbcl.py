@@ -29,7 +29,7 @@ from xclp.v1.dbcl import DbclJobParams
 
 
 class DbclTrainer:
-    verifiable = False  # the parties never see W (README: what a coordinator can still do)
+    verifiable = False  # the parties never see W (docs/threat-model.md: what a coordinator can still do)
 
     def __init__(self, config: JobConfig) -> None:
         assert isinstance(config.params, DbclJobParams)

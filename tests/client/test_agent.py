@@ -1,4 +1,4 @@
-"""The party agent's own decisions on offered runs (client/agent.py), its config, and the README's
+"""The party agent's own decisions on offered runs (client/agent.py), its config, and docs/operating.md's
 examples of the agent and a job naming data sets (no network: the offers are built here)."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from xclp.server.config import parse_job
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.registry import params_json, parse_params
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+OPERATING = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 
 
 def readme_block(marker: str) -> str:
-    text = README.read_text()
+    text = OPERATING.read_text()
     return re.search(r"```toml\n# " + re.escape(marker) + r"\n(.*?)```", text, re.S).group(1)
 
 
@@ -96,7 +96,7 @@ def test_the_readme_examples_load(tmp_path):
     config = AgentConfig.load(tmp_path / "agent.toml")
     assert config.party == "hospital-a" and set(config.datasets) == {"icu-2026"}
     assert config.job_types == {"xclp", "flynn"} and (config.min_key_bits, config.max_key_bits) == (2048, 4096)
-    text = README.read_text()
+    text = OPERATING.read_text()
     job = re.search(r'```toml\n(job_id = "xclp-icu".*?)```', text, re.S).group(1)
     hospitals = ("hospital-a", "hospital-b", "hospital-c")
     assert parse_job(job, "xclp-icu.toml", None).datasets == dict.fromkeys(hospitals, "icu-2026")

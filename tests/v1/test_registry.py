@@ -1,4 +1,4 @@
-"""The README's job parameter tables are the schemas' own text (a new user never has to guess a
+"""The job parameter tables (docs/job-parameters.md) are the schemas' own text (a new user never has to guess a
 name, a default or a range)."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from pathlib import Path
 from xclp.v1 import registry
 from xclp.v1.registry import parameter_reference
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "job-parameters.md"
 
 
 def test_readme_job_parameters_are_generated_from_the_schemas() -> None:
-    text = README.read_text()
+    text = REFERENCE.read_text()
     begin, end = "<!-- job-parameters:begin -->\n", "<!-- job-parameters:end -->"
     assert begin in text and end in text
     section = text.split(begin, 1)[1].split(end, 1)[0]
-    assert section == parameter_reference(), "run scripts/gen-job-reference and commit README.md"
+    assert section == parameter_reference(), "run scripts/gen-job-reference and commit docs/job-parameters.md"
 
 
 def test_every_parameter_of_every_job_type_is_documented() -> None:

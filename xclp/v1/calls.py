@@ -1,5 +1,5 @@
 """Signed calls: how an operator (the Admin service) and a party (Offers, Challenge) authenticate a
-request without a session (xclp.v1.Admin, README "The coordinator as a service").
+request without a session (xclp.v1.Admin, docs/operating.md).
 
 The signer serializes a `Call` — the full gRPC method, its clock in milliseconds, 16 fresh random
 bytes and the request message — and signs those exact bytes with its Ed25519 key. The verifier

@@ -163,11 +163,11 @@ class PrivateTraining(JobParams):
 
     dp_epsilon: float | None = param("record-level DP: the ε every party's rows spend over all the job's rounds "
                                      "(off when unset; needs dp_delta and clip_norm)", "> 0",
-                                     "README \"Differential privacy\"", default=None, kw_only=True)
+                                     "docs/privacy.md", default=None, kw_only=True)
     dp_delta: float | None = param("record-level DP: the δ of dp_epsilon (take 1/n² for n rows)", "(0, 0.01]",
-                                   "README \"Differential privacy\"", default=None, kw_only=True)
+                                   "docs/privacy.md", default=None, kw_only=True)
     clip_norm: float | None = param("record-level DP: every row's gradient is clipped to this L2 norm", "> 0",
-                                    "README \"Differential privacy\"", default=None, kw_only=True)
+                                    "docs/privacy.md", default=None, kw_only=True)
 
     @property
     def private(self) -> bool:
@@ -321,7 +321,7 @@ class FedavgJobParams(PrivateTraining):
     insecure_test_keys: bool = param("XCLP: allow key_bits below 2048 (tests only)", "true, false", default=False)
     dp_local_steps: int = param("with dp_epsilon: DP-SGD steps of batch_size rows per round, replacing local_epochs "
                                 "(1: the round's noise is shared among its parties; more: each party adds all of it "
-                                "at every step)", ">= 1", "README \"Differential privacy\"", default=1)
+                                "at every step)", ">= 1", "docs/privacy.md", default=1)
 
     def __post_init__(self) -> None:
         check_training(self)

@@ -7,7 +7,7 @@ promise. A schema answers them by overriding a property; nothing outside the reg
 "which job type is this".
 
 The helpers below (`param`, `int_param`, ...) build and parse schema fields; each field carries
-the text of the README's parameter reference, so the two cannot drift. The coordinator validates
+the text of the parameter reference (docs/job-parameters.md), so the two cannot drift. The coordinator validates
 a job's parameters when it loads the job file; every party validates them again when it receives
 the spec. Each schema builds the method's own parameter object, so a value the method would
 refuse is refused when the job file is loaded, not after the parties joined.
@@ -32,7 +32,7 @@ IMPUTE = ("none", "mean")
 DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold", "moments_epsilon",
                        "moments_delta", "moments_bounds"})
 MAX_CLASSES = 4096
-MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; README: take 1/n² for n rows
+MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; docs/privacy.md: take 1/n² for n rows
 # Parameters that were renamed: a job file naming the old one hears the new name.
 RENAMED = {"n_bits": "lsh_bits"}
 
@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 
 def param(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED, kw_only: bool = False) -> Any:
-    """A schema field with the text of the parameter reference (README "Job parameters")."""
+    """A schema field with the text of the parameter reference (docs/job-parameters.md)."""
     return field(default=default, kw_only=kw_only, metadata={"meaning": meaning, "range": range_, "see": see})
 
 
@@ -68,7 +68,7 @@ class JobParams:
 
     classes: tuple[str, ...] | None = param("class names, in the order that numbers them; label cells then hold "
                                             "these names (unset: label cells are class numbers)",
-                                            "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+                                            "distinct, non-empty", "docs/data.md", default=None, kw_only=True)
     standardise: bool = param("scale every feature by the pooled mean and standard deviation of all parties "
                               "(the coordinator learns those, nothing per party)", "true, false", "DESIGN §8",
                               default=False, kw_only=True)
@@ -77,21 +77,21 @@ class JobParams:
     categorical: dict[str, tuple[str, ...]] | None = param(
         "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
         "column per category, in the declared order, on every party (CSV and Parquet)",
-        "distinct, non-empty", "README \"Your data\"", default=None, kw_only=True)
+        "distinct, non-empty", "docs/data.md", default=None, kw_only=True)
     share_threshold: int = param(
         "t of the t-of-n Shamir shares of every self-mask seed: a party lost while revealing is recovered from "
         "t of the others' shares (0: a majority of each attempt's parties, ⌊n/2⌋ + 1)",
-        "0, or 2 .. the expected parties", "README \"Who can learn what\"", default=0, kw_only=True)
+        "0, or 2 .. the expected parties", "docs/threat-model.md", default=0, kw_only=True)
     moments_epsilon: float | None = param(
         "record-level DP for the pooled moments of standardise / impute: the ε of that one release (off when "
-        "unset; needs moments_delta and moments_bounds)", "> 0", "README \"Differential privacy\"", default=None,
+        "unset; needs moments_delta and moments_bounds)", "> 0", "docs/privacy.md", default=None,
         kw_only=True)
     moments_delta: float | None = param("the δ of moments_epsilon (take 1/n² for n rows)", "(0, 0.01]",
-                                        "README \"Differential privacy\"", default=None, kw_only=True)
+                                        "docs/privacy.md", default=None, kw_only=True)
     moments_bounds: tuple[tuple[float, float], ...] | None = param(
         "with moments_epsilon: the public range every feature's values are clipped to for the moments, as "
         "[lo, hi] for all features or [[lo, hi], ...] one per feature column", "lo < hi, finite",
-        "README \"Differential privacy\"", default=None, kw_only=True)
+        "docs/privacy.md", default=None, kw_only=True)
 
     # --- what both ends ask of any job ----------------------------------------------------------
 

@@ -8,7 +8,7 @@ the party's (a `PartyJob`). The classes are named as "module:attribute" and impo
 run needs them, so `xclp.v1` imports neither the server nor the client (DESIGN §1).
 
 The CLI's choices, the coordinator's config validation, the agent's policy, the party's outputs,
-`predict` and `query`, and the README's parameter tables all read this registry; nothing else
+`predict` and `query`, and the parameter reference (docs/job-parameters.md) all read this registry; nothing else
 lists job types.
 """
 
@@ -148,8 +148,8 @@ def params_from_json(job_type: str, text: str) -> JobParams:
 
 
 def parameter_reference() -> str:
-    """The README's job parameter tables, made from the schemas (so the two cannot drift)."""
-    out = ["**Every job type**: how each party prepares its table first (DESIGN §8, README \"Your data\").\n"]
+    """The job parameter tables of docs/job-parameters.md, made from the schemas (so the two cannot drift)."""
+    out = ["**Every job type**: how each party prepares its table first (DESIGN §8, docs/data.md).\n"]
     out += _table(fields(JobParams))
     for entry in _TYPES.values():
         out.append(f"**`type = \"{entry.name}\"`**: {entry.title}.\n")

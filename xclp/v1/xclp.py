@@ -124,12 +124,12 @@ class XclpJobParams(JobParams):
                                 "DESIGN §10.3", default=1.0)
     label_dp_epsilon: float | None = param("label-DP: the ε each label of each party spends in its SecureRowSums "
                                            "contribution, whatever influence block the coordinator sends (off when "
-                                           "unset)", "> 0", "README \"Differential privacy\"", default=None)
+                                           "unset)", "> 0", "docs/privacy.md", default=None)
     label_dp_mechanism: str = param('label-DP: "response" randomises each label before use (δ = 0); "skellam" adds '
                                     "noise to the row sums calibrated to the block received (needs label_dp_delta)",
                                     '"response", "skellam"', "xclp.label_dp", default="response")
     label_dp_delta: float | None = param('label-DP with "skellam": the δ of label_dp_epsilon (take 1/n² for n '
-                                         "labeled rows)", f"(0, {MAX_DP_DELTA}]", "README \"Differential privacy\"",
+                                         "labeled rows)", f"(0, {MAX_DP_DELTA}]", "docs/privacy.md",
                                          default=None)
 
     def __post_init__(self) -> None:
