@@ -64,7 +64,7 @@ from pathlib import Path
 import grpc
 
 from xclp import tables
-from xclp.client.api import take_part
+from xclp.client.api import read_data, take_part
 from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
@@ -76,7 +76,6 @@ from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
 from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
-from xclp.party_table import PartyData
 from xclp.runtime import check_keys, read_bytes, read_toml
 from xclp.v1 import calls, registry
 from xclp.v1 import xclp_pb2 as pb
@@ -100,13 +99,9 @@ DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 @dataclass(frozen=True)
 class Dataset:
     path: Path
-    label_column: str | None = "label"
+    label_column: str | None = tables.DEFAULT_LABEL  # named in the catalogue: the table must have it
     id_column: str | None = None
     delimiter: str | None = None
-
-    def load(self, params: JobParams) -> PartyData:
-        return tables.load(self.path, label_column=self.label_column, id_column=self.id_column,
-                           delimiter=self.delimiter, categorical=params.categorical)
 
 
 @dataclass(frozen=True)
@@ -147,7 +142,7 @@ class AgentConfig:
             if not isinstance(entry, dict) or "path" not in entry:
                 raise ConfigError(f"{path}: [datasets.{name}] needs path = \"<file>\"")
             check_keys(f"{path} [datasets.{name}]", entry, DATASET_KEYS)
-            datasets[name] = Dataset(base / entry["path"], entry.get("label_column", "label") or None,
+            datasets[name] = Dataset(base / entry["path"], entry.get("label_column", tables.DEFAULT_LABEL) or None,
                                      entry.get("id_column") or None, entry.get("delimiter"))
         if not datasets:
             raise ConfigError(f"{path}: the catalogue is empty: add [datasets.<name>] with the path of a table")
@@ -307,8 +302,10 @@ class Agent:
                                max_memory_bytes=self.config.max_memory_bytes,
                                max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
                                accepted_spec=offer.spec, releases=self.config.releases)
-            result = take_part(config, dataset.load, progress=lambda m: self.say(f"[{job} run {run}] {m}"),
-                               started=lambda session: setattr(active, "session", session))
+            say = lambda m: self.say(f"[{job} run {run}] {m}")  # noqa: E731
+            data = read_data(dataset.path, label_column=dataset.label_column, id_column=dataset.id_column,
+                             delimiter=dataset.delimiter, progress=say)
+            result = take_part(config, data, progress=say, started=lambda session: setattr(active, "session", session))
             path = write_run_dir(self.config.out, job, run, result)
             self.say(f"run {run} of job {job} done: outputs in {path}")
             ok = True

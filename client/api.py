@@ -147,8 +147,9 @@ class PartyResult:
 
 
 def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, peers: PathLike | Mapping[str, bytes],
-        data: Any, party: str | None = None, label_column: str | None = "label", id_column: str | None = None,
-        delimiter: str | None = None, ca_cert: PathLike | None = None, client_cert: PathLike | None = None,
+        data: Any, party: str | None = None, label_column: str | None = tables.DEFAULT_LABEL,
+        id_column: str | None = None, delimiter: str | None = None, ca_cert: PathLike | None = None,
+        client_cert: PathLike | None = None,
         client_key: PathLike | None = None, server_name: str | None = None, insecure: bool = False,
         paillier_bits: int | None = None, insecure_test_keys: bool = False, workers: str | int | None = None,
         insecure_workers: bool = False, min_parties: int = 3, min_share_threshold: int = 2,
@@ -231,35 +232,52 @@ def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stder
     return PartyResult(result, loaded[-1])
 
 
-def read_data(data: Any, *, label_column: str | None = "label", id_column: str | None = None,
+def read_data(data: Any, *, label_column: str | None = tables.DEFAULT_LABEL, id_column: str | None = None,
               delimiter: str | None = None, progress: Progress | None = None) -> DataLoader:
     """`data` as a loader for the job's parameters (categorical columns are known only then).
 
     The table is read at once, so that bad data fails before anything is sent; a text column the
-    job may declare categorical is the exception: that failure waits for the job's parameters.
+    job may declare categorical is the exception (tables.TextFeature): that failure waits for the
+    job's parameters.
     """
+    say = progress or stderr_progress
+    said: set[str] = set()
+
+    def once(message: str) -> None:
+        if message not in said:  # the table may be read twice (categorical columns)
+            said.add(message)
+            say(message)
+
     def read(categorical: Mapping[str, tuple[str, ...]] | None) -> PartyData:
         table = tables.read_any(data, label_column=label_column, id_column=id_column, delimiter=delimiter,
                                 categorical=categorical)
         empty = int(table.missing.sum())
         cells = f", {empty} empty feature cells" if empty else ""
-        (progress or stderr_progress)(f"loaded {table.X.shape[0]} rows x {table.X.shape[1]} features "
-                                      f"({int(table.labeled.sum())} labeled{cells}) from {_describe(data)}")
+        say(f"loaded {table.X.shape[0]} rows x {table.X.shape[1]} features ({int(table.labeled.sum())} labeled"
+            f"{cells}) from {_describe(data)}")
+        if table.labels is None and table.y is None and label_column is not None:
+            once(f"{_describe(data)} has no label column {label_column!r}, so every row is unlabeled (name the "
+                 "label column with --label-column, label_column in a config or catalogue, or label_column=...)")
         return table
 
     if isinstance(data, (str, os.PathLike)) and not Path(data).is_file():
         raise InvalidInput(f"cannot read {data}: no such file")
     try:
         early: PartyData | XclpError = read(None)
-    except XclpError as exc:
+    except tables.TextFeature as exc:
         early = exc
 
     def load(params: JobParams) -> PartyData:
         if params.categorical:
-            return read(params.categorical)
-        if isinstance(early, XclpError):
+            table = read(params.categorical)
+        elif isinstance(early, XclpError):
             raise early
-        return early
+        else:
+            table = early
+        if params.label_classes and not table.labeled.any():
+            once("this party's table has no labeled row: the job learns from labeled rows, so this party brings "
+                 "none (its rows take part all the same)")
+        return table
 
     return load
 
@@ -268,7 +286,7 @@ def _features_only(data: Any, model: ModelFile, id_column: str | None) -> PartyD
     """New rows for a model: any form `run` takes; a label column is ignored."""
     if isinstance(data, np.ndarray):
         data = (data, None)
-    return tables.read_any(data, label_column="label", id_column=id_column, categorical=model.params.categorical)
+    return tables.read_any(data, id_column=id_column, categorical=model.params.categorical)
 
 
 def _party(party: str | None, key: Ed25519PrivateKey, allow: Mapping[str, bytes]) -> str:

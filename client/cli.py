@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
                    "channel): the only identity keys this party accepts from the coordinator's roster")
     r.add_argument("--data", type=Path, help="CSV or Parquet (features, a label column, an optional id column) or .npz "
                    "(X, y, ids, columns); see docs/data.md")
-    r.add_argument("--label-column", help="label column name in the CSV (default label; empty cell = unlabeled)")
+    r.add_argument("--label-column", help="label column name (default label; empty cell = unlabeled; a name given "
+                   "here must be a column of the table, while a table without a label column is all unlabeled)")
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
     r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
     r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
@@ -146,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", type=Path, required=True, help="model file written by `xclp-client run`")
         sp.add_argument("--data", type=Path, required=True, help="CSV, Parquet or .npz with the same feature columns "
                         "(label column ignored)")
-        sp.add_argument("--label-column", default="label", help="label column to ignore if present (default label)")
+        sp.add_argument("--label-column", default=tables.DEFAULT_LABEL,
+                        help="label column to ignore if present (default label)")
         sp.add_argument("--id-column", help="row id column name (default: row numbers)")
         sp.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
         sp.add_argument("--out", type=Path, required=True, help="output CSV (written atomically)")
@@ -175,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     out = Path(cfg.pop("out"))
-    cfg["label_column"] = cfg.get("label_column", "label") or None
+    cfg["label_column"] = cfg.get("label_column", tables.DEFAULT_LABEL) or None
     cfg["id_column"] = cfg.get("id_column") or None
     cfg["state"] = cfg.get("state") or default_releases()
     result = api.run(**cfg)

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
+import numba
 import numpy as np
 from scipy.special import ndtr
 
@@ -39,8 +41,6 @@ Estimator = Literal["mean", "median_of_means"]
 _PRIME = 2**31 - 1
 # Largest p for SRP: 2^p buckets per row must stay a sensible array width.
 _MAX_SRP_BITS = 24
-# Bound on floats held at once while hashing (rows × projections).
-_BLOCK_ENTRIES = 1 << 20
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -119,27 +119,118 @@ class RaceHashes:
 
     def buckets(self, X: object) -> np.ndarray:
         """l_r(x) for every row x and every r: int64[n, R], values in [0, W)."""
-        data = check_features(X, d=self.dim)
-        R = self.params.rows
-        out = np.empty((data.shape[0], R), dtype=np.int64)
-        block = max(1, _BLOCK_ENTRIES // self.projections.shape[0])
-        for start in range(0, data.shape[0], block):
-            out[start : start + block] = self._bucket_block(data[start : start + block])
+        data = np.ascontiguousarray(check_features(X, d=self.dim))
+        out = np.empty((data.shape[0], self.params.rows), dtype=np.int64)
+        _buckets_kernel(data, *self._kernel_args, out, numba.get_num_threads())
         return out
 
-    def _bucket_block(self, data: np.ndarray) -> np.ndarray:
-        proj = data @ self.projections.T
-        if self.params.family == "srp":
-            # SRP: bit j of row r is [π_{j,r}·x ≥ 0]; the p bits read as a binary number.
-            R = self.params.rows
-            index = np.zeros((data.shape[0], R), dtype=np.uint8 if self.params.p <= 8 else np.uint32)
-            for j in range(self.params.p):
-                index |= (proj[:, j * R : (j + 1) * R] >= 0).astype(index.dtype) << j
-            return index.astype(np.int64)
-        # p-stable LSH (Datar et al.): h = ⌊(a·x + b)/r⌋, any sign; np.mod makes it non-negative.
-        h = np.floor((proj + self.offsets) / float(self.params.bandwidth)).astype(np.int64)
-        a, b = self.mix[:, 0], self.mix[:, 1]
-        return ((a * np.mod(h, _PRIME) + b) % _PRIME) % self.params.width
+    def counts(self, X: object, labels: np.ndarray | None = None, n_labels: int = 1) -> np.ndarray:
+        """How many rows fall into each bucket of each row: int64[n_labels, R, W], a row counted
+        in the sketch of its label (`labels` int64[n] in [0, n_labels); None: all in sketch 0).
+        One pass over the rows, no [n, R] array: linear in n·R."""
+        data = np.ascontiguousarray(check_features(X, d=self.dim))
+        R, W = self.params.rows, self.params.width
+        lab = np.zeros(data.shape[0], dtype=np.int64) if labels is None else np.ascontiguousarray(labels, np.int64)
+        counts = _counts_kernel(data, *self._kernel_args, lab, n_labels, numba.get_num_threads())
+        return counts.reshape(n_labels, R, W)
+
+    @cached_property
+    def _kernel_args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int, int, float, bool]:
+        """(projections transposed float64[d, p·R or R], offsets, mix, R, p, W, bandwidth, srp)."""
+        srp, R = self.params.family == "srp", self.params.rows
+        return (np.ascontiguousarray(self.projections.T, dtype=np.float64),
+                np.zeros(R) if srp else np.ascontiguousarray(self.offsets, dtype=np.float64),
+                np.zeros((R, 2), np.int64) if srp else np.ascontiguousarray(self.mix, dtype=np.int64),
+                R, self.params.p if srp else 0, self.params.width, float(self.params.bandwidth), srp)
+
+
+# The hashes in numba. A row's projections are x·Πᵀ summed over the d features in order, so every
+# machine gets bit-identical hashes (no BLAS, whose summation order varies); four rows at a time,
+# so each loaded projection serves four (the multiply-adds are the cost: p·R·d per row). Then
+# SRP's p sign bits read as a binary number, or p-stable LSH ⌊(a·x + b)/r⌋ through the universal
+# hash. Rows are split among the threads, each with its own buffers (and counts).
+_ROWS_AT_ONCE = 4
+
+
+@numba.njit(cache=True, inline="always")
+def _share(n: int, threads: int) -> int:  # pragma: no cover - numba
+    """Rows per thread: n / threads rounded up to a multiple of _ROWS_AT_ONCE."""
+    per = (n + threads - 1) // threads
+    return (per + _ROWS_AT_ONCE - 1) // _ROWS_AT_ONCE * _ROWS_AT_ONCE
+
+
+@numba.njit(cache=True, inline="always")
+def _project4(X: np.ndarray, lo: int, B: int, PT: np.ndarray, acc: np.ndarray) -> None:  # pragma: no cover
+    """acc[b] = X[lo + b]·Πᵀ for b < B <= 4 (the other rows of acc: zero)."""
+    a0, a1, a2, a3 = acc[0], acc[1], acc[2], acc[3]
+    acc[:] = 0.0
+    for f in range(PT.shape[0]):
+        v0 = X[lo, f]
+        v1 = X[lo + 1, f] if B > 1 else 0.0
+        v2 = X[lo + 2, f] if B > 2 else 0.0
+        v3 = X[lo + 3, f] if B > 3 else 0.0
+        row = PT[f]
+        for c in range(row.shape[0]):
+            w = row[c]
+            a0[c] += v0 * w
+            a1[c] += v1 * w
+            a2[c] += v2 * w
+            a3[c] += v3 * w
+
+
+@numba.njit(cache=True, inline="always")
+def _row_buckets(proj: np.ndarray, offsets: np.ndarray, mix: np.ndarray, R: int, p: int, W: int, bandwidth: float,
+                 srp: bool, out: np.ndarray) -> None:  # pragma: no cover - numba
+    """out[r] = l_r(x) in [0, W) from the row's projections `proj`."""
+    if srp:
+        for r in range(R):
+            out[r] = 0
+        for j in range(p):
+            for r in range(R):
+                if proj[j * R + r] >= 0.0:
+                    out[r] += 1 << j
+    else:
+        for r in range(R):
+            h = np.int64(np.floor((proj[r] + offsets[r]) / bandwidth))
+            out[r] = ((mix[r, 0] * (h % _PRIME) + mix[r, 1]) % _PRIME) % W
+
+
+@numba.njit(cache=True, parallel=True)
+def _buckets_kernel(X: np.ndarray, PT: np.ndarray, offsets: np.ndarray, mix: np.ndarray, R: int, p: int, W: int,
+                    bandwidth: float, srp: bool, out: np.ndarray, threads: int) -> None:  # pragma: no cover
+    n = X.shape[0]
+    per = _share(n, threads)
+    for t in numba.prange(threads):
+        acc = np.empty((_ROWS_AT_ONCE, PT.shape[1]))
+        end = min(n, (t + 1) * per)
+        for lo in range(t * per, end, _ROWS_AT_ONCE):
+            B = min(_ROWS_AT_ONCE, end - lo)
+            _project4(X, lo, B, PT, acc)
+            for b in range(B):
+                _row_buckets(acc[b], offsets, mix, R, p, W, bandwidth, srp, out[lo + b])
+
+
+@numba.njit(cache=True, parallel=True)
+def _counts_kernel(X: np.ndarray, PT: np.ndarray, offsets: np.ndarray, mix: np.ndarray, R: int, p: int, W: int,
+                   bandwidth: float, srp: bool, labels: np.ndarray, n_labels: int,
+                   threads: int) -> np.ndarray:  # pragma: no cover - numba
+    n = X.shape[0]
+    per = _share(n, threads)
+    counts = np.zeros((threads, n_labels * R * W), dtype=np.int64)
+    for t in numba.prange(threads):
+        acc = np.empty((_ROWS_AT_ONCE, PT.shape[1]))
+        row = np.empty(R, dtype=np.int64)
+        mine = counts[t]
+        end = min(n, (t + 1) * per)
+        for lo in range(t * per, end, _ROWS_AT_ONCE):
+            B = min(_ROWS_AT_ONCE, end - lo)
+            _project4(X, lo, B, PT, acc)
+            for b in range(B):
+                _row_buckets(acc[b], offsets, mix, R, p, W, bandwidth, srp, row)
+                base = labels[lo + b] * R * W
+                for r in range(R):
+                    mine[base + r * W + row[r]] += 1
+    return counts.sum(axis=0)
 
 
 def lsh_kernel(params: RaceParams, X: object, Q: object) -> np.ndarray:
@@ -171,9 +262,7 @@ def exact_kde(params: RaceParams, X: object, Q: object) -> np.ndarray:
 
 def sketch(hashes: RaceHashes, X: object) -> np.ndarray:
     """The RACE count array (Alg. 1 without noise): int64[R, W]; additive over data splits."""
-    R, W = hashes.params.rows, hashes.params.width
-    flat = (hashes.buckets(X) + np.arange(R, dtype=np.int64) * W).ravel()
-    return np.bincount(flat, minlength=R * W).astype(np.int64).reshape(R, W)
+    return hashes.counts(X)[0]
 
 
 def _check_sketch(hashes: RaceHashes, S: object, name: str = "sketch") -> np.ndarray:
@@ -298,10 +387,7 @@ class RaceClassifier:
     def fit(cls, hashes: RaceHashes, X: object, y: object, n_classes: int) -> RaceClassifier:
         data = check_features(X, d=hashes.dim)
         labels = check_labels(y, n_classes, n=data.shape[0], allow_unlabeled=False)
-        R, W = hashes.params.rows, hashes.params.width
-        flat = (labels[:, None] * (R * W) + np.arange(R, dtype=np.int64) * W + hashes.buckets(data)).ravel()
-        counts = np.bincount(flat, minlength=n_classes * R * W).astype(np.int64)
-        return cls(hashes, counts.reshape(n_classes, R, W))
+        return cls(hashes, hashes.counts(data, labels, n_classes))
 
     def scores(self, Q: object) -> np.ndarray:
         """prior × KDE per class: float64[n_q, C] (N estimated as Σ S / R over all classes)."""

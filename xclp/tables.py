@@ -24,13 +24,27 @@ from xclp.errors import InvalidInput
 from xclp.party_table import NULL_CELLS, Labels, Locator, PartyData, csv_records
 from xclp.validation import UNLABELED, check_features
 
-__all__ = ["DELIMITERS", "Labels", "PartyData", "from_arrow", "load", "read_any"]
+__all__ = ["DEFAULT_LABEL", "DELIMITERS", "DefaultLabel", "Labels", "PartyData", "TextFeature", "from_arrow", "load",
+           "read_any"]
 
 DELIMITERS = ",;\t|"
+
+
+class DefaultLabel(str):
+    """The label column's name when the user named none: a table without that column has no
+    labels (every row unlabeled), where a name the user gave must be one of the table's columns."""
+
+
+DEFAULT_LABEL = DefaultLabel("label")
+
+
+class TextFeature(InvalidInput):
+    """A feature column holds text: refused unless the job declares it categorical (whose
+    parameters a party learns only after connecting)."""
 BLOCK_BYTES = 4 << 20  # bytes of CSV per parsed batch (pyarrow reads a few ahead)
 
 
-def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id_column: str | None = None,
+def load(path: str | os.PathLike[str], *, label_column: str | None = DEFAULT_LABEL, id_column: str | None = None,
          delimiter: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None) -> PartyData:
     """A party's table: .csv (UTF-8, a header row, `delimiter` one of , ; tab | — a tab also spelled
     "tab" or "\\t", as typed in a flag or a TOML file — or None to detect it from the header),
@@ -59,7 +73,7 @@ def load(path: str | os.PathLike[str], *, label_column: str | None = "label", id
     return _load_csv(path, label_column=label_column, id_column=id_column, delimiter=delimiter, categorical=categorical)
 
 
-def read_any(data: Any, *, label_column: str | None = "label", id_column: str | None = None,
+def read_any(data: Any, *, label_column: str | None = DEFAULT_LABEL, id_column: str | None = None,
              delimiter: str | None = None, categorical: Mapping[str, Sequence[str]] | None = None) -> PartyData:
     """A party's table from a path (`load`), a pandas DataFrame (its index dropped) or a pyarrow
     Table (`from_arrow`), arrays (X, y) or (X, y, ids) with y's −1 meaning unlabeled, or a PartyData."""
@@ -242,6 +256,8 @@ def _roles(header: list[str], path: str | Path, label_column: str | None, id_col
                            f"categorical; columns: {', '.join(header)}{hint}")
     if id_column is not None and id_column not in header:
         raise InvalidInput(f"{path} has no id column {id_column!r}; columns: {', '.join(header)}{hint}")
+    if label_column is not None and label_column not in header and not isinstance(label_column, DefaultLabel):
+        raise InvalidInput(f"{path} has no label column {label_column!r}; columns: {', '.join(header)}{hint}")
     label = header.index(label_column) if label_column is not None and label_column in header else None
     ident = header.index(id_column) if id_column is not None else None
     features = [i for i in range(len(header)) if i not in (label, ident)]
@@ -415,7 +431,7 @@ def _diagnose_csv(path: Path, sep: str, header: list[str], features: list[int], 
                 try:
                     float(cell)
                 except ValueError:
-                    raise InvalidInput(f"{path} line {line}, column {header[j]!r}: {cells[j]!r} is not a "
+                    raise TextFeature(f"{path} line {line}, column {header[j]!r}: {cells[j]!r} is not a "
                                        f"number{hint}") from None
     except (csv.Error, UnicodeDecodeError) as exc:
         raise InvalidInput(f"{path} is not a readable UTF-8 CSV file: {exc}") from None
@@ -438,7 +454,7 @@ def _load_parquet(path: Path, *, label_column: str | None, id_column: str | None
                   categorical=categorical)
 
 
-def from_arrow(table: Any, *, label_column: str | None = "label", id_column: str | None = None,
+def from_arrow(table: Any, *, label_column: str | None = DEFAULT_LABEL, id_column: str | None = None,
                categorical: Mapping[str, Sequence[str]] | None = None, name: str = "the data") -> PartyData:
     """A party's table from a pyarrow.Table, with the same rules as a Parquet file: every column but
     the label and id columns is a numeric feature (or declared categorical); a null feature cell is
@@ -465,7 +481,7 @@ def _arrow(schema: Any, rows: int, batches: Callable[[list[str]], Iterable[Any]]
         kind = schema.field(j).type
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
                 or pa.types.is_boolean(kind) or pa.types.is_null(kind)):
-            raise InvalidInput(f"{name}: column {header[j]!r} holds {kind}, not numbers; every column other than "
+            raise TextFeature(f"{name}: column {header[j]!r} holds {kind}, not numbers; every column other than "
                                "the label and id columns is a feature and must be numeric")
     names = [header[j] for j in features]
     numeric = [n for n in names if n not in categorical]

@@ -295,3 +295,20 @@ def test_a_flynn_party_whose_data_is_narrower_than_s_is_refused_at_join(keys):
     with pytest.raises(InvalidInput, match=r"cannot use data of 4 columns: s .* = 5 exceeds the data dimension 4"):
         admit(j, keys, "a", summary(dim=4))
     assert j.parties == {}
+
+
+@pytest.mark.parametrize("job_type, params, refused", [
+    ("flynn", FLYNN, True),
+    ("race", {"rows": 4, "width": 4, "n_classes": 2}, True),
+    ("race", {"rows": 4, "width": 4}, False),  # a density of every row: labels are not used
+])
+def test_a_count_job_that_learns_from_labels_is_refused_when_no_party_brings_one(keys, job_type, params, refused):
+    j = Run(job("j", job_type, params, parties=("a", "b")), allow_list(keys), clock=Clock())
+    for p in ("a", "b"):
+        admit(j, keys, p, pb.DataSummary(rows=5, labeled_rows=0, dim=4))
+    if not refused:
+        assert j.stage is not Stage.FAILED
+        return
+    assert j.stage is Stage.FAILED and j.step is None
+    end = drain(j, "a")[-1].end
+    assert end.outcome == pb.JobEnd.REFUSED and "no party brought a labeled row" in end.reason

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.oracles.race_numpy import buckets_numpy, counts_numpy
 from xclp.errors import InvalidInput
 from xclp.race import (
     RaceClassifier,
@@ -234,3 +235,19 @@ def test_bad_release_arguments_are_refused() -> None:
 def test_dimension_must_be_positive() -> None:
     with pytest.raises(InvalidInput, match="dim must be a positive integer"):
         RaceHashes.from_seed(1, SRP, 0)
+
+
+@pytest.mark.parametrize("params", [RaceParams(rows=37, width=16, family="srp", p=4),
+                                    RaceParams(rows=50, width=8, family="srp", p=1),
+                                    RaceParams(rows=29, width=13, family="l2", bandwidth=0.7)])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 257])
+def test_the_kernels_give_the_buckets_and_counts_of_the_plain_numpy_hashing(params: RaceParams, n: int) -> None:
+    """Every row count, not a multiple of the four rows hashed at once, and both families: the numba
+    kernels give exactly what the matrix product and np.bincount give (tests/oracles/race_numpy.py)."""
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, 7)) * rng.uniform(0.1, 10, size=7)
+    hashes = RaceHashes.from_seed(3, params, 7)
+    assert np.array_equal(hashes.buckets(X), buckets_numpy(hashes, X))
+    labels = rng.integers(0, 3, n)
+    assert np.array_equal(hashes.counts(X, labels, 3), counts_numpy(hashes, X, labels, 3))
+    assert np.array_equal(sketch(hashes, X), counts_numpy(hashes, X)[0])

@@ -73,7 +73,7 @@ class Simulation:
 
 
 def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed: bytes | None = None,
-             label_column: str | None = "label", id_column: str | None = None) -> Simulation:
+             label_column: str | None = tables.DEFAULT_LABEL, id_column: str | None = None) -> Simulation:
     """Run `job` over `parties` = {party id: its table} with every role in this process.
 
     - `job`: a job file's path or text (its `type` and `[params]`; the parties are those given

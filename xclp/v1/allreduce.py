@@ -91,6 +91,10 @@ class FlynnJobParams(JobParams):
         return self.n_classes
 
     @property
+    def needs_labels(self) -> bool:
+        return self.n_classes > 0  # class counts (RACE without classes: a density of every row)
+
+    @property
     def release_epsilon(self) -> float | None:
         return self.epsilon
 
@@ -154,6 +158,10 @@ class RaceJobParams(JobParams):
     @property
     def label_classes(self) -> int:
         return self.n_classes
+
+    @property
+    def needs_labels(self) -> bool:
+        return self.n_classes > 0  # class counts (RACE without classes: a density of every row)
 
     @property
     def release_epsilon(self) -> float | None:
