@@ -10,7 +10,8 @@ back, reveal round included. Setup (join,
 roster, seed) is excluded: it is the same for both.
 
 bytes_on_wire_per_element: payload bytes moved through the coordinator per array element per
-party (upload + the aggregate's download; TLS/HTTP-2 framing not counted).
+party (upload + the aggregate's download; TLS/HTTP-2 framing not counted); upload_bytes_per_element:
+the upload alone (exact counts travel as uint32: 4 bytes each way).
 
 Usage: python benchmarks/allreduce.py [--quick] [--elements N] [--repeats K]
 Progress goes to stderr; the last stdout line is one JSON object.
@@ -159,6 +160,7 @@ def main() -> None:
         "benchmark": "allreduce", "parties": len(PARTIES), "elements": args.elements, "repeats": repeats,
         "transport": "grpc+tls localhost", "masked_seconds": round(masked_s, 4), "plain_seconds": round(plain_s, 4),
         "overhead_ratio": round(masked_s / plain_s, 3), "bytes_on_wire_per_element": round(per_element, 3),
+        "upload_bytes_per_element": round(sent["masked"] / (len(PARTIES) * args.elements), 3),
     }))
 
 

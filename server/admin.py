@@ -25,7 +25,6 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 
 log = logging.getLogger("xclp.server")
-DEFAULT_ADMIN_LISTEN = "127.0.0.1:50052"
 MAX_LIST = 1000
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,54 +27,13 @@ from google.protobuf.message import Message
 from xclp.crypto import identity
 from xclp.errors import ConfigError, XclpError
 from xclp.runtime import read_bytes, write_private
-from xclp.server.admin import DEFAULT_ADMIN_LISTEN
-from xclp.server.store import FINAL
+from xclp.server.defaults import FINAL
 from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import EXIT_OK, error_from_rpc
 
 WAIT_POLL_SECONDS = 1.0
-
-
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    op = sub.add_parser("operator", help="operator keys for the Admin API").add_subparsers(dest="operator_command",
-                                                                                           required=True)
-    kg = op.add_parser("keygen", help="create an operator's Ed25519 key",
-                       description="Write <out>/<name>.key (private, 0600) and print the line for the server "
-                       "config's [operators] table.")
-    kg.add_argument("--name", required=True, help="operator name, e.g. alice")
-    kg.add_argument("--out", type=Path, default=Path("."), help="output directory (default: current)")
-
-    job = sub.add_parser("job", help="submit, list, show and cancel runs (the Admin API)")
-    jobs = job.add_subparsers(dest="job_command", required=True)
-    submit = jobs.add_parser("submit", help="queue a run of a job file", description="Send a job file to the "
-                             "coordinator and queue a run of it. A job id already defined with the same text gets "
-                             "another run; another text under the same id is refused.")
-    submit.add_argument("file", type=Path, nargs="+", help="job TOML file(s) (data sets named by catalogue name)")
-    ls = jobs.add_parser("list", help="runs, newest first")
-    ls.add_argument("--job", default="", help="only runs of this job id")
-    ls.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
-    show = jobs.add_parser("show", help="one run: stage, parties, steps, durations and bytes")
-    show.add_argument("run", help="run id (from `job list` or `job submit`)")
-    cancel = jobs.add_parser("cancel", help="cancel a queued, joining or running run")
-    cancel.add_argument("run", help="run id")
-    cancel.add_argument("--reason", default="", help="told to the parties (default: cancelled by <operator>)")
-    for p in (submit, show):
-        p.add_argument("--wait", action="store_true", help="wait until the run is done, failed, cancelled or "
-                       "interrupted; exit 0 only if it is done")
-        p.add_argument("--timeout", type=float, default=0,
-                       help="with --wait: give up after this many seconds (0: never)")
-    for p in (submit, ls, show, cancel):
-        p.add_argument("--admin", default=os.environ.get("XCLP_ADMIN", DEFAULT_ADMIN_LISTEN),
-                       help=f"the coordinator's Admin address (default {DEFAULT_ADMIN_LISTEN} or $XCLP_ADMIN)")
-        p.add_argument("--operator", default=os.environ.get("XCLP_OPERATOR"), help="operator name (or $XCLP_OPERATOR)")
-        p.add_argument("--operator-key", type=Path, default=os.environ.get("XCLP_OPERATOR_KEY"),
-                       help="operator key from `xclp-server operator keygen` (or $XCLP_OPERATOR_KEY)")
-        p.add_argument("--ca-cert", type=Path, default=os.environ.get("XCLP_ADMIN_CA"),
-                       help="CA of the coordinator's certificate, if --admin is not loopback (or $XCLP_ADMIN_CA)")
-        p.add_argument("--server-name", help="TLS name to expect, if not the host in --admin")
-        p.add_argument("--json", action="store_true", help="print JSON (one object per run) for scripts")
 
 
 def operator_keygen(args: argparse.Namespace) -> int:

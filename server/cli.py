@@ -12,33 +12,27 @@
 
 Settings come from flags or `--config server.toml` (same names, underscores; flags win); the
 operator keys of the Admin API are the config's `[operators]` table (name = "ed25519:...").
+
+The parser imports nothing heavy (server/defaults.py holds what it names); each command imports
+what it runs when it runs, so `--help` and the Admin commands start without loading the
+coordinator, gRPC's server side or the job types' numerics.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
+import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from xclp.crypto.identity import allow_list, parse_public_key
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import read_toml
-from xclp.server import admin_cli, dev_ca
-from xclp.server.admin import DEFAULT_ADMIN_LISTEN, build_admin_server
-from xclp.server.config import TlsFiles, read_job
-from xclp.server.coordinator import Coordinator
-from xclp.server.health import check as check_health
-from xclp.server.metrics import Metrics
-from xclp.server.service import build_server
-from xclp.server.store import DEFAULT_STATE, StateStore
-from xclp.v1.status import EXIT_OK, EXIT_UNEXPECTED, exit_code
+from xclp.server.defaults import DEFAULT_ADMIN_LISTEN, DEFAULT_STATE
+
+EXIT_OK, EXIT_UNEXPECTED = 0, 1  # as xclp.v1.status (which imports gRPC) has them
 
 log = logging.getLogger("xclp.server")
 EXIT_GRACE_SECONDS = 3.0
@@ -99,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--party", required=True, help="party id (the certificate's common name)")
     party.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
 
-    admin_cli.add_parsers(sub)
+    _admin_parsers(sub)
     h = sub.add_parser("health", help="ask a coordinator's gRPC health service (exit 0 if SERVING)")
     h.add_argument("--coordinator", default="localhost:50051", help="host:port (default localhost:50051)")
     h.add_argument("--ca-cert", type=Path, help="CA of the coordinator's certificate")
@@ -109,8 +103,50 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _admin_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    op = sub.add_parser("operator", help="operator keys for the Admin API").add_subparsers(dest="operator_command",
+                                                                                           required=True)
+    kg = op.add_parser("keygen", help="create an operator's Ed25519 key",
+                       description="Write <out>/<name>.key (private, 0600) and print the line for the server "
+                       "config's [operators] table.")
+    kg.add_argument("--name", required=True, help="operator name, e.g. alice")
+    kg.add_argument("--out", type=Path, default=Path("."), help="output directory (default: current)")
+
+    job = sub.add_parser("job", help="submit, list, show and cancel runs (the Admin API)")
+    jobs = job.add_subparsers(dest="job_command", required=True)
+    submit = jobs.add_parser("submit", help="queue a run of a job file", description="Send a job file to the "
+                             "coordinator and queue a run of it. A job id already defined with the same text gets "
+                             "another run; another text under the same id is refused.")
+    submit.add_argument("file", type=Path, nargs="+", help="job TOML file(s) (data sets named by catalogue name)")
+    ls = jobs.add_parser("list", help="runs, newest first")
+    ls.add_argument("--job", default="", help="only runs of this job id")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    show = jobs.add_parser("show", help="one run: stage, parties, steps, durations and bytes")
+    show.add_argument("run", help="run id (from `job list` or `job submit`)")
+    cancel = jobs.add_parser("cancel", help="cancel a queued, joining or running run")
+    cancel.add_argument("run", help="run id")
+    cancel.add_argument("--reason", default="", help="told to the parties (default: cancelled by <operator>)")
+    for p in (submit, show):
+        p.add_argument("--wait", action="store_true", help="wait until the run is done, failed, cancelled or "
+                       "interrupted; exit 0 only if it is done")
+        p.add_argument("--timeout", type=float, default=0,
+                       help="with --wait: give up after this many seconds (0: never)")
+    for p in (submit, ls, show, cancel):
+        p.add_argument("--admin", default=os.environ.get("XCLP_ADMIN", DEFAULT_ADMIN_LISTEN),
+                       help=f"the coordinator's Admin address (default {DEFAULT_ADMIN_LISTEN} or $XCLP_ADMIN)")
+        p.add_argument("--operator", default=os.environ.get("XCLP_OPERATOR"), help="operator name (or $XCLP_OPERATOR)")
+        p.add_argument("--operator-key", type=Path, default=os.environ.get("XCLP_OPERATOR_KEY"),
+                       help="operator key from `xclp-server operator keygen` (or $XCLP_OPERATOR_KEY)")
+        p.add_argument("--ca-cert", type=Path, default=os.environ.get("XCLP_ADMIN_CA"),
+                       help="CA of the coordinator's certificate, if --admin is not loopback (or $XCLP_ADMIN_CA)")
+        p.add_argument("--server-name", help="TLS name to expect, if not the host in --admin")
+        p.add_argument("--json", action="store_true", help="print JSON (one object per run) for scripts")
+
+
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """Flags over the TOML file; TOML paths are relative to the TOML file."""
+    from xclp.crypto.identity import parse_public_key
+
     merged: dict[str, Any] = {}
     if args.config is not None:
         raw = read_toml(args.config)
@@ -143,6 +179,17 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from xclp.crypto.identity import allow_list
+    from xclp.server.admin import build_admin_server
+    from xclp.server.config import TlsFiles, read_job
+    from xclp.server.coordinator import Coordinator
+    from xclp.server.metrics import Metrics
+    from xclp.server.service import build_server
+    from xclp.server.store import StateStore
+
     cfg = _settings(args)
     if not cfg.get("allow_list"):
         raise ConfigError("serve needs --allow-list (or allow_list in --config)")
@@ -208,6 +255,10 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def health(args: argparse.Namespace) -> int:
+    import grpc
+
+    from xclp.server.health import check as check_health
+
     try:
         status = check_health(args.coordinator, ca=args.ca_cert.read_bytes() if args.ca_cert else None,
                               server_name=args.server_name, insecure=args.insecure, timeout=args.timeout)
@@ -227,11 +278,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return serve(args)
         if args.command == "job":
+            from xclp.server import admin_cli
+
             return admin_cli.job_command(args)
         if args.command == "operator":
+            from xclp.server import admin_cli
+
             return admin_cli.operator_keygen(args)
         if args.command == "health":
             return health(args)
+        from xclp.server import dev_ca
+
         if args.command == "ca":
             issued = dev_ca.init_ca(args.dir, days=args.days)
             print(f"CA certificate: {issued.cert_path}\nCA key (keep private): {issued.key_path}", file=sys.stderr)
@@ -244,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"certificate: {issued.cert_path}\nkey (keep private): {issued.key_path}", file=sys.stderr)
         return EXIT_OK
     except XclpError as exc:
+        from xclp.v1.status import exit_code
+
         print(f"xclp-server: error: {exc}", file=sys.stderr)
         return exit_code(exc)
 

@@ -89,6 +89,8 @@ class JobConfig:
             object.__setattr__(self, "max_total_rows", job_type.max_total_rows)
         if isinstance(self.max_total_rows, bool) or not isinstance(self.max_total_rows, int) or self.max_total_rows < 0:
             raise ConfigError(f"job {self.job_id}: max_total_rows must be an integer >= 0 (0: no cap)")
+        most = self.max_rows_per_party * len(self.expected_parties)
+        self.params.check_rows(min(most, self.max_total_rows) if self.max_total_rows else most)
         if not (self.join_seconds > 0 and self.step_seconds > 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive")
         files = {"summary": self.summary_path, "debug_dump": self.debug_dump_dir, "model": self.model_path}

@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from xclp.errors import ConfigError, InvalidInput
+from xclp.server.defaults import FINAL, IN_FLIGHT
 
-DEFAULT_STATE = Path("xclp-state.db")
-IN_FLIGHT = ("joining", "running")
-FINAL = ("done", "failed", "cancelled", "interrupted")
 STATES = ("queued", *IN_FLIGHT, *FINAL)
 
 MIGRATIONS: tuple[str, ...] = (

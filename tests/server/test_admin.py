@@ -216,3 +216,24 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
     first, second = shown["influence"]
     assert ", running, step influence round 0\n" in first and "  progress:  0/" in first
     assert "  progress:  2/" in second and "columns solved" in second
+
+
+def test_the_admin_commands_help_loads_neither_the_coordinator_nor_the_numerics() -> None:
+    """`xclp-server job list --help` took 2 s: the parser imported the coordinator, the job types'
+    registry and with it scipy and numba. It now imports what it names (server/defaults.py); the
+    exit codes it states equal xclp.v1.status's."""
+    import subprocess
+    import sys
+
+    from xclp.server import cli
+    from xclp.v1 import status
+
+    probe = ("import sys\nfrom xclp.server.cli import main\n"
+             "try:\n    main(['job', 'list', '--help'])\nexcept SystemExit:\n    pass\n"
+             "print(' '.join(sorted(m for m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    loaded = set(done.stdout.split())
+    assert "--operator-key" in done.stdout  # the help was printed
+    heavy = {"scipy", "numba", "grpc", "xclp.server.coordinator", "xclp.v1.registry", "xclp.flynn"} & loaded
+    assert heavy == set()
+    assert (cli.EXIT_OK, cli.EXIT_UNEXPECTED) == (status.EXIT_OK, status.EXIT_UNEXPECTED)

@@ -90,3 +90,22 @@ def test_job_parameters_are_validated_once_at_load(tmp_path, job_type, params, m
                                      f'"b"]\n[params]\n{body}')
     with pytest.raises(ConfigError, match=match):
         load_job(tmp_path / "j.toml")
+
+
+@pytest.mark.parametrize("job_type, params", [("flynn", {"n_classes": 2, "m": 8, "s": 2, "rho": 2}),
+                                              ("race", {"rows": 4, "width": 4})])
+def test_row_caps_that_would_let_uint32_counts_wrap_are_refused(job_type, params) -> None:
+    """Exact counts travel as uint32 and never exceed the rows in all; caps that allow 2^32 rows
+    could wrap the sum, so the job is refused with the way out; DP counts travel in 64 bits."""
+    from xclp.server.config import JobConfig
+
+    def config(**caps: object) -> JobConfig:
+        return JobConfig("j", job_type, parse_params(job_type, params), ("a", "b", "c"), 2, 60.0, 60.0,
+                         **caps)  # type: ignore[arg-type]
+
+    with pytest.raises(ConfigError, match=r"with up to 6442450944 rows in all, the .* counts could pass 4294967295"):
+        config(max_rows_per_party=2**31)
+    config(max_rows_per_party=2**31, max_total_rows=2**32 - 1)
+    config(max_rows_per_party=2**32 // 3)
+    private = {**params, "epsilon": 1.0, **({"T": 4} if job_type == "flynn" else {})}
+    JobConfig("j", job_type, parse_params(job_type, private), ("a", "b", "c"), 2, 60.0, 60.0, max_rows_per_party=2**31)

@@ -39,6 +39,17 @@ SUM_PURPOSE = SUM_STEP  # the pairwise-mask purpose (HKDF info) of the sum
 RESULT_MSG = "result"
 
 
+COUNT_RING = 2**32  # exact counts travel as uint32, summed mod 2^32 (DESIGN §6: 32 bits where 32 suffice)
+
+
+def check_count_ring(private: bool, most: int, what: str) -> None:
+    """Exact counts never exceed the rows in all; refuse caps that would let the sum wrap."""
+    if not private and most >= COUNT_RING:
+        raise ConfigError(f"with up to {most} rows in all, the {what} counts could pass {COUNT_RING - 1} and wrap in "
+                          f"the 32-bit ring the exact sum travels in: cap the rows below {COUNT_RING} "
+                          "(max_total_rows, or max_rows_per_party × the expected parties)")
+
+
 @dataclass(frozen=True)
 class FlynnJobParams(JobParams):
     """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
@@ -97,6 +108,9 @@ class FlynnJobParams(JobParams):
     @property
     def release_epsilon(self) -> float | None:
         return self.epsilon
+
+    def check_rows(self, most: int) -> None:
+        check_count_ring(self.private, most, "FlyNN")
 
     def wire(self, dim: int) -> tuple[np.dtype[Any], tuple[int, ...]]:
         """dtype and shape every party pushes in the sum step."""
@@ -166,6 +180,9 @@ class RaceJobParams(JobParams):
     @property
     def release_epsilon(self) -> float | None:
         return self.epsilon
+
+    def check_rows(self, most: int) -> None:
+        check_count_ring(self.private, most, "RACE")
 
     def wire(self, dim: int) -> tuple[np.dtype[Any], tuple[int, ...]]:
         lead = (self.n_classes,) if self.n_classes else ()

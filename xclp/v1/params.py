@@ -188,6 +188,10 @@ class JobParams:
     def check_dim(self, dim: int) -> None:
         """Refuse (InvalidInput) data of `dim` feature columns, before any work on it."""
 
+    def check_rows(self, most: int) -> None:
+        """Refuse (ConfigError) parameters whose sums could overflow their ring when the parties
+        bring up to `most` rows in all (the job's row caps)."""
+
     def check_roster(self, expected: int, min_parties: int) -> None:
         """Refuse (ConfigError) parameters that cannot run among `expected` parties, `min_parties` of them."""
 
