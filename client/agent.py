@@ -30,7 +30,7 @@ agent.toml:
     coordinator = "coord.example.org:50051"
     ca_cert = "ca.pem"                   # and client_cert, client_key, server_name, insecure
     out = "runs/"
-    poll_seconds = 2.0                   # also: join_wait, idle_timeout
+    poll_seconds = 2.0                   # also: connect_timeout, idle_timeout
     workers = "tls://dask.hospital-a.internal:8786"   # or a number of local processes (default: the cores)
     state = "state/"                     # the release log (default: <out>/.state/), DESIGN §2.8
 
@@ -65,7 +65,7 @@ import grpc
 
 from xclp import tables
 from xclp.client.api import read_data, take_part
-from xclp.client.connection import ConnectionConfig
+from xclp.client.connection import Backoff, ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
@@ -86,7 +86,8 @@ from xclp.v1.status import error_from_rpc
 log = logging.getLogger("xclp.agent")
 
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
-              "insecure", "out", "poll_seconds", "join_wait", "idle_timeout", "workers", "insecure_workers", "policy",
+              "insecure", "out", "poll_seconds", "connect_timeout", "join_wait", "idle_timeout", "workers",
+              "insecure_workers", "policy",
               "datasets", "state"}
 POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "require_label_dp",
                "allow_hide_label_mask",
@@ -168,7 +169,8 @@ class AgentConfig:
             job_types=frozenset(types),
             min_key_bits=int(policy.get("min_key_bits", MIN_SECURE_BITS)),
             max_key_bits=int(policy.get("max_key_bits", 4096)),
-            poll_seconds=float(raw.get("poll_seconds", 2.0)), join_wait=float(raw.get("join_wait", 60.0)),
+            poll_seconds=float(raw.get("poll_seconds", 2.0)),
+            join_wait=float(raw.get("connect_timeout", raw.get("join_wait", 60.0))),  # join_wait: the old name
             idle_timeout=float(raw.get("idle_timeout", 900.0)),
             workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
@@ -201,6 +203,7 @@ class Agent:
         self.finished: dict[str, bool] = {}  # run id -> done (True) or failed or stopped (False)
         self.lock = threading.Lock()
         self._last_poll_error = ""
+        self._backoff = Backoff(first=self.config.poll_seconds)  # polls of an unreachable coordinator
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -221,7 +224,7 @@ class Agent:
                 if not busy:
                     for offer in self.poll(stub):
                         self.consider(offer)
-                stop.wait(self.config.poll_seconds)
+                stop.wait(self._backoff.next() if self._last_poll_error else self.config.poll_seconds)
         finally:
             self.stop_runs()
             channel.close()
@@ -233,12 +236,14 @@ class Agent:
         except grpc.RpcError as exc:
             message = str(error_from_rpc(exc))
             if message != self._last_poll_error:  # say it once, not every poll
-                self.say(f"polling the coordinator failed: {message}; retrying")
+                self.say(f"polling the coordinator failed: {message}; retrying with back-off (up to "
+                         f"{self._backoff.cap:g} s between polls)")
             self._last_poll_error = message
             return []
         if self._last_poll_error:
             self.say("polling the coordinator works again")
             self._last_poll_error = ""
+            self._backoff.reset()
         return offers
 
     def consider(self, offer: pb.Offer) -> None:

@@ -156,7 +156,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         require_dp: float | None = None, require_label_dp: float | None = None, allow_hide_label_mask: bool = False,
         allow_unsketched_layers: bool = False, max_memory_gb: float | None = None,
         max_paillier_hours: float = DEFAULT_MAX_PAILLIER_HOURS, state: PathLike | None = None,
-        allow_rerun: bool = False, join_wait: float = 60.0, idle_timeout: float = 900.0,
+        allow_rerun: bool = False, connect_timeout: float = 60.0, idle_timeout: float = 900.0,
         progress: Progress | None = None) -> PartyResult:
     """Take part in one run of `job` on the coordinator at `coordinator` (host:port) with `data`.
 
@@ -177,6 +177,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
     - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
       `allow_hide_label_mask`, `allow_unsketched_layers`, `max_memory_gb`, `max_paillier_hours`;
       `state` (the release log; default $XDG_STATE_HOME/xclp/releases.json) and `allow_rerun`.
+    - `connect_timeout`: how long to keep retrying an unreachable coordinator (with exponential
+      back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news.
     - `progress`: called with each progress line (default: printed to stderr).
     """
     say = progress or stderr_progress
@@ -202,7 +204,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         "require_label_dp": require_label_dp, "allow_hide_label_mask": allow_hide_label_mask,
         "allow_unsketched_layers": allow_unsketched_layers, "insecure_test_keys": insecure_test_keys})
     config = RunConfig(job_id=job, party_id=party, identity=key, connection=connection,
-                       join_wait_seconds=float(join_wait), idle_seconds=float(idle_timeout), paillier=paillier,
+                       join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout), paillier=paillier,
                        workers=worker_spec, peers=allow,
                        max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
                        max_paillier_seconds=float(max_paillier_hours) * 3600, policy=policy,

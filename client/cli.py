@@ -36,7 +36,8 @@ from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
             "ca_cert",
-            "client_cert", "client_key", "server_name", "insecure", "join_wait", "idle_timeout", "paillier_bits",
+            "client_cert", "client_key", "server_name", "insecure", "connect_timeout", "join_wait", "idle_timeout",
+            "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "min_share_threshold",
             "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
@@ -79,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--server-name", help="TLS name to expect in the server certificate, if not the host in "
                                          "--coordinator")
     r.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (local tests only)")
-    r.add_argument("--join-wait", type=float, help="seconds to keep retrying an unreachable coordinator (default 60)")
+    r.add_argument("--connect-timeout", "--join-wait", dest="connect_timeout", type=float,
+                   help="seconds to keep retrying an unreachable coordinator, backing off exponentially (0.5 s "
+                   "doubling to 30 s, with jitter), before giving up with exit code 5 (default 60)")
     r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
     r.add_argument("--paillier-bits", type=int, help="xclp jobs: publish a fresh Paillier key of this size "
                    "(the job's key_bits, normally 2048)")
@@ -178,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     out = Path(cfg.pop("out"))
     cfg["label_column"] = cfg.get("label_column", tables.DEFAULT_LABEL) or None
+    if "join_wait" in cfg:  # the old name of connect_timeout
+        cfg.setdefault("connect_timeout", cfg.pop("join_wait"))
     cfg["id_column"] = cfg.get("id_column") or None
     cfg["state"] = cfg.get("state") or default_releases()
     result = api.run(**cfg)

@@ -1,7 +1,8 @@
 """The party's end of the wire: a TLS channel to the coordinator and the three calls (DESIGN §3).
 
-Parties only dial out. `Connection.join` retries while the coordinator is not reachable yet
-(institutions start in any order); `Connection.pull` runs the Pull stream on a thread and hands
+Parties only dial out. `Connection.challenge` retries while the coordinator is not reachable yet
+(institutions start in any order), backing off exponentially with jitter (`Backoff`) and saying
+so once per change of state, until the connect timeout; `Connection.pull` runs the Pull stream on a thread and hands
 items over through a queue, so the party's state machine consumes one item at a time with a
 deadline; `Connection.push` sends one payload, chunked, in one client-streaming call.
 """
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import itertools
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -26,6 +28,26 @@ from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
 from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, TOKEN_METADATA
 from xclp.v1.wire import Outgoing
+
+
+@dataclass
+class Backoff:
+    """Waits between retries of an unreachable peer: the k-th is uniform in [d/2, d] with
+    d = min(cap, first·2^k) ("equal jitter"), so parties that lost the same coordinator spread
+    their retries instead of knocking together; `reset` after a success."""
+
+    first: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = field(default_factory=random.Random)
+    attempt: int = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap, self.first * 2.0 ** min(self.attempt, 64))
+        self.attempt += 1
+        return ceiling * self.rng.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.attempt = 0
 
 
 @dataclass(frozen=True)
@@ -121,21 +143,40 @@ class Connection:
         return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id))
 
     def challenge(self, key: Ed25519PrivateKey, party_id: str, *, wait_seconds: float = 60.0,
-                  on_retry: Callable[[str], None] | None = None) -> pb.ChallengeResponse:
+                  say: Callable[[str], None] | None = None, backoff: Backoff | None = None,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> pb.ChallengeResponse:
         """The job's spec and run nonce, asked in a call signed by the party's identity key,
-        retrying while the coordinator is unreachable for up to `wait_seconds` (institutions
-        start in any order)."""
-        give_up = time.monotonic() + wait_seconds
+        retrying while the coordinator is unreachable (institutions start in any order), with
+        exponential back-off, for up to `wait_seconds` (the connect timeout); then
+        DeadlineExceeded. `say` hears each change of state once: unreachable (again with a new
+        reason), reached after failures."""
+        started = clock()
+        give_up = started + wait_seconds
+        backoff = backoff or Backoff()
+        reason = ""
         while True:
             try:
                 call = calls.sign_call(key, party_id, calls.CHALLENGE, pb.ChallengeRequest(job_id=self.job_id))
-                return self.stub.Challenge(call, timeout=30)
+                response = self.stub.Challenge(call, timeout=30)
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= give_up:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise error_from_rpc(exc) from None
-                if on_retry is not None:
-                    on_retry(exc.details() or "unavailable")
-                time.sleep(0.5)
+                why = exc.details() or "unavailable"
+                delay = backoff.next()
+                if clock() + delay > give_up:
+                    raise DeadlineExceeded(f"the coordinator at {self.config.address} was not reachable for "
+                                           f"{clock() - started:.0f} s (connect timeout {wait_seconds:g} s); last "
+                                           f"error: {why}") from None
+                if say is not None and why != reason:
+                    say(f"the coordinator at {self.config.address} is not reachable ({why}); retrying with back-off "
+                        f"for up to {wait_seconds:g} s")
+                reason = why
+                sleep(delay)
+                continue
+            if reason and say is not None:
+                say(f"reached the coordinator after {clock() - started:.0f} s")
+            return response
 
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         try:
@@ -164,3 +205,4 @@ class Connection:
             raise error_from_rpc(exc) from None
         self.bytes_sent += ack.bytes
         return int(ack.bytes)
+

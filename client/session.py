@@ -187,9 +187,8 @@ class PartySession:
 
     def _run(self, conn: Connection) -> JobResult:
         self._check_own_identity()
-        challenge = conn.challenge(
-            self.config.identity, self.config.party_id, wait_seconds=self.config.join_wait_seconds,
-            on_retry=lambda why: self.progress(f"coordinator not reachable yet ({why}); retrying"))
+        challenge = conn.challenge(self.config.identity, self.config.party_id,
+                                   wait_seconds=self.config.join_wait_seconds, say=self.progress)
         if len(challenge.run_nonce) != 16:
             raise ProtocolError("the coordinator's run nonce must be 16 bytes")
         if self.config.run_id and challenge.run_id != self.config.run_id:

@@ -25,7 +25,7 @@ set -- --coordinator "${XCLP_COORDINATOR:-coordinator:50051}" --ca-cert "$secret
 # The demo's jobs go on with two institutions when one is lost (min_parties = 2), so each party
 # accepts masked sums among two (XCLP_MIN_PARTIES; the client's own default is 3).
 set -- "$@" --min-parties "${XCLP_MIN_PARTIES:-2}"
-[ -z "${XCLP_JOIN_WAIT:-}" ] || set -- "$@" --join-wait "$XCLP_JOIN_WAIT"
+[ -z "${XCLP_JOIN_WAIT:-}" ] || set -- "$@" --connect-timeout "$XCLP_JOIN_WAIT"
 [ -z "${XCLP_IDLE_TIMEOUT:-}" ] || set -- "$@" --idle-timeout "$XCLP_IDLE_TIMEOUT"
 
 insecure=""

@@ -88,7 +88,7 @@ def _run_all(address: str, job_id: str, keys, frames: dict[str, pd.DataFrame], *
         try:
             results[party] = xclp.client.run(job=job_id, coordinator=address, insecure=True, identity=keys[party],
                                              peers=allow_list(keys), data=frames[party], id_column="row_id",
-                                             join_wait=10, progress=lambda line: None, **options)
+                                             connect_timeout=10, progress=lambda line: None, **options)
         except XclpError as exc:
             results[party] = exc
 
@@ -146,4 +146,5 @@ def test_a_refused_run_raises_the_projects_exception_before_joining(keys) -> Non
     with coordinator(allow_list(keys), [flynn]) as (_, address), \
             pytest.raises(XclpError, match="requires DP with epsilon <= 1"):
         xclp.client.run(job="api-dp", coordinator=address, insecure=True, identity=keys["a"], peers=allow_list(keys),
-                        data=frames["a"], id_column="row_id", require_dp=1.0, join_wait=5, progress=lambda line: None)
+                        data=frames["a"], id_column="row_id", require_dp=1.0, connect_timeout=5,
+                        progress=lambda line: None)

@@ -56,7 +56,7 @@ def test_a_label_column_named_but_missing_is_refused_before_join_and_the_default
     (tmp_path / "allow.toml").write_text(f'[parties]\na = "{identity.public_key_text(keys["a"])}"\n')
     argv = ["run", "--job", "j", "--party", "a", "--identity", str(tmp_path / "a.key"), "--coordinator",
             "127.0.0.1:9", "--data", str(tmp_path / "t.csv"), "--id-column", "row_id", "--peers",
-            str(tmp_path / "allow.toml"), "--out", str(tmp_path / "out.csv"), "--insecure", "--join-wait", "0",
+            str(tmp_path / "allow.toml"), "--out", str(tmp_path / "out.csv"), "--insecure", "--connect-timeout", "0",
             "--label-column", "diagnosis"]
     assert main(argv) == EXIT_BAD_INPUT
     said = capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""A party retrying an unreachable coordinator backs off exponentially with jitter, says so once
+per change of state, and gives up after its connect timeout with exit code 5 (it used to retry
+every 0.5 s, saying so each time)."""
+
+from __future__ import annotations
+
+import random
+
+import grpc
+import pytest
+
+from xclp.client.connection import Backoff, Connection, ConnectionConfig
+from xclp.crypto import identity
+from xclp.errors import DeadlineExceeded
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.status import EXIT_DROPPED, exit_code
+
+
+def test_backoff_doubles_to_its_cap_with_jitter_in_the_upper_half_and_resets() -> None:
+    backoff = Backoff(first=0.5, cap=30.0, rng=random.Random(1))
+    delays = [backoff.next() for _ in range(12)]
+    ceilings = [min(30.0, 0.5 * 2**k) for k in range(12)]
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings))
+    assert ceilings[-1] == 30.0 and len(set(delays)) == 12  # jittered: no two alike
+    other = Backoff(first=0.5, cap=30.0, rng=random.Random(2))
+    assert [other.next() for _ in range(12)] != delays  # two parties do not retry in step
+    backoff.reset()
+    assert 0.25 <= backoff.next() <= 0.5
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_an_unreachable_coordinator_is_retried_with_back_off_said_once_and_given_up_after_the_timeout() -> None:
+    conn = Connection(ConnectionConfig("127.0.0.1:9", insecure=True), "j")  # nothing listens on port 9
+    clock, said = FakeClock(), []
+    with pytest.raises(DeadlineExceeded, match=r"127.0.0.1:9 was not reachable for \d+ s \(connect timeout 60 s\)"):
+        conn.challenge(identity.generate_identity(), "a", wait_seconds=60, say=said.append, clock=clock,
+                       sleep=clock.sleep, backoff=Backoff(rng=random.Random(0)))
+    conn.close()
+    assert len(said) == 1 and "is not reachable" in said[0] and "retrying with back-off for up to 60 s" in said[0]
+    assert 5 <= len(clock.slept) <= 10  # the old loop tried 120 times in 60 s
+    assert sum(clock.slept) <= 60
+    assert all(min(30, 0.5 * 2**k) / 2 <= d <= min(30, 0.5 * 2**k) for k, d in enumerate(clock.slept))
+    assert exit_code(DeadlineExceeded("x")) == EXIT_DROPPED
+
+
+class Unavailable(grpc.RpcError):
+    def __init__(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
+class FlakyStub:
+    """Unreachable for the first answers given, then it answers."""
+
+    def __init__(self, failures: list[str]) -> None:
+        self.failures = failures
+
+    def Challenge(self, call: object, timeout: float) -> pb.ChallengeResponse:  # gRPC's method name
+        if self.failures:
+            raise Unavailable(self.failures.pop(0))
+        return pb.ChallengeResponse(run_nonce=b"n" * 16)
+
+
+def test_each_change_of_state_is_said_once_and_reaching_the_coordinator_is_said() -> None:
+    conn = Connection(ConnectionConfig("coord:1", insecure=True), "j")
+    conn.stub = FlakyStub(["connection refused"] * 3 + ["DNS resolution failed"] * 2)  # type: ignore[assignment]
+    clock, said = FakeClock(), []
+    answer = conn.challenge(identity.generate_identity(), "a", wait_seconds=60, say=said.append, clock=clock,
+                            sleep=clock.sleep)
+    conn.close()
+    assert answer.run_nonce == b"n" * 16 and len(clock.slept) == 5
+    assert [line.split("(")[1].split(")")[0] for line in said[:2]] == ["connection refused", "DNS resolution failed"]
+    assert len(said) == 3 and said[2].startswith("reached the coordinator after")
+
+
+def test_the_cli_gives_up_after_its_connect_timeout_with_exit_code_5(tmp_path, capsys, keys) -> None:
+    import numpy as np
+
+    from tests.helpers import save_identity, write_table
+    from xclp.client.cli import main
+
+    write_table(tmp_path / "t.csv", np.ones((3, 2)), np.array([0, 1, -1]), ["r0", "r1", "r2"])
+    save_identity(keys["a"], tmp_path / "a.key")
+    (tmp_path / "allow.toml").write_text(f'[parties]\na = "{identity.public_key_text(keys["a"])}"\n')
+    code = main(["run", "--job", "j", "--party", "a", "--identity", str(tmp_path / "a.key"), "--coordinator",
+                 "127.0.0.1:9", "--data", str(tmp_path / "t.csv"), "--peers", str(tmp_path / "allow.toml"),
+                 "--out", str(tmp_path / "m.npz"), "--insecure", "--connect-timeout", "1", "--state",
+                 str(tmp_path / "releases.json")])
+    said = capsys.readouterr().err
+    assert code == EXIT_DROPPED and "was not reachable for" in said and "(connect timeout 1 s)" in said
+    assert said.count("is not reachable") == 1
