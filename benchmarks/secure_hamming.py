@@ -8,8 +8,8 @@ alone of the same number of ciphertexts on the same pool (twice, averaged; see m
 stdout line is one JSON object.
 
 `--workers` is the pool's size (default: the cores), or a Dask scheduler (DESIGN §10.4):
-`tls://host:8786` (TLS configured the Dask way, docs/cluster.md), or `local` to start one here over mutual
-TLS with a throwaway CA and as many single-threaded worker processes as cores. With a scheduler the
+`tls://host:8786` (TLS configured the Dask way, docs/cluster.md), or `local` to start one here over
+mutual TLS with a throwaway CA and as many single-threaded worker processes as cores. With a scheduler the
 packed protocol also runs on the cluster, alternating with a process pool of as many processes as
 the cluster has threads (pool, cluster, pool, cluster), and the JSON's "cluster" reports both
 times, their ratio and the payload bytes moved to and from the workers per pair (task arguments
