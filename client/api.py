@@ -46,6 +46,7 @@ from xclp.client.outputs import (
     query_columns,
     withheld,
     write_predictions,
+    xclp_columns,
 )
 from xclp.client.policy import PartyPolicy
 from xclp.client.releases import ReleaseLog
@@ -107,8 +108,6 @@ class PartyResult:
     def predictions(self) -> Any:
         """XCLP: a pandas DataFrame with a row per row of this party's table: id, label (the class
         name), confidence, score_<c> per class (pip install 'xclp[pandas]')."""
-        from xclp.client.outputs import xclp_columns
-
         if self.output is not Output.PREDICTIONS:
             raise InvalidInput(f"a {self.job_type} job gives a model, not predictions for the party's rows: use "
                                "result.model, result.predict(data) or result.query(data)")
@@ -131,13 +130,14 @@ class PartyResult:
         """Write the output as `xclp-client run --out` does (atomically): XCLP predictions to a .csv
         file or a directory's predictions.csv; a model to a .npz file or a directory's model.npz.
         None when the job withholds the model."""
-        out = Path(out)
+        directory = str(out).endswith(("/", os.sep))  # Path() drops the separator that says so
+        path = Path(out)
         if self.output is Output.PREDICTIONS:
-            return write_predictions(out, self.data, self.job)
+            return write_predictions(path, self.data, self.job)
         model = self.model
         if model is None:
             return None
-        return model.save(out / MODEL_FILE if out.is_dir() or str(out).endswith(os.sep) else out)
+        return model.save(path / MODEL_FILE if path.is_dir() or directory else path)
 
     def _model(self, what: str) -> ModelFile:
         model = self.model
@@ -190,7 +190,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
     allow = (dict(peers) if isinstance(peers, Mapping)
              else identities.allow_list(read_toml(Path(peers)).get("parties"), source=str(peers)))
     party = _party(party, key, allow)
-    source = read_data(data, label_column=label_column, id_column=id_column, delimiter=delimiter, progress=progress)
+    source = read_data(data, label_column=label_column, id_column=id_column, delimiter=delimiter, progress=say)
     connection = ConnectionConfig(address=coordinator, ca_cert=_path(ca_cert), client_cert=_path(client_cert),
                                   client_key=_path(client_key), server_name=server_name, insecure=insecure)
     if insecure:

@@ -25,6 +25,7 @@ from xclp.errors import ConfigError, InvalidInput, PolicyRefused
 from xclp.party_table import PartyData
 from xclp.propagation import predict as xclp_predict
 from xclp.race import Estimator
+from xclp.race import query as race_query
 from xclp.runtime import write_atomic
 from xclp.v1.registry import ModelKind, Output, get, names
 
@@ -75,8 +76,6 @@ def predict_columns(model: ModelFile, data: PartyData) -> Columns:
 def query_columns(model: ModelFile, data: PartyData, *, estimator: Estimator = "mean",
                   groups: int | None = None) -> Columns:
     """A RACE model's answers for `data`: id, kde (a density model), or id, prediction, score_<c>."""
-    from xclp.race import query as race_query
-
     if model.kind is not ModelKind.RACE:
         raise InvalidInput(f"this is a {model.job_type} model: only RACE models answer a query")
     X = model.features(data)

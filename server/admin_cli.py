@@ -9,6 +9,8 @@
 Each signs its call with the operator key (`--operator`, `--operator-key`, or XCLP_OPERATOR and
 XCLP_OPERATOR_KEY) and talks to `--admin` (default 127.0.0.1:50052, or XCLP_ADMIN; an address off
 the host needs `--ca-cert` or XCLP_ADMIN_CA, for TLS); `--json` prints the runs as JSON for scripts.
+Their parser is server/cli.py's (it must not import this module: gRPC and the protobufs load
+only when a command runs).
 """
 
 from __future__ import annotations

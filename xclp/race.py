@@ -131,6 +131,10 @@ class RaceHashes:
         data = np.ascontiguousarray(check_features(X, d=self.dim))
         R, W = self.params.rows, self.params.width
         lab = np.zeros(data.shape[0], dtype=np.int64) if labels is None else np.ascontiguousarray(labels, np.int64)
+        if lab.shape != (data.shape[0],) or (lab.size and not 0 <= lab.min() <= lab.max() < n_labels):
+            # the kernel indexes the counts with them unchecked
+            raise InvalidInput(f"labels must be {data.shape[0]} numbers in [0, {n_labels}), got shape {lab.shape}"
+                               + (f" and values {lab.min()}..{lab.max()}" if lab.size else ""))
         counts = _counts_kernel(data, *self._kernel_args, lab, n_labels, numba.get_num_threads())
         return counts.reshape(n_labels, R, W)
 

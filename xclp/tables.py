@@ -41,6 +41,8 @@ DEFAULT_LABEL = DefaultLabel("label")
 class TextFeature(InvalidInput):
     """A feature column holds text: refused unless the job declares it categorical (whose
     parameters a party learns only after connecting)."""
+
+
 BLOCK_BYTES = 4 << 20  # bytes of CSV per parsed batch (pyarrow reads a few ahead)
 
 

@@ -121,7 +121,7 @@ def test_three_parties_run_xclp_from_dataframes_and_get_what_the_simulation_give
         assert saved is not None and pd.read_csv(saved, dtype=str)["label"].tolist() == want["label"].tolist()
 
 
-def test_three_parties_train_flynn_from_dataframes_and_the_model_is_the_simulated_one(keys) -> None:
+def test_three_parties_train_flynn_from_dataframes_and_the_model_is_the_simulated_one(keys, tmp_path) -> None:
     frames = {p: frame(10 + i) for i, p in enumerate(PARTIES)}
     params = {"n_classes": 3, "m": 64, "s": 3, "rho": 8}
     with coordinator(allow_list(keys), [job("api-flynn", "flynn", params)]) as (_, address):
@@ -134,6 +134,9 @@ def test_three_parties_train_flynn_from_dataframes_and_the_model_is_the_simulate
     new = frame(20).drop(columns=["label"])
     predicted = a.predict(new, id_column="row_id")
     assert predicted["prediction"].tolist() == sim["b"].predict(new, id_column="row_id")["prediction"].tolist()
+    saved = a.save(f"{tmp_path / 'new'}/")  # a directory not made yet, named as one: it gets model.npz
+    assert saved == tmp_path / "new" / "model.npz" and saved.is_file()
+    assert a.save(tmp_path / "flynn.npz") == tmp_path / "flynn.npz"
     with pytest.raises(InvalidInput, match="a flynn job gives a model, not predictions"):
         a.predictions()
     with pytest.raises(InvalidInput, match="only RACE models answer a query"):

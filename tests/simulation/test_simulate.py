@@ -99,6 +99,7 @@ def test_the_report_names_what_each_role_learns_with_this_runs_sizes() -> None:
     coordinator = " ".join(sim.learns["coordinator"])
     assert "90 rows in all" in coordinator and f"({sim.details['edges']} edges)" in coordinator
     assert "which rows are labeled (not the labels)" in coordinator
+    assert "the Hamming distance between the LSH codes of every pair of rows of different parties" in coordinator
     assert sim.learns["a"][0].startswith("label scores for its 10 unlabeled rows")
     hidden = simulate(XCLP + "hide_label_mask = true\n", data, secure=False, seed=SEED)
     assert "nothing of which rows are labeled" in " ".join(hidden.learns["coordinator"])

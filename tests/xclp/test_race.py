@@ -251,3 +251,12 @@ def test_the_kernels_give_the_buckets_and_counts_of_the_plain_numpy_hashing(para
     labels = rng.integers(0, 3, n)
     assert np.array_equal(hashes.counts(X, labels, 3), counts_numpy(hashes, X, labels, 3))
     assert np.array_equal(sketch(hashes, X), counts_numpy(hashes, X)[0])
+
+
+def test_counts_refuse_labels_the_kernel_could_not_index() -> None:
+    hashes = RaceHashes.from_seed(1, RaceParams(rows=4, width=4, family="srp", p=2), 3)
+    X = np.ones((3, 3))
+    with pytest.raises(InvalidInput, match=r"labels must be 3 numbers in \[0, 2\), got shape \(3,\) and values 0..2"):
+        hashes.counts(X, np.array([0, 1, 2]), 2)
+    with pytest.raises(InvalidInput, match=r"got shape \(2,\)"):
+        hashes.counts(X, np.array([0, 1]), 2)

@@ -76,8 +76,9 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
              label_column: str | None = tables.DEFAULT_LABEL, id_column: str | None = None) -> Simulation:
     """Run `job` over `parties` = {party id: its table} with every role in this process.
 
-    - `job`: a job file's path or text (its `type` and `[params]`; the parties are those given
-      here), a mapping with "type" and "params", or a JobParams.
+    - `job`: a job file's path (a PathLike, or a str ending in .toml) or its text (its `type` and
+      `[params]`; the parties are those given here), a mapping with "type" and "params", or a
+      JobParams.
     - each table: a path, a pandas DataFrame, a pyarrow Table or arrays (X, y[, ids]), read as
       `xclp.client.run` reads it (`label_column`, `id_column`).
     - `secure`: real cryptography (module docstring) or the plaintext reference.
@@ -282,9 +283,10 @@ def _learns(params: Any, data: Mapping[str, PartyData], scaling: Scaling | None,
     runner = _runner(params)
     if runner is _xclp:
         hidden = params.hide_label_mask
-        coordinator += [f"the neighbour graph over all {n} rows: each row's k = {params.k} nearest rows across "
-                        f"parties and their similarity weights ({details['edges']} edges); never the features, "
-                        "codes or distances' plaintext beyond it",
+        coordinator += ["the Hamming distance between the LSH codes of every pair of rows of different parties "
+                        "(SecureHamming opens them to it block by block; it keeps each row's nearest) and each "
+                        f"party's k = {params.k} nearest own rows per row: the neighbour graph over all {n} rows "
+                        f"({details['edges']} edges); never the features or the codes",
                         "nothing of which rows are labeled" if hidden else "which rows are labeled (not the labels)",
                         "nothing of the labels or scores: the row sums it adds are masked"]
         for p, t in data.items():
