@@ -13,9 +13,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mkdocs.plugins import event_priority
+
 SUBPACKAGES = ("client", "server", "crypto")
 
 
+@event_priority(100)  # before mkdocstrings reads its search paths (it drops those that do not exist yet)
 def on_config(config: Any) -> Any:
     root = Path(config.config_file_path).resolve().parent
     tree = root / "build" / "api-src" / "xclp"
