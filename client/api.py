@@ -221,11 +221,8 @@ def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stder
     loaded: list[PartyData] = []
 
     def load(params: JobParams) -> PartyData:
-        table = data(params)
-        if table.X.shape[0] == 0:
-            raise InvalidInput("the party's data has no rows")
-        loaded.append(table)
-        return table
+        loaded.append(data(params))  # as read: the session checks it (checked_table)
+        return loaded[-1]
 
     session = PartySession(config, load, progress=progress)
     if started is not None:

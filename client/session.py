@@ -284,18 +284,7 @@ class PartySession:
         if self.loader is not None:
             self.data = self.loader(params)
             self.columns = self.data.columns
-        if self.data.X.shape[0] == 0:
-            raise InvalidInput("the party's data has no rows")
-        self.data = self.data.with_classes(params.classes)  # DESIGN §8: names map by the declared order
-        self.data.check_missing(impute=params.impute == "mean")
-        n_classes = params.label_classes
-        if n_classes and self.data.y is not None:
-            bad = self.data.y >= n_classes
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise InvalidInput(f"label {int(self.data.y[row])} at row {row} is out of range for a "
-                                   f"{n_classes}-class job")
-        params.check_table(self.data.X.shape[1])
+        self.data = checked_table(self.data, params)
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -466,3 +455,21 @@ class PartySession:
                 raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
+
+
+def checked_table(data: PartyData, params: JobParams) -> PartyData:
+    """A party's table as the job takes it, checked before joining (here and in xclp.simulation):
+    rows, labels as class numbers (DESIGN §8: names map by the declared order) in range, missing
+    cells only if the job imputes, a width the job can use."""
+    if data.X.shape[0] == 0:
+        raise InvalidInput("the party's data has no rows")
+    data = data.with_classes(params.classes)
+    data.check_missing(impute=params.impute == "mean")
+    n_classes = params.label_classes
+    if n_classes and data.y is not None:
+        bad = data.y >= n_classes
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
+    params.check_table(data.X.shape[1])
+    return data

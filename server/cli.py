@@ -31,8 +31,7 @@ from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import read_toml
 from xclp.server.defaults import DEFAULT_ADMIN_LISTEN, DEFAULT_STATE
-
-EXIT_OK, EXIT_UNEXPECTED = 0, 1  # as xclp.v1.status (which imports gRPC) has them
+from xclp.v1.exits import EXIT_OK, EXIT_UNEXPECTED, exit_code
 
 log = logging.getLogger("xclp.server")
 EXIT_GRACE_SECONDS = 3.0
@@ -301,8 +300,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"certificate: {issued.cert_path}\nkey (keep private): {issued.key_path}", file=sys.stderr)
         return EXIT_OK
     except XclpError as exc:
-        from xclp.v1.status import exit_code
-
         print(f"xclp-server: error: {exc}", file=sys.stderr)
         return exit_code(exc)
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from xclp.v1.registry import parse_params
 from xclp.v1.spec import spec_digest
 
 PARTIES = ("a", "b", "c")
+T = TypeVar("T")
 
 
 def allow_list(keys, parties=(*PARTIES, "d")) -> dict[str, bytes]:
@@ -133,28 +135,38 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
                 progress: dict[str, list[str]] | None = None) -> dict[str, JobResult | BaseException]:
     """Run one session per party on threads; each result is a JobResult or the exception raised;
     `progress` collects each party's progress lines."""
-    results: dict[str, JobResult | BaseException] = {}
-    def go(party: str) -> None:
+    def go(party: str) -> JobResult:
         factory = (sessions or {}).get(party, session)
         conn = (connection.get(party) if isinstance(connection, dict) else connection) \
             or ConnectionConfig(address, insecure=True)
-        try:
-            # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
-            peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
-            config = RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait, idle_seconds=60,
-                               peers=peers, policy=policy or PartyPolicy(min_parties=2),
-                               paillier=(paillier or {}).get(party), workers=0)
-            config = replace(config, **(overrides or {}).get(party, {}))
-            lines = progress.setdefault(party, []) if progress is not None else []
-            results[party] = factory(config, datas[party], progress=lines.append).run()
-        except BaseException as exc:
-            results[party] = exc
+        # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
+        peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
+        config = RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait, idle_seconds=60,
+                           peers=peers, policy=policy or PartyPolicy(min_parties=2),
+                           paillier=(paillier or {}).get(party), workers=0)
+        config = replace(config, **(overrides or {}).get(party, {}))
+        lines = progress.setdefault(party, []) if progress is not None else []
+        return factory(config, datas[party], progress=lines.append).run()
 
-    threads = [threading.Thread(target=go, args=(p,)) for p in datas]
+    return on_threads(datas, go)
+
+
+def on_threads(names: Iterable[str], work: Callable[[str], T], timeout: float = 120.0) -> dict[str, T | BaseException]:
+    """`work(name)` on a thread of its own for each name, all at once; each name's result, or the
+    exception it raised."""
+    results: dict[str, T | BaseException] = {}
+
+    def go(name: str) -> None:
+        try:
+            results[name] = work(name)
+        except BaseException as exc:
+            results[name] = exc
+
+    threads = [threading.Thread(target=go, args=(name,)) for name in names]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(timeout)
     return results
 
 

@@ -5,8 +5,6 @@ coordinator, getting what `xclp.simulation.simulate` gives for the same seed."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -14,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import xclp.client
-from tests.harness import PARTIES, allow_list, coordinator, job
+from tests.harness import PARTIES, allow_list, coordinator, job, on_threads
 from tests.helpers import make_data, write_table
 from xclp import tables
 from xclp.client.api import _party
@@ -82,22 +80,12 @@ def test_the_party_id_is_the_allow_lists_entry_for_the_identity_key(keys) -> Non
 
 
 def _run_all(address: str, job_id: str, keys, frames: dict[str, pd.DataFrame], **options) -> dict[str, object]:
-    results: dict[str, object] = {}
+    def go(party: str) -> xclp.client.PartyResult:
+        return xclp.client.run(job=job_id, coordinator=address, insecure=True, identity=keys[party],
+                               peers=allow_list(keys), data=frames[party], id_column="row_id", connect_timeout=10,
+                               progress=lambda line: None, **options)
 
-    def go(party: str) -> None:
-        try:
-            results[party] = xclp.client.run(job=job_id, coordinator=address, insecure=True, identity=keys[party],
-                                             peers=allow_list(keys), data=frames[party], id_column="row_id",
-                                             connect_timeout=10, progress=lambda line: None, **options)
-        except XclpError as exc:
-            results[party] = exc
-
-    threads = [threading.Thread(target=go, args=(p,)) for p in frames]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
+    return on_threads(frames, go)
 
 
 def test_three_parties_run_xclp_from_dataframes_and_get_what_the_simulation_gives(keys, tmp_path) -> None:

@@ -220,8 +220,8 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
 
 def test_the_admin_commands_help_loads_neither_the_coordinator_nor_the_numerics() -> None:
     """`xclp-server job list --help` took 2 s: the parser imported the coordinator, the job types'
-    registry and with it scipy and numba. It now imports what it names (server/defaults.py); the
-    exit codes it states equal xclp.v1.status's."""
+    registry and with it scipy and numba. It now imports what it names (server/defaults.py,
+    xclp/v1/exits.py); the exit codes it uses are xclp.v1.status's."""
     import subprocess
     import sys
 

@@ -21,7 +21,7 @@ import os
 import secrets
 import time
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -147,22 +147,20 @@ def _job(job: Any) -> tuple[str, JobParams]:
 
 
 def _checked(party: str, table: PartyData, params: JobParams) -> PartyData:
-    """The party's table as its session checks it before joining: classes, missing cells, range."""
+    """The party's table as its session checks it before joining, y filled (−1: no labels)."""
+    from xclp.client.session import checked_table
+
     try:
-        table = table.with_classes(params.classes)
-        table.check_missing(impute=params.impute == "mean")
-        y = table.y if table.y is not None else np.full(table.X.shape[0], UNLABELED, dtype=np.int64)
-        n_classes = params.label_classes
-        if n_classes and (y >= n_classes).any():
-            row = int(np.flatnonzero(y >= n_classes)[0])
-            raise InvalidInput(f"label {int(y[row])} at row {row} is out of range for a {n_classes}-class job")
-        params.check_table(table.X.shape[1])
+        table = checked_table(table, params)
     except InvalidInput as exc:
         raise InvalidInput(f"party {party!r}: {exc}") from None
-    return replace(table, y=y)
+    if table.y is None:
+        return replace(table, y=np.full(table.X.shape[0], UNLABELED, dtype=np.int64))
+    return table
 
 
-Runner = Any  # (params, data, seed, secure) -> (aggregate per party, details)
+# (params, each party's table, seed, secure) -> (each party's aggregate, what the run showed)
+Runner = Callable[[Any, Mapping[str, PartyData], bytes, bool], tuple[dict[str, np.ndarray], dict[str, Any]]]
 
 
 def _xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,

@@ -1,4 +1,4 @@
-"""The one place where xclp errors meet gRPC status codes and process exit codes (STYLE §6).
+"""The one place where xclp errors meet gRPC status codes, and the exit codes (xclp.v1.exits) (STYLE §6).
 
 The coordinator aborts an RPC with `status_code(exc)`; a party turns a failed RPC back into an
 xclp error with `error_from_rpc`; both CLIs exit with `exit_code(exc)`.
@@ -9,6 +9,15 @@ from __future__ import annotations
 import grpc
 
 from xclp import errors
+from xclp.v1.exits import (  # noqa: F401 - the exit codes, re-exported where callers look for them
+    EXIT_BAD_INPUT,
+    EXIT_DROPPED,
+    EXIT_OK,
+    EXIT_PROTOCOL,
+    EXIT_REFUSED,
+    EXIT_UNEXPECTED,
+    exit_code,
+)
 
 # Most specific class first: the first isinstance match wins.
 _STATUS: tuple[tuple[type[errors.XclpError], grpc.StatusCode], ...] = (
@@ -36,22 +45,6 @@ _FROM_STATUS: dict[grpc.StatusCode, type[errors.XclpError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.PeerDropped,
 }
 
-# Exit codes of xclp-server and xclp-client.
-EXIT_OK = 0
-EXIT_UNEXPECTED = 1
-EXIT_BAD_INPUT = 2  # fix the data, flags or config file
-EXIT_PROTOCOL = 3  # a peer or the coordinator broke the protocol
-EXIT_REFUSED = 4  # not admitted / signature or token wrong
-EXIT_DROPPED = 5  # this party, a peer or the coordinator dropped or missed a deadline
-_EXIT: tuple[tuple[type[errors.XclpError], int], ...] = (
-    (errors.NotAuthorized, EXIT_REFUSED),
-    (errors.InvalidSignature, EXIT_REFUSED),
-    (errors.InvalidInput, EXIT_BAD_INPUT),
-    (errors.ProtocolError, EXIT_PROTOCOL),
-    (errors.PeerDropped, EXIT_DROPPED),
-)
-
-
 def status_code(exc: errors.XclpError) -> grpc.StatusCode:
     for cls, code in _STATUS:
         if isinstance(exc, cls):
@@ -67,10 +60,3 @@ def error_from_rpc(exc: grpc.RpcError, *, where: str = "coordinator") -> errors.
     if code == grpc.StatusCode.UNAVAILABLE:
         return cls(f"cannot reach the {where}: {details}")
     return cls(f"{where} answered {code.name}: {details}")
-
-
-def exit_code(exc: BaseException) -> int:
-    for cls, code in _EXIT:
-        if isinstance(exc, cls):
-            return code
-    return EXIT_UNEXPECTED
