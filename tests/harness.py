@@ -139,8 +139,9 @@ def run_parties(address: str, job_id: str, keys, datas: dict[str, PartyData], *,
         factory = (sessions or {}).get(party, session)
         conn = (connection.get(party) if isinstance(connection, dict) else connection) \
             or ConnectionConfig(address, insecure=True)
-        # each party pins the allow-list, and (for imposter tests) the key it runs with as its own
-        peers = {**allow_list(keys), party: identity.public_bytes(keys[party])}
+        # each party pins the allow-list (with every party running), and (for imposter tests) the key
+        # it runs with as its own
+        peers = {**allow_list(keys), **allow_list(keys, tuple(datas)), party: identity.public_bytes(keys[party])}
         config = RunConfig(job_id, party, keys[party], conn, join_wait_seconds=join_wait, idle_seconds=60,
                            peers=peers, policy=policy or PartyPolicy(min_parties=2),
                            paillier=(paillier or {}).get(party), workers=0)

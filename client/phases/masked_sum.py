@@ -4,8 +4,9 @@ Attempt a among participants P_a (the coordinator's StepStart names both):
 - step <name>: push x + Σ_{q∈P_a, q≠me} ±PRG(k_q) + PRG(b_a) in the ring of x, with pairwise keys
   for (purpose, a, P_a, T) and a fresh self-mask seed b_a (OS CSPRNG); T is the hash of the
   public values this party accepted so far in the scope (its transcript, DESIGN §2.5);
-- step <name>_confirm: push T ‖ Sig(session, name, a, P_a, T) under this party's identity key;
-  the coordinator then relays every member's confirmation to every member;
+- step <name>_confirm: push T ‖ C ‖ Sig(session, name, a, P_a, T, C) under this party's identity
+  key, C the commitment to b_a; the coordinator then relays every member's confirmation to every
+  member (a seed relayed later must open its member's C);
 - step <name>_reveal: push digest(session, name, a, P_a) ‖ b_a, only if every member of P_a
   signed the same T as this party (verified under the identity keys pinned on the roster), only
   for the latest attempt this party masked, only if the coordinator names exactly that attempt's
@@ -19,8 +20,11 @@ With its masked vector the party deals every other member a sealed Shamir share 
 gives its shares of a lost holder's seed in step <name>_recover under the rules of
 client/phases/seed_shares.py, so that a holder lost while revealing does not lose the sum.
 So an active coordinator can open one attempt of a sum, never two: claiming a dropout after a
-complete attempt gets it a second masked sum it can never open, or the first one, not both. The
-session's step guard (client/policy.py) adds that a restart must strictly shrink the set.
+complete attempt gets it a second masked sum it can never open, or the first one, not both. An
+attempt this party has left is dead to it (xclp.v1.double_masking.dead_attempt): it confirms,
+reveals and gives shares for the latest attempt it masked only, and masking attempt a + 1 destroys
+its seed, masks, pushed vector and held shares of every earlier attempt. The session's step guard
+(client/policy.py) adds that a restart must strictly shrink the set.
 """
 
 from __future__ import annotations
@@ -38,19 +42,21 @@ from xclp.client.releases import release_key
 from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
 from xclp.crypto.masking import ring_sum
-from xclp.errors import ProtocolError
+from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import (
     CONFIRM_BYTES,
     CONFIRM_SUFFIX,
-    DIGEST_BYTES,
     SEALED_SHARE_BYTES,
     SEED_BYTES,
     SEEDS_SUFFIX,
     VECTORS_SUFFIX,
+    Confirmation,
+    commit_seed,
     confirm_message,
     confirm_step,
+    dead_attempt,
     pack_reveal,
     recover_step,
     reveal_digest,
@@ -75,7 +81,8 @@ class SelfMasks:
 
     step: str  # the step name the reveal digest binds
     session_id: bytes
-    attempts: dict[int, tuple[bytes, Members]] = field(default_factory=dict)  # attempt -> (seed, members)
+    # attempt -> (seed, members); the seed of every attempt but the latest is destroyed (None)
+    attempts: dict[int, tuple[bytes | None, Members]] = field(default_factory=dict)
     revealed_attempt: tuple[int, Members] | None = None  # the attempt whose seed this party revealed
 
     @property
@@ -89,6 +96,8 @@ class SelfMasks:
                                 "mask for the step: only one attempt of a sum is ever opened")
         if attempt in self.attempts:
             raise ProtocolError(f"step {self.step!r} attempt {attempt} started twice")
+        for earlier, (_, members_before) in self.attempts.items():  # left for this one: dead to this party
+            self.attempts[earlier] = (None, members_before)
         seed = secrets.token_bytes(SEED_BYTES)
         self.attempts[attempt] = (seed, tuple(sorted(members)))
         return values + self_mask(seed, values.shape, values.dtype)  # wraps in the ring
@@ -99,17 +108,26 @@ class SelfMasks:
         self.revealed_attempt = (attempt, mine)
         return pack_reveal(reveal_digest(self.session_id, self.step, attempt, mine), seed)
 
+    @property
+    def latest(self) -> int | None:
+        """The latest attempt this party masked: the only one it may still confirm or reveal."""
+        return max(self.attempts, default=None)
+
+    def live(self, attempt: int, asked: str) -> tuple[bytes, Members]:
+        """The seed and members of `attempt` if it is the latest this party masked (else ProtocolError:
+        an attempt this party has left is dead to it)."""
+        dead = dead_attempt(attempt, self.latest if attempt in self.attempts else None)
+        seed, members = self.attempts.get(attempt, (None, ()))
+        if dead is not None or seed is None:
+            raise ProtocolError(f"the coordinator asked {asked} {self.step} attempt {attempt}, "
+                                f"{dead or 'whose seed this party destroyed'}")
+        return seed, members
+
     def check(self, attempt: int, members: Members | list[str]) -> tuple[bytes, Members]:
         """The seed and members of `attempt` if the rules allow revealing it (else ProtocolError)."""
         if self.revealed:
             raise ProtocolError(f"the coordinator asked twice for this party's self mask of step {self.step!r}")
-        if attempt not in self.attempts:
-            raise ProtocolError(f"the coordinator asked for the self mask of step {self.step!r} attempt {attempt}, "
-                                "which this party never masked")
-        if attempt != max(self.attempts):
-            raise ProtocolError(f"the coordinator asked for the self mask of step {self.step!r} attempt {attempt}, "
-                                f"abandoned for attempt {max(self.attempts)}")
-        seed, mine = self.attempts[attempt]
+        seed, mine = self.live(attempt, "for the self mask of")
         if tuple(sorted(members)) != mine:
             raise ProtocolError(f"the coordinator reports step {self.step!r} attempt {attempt} complete for "
                                 f"{sorted(members)}, but the attempt was among {list(mine)}")
@@ -137,6 +155,7 @@ class MaskedSumParty:
         self.pushed: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> what this party pushed
         self.vectors: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> every member's masked vector
         self.confirmed: dict[int, bytes] = {}  # attempt -> the hash this party confirmed
+        self.commitments: dict[int, dict[str, bytes]] = {}  # attempt -> member -> its signed seed commitment
         # the coordinator's relays of this sum, and (on the masked step) peers' sealed seed shares
         for relay in (name, confirm_step(name), vectors_message(name), seeds_message(name)):
             ctx.confirms[ctx.prefix + relay] = self
@@ -174,9 +193,10 @@ class MaskedSumParty:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
         if self.exact and self.ctx.releases is not None:
             self.ctx.releases.check(release_key(self.ctx.release_id, self.name), members, f"the {self.name!r} sum")
-        previous = max(self.self_masks.attempts, default=None)
+        previous = self.self_masks.latest
         self.shares.check_attempt(attempt, members, None if previous is None else
                                   (previous, self.self_masks.attempts[previous][1]), previous in self.confirmed)
+        self._leave_earlier(attempt)
         values = self.contribution(members)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
@@ -187,8 +207,17 @@ class MaskedSumParty:
         self.transcripts[attempt] = transcript
         if self.on_opened is not None:
             self.pushed[attempt] = pushed
-        shares = self.shares.deal(self.self_masks.attempts[attempt][0], attempt, members)
+        shares = self.shares.deal(self.self_masks.live(attempt, "to deal shares of")[0], attempt, members)
         return self.ctx.push_all([*shares, wire.Outgoing(pushed, self.name, attempt)])  # shares first, one round trip
+
+    def _leave_earlier(self, attempt: int) -> None:
+        """Masking `attempt`: every earlier attempt is dead to this party. What it held of them (masked
+        vectors, what it withheld, others' vectors, shares of others' seeds) is dropped here, its seeds
+        by SelfMasks.add; which attempts it confirmed stays, for SeedShares.check_attempt."""
+        for held in (self.transcripts, self.confirms, self.pushed, self.vectors, self.kept, self.commitments,
+                     self.shares.held):
+            for earlier in [a for a in held if a < attempt]:
+                del held[earlier]
 
     def on_relay(self, message: wire.Message) -> None:
         """A peer's sealed seed share, or the coordinator's relay of every member's confirmation
@@ -207,6 +236,9 @@ class MaskedSumParty:
         if message.round in self.confirms:
             raise ProtocolError(f"the coordinator relayed the confirmations of {self.ctx.prefix}{self.name} attempt "
                                 f"{message.round} twice")
+        if message.round != self.self_masks.latest:
+            raise ProtocolError(f"the coordinator relayed the confirmations of {self.ctx.prefix}{self.name} attempt "
+                                f"{message.round}, {dead_attempt(message.round, self.self_masks.latest)}")
         self.confirms[message.round] = message.payload
 
     def payload_limit(self, step: str, sender: str) -> int:
@@ -236,16 +268,20 @@ class MaskedSumParty:
 
     def _on_seeds(self, message: wire.Message) -> None:
         attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
-        vectors = self.vectors.get(attempt)
-        if self.on_opened is None or vectors is None or not self.self_masks.revealed:
+        vectors, commitments = self.vectors.get(attempt), self.commitments.get(attempt)
+        if (self.on_opened is None or vectors is None or commitments is None
+                or self.self_masks.revealed_attempt is None or self.self_masks.revealed_attempt[0] != attempt):
             raise ProtocolError(f"the coordinator relayed the seeds of {what}, which this party does not expect")
-        seed, members = self.self_masks.attempts[attempt]
+        members = self.self_masks.revealed_attempt[1]
         seeds = message.payload
         if not isinstance(seeds, bytes) or len(seeds) != SEED_BYTES * len(members):
             raise ProtocolError(f"the seeds of {what} must be {SEED_BYTES} bytes for each of {len(members)} members")
         parts = [seeds[i * SEED_BYTES:(i + 1) * SEED_BYTES] for i in range(len(members))]
-        if parts[members.index(self.ctx.party_id)] != seed:
-            raise ProtocolError(f"the seeds of {what} carry another seed for this party than it revealed")
+        forged = [p for p, part in zip(members, parts)
+                  if commit_seed(self.ctx.session_id, self.self_masks.step, attempt, p, part) != commitments[p]]
+        if forged:
+            raise ProtocolError(f"the seeds of {what} relayed for {', '.join(forged)} do not open the commitments "
+                                "they signed before the reveal: not using the sum")
         dtype, shape = vectors.dtype, vectors.shape[1:]
         total = ring_sum(vectors[i] - self_mask(part, shape, dtype) for i, part in enumerate(parts))
         self.on_opened(total, attempt, members)
@@ -253,8 +289,9 @@ class MaskedSumParty:
     def _confirmation(self, attempt: int, members: Members) -> bytes:
         """T ‖ Sig(session, step, attempt, members, T) for the attempt this party masked; for a
         verifiable sum T also binds every member's masked vector as relayed to this party."""
+        seed, mine = self.self_masks.live(attempt, "to confirm")
         transcript = self.transcripts.get(attempt)
-        if transcript is None or self.self_masks.attempts[attempt][1] != tuple(sorted(members)):
+        if transcript is None or mine != tuple(sorted(members)):
             raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
                                 f"among {sorted(members)}, which this party never masked")
         self.shares.check_held(attempt, members)
@@ -265,8 +302,10 @@ class MaskedSumParty:
                                     "before relaying every member's masked vector")
             transcript = hashlib.sha256(transcript + payload_digest(vectors)).digest()
         self.confirmed[attempt] = transcript
-        message = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, sorted(members), transcript)
-        return transcript + self.ctx.sign(message)
+        step = self.self_masks.step
+        commitment = commit_seed(self.ctx.session_id, step, attempt, self.ctx.party_id, seed)
+        message = confirm_message(self.ctx.session_id, step, attempt, sorted(members), transcript, commitment)
+        return Confirmation(transcript, commitment, self.ctx.sign(message)).pack()
 
     def _check_confirmations(self, attempt: int, members: Members) -> None:
         """Every member signed this party's transcript hash for this attempt (DESIGN §2.5)."""
@@ -276,20 +315,21 @@ class MaskedSumParty:
             raise ProtocolError(f"the coordinator asked for this party's self mask of {what} without relaying every "
                                 "member's signed transcript first")
         ordered = sorted(members)
-        if len(relayed) != CONFIRM_BYTES * len(ordered):
-            raise ProtocolError(f"the confirmations of {what} must be {CONFIRM_BYTES} bytes for each of "
-                                f"{len(ordered)} members")
+        try:
+            confirmations = Confirmation.unpack_all(relayed, len(ordered))
+        except InvalidInput as exc:
+            raise ProtocolError(f"the confirmations of {what}: {exc}") from None
         other = []
-        for i, p in enumerate(ordered):
-            part = relayed[i * CONFIRM_BYTES:(i + 1) * CONFIRM_BYTES]
-            transcript, signature = part[:DIGEST_BYTES], part[DIGEST_BYTES:]
-            signed = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, ordered, transcript)
-            if not verify_signature(self.ctx.roster.bundle(p).identity_public, signature, signed):
+        for p, c in zip(ordered, confirmations):
+            signed = confirm_message(self.ctx.session_id, self.self_masks.step, attempt, ordered, c.transcript,
+                                     c.commitment)
+            if not verify_signature(self.ctx.roster.bundle(p).identity_public, c.signature, signed):
                 raise ProtocolError(f"the confirmation of {p!r} for {what} does not verify under its identity key: "
                                     "not revealing this party's self mask")
-            if transcript != mine:
+            if c.transcript != mine:
                 other.append(p)
         if other:
             raise ProtocolError(f"the coordinator showed the parties different views before {what}: "
                                 f"{', '.join(other)} signed another transcript than {self.ctx.party_id!r} (a spec, "
                                 "layout, model, seed or set differs): not revealing this party's self mask")
+        self.commitments[attempt] = {p: c.commitment for p, c in zip(ordered, confirmations)}

@@ -86,11 +86,12 @@ class SeedShares:
                               self.name, attempt, peer)
                 for peer in members if peer != me]
 
-    def on_share(self, message: wire.Message, attempts: dict[int, tuple[bytes, Members]]) -> None:
-        """A peer's sealed share of its seed, for an attempt this party masked in."""
+    def on_share(self, message: wire.Message, attempts: dict[int, tuple[bytes | None, Members]]) -> None:
+        """A peer's sealed share of its seed, for the live attempt this party masked in."""
         attempt, sender = message.round, message.sender
         mine = attempts.get(attempt)
-        if mine is None or sender not in mine[1] or sender == self.ctx.party_id or not self.recoverable(mine[1]):
+        if (mine is None or mine[0] is None or sender not in mine[1] or sender == self.ctx.party_id
+                or not self.recoverable(mine[1])):
             raise ProtocolError(f"{sender!r} sent a self-mask share for {self.step} attempt {attempt}, which this "
                                 "party does not expect")
         held = self.held.setdefault(attempt, {})

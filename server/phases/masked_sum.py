@@ -4,11 +4,13 @@ Attempt a of the sum among participants P_a:
 
     step <name>          every p in P_a pushes y_p = x_p + PRG(b_p) + Σ ±PRG(k_pq) (dtype, shape: `wire`)
     step <name>_confirm  once every y_p is in: the same attempt among the holders P_a; each answers
-                         T_p ‖ Sig_p(session, step, a, P_a, T_p), its transcript hash signed
-                         (DESIGN §2.5); the coordinator relays all of them to every member
+                         T_p ‖ C_p ‖ Sig_p(session, step, a, P_a, T_p, C_p), its transcript hash and
+                         its commitment to b_p signed; the coordinator relays all of them to every
+                         member
     step <name>_reveal   the same attempt among the same holders; each party reveals only if every
                          member signed its T; each answers digest(session, step, a, P_a) ‖ b_p
-    opened               {p: y_p − PRG(b_p)}, whose pairwise masks cancel in any sum over P_a;
+    opened               {p: y_p − PRG(b_p)}, whose pairwise masks cancel in any sum over P_a
+                         (every b_p, revealed or rebuilt, must open C_p);
                          `combine` makes the result of them (the ring sum by default)
 
 A verifiable sum (FedAvg, DESIGN §2.7) also sends every member all masked vectors (message
@@ -27,7 +29,8 @@ each party's own guard refuses a set that does not strictly shrink. Holders M lo
 
 Too few holders left (fewer than t, or a sum of two) fails the phase (a training round skips it;
 other jobs fail). The coordinator so opens at most one attempt of a sum, and only one whose every
-contribution it held; the ledger records whose seed was rebuilt.
+contribution it held; the ledger records whose seed was rebuilt. It confirms, reveals and recovers
+only the latest attempt it started (xclp.v1.double_masking.dead_attempt, the rule the parties keep).
 """
 
 from __future__ import annotations
@@ -48,7 +51,10 @@ from xclp.v1 import wire
 from xclp.v1.double_masking import (
     CONFIRM_BYTES,
     SEALED_SHARE_BYTES,
+    Confirmation,
+    commit_seed,
     confirm_step,
+    dead_attempt,
     recover_digest,
     recover_step,
     recoverable,
@@ -109,10 +115,17 @@ class MaskedSum(Phase):
         self.masked: Step | None = None  # the complete attempt whose self masks are being revealed
         self.verifiable = verifiable
         self.seeds: dict[str, bytes] = {}  # the revealed (or rebuilt) self-mask seeds of that attempt
+        self.commitments: dict[str, bytes] = {}  # each holder's signed commitment to its seed of that attempt
+        self.latest: int | None = None  # the latest attempt whose every masked vector came in: the only live one
         self.configured_threshold = scope.run.config.params.share_threshold
 
     def start(self) -> None:
         self.scope.start_step(self.name, self.participants, 0)
+
+    def _committed(self, party: str, seed: bytes, attempt: int) -> bool:
+        expected = self.commitments.get(party)
+        return expected is not None and hmac.compare_digest(
+            commit_seed(self.scope.session_id, self.digest_name, attempt, party, seed), expected)
 
     def threshold(self, holders: tuple[str, ...]) -> int:
         return share_threshold(self.configured_threshold, len(holders))
@@ -147,16 +160,23 @@ class MaskedSum(Phase):
             ring_array(payload, *self.wire(sender, step.participants), f"the masked {self.what} from {sender!r}")
             return
         if step.name == self.confirm:
-            if not isinstance(payload, bytes) or len(payload) != CONFIRM_BYTES:
-                raise InvalidInput(f"a confirmation of the {self.name!r} sum is {CONFIRM_BYTES} opaque bytes")
+            Confirmation.unpack(payload)
             return
-        digest, _ = unpack_reveal(payload)
+        digest, seed = unpack_reveal(payload)
         expected = reveal_digest(self.scope.session_id, self.digest_name, step.attempt, step.participants)
         if not hmac.compare_digest(digest, expected):
             raise InvalidInput(f"the self-mask reveal of {sender!r} is for another session, attempt or participant set")
+        if not self._committed(sender, seed, step.attempt):
+            raise InvalidInput(f"the self-mask seed of {sender!r} does not open the commitment it signed")
 
     def on_step_complete(self, step: Step) -> None:
+        if step.name != self.name and dead_attempt(step.attempt, self.latest) is not None:
+            # never: the phase asks for the latest attempt only
+            self.fail(f"step {step.wire!r} attempt {step.attempt} completed, but the sum's live attempt is "
+                      f"{self.latest}: an attempt left is never opened")
+            return
         if step.name == self.name:
+            self.latest = step.attempt if self.latest is None else max(self.latest, step.attempt)
             self.masked = step  # every contribution is here: the holders confirm what they saw
             if self.verifiable:
                 vectors = np.stack([np.asarray(step.received[p]) for p in step.participants])
@@ -166,6 +186,7 @@ class MaskedSum(Phase):
             return
         if step.name == self.confirm:  # every member gets every confirmation, then reveals or refuses
             relayed = b"".join(_opaque(step.received[p]) for p in step.participants)
+            self.commitments = {p: Confirmation.unpack(step.received[p]).commitment for p in step.participants}
             for p in step.participants:
                 self.scope.send(p, self.confirm, step.attempt, relayed)
             self.scope.start_step(self.reveal, step.participants, step.attempt)
@@ -236,10 +257,15 @@ class MaskedSum(Phase):
                 continue
             shares = {share_index(p, holders): answer[i] for p, answer in answers.items()}
             try:
-                self.seeds[lost] = shamir.combine(shares, t)
+                seed = shamir.combine(shares, t)
             except InvalidInput as exc:
                 self.fail(f"the self-mask seed of {lost!r} in the {self.name!r} sum cannot be rebuilt: {exc}")
                 return
+            if not self._committed(lost, seed, step.attempt):
+                self.fail(f"the self-mask seed of {lost!r} in the {self.name!r} sum rebuilt from {len(shares)} shares "
+                          "does not open its commitment: a holder gave a wrong share")
+                return
+            self.seeds[lost] = seed
             self.run.note_recovered(self.name, self.scope.wire(self.name), lost)
             log.warning("job %s: %s: reconstructed b for party %s from %d shares", self.run.config.job_id,
                         self.scope.wire(self.name), lost, len(shares))

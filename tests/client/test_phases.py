@@ -122,13 +122,19 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
     sink = ctxs["a"][1]
     sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
     ones = sums["a"]
-    with pytest.raises(ProtocolError, match="attempt 0 among .*, which this party never masked"):
+    with pytest.raises(ProtocolError, match="asked to confirm total attempt 0, which this party never masked"):
         ones.on_step(start("total_confirm", 0))
     mask(sums, 0)
     confirm(sums, 0)
+    assert ones.self_masks.attempts[0][0] is not None and ones.shares.held[0]
     mask(sums, 1, ("a", "b"))
+    # attempt 0 is dead to a: its seed, its masked vector and its shares of the others' seeds are gone,
+    # and it confirms attempt 0 no more (a late confirmation would let c open attempt 0 beside attempt 1)
+    assert ones.self_masks.attempts[0][0] is None and 0 not in ones.shares.held and 0 not in ones.transcripts
+    with pytest.raises(ProtocolError, match="asked to confirm total attempt 0, which this party left for attempt 1"):
+        ones.on_step(start("total_confirm", 0))
     confirm(sums, 1, ("a", "b"))
-    with pytest.raises(ProtocolError, match="abandoned for attempt 1"):
+    with pytest.raises(ProtocolError, match="which this party left for attempt 1"):
         ones.on_step(start("total_reveal", 0))
     with pytest.raises(ProtocolError, match=r"complete for \['a', 'b', 'c'\], but the attempt was among \['a', 'b'\]"):
         ones.on_step(start("total_reveal", 1))

@@ -18,6 +18,8 @@ from xclp.server.run import Run, Stage
 from xclp.v1 import wire
 from xclp.v1.double_masking import (
     SEALED_SHARE_BYTES,
+    Confirmation,
+    commit_seed,
     pack_reveal,
     recover_digest,
     reveal_digest,
@@ -57,10 +59,16 @@ def seeded_run(keys, parties: str = "abc") -> Run:
     return run
 
 
+def confirmation(run: Run, party: str, attempt: int) -> bytes:
+    """`party`'s confirmation: a transcript hash, its commitment to its seed (which the coordinator
+    checks every revealed or rebuilt seed against) and a signature (the parties check those)."""
+    return Confirmation(bytes([ord(party)]) * 32, commit_seed(run.session_id, "rows", attempt, party, SEEDS[party]),
+                        bytes([ord(party)]) * 64).pack()
+
+
 def confirm(run: Run, parties: str, attempt: int) -> None:
-    """Every party's confirmation (transcript hash ‖ signature; the parties check the signatures)."""
     for p in parties:
-        run.message(p, msg(run.step.wire, attempt, p, bytes([ord(p)]) * 96))
+        run.message(p, msg(run.step.wire, attempt, p, confirmation(run, p, attempt)))
 
 
 def contribution(sender: str, n: int, attempt_values: int) -> np.ndarray:
@@ -75,12 +83,12 @@ def test_each_sender_has_its_own_shape_and_limit_and_the_sum_opens_minus_the_sel
         run.message("a", msg("rows", 0, "a", np.zeros(6, np.uint64)))
     for p in "abc":
         run.message(p, msg("rows", 0, p, contribution(p, 3, 1)))
-    assert run.step.name == "rows_confirm" and run.payload_limit("a", "rows_confirm", "") == 96
-    with pytest.raises(InvalidInput, match="confirmation of the 'rows' sum is 96 opaque bytes"):
-        run.message("a", msg("rows_confirm", 0, "a", bytes(95)))
+    assert run.step.name == "rows_confirm" and run.payload_limit("a", "rows_confirm", "") == 128
+    with pytest.raises(InvalidInput, match="a confirmation is 128 opaque bytes"):
+        run.message("a", msg("rows_confirm", 0, "a", bytes(127)))
     confirm(run, "abc", 0)
     relayed = [i.frame for i in drain(run, "b") if i.WhichOneof("item") == "frame" and i.frame.step == "rows_confirm"]
-    assert [f.data for f in relayed] == [b"a" * 96 + b"b" * 96 + c * 96 for c in (b"c",)]  # all, in member order
+    assert [f.data for f in relayed] == [b"".join(confirmation(run, p, 0) for p in "abc")]  # all, in member order
     assert run.step.name == "rows_reveal" and run.payload_limit("a", "rows_reveal", "") == 64
     for p in "abc":
         run.message(p, msg("rows_reveal", 0, p, pack_reveal(reveal_digest(run.session_id, "rows", 0, "abc"), SEEDS[p])))
@@ -173,7 +181,7 @@ def test_a_loss_while_confirming_restarts_the_sum_since_nobody_revealed(keys) ->
     run = seeded_run(keys, "abcd")
     for p in "abcd":
         run.message(p, msg("rows", 0, p, contribution(p, 4, 1)))
-    run.message("a", msg("rows_confirm", 0, "a", bytes(96)))
+    run.message("a", msg("rows_confirm", 0, "a", confirmation(run, "a", 0)))
     run.disconnected("b")
     assert (run.step.name, run.step.attempt, run.step.participants) == ("rows", 1, ("a", "c", "d"))
     for p in "acd":

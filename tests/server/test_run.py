@@ -16,7 +16,7 @@ from xclp.server.phases.base import Phase, Step
 from xclp.server.run import Run, Stage
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import pack_reveal, reveal_digest, self_mask
+from xclp.v1.double_masking import Confirmation, commit_seed, pack_reveal, reveal_digest, self_mask
 
 FLYNN = {"n_classes": 2, "m": 8, "s": 2, "rho": 2}
 
@@ -54,6 +54,11 @@ class BlobJob(CoordinatorJob):
 
 PAILLIER = {"paillier_n": b"\x80" + bytes(62) + b"\x01", "paillier_hs": bytes(127) + b"\x02"}  # a 512-bit key's sizes
 
+
+
+def committed(run: Run, attempt: int, party: str, seed: bytes) -> bytes:
+    """A confirmation of the "sum" step whose commitment `seed` opens (the signature is the parties' to check)."""
+    return Confirmation(bytes(32), commit_seed(run.session_id, "sum", attempt, party, seed), bytes(64)).pack()
 
 def summary(dim=4, rows=3):
     return pb.DataSummary(rows=rows, labeled_rows=min(rows, 3), dim=dim)
@@ -196,7 +201,7 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     assert j.stage is Stage.RUNNING
     assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_confirm", 1, ("a", "b"))
     for p in "ab":
-        j.message(p, msg("sum_confirm", 1, p, bytes(96)))
+        j.message(p, msg("sum_confirm", 1, p, committed(j, 1, p, seeds[p])))
     assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_reveal", 1, ("a", "b"))
     digest = reveal_digest(j.session_id, "sum", 1, ("a", "b"))
     with pytest.raises(InvalidInput, match="another session, attempt or participant set"):
@@ -218,7 +223,7 @@ def test_a_party_lost_while_revealing_is_recovered_from_shares_never_by_another_
     for p in "abc":
         j.message(p, msg("sum", 0, p, np.ones((2, 8), np.uint32)))
     for p in "abc":
-        j.message(p, msg("sum_confirm", 0, p, bytes(96)))
+        j.message(p, msg("sum_confirm", 0, p, committed(j, 0, p, bytes(32))))
     for p in "ab":
         j.message(p, msg("sum_reveal", 0, p, pack_reveal(reveal_digest(j.session_id, "sum", 0, "abc"), bytes(32))))
         if p == "a":

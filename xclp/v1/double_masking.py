@@ -4,10 +4,12 @@ In attempt a of a masked step with participant set P_a, party i sends
     y_i = x_i + PRG(b_i) + Σ_{j∈P_a, j≠i} ±PRG(k_ij)
 with b_i a fresh 32-byte self-mask seed. When the coordinator holds every y_i of P_a it starts
 the step's confirm step (same attempt, same participants): each party answers with
-    T_i ‖ Sig_i(confirm(session, step, a, P_a, T_i))
-where T_i is the hash of the public values it accepted (its transcript, DESIGN §2.5), which is
-also in the HKDF info of its pairwise masks. The coordinator sends every member all members'
-answers, then starts the reveal step; a party reveals only if every member signed its own T.
+    T_i ‖ C_i ‖ Sig_i(confirm(session, step, a, P_a, T_i, C_i))
+where T_i is the hash of the public values it accepted (its transcript, docs/threat-model.md), which
+is also in the HKDF info of its pairwise masks, and C_i = commit(session, step, a, i, b_i) commits
+to the self-mask seed it may reveal later: a seed relayed or rebuilt for i is used by nobody unless
+it opens C_i. The coordinator sends every member all members' answers, then starts the reveal step;
+a party reveals only if every member signed its own T.
 Each answers the reveal with
     digest(session, step, a, P_a) ‖ b_i
 and the coordinator subtracts Σ PRG(b_i). A party reveals only for the latest attempt it masked,
@@ -16,6 +18,13 @@ step afterwards; so the coordinator can unmask at most one attempt of a step, an
 dropout (complete attempt, then "restart without j") leaves it one sum, never two. (An attempt
 travels in the wire's `round` field; the phases on both ends are server/phases/masked_sum.py and
 client/phases/masked_sum.py.)
+
+An attempt a party has left is dead to it (`dead_attempt`, the one rule both ends apply): it
+confirms, reveals and gives shares only for the latest attempt it masked, and on masking attempt
+a + 1 destroys its seeds, masks and held shares of every earlier one. Otherwise a coordinator could
+open attempt a among P_a beside attempt a + 1 among P_{a+1} ⊊ P_a, the parties of P_a − P_{a+1}
+revealing their seeds of a (it is their latest) and rebuilding the others' from their shares: the
+difference of the two sums is the exact sum of P_a − P_{a+1}.
 
 A holder lost while revealing (issue 25, Bonawitz et al. 2017 §4): with its masked vector each
 party i sends every other member j a Shamir share of b_i (t-of-|P_a|, crypto/shamir.py, index =
@@ -33,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -51,8 +61,9 @@ CONFIRM_SUFFIX = "_confirm"
 VECTORS_SUFFIX = "_vectors"
 SEEDS_SUFFIX = "_seeds"
 SIGNATURE_BYTES = 64
-CONFIRM_BYTES = DIGEST_BYTES + SIGNATURE_BYTES  # transcript hash ‖ Ed25519 signature
-_CONFIRM_TAG = b"xclp/v1/transcript-confirm\x00"
+CONFIRM_BYTES = 2 * DIGEST_BYTES + SIGNATURE_BYTES  # transcript hash ‖ seed commitment ‖ Ed25519 signature
+_CONFIRM_TAG = b"xclp/v1/transcript-confirm/2\x00"
+_COMMIT_TAG = b"xclp/v1/selfmask-commit"
 RECOVER_SUFFIX = "_recover"
 SHARE_PURPOSE = "selfmask-share"  # HKDF purpose of the keys that seal self-mask shares
 SEALED_SHARE_BYTES = aead.NONCE_BYTES + SHARE_BYTES + aead.TAG_BYTES
@@ -125,13 +136,62 @@ def confirm_step(step: str) -> str:
     return step + CONFIRM_SUFFIX
 
 
+def dead_attempt(attempt: int, latest: int | None) -> str | None:
+    """Why attempt `attempt` of a sum may not be confirmed, revealed or recovered by a party whose
+    latest masked attempt is `latest` (None if it may): an attempt a party has left is dead to it."""
+    if latest is None:
+        return "which this party never masked"
+    if attempt < latest:
+        return f"which this party left for attempt {latest}"
+    if attempt > latest:
+        return "which this party never masked"
+    return None
+
+
+def commit_seed(session_id: bytes, step: str, attempt: int, party: str, seed: bytes) -> bytes:
+    """C = SHA-256 over the attempt, the party and its self-mask seed (32 random bytes, so C hides
+    it): signed in the party's confirmation, it is what any seed relayed or rebuilt for it must open."""
+    if len(seed) != SEED_BYTES:
+        raise InvalidInput(f"a self-mask seed is {SEED_BYTES} bytes, got {len(seed)}")
+    h = hashlib.sha256(_COMMIT_TAG)
+    for part in (session_id, step.encode(), struct.pack(">Q", attempt), party.encode(), seed):
+        h.update(struct.pack(">I", len(part)) + part)
+    return h.digest()
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """One member's confirmation of an attempt: T ‖ C ‖ Sig(confirm(session, step, a, P_a, T, C))."""
+
+    transcript: bytes
+    commitment: bytes
+    signature: bytes
+
+    def pack(self) -> bytes:
+        return self.transcript + self.commitment + self.signature
+
+    @classmethod
+    def unpack(cls, payload: object) -> Confirmation:
+        if not isinstance(payload, bytes) or len(payload) != CONFIRM_BYTES:
+            raise InvalidInput(f"a confirmation is {CONFIRM_BYTES} opaque bytes (transcript hash, seed commitment, "
+                               "signature)")
+        return cls(payload[:DIGEST_BYTES], payload[DIGEST_BYTES:2 * DIGEST_BYTES], payload[2 * DIGEST_BYTES:])
+
+    @classmethod
+    def unpack_all(cls, payload: object, members: int) -> list[Confirmation]:
+        """Every member's confirmation, as the coordinator relays them (sorted members' order)."""
+        if not isinstance(payload, bytes) or len(payload) != CONFIRM_BYTES * members:
+            raise InvalidInput(f"the confirmations of {members} members are {CONFIRM_BYTES} bytes each")
+        return [cls.unpack(payload[i * CONFIRM_BYTES:(i + 1) * CONFIRM_BYTES]) for i in range(members)]
+
+
 def confirm_message(session_id: bytes, step: str, attempt: int, participants: Sequence[str],
-                    transcript: bytes) -> bytes:
+                    transcript: bytes, commitment: bytes) -> bytes:
     """What a party signs before any reveal of attempt `attempt` of `step`: the attempt (as the
-    reveal digest binds it) and the hash of every public value it accepted."""
-    if len(transcript) != DIGEST_BYTES:
-        raise InvalidInput(f"a transcript hash is {DIGEST_BYTES} bytes")
-    return _CONFIRM_TAG + reveal_digest(session_id, step, attempt, participants) + transcript
+    reveal digest binds it), the hash of every public value it accepted and its seed commitment."""
+    if len(transcript) != DIGEST_BYTES or len(commitment) != DIGEST_BYTES:
+        raise InvalidInput(f"a transcript hash and a seed commitment are {DIGEST_BYTES} bytes each")
+    return _CONFIRM_TAG + reveal_digest(session_id, step, attempt, participants) + transcript + commitment
 
 
 def reveal_digest(session_id: bytes, step: str, attempt: int, participants: Sequence[str]) -> bytes:
