@@ -154,7 +154,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         paillier_bits: int | None = None, insecure_test_keys: bool = False, workers: str | int | None = None,
         insecure_workers: bool = False, min_parties: int = 3, min_share_threshold: int = 2,
         require_dp: float | None = None, require_label_dp: float | None = None, allow_hide_label_mask: bool = False,
-        allow_unsketched_layers: bool = False, max_memory_gb: float | None = None,
+        allow_unsketched_layers: bool = False, allow_non_dp_dbcl: bool = False, max_memory_gb: float | None = None,
         max_paillier_hours: float = DEFAULT_MAX_PAILLIER_HOURS, state: PathLike | None = None,
         allow_rerun: bool = False, connect_timeout: float = 60.0, idle_timeout: float = 900.0,
         progress: Progress | None = None) -> PartyResult:
@@ -175,7 +175,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       local processes import the main module, so a script calls `run` under
       `if __name__ == "__main__":`, or passes `workers=0` to do the work in this process).
     - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
-      `allow_hide_label_mask`, `allow_unsketched_layers`, `max_memory_gb`, `max_paillier_hours`;
+      `allow_hide_label_mask`, `allow_unsketched_layers`, `allow_non_dp_dbcl`, `max_memory_gb`, `max_paillier_hours`;
       `state` (the release log; default $XDG_STATE_HOME/xclp/releases.json) and `allow_rerun`.
     - `connect_timeout`: how long to keep retrying an unreachable coordinator (with exponential
       back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news.
@@ -202,7 +202,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
     policy = PartyPolicy.from_settings({
         "min_parties": min_parties, "min_share_threshold": min_share_threshold, "require_dp": require_dp,
         "require_label_dp": require_label_dp, "allow_hide_label_mask": allow_hide_label_mask,
-        "allow_unsketched_layers": allow_unsketched_layers, "insecure_test_keys": insecure_test_keys})
+        "allow_unsketched_layers": allow_unsketched_layers, "allow_non_dp_dbcl": allow_non_dp_dbcl,
+        "insecure_test_keys": insecure_test_keys})
     config = RunConfig(job_id=job, party_id=party, identity=key, connection=connection,
                        join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout), paillier=paillier,
                        workers=worker_spec, peers=allow,

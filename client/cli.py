@@ -39,7 +39,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "client_cert", "client_key", "server_name", "insecure", "connect_timeout", "join_wait", "idle_timeout",
             "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
-            "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "min_share_threshold",
+            "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
+            "min_share_threshold",
             "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-unsketched-layers", action="store_true", default=None,
                    help="take part in dbcl jobs that release some layers' gradients unsketched (the paper's "
                         "output layer, or sketch = \"none\"; a property probe reads them; docs/jobs/dbcl.md)")
+    r.add_argument("--allow-non-dp-dbcl", action="store_true", default=None,
+                   help="take part in dbcl jobs without record-level DP (dp_epsilon): the coordinator can difference "
+                        "their rounds into one party's per-class feature sums (docs/jobs/dbcl.md)")
     r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
                    help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; "
                         "docs/jobs/xclp.md)")
@@ -216,7 +220,7 @@ def agent(args: argparse.Namespace) -> int:
         raise ConfigError("--runs must be at least 1")
     runner = Agent(config)
     runner.serve(stop, runs=args.runs)
-    failed = sorted(run for run, ok in runner.finished.items() if not ok)
+    failed = sorted(f"{run} of job {job}" for (job, run), ok in runner.finished.items() if not ok)
     stderr_progress("agent stopped" + (f"; runs not done: {', '.join(failed)}" if failed else ""))
     if stop.is_set():  # SIGTERM or SIGINT: a clean stop, whatever the runs it cut short
         return EXIT_OK

@@ -3,9 +3,9 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
   party requires (of its rows, --require-dp; of its labels, --require-label-dp), no hidden label
-  mask unless allowed, no DBCL layer released unsketched unless
-  allowed, Paillier keys of a secure size, a share threshold no lower than the party's
-  (`--min-share-threshold`).
+  mask unless allowed, no DBCL layer released unsketched unless allowed, no DBCL without
+  record-level DP unless allowed (--allow-non-dp-dbcl), Paillier keys of a secure size, a share
+  threshold no lower than the party's (`--min-share-threshold`).
 - `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
   recover step, whose sum is over the attempt's larger set), always including this party; a later
   attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
@@ -37,6 +37,8 @@ class PartyPolicy:
     min_share_threshold: int = MIN_SHARE_THRESHOLD
     # DBCL layers released unsketched (the paper's output layer; plain federated SGD: all of them)
     allow_unsketched_layers: bool = False
+    # DBCL without record-level DP, whose rounds a coordinator can difference (issue 45)
+    allow_non_dp_dbcl: bool = False
 
     def __post_init__(self) -> None:
         t = self.min_share_threshold
@@ -57,6 +59,7 @@ class PartyPolicy:
                    require_label_dp=raw.get("require_label_dp"),
                    allow_hide_label_mask=bool(raw.get("allow_hide_label_mask")),
                    allow_unsketched_layers=bool(raw.get("allow_unsketched_layers")),
+                   allow_non_dp_dbcl=bool(raw.get("allow_non_dp_dbcl")),
                    insecure_test_keys=bool(raw.get("insecure_test_keys")),
                    min_share_threshold=int(raw.get("min_share_threshold", 2)))
 
@@ -102,6 +105,11 @@ class PartyPolicy:
                                 f"{', '.join(map(str, unsketched))} unsketched, from which a property probe tells "
                                 "what the other parties' batches held (docs/jobs/dbcl.md); sketch every layer, or take "
                                 "part only with --allow-unsketched-layers")
+        differenced = params.differenced_without_dp
+        if differenced and not self.allow_non_dp_dbcl:
+            raise PolicyRefused(f"job {spec.job_id!r} ({spec.job_type}) runs without record-level DP: {differenced}. "
+                                "Set dp_epsilon in the job, or take part only with --allow-non-dp-dbcl "
+                                "(docs/jobs/dbcl.md)")
         self.check_threshold(params.share_threshold, len(spec.expected_parties), f"job {spec.job_id!r}")
         keys = params.paillier
         if keys is not None and keys.bits < MIN_SECURE_BITS and not self.insecure_test_keys:

@@ -125,6 +125,8 @@ def deploy(tmp_path_factory):
         if job_id == "flynn-prep":
             data_file = "a-prep.csv" if party == "a" else f"{party}-prep.npz"
         xclp = ["--paillier-bits", "512", "--insecure-test-keys", "--workers", "0"] if job_id == "fedavg-xclp" else []
+        if job_id.startswith("dbcl"):  # these DBCL jobs run without DP, which a party takes only when told
+            xclp = ["--allow-non-dp-dbcl"]
         return [str(BIN / "xclp-client"), "run", "--coordinator", f"localhost:{port}", "--ca-cert",
                 str(root / "ca" / "ca.pem"), "--job", job_id, "--party", party, "--identity",
                 str(root / key_dir / f"{party}.key"), "--peers", str(peers or root / "allow.toml"),

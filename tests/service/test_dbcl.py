@@ -29,7 +29,7 @@ def params(**extra) -> dict:
 def secure_run(keys, job_id: str, p: dict, datas, **kw) -> tuple[dict[str, JobResult], object]:
     """The job among the parties of `datas`; they take part in jobs releasing unsketched layers
     unless `policy` says otherwise (the parity tests cover the paper's setting and plain SGD)."""
-    kw.setdefault("policy", PartyPolicy(min_parties=2, allow_unsketched_layers=True))
+    kw.setdefault("policy", PartyPolicy(min_parties=2, allow_unsketched_layers=True, allow_non_dp_dbcl=True))
     with coordinator(allow_list(keys), [job(job_id, "dbcl", p)], **kw.pop("coord", {})) as (coord, address):
         results = run_parties(address, job_id, keys, datas, **kw)
         state = coord.jobs[job_id]
@@ -78,7 +78,7 @@ def test_a_party_refuses_layers_released_unsketched_unless_it_opts_in(keys) -> N
     unsketched) and plain federated SGD are refused before Join by a party's default policy, with
     the layers and the way out (issue 30)."""
     datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
-    strict = PartyPolicy(min_parties=2)
+    strict = PartyPolicy(min_parties=2, allow_non_dp_dbcl=True)  # strict about layers (DP: test_dp_differencing)
     results, _ = secure_run(keys, "dbcl-default", params(), datas, policy=strict)
     assert all(isinstance(r, JobResult) for r in results.values()), results
     for extra, layers in [({"sketched_layers": [0]}, "layer(s) 1"), ({"sketch": "none"}, "layer(s) 0, 1")]:
@@ -120,7 +120,8 @@ def test_a_withheld_model_reaches_only_the_coordinators_file(keys, tmp_path: Pat
         JobConfig("withheld", "dbcl", p, PARTIES, 2)
     config = JobConfig("withheld", "dbcl", p, PARTIES, 2, 30.0, 30.0, model_path=tmp_path / "w.npz")
     with coordinator(allow_list(keys), [config]) as (coord, address):
-        results = run_parties(address, "withheld", keys, datas)
+        results = run_parties(address, "withheld", keys, datas,
+                              policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))
         state = coord.jobs["withheld"]
     for result in results.values():
         assert isinstance(result, JobResult) and result.aggregate.shape == (0,)

@@ -8,6 +8,7 @@ import pytest
 
 from tests.harness import PARTIES, DiesAt, Recorder, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
+from xclp.client.policy import PartyPolicy
 
 PARAMS = {
     "fedavg": {"n_classes": 3, "hidden": [8], "rounds": 3, "local_epochs": 2, "batch_size": 8, "learning_rate": 0.1,
@@ -26,7 +27,8 @@ def test_a_party_lost_in_the_update_is_dropped_and_the_sum_restarts_without_it(k
 
     datas = {p: blobs(40 + i) for i, p in enumerate(PARTIES)}
     with coordinator(allow_list(keys), [job("lost", job_type, PARAMS[job_type])], observer=rec) as (coord, address):
-        results = run_parties(address, "lost", keys, datas, sessions={"c": Dies})
+        results = run_parties(address, "lost", keys, datas, sessions={"c": Dies},
+                              policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))
         run = coord.jobs["lost"]
     assert isinstance(results["c"], KeyboardInterrupt)
     rounds = PARAMS[job_type]["rounds"]

@@ -8,6 +8,8 @@ deadline"). With zero weights a party's gradient is its batch's label histogram 
 bias (n·softmax(b) − counts) and nothing else; a and b give the same gradient both rounds (their
 batch is all their labeled rows), so sum₀ − sum₁ is c's gradient, and c's label counts follow.
 Parties cannot see W (DBCL), so no check of theirs stops it: only noise on the contributions does.
+So a party on its default policy refuses DBCL without record-level DP before it joins (issue 45);
+the attack below runs on parties that opted in (--allow-non-dp-dbcl).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.harness import PARTIES, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult
+from xclp.errors import PolicyRefused
 from xclp.nn import Network
 from xclp.server.jobs.dbcl import DbclTrainer
 from xclp.v1.dbcl import DbclJobParams
@@ -28,6 +31,7 @@ from xclp.validation import UNLABELED
 
 C, LABELED = 3, 8
 BASE = {"n_classes": C, "hidden": [128], "rounds": 2, "batch_size": LABELED, "learning_rate": 0.05}
+OPTED_IN = PartyPolicy(min_parties=2, allow_non_dp_dbcl=True)
 
 
 def attack(keys, monkeypatch, raw: dict) -> tuple[np.ndarray, np.ndarray, DbclJobParams, int]:
@@ -51,7 +55,7 @@ def attack(keys, monkeypatch, raw: dict) -> tuple[np.ndarray, np.ndarray, DbclJo
     monkeypatch.setattr(DbclTrainer, "apply", keep)
     datas = {p: blobs(60 + i, labeled=LABELED) for i, p in enumerate(PARTIES)}
     with coordinator(allow_list(keys), [job("diff", "dbcl", raw)]) as (_, address):
-        results = run_parties(address, "diff", keys, datas, policy=PartyPolicy(min_parties=2))
+        results = run_parties(address, "diff", keys, datas, policy=OPTED_IN)
     assert all(isinstance(r, JobResult) for r in results.values()), results
     assert len(opened) == 2
     params = DbclJobParams.parse(raw)
@@ -67,6 +71,21 @@ def test_without_dp_the_coordinator_reads_a_partys_label_counts(keys, monkeypatc
     p = np.exp(1e-6 * np.ones(C)) / np.exp(1e-6 * np.ones(C)).sum()
     np.testing.assert_allclose(LABELED * p - recovered[-C:], counts, atol=1e-5)  # exactly c's counts
     np.testing.assert_allclose(recovered[:-C], 0.0, atol=1e-6)
+
+
+def test_a_party_on_its_default_policy_refuses_dbcl_without_dp_before_joining(keys, monkeypatch) -> None:
+    """The attack above, against parties on their default policy: each refuses the job before Join,
+    with the reason and the way out, and the coordinator gets no update to difference."""
+    seen: list[int] = []
+    monkeypatch.setattr(DbclTrainer, "apply", lambda self, total: seen.append(1) or 0)
+    datas = {p: blobs(60 + i, labeled=LABELED) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("diff", "dbcl", BASE, join_seconds=3)]) as (coord, address):
+        results = run_parties(address, "diff", keys, datas, policy=PartyPolicy(min_parties=2))
+        joined = coord.jobs["diff"].active
+    for p in PARTIES:
+        assert isinstance(results[p], PolicyRefused), results[p]
+        assert "without record-level DP" in str(results[p]) and "--allow-non-dp-dbcl" in str(results[p])
+    assert seen == [] and not joined
 
 
 def test_with_dp_the_difference_is_drowned_in_the_noise(keys, monkeypatch) -> None:

@@ -120,6 +120,17 @@ class DbclJobParams(PrivateTraining):
     def unsketched_layers(self) -> tuple[int, ...]:
         return tuple(i for i in range(len(self.hidden) + 1) if i not in self.layers)
 
+    @property
+    def differenced_without_dp(self) -> str:
+        # Parties never see W, so they cannot check what the coordinator releases: a W̃ = 0 round
+        # and a random-W̃ round, under sets that differ by one party, difference into that party's
+        # per-class feature sums and label counts (docs/threat-model.md). Only DP bounds it.
+        if self.private:
+            return ""
+        return ("DBCL's parties never see the model, so the coordinator may release any sketched weights "
+                "each round; two rounds under sets that differ by one party difference into that party's "
+                "per-class feature sums and label counts, and only record-level DP (dp_epsilon) bounds that")
+
     def architecture(self, dim: int) -> Architecture:
         return method(lambda: Architecture((dim, *self.hidden, self.n_classes)))
 

@@ -181,6 +181,13 @@ class JobParams:
         return ()
 
     @property
+    def differenced_without_dp(self) -> str:
+        """Why the job's releases can be differenced across rounds into one party's data when it
+        runs without DP ("" if they cannot, or carry DP): a party refuses such a job unless it
+        opts in (DBCL: --allow-non-dp-dbcl)."""
+        return ""
+
+    @property
     def required_files(self) -> dict[str, str]:
         """Job-file keys naming files the coordinator must write with these parameters, and why."""
         return {}
