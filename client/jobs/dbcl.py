@@ -107,6 +107,9 @@ class DbclTrainer:
     def next_model(self, total: np.ndarray) -> None:
         return None
 
+    def initial_model(self) -> None:
+        return None  # the party never sees W: only DP defends DBCL across rounds (client/policy.py)
+
     def describe(self, record: RoundRecord) -> str:
         return f"sketched gradient on {record.rows} labeled rows in {record.train_seconds:.2f}s"
 

@@ -21,6 +21,7 @@ from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import (
     PseudoLabels,
     client_update,
+    initial_network,
     local_pseudo_labels,
     local_rng,
     private_client_update,
@@ -101,6 +102,10 @@ class FedavgTrainer:
         assert self.model is not None
         delta, rows = self.params.weighted_delta(total, self.arch.n_params)
         return server_update(self.model, delta, rows).flat
+
+    def initial_model(self) -> np.ndarray:
+        """θ₀ as the coordinator draws it (server/jobs/fedavg.py), from the job's parameters."""
+        return initial_network(self.arch, self.params.seed).flat
 
     def describe(self, record: RoundRecord) -> str:
         return (f"pseudo-labels in {record.pseudo_seconds:.2f}s, trained on {record.rows} rows in "

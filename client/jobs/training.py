@@ -17,6 +17,11 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
 - one sum per model: once this party revealed its update for a model (θ; dbcl: the released
   view), it takes part in no later round on the same model with another set of parties (two
   sums over one model and different sets difference to the updates of the parties between);
+- the model chain (fedavg, xclp.v1.fedavg): every model released, in any round, and the final
+  model must be the head of the chain: θ₀ as this party computes it, moved only by an opened sum
+  this party recomputed or by a round's attestation from the head, signed by members of that
+  round's sample. So no model a hair from one whose sum opened can be released after skipped
+  rounds or rounds without this party;
 - the masked-sum rules of DESIGN §6.1 within each round.
 """
 
@@ -33,6 +38,7 @@ import numpy as np
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.crypto.identity import verify_signature
 from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
@@ -102,6 +108,10 @@ class Trainer(Protocol):
         """The model after this round, moved by the opened update sum (None: the party cannot know
         it, as in DBCL, where it never sees W)."""
 
+    def initial_model(self) -> np.ndarray | None:
+        """θ₀ as this party computes it from the job's parameters: the head of the model chain
+        (None where the party never sees the model)."""
+
 
 class RoundsParty(PartyJob):
     def __init__(self, ctx: PartyContext, trainer: Trainer) -> None:
@@ -112,9 +122,12 @@ class RoundsParty(PartyJob):
         self.samples: tuple[tuple[str, ...], ...] | None = None  # every round's sample, from the common seed
         self.model_digest = b""  # of this round's released model
         self.released: dict[bytes, tuple[int, frozenset[str]]] = {}  # model digest -> (round, set) revealed for
-        # DESIGN §2.7: after revealing in a round, the model this party must see next: the one it
-        # computed from the opened sum, or (no sum came back to check) the round's model unchanged
-        self.expect: tuple[int, np.ndarray] | None = None
+        # the model chain (xclp.v1.fedavg): the digest of the one model this party accepts next, and
+        # the link it recomputed in the current round (round, H(θ_t), H(θ_{t+1})), which it attests
+        initial = trainer.initial_model() if trainer.verifiable else None
+        self.head: bytes | None = None if initial is None else fedavg.model_digest(initial)
+        self.head_round = -1  # the round whose opened sum moved the head there (-1: θ₀)
+        self.link: tuple[int, bytes, bytes] | None = None
         self.model_in: np.ndarray | None = None  # this round's model as released
         self.sample: frozenset[str] = frozenset()  # the round's sample of parties
         self.update_sum: MaskedSumParty | None = None
@@ -138,7 +151,7 @@ class RoundsParty(PartyJob):
 
     def on_message(self, message: wire.Message) -> None:
         if message.sender == "" and message.step == fedavg.FINAL_MSG:
-            self._check_next_model(message.payload, self.params.rounds, "the final model")
+            self._check_chain(message.payload, "the final model")
             self.result = self.trainer.final(message.payload)
             privacy = self.privacy()
             if privacy is not None:
@@ -154,6 +167,8 @@ class RoundsParty(PartyJob):
             return  # a relay of an earlier round, which this party has left
         if message.sender == "" and name == fedavg.MODEL_MSG:
             self._start_round(t, message.payload)
+        elif message.sender == "" and name == fedavg.ATTESTED_MSG:
+            self._on_attested(t, message.payload)
         else:
             self.trainer.on_message(t, dataclasses.replace(message, step=name))
 
@@ -161,6 +176,8 @@ class RoundsParty(PartyJob):
         scope = fedavg.unscope(step)
         if sender == "" and (step == fedavg.FINAL_MSG or (scope is not None and scope[1] == fedavg.MODEL_MSG)):
             return self.trainer.model_bytes()
+        if sender == "" and scope is not None and scope[1] == fedavg.ATTESTED_MSG:
+            return fedavg.Attested.limit(len(self.ctx.roster.party_ids))
         if scope is None:
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent an unknown {step!r} message")
         return self.trainer.payload_limit(*scope, sender)
@@ -176,6 +193,9 @@ class RoundsParty(PartyJob):
         if t != self.round or self.update_sum is None:
             raise ProtocolError(f"step {step.step!r} started, but this party is in round {self.round}")
         self._check_sample(t, step.participants)
+        if name == fedavg.ATTEST_STEP:
+            self._attest(t, step.round)
+            return
         local = pb.StepStart(step=name, round=step.round, participants=step.participants,
                              deadline_seconds=step.deadline_seconds)
         if not self.update_sum.handles(name):
@@ -186,8 +206,6 @@ class RoundsParty(PartyJob):
         sent = self.update_sum.on_step(local)
         if name == self.update_sum.reveal_name:
             self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
-            if self.model_in is not None:  # verifiable: unless the opened sum comes back and says otherwise
-                self.expect = (t, self.model_in)
         if name == fedavg.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
@@ -204,7 +222,7 @@ class RoundsParty(PartyJob):
         self._check_sample(t, [self.ctx.party_id])
         self.round, self.update, self.noise, self._round_started = t, None, None, time.monotonic()
         scope = self.ctx.round_scope(t)
-        self._check_next_model(payload, t, f"the model of round {t}")
+        self._check_chain(payload, f"the model of round {t}")
         # θ, or DBCL's released view: one for every party (DESIGN §2.5)
         self.model_digest = scope.transcript.absorb("model", payload)
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
@@ -219,22 +237,51 @@ class RoundsParty(PartyJob):
             model = self.trainer.next_model(total)
         except InvalidInput as exc:
             raise ProtocolError(f"round {self.round}'s opened update sum is unusable: {exc}") from None
-        if model is not None:
-            self.expect = (self.round, model)
+        if model is not None and self.model_in is not None:
+            before, after = fedavg.model_digest(self.model_in), fedavg.model_digest(model)
+            self.link, self.head, self.head_round = (self.round, before, after), after, self.round
 
-    def _check_next_model(self, payload: wire.Payload, after: int, what: str) -> None:
-        """After revealing in round t, round t + 1's model (or, after the last round, the final
-        one) must be what this party computed (DESIGN §2.7); a later round's it cannot check."""
-        if self.expect is None:  # set only for a verifiable sum this party revealed in
+    def _check_chain(self, payload: wire.Payload, what: str) -> None:
+        """A released model (any round's, or the final one) must be the head of the model chain."""
+        if self.head is None:  # the party never sees the model (dbcl)
             return
-        t, expected = self.expect
-        self.expect = None
-        if after != t + 1:
-            return  # this party was not sampled in round t + 1: the model moved without it
-        if not isinstance(payload, np.ndarray) or payload.shape != expected.shape or not np.array_equal(payload,
-                                                                                                          expected):
-            raise ProtocolError(f"{what} is not the model this party computed from round {t}'s opened sum (or, if "
-                                f"that sum did not come back, round {t}'s model unchanged): refusing it")
+        if not isinstance(payload, np.ndarray) or fedavg.model_digest(payload) != self.head:
+            since = ("θ₀ as this party computes it from the job's parameters" if self.head_round < 0 else
+                     f"the model round {self.head_round}'s opened sum led to")
+            raise ProtocolError(f"{what} is not the head of the model chain ({since}; a round whose sum did not come "
+                                "back leaves it there): a model near one whose sum was opened would let the "
+                                "coordinator difference two sums; refusing it")
+
+    def _attest(self, t: int, attempt: int) -> None:
+        """Round t's link θ_t → θ_{t+1}, as this party recomputed it from the opened sum, signed."""
+        if self.link is None or self.link[0] != t:
+            raise ProtocolError(f"the coordinator asked this party to attest round {t}'s model, which it did not "
+                                "recompute from an opened sum")
+        _, before, after = self.link
+        signature = self.ctx.sign(fedavg.chain_message(self.ctx.session_id, t, before, after))
+        self.ctx.push(before + after + signature, fedavg.scoped(t, fedavg.ATTEST_STEP), attempt)
+
+    def _on_attested(self, t: int, payload: wire.Payload) -> None:
+        """Round t's link of the chain, signed by members of its sample: the head moves along it."""
+        what = f"the attestation of round {t}'s model"
+        if self.head is None or self.samples is None or not 0 <= t < self.params.rounds:
+            raise ProtocolError(f"the coordinator sent {what}, which this party does not expect")
+        try:
+            attested = fedavg.Attested.unpack(payload, self.ctx.roster.party_ids)
+        except InvalidInput as exc:
+            raise ProtocolError(f"{what}: {exc}") from None
+        outside = sorted(set(attested.signatures) - set(self.samples[t]))
+        if outside:
+            raise ProtocolError(f"{what} is signed by {', '.join(outside)}, outside that round's sample")
+        message = fedavg.chain_message(self.ctx.session_id, t, attested.before, attested.after)
+        for p, signature in attested.signatures.items():
+            if not verify_signature(self.ctx.roster.bundle(p).identity_public, signature, message):
+                raise ProtocolError(f"{what}: the signature of {p!r} does not verify under its identity key")
+        if attested.after == self.head:
+            return  # this party recomputed that link itself
+        if attested.before != self.head:
+            raise ProtocolError(f"{what} starts from another model than the head of this party's model chain")
+        self.head, self.head_round = attested.after, t
 
     def _check_model_reuse(self, t: int, members: frozenset[str]) -> None:
         earlier = self.released.get(self.model_digest)

@@ -9,6 +9,9 @@ names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
     the trainer releases the round's model to P_t, and runs what the round needs before the
         update (fedavg with pseudo_label = "xclp": one XCLP run among P_t); it names who goes on
     update (masked sum) --> the trainer moves the model by the opened sum
+    attest (fedavg)     --> the members sign the link θ_t → θ_{t+1} each recomputed; every party of
+                            the job gets it ("attested"), so that one the round passed by can follow
+                            the model chain (xclp.v1.fedavg)
 After the last round: "final_model" to every party, and the model to the job's `model` file.
 
 What a trainer is (`Trainer`) is what Flower calls a strategy: fedavg's (server/jobs/fedavg.py)
@@ -145,6 +148,12 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
                                      "seconds": round(run.clock() - started, 3)})
                 log.info("job %s: round %d: model updated from %d parties (%d rows) in %.3fs", self.config.job_id, t,
                          len(total.participants), rows, run.clock() - started)
+                if self.trainer.verifiable:
+                    try:
+                        yield Attest(scope, run.scope, t, total.participants, tuple(sorted(run.parties)))
+                    except PhaseFailed as exc:  # the model has moved; a party the round passed by cannot follow
+                        log.warning("job %s: round %d's link of the model chain is not attested: %s",
+                                    self.config.job_id, t, exc.reason)
             finally:
                 run.close_scope(scope)
         self.scope = None
@@ -156,6 +165,47 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         done = self.params.rounds - len(self.skipped)
         return (f"{done} of {self.params.rounds} rounds trained" +
                 (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
+
+
+class Attest(Phase):
+    """Round t's members sign the link θ_t → θ_{t+1} each recomputed from the opened sum; the
+    coordinator relays the signatures to every party of the job (xclp.v1.fedavg, the model chain).
+    Members that left sign nothing; with no signature, or members that disagree, nothing is relayed."""
+
+    def __init__(self, scope: Scope, job: Scope, t: int, members: tuple[str, ...], roster: tuple[str, ...]) -> None:
+        super().__init__(scope)
+        self.job, self.t, self.roster = job, t, roster
+        self.members = tuple(p for p in members if p in scope.members)
+
+    def start(self) -> None:
+        if not self.members:
+            self.done()
+            return
+        self.scope.start_step(fedavg.ATTEST_STEP, self.members)
+
+    def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
+        return fedavg.ATTEST_BYTES
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        if not isinstance(payload, bytes) or len(payload) != fedavg.ATTEST_BYTES:
+            raise InvalidInput(f"an attestation of round {self.t} is {fedavg.ATTEST_BYTES} opaque bytes")
+
+    def on_step_complete(self, step: Step) -> None:
+        signed = {p: payload_bytes(v) for p, v in step.received.items()}
+        links = {v[:2 * fedavg.DIGEST_BYTES] for v in signed.values()}
+        if len(links) == 1:
+            link = next(iter(links))
+            attested = fedavg.Attested(link[:fedavg.DIGEST_BYTES], link[fedavg.DIGEST_BYTES:],
+                                       {p: v[2 * fedavg.DIGEST_BYTES:] for p, v in signed.items()})
+            self.job.broadcast(fedavg.scoped(self.t, fedavg.ATTESTED_MSG), 0, attested.pack(self.roster))
+        elif links:
+            log.warning("job %s: round %d's members attest different models: relaying none", self.run.config.job_id,
+                        self.t)
+        self.done()
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        step.pending -= dropped  # the others' signatures stand
+        self.complete_if_done(step)
 
 
 class Samples(Phase):

@@ -85,7 +85,7 @@ def test_an_agent_runs_only_the_spec_its_policy_accepted(keys, monkeypatch, tmp_
         done.join(60)
         assert not done.is_alive()
         assert "a" not in coord.jobs["t"].parties  # it never joined
-    assert agent.finished == {"1": False}
+    assert agent.finished == {("t", "1"): False}
     failed = [m for m in said if m.startswith("run 1 of job t failed")]
     assert failed and "names another job spec than the offer this party's policy accepted" in failed[0], said
 
@@ -99,10 +99,11 @@ def test_only_an_expected_party_reads_a_runs_spec_and_only_its_own_data_set(keys
         with pytest.raises(grpc.RpcError) as unsigned:
             stub.Challenge(pb.SignedCall(signer="a", call=b"", signature=b""), timeout=10)
         assert unsigned.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        for stranger in ("mallory", "d"):  # not on the allow-list; allow-listed, but not in this job
+        for stranger, code in (("mallory", grpc.StatusCode.UNAUTHENTICATED),  # not on the allow-list
+                               ("d", grpc.StatusCode.PERMISSION_DENIED)):  # allow-listed, but not in this job
             with pytest.raises(grpc.RpcError) as refused:
                 challenge(stub, keys[stranger], stranger, "t")
-            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert refused.value.code() == code
         with pytest.raises(grpc.RpcError) as posing:  # b's name, a's key
             stub.Challenge(calls.sign_call(keys["a"], "b", calls.CHALLENGE, pb.ChallengeRequest(job_id="t")))
         assert posing.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -140,9 +141,6 @@ def test_an_xclp_party_refuses_a_layout_with_rows_that_belong_to_nobody(keys, mo
 
 
 FORGED_VIEWS = {
-    # c trains on another θ in round 0 (e.g. one that isolates its update in the sum)
-    "fedavg-model": ("fedavg", FEDAVG, "r0.update",
-                     lambda party, name, payload: payload * 0.5 if party == "c" and name == "r0.model" else None),
     # a standardises with other pooled moments than b and c (a shifted Σx: another pooled mean)
     "flynn-moments": ("flynn", {**FLYNN, "standardise": True}, "sum",
                       lambda party, name, payload: shifted_sum(payload) if party == "a" and name == "moments_result"
@@ -172,6 +170,23 @@ def test_a_sum_over_different_views_is_never_opened(keys, monkeypatch, attack: s
         assert f"the coordinator showed the parties different views before {step} attempt 0" in str(results[p])
     assert {k[3] for k in rec.seen if k[1] == step + "_confirm"} == set(PARTIES)  # the check ran
     assert not [k for k in rec.seen if k[1] == step + "_reveal"]  # and nothing was revealed
+
+
+def test_a_party_shown_another_model_refuses_it_before_training(keys, monkeypatch) -> None:
+    """Attack (DESIGN §2.5): c is sent another θ in round 0 than a and b (e.g. one that isolates its
+    update in the sum). It used to train on it, and the sum's confirmations caught the different
+    views; now c refuses the model itself: θ₀ is the head of its model chain, computed from the
+    job's parameters (xclp.v1.fedavg), and c sends nothing of the round."""
+    rec = Recorder()
+    datas = {p: party_data(60 + i) for i, p in enumerate(PARTIES)}
+    forge = lambda party, name, payload: payload * 0.5 if party == "c" and name == "r0.model" else None  # noqa: E731
+    with hostile(monkeypatch, rewrite=forge), \
+            coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, address):
+        results = run_parties(address, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert isinstance(results["c"], ProtocolError), results["c"]
+    assert "the model of round 0 is not the head of the model chain (θ₀ as this party computes it" \
+        in str(results["c"])
+    assert not [k for k in rec.seen if k[3] == "c" and k[1].startswith("r0.")]
 
 
 def test_a_party_buffers_no_more_of_a_message_than_its_step_can_need(keys, monkeypatch) -> None:

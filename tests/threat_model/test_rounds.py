@@ -14,9 +14,11 @@ from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party
 from tests.threat_model.hostile import hostile
 from xclp.client.policy import PartyPolicy
 from xclp.errors import ProtocolError
+from xclp.fedavg import client_update, local_rng, training_set
+from xclp.nn import Network
 from xclp.server.jobs.fedavg import FedavgTrainer
-from xclp.server.jobs.training import Samples
-from xclp.server.phases.base import Step
+from xclp.server.jobs.training import Attest, Samples
+from xclp.server.phases.base import PhaseFailed, Step
 from xclp.server.run import Run
 from xclp.v1 import fedavg
 from xclp.v1.registry import parse_params
@@ -70,6 +72,8 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
         return real_send(self, party_id, wire_name, attempt, payload, ledger_name=ledger_name)
 
     monkeypatch.setattr(Run, "send", send)
+    if seeds == "withheld":  # nobody could attest the round: the attacker asks no one to
+        monkeypatch.setattr(Attest, "start", lambda self: self.done())
 
     def round_(self, scope, t):
         members = yield from real_round(self, scope, t)
@@ -85,7 +89,7 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
     with coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, addr):
         results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
     assert {k[3] for k in rec.seen if k[1] == "r0.update_reveal"} == set(PARTIES)  # round 0 was opened
-    refusal = ("the model of round 1 is not the model this party computed from round 0's opened sum"
+    refusal = ("the model of round 1 is not the head of the model chain (the model round 0's opened sum led to"
                if seeds == "relayed" else
                "round 1 releases the model of round 0, whose update sum this party opened among a, b, c")
     for p in ("a", "b"):
@@ -127,7 +131,8 @@ def test_every_member_recomputes_theta_and_refuses_another(keys, monkeypatch) ->
         results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
     for p in PARTIES:
         assert isinstance(results[p], ProtocolError), (p, results[p])
-        assert "the model of round 1 is not the model this party computed from round 0's opened sum" in str(results[p])
+        assert "the model of round 1 is not the head of the model chain (the model round 0's opened sum led to" \
+            in str(results[p])
 
 
 def test_a_member_shown_another_members_vector_makes_everyone_refuse_the_reveal(keys, monkeypatch) -> None:
@@ -165,3 +170,122 @@ def test_a_member_whose_own_vector_was_altered_in_the_relay_refuses_at_once(keys
         results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
     assert isinstance(results["a"], ProtocolError), results["a"]
     assert "carry another vector for this party than it sent" in str(results["a"])
+
+
+FULL_BATCH = {**FEDAVG, "rounds": 3, "batch_size": 64}  # 60 rows: one step, so an update depends on θ alone
+
+
+def test_a_skipped_round_cannot_bring_back_a_model_a_hair_from_an_opened_one(keys, monkeypatch) -> None:
+    """Attack (issue 45, a skipped round): round 0 opens among a, b, c, d; round 1 is skipped; round
+    2 releases round 0's θ with one bias moved by one ulp, among a, b, c. The one-sum-per-model rule
+    matches exact digests and the old model check compared consecutive rounds only, so both sums
+    opened and sum₀ − sum₂ was d's update n_d·Δ_d (to 3e-8). Every party now follows the model chain:
+    after round 0 the only model it accepts is θ₁, recomputed from round 0's opened sum."""
+    parties = ("a", "b", "c", "d")
+    opened: list[np.ndarray] = []
+    real_round = FedavgTrainer.round
+
+    def round_(self, scope, t):
+        if t == 1:
+            raise PhaseFailed("skipped by the attacker")
+        if t == 2:  # round 0's θ, one bias nudged: a new digest, the same model to a hair
+            theta = opened_at[0].copy()
+            theta[-1] = np.nextafter(theta[-1], np.inf)
+            self.net = Network(self.net.arch, theta)
+        members = yield from real_round(self, scope, t)
+        return tuple(p for p in members if p != "d") if t == 2 else members
+
+    def keep(self, total):
+        opened.append(total.copy())
+        return fedavg.decode_update(total, self.params.frac_bits)[1]  # "applied": θ stays θ₀
+
+    opened_at: list[np.ndarray] = []
+    real_begin = FedavgTrainer.begin
+
+    def begin(self, dim):
+        net = real_begin(self, dim)
+        opened_at.append(net.flat.copy())
+        return net
+
+    monkeypatch.setattr(FedavgTrainer, "round", round_)
+    monkeypatch.setattr(FedavgTrainer, "apply", keep)
+    monkeypatch.setattr(FedavgTrainer, "begin", begin)
+    rec = Recorder()
+    datas = {p: party_data(130 + i) for i, p in enumerate(parties)}
+    with coordinator(allow_list(keys), [job("t", "fedavg", FULL_BATCH, parties=parties)], observer=rec) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert {k[3] for k in rec.seen if k[1] == "r0.update_reveal"} == set(parties)  # round 0 was opened
+    if len(opened) == 2:  # the attack worked: say what it got before failing
+        params = parse_params("fedavg", FULL_BATCH)
+        difference = (fedavg.decode_update(opened[0], params.frac_bits)[0]
+                      - fedavg.decode_update(opened[1], params.frac_bits)[0])
+        seed = next(r.seed for r in results.values() if not isinstance(r, BaseException))
+        net = Network(params.architecture(datas["d"].X.shape[1]), opened_at[0])
+        update_d, _ = client_update(net, training_set(datas["d"].X, datas["d"].y, None), params.optimiser,
+                                    local_rng(seed, "d", 0))
+        raise AssertionError(f"round 0 and round 2 both opened; their difference is d's update (norm "
+                             f"{np.linalg.norm(update_d):.3g}) to {np.abs(difference - update_d).max():.1e}")
+    for p in ("a", "b", "c"):
+        assert isinstance(results[p], ProtocolError), (p, results[p])
+        assert "the model of round 2 is not the head of the model chain (the model round 0's opened sum led to" \
+            in str(results[p])
+    assert not [k for k in rec.seen if k[1] == "r2.update"]
+
+
+def two_of_three_samples(monkeypatch) -> None:
+    """Round 0's sample a, b and round 1's b, c: c is first sampled in round 1 (the samples follow
+    the parties' common seed; the test fixes them so that one party always comes in late)."""
+    fixed = {0: ["a", "b"], 1: ["b", "c"], 2: ["a", "c"]}
+    monkeypatch.setattr(fedavg, "sample_parties", lambda seed, t, ordered, fraction: fixed[t])
+
+
+@pytest.mark.parametrize("how", ["forged", "withheld"])
+def test_a_party_a_round_passed_by_follows_the_chain_only_by_the_members_signatures(keys, monkeypatch,
+                                                                                     how: str) -> None:
+    """Attack: round 0 runs among a and b; c, first sampled in round 1, must take θ₁ on the word of
+    round 0's members. The coordinator sends c an attestation of another model (the digest of a
+    model of its making, the members' signatures kept), or none at all: c refuses round 1's model,
+    since its chain is still at θ₀. (Honestly relayed, c follows: the test with fraction 0.6.)"""
+    two_of_three_samples(monkeypatch)
+
+    def forge(party, name, payload):
+        if name != "r0.attested" or party != "c":
+            return None
+        if how == "withheld":
+            return b""
+        return payload[:32] + fedavg.model_digest(np.zeros(3)) + payload[64:]
+
+    real_send = Run.send
+
+    def send(self, party_id, wire_name, attempt, payload, *, ledger_name):
+        if how == "withheld" and wire_name == "r0.attested" and party_id == "c":
+            return 0
+        return real_send(self, party_id, wire_name, attempt, payload, ledger_name=ledger_name)
+
+    monkeypatch.setattr(Run, "send", send)
+    rec = Recorder()
+    datas = {p: party_data(140 + i) for i, p in enumerate(PARTIES)}
+    with hostile(monkeypatch, rewrite=forge if how == "forged" else None), \
+            coordinator(allow_list(keys), [job("t", "fedavg", {**FEDAVG, "fraction": 0.6})], observer=rec) as (_, a):
+        results = run_parties(a, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    assert isinstance(results["c"], ProtocolError), results["c"]
+    refusal = ("the signature of 'a' does not verify under its identity key" if how == "forged" else
+               "the model of round 1 is not the head of the model chain (θ₀ as this party computes it")
+    assert refusal in str(results["c"])
+    assert ("t", "r1.update", 0, "c") not in rec.seen
+
+
+def test_honest_rounds_move_every_partys_chain(keys, monkeypatch) -> None:
+    """The honest coordinator with c sampled late: round 0's members attest θ₀ → θ₁, c follows it
+    and trains in rounds 1 and 2; every party ends with the coordinator's model."""
+    two_of_three_samples(monkeypatch)
+    rec = Recorder()
+    datas = {p: party_data(150 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("t", "fedavg", {**FEDAVG, "rounds": 3, "fraction": 0.6})],
+                     observer=rec) as (coord, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+        final = coord.jobs["t"].job.trainer.net.flat
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert {k[3] for k in rec.seen if k[1] == "r0.attest"} == {"a", "b"}
+    assert ("t", "r1.update", 0, "c") in rec.seen and ("t", "r2.update", 0, "c") in rec.seen
+    assert all(np.array_equal(r.aggregate, final) for r in results.values())

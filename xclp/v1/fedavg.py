@@ -20,7 +20,20 @@ Round t, for its sampled parties P_t:
     r<t>.update        j -> coordinator      uint64[n_params + 1] double-masked: n_j·(θ_j − θ) in
                                              fixed point (2^frac_bits, two's complement), then n_j
     r<t>.update_reveal j -> coordinator      bytes: the round digest ‖ j's self-mask seed
+    (fedavg: the sum is verifiable, client/phases/masked_sum.py: every member recomputes it and θ_{t+1})
+    r<t>.attest        j -> coordinator      bytes: H(θ_t) ‖ H(θ_{t+1}) ‖ Sig_j(chain(session, t, H(θ_t), H(θ_{t+1})))
+    coordinator -> all "r<t>.attested"       bytes: H(θ_t) ‖ H(θ_{t+1}) ‖ signers (a byte per roster party)
+                                             ‖ their signatures, to every party of the job
 After the last round, to every party: "final_model" float64[n_params] θ.
+
+The model chain (issue 45, docs/threat-model.md). Every FedAvg party holds the head of the chain:
+the digest of the one model it will accept next. It starts at θ₀, which every party computes from
+the job's parameters; it moves to θ_{t+1} when the party recomputes round t's opened sum itself,
+or when it receives round t's attestation from H(head), signed by members of the round's sample.
+A round whose sum did not come back leaves the head where it was. Every model released (whatever
+the round, however many rounds were skipped or passed the party by) and the final model must be
+the head: the coordinator cannot release a model a hair from one whose sum it opened, and so
+cannot difference two sums over (almost) one model among two sets.
 """
 
 from __future__ import annotations
@@ -66,7 +79,13 @@ SAMPLES_STEP = "samples"
 UPDATE_STEP = "update"
 UPDATE_REVEAL = reveal_step(UPDATE_STEP)
 FINAL_MSG = "final_model"
+ATTEST_STEP = "attest"
+ATTESTED_MSG = "attested"
 UPDATE_PURPOSE = UPDATE_STEP
+SIGNATURE_BYTES = 64
+DIGEST_BYTES = 32
+ATTEST_BYTES = 2 * DIGEST_BYTES + SIGNATURE_BYTES
+_CHAIN_TAG = b"xclp/v1/model-chain\x00"
 MAX_ROWS = 2**40  # n_j travels as an unsigned integer; the sum of rows stays exact far below 2^64
 
 _SCOPE = re.compile(r"^r(0|[1-9][0-9]{0,8})\.([a-z_]+)$")
@@ -138,6 +157,53 @@ def decode_update(total: np.ndarray, frac_bits: int) -> tuple[np.ndarray, int]:
     if rows > MAX_ROWS * 2**16:
         raise InvalidInput(f"the summed row count {rows} is impossible: the sum was not unmasked correctly")
     return FixedPoint(frac_bits, 64).decode(np.ascontiguousarray(total[:-1])), rows
+
+
+def model_digest(flat: np.ndarray) -> bytes:
+    """H(θ): SHA-256 of a model's float64 values, little-endian (the chain's links)."""
+    return hashlib.sha256(b"xclp/v1/model\x00" + np.ascontiguousarray(flat, dtype="<f8").tobytes()).digest()
+
+
+def chain_message(session_id: bytes, round: int, before: bytes, after: bytes) -> bytes:
+    """What a member of round t signs once it recomputed the round's opened sum: θ_t led to θ_{t+1}."""
+    if len(before) != DIGEST_BYTES or len(after) != DIGEST_BYTES:
+        raise InvalidInput(f"a model digest is {DIGEST_BYTES} bytes")
+    return _CHAIN_TAG + hashlib.sha256(session_id).digest() + round.to_bytes(8, "big") + before + after
+
+
+@dataclass(frozen=True)
+class Attested:
+    """Round t's link of the chain as the coordinator relays it: H(θ_t), H(θ_{t+1}), who signed it."""
+
+    before: bytes
+    after: bytes
+    signatures: dict[str, bytes]  # signer -> its signature of chain_message
+
+    def pack(self, roster: tuple[str, ...]) -> bytes:
+        ordered = sorted(roster)
+        flags = bytes(int(p in self.signatures) for p in ordered)
+        return self.before + self.after + flags + b"".join(self.signatures[p] for p in ordered if p in self.signatures)
+
+    @classmethod
+    def unpack(cls, payload: object, roster: tuple[str, ...]) -> Attested:
+        ordered = sorted(roster)
+        head = 2 * DIGEST_BYTES + len(ordered)
+        if not isinstance(payload, bytes) or len(payload) < head:
+            raise InvalidInput(f"an attestation is at least {head} opaque bytes")
+        flags = payload[2 * DIGEST_BYTES:head]
+        if any(f > 1 for f in flags):
+            raise InvalidInput("an attestation's signer flags are 0 or 1")
+        signers = [p for p, f in zip(ordered, flags) if f]
+        if not signers or len(payload) != head + SIGNATURE_BYTES * len(signers):
+            raise InvalidInput(f"an attestation carries {SIGNATURE_BYTES} bytes of signature for each of its "
+                               "signers, and at least one")
+        sigs = payload[head:]
+        return cls(payload[:DIGEST_BYTES], payload[DIGEST_BYTES:2 * DIGEST_BYTES],
+                   {p: sigs[i * SIGNATURE_BYTES:(i + 1) * SIGNATURE_BYTES] for i, p in enumerate(signers)})
+
+    @staticmethod
+    def limit(roster: int) -> int:
+        return 2 * DIGEST_BYTES + roster + SIGNATURE_BYTES * roster
 
 
 def model_payload(flat: object, n_params: int, what: str) -> np.ndarray:
