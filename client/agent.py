@@ -31,6 +31,8 @@ agent.toml:
     ca_cert = "ca.pem"                   # and client_cert, client_key, server_name, insecure
     out = "runs/"
     poll_seconds = 2.0                   # also: connect_timeout, idle_timeout
+    max_runs = 2                         # runs taken part in at once; further offers wait
+    join_deadline = 1800                 # seconds a joined run may wait for its roster
     workers = "tls://dask.hospital-a.internal:8786"   # or a number of local processes (default: the cores)
     state = "state/"                     # the release log (default: <out>/.state/), DESIGN §2.8
 
@@ -42,6 +44,7 @@ agent.toml:
     require_label_dp = 4.0               # optional: labels DP with ε <= 4 (xclp's label_dp_epsilon)
     allow_hide_label_mask = false
     allow_unsketched_layers = false      # true: DBCL jobs that release some layers unsketched
+    allow_non_dp_dbcl = false            # true: DBCL jobs without record-level DP (dp_epsilon)
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
     max_key_bits = 4096
     max_memory_gb = 16                   # and max_paillier_hours
@@ -87,11 +90,12 @@ log = logging.getLogger("xclp.agent")
 
 AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
               "insecure", "out", "poll_seconds", "connect_timeout", "join_wait", "idle_timeout", "workers",
+              "max_runs", "join_deadline",
               "insecure_workers", "policy",
               "datasets", "state"}
 POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "require_label_dp",
                "allow_hide_label_mask",
-               "allow_unsketched_layers",
+               "allow_unsketched_layers", "allow_non_dp_dbcl",
                "insecure_test_keys", "min_key_bits",
                "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
@@ -120,6 +124,10 @@ class AgentConfig:
     poll_seconds: float = 2.0
     join_wait: float = 60.0
     idle_timeout: float = 900.0
+    # issue 45: a coordinator could make an agent join 20 runs at once (a process pool and the data
+    # each), and keep a joined run waiting for its roster forever with status messages
+    max_runs: int = 2  # runs taken part in at once
+    join_deadline: float = 1800.0  # seconds from Join to the roster
     workers: WorkerSpec = WorkerSpec()
     max_memory_bytes: int | None = None
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
@@ -172,11 +180,23 @@ class AgentConfig:
             poll_seconds=float(raw.get("poll_seconds", 2.0)),
             join_wait=float(raw.get("connect_timeout", raw.get("join_wait", 60.0))),  # join_wait: the old name
             idle_timeout=float(raw.get("idle_timeout", 900.0)),
+            max_runs=positive_int(path, raw, "max_runs", 2),
+            join_deadline=float(raw.get("join_deadline", 1800.0)),
             workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
             max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
             releases=ReleaseLog((base / raw["state"] if raw.get("state") else base / raw["out"] / ".state")
                                 / RELEASES_FILE, allow_rerun=bool(policy.get("allow_rerun"))))
+
+
+def positive_int(path: Path, raw: dict, key: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{path}: {key} must be an integer >= 1, got {value!r}")
+    return value
+
+
+RunKey = tuple[str, str]  # (job id, run id): run ids are per job, so "1" of two jobs are two runs
 
 
 @dataclass
@@ -198,9 +218,10 @@ class Agent:
         if self.peers.get(self.config.party) != identity.public_bytes(self.key):
             raise ConfigError(f"the identity key {self.config.identity} is not the key pinned for "
                               f"{self.config.party!r} in {self.config.peers}")
-        self.seen: set[str] = set()  # run ids decided on
-        self.active: dict[str, _Active] = {}
-        self.finished: dict[str, bool] = {}  # run id -> done (True) or failed or stopped (False)
+        self.seen: set[RunKey] = set()  # runs decided on
+        self.active: dict[RunKey, _Active] = {}
+        self.finished: dict[RunKey, bool] = {}  # done (True) or failed or stopped (False)
+        self.waiting: set[RunKey] = set()  # offers left for later: max_runs were active
         self.lock = threading.Lock()
         self._last_poll_error = ""
         self._backoff = Backoff(first=self.config.poll_seconds)  # polls of an unreachable coordinator
@@ -247,10 +268,18 @@ class Agent:
         return offers
 
     def consider(self, offer: pb.Offer) -> None:
+        key = (offer.spec.job_id, offer.run_id)
         with self.lock:
-            if offer.run_id in self.seen:
+            if key in self.seen:
                 return
-            self.seen.add(offer.run_id)
+            if len(self.active) >= self.config.max_runs:  # offered again at a later poll
+                if key not in self.waiting:
+                    self.waiting.add(key)
+                    self.say(f"run {offer.run_id} of job {offer.spec.job_id} waits: {len(self.active)} runs are "
+                             f"under way (max_runs = {self.config.max_runs})")
+                return
+            self.waiting.discard(key)
+            self.seen.add(key)
         job = offer.spec.job_id
         try:
             params, dataset = self.check(offer)
@@ -263,7 +292,7 @@ class Agent:
         active.thread = threading.Thread(target=self._run, args=(offer, params, dataset, active),
                                          name=f"xclp-run-{offer.run_id}", daemon=True)
         with self.lock:
-            self.active[offer.run_id] = active
+            self.active[key] = active
         active.thread.start()
 
     def check(self, offer: pb.Offer) -> tuple[JobParams, Dataset]:
@@ -306,6 +335,7 @@ class Agent:
                                policy=self.config.policy, workers=self.config.workers,
                                max_memory_bytes=self.config.max_memory_bytes,
                                max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
+                               roster_wait_seconds=self.config.join_deadline,
                                accepted_spec=offer.spec, releases=self.config.releases)
             say = lambda m: self.say(f"[{job} run {run}] {m}")  # noqa: E731
             data = read_data(dataset.path, label_column=dataset.label_column, id_column=dataset.id_column,
@@ -323,8 +353,8 @@ class Agent:
         finally:
             remove_partial(self.config.out, job, run)
             with self.lock:
-                self.finished[run] = ok
-                self.active.pop(run, None)
+                self.finished[(job, run)] = ok
+                self.active.pop((job, run), None)
 
     def stop_runs(self, timeout: float = 30.0) -> None:
         with self.lock:

@@ -20,6 +20,7 @@ always this party, strictly shrinking restarts, nothing after the result.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class RunConfig:
     connection: ConnectionConfig
     join_wait_seconds: float = 60.0
     idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
+    roster_wait_seconds: float | None = None  # give up if the roster has not come this long after Join
     paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
     # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
     # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
@@ -239,10 +241,14 @@ class PartySession:
             self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                           f"{len(response.spec.expected_parties)} parties expected")
             reader = conn.pull()
+            joined_at = time.monotonic()
             while self.stage is not PartyStage.DONE:
+                wait, roster_due = self._wait(joined_at)
                 try:
-                    item = reader.next(self.config.idle_seconds)
+                    item = reader.next(wait)
                 except DeadlineExceeded as exc:
+                    if roster_due:
+                        raise self._roster_late() from None
                     if self.stage is PartyStage.JOINED and self.waiting_for:
                         raise DeadlineExceeded(f"{exc} while waiting for {', '.join(self.waiting_for)} to join; "
                                                "ask them, or the operator, or raise --idle-timeout") from None
@@ -257,6 +263,22 @@ class PartySession:
         return JobResult(self.job_type, params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
                          self.job.rounds(), self._privacy())
+
+    def _wait(self, joined_at: float) -> tuple[float, bool]:
+        """How long to wait for the coordinator's next item, and whether that is the roster deadline:
+        the idle timeout, and before the roster no later than the roster deadline (a status every
+        minute must not keep a party forever)."""
+        limit = self.config.roster_wait_seconds
+        if self.stage is not PartyStage.JOINED or limit is None:
+            return self.config.idle_seconds, False
+        left = joined_at + limit - time.monotonic()
+        if left <= 0:
+            raise self._roster_late()
+        return min(self.config.idle_seconds, left), left <= self.config.idle_seconds
+
+    def _roster_late(self) -> DeadlineExceeded:
+        return DeadlineExceeded(f"joined {self.config.roster_wait_seconds:.0f} s ago and the run has not started "
+                                "(no roster): giving up (an agent's join_deadline)")
 
     def _privacy(self) -> dict[str, Any] | None:
         """What the job's releases spent (JobResult.privacy), with the DP moments' as "moments"."""

@@ -4,7 +4,8 @@ institution's own Dask distributed cluster (`--workers tls://scheduler:8786`).
 Every Paillier task (encrypt a batch of A's bit slices, evaluate a batch against some of B's rows,
 decrypt a chunk) goes through a `concurrent.futures.Executor` (crypto/pool.py `run_tasks`):
 - a number: that many local processes (forkserver, not fork: the party already runs gRPC threads,
-  and forking a threaded process can copy a held lock into the child); 0: none, in-process;
+  and forking a threaded process can copy a held lock into the child), started at the first
+  Paillier task rather than at Join (`LocalPool`); 0: none, in-process;
 - a scheduler address: a `distributed.Client` of the institution's cluster. Its tasks carry the
   party's Paillier secret key (A decrypts on the workers) and its codes, so the address must be
   one of the institution's own machines: TLS only (mutual, configured the Dask way:
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor
@@ -91,11 +93,39 @@ def make_executor(spec: WorkerSpec | int | None) -> Executor | None:
         return DaskWorkers.connect(spec.scheduler)
     if spec.processes == 0:
         return None
-    count = spec.processes or default_workers()
-    executor = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("forkserver"))
-    for _ in range(count):  # start the workers and their imports now, while the job is still joining
-        executor.submit(_warm_up)
-    return executor
+    return LocalPool(spec.processes or default_workers())
+
+
+class LocalPool(Executor):
+    """A local process pool that starts at the first Paillier task, not at Join (issue 45): a
+    coordinator that gets an agent to join many runs, or a run that never reaches SecureHamming,
+    costs no processes. Thread-safe; `shutdown` ends the processes if any started."""
+
+    def __init__(self, processes: int) -> None:
+        self._max_workers = processes  # worker_count reads it
+        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the Paillier pool was shut down")
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(max_workers=self._max_workers,
+                                                 mp_context=multiprocessing.get_context("forkserver"))
+            pool = self._pool
+        return pool.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed, pool, self._pool = True, self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def worker_count(executor: Executor | None) -> int:
@@ -105,10 +135,6 @@ def worker_count(executor: Executor | None) -> int:
     if isinstance(executor, DaskWorkers):
         return executor.threads()
     return max(1, int(getattr(executor, "_max_workers", 1)))
-
-
-def _warm_up() -> None:
-    import xclp.crypto.secure_hamming  # noqa: F401 - the modules every Paillier task runs in
 
 
 def _hold(value: T) -> T:

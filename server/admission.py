@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
-from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
+from xclp.errors import InvalidInput, InvalidSignature, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
 from xclp.server.config import JobConfig
 from xclp.server.mailbox import Party
 from xclp.v1 import xclp_pb2 as pb
@@ -91,6 +91,24 @@ class Lobby:
                                join_deadline_seconds=max(0.0, self.deadline - now))
         for party in self.parties.values():
             party.mailbox.put(pb.PullItem(status=status))
+
+
+def authenticated(allow_list: Mapping[str, bytes], signed: SignedBundle) -> KeyBundle:
+    """The bundle, if the allow-listed party it names signed it with its allowed identity key. A
+    caller who cannot sign as one hears one answer whether the party is unknown or the key another
+    (issue 45), before anything about jobs: nothing tells it who or what is known here."""
+    try:
+        claimed = KeyBundle.from_bytes(signed.bundle)
+    except InvalidInput as exc:
+        raise InvalidInput(f"malformed key bundle: {exc}") from None
+    allowed = allow_list.get(claimed.party_id)
+    try:
+        if allowed is None:
+            raise InvalidSignature("unknown party")
+        return verify_bundle(signed, expected_identity=allowed)
+    except InvalidSignature:
+        raise InvalidSignature(f"the key bundle of {claimed.party_id!r} does not verify under an identity key on the "
+                               "coordinator's allow-list for it (an unknown party, or another key)") from None
 
 
 def check_bundle(config: JobConfig, allow_list: Mapping[str, bytes], run_nonce: bytes,

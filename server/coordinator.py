@@ -34,6 +34,7 @@ from pathlib import Path
 from xclp.crypto.identity import SignedBundle
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError, XclpError
 from xclp.runtime import write_json_atomic
+from xclp.server.admission import authenticated
 from xclp.server.config import JobConfig, parse_job
 from xclp.server.metrics import Metrics
 from xclp.server.run import Observer, Run, Stage
@@ -263,8 +264,9 @@ class Coordinator:
 
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         try:
-            job = self.job(request.job_id)
             signed = SignedBundle(request.bundle.bundle, request.bundle.signature)
+            authenticated(self.allow_list, signed)  # before the job: a stranger learns nothing of it
+            job = self.job(request.job_id)
             bundle = job.join(signed, request.summary)
         except XclpError as exc:
             if self.metrics is not None:

@@ -32,6 +32,7 @@ class Mailbox:
         self.queued_bytes = 0
         self.streaming = False
         self.pushes = 0  # Push streams of this party open now
+        self.partials = wire.PartialBudget()  # bytes of its incomplete messages over all its Push streams
 
     def put(self, item: pb.PullItem) -> None:
         with self._lock:

@@ -119,7 +119,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                     raise ResourceExhausted(f"party {party_id!r} already has {MAX_PUSH_STREAMS} Push streams open")
                 mailbox.pushes += 1
             try:
-                assembler = wire.Assembler()
+                assembler = wire.Assembler(budget=mailbox.partials)
                 frames = total = 0
                 for frame in request_iterator:
                     if frame.job_id != job.config.job_id:
@@ -137,6 +137,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                     raise InvalidInput(f"the Push stream ended with {assembler.pending} incomplete message(s)")
                 return pb.PushAck(frames=frames, bytes=total)
             finally:
+                assembler.close()
                 with job.lock:
                     mailbox.pushes -= 1
         except XclpError as exc:

@@ -146,7 +146,7 @@ class XclpParty(PartyJob):
         # training round too; the round's session id binds the round)
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
                                        withhold=self._own_rows, digest_name=ROWSUMS_STEP)
-        # DESIGN §10.3: SecureHamming on candidate pairs only, set up by federated k-means
+        # DESIGN §10.3: SecureHamming on candidate pairs only, around the common seed's centres
         self.candidates = CandidateCentres(ctx, self.params, self.X, lambda: self.sizes, SlotLayout.for_key(
             self.keypair.public, self.params.lsh_bits).slots) if self.params.candidates else None
 
@@ -314,6 +314,10 @@ class XclpParty(PartyJob):
         self._need(self.pairs, "the SecureHamming pairs")
         self.hamming_attempt, self.hamming_members, self.hamming_pushed = attempt, members, False
         mine = self._my_pairs()
+        rowless = sorted({p for t in mine for p in (t.a, t.b)} - set(self.sizes))
+        if rowless:
+            raise ProtocolError(f"the pairs message pairs this party with {', '.join(rowless)}, to which the layout "
+                                "gives no rows")
         index = {task: i for i, task in enumerate(self.pairs)}
         layout = SlotLayout(self.params.key_bits, self.params.lsh_bits)
 

@@ -74,6 +74,55 @@ def test_an_offered_run_is_decided_once(agent):
     assert taken == ["refused run 1 of job j: no"]
 
 
+def test_run_1_of_another_job_is_another_run(agent):
+    """Issue 45: the agent remembered runs by run id alone, so run "1" of a second job was skipped."""
+    said: list[str] = []
+    agent.check = lambda o: (_ for _ in ()).throw(PolicyRefused("no"))  # type: ignore[method-assign]
+    agent.say = said.append
+    other = offer("flynn", FLYNN)
+    other.spec.job_id = "k"
+    for o in (offer("flynn", FLYNN), other, offer("flynn", FLYNN)):
+        agent.consider(o)
+    assert said == ["refused run 1 of job j: no", "refused run 1 of job k: no"]
+
+
+def test_the_agent_takes_part_in_at_most_max_runs_at_once_and_takes_the_rest_later(agent, monkeypatch):
+    """Attack (issue 45): a coordinator offered 20 runs and the agent joined them all at once (23
+    processes of 0.5-1 GB). With max_runs = 2 the third waits, is said once, and is taken when a
+    place frees up."""
+    import threading
+
+    said: list[str] = []
+    agent.say = said.append
+    release = threading.Event()
+    started: list[str] = []
+
+    def fake_run(o, params, dataset, active):
+        started.append(o.run_id)
+        release.wait(10)
+        with agent.lock:
+            agent.finished[(o.spec.job_id, o.run_id)] = True
+            agent.active.pop((o.spec.job_id, o.run_id), None)
+
+    monkeypatch.setattr(agent, "_run", fake_run)
+    offers = []
+    for i in range(3):
+        o = offer("flynn", FLYNN)
+        o.run_id = str(i + 1)
+        offers.append(o)
+    for _ in range(2):  # two polls while two runs are under way
+        for o in offers:
+            agent.consider(o)
+    assert sorted(started) == ["1", "2"] and len(agent.active) == 2
+    assert [m for m in said if "waits" in m] == ["run 3 of job j waits: 2 runs are under way (max_runs = 2)"]
+    release.set()
+    for a in list(agent.active.values()):
+        assert a.thread is not None
+        a.thread.join(10)
+    agent.consider(offers[2])
+    assert "3" in started
+
+
 def test_a_job_names_data_sets_never_paths():
     head = 'job_id = "j"\ntype = "flynn"\nexpected_parties = ["a", "b"]\n'
     tail = "[params]\nn_classes = 2\nm = 64\ns = 2\nrho = 4\n"
@@ -134,8 +183,8 @@ def test_with_runs_the_agent_stops_after_that_many_and_remembers_which_were_done
 
     def fake_run(o, params, dataset, active):
         with agent.lock:
-            agent.finished[o.run_id] = o.run_id == "1"
-            agent.active.pop(o.run_id, None)
+            agent.finished[(o.spec.job_id, o.run_id)] = o.run_id == "1"
+            agent.active.pop((o.spec.job_id, o.run_id), None)
 
     monkeypatch.setattr(agent, "poll", poll)
     monkeypatch.setattr(agent, "_run", fake_run)
@@ -145,7 +194,8 @@ def test_with_runs_the_agent_stops_after_that_many_and_remembers_which_were_done
     done.start()
     done.join(10)
     assert not done.is_alive(), "the agent must stop by itself after its runs"
-    assert agent.finished == {"1": True, "2": False}
+    job = offers[0].spec.job_id
+    assert agent.finished == {(job, "1"): True, (job, "2"): False}
 
 
 def test_a_hostile_coordinator_cannot_steer_outputs_out_of_the_output_directory(agent, tmp_path):

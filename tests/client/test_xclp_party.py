@@ -124,6 +124,16 @@ def test_party_refuses_a_malformed_pair_table(party: XclpParty, table: np.ndarra
         from_coordinator(party, "pairs", table)
 
 
+def test_party_refuses_a_pair_with_a_party_the_layout_gives_no_rows(party: XclpParty) -> None:
+    """Issue 45: b has no rows in the layout, and the pairs message pairs a with b (it crashed the
+    party with a KeyError)."""
+    from_coordinator(party, "layout", rows(3, 0, 4))
+    from_coordinator(party, "pairs", np.array([[0, 1], [0, 2]], dtype=np.uint64))
+    party.codes = np.zeros((3, 1), dtype=np.uint64)
+    with pytest.raises(ProtocolError, match="pairs this party with b, to which the layout gives no rows"):
+        party.on_step(pb.StepStart(step="secure_hamming", round=0, participants=list(IDS)))
+
+
 def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     with pytest.raises(ProtocolError, match="before sending the graph layout"):
         from_coordinator(party, "influence", np.zeros((9, 2)))

@@ -270,3 +270,24 @@ def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(key
     status = [line for line in lines if line.startswith("joined;")]
     assert status == ["joined; 1 of 3 parties so far (the job starts with 2 at its join deadline); "
                       "waiting for b, c; join deadline in 10 min"]
+
+
+def test_a_joined_party_gives_up_at_its_roster_deadline_whatever_statuses_keep_coming(keys, monkeypatch):
+    """Attack (issue 45): a coordinator keeps a joined party waiting for a roster that never comes,
+    with a status now and then, so that --idle-timeout never fires (an agent held a pool and the
+    data for each such run). An agent's join_deadline (RunConfig.roster_wait_seconds) bounds it."""
+    import time
+
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.session import RunConfig
+    from xclp.errors import DeadlineExceeded
+    from xclp.server import run as server_run
+
+    monkeypatch.setattr(server_run, "STATUS_SECONDS", 0.2)  # news every 0.2 s: never idle
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, join_seconds=600)]) as (coord, addr):
+        config = RunConfig("f", "a", keys["a"], ConnectionConfig(addr, insecure=True), idle_seconds=1.0,
+                           roster_wait_seconds=2.0, peers=allow_list(keys), policy=PartyPolicy(min_parties=2))
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded, match=r"joined 2 s ago and the run has not started \(no roster\)"):
+            PartySession(config, party_data(0)).run()
+    assert time.monotonic() - started < 30

@@ -73,7 +73,8 @@ def served(keys):
 def test_admission_refusals_carry_the_right_status(keys, served):
     coord, _, stub = served
     assert code_of(stub.Join, join_request(stub, keys["a"], "a", job_id="nope")) == grpc.StatusCode.INVALID_ARGUMENT
-    assert code_of(stub.Join, join_request(stub, keys["mallory"], "mallory")) == grpc.StatusCode.PERMISSION_DENIED
+    # a stranger hears what a forger hears (tests/threat_model/test_probing.py)
+    assert code_of(stub.Join, join_request(stub, keys["mallory"], "mallory")) == grpc.StatusCode.UNAUTHENTICATED
     assert code_of(stub.Join, join_request(stub, keys["d"], "d")) == grpc.StatusCode.PERMISSION_DENIED  # not in job f
     # Mallory claims to be "a": with her own key (not a's allow-listed key) or a forged signature.
     assert code_of(stub.Join, join_request(stub, keys["mallory"], "a")) == grpc.StatusCode.UNAUTHENTICATED

@@ -127,3 +127,28 @@ def test_too_many_open_messages_are_refused():
 def test_payload_limit_is_configurable():
     with pytest.raises(InvalidInput, match="exceeds the limit"):
         assemble(frames(np.zeros(100, np.uint64)), max_payload_bytes=799)
+
+
+def test_a_senders_incomplete_messages_over_all_its_streams_stay_within_twice_the_steps_limit():
+    """Attack (issue 45, memory): one admitted party opens many messages on each of its Push streams
+    and never finishes them; the coordinator held 4 streams × 64 messages × the step's limit. Now
+    its partial bytes over all its streams are one budget: within 2 × the limit, then refused."""
+    from xclp.errors import ResourceExhausted
+
+    budget = wire.PartialBudget()
+    payload = np.zeros(1_000_000, np.uint64)  # 8 MB: two 4 MiB chunks... and a third
+    limit = payload.nbytes
+    streams = [wire.Assembler(budget=budget) for _ in range(4)]
+    held = 0
+    with pytest.raises(ResourceExhausted, match="incomplete messages"):
+        for i in range(64):
+            first = list(wire.encode(payload, **{**HEADER, "message_id": i}))[0]
+            streams[i % 4].add(first, limit=limit)
+            held += len(first.data)
+    assert budget.held == held <= 2 * limit and held > limit  # a few messages in flight, never 64 × 4
+    # a complete message passes through whatever is held, and leaves nothing behind
+    done = [streams[0].add(f, limit=limit) for f in wire.encode(np.ones(10, np.uint64), **{**HEADER, "message_id": 99})]
+    assert done[-1] is not None and budget.held == held
+    for asm in streams:  # the streams end: everything they held is given back
+        asm.close()
+    assert budget.held == 0

@@ -21,7 +21,7 @@ from cryptography.exceptions import InvalidSignature as _CryptoInvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from google.protobuf.message import DecodeError, Message
 
-from xclp.errors import InvalidInput, InvalidSignature, NotAuthorized, ReplayRefused
+from xclp.errors import InvalidInput, InvalidSignature, ReplayRefused
 from xclp.v1 import xclp_pb2 as pb
 
 CALL_TAG = b"xclp-call-v1\x00"
@@ -60,16 +60,19 @@ class CallVerifier:
 
     def open(self, signed: pb.SignedCall, method: str, body: Message) -> str:
         """Verify `signed` as a call of `method`; parse its body into `body`; return the signer."""
-        public = self.keys.get(signed.signer)
-        if public is None:
-            raise NotAuthorized(f"{self.who} {signed.signer!r} is not {self.known_as}")
         if len(signed.call) > MAX_CALL_BYTES:
             raise InvalidInput(f"the signed call has {len(signed.call)} bytes; at most {MAX_CALL_BYTES}")
+        # One answer whether the signer is unknown or the key is another (issue 45): a caller who
+        # cannot sign learns nothing of who is known here.
+        public = self.keys.get(signed.signer)
         try:
+            if public is None:
+                raise _CryptoInvalidSignature
             Ed25519PublicKey.from_public_bytes(public).verify(signed.signature, CALL_TAG + signed.call)
         except _CryptoInvalidSignature:
-            raise InvalidSignature(f"the call's signature does not verify under the identity key the coordinator "
-                                   f"holds for {self.who} {signed.signer!r}") from None
+            raise InvalidSignature(f"the call's signature does not verify under an identity key {self.known_as} "
+                                   f"for {self.who} {signed.signer!r} (an unknown {self.who}, or another key)") \
+                from None
         call = pb.Call()
         try:
             call.ParseFromString(signed.call)

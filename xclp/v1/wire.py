@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,15 +137,53 @@ def check_header(frame: pb.Frame, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOA
 class _Partial:
     first: pb.Frame
     chunks: dict[int, bytes] = field(default_factory=dict)
+    held: int = 0  # bytes of it in the sender's budget
+
+
+class PartialBudget:
+    """The bytes of incomplete messages one sender has buffered at a receiver, over all its streams
+    (issue 45): a message may be buffered only while the sender's partial bytes stay within twice
+    the limit of the step it is for. Without it, one admitted party could open 64 messages on each
+    of its Push streams and make the coordinator hold 4 × 64 × the step's limit. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.held = 0
+
+    def hold(self, n: int, allowance: int, what: str) -> None:
+        with self._lock:
+            if self.held + n > allowance:
+                raise ResourceExhausted(f"{what}: the sender already has {self.held} bytes of incomplete messages "
+                                        f"here; this chunk would pass the {allowance} its step allows in flight")
+            self.held += n
+
+    def drop(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
 
 
 class Assembler:
-    """Reassembles frames into Messages; one per receiver (per Push stream or per Pull stream)."""
+    """Reassembles frames into Messages; one per receiver (per Push stream or per Pull stream).
+    `budget`: the sender's partial bytes over all its streams (PartialBudget), checked at each chunk
+    against twice the frame's `limit`; `close` gives back what an ended stream held."""
 
-    def __init__(self, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, max_open: int = 64) -> None:
+    def __init__(self, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES, max_open: int = 64,
+                 budget: PartialBudget | None = None) -> None:
         self._max_payload = max_payload_bytes
         self._max_open = max_open
         self._open: dict[tuple[str, int], _Partial] = {}
+        self._budget = budget
+        self._held = 0  # of this assembler's partial messages, in the budget
+
+    def close(self) -> None:
+        """The stream ended: its incomplete messages are dropped, and their bytes given back."""
+        self._open.clear()
+        self._release(self._held)
+
+    def _release(self, n: int) -> None:
+        if self._budget is not None and n:
+            self._budget.drop(n)
+        self._held -= n
 
     @property
     def pending(self) -> int:
@@ -168,16 +207,31 @@ class Assembler:
                 raise InvalidInput(f"more than {self._max_open} messages in flight at once")
             part = self._open[key] = _Partial(first=frame)
         elif not _same_header(part.first, frame):
-            del self._open[key]
+            self._forget(key)
             raise InvalidInput(f"chunk {frame.chunk_index} of message {frame.message_id} changes its header")
         if frame.chunk_index in part.chunks:
-            del self._open[key]
+            self._forget(key)
             raise InvalidInput(f"chunk {frame.chunk_index} of message {frame.message_id} sent twice")
+        if len(part.chunks) + 1 < frame.chunk_count:  # it stays buffered: within the sender's budget
+            if self._budget is not None:
+                allowance = 2 * (self._max_payload if limit is None else limit)
+                try:
+                    self._budget.hold(len(frame.data), allowance, f"a {frame.step!r} message")
+                except ResourceExhausted:
+                    self._forget(key)
+                    raise
+            self._held += len(frame.data)
+            part.held += len(frame.data)
         part.chunks[frame.chunk_index] = frame.data
         if len(part.chunks) < frame.chunk_count:
             return None
-        del self._open[key]
+        self._forget(key)
         return _finish(part)
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        part = self._open.pop(key, None)
+        if part is not None:
+            self._release(part.held)
 
 
 def _same_header(a: pb.Frame, b: pb.Frame) -> bool:
