@@ -4,10 +4,20 @@ The secure run equals the plaintext reference on the same candidate schedule (th
 DESIGN §10.3), so what candidates cost in accuracy and save in SecureHamming work is measured here
 without Paillier: per data set, 3 parties with label skew (Dirichlet 0.5 over the classes), 10 %
 of each party's rows labelled, the features standardised on the pooled moments (as the service's
-preparation does), L = 1024, k = 10, 2048-bit keys' K = 186 slots per ciphertext. The centres are
-federated k-means' (xclp.v1.centres.kmeans_reference: the masked sums' rounds in plaintext, a
-centre pooled only from at least 20 rows), each party lists 8 probes per row, and for each
-pair_budget the probes per row are the most that stay within it (choose_probes).
+preparation does), L = 1024, k = 10, 2048-bit keys' K = 186 slots per ciphertext. Each party lists
+8 probes per row, and for each pair_budget the probes per row are the most that stay within it
+(choose_probes). Three centre designs side by side (issue 45, DESIGN §10.3), on the same split:
+
+- `seed`: the centres the service uses, C directions drawn from the common seed and never moved
+  (xclp.candidates.initial_centres): they depend on no one's data, so nothing is released before
+  the probe table.
+- `kmeans`: exact federated spherical k-means, 8 rounds (the design before issue 45; a centre's sum
+  pooled once 20 rows reached it). Consecutive rounds' exact sums differ by the rows that moved, so
+  single rows can be read out of it: it is measured here as the baseline and no longer ships.
+- `dp-kmeans`: the same rounds with every count and sum noised, as distributed Skellam noise would
+  (here Gaussian of the same variance, benchmark-only), calibrated by xclp.accounting for all 2 · 8
+  releases to (epsilon = --kmeans-epsilon, delta = 1e-6) with one row moving between two centres
+  (L2 sensitivity √2 for the counts and for the unit rows' sums).
 
 For each data set, centre count and pair_budget (JSON last line): probes, ciphertext_fraction (the
 SecureHamming ciphertexts of the schedule, dummies included, over all pairs' — what the secure run's
@@ -23,6 +33,7 @@ Fashion-MNIST training set (784 pixels, 10 classes; Debian's dataset-fashion-mni
 
 Usage: python benchmarks/xclp_candidates.py [--quick] [--rows 6000] [--centres 16,32,64]
        [--budgets 0.1,0.2,0.35] [--data digits,satellite,letters,fashion-mnist]
+       [--designs seed,kmeans,dp-kmeans] [--kmeans-epsilon 1]
 """
 
 from __future__ import annotations
@@ -36,11 +47,11 @@ import numpy as np
 from _data import dirichlet_split, load_digits_data, load_fashion_mnist, load_mlbench, subsample_labels
 
 from xclp import candidates as cd
+from xclp.accounting import skellam_variance
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.seeding import public_rng
-from xclp.v1.centres import kmeans_reference
 from xclp.v1.xclp_layout import secure_hamming_pairs
 
 PARTIES = ("a", "b", "c")
@@ -53,7 +64,69 @@ def say(message: str) -> None:
     print(f"xclp_candidates: {message}", file=sys.stderr, flush=True)
 
 
-def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float]) -> dict:
+def kmeans_counts(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """int64[C]: a party's rows nearest to each centre (one k-means round's first sum)."""
+    return np.bincount(cd.nearest_centres(Xn, centres, 1)[:, 0], minlength=centres.shape[0]).astype(np.int64)
+
+
+def kmeans_sums(Xn: np.ndarray, centres: np.ndarray, qualified: np.ndarray) -> np.ndarray:
+    """float64[C, d]: a party's unit rows summed per nearest centre, zero for the centres not qualified."""
+    nearest = cd.nearest_centres(Xn, centres, 1)[:, 0]
+    sums = np.zeros_like(centres)
+    np.add.at(sums, nearest, Xn)
+    sums[~np.asarray(qualified, dtype=bool)] = 0.0
+    return sums
+
+
+def next_centres(centres: np.ndarray, pooled_sums: np.ndarray, qualified: np.ndarray) -> np.ndarray:
+    """Each qualified centre moved to the direction of its pooled sum (spherical k-means)."""
+    moved = cd.unit_rows(pooled_sums)
+    keep = np.asarray(qualified, dtype=bool) & np.any(moved != 0.0, axis=1)
+    out = centres.copy()
+    out[keep] = moved[keep]
+    return out
+
+
+def kmeans_reference(parts: list[np.ndarray], C: int) -> np.ndarray:
+    """Exact federated spherical k-means as the service ran it before issue 45 (the baseline)."""
+    c = cd.initial_centres(SEED, C, parts[0].shape[1])
+    for _ in range(ROUNDS):
+        qualified = np.sum([kmeans_counts(X, c) for X in parts], axis=0) >= MIN_ROWS
+        c = next_centres(c, np.sum([kmeans_sums(X, c, qualified) for X in parts], axis=0), qualified)
+    return c
+
+
+DELTA = 1e-6
+SCALE = 1 << 10  # the fixed-point scale the noised sums would travel at (integer sensitivities for the bound)
+
+
+def dp_kmeans(parts: list[np.ndarray], C: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Federated spherical k-means whose pooled counts and sums carry noise of the Skellam variance
+    that makes all 2 · ROUNDS releases (epsilon, DELTA)-DP (Gaussian stand-in, benchmark-only)."""
+    d = parts[0].shape[1]
+    variance = skellam_variance(epsilon, DELTA, np.sqrt(2) * SCALE, 2 * np.sqrt(d) * SCALE, releases=2 * ROUNDS)
+    assert variance is not None
+    sigma = np.sqrt(variance) / SCALE
+    c = cd.initial_centres(SEED, C, d)
+    for _ in range(ROUNDS):
+        counts = np.sum([kmeans_counts(X, c) for X in parts], axis=0) + rng.normal(0, sigma, C)
+        qualified = counts >= MIN_ROWS
+        sums = np.sum([kmeans_sums(X, c, np.ones(C, bool)) for X in parts], axis=0)
+        sums += rng.normal(0, sigma, sums.shape)
+        c = next_centres(c, np.where(qualified[:, None], sums, 0.0), qualified)
+    return c
+
+
+def centres_of(design: str, unit: list[np.ndarray], C: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    if design == "seed":
+        return cd.initial_centres(SEED, C, unit[0].shape[1])
+    if design == "kmeans":
+        return kmeans_reference(unit, C)
+    return dp_kmeans(unit, C, epsilon, rng)
+
+
+def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float],
+                 designs: list[str], epsilon: float) -> dict:
     rng = public_rng(X.shape[0], f"benchmark/xclp-candidates/{name}")
     n_classes = int(y.max()) + 1
     split = dirichlet_split(y, len(PARTIES), 0.5, rng)
@@ -73,22 +146,23 @@ def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[in
     n = sum(sizes.values())
     cross = n * n - sum(v * v for v in sizes.values())
     runs = []
-    for C in centre_counts:
-        centres = kmeans_reference(list(unit.values()), SEED, C, ROUNDS, MIN_ROWS)
+    for C, design in ((C, design) for C in centre_counts for design in designs):
+        centres = centres_of(design, list(unit.values()), C, epsilon, public_rng(C, f"benchmark/dp-kmeans/{name}"))
         probes = {p: cd.nearest_centres(unit[p], centres, PROBES) for p in PARTIES}
         pooled = np.sum([cd.probe_table(probes[q], C) for q in PARTIES], axis=0)
         for budget in budgets:
             try:
                 p, public, fraction = cd.choose_probes(pooled, sizes, pairs, K, SLACK, budget)
             except InvalidInput as exc:  # even one probe is over this budget
-                say(f"{name}: C = {C}, pair_budget = {budget}: {exc}")
+                say(f"{name}: {design}, C = {C}, pair_budget = {budget}: {exc}")
                 continue
             own = {q: cd.probe_table(probes[q], C)[p - 1] for q in PARTIES}
             lists = {q: cd.centre_lists(probes[q], p, public[q]) for q in PARTIES}
             mask = cd.candidate_mask(lists, sizes)
             result = xclp_reference(parties, SEED, n_classes, L, GRAPH, candidates=mask)
             W, W_all = result.influence.W, exact.influence.W
-            run = {"centres": C, "pair_budget": budget, "probes": p, "ciphertext_fraction": round(fraction, 4),
+            run = {"design": design, "centres": C, "pair_budget": budget, "probes": p,
+                   "ciphertext_fraction": round(fraction, 4),
                    "unpadded_fraction": round(cd.evaluated_fraction(own, sizes, pairs, K), 4),
                    "pair_fraction": round(float(mask.sum() - (n * n - cross)) / cross, 4),
                    "edge_recall": round(float((W.multiply(W_all) != 0).sum() / W_all.nnz), 4),
@@ -106,6 +180,8 @@ def main() -> None:
     parser.add_argument("--budgets", default="0.1,0.2,0.35")
     parser.add_argument("--data", default="digits,satellite,letters,fashion-mnist",
                         help="the data sets to run, of those (--quick: digits)")
+    parser.add_argument("--designs", default="seed,kmeans,dp-kmeans", help="centre designs to compare")
+    parser.add_argument("--kmeans-epsilon", type=float, default=1.0, help="dp-kmeans: epsilon over all its rounds")
     args = parser.parse_args()
     wanted = ["digits"] if args.quick else args.data.split(",")
     centre_counts = [int(c) for c in args.centres.split(",")][: 1 if args.quick else None]
@@ -123,9 +199,13 @@ def main() -> None:
         data.append(("fashion-mnist", *load_fashion_mnist(args.rows, public_rng(args.rows, "benchmark/fashion"))))
     if not data:
         parser.error(f"--data: none of {args.data!r} is digits, satellite, letters or fashion-mnist")
-    results = [one_data_set(name, X, y, centre_counts, budgets) for name, X, y in data]
+    designs = args.designs.split(",")
+    if not designs or set(designs) - {"seed", "kmeans", "dp-kmeans"}:
+        parser.error(f"--designs: {args.designs!r} must name seed, kmeans or dp-kmeans")
+    results = [one_data_set(name, X, y, centre_counts, budgets, designs, args.kmeans_epsilon) for name, X, y in data]
     print(json.dumps({"benchmark": "xclp_candidates", "parties": len(PARTIES), "lsh_bits": L, "k": GRAPH.k,
-                      "slots_per_ciphertext": K, "kmeans_rounds": ROUNDS, "min_centre_rows": MIN_ROWS,
+                      "slots_per_ciphertext": K, "kmeans_rounds": ROUNDS,
+                      "kmeans_epsilon": args.kmeans_epsilon, "kmeans_delta": DELTA, "min_centre_rows": MIN_ROWS,
                       "slack": SLACK, "data_sets": results}))
 
 

@@ -54,7 +54,6 @@ from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
 from xclp.seeding import public_rng
 from xclp.server.steps.xclp import coordinator_bytes
-from xclp.v1.centres import kmeans_reference
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
@@ -114,11 +113,10 @@ def waiting_rss(proc: subprocess.Popen, log: Path) -> float:
 
 
 def schedule_mask(data: dict[str, np.ndarray], seed: bytes, params: dict, slots: int) -> np.ndarray:
-    """The candidate pairs the run evaluated, recomputed in plaintext (xclp.v1.centres.kmeans_reference
-    and xclp.candidates), for the reference's graph on the same schedule."""
+    """The candidate pairs the run evaluated, recomputed in plaintext (the common seed's centres and
+    xclp.candidates), for the reference's graph on the same schedule."""
     unit = {p: cd.unit_rows(data[p]) for p in PARTIES}
-    centres = kmeans_reference([unit[p] for p in PARTIES], seed, params["centres"], params["kmeans_rounds"],
-                               params["min_centre_rows"])
+    centres = cd.initial_centres(seed, params["centres"], unit[PARTIES[0]].shape[1])
     probes = {p: cd.nearest_centres(unit[p], centres, params["probes"]) for p in PARTIES}
     pooled = np.sum([cd.probe_table(probes[p], params["centres"]) for p in PARTIES], axis=0)
     sizes = {p: data[p].shape[0] for p in PARTIES}
@@ -220,8 +218,7 @@ def main() -> None:
     results = [one_size(rows, args.key_bits, args.lsh_bits) for rows in sizes]
     compared = []
     if args.candidates:  # each size again on candidate pairs, right after all pairs
-        params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4, "kmeans_rounds": 8,
-                  "min_centre_rows": 20}
+        params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4}
         for done in results:
             run = one_size(done["rows_per_party"], args.key_bits, args.lsh_bits, params)
             compared.append({**run, "secure_hamming_speedup": round(done["secure_hamming_seconds"]

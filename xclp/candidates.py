@@ -1,10 +1,10 @@
 """Candidate pairs for SecureHamming (DESIGN §10.3): evaluate only pairs of rows that can be neighbours.
 
 All-pairs SecureHamming costs n_A·n_B distances per pair of parties; each row needs only its k
-nearest. The parties agree on C centres on the unit sphere (spherical k-means over their
-normalised rows: `kmeans_counts`, `kmeans_sums` and `next_centres` are one round, which the
-service pools through verifiable masked sums, xclp.v1.centres), and each row lists its `probes`
-nearest centres (`nearest_centres`). A pair of rows of two parties is a **candidate** when both
+nearest. The parties agree on C centres on the unit sphere, drawn from their common seed
+(`initial_centres`: they depend on no one's data, so nothing about them is released; issue 45
+measured them against federated k-means, benchmarks/xclp_candidates.py), and each row lists its
+`probes` nearest centres (`nearest_centres`). A pair of rows of two parties is a **candidate** when both
 are on the list of a common centre:
 
 - each party's list of centre c holds its rows that probe c, those for which c is a nearer probe
@@ -42,8 +42,8 @@ from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 
 __all__ = ["DUMMY", "PairSchedule", "a_slots", "b_rows", "candidate_mask", "centre_lists",
-           "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres", "kmeans_counts",
-           "kmeans_sums", "membership", "nearest_centres", "next_centres", "probe_table",
+           "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres",
+           "membership", "nearest_centres", "probe_table",
            "row_budgets", "unit_rows"]
 
 DUMMY = -1  # a slot or row that stands for no row: evaluated like any other, discarded by the coordinator
@@ -60,7 +60,7 @@ def unit_rows(X: np.ndarray) -> np.ndarray:
 
 
 def initial_centres(seed: Seed, centres: int, dim: int) -> np.ndarray:
-    """float64[C, d]: C directions drawn from the common seed, the start of k-means (no one's data)."""
+    """float64[C, d]: C directions drawn from the common seed: the centres (no one's data)."""
     if centres < 1 or dim < 1:
         raise InvalidInput(f"k-means needs at least one centre and one feature, got {centres} and {dim}")
     return unit_rows(public_rng(seed, "xclp/centres").standard_normal((centres, dim)))
@@ -75,31 +75,6 @@ def nearest_centres(Xn: np.ndarray, centres: np.ndarray, probes: int) -> np.ndar
     for start in range(0, n, step):
         dots = Xn[start : start + step] @ centres.T
         out[start : start + step] = np.argsort(-dots, axis=1, kind="stable")[:, :p]
-    return out
-
-
-def kmeans_counts(Xn: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """int64[C]: this party's rows nearest to each centre (one k-means round's first masked sum)."""
-    return np.bincount(nearest_centres(Xn, centres, 1)[:, 0], minlength=centres.shape[0]).astype(np.int64)
-
-
-def kmeans_sums(Xn: np.ndarray, centres: np.ndarray, qualified: np.ndarray) -> np.ndarray:
-    """float64[C, d]: the sum of this party's unit rows nearest to each qualified centre, zero for the
-    others (a centre's sum is pooled only once its pooled count has passed the minimum)."""
-    nearest = nearest_centres(Xn, centres, 1)[:, 0]
-    sums = np.zeros_like(centres)
-    np.add.at(sums, nearest, Xn)
-    sums[~np.asarray(qualified, dtype=bool)] = 0.0
-    return sums
-
-
-def next_centres(centres: np.ndarray, pooled_sums: np.ndarray, qualified: np.ndarray) -> np.ndarray:
-    """float64[C, d]: each qualified centre moved to the direction of its pooled sum (spherical k-means);
-    the others stay where they were (drawn from the seed, or pooled from enough rows in an earlier round)."""
-    moved = unit_rows(pooled_sums)
-    keep = np.asarray(qualified, dtype=bool) & np.any(moved != 0.0, axis=1)
-    out = centres.copy()
-    out[keep] = moved[keep]
     return out
 
 

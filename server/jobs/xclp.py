@@ -61,7 +61,7 @@ from xclp.server.phases.masked_sum import MaskedSum, SumResult, ring_array
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.centres import PROBES_STEP, candidate_steps, sum_shape
+from xclp.v1.centres import PROBE_TABLE_STEP, PROBES_STEP, table_shape
 from xclp.v1.secure_hamming_wire import (
     MAX_IN_FLIGHT,
     HammingUpload,
@@ -127,7 +127,7 @@ class XclpState:
     solve: SolveStats | None = None  # how the influence columns were solved (DESIGN §10.2)
     labeled: dict[str, np.ndarray] = field(default_factory=dict)
     dump: Dump | None = None
-    dim: int = 0  # the prepared features' dimension (candidate pairs' k-means)
+    dim: int = 0  # the prepared features' dimension (candidate pairs' centres)
     candidates: CandidateRun | None = None  # DESIGN §10.3, once the probe table is pooled
 
     @classmethod
@@ -189,23 +189,18 @@ def coordinator_memory_limit() -> int:
 
 
 def _candidates(scope: Scope, state: XclpState) -> Program[None]:
-    """Candidate pairs' set-up (DESIGN §10.3): federated k-means, two verifiable masked sums a round
-    (every party recomputes what opens, so none takes a count or a centre on the coordinator's word;
-    a centre's sum is pooled only once its pooled count reached min_centre_rows), then the pooled
-    probe table, from which every side picks the same probes and budgets, then each party's probes.
-    A party lost in a sum leaves the run; if its round's counts had opened with it, the round's sums
-    (restarted without it) pool no centre, since its rows may be what qualified one (each party
-    keeps to that on its own: client/phases/centres.py)."""
+    """Candidate pairs' set-up (DESIGN §10.3): the centres are drawn from the parties' common seed
+    (nothing about them is released, xclp.v1.centres); the pooled probe table, a verifiable masked
+    sum (every party recomputes it, so none takes a count on the coordinator's word), from which
+    every side picks the same probes and budgets; then each party's probes. A party lost in the sum
+    leaves the run."""
     p = state.params
-    total: SumResult | None = None
-    for name, kind in candidate_steps(p.kmeans_rounds):
-        shape = sum_shape(kind, p.centres, state.dim, p.probes)
-        total = yield MaskedSum(scope, name, wire=(np.dtype(np.uint64), shape), what=name.replace("_", " "),
-                                participants=state.membership.graph, verifiable=True)
-        lost = set(state.membership.graph) - set(total.participants)
-        if lost:  # its rows leave the run as if it never joined
-            state.drop(lost, steps.XclpStage.SETUP)
-    assert total is not None
+    total: SumResult = yield MaskedSum(scope, PROBE_TABLE_STEP, wire=(np.dtype(np.uint64),
+                                                                      table_shape(p.centres, p.probes)),
+                                       what="probe table", participants=state.membership.graph, verifiable=True)
+    lost = set(state.membership.graph) - set(total.participants)
+    if lost:  # its rows leave the run as if it never joined
+        state.drop(lost, steps.XclpStage.SETUP)
     sizes = {q: state.sizes[q] for q in state.membership.graph}
     try:
         probes, budgets, fraction = choose_probes(total.value, sizes, list(itertools.permutations(sizes, 2)),

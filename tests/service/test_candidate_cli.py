@@ -24,15 +24,14 @@ from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.server.config import JobConfig, TlsFiles
-from xclp.v1.centres import kmeans_reference
 from xclp.v1.xclp import XclpJobParams
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 L, C, N, K = 64, 3, 240, 5
-# one probe per row: the budget holds whatever centres the (random) common seed leads k-means to
-CANDIDATES = {"pair_budget": 0.9, "centres": 6, "probes": 1, "kmeans_rounds": 4, "min_centre_rows": 10}
+# one probe per row: the budget holds whatever centres the (random) common seed draws
+CANDIDATES = {"pair_budget": 0.9, "centres": 6, "probes": 1}
 
 
 def test_xclp_on_candidate_pairs_through_the_clis_predicts_what_the_reference_does(tmp_path) -> None:
@@ -67,7 +66,7 @@ def test_xclp_on_candidate_pairs_through_the_clis_predicts_what_the_reference_do
 
     seed = (tmp_path / "a.seed").read_bytes()
     unit = {p: cd.unit_rows(data[p][0]) for p in PARTIES}
-    found = kmeans_reference([unit[p] for p in PARTIES], seed, 6, 4, 10)
+    found = cd.initial_centres(seed, 6, unit[PARTIES[0]].shape[1])
     probes = {p: cd.nearest_centres(unit[p], found, 1) for p in PARTIES}
     pooled = np.sum([cd.probe_table(probes[p], 6) for p in PARTIES], axis=0)
     sizes = dict.fromkeys(PARTIES, N)

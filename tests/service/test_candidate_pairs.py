@@ -1,7 +1,7 @@
 """XCLP on candidate pairs through the service (DESIGN §10.3): an in-process coordinator, three
-party sessions over gRPC, 512-bit test keys. Federated k-means (verifiable masked sums), the probe
-table, the probes, then SecureHamming on the schedule: every party's scores equal the plaintext
-reference's on the same schedule, and the schedule did leave pairs out."""
+party sessions over gRPC, 512-bit test keys. The common seed's centres, the probe table (a
+verifiable masked sum), the probes, then SecureHamming on the schedule: every party's scores equal
+the plaintext reference's on the same schedule, and the schedule did leave pairs out."""
 
 from __future__ import annotations
 
@@ -17,11 +17,10 @@ from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
-from xclp.v1.centres import kmeans_reference
 
 L, C = 64, 3
-# one probe per row: the budget holds whatever centres the (random) common seed leads k-means to
-CANDIDATES = {"pair_budget": 0.9, "centres": 4, "probes": 1, "kmeans_rounds": 3, "min_centre_rows": 5}
+# one probe per row: the budget holds whatever centres the (random) common seed draws
+CANDIDATES = {"pair_budget": 0.9, "centres": 4, "probes": 1}
 PARAMS = {"n_classes": C, "lsh_bits": L, "k": 5, "key_bits": 512, "insecure_test_keys": True, **CANDIDATES}
 
 
@@ -35,10 +34,10 @@ def test_secure_xclp_on_candidate_pairs_equals_the_reference_on_the_same_schedul
         state = coord.jobs["x"].job.xclp
     assert all(not isinstance(r, BaseException) for r in results.values()), results
 
-    # the reference on the same schedule: the same k-means, probes and budgets, in plaintext
+    # the reference on the same schedule: the same centres, probes and budgets, in plaintext
     seed = results["a"].seed
     unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
-    centres = kmeans_reference([unit[p] for p in PARTIES], seed, 4, 3, 5)
+    centres = cd.initial_centres(seed, 4, unit["a"].shape[1])
     probes = {p: cd.nearest_centres(unit[p], centres, 1) for p in PARTIES}
     pooled = np.sum([cd.probe_table(probes[p], 4) for p in PARTIES], axis=0)
     sizes = {p: datas[p].X.shape[0] for p in PARTIES}
@@ -76,38 +75,6 @@ def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hammi
         assert "above pair_budget = 0.01" in str(results[p])
 
 
-def test_the_coordinator_never_opens_the_sum_of_a_centre_with_fewer_rows_than_the_minimum(keys, monkeypatch) -> None:
-    """DESIGN §10.3: what the coordinator opens of each k-means round, recorded as it opens it: the
-    sum of every centre whose pooled count is below min_centre_rows is zero (no party sent any of
-    it), and such centres did occur."""
-    from xclp.server.phases.masked_sum import MaskedSum
-    from xclp.v1.centres import counts_step, decode_sums, sums_step
-
-    opened: dict[str, np.ndarray] = {}
-    real_init = MaskedSum.__init__
-
-    def init(self, scope, name, **kwargs) -> None:
-        real_init(self, scope, name, **kwargs)
-        combine = self.combine
-        self.combine = lambda values, participants: opened.setdefault(name, combine(values, participants))
-
-    monkeypatch.setattr(MaskedSum, "__init__", init)
-    params = {**PARAMS, "centres": 8, "min_centre_rows": 130, "pair_budget": 0.95}
-    datas = {p: party_data(60 + i, n=300) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier,
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-    assert all(not isinstance(r, BaseException) for r in results.values()), results
-    small = 0
-    for r in range(params["kmeans_rounds"]):
-        counts, sums = opened[counts_step(r)].astype(np.int64), decode_sums(opened[sums_step(r)])
-        below = counts < params["min_centre_rows"]
-        small += int(below.sum())
-        assert np.all(sums[below] == 0.0) and np.all(np.abs(sums[~below & (counts > 0)]).sum(axis=1) > 0)
-    assert small > 0  # the minimum mattered
-
-
 def _without_c(keys, params: dict, datas, dies):
     """The job run with c's session `dies`: each party's result, and the coordinator's XCLP state;
     c failed and a and b finished."""
@@ -132,7 +99,7 @@ def _assert_ab_reference(results, state, datas, mask: np.ndarray) -> None:
 
 
 def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(keys) -> None:
-    """c is lost when the probes step starts (k-means and the probe table had all three): a and b
+    """c is lost when the probes step starts (the probe table had all three): a and b
     go on with the budgets every side derived from the three-party table, and get the reference's
     scores among a and b on that schedule."""
     from tests.harness import DiesAt
@@ -145,75 +112,13 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
     assert state.membership.graph == ("a", "b")
     seed = results["a"].seed
     unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
-    centres = kmeans_reference([unit[p] for p in PARTIES], seed, 4, 3, 5)
+    centres = cd.initial_centres(seed, 4, unit["a"].shape[1])
     probes = {p: cd.nearest_centres(unit[p], centres, 1) for p in PARTIES}
     pooled = np.sum([cd.probe_table(probes[p], 4) for p in PARTIES], axis=0)
     sizes = dict.fromkeys(PARTIES, 300)
     used, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
                                         SlotLayout(512, L).slots, 1.0, 0.9)
     mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, dict.fromkeys("ab", 300))
-    _assert_ab_reference(results, state, datas, mask)
-
-
-def _round(parts: list[np.ndarray], c: np.ndarray, min_rows: int, *, pooled: bool = True) -> np.ndarray:
-    """One federated k-means round in plaintext among `parts` (none of its sums pooled: the centres stay)."""
-    from xclp.v1.centres import decode_sums, encode_sums, qualified
-
-    counts = np.sum([cd.kmeans_counts(X, c) for X in parts], axis=0)
-    chosen = qualified(counts, min_rows) & pooled
-    total = np.zeros(c.shape, dtype=np.uint64)
-    for X in parts:
-        total += encode_sums(cd.kmeans_sums(X, c, chosen))
-    return cd.next_centres(c, decode_sums(total), chosen)
-
-
-def test_a_party_lost_while_the_centres_sums_are_masked_pools_no_centre_its_rows_qualified(keys, monkeypatch) -> None:
-    """c is lost when round 1's sums start, after round 1's counts were opened over a, b and c: the
-    sum restarts among a and b, and a centre that reached min_centre_rows only with c's rows must not
-    open as the sum of a and b's few rows. Every centre's sum over a and b stays unopened that round
-    (its counts were not theirs), the centres move again once counts over a and b are opened, and
-    the run equals the reference on that course of k-means among a and b."""
-    from tests.harness import DiesAt
-    from xclp.server.phases.masked_sum import MaskedSum
-    from xclp.v1.centres import decode_sums, sums_step
-
-    class Dies(DiesAt):
-        at = sums_step(1)
-
-    opened: dict[str, tuple[np.ndarray, tuple[str, ...]]] = {}
-    real_init = MaskedSum.__init__
-
-    def init(self, scope, name, **kwargs) -> None:
-        real_init(self, scope, name, **kwargs)
-        combine = self.combine
-        self.combine = lambda values, participants: opened.setdefault(name, (combine(values, participants),
-                                                                              participants))[0]
-
-    monkeypatch.setattr(MaskedSum, "__init__", init)
-    # a and b hold 300 rows in all, below the minimum; of 910 rows, one of 3 centres holds at least 304
-    rows, centres, min_rows = {"a": 150, "b": 150, "c": 610}, 3, 301
-    params = {**PARAMS, "centres": centres, "min_centre_rows": min_rows, "pair_budget": 0.99}
-    datas = {p: party_data(80 + i, n=rows[p]) for i, p in enumerate(PARTIES)}
-    results, state = _without_c(keys, params, datas, Dies)
-    sums, over = opened[sums_step(1)]
-    assert over == ("a", "b")
-
-    seed = results["a"].seed
-    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
-    c1 = kmeans_reference([unit[p] for p in PARTIES], seed, centres, 1, min_rows)  # round 0 among all
-    three = np.sum([cd.kmeans_counts(unit[p], c1) for p in PARTIES], axis=0)
-    two = np.sum([cd.kmeans_counts(unit[p], c1) for p in "ab"], axis=0)
-    assert np.any((three >= min_rows) & (two < min_rows))  # c's rows made a centre reach the minimum
-    assert np.all(decode_sums(sums) == 0.0)  # ... and no sum of a and b's rows opened for it
-
-    c2 = _round([unit[p] for p in "ab"], c1, min_rows, pooled=False)
-    c3 = _round([unit[p] for p in "ab"], c2, min_rows)
-    probes = {p: cd.nearest_centres(unit[p], c3, 1) for p in "ab"}
-    pooled = np.sum([cd.probe_table(probes[p], centres) for p in "ab"], axis=0)
-    two_sizes = {p: rows[p] for p in "ab"}
-    used, budgets, _ = cd.choose_probes(pooled, two_sizes, list(itertools.permutations(two_sizes, 2)),
-                                        SlotLayout(512, L).slots, 1.0, 0.99)
-    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in "ab"}, two_sizes)
     _assert_ab_reference(results, state, datas, mask)
 
 

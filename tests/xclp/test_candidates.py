@@ -12,7 +12,6 @@ from xclp import candidates as cd
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
-from xclp.v1.centres import decode_sums, encode_sums, kmeans_reference
 
 SIZES = {"a": 37, "b": 50, "c": 23}
 C, P, K = 7, 3, 8
@@ -106,33 +105,6 @@ def test_lists_follow_probe_rank_then_row_within_their_budget() -> None:
     assert cd.row_budgets(np.array([0, 10, 100]), 30, 90, 1.0).tolist() == [0, 4, 30]  # ⌈10/3⌉; never above 30
 
 
-def test_a_centre_of_fewer_rows_than_the_minimum_is_never_pooled() -> None:
-    rng = np.random.default_rng(2)
-    parts = [cd.unit_rows(rng.normal(size=(n, 5))) for n in (30, 40)]
-    start = cd.initial_centres(b"s" * 32, 4, 5)
-    counts = np.sum([cd.kmeans_counts(X, start) for X in parts], axis=0)
-    qualified = counts >= 20
-    assert qualified.any() and not qualified.all()
-    for X in parts:
-        sums = cd.kmeans_sums(X, start, qualified)
-        assert np.all(sums[~qualified] == 0.0)  # nothing of a small centre leaves the party
-    moved = cd.next_centres(start, sum(cd.kmeans_sums(X, start, qualified) for X in parts), qualified)
-    assert np.array_equal(moved[~qualified], start[~qualified]) and not np.allclose(moved[qualified], start[qualified])
-    # a minimum above every centre's rows: k-means never moves off the seed's directions
-    assert np.array_equal(kmeans_reference(parts, b"s" * 32, 4, 3, min_rows=71), start)
-
-
-def test_pooled_sums_in_the_ring_are_the_sums() -> None:
-    rng = np.random.default_rng(4)
-    parts = [cd.unit_rows(rng.normal(size=(n, 6))) for n in (50, 60, 70)]
-    centres = cd.initial_centres(b"t" * 32, 5, 6)
-    everything = np.ones(5, dtype=bool)
-    pooled = np.sum([encode_sums(cd.kmeans_sums(X, centres, everything)) for X in parts], axis=0, dtype=np.uint64)
-    nearest = cd.nearest_centres(np.vstack(parts), centres, 1)[:, 0]
-    expected = np.array([np.vstack(parts)[nearest == c].sum(axis=0) for c in range(5)])
-    assert np.allclose(decode_sums(pooled), expected, atol=1e-6)
-
-
 def test_probes_are_chosen_within_the_pair_budget_from_the_pooled_table() -> None:
     rng = np.random.default_rng(9)
     probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
@@ -206,10 +178,3 @@ def test_the_coordinators_fold_of_the_schedule_is_the_reference_graph_on_the_sam
     assert (reference != knn_adjacency(H, L, params)).nnz  # the schedule did leave pairs out
 
 
-def test_a_partys_sums_of_many_rows_fit_the_ring() -> None:
-    """A centre can gather thousands of one party's unit rows: their sum (|x| up to the rows) must
-    encode (it once refused anything past 256), and 256 such parties still sum without wrapping."""
-    rows = np.tile(cd.unit_rows(np.array([[3.0, 4.0]])), (5000, 1))
-    one = encode_sums(cd.kmeans_sums(rows, np.array([[0.6, 0.8], [-0.6, -0.8]]), np.array([True, True])))
-    assert np.allclose(decode_sums(one)[0], [3000.0, 4000.0])
-    assert np.allclose(decode_sums(np.sum([one] * 256, axis=0, dtype=np.uint64))[0], [768000.0, 1024000.0])

@@ -111,14 +111,10 @@ class XclpJobParams(JobParams):
     pair_budget: float = param("SecureHamming on candidate pairs only: the most its ciphertexts may cost, as a "
                                "fraction of all pairs' (1.0: all pairs, exact)", "(0, 1]", "DESIGN §10.3",
                                default=1.0)
-    centres: int = param("candidate pairs: k-means centres the rows are grouped around", "2 .. 4096",
-                         "DESIGN §10.3", default=64)
+    centres: int = param("candidate pairs: directions drawn from the parties' common seed that the rows are "
+                         "grouped around (no one's data moves them)", "2 .. 4096", "docs/jobs/xclp.md", default=64)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
                         "1 .. 16", "DESIGN §10.3", default=4)
-    kmeans_rounds: int = param("candidate pairs: federated k-means rounds (two masked sums each)", "1 .. 64",
-                               "DESIGN §10.3", default=8)
-    min_centre_rows: int = param("candidate pairs: a centre's sum is pooled only once it holds this many rows "
-                                 "of all parties", ">= 2", "DESIGN §10.3", default=20)
     budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
                                 "the centre's pooled rows (more: fewer rows cut, more padding)", ">= 1",
                                 "DESIGN §10.3", default=1.0)
@@ -154,8 +150,7 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
         if not 0.0 < self.pair_budget <= 1.0:
             raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs), got {self.pair_budget}")
-        for name, low, high in (("centres", 2, 4096), ("probes", 1, 16), ("kmeans_rounds", 1, 64),
-                                ("min_centre_rows", 2, 2**31)):
+        for name, low, high in (("centres", 2, 4096), ("probes", 1, 16)):
             if not low <= getattr(self, name) <= high:
                 raise ConfigError(f"{name} must be in [{low}, {high}], got {getattr(self, name)}")
         if self.probes > self.centres:
@@ -199,6 +194,14 @@ class XclpJobParams(JobParams):
         return self.label_dp_epsilon
 
     @property
+    def dp_releases(self) -> tuple[tuple[str, float, float], ...]:
+        if self.label_dp_epsilon is None:
+            return super().dp_releases
+        if self.label_dp_mechanism == "response":  # drawn once per data set and ε, reused
+            return (*super().dp_releases, ("responses", self.label_dp_epsilon, 0.0))
+        return (*super().dp_releases, ("labels", self.label_dp_epsilon, self.label_dp_delta or 0.0))
+
+    @property
     def candidates(self) -> bool:
         """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs."""
         return self.pair_budget < 1.0
@@ -240,9 +243,15 @@ class XclpJobParams(JobParams):
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> XclpJobParams:
+        removed = sorted(set(raw) & {"kmeans_rounds", "min_centre_rows"})
+        if removed:
+            raise ConfigError(f"{', '.join(removed)}: candidate pairs no longer run federated k-means. Its exact "
+                              "rounds released single rows (consecutive rounds' centre sums differ by the rows that "
+                              "moved), so the centres are now drawn from the parties' common seed and never moved; "
+                              "remove the key(s) (docs/jobs/xclp.md)")
         check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                                     "label_norm", "solver", "frac_bits", "insecure_test_keys", "pair_budget",
-                                    "centres", "probes", "kmeans_rounds", "min_centre_rows", "budget_slack",
+                                    "centres", "probes", "budget_slack",
                                     "label_dp_epsilon", "label_dp_mechanism", "label_dp_delta"}),
                     "xclp")
         return cls(
@@ -252,8 +261,7 @@ class XclpJobParams(JobParams):
             label_norm=str_param(raw, "label_norm", "none"), solver=str_param(raw, "solver", "auto"),
             frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
             pair_budget=float_param(raw, "pair_budget", 1.0), centres=int_param(raw, "centres", 64),
-            probes=int_param(raw, "probes", 4), kmeans_rounds=int_param(raw, "kmeans_rounds", 8),
-            min_centre_rows=int_param(raw, "min_centre_rows", 20), budget_slack=float_param(raw, "budget_slack", 1.0),
+            probes=int_param(raw, "probes", 4), budget_slack=float_param(raw, "budget_slack", 1.0),
             label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
             label_dp_mechanism=str_param(raw, "label_dp_mechanism", "response"),
             label_dp_delta=optional_float(raw, "label_dp_delta"),
