@@ -34,7 +34,7 @@ agent.toml:
     max_runs = 2                         # runs taken part in at once; further offers wait
     join_deadline = 1800                 # seconds a joined run may wait for its roster
     workers = "tls://dask.hospital-a.internal:8786"   # or a number of local processes (default: the cores)
-    state = "state/"                     # the release log (default: <out>/.state/), DESIGN §2.8
+    state = "state/"                     # the privacy ledger (default: <out>/.state/), docs/privacy.md
 
     [policy]
     job_types = ["xclp", "flynn"]        # default: every type
@@ -48,7 +48,8 @@ agent.toml:
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
     max_key_bits = 4096
     max_memory_gb = 16                   # and max_paillier_hours
-    allow_rerun = false                  # true: rerun a job on the same data among other parties
+    allow_rerun = false                  # true: release a function of the data exactly again among others
+    privacy_budget = [10.0, 1e-5]        # each data set's DP budget (ε, δ) over every run
 
     [datasets.train]
     path = "data/train.csv"
@@ -67,13 +68,12 @@ from pathlib import Path
 import grpc
 
 from xclp import tables
-from xclp.client.api import read_data, take_part
+from xclp.client.api import as_budget, read_data, take_part
 from xclp.client.connection import Backoff, ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
-from xclp.client.releases import FILE_NAME as RELEASES_FILE
-from xclp.client.releases import ReleaseLog
 from xclp.client.session import PartySession, RunConfig
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
@@ -97,7 +97,7 @@ POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", 
                "allow_hide_label_mask",
                "allow_unsketched_layers", "allow_non_dp_dbcl",
                "insecure_test_keys", "min_key_bits",
-               "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun"}
+               "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun", "privacy_budget"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 
 
@@ -131,7 +131,9 @@ class AgentConfig:
     workers: WorkerSpec = WorkerSpec()
     max_memory_bytes: int | None = None
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
-    releases: ReleaseLog | None = None  # the agent's release log (`state`/releases.json, DESIGN §2.8)
+    state: Path | None = None  # the directory of its privacy ledger (client/ledger.py); None: no ledger
+    privacy_budget: Budget = DEFAULT_BUDGET  # each data set's DP budget over every run
+    allow_rerun: bool = False  # release a function of the data exactly again among other parties
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:
@@ -185,8 +187,8 @@ class AgentConfig:
             workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
             max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
-            releases=ReleaseLog((base / raw["state"] if raw.get("state") else base / raw["out"] / ".state")
-                                / RELEASES_FILE, allow_rerun=bool(policy.get("allow_rerun"))))
+            state=base / raw["state"] if raw.get("state") else base / raw["out"] / ".state",
+            privacy_budget=as_budget(policy.get("privacy_budget")), allow_rerun=bool(policy.get("allow_rerun")))
 
 
 def positive_int(path: Path, raw: dict, key: str, default: int) -> int:
@@ -218,6 +220,9 @@ class Agent:
         if self.peers.get(self.config.party) != identity.public_bytes(self.key):
             raise ConfigError(f"the identity key {self.config.identity} is not the key pinned for "
                               f"{self.config.party!r} in {self.config.peers}")
+        self.ledger = None if self.config.state is None else Ledger(
+            self.config.state, budget=self.config.privacy_budget, allow_rerun=self.config.allow_rerun,
+            identity=self.key)
         self.seen: set[RunKey] = set()  # runs decided on
         self.active: dict[RunKey, _Active] = {}
         self.finished: dict[RunKey, bool] = {}  # done (True) or failed or stopped (False)
@@ -336,7 +341,7 @@ class Agent:
                                max_memory_bytes=self.config.max_memory_bytes,
                                max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
                                roster_wait_seconds=self.config.join_deadline,
-                               accepted_spec=offer.spec, releases=self.config.releases)
+                               accepted_spec=offer.spec, ledger=self.ledger)
             say = lambda m: self.say(f"[{job} run {run}] {m}")  # noqa: E731
             data = read_data(dataset.path, label_column=dataset.label_column, id_column=dataset.id_column,
                              delimiter=dataset.delimiter, progress=say)

@@ -37,6 +37,7 @@ from xclp import tables
 from xclp.client.connection import ConnectionConfig
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger, default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import (
     MODEL_FILE,
@@ -49,8 +50,6 @@ from xclp.client.outputs import (
     xclp_columns,
 )
 from xclp.client.policy import PartyPolicy
-from xclp.client.releases import ReleaseLog
-from xclp.client.releases import default_path as default_releases
 from xclp.client.session import DataLoader, JobResult, PartySession, RunConfig, stderr_progress
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
@@ -156,7 +155,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         require_dp: float | None = None, require_label_dp: float | None = None, allow_hide_label_mask: bool = False,
         allow_unsketched_layers: bool = False, allow_non_dp_dbcl: bool = False, max_memory_gb: float | None = None,
         max_paillier_hours: float = DEFAULT_MAX_PAILLIER_HOURS, state: PathLike | None = None,
-        allow_rerun: bool = False, connect_timeout: float = 60.0, idle_timeout: float = 900.0,
+        allow_rerun: bool = False, privacy_budget: str | float | Budget | None = None,
+        connect_timeout: float = 60.0, idle_timeout: float = 900.0,
         progress: Progress | None = None) -> PartyResult:
     """Take part in one run of `job` on the coordinator at `coordinator` (host:port) with `data`.
 
@@ -176,7 +176,9 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       `if __name__ == "__main__":`, or passes `workers=0` to do the work in this process).
     - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
       `allow_hide_label_mask`, `allow_unsketched_layers`, `allow_non_dp_dbcl`, `max_memory_gb`, `max_paillier_hours`;
-      `state` (the release log; default $XDG_STATE_HOME/xclp/releases.json) and `allow_rerun`.
+      `state` (the directory of the party's privacy ledger, docs/privacy.md; default
+      $XDG_STATE_HOME/xclp), `privacy_budget` (each data set's DP budget: ε, "ε,δ" or a Budget;
+      default ε = 10, δ = 1e-5) and `allow_rerun`.
     - `connect_timeout`: how long to keep retrying an unreachable coordinator (with exponential
       back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news.
     - `progress`: called with each progress line (default: printed to stderr).
@@ -209,9 +211,16 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        workers=worker_spec, peers=allow,
                        max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
                        max_paillier_seconds=float(max_paillier_hours) * 3600, policy=policy,
-                       releases=ReleaseLog(Path(state) if state is not None else default_releases(),
-                                           allow_rerun=allow_rerun))
+                       ledger=Ledger(Path(state) if state is not None else default_directory(),
+                                     budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
     return take_part(config, source, progress=say)
+
+
+def as_budget(value: str | float | Budget | None) -> Budget:
+    """A privacy budget from the API's, the CLI's or an agent's setting (None: the default)."""
+    if value is None:
+        return DEFAULT_BUDGET
+    return value if isinstance(value, Budget) else Budget.parse(value)
 
 
 def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stderr_progress,

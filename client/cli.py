@@ -17,22 +17,23 @@ bad signature), 5 dropped or timed out, 1 unexpected error.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from xclp import party_table, tables
 from xclp.client import api
+from xclp.client.ledger import default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, write_columns
-from xclp.client.releases import default_path as default_releases
 from xclp.client.session import stderr_progress
 from xclp.crypto import identity
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic, write_private
 from xclp.v1.registry import Output
-from xclp.v1.status import EXIT_DROPPED, EXIT_OK, exit_code
+from xclp.v1.status import EXIT_BAD_INPUT, EXIT_DROPPED, EXIT_OK, exit_code
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
             "ca_cert",
@@ -41,7 +42,7 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
             "min_share_threshold",
-            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun"}
+            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun", "privacy_budget"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -111,11 +112,15 @@ def _parser() -> argparse.ArgumentParser:
                                      "(it gets this party's secret key and codes; docs/cluster.md)")
     r.add_argument("--insecure-workers", action="store_true", default=None,
                    help="allow a tcp:// Dask scheduler (Paillier tasks then cross the network in the clear)")
-    r.add_argument("--state", type=Path, help="the release log: which parties each exact sum of a job on this data "
-                                              "went to (default: $XDG_STATE_HOME/xclp/releases.json)")
+    r.add_argument("--state", type=Path, help="the directory of this party's privacy ledger: what it released about "
+                                              "each data set, among whom, and the DP budget spent (default: "
+                                              "$XDG_STATE_HOME/xclp; docs/privacy.md)")
+    r.add_argument("--privacy-budget", metavar="EPS[,DELTA]",
+                   help="the most all DP releases about one data set may spend, over every run (default 10,1e-5; "
+                        "docs/privacy.md); --require-dp stays a limit per job")
     r.add_argument("--allow-rerun", action="store_true", default=None,
-                   help="take part in a rerun of a job on the same data among other parties (lets the coordinator "
-                        "difference the runs' exact sums; DESIGN §2.8)")
+                   help="release a function of the data exactly again among other parties (lets the coordinator "
+                        "difference the two sums; docs/privacy.md)")
     r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
                    "more memory than this (default: three quarters of the RAM; 0 = no limit)")
     r.add_argument("--max-paillier-hours", type=float, help="xclp: refuse, before any Paillier work, a job estimated "
@@ -143,6 +148,21 @@ def _parser() -> argparse.ArgumentParser:
     dm.add_argument("--data-dir", type=Path, help="directory with <party>.csv and <party>.truth.csv "
                     "(default: the bundled demo data)")
     dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
+
+    lg = sub.add_parser("ledger", help="what this party released about each data set, and its DP budget",
+                        description="Show, export or forget this party's privacy ledger (docs/privacy.md): per data "
+                        "set (the digest of its table as read), every exact release (which function, among which "
+                        "parties, in which job and run) and every DP charge, with the budget spent and left. It "
+                        "holds no value of the data.")
+    lg.add_argument("action", choices=("show", "export", "forget"),
+                    help="show: a summary; export: the whole ledger as JSON on stdout; forget: drop one data set "
+                         "(or --all), which re-opens everything it guarded")
+    lg.add_argument("dataset", nargs="?", help="forget: the data set's digest (or a unique prefix of it)")
+    lg.add_argument("--all", action="store_true", help="forget: every data set")
+    lg.add_argument("--yes", action="store_true", help="forget: do it (without it, only say what it would re-open)")
+    lg.add_argument("--state", type=Path, help="the state directory (default: $XDG_STATE_HOME/xclp)")
+    lg.add_argument("--privacy-budget", metavar="EPS[,DELTA]", help="the budget to report what is left against "
+                    "(default 10,1e-5)")
 
     pr = sub.add_parser("predict", help="FlyNN, fedavg or dbcl network predictions for a CSV, locally",
                         description="Predict classes with a FlyNN, fedavg or dbcl model file; no network. Writes "
@@ -188,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if "join_wait" in cfg:  # the old name of connect_timeout
         cfg.setdefault("connect_timeout", cfg.pop("join_wait"))
     cfg["id_column"] = cfg.get("id_column") or None
-    cfg["state"] = cfg.get("state") or default_releases()
+    cfg["state"] = cfg.get("state") or default_directory()
     result = api.run(**cfg)
     if seed_path:
         write_atomic(seed_path, result.job.seed)
@@ -268,10 +288,54 @@ def _table(args: argparse.Namespace, model: ModelFile) -> party_table.PartyData:
                            delimiter=args.delimiter, categorical=model.params.categorical)
 
 
+def ledger_command(args: argparse.Namespace) -> int:
+    from xclp.client.api import as_budget
+    from xclp.client.ledger import Ledger
+
+    book = Ledger(args.state or default_directory(), budget=as_budget(args.privacy_budget))
+    if args.action == "export":
+        print(json.dumps(book.load(), indent=1, sort_keys=True))
+        return EXIT_OK
+    summary = book.summary()
+    if args.action == "show":
+        print(f"privacy ledger {book.path}: {len(summary)} data set(s); budget ε = {book.budget.epsilon:g}, "
+              f"δ = {book.budget.delta:g} each")
+        for digest, entry in summary.items():
+            spent, left = entry["spent"], entry["left"]
+            print(f"\ndata set {digest[:16]}: DP spent ε = {spent['epsilon']:.4g}, δ = {spent['delta']:.3g}; left "
+                  f"ε = {left['epsilon']:.4g}, δ = {left['delta']:.3g}")
+            for charge in entry["dp"]:
+                print(f"  DP    ε = {charge['epsilon']:<8g} δ = {charge['delta']:<8g} {charge['what']} "
+                      f"(job {charge['job']}, run {charge['run']}, {charge['at']})")
+            groups: dict[tuple[str, str, str, tuple[str, ...]], list[str]] = {}
+            for release in entry["exact"]:
+                key = (release["at"], release["job"], release["run"], tuple(release["parties"]))
+                groups.setdefault(key, []).append(release["what"])
+            for (at, job, run, parties), whats in groups.items():
+                whats.sort()
+                listed = "; ".join(whats[:3]) + (f"; and {len(whats) - 3} more" if len(whats) > 3 else "")
+                print(f"  exact among {', '.join(parties)} (job {job}, run {run}, {at}): {listed}")
+        return EXIT_OK
+    if bool(args.dataset) == bool(args.all):
+        raise ConfigError("ledger forget takes a data set's digest (or a unique prefix) or --all")
+    chosen = [d for d in summary if args.all or d.startswith(args.dataset)]
+    if not args.yes:
+        for d in chosen:
+            entry = summary[d]
+            print(f"data set {d[:16]}: forgetting it re-opens {len(entry['exact'])} exact release(s) to a rerun "
+                  f"among other parties and gives back ε = {entry['spent']['epsilon']:.4g} of its DP budget")
+        print("nothing forgotten: add --yes to forget" + (" them" if len(chosen) != 1 else " it"))
+        return EXIT_BAD_INPUT
+    gone = book.forget(None if args.all else args.dataset)
+    print(f"forgot {len(gone)} data set(s): {', '.join(d[:16] for d in gone) or 'none'}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limit_malloc_arenas()
-    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo, "agent": agent}
+    commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo, "agent": agent,
+                "ledger": ledger_command}
     try:
         return commands[args.command](args)
     except XclpError as exc:

@@ -15,7 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from xclp.client.releases import ReleaseLog
+from xclp.client.ledger import RunAccount
 from xclp.client.transcript import Transcript
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
@@ -84,9 +84,8 @@ class PartyContext:
     # wire names of a masked sum's relayed messages -> the masked sum that awaits them
     confirms: dict[str, ConfirmSink] = field(default_factory=dict)
     min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed (issue 25)
-    # DESIGN §2.8: where exact sums are remembered (None: nowhere), and this job-on-data's id there
-    releases: ReleaseLog | None = None
-    release_id: bytes = b""
+    # this run's account in the party's ledger (client/ledger.py; None: no ledger)
+    account: RunAccount | None = None
 
     @property
     def session_id(self) -> bytes:

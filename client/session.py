@@ -34,10 +34,10 @@ from xclp.client.context import ConfirmSink, PartyContext, Progress
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory, party_bytes
 from xclp.client.jobs.training import RoundRecord
+from xclp.client.ledger import Ledger, RunAccount, data_digest, job_spends
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import PartyPolicy, StepGuard
-from xclp.client.releases import ReleaseLog, data_digest, release_id
 from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, WorkerSpec, make_executor
 from xclp.crypto import identity, masking
@@ -98,7 +98,7 @@ class RunConfig:
     max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
     run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
     accepted_spec: pb.JobSpec | None = None  # an agent: the offered spec its policy accepted; the Challenge must match
-    releases: ReleaseLog | None = None  # where exact sums are remembered across runs (DESIGN §2.8); None: nowhere
+    ledger: Ledger | None = None  # what this party released about its data sets (client/ledger.py); None: nowhere
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class PartySession:
         self.assembler = wire.Assembler()
         self.transcript = Transcript(b"")  # replaced once the roster is verified
         self.confirms: dict[str, ConfirmSink] = {}  # confirm steps' wire names -> their masked sums
-        self.release_id = b""  # this job definition on this data (client/releases.py), once both are known
+        self.account: RunAccount | None = None  # this run in the ledger, once the data is read
         self._executor: Executor | None = None
         self._conn: Connection | None = None
         self._aborted = False
@@ -205,7 +205,12 @@ class PartySession:
                                 "the offer this party's policy accepted: not joining")
         self.config.policy.check_job(challenge.spec, params)
         self._load_data(params)
-        self.release_id = release_id(canonical_spec(challenge.spec), data_digest(self.data))
+        if self.config.ledger is not None:  # DP spends against the data set's budget, before Join
+            digest = data_digest(self.data)
+            run = challenge.run_id or self.run_nonce.hex()
+            self.account = RunAccount(self.config.ledger, digest, self.config.job_id, run,
+                                      job_spends(params))
+            self.config.ledger.check_budget(digest, self.account.spends, self.config.job_id)
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
@@ -285,9 +290,18 @@ class PartySession:
         assert self.job is not None
         privacy = self.job.privacy()
         moments = self.prep.privacy() if self.prep is not None else None
-        if moments is None:
-            return privacy
-        return {**(privacy or {}), "moments": moments}
+        if moments is not None:
+            privacy = {**(privacy or {}), "moments": moments}
+        if self.account is not None and self.account.spends:  # the data set's budget after this run
+            book = self.account.ledger
+            eps, delta = book.spent(self.account.data)
+            privacy = {**(privacy or {}), "ledger": {
+                "data_set": self.account.data.hex()[:16], "spent": {"epsilon": eps, "delta": delta},
+                "left": {"epsilon": max(0.0, book.budget.epsilon - eps), "delta": max(0.0, book.budget.delta - delta)}}}
+            self.progress(f"privacy ledger: data set {self.account.data.hex()[:16]} has spent ε = {eps:.4g}, δ = "
+                          f"{delta:.3g} of its budget (ε = {book.budget.epsilon:g}, δ = {book.budget.delta:g}) over "
+                          "all its runs")
+        return privacy
 
     def _check_own_identity(self) -> None:
         if not self.config.peers:
@@ -452,8 +466,8 @@ class PartySession:
                             max_paillier_seconds=self.config.max_paillier_seconds,
                             max_memory_bytes=(default_max_memory() if self.config.max_memory_bytes is None
                                               else self.config.max_memory_bytes), transcript=self.transcript,
-                            sign=self.config.identity.sign, confirms=self.confirms, releases=self.config.releases,
-                            release_id=self.release_id, min_share_threshold=self.config.policy.min_share_threshold)
+                            sign=self.config.identity.sign, confirms=self.confirms, account=self.account,
+                            min_share_threshold=self.config.policy.min_share_threshold)
 
     def _preparation(self) -> Preparation:
         """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xclp.client import ledger
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty
@@ -26,7 +27,7 @@ from xclp.errors import ProtocolError
 from xclp.flynn import FlyHash, privatise_counts, train_counts
 from xclp.party_table import PartyData
 from xclp.race import RaceClassifier, RaceHashes, private_release_share, sketch
-from xclp.v1 import wire
+from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.allreduce import RESULT_MSG, SUM_PURPOSE, SUM_STEP, FlynnJobParams, RaceJobParams
 
@@ -125,7 +126,13 @@ class AllReduceParty(PartyJob):
         super().__init__(ctx)
         self.release = release
         self.sum = MaskedSumParty(ctx, SUM_STEP, self.local_array, purpose=SUM_PURPOSE,
-                                  exact=ctx.params.release_epsilon is None)
+                                  releases=self._releases if ctx.params.release_epsilon is None else None)
+
+    def _releases(self, members: tuple[str, ...]) -> list[ledger.Release]:
+        """The counts under this run's hash functions (the common seed and the job's parameters)."""
+        kind = registry.of(self.ctx.params).name
+        return [ledger.Release(ledger.function_id("counts", kind, self.ctx.seed, registry.params_json(self.ctx.params)),
+                               f"the {kind} counts under this run's hash functions")]
 
     def local_array(self, members: tuple[str, ...]) -> np.ndarray:
         """This party's unmasked ring array for the sum among `members` (DESIGN §6)."""

@@ -28,6 +28,7 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,14 +38,20 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
+from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.crypto.identity import verify_signature
 from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
-from xclp.v1 import fedavg, wire
+from xclp.v1 import fedavg, registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import TrainingParams, private_training
+
+# what, with the model it starts from, defines a training update (client/ledger.py)
+UPDATE_SETTINGS = ("learning_rate", "momentum", "local_epochs", "batch_size", "optimiser", "frac_bits",
+                   "pseudo_label", "pseudo_label_space", "sketch", "sketch_ratio", "local_steps", "k", "alpha",
+                   "lsh_bits")
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,8 @@ class RoundsParty(PartyJob):
         self.model_digest = scope.transcript.absorb("model", payload)
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
         self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE,
-                                         on_opened=None if self.model_in is None else self._opened)
+                                         on_opened=None if self.model_in is None else self._opened,
+                                         releases=None if self.dp is not None else self._releases)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
 
@@ -299,6 +307,14 @@ class RoundsParty(PartyJob):
         self.ctx.transcript.absorb(fedavg.SAMPLES_STEP, payload)  # every round's transcript starts from it
         self.samples = fedavg.samples_from_payload(payload, self.params.rounds, roster)
         self.ctx.push(payload, fedavg.SAMPLES_STEP, step.round)
+
+    def _releases(self, members: tuple[str, ...]) -> list[Release]:
+        """An exact update: a function of the data fixed by the model it starts from and the training
+        settings (not by the round, the job or its rounds: a rerun from the same model is the same)."""
+        settings = json.dumps({k: getattr(self.params, k) for k in UPDATE_SETTINGS if hasattr(self.params, k)},
+                              sort_keys=True, default=str)
+        return [Release(function_id("update", registry.of(self.params).name, self.model_digest, settings),
+                        f"a training update from model {self.model_digest.hex()[:12]}")]
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
         if self.update is None:  # a restart sends the same update under fresh masks

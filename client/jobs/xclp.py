@@ -16,6 +16,7 @@ per-pair state, so the pairs' Paillier work is done again.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from collections.abc import Sized
@@ -35,6 +36,7 @@ from xclp.client.jobs.estimate import (
     paillier_seconds,
     party_bytes,
 )
+from xclp.client.ledger import Release, function_id, responses_name
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
@@ -133,19 +135,29 @@ class XclpParty(PartyJob):
         # Z̄ once every influence column is in; with label-DP its noisy release, drawn once
         self.zbar: np.ndarray | steps.NoisyRowSums | None = None
         self.influence: steps.InfluenceScores | None = None
-        # label-DP by randomised response (xclp.label_dp): the labels as released, drawn once
+        # label-DP by randomised response (xclp.label_dp): the labels as released, drawn once per data
+        # set and ε and kept sealed in the ledger, so that every later run releases the same ones
         p = self.params
-        self.released_y = (label_dp.randomised_response(self.y, p.n_classes, p.label_dp_epsilon,
-                                                        hide_unlabeled=p.hide_label_mask)
-                           if p.label_dp_epsilon is not None and p.label_dp_mechanism == "response" else None)
+        self.released_y: np.ndarray | None = None
+        if p.label_dp_epsilon is not None and p.label_dp_mechanism == "response":
+            epsilon = p.label_dp_epsilon
+
+            def draw() -> np.ndarray:
+                return label_dp.randomised_response(self.y, p.n_classes, epsilon, hide_unlabeled=p.hide_label_mask)
+
+            account = ctx.account
+            self.released_y = draw() if account is None else account.responses(
+                responses_name(epsilon, p.n_classes, p.hide_label_mask), draw)
         self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
+        self.influence_digest = hashlib.sha256(b"xclp/influence")  # of the pieces received, in order
         self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
         self.started = time.monotonic()
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
         # training round too; the round's session id binds the round)
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
-                                       withhold=self._own_rows, digest_name=ROWSUMS_STEP)
+                                       withhold=self._own_rows, digest_name=ROWSUMS_STEP,
+                                       releases=None if self.params.label_dp else self._row_sum_releases)
         # DESIGN §10.3: SecureHamming on candidate pairs only, around the common seed's centres
         self.candidates = CandidateCentres(ctx, self.params, self.X, lambda: self.sizes, SlotLayout.for_key(
             self.keypair.public, self.params.lsh_bits).slots) if self.params.candidates else None
@@ -534,6 +546,7 @@ class XclpParty(PartyJob):
         if payload.min(initial=0.0) < 0 or payload.max(initial=0.0) > bound:
             raise ProtocolError(f"the influence block has values outside [0, 1/(1 - alpha)] = [0, {bound:g}]: not "
                                 "an influence matrix")
+        self.influence_digest.update(np.ascontiguousarray(payload).tobytes())  # the row sums' definition
         try:
             influence.add(payload)
             if self.released is not None:
@@ -582,6 +595,13 @@ class XclpParty(PartyJob):
         if self.label_privacy is None:
             return None
         return {"label_dp": True, "epsilon_budget": self.params.label_dp_epsilon, **self.label_privacy}
+
+    def _row_sum_releases(self, members: tuple[str, ...]) -> list[Release]:
+        """Without label-DP the row sums are exact: Z̄ = S_L Y_L under the influence the coordinator
+        sent (its digest names the function; the labels are the data's)."""
+        block = self.influence_digest.digest()
+        return [Release(function_id("row-sums", block, self.params.label_norm, str(self.params.n_classes)),
+                        "XCLP's row sums of its labels under one influence block")]
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from xclp.client.context import PartyContext
+from xclp.client.ledger import Release
 from xclp.client.phases.seed_shares import SeedShares
-from xclp.client.releases import release_key
 from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
 from xclp.crypto.masking import ring_sum
@@ -73,6 +73,8 @@ Contribution = Callable[[Members], np.ndarray]
 Withhold = Callable[[np.ndarray, Members], tuple[np.ndarray, np.ndarray]]
 # a verifiable sum, recomputed by this party: (the ring sum, attempt, participants)
 Opened = Callable[[np.ndarray, int, Members], None]
+# an exact sum: the functions of the data it releases among these participants (client/ledger.py)
+Releases = Callable[[Members], Sequence[Release]]
 
 
 @dataclass
@@ -138,13 +140,16 @@ class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
-                 withhold: Withhold | None = None, digest_name: str | None = None, exact: bool = False,
+                 withhold: Withhold | None = None, digest_name: str | None = None, releases: Releases | None = None,
                  on_opened: Opened | None = None) -> None:
-        """exact: the opened sum has no noise, so its participant set is remembered across runs
-        (client/releases.py, DESIGN §2.8). on_opened: the sum is verifiable, and this is told the
-        sum as this party recomputed it from every member's masked vector and seed."""
+        """releases: the sum is exact (no noise), and these are the functions of the data it releases,
+        which the ledger checks before masking and records before revealing (client/ledger.py);
+        every sum charges the job's DP spends before its first masked push. on_opened: the sum is
+        verifiable, and this is told the sum as this party recomputed it from every member's masked
+        vector and seed."""
         self.ctx = ctx
-        self.exact = exact
+        self.releases = releases
+        self.released: dict[int, Sequence[Release]] = {}  # attempt -> the functions its contribution releases
         self.name = name
         self.confirm_name = confirm_step(name)
         self.reveal_name = reveal_step(name)
@@ -177,8 +182,8 @@ class MaskedSumParty:
         if step.step == self.reveal_name:  # the attempt is complete: open it, if every member saw what we saw
             self.self_masks.check(attempt, members)
             self._check_confirmations(attempt, members)
-            if self.exact and self.ctx.releases is not None:  # logged first: a log that cannot be written stops us
-                self.ctx.releases.record(release_key(self.ctx.release_id, self.name), members)
+            if self.ctx.account is not None and attempt in self.released:  # recorded first: a ledger that
+                self.ctx.account.record_exact(self.released[attempt], members)  # cannot be written stops us
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
@@ -191,13 +196,16 @@ class MaskedSumParty:
             return sent
         if step.step != self.name:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
-        if self.exact and self.ctx.releases is not None:
-            self.ctx.releases.check(release_key(self.ctx.release_id, self.name), members, f"the {self.name!r} sum")
         previous = self.self_masks.latest
         self.shares.check_attempt(attempt, members, None if previous is None else
                                   (previous, self.self_masks.attempts[previous][1]), previous in self.confirmed)
         self._leave_earlier(attempt)
         values = self.contribution(members)
+        if self.ctx.account is not None:  # before anything of the data is masked and sent
+            self.ctx.account.charge()
+            if self.releases is not None:
+                self.released[attempt] = tuple(self.releases(members))
+                self.ctx.account.check_exact(self.released[attempt], members)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
                                        transcript=transcript)
@@ -215,7 +223,7 @@ class MaskedSumParty:
         vectors, what it withheld, others' vectors, shares of others' seeds) is dropped here, its seeds
         by SelfMasks.add; which attempts it confirmed stays, for SeedShares.check_attempt."""
         for held in (self.transcripts, self.confirms, self.pushed, self.vectors, self.kept, self.commitments,
-                     self.shares.held):
+                     self.shares.held, self.released):
             for earlier in [a for a in held if a < attempt]:
                 del held[earlier]
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from xclp import dp_moments
 from xclp.client.context import PartyContext
+from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.dp_moments import MomentsPlan
 from xclp.dpsgd import RoundNoise
@@ -42,7 +43,7 @@ class Preparation:
             self.noise = RoundNoise(self.dp, self.dp.cells)
             self._report_clipped(dp_moments.outside(self.data.X, bounds))
         self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE,
-                                  exact=self.dp is None)
+                                  releases=self._releases if self.dp is None else None)
         self.scaling: Scaling | None = None
 
     def handles(self, step: str) -> bool:
@@ -50,6 +51,13 @@ class Preparation:
 
     def on_step(self, step: pb.StepStart) -> None:
         self.sum.on_step(step)
+
+    def _releases(self, members: tuple[str, ...]) -> list[Release]:
+        """The exact moments release, per feature column, its count, sum and sum of squares: the
+        same functions of this data whatever job, type or parameters ask for them (issue 46)."""
+        names = self.data.columns or tuple(f"#{j + 1}" for j in range(self.data.X.shape[1]))
+        return [Release(function_id("moments", name, statistic), f"the {statistic} of column {name!r}")
+                for name in names for statistic in ("count", "sum", "sum of squares")]
 
     def _contribution(self, members: tuple[str, ...]) -> np.ndarray:
         if self.dp is None:

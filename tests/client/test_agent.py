@@ -225,3 +225,28 @@ def test_the_agents_workers_are_processes_or_its_own_tls_scheduler(agent, tmp_pa
     (tmp_path / "agent.toml").write_text('workers = "tcp://dask.internal:8786"\n' + base)
     with pytest.raises(ConfigError, match="tcp:// sends them in the clear"):
         AgentConfig.load(tmp_path / "agent.toml")
+
+
+def test_the_agents_runs_share_one_ledger_with_its_budget(tmp_path, monkeypatch):
+    """Issue 46, the agent path: every run an agent takes part in is accounted in one ledger (its
+    `state` directory), with the [policy] privacy_budget, and sealed under the agent's key."""
+    import xclp.client.agent as agent_module
+    from xclp.client.ledger import Budget
+
+    key = identity.generate_identity()
+    save_identity(key, tmp_path / "a.key")
+    (tmp_path / "allow.toml").write_text(f'[parties]\na = "{identity.public_key_text(key)}"\n')
+    (tmp_path / "a.csv").write_text("f0,label\n1,0\n2,1\n")
+    (tmp_path / "agent.toml").write_text(
+        'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "localhost:1"\nout = "out"\n'
+        'state = "state"\n[policy]\nprivacy_budget = [3.0, 1e-6]\n[datasets.demo]\npath = "a.csv"\n')
+    agent = Agent(AgentConfig.load(tmp_path / "agent.toml"), say=lambda m: None)
+    assert agent.ledger is not None and agent.ledger.directory == tmp_path / "state"
+    assert agent.ledger.budget == Budget(3.0, 1e-6)
+    seen = []
+    monkeypatch.setattr(agent_module, "take_part", lambda config, data, **kw: seen.append(config.ledger) or 1 / 0)
+    for run in ("1", "2"):
+        o = offer("flynn", FLYNN)
+        o.run_id = run
+        agent._run(o, parse_params("flynn", FLYNN), agent.config.datasets["demo"], agent_module._Active("j"))
+    assert seen == [agent.ledger, agent.ledger]

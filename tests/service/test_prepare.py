@@ -263,9 +263,10 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
     coordinator's opened moments are the parties' clipped integer sums plus noise of variance
     μ·3/2 per cell (three shares of which any two make μ; shares sized so that all three make μ
     would give a third less: 900 cells, a standard error of 5 %). Every party applies the
-    coordinator's scaling, hears what the moments spent, and logs no exact release."""
+    coordinator's scaling, hears what the moments spent, and its ledger holds no exact release and
+    the DP charges of the moments and the counts."""
     from xclp import dp_moments
-    from xclp.client.releases import ReleaseLog
+    from xclp.client.ledger import Ledger, data_digest
 
     opened: list[np.ndarray] = []
     real = moments.pooled_scaling
@@ -284,7 +285,8 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
         datas[p] = PartyData(X, rng.integers(0, 3, 20), tuple(f"{p}{r}" for r in range(20)))
     params = {**FLYNN, "epsilon": 2.0, "T": 5, "standardise": True, "impute": "mean", "moments_epsilon": 1.0,
               "moments_delta": 1e-6, "moments_bounds": [-4.0, 6.0]}
-    logs = {p: {"releases": ReleaseLog(tmp_path / p / "releases.json")} for p in PARTIES}
+    ledgers = {p: Ledger(tmp_path / p) for p in PARTIES}
+    logs = {p: {"ledger": ledgers[p]} for p in PARTIES}
     with coordinator(allow_list(keys), [job("f", "flynn", params)]) as (coord, addr):
         results = run_parties(addr, "f", keys, datas, policy=PartyPolicy(require_dp=3.0), overrides=logs)
         scaling = coord.jobs["f"].scaling
@@ -303,7 +305,9 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
         np.testing.assert_array_equal(result.scaling.mean, scaling.mean)
         np.testing.assert_array_equal(result.scaling.std, scaling.std)
         assert result.privacy is not None and result.privacy["moments"]["epsilon_spent"] == 1.0
-        assert not (tmp_path / p / "releases.json").exists()  # noisy sums: nothing to difference exactly
+        (entry,) = ledgers[p].summary().values()  # noisy sums: nothing to difference exactly, ε charged
+        assert entry["exact"] == [] and entry["spent"] == {"epsilon": 3.0, "delta": 1e-6}
+        assert ledgers[p].spent(data_digest(datas[p])) == (3.0, 1e-6)
     kept = scaling.kept  # 60 rows against a noise of σ ≈ 160 on each count: some counts fall below one row
     assert ((scaling.mean[kept] >= -4.0) & (scaling.mean[kept] <= 6.0)).all() and (scaling.std[kept] <= 5.0).all()
     assert summary["privacy"]["line"].startswith("DP moments: ε = 1, δ = 1e-06")

@@ -1,65 +1,182 @@
-"""No differencing across runs (DESIGN §2.8): a job run twice on the same data, the second time
-without one party, would give a coordinator that party's exact sums as the difference."""
+"""Releases accounted against the data, across runs and job definitions (issue 46, client/ledger.py).
+
+The release log this replaces was keyed on the whole job definition: a coordinator that changed
+the job id, the expected parties, one unrelated parameter or the job type got the same moments
+released again among one party fewer, and the difference was that party's exact count, mean and
+variance per feature. A DP job rerun many times averaged its noise away; XCLP's randomised
+responses, drawn afresh each run, gave most labels to a majority vote. Each test drives the real
+party code through the real coordinator, and each attack was seen to work on the code before the
+ledger (the note of issue 46 says how).
+"""
 
 from __future__ import annotations
 
 import json
+import os
 
+import numpy as np
 import pytest
 
 from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
+from xclp import label_dp
+from xclp.client.ledger import Budget, Ledger, Release, data_digest, function_id
 from xclp.client.policy import PartyPolicy
-from xclp.client.releases import ReleaseLog, release_key
 from xclp.client.session import JobResult
-from xclp.errors import ConfigError, ProtocolError
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import ConfigError, PolicyRefused
 
 PARTIES4 = ("a", "b", "c", "d")
 FLYNN = {"n_classes": 3, "m": 64, "s": 3, "rho": 8, "standardise": True}
+RACE = {"n_classes": 3, "rows": 4, "width": 16, "standardise": True}
 
 
-def run_once(keys, tmp_path, parties, *, allow_rerun=False, join_seconds=30.0):
-    """One run of the same standardising FlyNN job of a, b, c, d (min 3) with `parties` joining."""
-    datas = {p: party_data(100 + i) for i, p in enumerate(PARTIES4) if p in parties}
-    logs = {p: {"releases": ReleaseLog(tmp_path / p / "releases.json", allow_rerun=allow_rerun)} for p in parties}
+def run_once(keys, tmp_path, parties, *, job_id="std", job_type="flynn", params=FLYNN, expected=PARTIES4,
+             allow_rerun=False, join_seconds=30.0, budget: Budget | None = None, min_parties=3, datas=None):
+    """One run with `parties` joining, each with its ledger in tmp_path/<party>."""
+    datas = datas or {p: party_data(100 + i) for i, p in enumerate(PARTIES4)}
+    ledgers = {p: {"ledger": Ledger(tmp_path / p, allow_rerun=allow_rerun, identity=keys[p],
+                                    **({"budget": budget} if budget else {}))} for p in parties}
     rec = Recorder()
-    config = job("std", "flynn", FLYNN, parties=PARTIES4, min_parties=3, join_seconds=join_seconds)
+    config = job(job_id, job_type, params, parties=expected, min_parties=min_parties, join_seconds=join_seconds)
     with coordinator(allow_list(keys), [config], observer=rec) as (_, address):
-        results = run_parties(address, "std", keys, datas, policy=PartyPolicy(min_parties=3), overrides=logs)
+        results = run_parties(address, job_id, keys, {p: datas[p] for p in parties},
+                              policy=PartyPolicy(min_parties=min_parties, insecure_test_keys=True), overrides=ledgers)
     return results, rec
 
 
-def test_a_rerun_without_one_party_is_refused_before_any_exact_sum(keys, tmp_path) -> None:
-    """Attack: run 1 among a, b, c, d; run 2 of the same job, d "did not join", among a, b, c.
-    The two pooled moments (and counts) would difference to d's. The parties remember run 1's set."""
+VARIANTS = {  # the second run's definition: each escaped the old log, which was keyed on all of it
+    "job-id": dict(job_id="std-2"),
+    "expected-parties": dict(expected=("a", "b", "c")),
+    "unrelated-parameter": dict(params={**FLYNN, "m": 65}),
+    "job-type": dict(job_type="race", params=RACE),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_moments_released_among_four_are_not_released_again_among_three_under_another_definition(
+        keys, tmp_path, variant: str) -> None:
+    """Attack: run 1 standardises among a, b, c, d; run 2, under another job definition, among a, b,
+    c. The two pooled moments difference to d's exact count, sum and sum of squares per feature.
+    The parties' ledgers name the moments of each column, not the job: run 2 is refused before
+    anything is masked."""
     first, _ = run_once(keys, tmp_path, PARTIES4)
     assert all(isinstance(r, JobResult) for r in first.values()), first
-    logged = json.loads((tmp_path / "a" / "releases.json").read_text())
-    assert sorted(map(tuple, logged.values())) == [PARTIES4, PARTIES4]  # the moments and the counts
-    second, rec = run_once(keys, tmp_path, ("a", "b", "c"), join_seconds=1.0)
+    second, rec = run_once(keys, tmp_path, ("a", "b", "c"), join_seconds=1.0, **VARIANTS[variant])
     for p in "abc":
-        assert isinstance(second[p], ProtocolError), (p, second[p])
-        assert "released the 'moments' sum of this job on this data among a, b, c, d" in str(second[p])
+        assert isinstance(second[p], PolicyRefused), (p, second[p])
+        assert "released the count of column '#1' of this data exactly among a, b, c, d (job 'std'" in str(second[p])
     assert not [k for k in rec.seen if k[1] in ("moments", "sum")]  # nothing masked, so nothing to open
 
 
 def test_the_same_set_may_run_again_and_allow_rerun_lifts_the_refusal(keys, tmp_path) -> None:
     run_once(keys, tmp_path, PARTIES4)
-    again, _ = run_once(keys, tmp_path, PARTIES4)
+    again, _ = run_once(keys, tmp_path, PARTIES4, job_id="std-again")
     assert all(isinstance(r, JobResult) for r in again.values()), again
     fewer, _ = run_once(keys, tmp_path, ("a", "b", "c"), allow_rerun=True, join_seconds=1.0)
     assert all(isinstance(r, JobResult) for r in fewer.values()), fewer
 
 
-def test_the_release_log_keeps_digests_only_and_refuses_a_broken_file(tmp_path) -> None:
-    log = ReleaseLog(tmp_path / "releases.json")
-    key = release_key(b"j" * 32, "sum")
-    log.check(key, ["a", "b"], "the 'sum' sum")  # nothing logged yet
-    log.record(key, ["b", "a"])
-    log.check(key, ["a", "b"], "the 'sum' sum")
-    with pytest.raises(ProtocolError, match="among a, b; a run among a, c would let"):
-        log.check(key, ["a", "c"], "the 'sum' sum")
-    assert json.loads((tmp_path / "releases.json").read_text()) == {key.hex(): ["a", "b"]}
-    assert (tmp_path / "releases.json").stat().st_mode & 0o777 == 0o600
-    (tmp_path / "releases.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="is unreadable"):
-        log.check(key, ["a", "b"], "the 'sum' sum")
+DP_RACE = {"n_classes": 3, "rows": 4, "width": 16, "epsilon": 0.05, "standardise": True, "moments_epsilon": 0.05,
+           "moments_delta": 1e-8, "moments_bounds": [-5.0, 10.0]}
+
+
+def test_reruns_of_a_dp_job_stop_at_the_data_sets_budget(keys, tmp_path) -> None:
+    """Attack: a DP job (DP moments and DP RACE, ε = 0.1 in all, which every --require-dp 2 party
+    takes) rerun again and again: the noise of K runs averages down as 1/√K (256 + 256 runs gave
+    d's feature means back to 0.31). Each party's ledger charges every run against its data set:
+    with a budget of ε = 2, run 21 is refused before Join, with the numbers."""
+    datas = {p: party_data(200 + i) for i, p in enumerate("abc")}
+    budget = Budget(2.0, 1e-5)
+    for run in range(20):
+        results, _ = run_once(keys, tmp_path, "abc", job_id=f"dp-{run}", job_type="race", params=DP_RACE,
+                              expected=("a", "b", "c"), budget=budget, min_parties=2, datas=datas)
+        assert all(isinstance(r, JobResult) for r in results.values()), (run, results)
+    ledger = Ledger(tmp_path / "a", budget=budget)
+    spent = ledger.spent(data_digest(datas["a"]))
+    assert spent[0] == pytest.approx(2.0) and spent[1] == pytest.approx(20 * 1e-8)
+    refused, rec = run_once(keys, tmp_path, "abc", job_id="dp-20", job_type="race", params=DP_RACE,
+                            expected=("a", "b", "c"), budget=budget, min_parties=2, datas=datas, join_seconds=1.0)
+    for p in "abc":
+        assert isinstance(refused[p], PolicyRefused), (p, refused[p])
+        assert "would spend ε = 0.1, δ = 1e-08 of this data set's privacy budget; it has spent ε = 2" \
+            in str(refused[p])
+    assert not rec.seen  # refused before Join: nothing of the run reached the coordinator
+
+
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True, "label_dp_epsilon": 1.0}
+
+
+def test_label_dp_reruns_reuse_the_same_randomised_responses_and_spend_nothing_new(keys, tmp_path,
+                                                                                  monkeypatch) -> None:
+    """Attack: XCLP with randomised response at ε = 1 rerun 41 times; a majority vote over the runs
+    gave the coordinator (with one colluding party) 97 % of d's labels, since each run drew fresh
+    responses. They are now drawn once per data set and ε, kept sealed in the ledger, and every
+    rerun releases the very same responses and spends nothing new."""
+    drawn: list[np.ndarray] = []
+    real = label_dp.randomised_response
+
+    def counted(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(label_dp, "randomised_response", counted)
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "abc"}
+    datas = {p: party_data(300 + i, unlabeled=20) for i, p in enumerate("abc")}
+    for run in range(3):
+        ledgers = {p: {"ledger": Ledger(tmp_path / p, identity=keys[p])} for p in "abc"}
+        with coordinator(allow_list(keys), [job(f"x{run}", "xclp", XCLP)]) as (_, address):
+            results = run_parties(address, f"x{run}", keys, datas, paillier=paillier, overrides=ledgers,
+                                  policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        assert all(isinstance(r, JobResult) for r in results.values()), results
+    assert len(drawn) == 3  # once per party, over three runs
+    for p in "abc":
+        ledger = Ledger(tmp_path / p, identity=keys[p])
+        assert ledger.spent(data_digest(datas[p])) == (1.0, 0.0)  # one charge, not three
+        again = ledger.responses(data_digest(datas[p]), "responses:epsilon=1.0:classes=3:hide_unlabeled=False",
+                                 lambda: np.zeros(1, np.int64))
+        assert any(np.array_equal(again, d) for d in drawn)
+        sealed = next((tmp_path / p / "responses").iterdir()).read_bytes()
+        assert again.tobytes() not in sealed  # sealed at rest
+
+
+def test_the_ledger_survives_a_crash_mid_write_and_refuses_a_corrupted_file(keys, tmp_path, monkeypatch) -> None:
+    ledger = Ledger(tmp_path, identity=keys["a"])
+    data = b"\x01" * 32
+    moments = Release(function_id("moments", "age", "sum"), "the sum of column 'age'")
+    ledger.record_exact(data, [moments], "abc", "j", "1")
+    before = (tmp_path / "ledger.json").read_bytes()
+    assert (tmp_path / "ledger.json").stat().st_mode & 0o777 == 0o600
+
+    def crash(src, dst):
+        raise OSError("the machine lost power")
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError, match="lost power"):
+        ledger.record_exact(data, [Release(function_id("moments", "age", "count"), "x")], "abd", "j", "2")
+    monkeypatch.undo()
+    assert (tmp_path / "ledger.json").read_bytes() == before  # the old ledger, whole
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ledger.json.") and p.suffix != ".lock"] == []
+    with pytest.raises(PolicyRefused, match="released the sum of column 'age' of this data exactly among a, b, c"):
+        ledger.check_exact(data, [moments], "abd")
+    (tmp_path / "ledger.json").write_text('{"version": 1, "datasets": ')
+    with pytest.raises(ConfigError, match="cannot be read .* it is not reset silently"):
+        ledger.check_exact(data, [moments], "abd")
+    assert (tmp_path / "ledger.json").read_text() == '{"version": 1, "datasets": '  # left as it was
+    (tmp_path / "ledger.json").write_text(json.dumps({"version": 7, "datasets": {}}))
+    with pytest.raises(ConfigError, match="is not a version 1 ledger"):
+        ledger.spent(data)
+
+
+def test_the_ledger_holds_no_feature_label_or_value(keys, tmp_path) -> None:
+    """After a standardising run and a label-DP run: the ledger names columns, parties, jobs and
+    guarantees; no feature value, label or row id of the table is in it."""
+    datas = {p: party_data(100 + i) for i, p in enumerate(PARTIES4)}
+    run_once(keys, tmp_path, PARTIES4, datas=datas)
+    text = (tmp_path / "a" / "ledger.json").read_text()
+    data = datas["a"]
+    assert "#1" in text and "std" in text
+    for value in data.X.ravel()[:50]:
+        assert f"{value:.6g}" not in text and repr(float(value)) not in text
+    for row_id in data.ids:
+        assert row_id not in text
+    assert '"label' not in text

@@ -244,6 +244,10 @@ class PrivateTraining(JobParams):
         return self.dp_epsilon
 
     @property
+    def release_delta(self) -> float:
+        return self.dp_delta or 0.0
+
+    @property
     def dp_steps(self) -> int:
         """Noisy sums a party adds per round: 1 is the distributed case."""
         raise NotImplementedError

@@ -127,6 +127,24 @@ class JobParams:
         return None
 
     @property
+    def release_delta(self) -> float:
+        """The δ of `release_epsilon` (0: the job type's releases are pure ε-DP)."""
+        return 0.0
+
+    @property
+    def dp_releases(self) -> tuple[tuple[str, float, float], ...]:
+        """What the job's DP releases spend of a data set's privacy budget (client/ledger.py):
+        (kind, ε, δ) per kind of release: "moments", "release" (the job type's own), and XCLP's
+        "labels" or "responses" (randomised responses, reused by every later run)."""
+        out: list[tuple[str, float, float]] = []
+        if self.moments_dp:
+            assert self.moments_epsilon is not None and self.moments_delta is not None
+            out.append(("moments", self.moments_epsilon, self.moments_delta))
+        if self.release_epsilon is not None:
+            out.append(("release", self.release_epsilon, self.release_delta))
+        return tuple(out)
+
+    @property
     def moments_dp(self) -> bool:
         """Whether the moments phase releases with DP (xclp.dp_moments)."""
         return self.prepares and self.moments_epsilon is not None
