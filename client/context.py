@@ -23,7 +23,7 @@ from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ProtocolError
 from xclp.fedavg import round_seed
 from xclp.party_table import PartyData
-from xclp.v1 import fedavg, wire
+from xclp.v1 import training, wire
 from xclp.v1.params import JobParams
 
 Progress = Callable[[str], None]
@@ -107,8 +107,8 @@ class PartyContext:
 
     def round_scope(self, t: int) -> PartyContext:
         """Training round t: its seed, its masks under the round's session id, its step names."""
-        session = fedavg.round_session(self.session_id, t)
-        prefix = fedavg.scoped(t, "")
+        session = training.round_session(self.session_id, t)
+        prefix = training.scoped(t, "")
         return dataclasses.replace(self, seed=round_seed(self.seed, t), prefix=prefix,
                                    masker=PairwiseMasker(self.party_id, self.masker.secrets, session),
                                    conn=ScopedPusher(self.conn, prefix), transcript=self.transcript.child(f"round {t}"))

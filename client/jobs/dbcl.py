@@ -25,7 +25,7 @@ from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import local_rng
 from xclp.nn import Network
-from xclp.v1 import dbcl, fedavg, wire
+from xclp.v1 import dbcl, training, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.dbcl import DbclJobParams
 from xclp.validation import UNLABELED
@@ -47,7 +47,7 @@ class DbclTrainer:
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message; in a dbcl job only the "
                                 "coordinator sends")
         if message.step != dbcl.SEED_MSG:
-            raise ProtocolError(f"the coordinator sent an unknown {fedavg.scoped(t, message.step)!r} message")
+            raise ProtocolError(f"the coordinator sent an unknown {training.scoped(t, message.step)!r} message")
         if t <= self.round or t in self.seeds:
             raise ProtocolError(f"the seed of round {t} came after round {self.round} had started")
         try:
@@ -74,7 +74,7 @@ class DbclTrainer:
             raise ProtocolError(f"the released parameters of round {t}: {exc}") from None
 
     def on_step(self, t: int, step: pb.StepStart) -> None:
-        raise ProtocolError(f"unknown step {fedavg.scoped(t, step.step)!r} for a dbcl job")
+        raise ProtocolError(f"unknown step {training.scoped(t, step.step)!r} for a dbcl job")
 
     def train(self, t: int, started: float) -> tuple[np.ndarray, int, RoundRecord]:
         assert self.view is not None
@@ -100,7 +100,7 @@ class DbclTrainer:
 
     def payload_limit(self, t: int, name: str, sender: str) -> int:
         if sender != "" or name != dbcl.SEED_MSG:
-            raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {fedavg.scoped(t, name)!r} message, which "
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {training.scoped(t, name)!r} message, which "
                                 "a dbcl job never sends")
         return dbcl.SEED_BYTES
 
@@ -120,7 +120,7 @@ class DbclTrainer:
             self.ctx.progress("training done; the job withholds the model from the parties")
             return payload
         try:
-            final = Network(self.arch, fedavg.model_payload(payload, self.arch.n_params, "the final model")).flat
+            final = Network(self.arch, training.model_payload(payload, self.arch.n_params, "the final model")).flat
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
         self.ctx.progress(f"final model received ({self.arch.n_params} parameters)")

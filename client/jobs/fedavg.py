@@ -30,7 +30,7 @@ from xclp.fedavg import (
 )
 from xclp.nn import Network
 from xclp.party_table import PartyData
-from xclp.v1 import fedavg, wire
+from xclp.v1 import training, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import FedavgJobParams
 from xclp.validation import UNLABELED
@@ -63,7 +63,7 @@ class FedavgTrainer:
     def on_message(self, t: int, message: wire.Message) -> None:
         if t != self.round or self.xclp is None:
             who = f"{message.sender!r}" if message.sender else "the coordinator"
-            raise ProtocolError(f"{who} sent {fedavg.scoped(t, message.step)!r} outside this round's XCLP run")
+            raise ProtocolError(f"{who} sent {training.scoped(t, message.step)!r} outside this round's XCLP run")
         self.xclp.on_message(message)
 
     def train(self, t: int, started: float) -> tuple[np.ndarray, int, RoundRecord]:
@@ -93,7 +93,7 @@ class FedavgTrainer:
 
     def payload_limit(self, t: int, name: str, sender: str) -> int:
         if t != self.round or self.xclp is None:
-            raise ProtocolError(f"{sender or 'the coordinator'!r} sent {fedavg.scoped(t, name)!r} outside this "
+            raise ProtocolError(f"{sender or 'the coordinator'!r} sent {training.scoped(t, name)!r} outside this "
                                 "round's XCLP run")
         return self.xclp.payload_limit(name, sender)
 
@@ -131,7 +131,7 @@ class FedavgTrainer:
 
     def _model(self, payload: wire.Payload, what: str) -> Network:
         try:
-            return Network(self.arch, fedavg.model_payload(payload, self.arch.n_params, what))
+            return Network(self.arch, training.model_payload(payload, self.arch.n_params, what))
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
 

@@ -17,7 +17,7 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
 - one sum per model: once this party revealed its update for a model (θ; dbcl: the released
   view), it takes part in no later round on the same model with another set of parties (two
   sums over one model and different sets difference to the updates of the parties between);
-- the model chain (fedavg, xclp.v1.fedavg): every model released, in any round, and the final
+- the model chain (fedavg, xclp.v1.training): every model released, in any round, and the final
   model must be the head of the chain: θ₀ as this party computes it, moved only by an opened sum
   this party recomputed or by a round's attestation from the head, signed by members of that
   round's sample. So no model a hair from one whose sum opened can be released after skipped
@@ -44,9 +44,9 @@ from xclp.crypto.identity import verify_signature
 from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
-from xclp.v1 import fedavg, registry, wire
+from xclp.v1 import registry, training, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.fedavg import TrainingParams, private_training
+from xclp.v1.training import TrainingParams, private_training
 
 # what, with the model it starts from, defines a training update (client/ledger.py)
 UPDATE_SETTINGS = ("learning_rate", "momentum", "local_epochs", "batch_size", "optimiser", "frac_bits",
@@ -129,10 +129,10 @@ class RoundsParty(PartyJob):
         self.samples: tuple[tuple[str, ...], ...] | None = None  # every round's sample, from the common seed
         self.model_digest = b""  # of this round's released model
         self.released: dict[bytes, tuple[int, frozenset[str]]] = {}  # model digest -> (round, set) revealed for
-        # the model chain (xclp.v1.fedavg): the digest of the one model this party accepts next, and
+        # the model chain (xclp.v1.training): the digest of the one model this party accepts next, and
         # the link it recomputed in the current round (round, H(θ_t), H(θ_{t+1})), which it attests
         initial = trainer.initial_model() if trainer.verifiable else None
-        self.head: bytes | None = None if initial is None else fedavg.model_digest(initial)
+        self.head: bytes | None = None if initial is None else training.model_digest(initial)
         self.head_round = -1  # the round whose opened sum moved the head there (-1: θ₀)
         self.link: tuple[int, bytes, bytes] | None = None
         self.model_in: np.ndarray | None = None  # this round's model as released
@@ -157,7 +157,7 @@ class RoundsParty(PartyJob):
         return tuple(self.history)
 
     def on_message(self, message: wire.Message) -> None:
-        if message.sender == "" and message.step == fedavg.FINAL_MSG:
+        if message.sender == "" and message.step == training.FINAL_MSG:
             self._check_chain(message.payload, "the final model")
             self.result = self.trainer.final(message.payload)
             privacy = self.privacy()
@@ -166,41 +166,41 @@ class RoundsParty(PartyJob):
                                   f"job's {privacy['epsilon_budget']:g} (δ = {privacy['delta']:g}) over "
                                   f"{privacy['rounds']} round(s)")
             return
-        scope = fedavg.unscope(message.step)
+        scope = training.unscope(message.step)
         if scope is None:
             raise ProtocolError(f"{message.sender or 'the coordinator'!r} sent an unknown {message.step!r} message")
         t, name = scope
         if message.sender != "" and t < self.round:
             return  # a relay of an earlier round, which this party has left
-        if message.sender == "" and name == fedavg.MODEL_MSG:
+        if message.sender == "" and name == training.MODEL_MSG:
             self._start_round(t, message.payload)
-        elif message.sender == "" and name == fedavg.ATTESTED_MSG:
+        elif message.sender == "" and name == training.ATTESTED_MSG:
             self._on_attested(t, message.payload)
         else:
             self.trainer.on_message(t, dataclasses.replace(message, step=name))
 
     def payload_limit(self, step: str, sender: str) -> int:
-        scope = fedavg.unscope(step)
-        if sender == "" and (step == fedavg.FINAL_MSG or (scope is not None and scope[1] == fedavg.MODEL_MSG)):
+        scope = training.unscope(step)
+        if sender == "" and (step == training.FINAL_MSG or (scope is not None and scope[1] == training.MODEL_MSG)):
             return self.trainer.model_bytes()
-        if sender == "" and scope is not None and scope[1] == fedavg.ATTESTED_MSG:
-            return fedavg.Attested.limit(len(self.ctx.roster.party_ids))
+        if sender == "" and scope is not None and scope[1] == training.ATTESTED_MSG:
+            return training.Attested.limit(len(self.ctx.roster.party_ids))
         if scope is None:
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent an unknown {step!r} message")
         return self.trainer.payload_limit(*scope, sender)
 
     def on_step(self, step: pb.StepStart) -> None:
-        if step.step == fedavg.SAMPLES_STEP:
+        if step.step == training.SAMPLES_STEP:
             self._announce_samples(step)
             return
-        scope = fedavg.unscope(step.step)
+        scope = training.unscope(step.step)
         if scope is None:
             raise ProtocolError(f"unknown step {step.step!r} for a training job")
         t, name = scope
         if t != self.round or self.update_sum is None:
             raise ProtocolError(f"step {step.step!r} started, but this party is in round {self.round}")
         self._check_sample(t, step.participants)
-        if name == fedavg.ATTEST_STEP:
+        if name == training.ATTEST_STEP:
             self._attest(t, step.round)
             return
         local = pb.StepStart(step=name, round=step.round, participants=step.participants,
@@ -208,12 +208,12 @@ class RoundsParty(PartyJob):
         if not self.update_sum.handles(name):
             self.trainer.on_step(t, local)
             return
-        if name == fedavg.UPDATE_STEP:
+        if name == training.UPDATE_STEP:
             self._check_model_reuse(t, frozenset(step.participants))
         sent = self.update_sum.on_step(local)
         if name == self.update_sum.reveal_name:
             self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
-        if name == fedavg.UPDATE_STEP:
+        if name == training.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
                               f"{len(step.participants)} parties)")
@@ -233,7 +233,7 @@ class RoundsParty(PartyJob):
         # θ, or DBCL's released view: one for every party (DESIGN §2.5)
         self.model_digest = scope.transcript.absorb("model", payload)
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
-        self.update_sum = MaskedSumParty(scope, fedavg.UPDATE_STEP, self._update, purpose=fedavg.UPDATE_PURPOSE,
+        self.update_sum = MaskedSumParty(scope, training.UPDATE_STEP, self._update, purpose=training.UPDATE_PURPOSE,
                                          on_opened=None if self.model_in is None else self._opened,
                                          releases=None if self.dp is not None else self._releases)
         self.trainer.open_round(scope, t, payload)
@@ -246,14 +246,14 @@ class RoundsParty(PartyJob):
         except InvalidInput as exc:
             raise ProtocolError(f"round {self.round}'s opened update sum is unusable: {exc}") from None
         if model is not None and self.model_in is not None:
-            before, after = fedavg.model_digest(self.model_in), fedavg.model_digest(model)
+            before, after = training.model_digest(self.model_in), training.model_digest(model)
             self.link, self.head, self.head_round = (self.round, before, after), after, self.round
 
     def _check_chain(self, payload: wire.Payload, what: str) -> None:
         """A released model (any round's, or the final one) must be the head of the model chain."""
         if self.head is None:  # the party never sees the model (dbcl)
             return
-        if not isinstance(payload, np.ndarray) or fedavg.model_digest(payload) != self.head:
+        if not isinstance(payload, np.ndarray) or training.model_digest(payload) != self.head:
             since = ("θ₀ as this party computes it from the job's parameters" if self.head_round < 0 else
                      f"the model round {self.head_round}'s opened sum led to")
             raise ProtocolError(f"{what} is not the head of the model chain ({since}; a round whose sum did not come "
@@ -266,8 +266,8 @@ class RoundsParty(PartyJob):
             raise ProtocolError(f"the coordinator asked this party to attest round {t}'s model, which it did not "
                                 "recompute from an opened sum")
         _, before, after = self.link
-        signature = self.ctx.sign(fedavg.chain_message(self.ctx.session_id, t, before, after))
-        self.ctx.push(before + after + signature, fedavg.scoped(t, fedavg.ATTEST_STEP), attempt)
+        signature = self.ctx.sign(training.chain_message(self.ctx.session_id, t, before, after))
+        self.ctx.push(before + after + signature, training.scoped(t, training.ATTEST_STEP), attempt)
 
     def _on_attested(self, t: int, payload: wire.Payload) -> None:
         """Round t's link of the chain, signed by members of its sample: the head moves along it."""
@@ -275,13 +275,13 @@ class RoundsParty(PartyJob):
         if self.head is None or self.samples is None or not 0 <= t < self.params.rounds:
             raise ProtocolError(f"the coordinator sent {what}, which this party does not expect")
         try:
-            attested = fedavg.Attested.unpack(payload, self.ctx.roster.party_ids)
+            attested = training.Attested.unpack(payload, self.ctx.roster.party_ids)
         except InvalidInput as exc:
             raise ProtocolError(f"{what}: {exc}") from None
         outside = sorted(set(attested.signatures) - set(self.samples[t]))
         if outside:
             raise ProtocolError(f"{what} is signed by {', '.join(outside)}, outside that round's sample")
-        message = fedavg.chain_message(self.ctx.session_id, t, attested.before, attested.after)
+        message = training.chain_message(self.ctx.session_id, t, attested.before, attested.after)
         for p, signature in attested.signatures.items():
             if not verify_signature(self.ctx.roster.bundle(p).identity_public, signature, message):
                 raise ProtocolError(f"{what}: the signature of {p!r} does not verify under its identity key")
@@ -303,17 +303,17 @@ class RoundsParty(PartyJob):
         if self.samples is not None or self.round >= 0:
             raise ProtocolError("the samples step started twice, or after the first round")
         roster = self.ctx.roster.party_ids
-        payload = fedavg.samples_payload(self.ctx.seed, self.params.rounds, roster, self.params.fraction)
-        self.ctx.transcript.absorb(fedavg.SAMPLES_STEP, payload)  # every round's transcript starts from it
-        self.samples = fedavg.samples_from_payload(payload, self.params.rounds, roster)
-        self.ctx.push(payload, fedavg.SAMPLES_STEP, step.round)
+        payload = training.samples_payload(self.ctx.seed, self.params.rounds, roster, self.params.fraction)
+        self.ctx.transcript.absorb(training.SAMPLES_STEP, payload)  # every round's transcript starts from it
+        self.samples = training.samples_from_payload(payload, self.params.rounds, roster)
+        self.ctx.push(payload, training.SAMPLES_STEP, step.round)
 
     def _releases(self, members: tuple[str, ...]) -> list[Release]:
         """An exact update: a function of the data fixed by the model it starts from and the training
         settings (not by the round, the job or its rounds: a rerun from the same model is the same)."""
         settings = json.dumps({k: getattr(self.params, k) for k in UPDATE_SETTINGS if hasattr(self.params, k)},
                               sort_keys=True, default=str)
-        return [Release(function_id("update", registry.of(self.params).name, self.model_digest, settings),
+        return [Release(function_id("update", registry.of(self.ctx.params).name, self.model_digest, settings),
                         f"a training update from model {self.model_digest.hex()[:12]}")]
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
@@ -323,12 +323,12 @@ class RoundsParty(PartyJob):
             self.history.append(record)
         vector, rows = self.update
         if self.dp is None:
-            return fedavg.encode_update(vector, rows, self.params.frac_bits, len(members))
+            return training.encode_update(vector, rows, self.params.frac_bits, len(members))
         if self.dp.distributed:  # the round's share, topped up if the sum restarted with fewer parties
             if self.noise is None:
                 self.noise = RoundNoise(self.dp, vector.shape[0])
             vector = vector + self.noise.for_members(len(members))
-        return fedavg.encode_private_update(vector, rows)
+        return training.encode_private_update(vector, rows)
 
     def _check_sample(self, t: int, members: Iterable[str]) -> None:
         outside = sorted(set(members) - self.sample)

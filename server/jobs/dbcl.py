@@ -24,7 +24,7 @@ from xclp.server.jobs.training import RoundsJob
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Program, Scope
 from xclp.sketch import Sketch
-from xclp.v1 import dbcl, fedavg
+from xclp.v1 import dbcl, training
 from xclp.v1.dbcl import DbclJobParams
 
 
@@ -55,7 +55,7 @@ class DbclTrainer:
         released = RoundView.release(self.net, self.sketches).flat()
         for pid in scope.members:
             scope.send(pid, dbcl.SEED_MSG, 0, seed)
-            scope.send(pid, fedavg.MODEL_MSG, 0, released)
+            scope.send(pid, training.MODEL_MSG, 0, released)
         return tuple(scope.members)
 
     def fresh_seed(self, t: int) -> bytes:

@@ -22,7 +22,7 @@ from xclp.server.jobs.training import RoundsJob
 from xclp.server.jobs.xclp import XclpState, xclp_phases
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import PhaseFailed, Program, Scope
-from xclp.v1 import fedavg
+from xclp.v1 import training
 from xclp.v1.fedavg import FedavgJobParams
 
 log = logging.getLogger("xclp.server")
@@ -49,7 +49,7 @@ class FedavgTrainer:
 
     def round(self, scope: Scope, t: int) -> Program[tuple[str, ...]]:
         assert self.net is not None
-        scope.broadcast(fedavg.MODEL_MSG, 0, self.net.flat)
+        scope.broadcast(training.MODEL_MSG, 0, self.net.flat)
         if self.params.pseudo_labels_in(t) != "xclp":
             return tuple(scope.members)
         state = XclpState.of(self.params.xclp_params(), scope.run.parties, scope.members)

@@ -3,7 +3,7 @@
 After the seed (and the moments phase if the job prepares), the parties announce every round's
 sample, drawn from their common seed (step "samples"; the coordinator cannot choose them, DESIGN
 §2.6; all announcements must agree), then rounds t = 0 .. rounds − 1, each in its own scope (step
-names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
+names "r<t>.<name>", masks under the round's session id, xclp.v1.training):
 
     P_t = the parties' sample of round t, less dropped parties
     the trainer releases the round's model to P_t, and runs what the round needs before the
@@ -11,7 +11,7 @@ names "r<t>.<name>", masks under the round's session id, xclp.v1.fedavg):
     update (masked sum) --> the trainer moves the model by the opened sum
     attest (fedavg)     --> the members sign the link θ_t → θ_{t+1} each recomputed; every party of
                             the job gets it ("attested"), so that one the round passed by can follow
-                            the model chain (xclp.v1.fedavg)
+                            the model chain (xclp.v1.training)
 After the last round: "final_model" to every party, and the model to the job's `model` file.
 
 What a trainer is (`Trainer`) is what Flower calls a strategy: fedavg's (server/jobs/fedavg.py)
@@ -42,7 +42,7 @@ from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
-from xclp.v1 import fedavg, wire
+from xclp.v1 import training, wire
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.registry import params_json
@@ -125,16 +125,16 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         for t in range(self.params.rounds):
             self.round = t
             sample = samples[t]
-            scope = self.scope = run.open_scope(fedavg.scoped(t, ""), fedavg.round_session(run.session_id, t), sample,
-                                                leave_on_deadline=True)
+            scope = self.scope = run.open_scope(training.scoped(t, ""), training.round_session(run.session_id, t),
+                                                sample, leave_on_deadline=True)
             run.changed.notify_all()
             started = run.clock()
             try:
                 if len(scope.members) < scope.min_members:
                     raise PhaseFailed(f"only {len(scope.members)} of its sampled parties are left")
                 members = yield from self.trainer.round(scope, t)
-                total: SumResult = yield MaskedSum(scope, fedavg.UPDATE_STEP, what="update", participants=members,
-                                                   wire=fedavg.wire(self.trainer.update_size()),
+                total: SumResult = yield MaskedSum(scope, training.UPDATE_STEP, what="update", participants=members,
+                                                   wire=training.wire(self.trainer.update_size()),
                                                    verifiable=self.trainer.verifiable)
                 try:
                     rows = self.trainer.apply(total.value)
@@ -161,7 +161,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         if self.config.model_path is not None:
             path = save_network(self.config.model_path, self.config.job_type, self.params, self.trainer.net)
             log.info("job %s: wrote the trained network to %s", self.config.job_id, path)
-        run.scope.broadcast(fedavg.FINAL_MSG, 0, self.trainer.final_payload())
+        run.scope.broadcast(training.FINAL_MSG, 0, self.trainer.final_payload())
         done = self.params.rounds - len(self.skipped)
         return (f"{done} of {self.params.rounds} rounds trained" +
                 (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
@@ -169,7 +169,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
 
 class Attest(Phase):
     """Round t's members sign the link θ_t → θ_{t+1} each recomputed from the opened sum; the
-    coordinator relays the signatures to every party of the job (xclp.v1.fedavg, the model chain).
+    coordinator relays the signatures to every party of the job (xclp.v1.training, the model chain).
     Members that left sign nothing; with no signature, or members that disagree, nothing is relayed."""
 
     def __init__(self, scope: Scope, job: Scope, t: int, members: tuple[str, ...], roster: tuple[str, ...]) -> None:
@@ -181,23 +181,23 @@ class Attest(Phase):
         if not self.members:
             self.done()
             return
-        self.scope.start_step(fedavg.ATTEST_STEP, self.members)
+        self.scope.start_step(training.ATTEST_STEP, self.members)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
-        return fedavg.ATTEST_BYTES
+        return training.ATTEST_BYTES
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        if not isinstance(payload, bytes) or len(payload) != fedavg.ATTEST_BYTES:
-            raise InvalidInput(f"an attestation of round {self.t} is {fedavg.ATTEST_BYTES} opaque bytes")
+        if not isinstance(payload, bytes) or len(payload) != training.ATTEST_BYTES:
+            raise InvalidInput(f"an attestation of round {self.t} is {training.ATTEST_BYTES} opaque bytes")
 
     def on_step_complete(self, step: Step) -> None:
         signed = {p: payload_bytes(v) for p, v in step.received.items()}
-        links = {v[:2 * fedavg.DIGEST_BYTES] for v in signed.values()}
+        links = {v[:2 * training.DIGEST_BYTES] for v in signed.values()}
         if len(links) == 1:
             link = next(iter(links))
-            attested = fedavg.Attested(link[:fedavg.DIGEST_BYTES], link[fedavg.DIGEST_BYTES:],
-                                       {p: v[2 * fedavg.DIGEST_BYTES:] for p, v in signed.items()})
-            self.job.broadcast(fedavg.scoped(self.t, fedavg.ATTESTED_MSG), 0, attested.pack(self.roster))
+            attested = training.Attested(link[:training.DIGEST_BYTES], link[training.DIGEST_BYTES:],
+                                       {p: v[2 * training.DIGEST_BYTES:] for p, v in signed.items()})
+            self.job.broadcast(training.scoped(self.t, training.ATTESTED_MSG), 0, attested.pack(self.roster))
         elif links:
             log.warning("job %s: round %d's members attest different models: relaying none", self.run.config.job_id,
                         self.t)
@@ -209,7 +209,7 @@ class Attest(Phase):
 
 
 class Samples(Phase):
-    """Every party announces every round's sample (xclp.v1.fedavg.samples_payload, from the common
+    """Every party announces every round's sample (xclp.v1.training.samples_payload, from the common
     seed); the coordinator takes them only if all announcements agree."""
 
     def __init__(self, scope: Scope, rounds: int, roster: tuple[str, ...]) -> None:
@@ -217,20 +217,20 @@ class Samples(Phase):
         self.rounds, self.roster = rounds, roster
 
     def start(self) -> None:
-        self.scope.start_step(fedavg.SAMPLES_STEP)
+        self.scope.start_step(training.SAMPLES_STEP)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         return self.rounds * len(self.roster)
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        fedavg.samples_from_payload(payload, self.rounds, self.roster)
+        training.samples_from_payload(payload, self.rounds, self.roster)
 
     def on_step_complete(self, step: Step) -> None:
         announced = {payload_bytes(p) for p in step.received.values()}
         if len(announced) != 1:
             self.fail("the parties announced different samples of the rounds (their common seeds differ)")
             return
-        self.done(fedavg.samples_from_payload(next(iter(step.received.values())), self.rounds, self.roster))
+        self.done(training.samples_from_payload(next(iter(step.received.values())), self.rounds, self.roster))
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
         step.pending -= dropped  # the others' announcements stand

@@ -20,7 +20,7 @@ from xclp.party_table import PartyData
 from xclp.reference import xclp_reference
 from xclp.simulation import run_fedavg
 from xclp.simulation.fedavg import round_seed
-from xclp.v1 import fedavg
+from xclp.v1 import training
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import FedavgJobParams
 
@@ -109,7 +109,7 @@ def test_each_round_runs_on_the_sample_the_parties_drew_from_their_common_seed(k
     with coordinator(allow_list(keys), [job("sampled", "fedavg", p, parties=parties)]) as (_, address):
         results = run_parties(address, "sampled", keys, datas)
     seed = results["a"].seed  # type: ignore[union-attr]
-    drawn = fedavg.samples_from_payload(fedavg.samples_payload(seed, 4, parties, 0.75), 4, parties)
+    drawn = training.samples_from_payload(training.samples_payload(seed, 4, parties, 0.75), 4, parties)
     expected = dict(enumerate(drawn))
     assert all(len(s) == 3 for s in expected.values()) and len(set(expected.values())) > 1
     for party, result in results.items():

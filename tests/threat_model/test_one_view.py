@@ -176,7 +176,7 @@ def test_a_party_shown_another_model_refuses_it_before_training(keys, monkeypatc
     """Attack (DESIGN §2.5): c is sent another θ in round 0 than a and b (e.g. one that isolates its
     update in the sum). It used to train on it, and the sum's confirmations caught the different
     views; now c refuses the model itself: θ₀ is the head of its model chain, computed from the
-    job's parameters (xclp.v1.fedavg), and c sends nothing of the round."""
+    job's parameters (xclp.v1.training), and c sends nothing of the round."""
     rec = Recorder()
     datas = {p: party_data(60 + i) for i, p in enumerate(PARTIES)}
     forge = lambda party, name, payload: payload * 0.5 if party == "c" and name == "r0.model" else None  # noqa: E731

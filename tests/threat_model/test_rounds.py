@@ -20,7 +20,7 @@ from xclp.server.jobs.fedavg import FedavgTrainer
 from xclp.server.jobs.training import Attest, Samples
 from xclp.server.phases.base import PhaseFailed, Step
 from xclp.server.run import Run
-from xclp.v1 import fedavg
+from xclp.v1 import training
 from xclp.v1.registry import parse_params
 
 FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_size": 8}
@@ -31,9 +31,9 @@ def test_the_rounds_samples_come_from_the_parties_common_seed_not_the_job_file()
     whose samples isolate the party it wants. Now they follow the common seed, which the
     coordinator never sees, and the job's seed has no say."""
     roster = ("a", "b", "c", "d", "e")
-    one = fedavg.samples_payload(bytes(32), 6, roster, 0.6)
-    assert fedavg.samples_payload(bytes(32), 6, roster, 0.6).tolist() == one.tolist()  # all parties agree
-    assert fedavg.samples_payload(b"\x01" * 32, 6, roster, 0.6).tolist() != one.tolist()
+    one = training.samples_payload(bytes(32), 6, roster, 0.6)
+    assert training.samples_payload(bytes(32), 6, roster, 0.6).tolist() == one.tolist()  # all parties agree
+    assert training.samples_payload(b"\x01" * 32, 6, roster, 0.6).tolist() != one.tolist()
     assert (one.sum(axis=1) == 3).all()
     for seed in (0, 1, 2):  # the job file's seed changes θ₀ only
         assert parse_params("fedavg", {**FEDAVG, "seed": seed}).seed == seed
@@ -43,7 +43,7 @@ def test_a_coordinator_cannot_choose_a_rounds_parties(keys, monkeypatch) -> None
     """Attack: the coordinator takes the parties' announcements and runs each round with a set of
     its own choosing (here: the sample with one party swapped for the one left out)."""
     def choose(self: Samples, step: Step) -> None:
-        announced = fedavg.samples_from_payload(next(iter(step.received.values())), self.rounds, self.roster)
+        announced = training.samples_from_payload(next(iter(step.received.values())), self.rounds, self.roster)
         self.done(tuple(tuple(sorted((set(s) - {s[0]}) | (set(self.roster) - set(s)))) for s in announced))
 
     monkeypatch.setattr(Samples, "on_step_complete", choose)
@@ -80,7 +80,7 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
         return tuple(p for p in members if p != "c") if t == 1 else members
 
     def keep(self, total):
-        return fedavg.decode_update(total, self.params.frac_bits)[1]  # "applied": θ stays θ₀
+        return training.decode_update(total, self.params.frac_bits)[1]  # "applied": θ stays θ₀
 
     monkeypatch.setattr(FedavgTrainer, "round", round_)
     monkeypatch.setattr(FedavgTrainer, "apply", keep)
@@ -110,7 +110,7 @@ def test_honest_rounds_run_on_the_parties_samples(keys, fraction: float) -> None
     announced = {k[3] for k in rec.seen if k[1] == "samples"}
     assert announced == set(PARTIES)
     seed = next(iter(results.values())).seed
-    expected = fedavg.samples_from_payload(fedavg.samples_payload(seed, 2, PARTIES, fraction), 2, PARTIES)
+    expected = training.samples_from_payload(training.samples_payload(seed, 2, PARTIES, fraction), 2, PARTIES)
     assert [tuple(h["parties"]) for h in history] == list(expected)
 
 
@@ -121,7 +121,7 @@ def test_every_member_recomputes_theta_and_refuses_another(keys, monkeypatch) ->
     from xclp.fedavg import server_update
 
     def doubled(self, total):
-        delta, rows = fedavg.decode_update(total, self.params.frac_bits)
+        delta, rows = training.decode_update(total, self.params.frac_bits)
         self.net = server_update(self.net, 2 * delta, rows)
         return rows
 
@@ -197,7 +197,7 @@ def test_a_skipped_round_cannot_bring_back_a_model_a_hair_from_an_opened_one(key
 
     def keep(self, total):
         opened.append(total.copy())
-        return fedavg.decode_update(total, self.params.frac_bits)[1]  # "applied": θ stays θ₀
+        return training.decode_update(total, self.params.frac_bits)[1]  # "applied": θ stays θ₀
 
     opened_at: list[np.ndarray] = []
     real_begin = FedavgTrainer.begin
@@ -217,8 +217,8 @@ def test_a_skipped_round_cannot_bring_back_a_model_a_hair_from_an_opened_one(key
     assert {k[3] for k in rec.seen if k[1] == "r0.update_reveal"} == set(parties)  # round 0 was opened
     if len(opened) == 2:  # the attack worked: say what it got before failing
         params = parse_params("fedavg", FULL_BATCH)
-        difference = (fedavg.decode_update(opened[0], params.frac_bits)[0]
-                      - fedavg.decode_update(opened[1], params.frac_bits)[0])
+        difference = (training.decode_update(opened[0], params.frac_bits)[0]
+                      - training.decode_update(opened[1], params.frac_bits)[0])
         seed = next(r.seed for r in results.values() if not isinstance(r, BaseException))
         net = Network(params.architecture(datas["d"].X.shape[1]), opened_at[0])
         update_d, _ = client_update(net, training_set(datas["d"].X, datas["d"].y, None), params.optimiser,
@@ -236,7 +236,7 @@ def two_of_three_samples(monkeypatch) -> None:
     """Round 0's sample a, b and round 1's b, c: c is first sampled in round 1 (the samples follow
     the parties' common seed; the test fixes them so that one party always comes in late)."""
     fixed = {0: ["a", "b"], 1: ["b", "c"], 2: ["a", "c"]}
-    monkeypatch.setattr(fedavg, "sample_parties", lambda seed, t, ordered, fraction: fixed[t])
+    monkeypatch.setattr(training, "sample_parties", lambda seed, t, ordered, fraction: fixed[t])
 
 
 @pytest.mark.parametrize("how", ["forged", "withheld"])
@@ -253,7 +253,7 @@ def test_a_party_a_round_passed_by_follows_the_chain_only_by_the_members_signatu
             return None
         if how == "withheld":
             return b""
-        return payload[:32] + fedavg.model_digest(np.zeros(3)) + payload[64:]
+        return payload[:32] + training.model_digest(np.zeros(3)) + payload[64:]
 
     real_send = Run.send
 

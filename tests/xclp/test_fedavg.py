@@ -12,7 +12,7 @@ from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, s
 from xclp.errors import ConfigError, InvalidInput
 from xclp.fedavg import PseudoLabels, batches, sample_parties, server_update, training_set
 from xclp.nn import SGD, Architecture, Network
-from xclp.v1 import fedavg
+from xclp.v1 import training
 from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.registry import parse_params
 
@@ -76,16 +76,16 @@ def test_server_update_is_the_row_weighted_mean_of_the_party_models() -> None:
 def test_masked_updates_sum_to_the_fixed_point_total(parties: list[tuple[int, float]]) -> None:
     ids = [f"p{i}" for i in range(len(parties))]
     keys = {p: generate_x25519() for p in ids}
-    session = fedavg.round_session(b"s" * 32, 3)
+    session = training.round_session(b"s" * 32, 3)
     rng = np.random.default_rng(0)
     deltas = [scale * rng.normal(size=5) / 5 for _, scale in parties]
     masked = []
     for pid, (rows, _), delta in zip(ids, parties, deltas):
         masker = PairwiseMasker(pid, {q: shared_secret(keys[pid], public_bytes(keys[q])) for q in ids if q != pid},
                                 session)
-        local = fedavg.encode_update(delta, rows, 24, len(ids))
-        masked.append(masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, attempt=0, participants=ids))
-    total, rows = fedavg.decode_update(np.sum(masked, axis=0, dtype=np.uint64), 24)
+        local = training.encode_update(delta, rows, 24, len(ids))
+        masked.append(masker.apply(local, purpose=training.UPDATE_PURPOSE, attempt=0, participants=ids))
+    total, rows = training.decode_update(np.sum(masked, axis=0, dtype=np.uint64), 24)
     assert rows == sum(r for r, _ in parties)
     np.testing.assert_allclose(total, np.sum(deltas, axis=0), rtol=0, atol=len(ids) * 2.0 ** -25)
 
@@ -94,8 +94,8 @@ def test_a_masked_update_looks_uniform_and_an_unmasked_one_does_not() -> None:
     ids = ["a", "b", "c"]
     keys = {p: generate_x25519() for p in ids}
     masker = PairwiseMasker("a", {q: shared_secret(keys["a"], public_bytes(keys[q])) for q in "bc"}, b"s" * 32)
-    local = fedavg.encode_update(np.random.default_rng(1).normal(0, 0.1, 4095), 300, 24, 3)
-    masked = masker.apply(local, purpose=fedavg.UPDATE_PURPOSE, attempt=0, participants=ids)
+    local = training.encode_update(np.random.default_rng(1).normal(0, 0.1, 4095), 300, 24, 3)
+    masked = masker.apply(local, purpose=training.UPDATE_PURPOSE, attempt=0, participants=ids)
 
     def top_byte_pvalue(words: np.ndarray) -> float:
         return float(chisquare(np.bincount((words >> np.uint64(56)).astype(np.int64), minlength=256)).pvalue)
@@ -106,16 +106,16 @@ def test_a_masked_update_looks_uniform_and_an_unmasked_one_does_not() -> None:
 
 def test_an_update_that_could_wrap_is_refused() -> None:
     with pytest.raises(InvalidInput, match="does not fit the fixed-point ring"):
-        fedavg.encode_update(np.array([2.0 ** 39]), 1, 24, 3)
+        training.encode_update(np.array([2.0 ** 39]), 1, 24, 3)
     with pytest.raises(InvalidInput, match="NaN"):
-        fedavg.encode_update(np.array([np.nan]), 1, 24, 3)
+        training.encode_update(np.array([np.nan]), 1, 24, 3)
 
 
 def test_round_scopes_round_trip_and_reject_other_names() -> None:
-    assert fedavg.unscope(fedavg.scoped(12, "secure_hamming")) == (12, "secure_hamming")
+    assert training.unscope(training.scoped(12, "secure_hamming")) == (12, "secure_hamming")
     for name in ("update", "r.update", "r01.update", "r1.", "r1.Update", "x1.update", "r1.update.x"):
-        assert fedavg.unscope(name) is None
-    assert fedavg.round_session(b"s", 1) != fedavg.round_session(b"s", 2)
+        assert training.unscope(name) is None
+    assert training.round_session(b"s", 1) != training.round_session(b"s", 2)
 
 
 @pytest.mark.parametrize("params, message", [

@@ -101,7 +101,7 @@ def run_dbcl(
                 noisy += q + (RoundNoise(dp, view.size).for_members(len(members)) if dp.distributed else 0)
             rows += b
         if dp is not None:
-            total = noisy / dp.scale  # what the coordinator opens (xclp.v1.fedavg.PrivateTraining.decode_sum)
+            total = noisy / dp.scale  # what the coordinator opens (xclp.v1.training.PrivateTraining.decode_sum)
         if rows == 0:
             run.skipped.append(t)
             continue

@@ -1,7 +1,7 @@
 """The dbcl job on the wire (DESIGN §7, paper 004 §4.2): its parameters, the round's seed and
 released parameters.
 
-Rounds are scoped and masked as in the fedavg job (xclp.v1.fedavg: "r<t>.<name>", masks under
+Rounds are scoped and masked as in the fedavg job (xclp.v1.training: "r<t>.<name>", masks under
 `round_session`). Round t, for its sampled parties P_t:
     coordinator -> j   "r<t>.seed"    bytes[32]           the round's fresh seed; S_t of each sketched
                                                           layer is drawn from it (xclp.dbcl.draw_sketches)
@@ -27,7 +27,6 @@ from xclp.dbcl import OPTIMISERS, ServerOptimiser, sketch_sizes, view_size
 from xclp.errors import ConfigError, InvalidInput
 from xclp.nn import Architecture
 from xclp.sketch import KINDS as SKETCH_KINDS
-from xclp.v1.fedavg import DP_KEYS, MAX_DP_PARTIES, PrivateTraining, check_sample, check_training, dp_params
 from xclp.v1.params import (
     bool_param,
     check_names,
@@ -40,6 +39,7 @@ from xclp.v1.params import (
     param,
     str_param,
 )
+from xclp.v1.training import DP_KEYS, MAX_DP_PARTIES, PrivateTraining, check_sample, check_training, dp_params
 
 SEED_MSG = "seed"
 SEED_BYTES = 32

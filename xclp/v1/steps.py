@@ -5,7 +5,7 @@ Both ends import these; nothing here is copied anywhere else. A *step* is someth
 coordinator starts (`StepStart`) and parties contribute to; a *message* is a payload the
 coordinator sends on its own (sender ""). Mask purposes go into every HKDF info string
 (`xclp.crypto.kdf`), so one purpose's keys never serve another. Each job type's own names live
-in its contract module (xclp.v1.allreduce, xclp.v1.xclp, xclp.v1.fedavg, xclp.v1.dbcl).
+in its contract module (xclp.v1.allreduce, xclp.v1.xclp, xclp.v1.training, xclp.v1.fedavg, xclp.v1.dbcl).
 """
 
 from __future__ import annotations
