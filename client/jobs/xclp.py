@@ -41,9 +41,7 @@ from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.client.steps import xclp as steps
 from xclp.client.workers import worker_count
-from xclp.crypto import aead
 from xclp.crypto.fixedpoint import FixedPoint
-from xclp.crypto.kdf import derive_key
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
 from xclp.errors import InvalidInput, ProtocolError, XclpError
@@ -51,6 +49,7 @@ from xclp.progress import Meter
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
+from xclp.v1.relay import Relay as Sealed
 from xclp.v1.secure_hamming_wire import (
     MAX_IN_FLIGHT,
     HammingUpload,
@@ -475,26 +474,23 @@ class XclpParty(PartyJob):
         attempt = self._need(self.hamming_attempt, "the SecureHamming step")
         self._push(self._seal(frame_relay(kind, index, body), attempt, peer), HAMMING_STEP, attempt, recipient=peer)
 
-    def _relay_key(self, attempt: int, sender: str, recipient: str) -> tuple[bytes, bytes]:
-        """(key, AAD) sealing a SecureHamming relay from `sender` to `recipient` (DESIGN §2.2): a pairwise
-        HKDF key for this purpose, attempt and direction, with the session and step in the AAD."""
-        peer = recipient if sender == self.party_id else sender
-        masker = self.ctx.masker
-        key = derive_key(masker.secrets[peer], session_id=masker.session_id,
-                         purpose=f"relay:{HAMMING_STEP}:{sender}:{recipient}", attempt=attempt,
-                         participants=(sender, recipient))
-        return key, b"|".join((masker.session_id, HAMMING_STEP.encode(), sender.encode(), recipient.encode()))
+    def _sealed(self, attempt: int, sender: str, recipient: str) -> Sealed:
+        """A SecureHamming relay's binding (xclp.v1.relay): the pair's key for this attempt, the
+        step, attempt, sender and recipient in the AAD."""
+        return Sealed.of(HAMMING_STEP, HAMMING_STEP, attempt, (sender, recipient), sender, recipient)
 
     def _seal(self, payload: bytes, attempt: int, recipient: str) -> bytes:
-        key, aad = self._relay_key(attempt, self.party_id, recipient)
-        return aead.seal(key, payload, aad=aad)
+        masker = self.ctx.masker
+        return self._sealed(attempt, self.party_id, recipient).seal(masker.secrets[recipient], masker.session_id,
+                                                                   payload)
 
     def _open(self, sealed: bytes, attempt: int, sender: str) -> bytes:
         """The relayed payload, or ProtocolError: the coordinator may drop a relay, never forge,
         replay, reflect or redirect one."""
-        key, aad = self._relay_key(attempt, sender, self.party_id)
+        masker = self.ctx.masker
         try:
-            return aead.open_sealed(key, sealed, aad=aad)
+            return self._sealed(attempt, sender, self.party_id).open(masker.secrets[sender], masker.session_id,
+                                                                     sealed)
         except XclpError:
             raise ProtocolError(f"a SecureHamming message said to come from {sender!r} does not open: forged, "
                                 "replayed or redirected on the way") from None

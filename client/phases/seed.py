@@ -13,11 +13,10 @@ import secrets
 from collections.abc import Mapping
 
 from xclp.client.context import Progress, Pusher
-from xclp.crypto import aead
-from xclp.crypto.kdf import derive_key
 from xclp.errors import ProtocolError
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.relay import Relay
 from xclp.v1.steps import SEED_BYTES, SEED_PURPOSE, SEED_STEP
 
 
@@ -45,18 +44,14 @@ class SeedParty:
         self.sealed[(message.round, message.sender)] = message.payload
         self._try_open()
 
-    def _key(self, peer: str, step: pb.StepStart) -> bytes:
-        return derive_key(self.pair_secrets[peer], session_id=self.session_id, purpose=SEED_PURPOSE,
-                          attempt=step.round, participants=list(step.participants))
-
-    def _aad(self) -> bytes:
-        """The session id and the step in the AAD of the sealed seed (DESIGN §2.2)."""
-        return self.session_id + b"|" + SEED_STEP.encode()
+    def _relay(self, step: pb.StepStart, sender: str, recipient: str) -> Relay:
+        """The sealed seed's binding (xclp.v1.relay, DESIGN §2.2)."""
+        return Relay.of(SEED_PURPOSE, SEED_STEP, step.round, step.participants, sender, recipient)
 
     def _lead(self, step: pb.StepStart) -> None:
         seed = secrets.token_bytes(SEED_BYTES)
         for peer in step.participants[1:]:
-            sealed = aead.seal(self._key(peer, step), seed, aad=self._aad())
+            sealed = self._relay(step, self.party_id, peer).seal(self.pair_secrets[peer], self.session_id, seed)
             self.conn.push(sealed, sender=self.party_id, step=SEED_STEP, round=step.round, recipient=peer)
         self._have(seed, step)
         self.progress(f"drew the common seed and sent it sealed to {len(step.participants) - 1} parties")
@@ -71,7 +66,7 @@ class SeedParty:
             return
         if not isinstance(sealed, bytes):
             raise ProtocolError("the sealed seed must be opaque bytes")
-        seed = aead.open_sealed(self._key(leader, step), sealed, aad=self._aad())
+        seed = self._relay(step, leader, self.party_id).open(self.pair_secrets[leader], self.session_id, sealed)
         if len(seed) != SEED_BYTES:
             raise ProtocolError(f"the common seed must be {SEED_BYTES} bytes")
         self._have(seed, step)

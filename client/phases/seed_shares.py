@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from xclp.client.context import PartyContext
 from xclp.client.policy import check_share_threshold
-from xclp.crypto import aead, shamir
-from xclp.crypto.kdf import derive_key
+from xclp.crypto import shamir
 from xclp.errors import ProtocolError
 from xclp.v1 import wire
 from xclp.v1.double_masking import (
@@ -32,10 +31,10 @@ from xclp.v1.double_masking import (
     SHARE_PURPOSE,
     recover_digest,
     recoverable,
-    share_aad,
     share_index,
     share_threshold,
 )
+from xclp.v1.relay import Relay
 
 Members = tuple[str, ...]
 
@@ -81,8 +80,8 @@ class SeedShares:
             return []
         me = self.ctx.party_id
         shares = shamir.split(seed, self.threshold(members), [share_index(p, members) for p in members])
-        return [wire.Outgoing(aead.seal(self._key(peer, attempt, members), shares[share_index(peer, members)],
-                                        aad=share_aad(self.ctx.session_id, self.step, me, peer)),
+        return [wire.Outgoing(self._relay(attempt, members, me, peer).seal(
+                    self.ctx.masker.secrets[peer], self.ctx.session_id, shares[share_index(peer, members)]),
                               self.name, attempt, peer)
                 for peer in members if peer != me]
 
@@ -99,8 +98,8 @@ class SeedShares:
             raise ProtocolError(f"{sender!r} sent its self-mask share for {self.step} attempt {attempt} twice")
         if not isinstance(message.payload, bytes) or len(message.payload) != SEALED_SHARE_BYTES:
             raise ProtocolError(f"a sealed self-mask share is {SEALED_SHARE_BYTES} opaque bytes")
-        share = aead.open_sealed(self._key(sender, attempt, mine[1]), message.payload,
-                                 aad=share_aad(self.ctx.session_id, self.step, sender, self.ctx.party_id))
+        share = self._relay(attempt, mine[1], sender, self.ctx.party_id).open(
+            self.ctx.masker.secrets[sender], self.ctx.session_id, message.payload)
         if len(share) != shamir.SHARE_BYTES:
             raise ProtocolError(f"a self-mask share is {shamir.SHARE_BYTES} bytes")
         held[sender] = share
@@ -142,6 +141,6 @@ class SeedShares:
         digest = recover_digest(self.ctx.session_id, self.digest_step, attempt, holders, givers)
         return digest + b"".join(held[p] for p in lost)
 
-    def _key(self, peer: str, attempt: int, members: Members) -> bytes:
-        return derive_key(self.ctx.masker.secrets[peer], session_id=self.ctx.session_id, purpose=SHARE_PURPOSE,
-                          attempt=attempt, participants=list(members))
+    def _relay(self, attempt: int, members: Members, sender: str, recipient: str) -> Relay:
+        """A sealed share's binding (xclp.v1.relay): the sum's step, attempt and members, both ends."""
+        return Relay.of(SHARE_PURPOSE, self.step, attempt, members, sender, recipient)

@@ -28,8 +28,9 @@ difference of the two sums is the exact sum of P_a − P_{a+1}.
 
 A holder lost while revealing (issue 25, Bonawitz et al. 2017 §4): with its masked vector each
 party i sends every other member j a Shamir share of b_i (t-of-|P_a|, crypto/shamir.py, index =
-position in sorted P_a + 1), sealed under the pair's key for (SHARE_PURPOSE, a, P_a) with
-session, step, sender and recipient in the AAD. If holders M do not reveal, the coordinator
+position in sorted P_a + 1), sealed for that member as every peer-to-peer payload is
+(xclp.v1.relay: the pair's key for SHARE_PURPOSE, a and P_a; session, step, sender and recipient
+in the AAD). If holders M do not reveal, the coordinator
 starts the step's recover step (same attempt) among the holders R = P_a − M that revealed; each
 answers recover_digest(session, step, a, P_a, R) ‖ its shares of every b_j, j ∈ M (sorted). Any t
 shares give b_j; b_j alone opens nothing of j (its pairwise masks still hide x_j). t is the job's
@@ -98,11 +99,6 @@ def recoverable(threshold: int, holders: int) -> bool:
 def share_index(party: str, holders: Sequence[str]) -> int:
     """The Shamir index of `party` among `holders` (1-based, in sorted order)."""
     return sorted(holders).index(party) + 1
-
-
-def share_aad(session_id: bytes, step: str, sender: str, recipient: str) -> bytes:
-    """The AAD of a sealed self-mask share: the coordinator can neither redirect nor reflect one."""
-    return b"\x00".join((b"xclp/v1/selfmask-share", session_id, step.encode(), sender.encode(), recipient.encode()))
 
 
 def recover_digest(session_id: bytes, step: str, attempt: int, holders: Sequence[str], givers: Sequence[str]) -> bytes:
