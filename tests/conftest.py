@@ -20,6 +20,9 @@ def docker_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # the Docker end-to-end tests are slow ones: the fast lane (-m "not slow") leaves them out
+        if item.get_closest_marker("docker") is not None:
+            item.add_marker(pytest.mark.slow)
     if any("docker" in item.keywords for item in items) and not docker_available():
         skip = pytest.mark.skip(reason="no Docker Engine answers `docker info`")
         for item in items:
@@ -48,3 +51,4 @@ def _release_logs_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFact
         os.environ.pop("XDG_STATE_HOME", None)
     else:
         os.environ["XDG_STATE_HOME"] = before
+
