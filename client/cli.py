@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -193,7 +194,17 @@ def _read_party_toml(path: Path) -> dict[str, Any]:
     return raw
 
 
+class Terminated(BaseException):
+    """SIGTERM: unwind like Ctrl-C, so that every `finally` runs (the Paillier pool's processes end
+    with this one; issue 47: a SIGTERM'd party left its workers computing under init)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _terminated)
     cfg = _read_party_toml(args.config) if args.config is not None else {}
     cfg.update({k: v for k, v in vars(args).items() if k in RUN_KEYS and v is not None})
     missing = [k for k in ("coordinator", "job", "party", "identity", "peers", "data", "out") if not cfg.get(k)]
@@ -225,7 +236,6 @@ def run(args: argparse.Namespace) -> int:
 
 def agent(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import threading
 
     from xclp.client.agent import Agent, AgentConfig
@@ -344,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xclp-client: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("xclp-client: stopped by SIGTERM; nothing written", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except OSError as exc:
         print(f"xclp-client: error: {exc}", file=sys.stderr)
         return 1

@@ -173,6 +173,8 @@ class PartySession:
         self._aborted = True
         if self._conn is not None:
             self._conn.close()
+        if self._executor is not None:  # Paillier work in flight ends now: its thread wakes and unwinds
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def conn(self) -> Connection:

@@ -122,10 +122,16 @@ class LocalPool(Executor):
         return pool.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """With cancel_futures (the party stops: an error, a cancelled run, SIGTERM) the workers are
+        ended now, mid-task, rather than left to finish Paillier work nobody will read."""
         with self._lock:
             self._closed, pool, self._pool = True, self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        if pool is None:
+            return
+        if cancel_futures:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def worker_count(executor: Executor | None) -> int:

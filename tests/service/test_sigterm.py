@@ -1,0 +1,94 @@
+"""A party stopped by SIGTERM leaves no process behind (issue 47, item 4).
+
+`kill -TERM` of an `xclp-client run` in SecureHamming used to leave its forkserver, resource
+tracker and pool workers alive under init (in one run still computing 40 minutes later): the
+default action ended the party without unwinding. Now SIGTERM unwinds like Ctrl-C, and the
+Paillier pool's workers are ended with it. The party runs in a process group of its own, so that
+every process it started can be found, and the test waits (bounded) for the group to empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import allow_list, coordinator, job, on_threads, party_data, run_parties
+from tests.helpers import save_identity, write_table
+from xclp.client.policy import PartyPolicy
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
+
+XCLP = {"n_classes": 3, "k": 5, "lsh_bits": 256, "key_bits": 512, "insecure_test_keys": True}
+ROWS = 1200
+
+
+def group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` still alive (zombies excepted)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(keys, tmp_path: Path) -> None:
+    data = party_data(500, n=ROWS)
+    write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
+    save_identity(keys["a"], tmp_path / "a.key")
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    others = {p: party_data(501 + i, n=ROWS) for i, p in enumerate("bc")}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    with coordinator(allow, [job("x", "xclp", XCLP, step_seconds=120)]) as (_, address):
+        party = subprocess.Popen(
+            [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
+             "--party", "a", "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
+             "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out.csv"),
+             "--paillier-bits", "512", "--insecure-test-keys", "--workers", "2", "--min-parties", "2",
+             "--state", str(tmp_path / "state")],
+            stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            rest = on_threads(["run"], lambda _: run_parties(
+                address, "x", keys, others, paillier=paillier, policy=PartyPolicy(min_parties=2,
+                                                                                  insecure_test_keys=True)),
+                timeout=0.0)
+            assert not rest  # the others run on in the background
+            # the pool's workers are at work once a's group holds more than the party itself
+            wait_until(lambda: len(group(party.pid)) >= 3 or party.poll() is not None, 120,
+                       "a's Paillier pool to start")
+            assert party.poll() is None, party.stderr.read() if party.stderr else ""
+            started = group(party.pid)
+            os.kill(party.pid, signal.SIGTERM)
+            code = party.wait(timeout=60)
+            said = party.stderr.read() if party.stderr else ""
+        finally:
+            if party.poll() is None:
+                party.kill()
+    assert code == 128 + signal.SIGTERM, said
+    assert "stopped by SIGTERM; nothing written" in said
+    assert len(started) >= 3  # the party, its forkserver and workers were there
+    wait_until(lambda: not group(party.pid), 30, "every process of the party's group to end")
+    assert not (tmp_path / "out.csv").exists()
