@@ -129,6 +129,11 @@ class LocalPool(Executor):
         if pool is None:
             return
         if cancel_futures:
+            # the queue's feeder may be blocked writing a task (megabytes of ciphertexts) into a pipe
+            # that no worker reads any more: it must not hold the process's exit (CPython joins it)
+            call_queue = getattr(pool, "_call_queue", None)
+            if call_queue is not None:
+                call_queue.cancel_join_thread()
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
         pool.shutdown(wait=wait, cancel_futures=cancel_futures)
