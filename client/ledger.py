@@ -313,7 +313,7 @@ def default_directory() -> Path:
     return Path(base) / "xclp"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunAccount:
     """One run's account in the ledger: the data set it reads, the job and run it charges, and the
     DP spends the job declared (charged, all at once, before its first release)."""
@@ -323,6 +323,7 @@ class RunAccount:
     job: str
     run: str
     spends: tuple[Spend, ...] = ()
+    charged: bool = False  # once per run: a training job's every round would rewrite the ledger
 
     def check_exact(self, releases: Sequence[Release], members: Iterable[str]) -> None:
         self.ledger.check_exact(self.data, releases, members)
@@ -331,8 +332,11 @@ class RunAccount:
         self.ledger.record_exact(self.data, releases, members, self.job, self.run)
 
     def charge(self) -> None:
+        if self.charged:
+            return
         for spend in self.spends:
             self.ledger.charge(self.data, spend, self.job, self.run)
+        self.charged = True
 
     def responses(self, name: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
         return self.ledger.responses(self.data, name, draw)

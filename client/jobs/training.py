@@ -310,7 +310,13 @@ class RoundsParty(PartyJob):
 
     def _releases(self, members: tuple[str, ...]) -> list[Release]:
         """An exact update: a function of the data fixed by the model it starts from and the training
-        settings (not by the round, the job or its rounds: a rerun from the same model is the same)."""
+        settings (not by the round, the job or its rounds: a rerun from the same model is the same).
+        Only an update from the job's initial model is recorded: a later model of a FedAvg run is the
+        head of its chain, moved by sums among that run's sets, so no other run releases it again
+        (and recording every round would rewrite the ledger thousands of times). DBCL's views are
+        the coordinator's to choose; DBCL without DP is the party's own risk (--allow-non-dp-dbcl)."""
+        if self.head_round >= 0 or self.head is None:
+            return []
         settings = json.dumps({k: getattr(self.params, k) for k in UPDATE_SETTINGS if hasattr(self.params, k)},
                               sort_keys=True, default=str)
         return [Release(function_id("update", registry.of(self.ctx.params).name, self.model_digest, settings),

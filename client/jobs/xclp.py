@@ -608,7 +608,7 @@ class XclpParty(PartyJob):
         return steps.split_own_rows(masked, self.graph, members, self.party_id)
 
     def _result(self, payload: wire.Payload, attempt: int) -> None:
-        kept = self.row_sums.kept.get(attempt)
+        kept = self.row_sums.withheld(attempt)
         if kept is None:
             raise ProtocolError(f"row sums returned for attempt {attempt}, which this party never sent")
         if not isinstance(payload, np.ndarray):

@@ -174,6 +174,11 @@ class MaskedSumParty:
     def handles(self, step: str) -> bool:
         return step in (self.name, self.confirm_name, self.reveal_name, self.recover_name)
 
+    def withheld(self, attempt: int) -> np.ndarray | None:
+        """What `withhold` kept back of this party's masked array in `attempt` (None: it masked no such
+        attempt, or has left it)."""
+        return self.kept.get(attempt)
+
     def on_step(self, step: pb.StepStart) -> int:
         """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
         members, attempt = tuple(step.participants), step.round

@@ -180,3 +180,20 @@ def test_the_ledger_holds_no_feature_label_or_value(keys, tmp_path) -> None:
     for row_id in data.ids:
         assert row_id not in text
     assert '"label' not in text
+
+
+FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_size": 64, "seed": 3}
+
+
+def test_a_fedavg_update_from_the_same_initial_model_is_not_released_again_among_others(keys, tmp_path) -> None:
+    """Attack: FedAvg among a, b, c, d, then "another" job (new id, one more round) among a, b, c
+    with the same `seed`, so the same θ₀: round 0's two sums, full-batch, difference to d's update.
+    The update from θ₀ under the same training settings is one function of the data: refused."""
+    first, _ = run_once(keys, tmp_path, PARTIES4, job_id="fa", job_type="fedavg", params=FEDAVG)
+    assert all(isinstance(r, JobResult) for r in first.values()), first
+    second, rec = run_once(keys, tmp_path, ("a", "b", "c"), job_id="fb", job_type="fedavg",
+                           params={**FEDAVG, "rounds": 3}, join_seconds=1.0)
+    for p in "abc":
+        assert isinstance(second[p], PolicyRefused), (p, second[p])
+        assert "released a training update from model" in str(second[p]) and "(job 'fa'" in str(second[p])
+    assert not [k for k in rec.seen if k[1] == "r0.update"]
