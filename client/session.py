@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import Connection, ConnectionConfig
 from xclp.client.context import ConfirmSink, PartyContext, Progress
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, check_memory, default_max_memory, party_bytes
+from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, default_max_memory
 from xclp.client.jobs.training import RoundRecord
 from xclp.client.ledger import Ledger, RunAccount, data_digest, job_spends
 from xclp.client.phases.prepare import Preparation
@@ -42,7 +42,6 @@ from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, WorkerSpec, make_executor
 from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
-from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -61,7 +60,6 @@ from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
 from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
-from xclp.v1.xclp import XclpJobParams
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -217,12 +215,11 @@ class PartySession:
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
                                f"(--paillier-bits {keys.bits})")
-        if isinstance(params, XclpJobParams):  # refuse before joining what cannot fit (its own part; all at the layout)
+        # what the job type refuses before joining (XCLP: what cannot fit in this party's memory)
+        before_join = getattr(registry.get(challenge.spec.job_type).party_class(), "before_join", None)
+        if before_join is not None:
             limit = self.config.max_memory_bytes
-            n = self.data.X.shape[0]
-            need = party_bytes(n, {}, SlotLayout(params.key_bits, params.lsh_bits), workers=1,
-                               n_classes=params.n_classes)
-            check_memory(need, default_max_memory() if limit is None else limit, n, {})
+            before_join(params, self.data, default_max_memory() if limit is None else limit)
         # when the job hides the label mask the coordinator does not even learn how many rows are labeled
         summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
                                  labeled_rows=0 if params.hides_labeled_rows else int(self.data.labeled.sum()),

@@ -167,6 +167,39 @@ def test_only_the_registry_knows_the_job_types() -> None:
         assert callable(entry.coordinator_class()) and callable(entry.party_class())
 
 
+SHARED = ("xclp.client.session", "xclp.client.api", "xclp.client.context", "xclp.client.agent",
+          "xclp.client.phases.", "xclp.server.run", "xclp.server.coordinator", "xclp.server.service",
+          "xclp.server.phases.")
+
+
+def params_dispatch(root: Path) -> list[str]:
+    """isinstance over one job type's parameters (`XclpJobParams`, ...) in the modules every job
+    shares (issue 48): what differs by type is asked of the job type, through the registry."""
+    found = []
+    for module, path in modules(root, PACKAGE_DIRS):
+        if not any(module == s or (s.endswith(".") and module.startswith(s)) for s in SHARED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+                kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                names = [getattr(k, "id", getattr(k, "attr", "")) for k in kinds]
+                if any(n.endswith("JobParams") and n != "JobParams" for n in names):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: isinstance over {', '.join(names)}")
+    return found
+
+
+def test_the_modules_every_job_shares_ask_the_job_type_not_isinstance() -> None:
+    assert params_dispatch(REPO) == []
+
+
+def test_the_isinstance_checker_finds_a_type_test(tmp_path: Path) -> None:
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / "__init__.py").write_text("")
+    (tmp_path / "client" / "session.py").write_text("if isinstance(params, XclpJobParams):\n    pass\n"
+                                                   "ok = isinstance(params, JobParams)\n")
+    assert params_dispatch(tmp_path) == ["client/session.py:1: isinstance over XclpJobParams"]
+
+
 def test_the_dispatch_checker_finds_a_comparison_and_a_list(tmp_path: Path) -> None:
     for folder, files in {"xclp": {"__init__.py": "", "a.py": 'if config.job_type == "xclp":\n    pass\n'},
                           "client": {"__init__.py": "", "b.py": 'TYPES = ("fedavg", "dbcl")\nx = ("xclp",)\n'},

@@ -45,10 +45,12 @@ from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
 from xclp.errors import InvalidInput, ProtocolError, XclpError
+from xclp.party_table import PartyData
 from xclp.progress import Meter
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_key
+from xclp.v1.params import JobParams
 from xclp.v1.relay import Relay as Sealed
 from xclp.v1.secure_hamming_wire import (
     MAX_IN_FLIGHT,
@@ -110,6 +112,17 @@ class _AsB:
 
 class XclpParty(PartyJob):
     """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
+
+    @staticmethod
+    def before_join(params: JobParams, data: PartyData, max_memory_bytes: int) -> None:
+        """Refuse, before joining, a job this party's own part of cannot fit in its memory (the
+        whole layout is checked again once it is known)."""
+        p = params if isinstance(params, XclpJobParams) else None
+        if p is None:
+            return
+        n = data.X.shape[0]
+        need = party_bytes(n, {}, SlotLayout(p.key_bits, p.lsh_bits), workers=1, n_classes=p.n_classes)
+        check_memory(need, max_memory_bytes, n, {})
 
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx)
