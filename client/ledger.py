@@ -51,6 +51,7 @@ from xclp.party_table import PartyData
 from xclp.runtime import write_atomic
 
 LEDGER_FILE = "ledger.json"
+LEGACY_FILE = "releases.json"  # the release log of earlier versions
 RESPONSES_DIR = "responses"
 VERSION = 1
 _LOCK = threading.Lock()  # the runs of one process; the file lock covers other processes
@@ -138,6 +139,16 @@ class Ledger:
         self.budget = budget
         self.allow_rerun = allow_rerun
         self._identity = identity
+
+    def legacy_notice(self) -> str:
+        """What to tell the user when the release log of earlier versions sits beside a ledger that
+        has not started yet (its entries, keyed on whole job definitions, cannot be carried over)."""
+        legacy = self.directory / LEGACY_FILE
+        if legacy.exists() and not self.path.exists():
+            return (f"{legacy} (the release log of xclp before the privacy ledger) is not read: the ledger in "
+                    f"{self.path} starts empty, so the sums that log recorded are no longer guarded against a "
+                    "rerun among other parties (docs/privacy.md)")
+        return ""
 
     # --- the file -------------------------------------------------------------------------------
 

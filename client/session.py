@@ -206,6 +206,9 @@ class PartySession:
         self.config.policy.check_job(challenge.spec, params)
         self._load_data(params)
         if self.config.ledger is not None:  # DP spends against the data set's budget, before Join
+            notice = self.config.ledger.legacy_notice()
+            if notice:
+                self.progress(f"WARNING: {notice}")
             digest = data_digest(self.data)
             run = challenge.run_id or self.run_nonce.hex()
             self.account = RunAccount(self.config.ledger, digest, self.config.job_id, run,

@@ -50,3 +50,11 @@ def test_ledger_show_export_and_forget(tmp_path, capsys) -> None:
     assert main(["ledger", "forget", "--state", str(tmp_path)]) == 2  # neither a data set nor --all
     assert main(["ledger", "forget", DATA.hex()[:8], "--yes", "--state", str(tmp_path)]) == 0
     assert Ledger(tmp_path).summary() == {}
+
+
+def test_the_release_log_of_earlier_versions_is_named_not_silently_dropped(tmp_path) -> None:
+    (tmp_path / "releases.json").write_text("{}")
+    book = Ledger(tmp_path)
+    assert "releases.json (the release log of xclp before the privacy ledger) is not read" in book.legacy_notice()
+    book.record_exact(DATA, [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")], "ab", "j", "1")
+    assert book.legacy_notice() == ""  # said until the ledger has started
