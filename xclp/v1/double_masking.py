@@ -103,10 +103,8 @@ def share_index(party: str, holders: Sequence[str]) -> int:
 
 def recover_digest(session_id: bytes, step: str, attempt: int, holders: Sequence[str], givers: Sequence[str]) -> bytes:
     """SHA-256 over the attempt (as the reveal digest binds it) and the holders giving shares."""
-    h = hashlib.sha256(b"xclp/v1/recover")
-    for part in (reveal_digest(session_id, step, attempt, holders), *(p.encode() for p in sorted(givers))):
-        h.update(struct.pack(">I", len(part)) + part)
-    return h.digest()
+    return _framed_digest(b"xclp/v1/recover", reveal_digest(session_id, step, attempt, holders),
+                          *(p.encode() for p in sorted(givers)))
 
 
 def recovery_bytes(missing: int) -> int:
@@ -149,10 +147,7 @@ def commit_seed(session_id: bytes, step: str, attempt: int, party: str, seed: by
     it): signed in the party's confirmation, it is what any seed relayed or rebuilt for it must open."""
     if len(seed) != SEED_BYTES:
         raise InvalidInput(f"a self-mask seed is {SEED_BYTES} bytes, got {len(seed)}")
-    h = hashlib.sha256(_COMMIT_TAG)
-    for part in (session_id, step.encode(), struct.pack(">Q", attempt), party.encode(), seed):
-        h.update(struct.pack(">I", len(part)) + part)
-    return h.digest()
+    return _framed_digest(_COMMIT_TAG, session_id, step.encode(), struct.pack(">Q", attempt), party.encode(), seed)
 
 
 @dataclass(frozen=True)
@@ -192,8 +187,14 @@ def confirm_message(session_id: bytes, step: str, attempt: int, participants: Se
 
 def reveal_digest(session_id: bytes, step: str, attempt: int, participants: Sequence[str]) -> bytes:
     """SHA-256 over the session, the step, the attempt and the sorted participant set."""
-    h = hashlib.sha256(b"xclp/v1/double-masking")
-    for part in (session_id, step.encode(), struct.pack(">Q", attempt), *(p.encode() for p in sorted(participants))):
+    return _framed_digest(b"xclp/v1/double-masking", session_id, step.encode(), struct.pack(">Q", attempt),
+                          *(p.encode() for p in sorted(participants)))
+
+
+def _framed_digest(tag: bytes, *parts: bytes) -> bytes:
+    """SHA-256 over `tag` and each part prefixed by its 4-byte length (so no two lists of parts collide)."""
+    h = hashlib.sha256(tag)
+    for part in parts:
         h.update(struct.pack(">I", len(part)) + part)
     return h.digest()
 
