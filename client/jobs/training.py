@@ -267,7 +267,8 @@ class RoundsParty(PartyJob):
                                 "recompute from an opened sum")
         _, before, after = self.link
         signature = self.ctx.sign(training.chain_message(self.ctx.session_id, t, before, after))
-        self.ctx.push(before + after + signature, training.scoped(t, training.ATTEST_STEP), attempt)
+        self.ctx.push(training.Attestation(before, after, signature).pack(), training.scoped(t, training.ATTEST_STEP),
+                      attempt)
 
     def _on_attested(self, t: int, payload: wire.Payload) -> None:
         """Round t's link of the chain, signed by members of its sample: the head moves along it."""

@@ -187,16 +187,14 @@ class Attest(Phase):
         return training.ATTEST_BYTES
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
-        if not isinstance(payload, bytes) or len(payload) != training.ATTEST_BYTES:
-            raise InvalidInput(f"an attestation of round {self.t} is {training.ATTEST_BYTES} opaque bytes")
+        training.Attestation.unpack(payload)
 
     def on_step_complete(self, step: Step) -> None:
-        signed = {p: payload_bytes(v) for p, v in step.received.items()}
-        links = {v[:2 * training.DIGEST_BYTES] for v in signed.values()}
+        signed = {p: training.Attestation.unpack(v) for p, v in step.received.items()}
+        links = {(a.before, a.after) for a in signed.values()}
         if len(links) == 1:
-            link = next(iter(links))
-            attested = training.Attested(link[:training.DIGEST_BYTES], link[training.DIGEST_BYTES:],
-                                       {p: v[2 * training.DIGEST_BYTES:] for p, v in signed.items()})
+            before, after = next(iter(links))
+            attested = training.Attested(before, after, {p: a.signature for p, a in signed.items()})
             self.job.broadcast(training.scoped(self.t, training.ATTESTED_MSG), 0, attested.pack(self.roster))
         elif links:
             log.warning("job %s: round %d's members attest different models: relaying none", self.run.config.job_id,

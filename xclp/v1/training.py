@@ -153,6 +153,25 @@ def chain_message(session_id: bytes, round: int, before: bytes, after: bytes) ->
 
 
 @dataclass(frozen=True)
+class Attestation:
+    """One member's attestation of round t (step "r<t>.attest"): H(θ_t) ‖ H(θ_{t+1}) ‖ its signature
+    of chain_message."""
+
+    before: bytes
+    after: bytes
+    signature: bytes
+
+    def pack(self) -> bytes:
+        return self.before + self.after + self.signature
+
+    @classmethod
+    def unpack(cls, payload: object) -> Attestation:
+        if not isinstance(payload, bytes) or len(payload) != ATTEST_BYTES:
+            raise InvalidInput(f"an attestation is {ATTEST_BYTES} opaque bytes (two model digests and a signature)")
+        return cls(payload[:DIGEST_BYTES], payload[DIGEST_BYTES:2 * DIGEST_BYTES], payload[2 * DIGEST_BYTES:])
+
+
+@dataclass(frozen=True)
 class Attested:
     """Round t's link of the chain as the coordinator relays it: H(θ_t), H(θ_{t+1}), who signed it."""
 
