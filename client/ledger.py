@@ -127,6 +127,11 @@ class Spend:
     what: str
 
 
+def _spent(charges: dict[str, Any]) -> tuple[float, float]:
+    """(ε, δ) of a data set's charges by basic composition."""
+    return float(sum(c["epsilon"] for c in charges.values())), float(sum(c["delta"] for c in charges.values()))
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -218,23 +223,33 @@ class Ledger:
 
     # --- the DP budget ------------------------------------------------------------------------------
 
+    def _charges(self, data: bytes) -> dict[str, Any]:
+        return dict(self._read()["datasets"].get(data.hex(), {}).get("dp", {}))
+
     def spent(self, data: bytes) -> tuple[float, float]:
         """(ε, δ) the data set has spent, by basic composition over its charges."""
-        charges = self._read()["datasets"].get(data.hex(), {}).get("dp", {})
-        return (float(sum(c["epsilon"] for c in charges.values())), float(sum(c["delta"] for c in charges.values())))
+        return _spent(self._charges(data))
+
+    def standing(self, data: bytes) -> dict[str, dict[str, float]]:
+        """What the data set has spent and has left of the budget: {"spent": {ε, δ}, "left": {ε, δ}}."""
+        return self._standing(*self.spent(data))
+
+    def _standing(self, eps: float, delta: float) -> dict[str, dict[str, float]]:
+        return {"spent": {"epsilon": eps, "delta": delta},
+                "left": {"epsilon": max(0.0, self.budget.epsilon - eps), "delta": max(0.0, self.budget.delta - delta)}}
 
     def check_budget(self, data: bytes, spends: Sequence[Spend], job: str) -> None:
         """Before Join: refuse (PolicyRefused) a job whose DP releases would take `data` past the budget.
         A charge already made (randomised responses reused) costs nothing again."""
-        charges = self._read()["datasets"].get(data.hex(), {}).get("dp", {})
-        eps, delta = self.spent(data)
+        charges = self._charges(data)
+        eps, delta = _spent(charges)
         new = [s for s in spends if s.key not in charges]
         need_eps, need_delta = sum(s.epsilon for s in new), sum(s.delta for s in new)
         if eps + need_eps > self.budget.epsilon + 1e-12 or delta + need_delta > self.budget.delta + 1e-15:
             raise PolicyRefused(
                 f"job {job!r} would spend ε = {need_eps:g}, δ = {need_delta:g} of this data set's privacy budget; it "
                 f"has spent ε = {eps:g}, δ = {delta:g} of ε = {self.budget.epsilon:g}, δ = {self.budget.delta:g} "
-                f"(left: ε = {max(0.0, self.budget.epsilon - eps):g}): not joining (--privacy-budget; "
+                f"(left: ε = {self._standing(eps, delta)['left']['epsilon']:g}): not joining (--privacy-budget; "
                 "`xclp-client ledger show`)")
 
     def charge(self, data: bytes, spend: Spend, job: str, run: str) -> None:
@@ -282,13 +297,8 @@ class Ledger:
         out = {}
         for data, entry in sorted(doc["datasets"].items()):
             charges = entry.get("dp", {})
-            eps = sum(c["epsilon"] for c in charges.values())
-            delta = sum(c["delta"] for c in charges.values())
             out[data] = {"exact": sorted(entry.get("exact", {}).values(), key=lambda e: e["at"]),
-                         "dp": sorted(charges.values(), key=lambda c: c["at"]),
-                         "spent": {"epsilon": eps, "delta": delta},
-                         "left": {"epsilon": max(0.0, self.budget.epsilon - eps),
-                                  "delta": max(0.0, self.budget.delta - delta)}}
+                         "dp": sorted(charges.values(), key=lambda c: c["at"]), **self._standing(*_spent(charges))}
         return out
 
     def forget(self, data: str | None) -> list[str]:

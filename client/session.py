@@ -295,14 +295,13 @@ class PartySession:
         if moments is not None:
             privacy = {**(privacy or {}), "moments": moments}
         if self.account is not None and self.account.spends:  # the data set's budget after this run
-            book = self.account.ledger
-            eps, delta = book.spent(self.account.data)
-            privacy = {**(privacy or {}), "ledger": {
-                "data_set": self.account.data.hex()[:16], "spent": {"epsilon": eps, "delta": delta},
-                "left": {"epsilon": max(0.0, book.budget.epsilon - eps), "delta": max(0.0, book.budget.delta - delta)}}}
-            self.progress(f"privacy ledger: data set {self.account.data.hex()[:16]} has spent ε = {eps:.4g}, δ = "
-                          f"{delta:.3g} of its budget (ε = {book.budget.epsilon:g}, δ = {book.budget.delta:g}) over "
-                          "all its runs")
+            book, name = self.account.ledger, self.account.data.hex()[:16]
+            standing = book.standing(self.account.data)
+            privacy = {**(privacy or {}), "ledger": {"data_set": name, **standing}}
+            spent = standing["spent"]
+            self.progress(f"privacy ledger: data set {name} has spent ε = {spent['epsilon']:.4g}, "
+                          f"δ = {spent['delta']:.3g} of its budget (ε = {book.budget.epsilon:g}, "
+                          f"δ = {book.budget.delta:g}) over all its runs")
         return privacy
 
     def _check_own_identity(self) -> None:

@@ -308,6 +308,9 @@ def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_pa
         (entry,) = ledgers[p].summary().values()  # noisy sums: nothing to difference exactly, ε charged
         assert entry["exact"] == [] and entry["spent"] == {"epsilon": 3.0, "delta": 1e-6}
         assert ledgers[p].spent(data_digest(datas[p])) == (3.0, 1e-6)
+        assert result.privacy["ledger"] == {"data_set": data_digest(datas[p]).hex()[:16],  # what run.json says
+                                            "spent": {"epsilon": 3.0, "delta": 1e-6},
+                                            "left": {"epsilon": 7.0, "delta": pytest.approx(9e-6)}}
     kept = scaling.kept  # 60 rows against a noise of σ ≈ 160 on each count: some counts fall below one row
     assert ((scaling.mean[kept] >= -4.0) & (scaling.mean[kept] <= 6.0)).all() and (scaling.std[kept] <= 5.0).all()
     assert summary["privacy"]["line"].startswith("DP moments: ε = 1, δ = 1e-06")
