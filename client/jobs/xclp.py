@@ -117,11 +117,11 @@ class XclpParty(PartyJob):
     def before_join(params: JobParams, data: PartyData, max_memory_bytes: int) -> None:
         """Refuse, before joining, a job this party's own part of cannot fit in its memory (the
         whole layout is checked again once it is known)."""
-        p = params if isinstance(params, XclpJobParams) else None
-        if p is None:
+        if not isinstance(params, XclpJobParams):
             return
         n = data.X.shape[0]
-        need = party_bytes(n, {}, SlotLayout(p.key_bits, p.lsh_bits), workers=1, n_classes=p.n_classes)
+        need = party_bytes(n, {}, SlotLayout(params.key_bits, params.lsh_bits), workers=1,
+                           n_classes=params.n_classes)
         check_memory(need, max_memory_bytes, n, {})
 
     def __init__(self, ctx: PartyContext) -> None:
