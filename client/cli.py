@@ -312,8 +312,9 @@ def ledger_command(args: argparse.Namespace) -> int:
               f"δ = {book.budget.delta:g} each")
         for digest, entry in summary.items():
             spent, left = entry["spent"], entry["left"]
-            print(f"\ndata set {digest[:16]}: DP spent ε = {spent['epsilon']:.4g}, δ = {spent['delta']:.3g}; left "
-                  f"ε = {left['epsilon']:.4g}, δ = {left['delta']:.3g}")
+            how = " (RDP composition across its releases)" if entry["composition"] == "rdp" else ""
+            print(f"\ndata set {digest[:16]}: DP spent ε = {spent['epsilon']:.4g}, δ = {spent['delta']:.3g}{how}; "
+                  f"left ε = {left['epsilon']:.4g}, δ = {left['delta']:.3g}")
             for charge in entry["dp"]:
                 print(f"  DP    ε = {charge['epsilon']:<8g} δ = {charge['delta']:<8g} {charge['what']} "
                       f"(job {charge['job']}, run {charge['run']}, {charge['at']})")

@@ -12,9 +12,13 @@ asked for it, as DP libraries keep one budget per data set (OpenDP, Tumult):
   sums under one influence block). A later exact release of the same function among any other set
   of parties is refused before the party masks anything, whatever the job, type or run.
 - **DP releases** draw on one budget per data set (`Budget`, `--privacy-budget`). A job whose
-  guarantee would take the data set past it is refused before Join, with the numbers. Runs
-  compose by basic composition (ε and δ add up): a bound that holds for every mechanism here; the
-  tighter RDP composition across runs of the Skellam releases is not done yet.
+  guarantee would take the data set past it is refused before Join, with the numbers. Each charge
+  keeps its mechanism's Rényi-DP curve where one is known (every mechanism here: the Skellam
+  releases' from their noise, pure ε-DP ones' as ε²/2-zCDP), and the data set's charges compose
+  by adding the curves and converting the sum at the budget's δ (`xclp.accounting`), or by basic
+  composition (ε and δ add up) where that is tighter (a few releases) or a charge has no curve yet
+  (a Skellam release whose noise depends on the run is charged at its (ε, δ) before Join and gets
+  its curve once the party has planned the noise).
 - **Randomised responses** (XCLP's label-DP) are drawn once per data set and ε and reused by every
   later run, sealed at rest (AES-256-GCM under a key derived from the party's identity key): a
   rerun reveals nothing new and spends nothing new.
@@ -35,8 +39,9 @@ import json
 import os
 import secrets
 import threading
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from xclp.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.crypto import aead
 from xclp.crypto.kdf import hkdf_sha256
 from xclp.errors import ConfigError, PolicyRefused
@@ -119,17 +125,42 @@ def function_id(kind: str, *parts: bytes | str) -> bytes:
 @dataclass(frozen=True)
 class Spend:
     """A DP release's guarantee, charged once under `key` (a run's releases, or the randomised
-    responses of one ε, which every later run reuses)."""
+    responses of one ε, which every later run reuses), with its RDP curve where known."""
 
     epsilon: float
     delta: float
     key: str
     what: str
+    kind: str = ""
+    rdp: tuple[float, ...] | None = None
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "what": self.what}
+        if self.rdp is not None:
+            out["rdp"] = list(self.rdp)
+        return out
 
 
-def _spent(charges: dict[str, Any]) -> tuple[float, float]:
-    """(ε, δ) of a data set's charges by basic composition."""
-    return float(sum(c["epsilon"] for c in charges.values())), float(sum(c["delta"] for c in charges.values()))
+def _curve(charge: dict[str, Any]) -> list[float] | None:
+    curve = charge.get("rdp")
+    return curve if isinstance(curve, list) and len(curve) == len(ORDERS) else None
+
+
+def _spent(charges: Iterable[dict[str, Any]], delta: float) -> tuple[float, float, str]:
+    """(ε, δ, how) of a data set's charges within a budget of δ = `delta`: basic composition (ε and δ
+    add up), or the charges with an RDP curve composed and converted at what the others leave of
+    `delta`, plus the others' ε, whichever gives the smaller ε within `delta`."""
+    charges = list(charges)
+    eps, total_delta = math.fsum(c["epsilon"] for c in charges), math.fsum(c["delta"] for c in charges)
+    curved = [curve for curve in map(_curve, charges) if curve is not None]
+    rest = [c for c in charges if _curve(c) is None]
+    rest_eps, rest_delta = math.fsum(c["epsilon"] for c in rest), math.fsum(c["delta"] for c in rest)
+    if not curved or rest_delta >= delta:
+        return eps, total_delta, "basic"
+    rdp_eps = composed_epsilon(curved, delta - rest_delta) + rest_eps
+    if total_delta <= delta and eps <= rdp_eps:
+        return eps, total_delta, "basic"
+    return rdp_eps, delta, "rdp"
 
 
 def _now() -> str:
@@ -227,37 +258,50 @@ class Ledger:
         return dict(self._read()["datasets"].get(data.hex(), {}).get("dp", {}))
 
     def spent(self, data: bytes) -> tuple[float, float]:
-        """(ε, δ) the data set has spent, by basic composition over its charges."""
-        return _spent(self._charges(data))
+        """(ε, δ) the data set has spent (`_spent`: RDP across its charges where tighter)."""
+        eps, delta, _ = _spent(self._charges(data).values(), self.budget.delta)
+        return eps, delta
 
-    def standing(self, data: bytes) -> dict[str, dict[str, float]]:
-        """What the data set has spent and has left of the budget: {"spent": {ε, δ}, "left": {ε, δ}}."""
-        return self._standing(*self.spent(data))
+    def standing(self, data: bytes) -> dict[str, Any]:
+        """What the data set has spent and has left of the budget: {"spent": {ε, δ}, "left": {ε, δ},
+        "composition": "rdp" or "basic"}."""
+        return self._standing(*_spent(self._charges(data).values(), self.budget.delta))
 
-    def _standing(self, eps: float, delta: float) -> dict[str, dict[str, float]]:
+    def _standing(self, eps: float, delta: float, how: str) -> dict[str, Any]:
         return {"spent": {"epsilon": eps, "delta": delta},
-                "left": {"epsilon": max(0.0, self.budget.epsilon - eps), "delta": max(0.0, self.budget.delta - delta)}}
+                "left": {"epsilon": max(0.0, self.budget.epsilon - eps), "delta": max(0.0, self.budget.delta - delta)},
+                "composition": how}
 
     def check_budget(self, data: bytes, spends: Sequence[Spend], job: str) -> None:
         """Before Join: refuse (PolicyRefused) a job whose DP releases would take `data` past the budget.
         A charge already made (randomised responses reused) costs nothing again."""
         charges = self._charges(data)
-        eps, delta = _spent(charges)
+        eps, delta, _ = _spent(charges.values(), self.budget.delta)
         new = [s for s in spends if s.key not in charges]
-        need_eps, need_delta = sum(s.epsilon for s in new), sum(s.delta for s in new)
-        if eps + need_eps > self.budget.epsilon + 1e-12 or delta + need_delta > self.budget.delta + 1e-15:
+        after, after_delta, how = _spent([*charges.values(), *(s.record() for s in new)], self.budget.delta)
+        if after > self.budget.epsilon + 1e-12 or after_delta > self.budget.delta + 1e-15:
+            need_eps, need_delta = sum(s.epsilon for s in new), sum(s.delta for s in new)
             raise PolicyRefused(
                 f"job {job!r} would spend ε = {need_eps:g}, δ = {need_delta:g} of this data set's privacy budget; it "
                 f"has spent ε = {eps:g}, δ = {delta:g} of ε = {self.budget.epsilon:g}, δ = {self.budget.delta:g} "
-                f"(left: ε = {self._standing(eps, delta)['left']['epsilon']:g}): not joining (--privacy-budget; "
+                f"(left: ε = {max(0.0, self.budget.epsilon - eps):g}), and with this job it would have spent ε = "
+                f"{after:g} ({'RDP' if how == 'rdp' else 'basic'} composition): not joining (--privacy-budget; "
                 "`xclp-client ledger show`)")
 
     def charge(self, data: bytes, spend: Spend, job: str, run: str) -> None:
         """Charge `spend` once (by its key), before the release it pays for."""
         with self._changing() as doc:
-            self._dataset(doc, data)["dp"].setdefault(spend.key, {
-                "epsilon": spend.epsilon, "delta": spend.delta, "what": spend.what, "job": job, "run": run,
-                "at": _now()})
+            self._dataset(doc, data)["dp"].setdefault(spend.key, {**spend.record(), "job": job, "run": run,
+                                                                 "at": _now()})
+
+    def attach_curve(self, data: bytes, key: str, curve: Sequence[float]) -> None:
+        """The RDP curve of a charge made without one (its noise was planned after the charge)."""
+        if len(curve) != len(ORDERS):
+            raise ValueError(f"an RDP curve has {len(ORDERS)} values, got {len(curve)}")
+        with self._changing() as doc:
+            charge = self._dataset(doc, data)["dp"].get(key)
+            if charge is not None and _curve(charge) is None:
+                charge["rdp"] = [float(v) for v in curve]
 
     # --- randomised responses -------------------------------------------------------------------------
 
@@ -298,7 +342,9 @@ class Ledger:
         for data, entry in sorted(doc["datasets"].items()):
             charges = entry.get("dp", {})
             out[data] = {"exact": sorted(entry.get("exact", {}).values(), key=lambda e: e["at"]),
-                         "dp": sorted(charges.values(), key=lambda c: c["at"]), **self._standing(*_spent(charges))}
+                         "dp": sorted(({k: v for k, v in c.items() if k != "rdp"} for c in charges.values()),
+                                      key=lambda c: c["at"]),
+                         **self._standing(*_spent(charges.values(), self.budget.delta))}
         return out
 
     def forget(self, data: str | None) -> list[str]:
@@ -345,6 +391,7 @@ class RunAccount:
     run: str
     spends: tuple[Spend, ...] = ()
     charged: bool = False  # once per run: a training job's every round would rewrite the ledger
+    curves: dict[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> RDP curve, once planned
 
     def check_exact(self, releases: Sequence[Release], members: Iterable[str]) -> None:
         self.ledger.check_exact(self.data, releases, members)
@@ -356,8 +403,18 @@ class RunAccount:
         if self.charged:
             return
         for spend in self.spends:
-            self.ledger.charge(self.data, spend, self.job, self.run)
+            curve = self.curves.get(spend.kind)
+            self.ledger.charge(self.data, spend if curve is None else replace(spend, rdp=curve), self.job, self.run)
         self.charged = True
+
+    def mechanism(self, kind: str, curve: Sequence[float]) -> None:
+        """The RDP curve of the job's `kind` of DP release (dp_releases), once its noise is planned:
+        later runs compose it by RDP rather than by its (ε, δ)."""
+        self.curves[kind] = tuple(float(v) for v in curve)
+        if self.charged:
+            for spend in self.spends:
+                if spend.kind == kind:
+                    self.ledger.attach_curve(self.data, spend.key, self.curves[kind])
 
     def responses(self, name: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
         return self.ledger.responses(self.data, name, draw)
@@ -373,14 +430,18 @@ def responses_name(epsilon: float, n_classes: int, hide_unlabeled: bool) -> str:
     return f"responses:epsilon={epsilon!r}:classes={n_classes}:hide_unlabeled={hide_unlabeled}"
 
 
-def job_spends(params: Any) -> tuple[Spend, ...]:
-    """The charges of a job's DP releases (JobParams.dp_releases) in one run. Each run's key is
-    drawn by the party (a coordinator that reused a job id, run id or nonce would otherwise get a
-    second run charged as the first); randomised responses are keyed by what draws them."""
+def job_spends(params: Any, dim: int) -> tuple[Spend, ...]:
+    """The charges of a job's DP releases (JobParams.dp_releases) in one run, for a table of `dim`
+    feature columns. Each run's key is drawn by the party (a coordinator that reused a job id, run
+    id or nonce would otherwise get a second run charged as the first); randomised responses are
+    keyed by what draws them. The RDP curves known before Join go with them: a pure ε-DP
+    release's, and the DP moments' (their noise depends on the table's width only); a training
+    job's and label-DP's are attached once the run has planned their noise (RunAccount.mechanism)."""
     run = secrets.token_hex(16)
     out = []
     for kind, epsilon, delta in params.dp_releases:
         key = (responses_name(epsilon, params.n_classes, params.hide_label_mask) if kind == "responses"
                else f"run:{run}:{kind}")
-        out.append(Spend(epsilon, delta, key, _KINDS[kind]))
+        curve = (pure_rdp(epsilon) if delta == 0 else params.moments_plan(dim).rdp if kind == "moments" else None)
+        out.append(Spend(epsilon, delta, key, _KINDS[kind], kind, curve))
     return tuple(out)

@@ -212,7 +212,7 @@ class PartySession:
             digest = data_digest(self.data)
             run = challenge.run_id or self.run_nonce.hex()
             self.account = RunAccount(self.config.ledger, digest, self.config.job_id, run,
-                                      job_spends(params))
+                                      job_spends(params, self.data.X.shape[1]))
             self.config.ledger.check_budget(digest, self.account.spends, self.config.job_id)
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
@@ -301,7 +301,8 @@ class PartySession:
             spent = standing["spent"]
             self.progress(f"privacy ledger: data set {name} has spent ε = {spent['epsilon']:.4g}, "
                           f"δ = {spent['delta']:.3g} of its budget (ε = {book.budget.epsilon:g}, "
-                          f"δ = {book.budget.delta:g}) over all its runs")
+                          f"δ = {book.budget.delta:g}) over all its runs"
+                          + (" (RDP composition)" if standing["composition"] == "rdp" else ""))
         return privacy
 
     def _check_own_identity(self) -> None:

@@ -89,3 +89,37 @@ def skellam_variance(epsilon: float, delta: float, l2: float, l1: float, release
         middle = math.sqrt(low * high)
         low, high = (low, middle) if spent(middle) <= epsilon else (middle, high)
     return high
+
+
+# --- RDP curves, for composing releases across runs (client/ledger.py) ---------------------------------
+
+
+def pure_rdp(epsilon: float) -> tuple[float, ...]:
+    """The RDP curve over ORDERS of a pure ε-DP release: (α, min(ε, α ε²/2)) — ε-DP is (α, ε)-RDP
+    at every order, and ε²/2-zCDP (Bun and Steinke, "Concentrated Differential Privacy", TCC 2016,
+    Proposition 1.4), which is (α, α ε²/2)-RDP."""
+    if not math.isfinite(epsilon) or epsilon <= 0:
+        raise InvalidInput(f"epsilon must be finite and > 0, got {epsilon!r}")
+    return tuple(min(epsilon, a * epsilon * epsilon / 2) for a in ORDERS)
+
+
+def skellam_curve(l2: float, l1: float, variance: float, count: int = 1) -> tuple[float, ...]:
+    """The RDP curve over ORDERS of `count` identical Skellam releases (module docstring)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidInput(f"the number of releases must be an integer >= 1, got {count!r}")
+    return tuple(count * skellam_rdp(a, l2, l1, variance) for a in ORDERS)
+
+
+def composed_epsilon(curves: Sequence[Sequence[float]], delta: float) -> float:
+    """ε at δ of releases whose RDP curves over ORDERS are `curves`: RDP adds up, and
+    dp-accounting converts the sum."""
+    if not 0 < delta < 1:
+        raise InvalidInput(f"delta must be in (0, 1), got {delta!r}")
+    if not curves:
+        return 0.0
+    if any(len(c) != len(ORDERS) for c in curves):
+        raise InvalidInput(f"an RDP curve has one value per order: {len(ORDERS)}")
+    from dp_accounting.rdp import compute_epsilon
+
+    epsilon, _ = compute_epsilon(ORDERS, [math.fsum(c[i] for c in curves) for i in range(len(ORDERS))], delta)
+    return float(epsilon)

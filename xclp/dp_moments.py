@@ -48,7 +48,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from xclp.accounting import MAX_VARIANCE, skellam_variance
+from xclp.accounting import MAX_VARIANCE, skellam_curve, skellam_variance
 from xclp.errors import InvalidInput
 from xclp.prep import Scaling
 
@@ -126,6 +126,11 @@ class MomentsPlan:
     def std(self) -> float:
         """σ of the pooled noise per cell, in rows (a count) or in u-units summed over rows."""
         return math.sqrt(self.variance) / (1 << self.scale_bits)
+
+    @property
+    def rdp(self) -> tuple[float, ...]:
+        """The release's RDP curve (xclp.accounting.ORDERS), which the party's ledger composes across runs."""
+        return skellam_curve(self.l2, self.l1, self.variance)
 
     def noise_mask(self) -> np.ndarray:
         """bool[3, d]: the cells that get noise."""

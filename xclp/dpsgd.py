@@ -38,7 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
-from xclp.accounting import repeated_skellam_epsilon, skellam_variance
+from xclp.accounting import repeated_skellam_epsilon, skellam_curve, skellam_variance
 from xclp.errors import InvalidInput
 from xclp.nn import log_softmax
 from xclp.privacy import skellam_share, uniform_open
@@ -150,6 +150,12 @@ class DpPlan:
         """σ / C: the noise's standard deviation per cell over the clipping norm (the number
         DP-SGD papers quote; add-or-remove sensitivity C)."""
         return math.sqrt(self.variance) / self.scale / self.clip
+
+    @property
+    def rdp(self) -> tuple[float, ...]:
+        """The RDP curve (xclp.accounting.ORDERS) of all the job's releases of a party's rows, which
+        the party's ledger composes across runs."""
+        return skellam_curve(self.l2, self.l1, self.variance, self.releases)
 
     def spent(self, releases: int) -> float:
         """ε of a party whose rows went into `releases` of the job's noisy sums."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xclp.accounting import skellam_variance
+from xclp.accounting import ORDERS, skellam_curve, skellam_variance
 from xclp.errors import InvalidInput
 from xclp.privacy import skellam_share, uniform_open
 from xclp.validation import UNLABELED
@@ -130,6 +130,12 @@ class LabelDpPlan:
     @property
     def l1(self) -> float:
         return 2 * self.column_l1 * self.scale + 2 * self.rows
+
+    @property
+    def rdp(self) -> tuple[float, ...]:
+        """The release's RDP curve (xclp.accounting.ORDERS), which the party's ledger composes across
+        runs: zero when no label can move it."""
+        return skellam_curve(self.l2, self.l1, self.variance) if self.variance else (0.0,) * len(ORDERS)
 
     @property
     def noise_std(self) -> float:

@@ -143,6 +143,8 @@ class RoundsParty(PartyJob):
         self._round_started = 0.0
         # record-level DP (xclp.dpsgd): the job's noise, and this round's share of it
         self.dp: DpPlan | None = private_training(self.params).dp_plan(trainer.update_size())
+        if self.dp is not None and self.ctx.account is not None:  # the ledger composes runs by RDP
+            self.ctx.account.mechanism("release", self.dp.rdp)
         self.noise: RoundNoise | None = None
 
     def privacy(self) -> dict[str, Any] | None:

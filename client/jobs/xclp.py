@@ -592,6 +592,8 @@ class XclpParty(PartyJob):
             plan = label_dp.plan(p.label_dp_epsilon, p.label_dp_delta, *influence.largest_columns, released,
                                  p.frac_bits)
             noisy = steps.label_dp_release(influence.zbar, self.graph, self.party_id, plan, self.fixed_point)
+            if self.ctx.account is not None:  # the ledger composes runs by RDP
+                self.ctx.account.mechanism("labels", plan.rdp)
         except InvalidInput as exc:
             raise ProtocolError(f"the influence block cannot be released with label-DP: {exc}") from None
         self.label_privacy = {"mechanism": "skellam", "epsilon_spent": plan.epsilon, "delta": plan.delta,

@@ -33,6 +33,8 @@ class Preparation:
         dim = self.data.X.shape[1]
         # with moments_epsilon (xclp.dp_moments): the clipped integer sums and this party's noise share
         self.dp: MomentsPlan | None = self.params.moments_plan(dim)
+        if self.dp is not None and ctx.account is not None:  # the ledger composes runs by RDP
+            ctx.account.mechanism("moments", self.dp.rdp)
         if self.dp is None:
             self.local = local_moments(self.data.X)  # float64[4, d]; refuses overflowing squares before any send
             self.own_counts = self.local[0]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 
+from xclp import dpsgd
+from xclp.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.client.cli import main
-from xclp.client.ledger import Budget, Ledger, Release, Spend, function_id
+from xclp.client.ledger import Budget, Ledger, Release, RunAccount, Spend, function_id
 from xclp.errors import ConfigError, PolicyRefused
 
 DATA = bytes(range(32))
@@ -58,3 +62,49 @@ def test_the_release_log_of_earlier_versions_is_named_not_silently_dropped(tmp_p
     assert "releases.json (the release log of xclp before the privacy ledger) is not read" in book.legacy_notice()
     book.record_exact(DATA, [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")], "ab", "j", "1")
     assert book.legacy_notice() == ""  # said until the ledger has started
+
+
+def test_many_pure_releases_compose_by_rdp_below_the_advanced_composition_theorem(tmp_path) -> None:
+    """100 releases of ε = 0.1 at δ = 10⁻⁵: basic composition says ε = 10; the advanced composition
+    theorem (Dwork, Rothblum and Vadhan 2010) √(2k ln 1/δ)·ε + kε(e^ε − 1) ≈ 5.85; the ledger's RDP
+    composition (ε²/2-zCDP per release) must be below both. One release stays at its own ε (basic
+    is tighter there)."""
+    book = Ledger(tmp_path, budget=Budget(10.0, 1e-5))
+    one = Spend(0.1, 0.0, "run:0:release", "x", "release", pure_rdp(0.1))
+    book.charge(DATA, one, "j", "0")
+    assert book.standing(DATA)["composition"] == "basic" and book.spent(DATA) == (0.1, 0.0)
+    for k in range(1, 100):
+        book.charge(DATA, Spend(0.1, 0.0, f"run:{k}:release", "x", "release", pure_rdp(0.1)), "j", str(k))
+    advanced = math.sqrt(2 * 100 * math.log(1e5)) * 0.1 + 100 * 0.1 * math.expm1(0.1)
+    eps, delta = book.spent(DATA)
+    assert eps < advanced < 10 and delta == 1e-5, (eps, advanced)
+    assert book.standing(DATA)["composition"] == "rdp"
+    book.check_budget(DATA, [Spend(10.0 - eps - 0.2, 0.0, "run:next:release", "x")], "next")  # basic for a newcomer
+    with pytest.raises(PolicyRefused, match=r"would have spent ε = 10\.1 \(RDP composition\)"):
+        book.check_budget(DATA, [Spend(10.0 - eps + 0.1, 0.0, "run:next:release", "x")], "next")
+
+
+def test_a_curve_planned_after_the_charge_tightens_it_and_a_charge_without_one_composes_basically(tmp_path) -> None:
+    """A Skellam release charged at (ε, δ) before its noise is planned counts by basic composition
+    beside the others' RDP, until the run attaches its curve (RunAccount.mechanism)."""
+    book = Ledger(tmp_path, budget=Budget(10.0, 1e-5))
+    plan = dpsgd.plan(1.0, 1e-7, 1.0, 50, 20, distributed=True)
+    spends = (Spend(0.5, 0.0, "run:r:release-pure", "x", "pure", pure_rdp(0.5)),
+              Spend(1.0, 1e-7, "run:r:release", "y", "release"))
+    account = RunAccount(book, DATA, "train", "r", spends)
+    account.charge()
+    before = book.spent(DATA)
+    assert before == (1.5, 1e-7)  # one release of each: basic is tighter than RDP at δ = 10⁻⁵
+    account.mechanism("release", plan.rdp)
+    charges = Ledger(tmp_path).load()["datasets"][DATA.hex()]["dp"]
+    assert {key: len(c.get("rdp", [])) for key, c in charges.items()} == {"run:r:release-pure": len(ORDERS),
+                                                                          "run:r:release": len(ORDERS)}
+    for k in range(8):  # seven more runs of the same job: RDP composes the curves
+        more = RunAccount(book, DATA, "train", str(k), (replace(spends[1], key=f"run:{k}:release"),))
+        more.mechanism("release", plan.rdp)
+        more.charge()
+    eps, delta = book.spent(DATA)
+    assert eps == pytest.approx(composed_epsilon([pure_rdp(0.5)] + [plan.rdp] * 9, 1e-5), rel=1e-12)
+    assert eps < 9.5 and delta == 1e-5
+    with pytest.raises(ValueError, match="an RDP curve has"):
+        book.attach_curve(DATA, "run:r:release", [1.0])

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
-from xclp import label_dp
+from xclp import dp_moments, label_dp
+from xclp.accounting import composed_epsilon, pure_rdp
 from xclp.client.ledger import Budget, Ledger, Release, data_digest, function_id
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult
@@ -83,23 +84,28 @@ DP_RACE = {"n_classes": 3, "rows": 4, "width": 16, "epsilon": 0.05, "standardise
 def test_reruns_of_a_dp_job_stop_at_the_data_sets_budget(keys, tmp_path) -> None:
     """Attack: a DP job (DP moments and DP RACE, ε = 0.1 in all, which every --require-dp 2 party
     takes) rerun again and again: the noise of K runs averages down as 1/√K (256 + 256 runs gave
-    d's feature means back to 0.31). Each party's ledger charges every run against its data set:
-    with a budget of ε = 2, run 21 is refused before Join, with the numbers."""
+    d's feature means back to 0.31). Each party's ledger charges every run against its data set
+    and composes the runs by RDP: the budget below holds 20 runs (basic composition, ε adding up,
+    would have refused run 11), and run 21 is refused before Join, with the numbers."""
     datas = {p: party_data(200 + i) for i, p in enumerate("abc")}
-    budget = Budget(2.0, 1e-5)
-    for run in range(20):
-        results, _ = run_once(keys, tmp_path, "abc", job_id=f"dp-{run}", job_type="race", params=DP_RACE,
+    run = [dp_moments.plan(0.05, 1e-8, 8, noisy_counts=False).rdp, pure_rdp(0.05)]  # the DP moments, DP RACE
+    twenty, twenty_one = composed_epsilon(run * 20, 1e-5), composed_epsilon(run * 21, 1e-5)
+    assert twenty < 1.0 < 20 * 0.1  # RDP holds twenty runs in less than basic composition's ten
+    budget = Budget((twenty + twenty_one) / 2, 1e-5)
+    for k in range(20):
+        results, _ = run_once(keys, tmp_path, "abc", job_id=f"dp-{k}", job_type="race", params=DP_RACE,
                               expected=("a", "b", "c"), budget=budget, min_parties=2, datas=datas)
-        assert all(isinstance(r, JobResult) for r in results.values()), (run, results)
+        assert all(isinstance(r, JobResult) for r in results.values()), (k, results)
     ledger = Ledger(tmp_path / "a", budget=budget)
-    spent = ledger.spent(data_digest(datas["a"]))
-    assert spent[0] == pytest.approx(2.0) and spent[1] == pytest.approx(20 * 1e-8)
+    standing = ledger.standing(data_digest(datas["a"]))
+    assert standing["composition"] == "rdp" and standing["spent"]["epsilon"] == pytest.approx(twenty, rel=1e-9)
     refused, rec = run_once(keys, tmp_path, "abc", job_id="dp-20", job_type="race", params=DP_RACE,
                             expected=("a", "b", "c"), budget=budget, min_parties=2, datas=datas, join_seconds=1.0)
     for p in "abc":
         assert isinstance(refused[p], PolicyRefused), (p, refused[p])
-        assert "would spend ε = 0.1, δ = 1e-08 of this data set's privacy budget; it has spent ε = 2" \
-            in str(refused[p])
+        assert (f"would spend ε = 0.1, δ = 1e-08 of this data set's privacy budget; it has spent ε = {twenty:g}, "
+                f"δ = 1e-05 of ε = {budget.epsilon:g}") in str(refused[p])
+        assert f"with this job it would have spent ε = {twenty_one:g} (RDP composition)" in str(refused[p])
     assert not rec.seen  # refused before Join: nothing of the run reached the coordinator
 
 
