@@ -178,6 +178,17 @@ class Connection:
                 say(f"reached the coordinator after {clock() - started:.0f} s")
             return response
 
+    def decline(self, key: Ed25519PrivateKey, party_id: str, run_nonce: bytes,
+                reason: pb.DeclineRequest.Reason) -> str:
+        """Tell the coordinator this party will not join the run (a signed call; the operator's `job
+        show` says so). Best effort: returns "" once told, else why not (the party stops either way)."""
+        request = pb.DeclineRequest(job_id=self.job_id, run_nonce=run_nonce, reason=reason)
+        try:
+            self.stub.Decline(calls.sign_call(key, party_id, calls.DECLINE, request), timeout=10)
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        return ""
+
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         try:
             response = self.stub.Join(request, timeout=30)

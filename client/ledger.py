@@ -36,10 +36,10 @@ import datetime
 import fcntl
 import hashlib
 import json
+import math
 import os
 import secrets
 import threading
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path

@@ -48,6 +48,7 @@ from xclp.errors import (
     InvalidSignature,
     NotAuthorized,
     PeerDropped,
+    PolicyRefused,
     ProtocolError,
     RunCancelled,
 )
@@ -213,7 +214,14 @@ class PartySession:
             run = challenge.run_id or self.run_nonce.hex()
             self.account = RunAccount(self.config.ledger, digest, self.config.job_id, run,
                                       job_spends(params, self.data.X.shape[1]))
-            self.config.ledger.check_budget(digest, self.account.spends, self.config.job_id)
+            try:
+                self.config.ledger.check_budget(digest, self.account.spends, self.config.job_id)
+            except PolicyRefused:  # the operator hears that it declined and why, never the numbers
+                unsaid = conn.decline(self.config.identity, self.config.party_id, self.run_nonce,
+                                      pb.DeclineRequest.PRIVACY_BUDGET)
+                if unsaid:
+                    self.progress(f"could not tell the coordinator that this party declines ({unsaid})")
+                raise
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "

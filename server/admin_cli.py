@@ -200,7 +200,7 @@ def format_list(runs: Any) -> str:
               f"{'BYTES':>10}")
     lines = [header]
     for r in runs:
-        joined = sum(1 for p in r.parties if p.state != "never joined")
+        joined = sum(1 for p in r.parties if p.state not in ("never joined", "declined"))
         step = f"{r.step}/{r.round}" if r.step else "-"
         lines.append(f"{r.run_id:>5}  {r.job_id:<24} {r.job_type:<7} {r.state:<12} {joined:>7}  {step:<20} "
                      f"{_duration(r):>8.1f} {_bytes(r.bytes_total):>10}")

@@ -27,6 +27,11 @@ log = logging.getLogger("xclp.server")
 STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
 
 
+# why an expected party may decline a run, as `job show` says it (fixed texts: a party's reasons
+# carry nothing of what it released)
+DECLINE_REASONS = {pb.DeclineRequest.PRIVACY_BUDGET: "declined: its privacy budget for this data set is spent"}
+
+
 class Lobby:
     """The parties that joined a run and wait for the others: admission, the join deadline, and
     the JoinStatus every waiting party hears (DESIGN §9: no guessing why nothing happens)."""
@@ -37,6 +42,7 @@ class Lobby:
         self.run_nonce = secrets.token_bytes(16)  # every key bundle of this run signs it (DESIGN §2.1)
         self.spec_digest = spec_digest(config.spec(), self.run_nonce)  # and this (DESIGN §2.5)
         self.parties: dict[str, Party] = {}
+        self.declined: dict[str, str] = {}  # expected parties that said they will not join, and why
         self.deadline = clock() + config.join_seconds
         self.status_at = clock()
 
@@ -53,6 +59,7 @@ class Lobby:
             raise InvalidInput(f"the data summary of {bundle.party_id!r} differs from the one its key bundle signs")
         self.check(summary)
         party = self.parties[bundle.party_id] = Party(bundle, signed, summary)
+        self.declined.pop(bundle.party_id, None)  # it thought again
         log.info("job %s: %s joined (%d/%d)", self.config.job_id, bundle.party_id, len(self.parties),
                  len(self.config.expected_parties))
         return party
@@ -66,7 +73,29 @@ class Lobby:
 
     @property
     def full(self) -> bool:
-        return len(self.parties) == len(self.config.expected_parties)
+        """Every expected party that has not declined has joined."""
+        return len(self.parties) + len(self.declined) == len(self.config.expected_parties)
+
+    @property
+    def possible(self) -> int:
+        """How many parties can still be in the run."""
+        return len(self.config.expected_parties) - len(self.declined)
+
+    def decline(self, party_id: str, run_nonce: bytes, reason: pb.DeclineRequest.Reason) -> str:
+        """An expected party's word (its call verified) that it will not join this run; returns why,
+        as the operator reads it."""
+        why = DECLINE_REASONS.get(reason)
+        if why is None:
+            raise InvalidInput(f"unknown reason for declining: {int(reason)}")
+        if party_id not in self.config.expected_parties:
+            raise NotAuthorized(f"party {party_id!r} is not expected in job {self.config.job_id!r}")
+        if not hmac.compare_digest(run_nonce, self.run_nonce):
+            raise ProtocolError(f"the decline of {party_id!r} names another run of job {self.config.job_id!r}")
+        if party_id in self.parties:
+            raise ProtocolError(f"party {party_id!r} has joined job {self.config.job_id!r}: it declines before Join")
+        self.declined[party_id] = why
+        log.info("job %s: %s declined (%s)", self.config.job_id, party_id, why)
+        return why
 
     def leave(self, party_id: str) -> None:
         """A party left before the roster went out: forget it; it may join again with fresh keys."""
@@ -85,7 +114,7 @@ class Lobby:
     def status(self, now: float) -> None:
         """Tell every joined party who is in and how long the run still waits for the rest."""
         self.status_at = now
-        waiting = [p for p in self.config.expected_parties if p not in self.parties]
+        waiting = [p for p in self.config.expected_parties if p not in self.parties and p not in self.declined]
         status = pb.JoinStatus(joined=len(self.parties), expected=len(self.config.expected_parties),
                                min_parties=self.config.min_parties, waiting_for=waiting,
                                join_deadline_seconds=max(0.0, self.deadline - now))

@@ -262,6 +262,10 @@ class Coordinator:
         """For an allow-listed party (its call verified): the run's nonce and the spec as it sees it."""
         return self.job(request.job_id).challenge(party_id)
 
+    def decline(self, party_id: str, request: pb.DeclineRequest) -> None:
+        """An allow-listed party's (its call verified) word that it will not join the open run."""
+        self.job(request.job_id).decline(party_id, request.run_nonce, request.reason)
+
     def join(self, request: pb.JoinRequest) -> pb.JoinResponse:
         try:
             signed = SignedBundle(request.bundle.bundle, request.bundle.signature)
@@ -310,8 +314,11 @@ class Coordinator:
     def started(self, job: Run) -> None:
         self.store.set_state(job.run_id, "running")
         for pid in job.config.expected_parties:
-            if pid not in job.parties:
+            if pid not in job.parties and pid not in job.lobby.declined:
                 self.store.party(job.run_id, pid, "never joined")
+
+    def declined(self, job: Run, party_id: str, reason: str) -> None:
+        self.store.party(job.run_id, party_id, "declined", reason=reason)
 
     def dropped(self, job: Run, party_id: str, reason: str) -> None:
         self.store.party(job.run_id, party_id, "dropped", reason=reason)

@@ -70,6 +70,7 @@ class RunEvents(Protocol):
     def left(self, run: Run, party_id: str) -> None: ...
     def started(self, run: Run) -> None: ...
     def dropped(self, run: Run, party_id: str, reason: str) -> None: ...
+    def declined(self, run: Run, party_id: str, reason: str) -> None: ...
     def step_done(self, run: Run, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None: ...
     def ended(self, run: Run) -> None: ...
 
@@ -138,6 +139,24 @@ class Run:
         return self.scaling.dim if self.scaling is not None else self.table_dim
 
     # --- transitions --------------------------------------------------------------------------
+
+    def decline(self, party_id: str, run_nonce: bytes, reason: pb.DeclineRequest.Reason) -> None:
+        """An expected party will not join (its call verified): the run starts without waiting for
+        it, or fails at once if the others cannot reach min_parties."""
+        with self.lock:
+            if self.stage is not Stage.JOINING:
+                raise ProtocolError(f"job {self.config.job_id!r} is past admission")
+            why = self.lobby.decline(party_id, run_nonce, reason)
+            if self.events is not None:
+                self.events.declined(self, party_id, why)
+            if self.lobby.possible < self.config.min_parties:
+                declined = ", ".join(f"{p} ({w})" for p, w in sorted(self.lobby.declined.items()))
+                self._fail(f"{declined}: at most {self.lobby.possible} of the {self.config.min_parties} required "
+                           "parties can join")
+            elif self.lobby.full:
+                self._start()
+            else:
+                self.lobby.status(self.clock())  # the others hear they no longer wait for it
 
     def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
         with self.lock:
@@ -445,7 +464,8 @@ class Run:
         return {"job_id": self.config.job_id, "job_type": self.config.job_type, "outcome": self.stage.value,
                 "reason": self.outcome_reason, "total_seconds": round(self.clock() - self.started_at, 6),
                 "steps": self.ledger.as_dict(), "bytes_total": self.ledger.bytes_total,
-                "dropped": {p: self.drop_reasons.get(p, "never joined") for p in sorted(self.dropped)},
+                "dropped": {p: self.drop_reasons.get(p, self.lobby.declined.get(p, "never joined"))
+                            for p in sorted(self.dropped)},
                 **job, **({"privacy": privacy} if (privacy := self._privacy(job)) else {})}
 
     def privacy(self) -> dict[str, Any]:

@@ -64,6 +64,14 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
         return self.coordinator.challenge(party_id, body)
 
     @abort_on_error
+    def Decline(self, request: pb.SignedCall, context: grpc.ServicerContext) -> pb.DeclineAck:
+        body = pb.DeclineRequest()
+        party_id = self.offer_calls.open(request, calls.DECLINE, body)
+        _check_client_name(context, party_id)
+        self.coordinator.decline(party_id, body)
+        return pb.DeclineAck()
+
+    @abort_on_error
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         if not request.HasField("bundle") or not request.HasField("summary"):
             raise InvalidInput("Join needs a signed key bundle and a data summary")

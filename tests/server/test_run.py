@@ -125,6 +125,29 @@ def test_join_deadline_starts_with_enough_parties_or_fails(keys):
     assert drain(lonely, "a")[-1].end.outcome == pb.JobEnd.FAILED
 
 
+def test_a_decline_names_an_expected_party_and_this_run_and_comes_before_its_join(keys):
+    """Decline (a verified call) is taken only from an expected party that has not joined, for
+    this run's nonce and a known reason; then nobody waits for that party."""
+    budget = pb.DeclineRequest.PRIVACY_BUDGET
+    j = Run(job("j", "flynn", FLYNN, join_seconds=600), allow_list(keys), clock=Clock())
+    admit(j, keys, "a", summary())
+    with pytest.raises(NotAuthorized, match="'mallory' is not expected"):
+        j.decline("mallory", j.run_nonce, budget)
+    with pytest.raises(ProtocolError, match="names another run"):
+        j.decline("b", bytes(16), budget)
+    with pytest.raises(ProtocolError, match="'a' has joined"):
+        j.decline("a", j.run_nonce, budget)
+    with pytest.raises(InvalidInput, match="unknown reason"):
+        j.decline("b", j.run_nonce, pb.DeclineRequest.REASON_UNSPECIFIED)
+    j.decline("b", j.run_nonce, budget)
+    assert list(drain(j, "a")[-1].status.waiting_for) == ["c"]
+    admit(j, keys, "c", summary())
+    assert j.stage is Stage.SETUP and j.active == ["a", "c"]  # at once, not at the join deadline
+    assert j.summary()["dropped"] == {"b": "declined: its privacy budget for this data set is spent"}
+    with pytest.raises(ProtocolError, match="past admission"):
+        j.decline("b", j.run_nonce, budget)
+
+
 def test_admission_checks_run_before_the_stage_check(keys):
     j, _ = started(keys)
     with pytest.raises(NotAuthorized):

@@ -20,11 +20,12 @@ import pytest
 from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
 from xclp import dp_moments, label_dp
 from xclp.accounting import composed_epsilon, pure_rdp
-from xclp.client.ledger import Budget, Ledger, Release, data_digest, function_id
+from xclp.client.ledger import Budget, Ledger, Release, Spend, data_digest, function_id
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import JobResult
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, PolicyRefused
+from xclp.server.admin_cli import format_run
 
 PARTIES4 = ("a", "b", "c", "d")
 FLYNN = {"n_classes": 3, "m": 64, "s": 3, "rho": 8, "standardise": True}
@@ -203,3 +204,36 @@ def test_a_fedavg_update_from_the_same_initial_model_is_not_released_again_among
         assert isinstance(second[p], PolicyRefused), (p, second[p])
         assert "released a training update from model" in str(second[p]) and "(job 'fa'" in str(second[p])
     assert not [k for k in rec.seen if k[1] == "r0.update"]
+
+
+@pytest.mark.parametrize("min_parties", [3, 4])
+def test_a_party_whose_budget_is_spent_declines_and_the_operator_hears_that_not_what(keys, tmp_path,
+                                                                                    min_parties: int) -> None:
+    """d's data set has spent its budget; a, b, c have not. d declines the run in a signed call
+    (Decline), so the operator's `job show` says why d is missing (a fixed reason: nothing of what
+    d released), and the run does not wait out its join deadline for it: it starts with a, b, c, or,
+    when min_parties = 4, fails at once saying so. Before Decline, d was "never joined" and the
+    run waited the whole deadline."""
+    datas = {p: party_data(300 + i) for i, p in enumerate(PARTIES4)}
+    budget = Budget(0.15, 1e-5)
+    Ledger(tmp_path / "d", budget=budget).charge(data_digest(datas["d"]), Spend(0.1, 0.0, "run:x:release", "x"),
+                                                "earlier", "1")
+    ledgers = {p: {"ledger": Ledger(tmp_path / p, budget=budget, identity=keys[p])} for p in PARTIES4}
+    config = job("dp", "race", DP_RACE, parties=PARTIES4, min_parties=min_parties, join_seconds=60.0)
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        results = run_parties(address, "dp", keys, datas, overrides=ledgers,
+                              policy=PartyPolicy(min_parties=3, insecure_test_keys=True))
+        info = coord.run_info(coord.store.runs(job_id="dp", limit=1)[0].run_id)
+    assert isinstance(results["d"], PolicyRefused), results["d"]
+    why = "declined: its privacy budget for this data set is spent"
+    parties = {p.party_id: p for p in info.parties}
+    assert (parties["d"].state, parties["d"].reason) == ("declined", why)
+    line = next(x for x in format_run(info).splitlines() if x.strip().startswith("d "))
+    assert "declined" in line and "ε" not in line and "0.1" not in line  # why, never the numbers
+    if min_parties == 3:
+        assert all(isinstance(results[p], JobResult) for p in "abc"), results
+        assert info.state == "done" and info.started_at < info.created_at + 60  # before the join deadline
+    else:
+        assert info.state == "failed" and info.reason == f"d ({why}): at most 3 of the 4 required parties can join"
+        for p in "abc":
+            assert why in str(results[p]), results[p]

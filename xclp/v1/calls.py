@@ -35,6 +35,7 @@ ADMIN_SHOW = "/xclp.v1.Admin/Show"
 ADMIN_CANCEL = "/xclp.v1.Admin/Cancel"
 OFFERS = "/xclp.v1.Coordinator/Offers"
 CHALLENGE = "/xclp.v1.Coordinator/Challenge"
+DECLINE = "/xclp.v1.Coordinator/Decline"
 
 
 def sign_call(key: Ed25519PrivateKey, signer: str, method: str, body: Message, *,

@@ -222,6 +222,26 @@ class ChallengeResponse(_message.Message):
     run_id: str
     def __init__(self, run_nonce: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., run_id: _Optional[str] = ...) -> None: ...
 
+class DeclineRequest(_message.Message):
+    __slots__ = ("job_id", "run_nonce", "reason")
+    class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        REASON_UNSPECIFIED: _ClassVar[DeclineRequest.Reason]
+        PRIVACY_BUDGET: _ClassVar[DeclineRequest.Reason]
+    REASON_UNSPECIFIED: DeclineRequest.Reason
+    PRIVACY_BUDGET: DeclineRequest.Reason
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_NONCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    run_nonce: bytes
+    reason: DeclineRequest.Reason
+    def __init__(self, job_id: _Optional[str] = ..., run_nonce: _Optional[bytes] = ..., reason: _Optional[_Union[DeclineRequest.Reason, str]] = ...) -> None: ...
+
+class DeclineAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class JoinResponse(_message.Message):
     __slots__ = ("session_token", "spec")
     SESSION_TOKEN_FIELD_NUMBER: _ClassVar[int]

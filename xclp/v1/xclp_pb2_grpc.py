@@ -59,6 +59,11 @@ class CoordinatorStub:
                 request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
                 response_deserializer=xclp_dot_v1_dot_xclp__pb2.OfferList.FromString,
                 _registered_method=True)
+        self.Decline = channel.unary_unary(
+                '/xclp.v1.Coordinator/Decline',
+                request_serializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+                response_deserializer=xclp_dot_v1_dot_xclp__pb2.DeclineAck.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -101,6 +106,15 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Decline(self, request, context):
+        """After Challenge, instead of Join: the party will not take part in this run, and why, as one
+        of a few fixed reasons (body: DeclineRequest). The operator's `job show` says so; nothing
+        else of the party's reasoning (e.g. what it released before) is sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +142,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Offers,
                     request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
                     response_serializer=xclp_dot_v1_dot_xclp__pb2.OfferList.SerializeToString,
+            ),
+            'Decline': grpc.unary_unary_rpc_method_handler(
+                    servicer.Decline,
+                    request_deserializer=xclp_dot_v1_dot_xclp__pb2.SignedCall.FromString,
+                    response_serializer=xclp_dot_v1_dot_xclp__pb2.DeclineAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +284,33 @@ class Coordinator:
             '/xclp.v1.Coordinator/Offers',
             xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
             xclp_dot_v1_dot_xclp__pb2.OfferList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Decline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xclp.v1.Coordinator/Decline',
+            xclp_dot_v1_dot_xclp__pb2.SignedCall.SerializeToString,
+            xclp_dot_v1_dot_xclp__pb2.DeclineAck.FromString,
             options,
             channel_credentials,
             insecure,
