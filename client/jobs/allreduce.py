@@ -21,7 +21,7 @@ import numpy as np
 from xclp.client import ledger
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
-from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.errors import ProtocolError
 from xclp.flynn import FlyHash, privatise_counts, train_counts
@@ -126,7 +126,7 @@ class AllReduceParty(PartyJob):
         super().__init__(ctx)
         self.release = release
         self.sum = MaskedSumParty(ctx, SUM_STEP, self.local_array, purpose=SUM_PURPOSE,
-                                  releases=self._releases if ctx.params.release_epsilon is None else None)
+                                  releases=self._releases if ctx.params.release_epsilon is None else Noisy.DP)
 
     def _releases(self, members: tuple[str, ...]) -> list[ledger.Release]:
         """The counts under this run's hash functions (the common seed and the job's parameters)."""

@@ -39,7 +39,7 @@ import numpy as np
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.ledger import Release, function_id
-from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.crypto.identity import verify_signature
 from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
@@ -237,7 +237,7 @@ class RoundsParty(PartyJob):
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
         self.update_sum = MaskedSumParty(scope, training.UPDATE_STEP, self._update, purpose=training.UPDATE_PURPOSE,
                                          on_opened=None if self.model_in is None else self._opened,
-                                         releases=None if self.dp is not None else self._releases)
+                                         releases=Noisy.DP if self.dp is not None else self._releases)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
 

@@ -38,7 +38,7 @@ from xclp.client.jobs.estimate import (
 )
 from xclp.client.ledger import Release, function_id, responses_name
 from xclp.client.phases.centres import CandidateCentres
-from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.client.steps import xclp as steps
 from xclp.client.workers import worker_count
 from xclp.crypto.fixedpoint import FixedPoint
@@ -169,7 +169,7 @@ class XclpParty(PartyJob):
         # training round too; the round's session id binds the round)
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
                                        withhold=self._own_rows, digest_name=ROWSUMS_STEP,
-                                       releases=None if self.params.label_dp else self._row_sum_releases)
+                                       releases=Noisy.DP if self.params.label_dp else self._row_sum_releases)
         # DESIGN §10.3: SecureHamming on candidate pairs only, around the common seed's centres
         self.candidates = CandidateCentres(ctx, self.params, self.X, lambda: self.sizes, SlotLayout.for_key(
             self.keypair.public, self.params.lsh_bits).slots) if self.params.candidates else None

@@ -29,6 +29,7 @@ its seed, masks, pushed vector and held shares of every earlier attempt. The ses
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import secrets
 from collections.abc import Callable, Sequence
@@ -75,6 +76,13 @@ Withhold = Callable[[np.ndarray, Members], tuple[np.ndarray, np.ndarray]]
 Opened = Callable[[np.ndarray, int, Members], None]
 # an exact sum: the functions of the data it releases among these participants (client/ledger.py)
 Releases = Callable[[Members], Sequence[Release]]
+
+
+class Noisy(enum.Enum):
+    """A sum with DP noise: the ledger charges it as the job's DP releases (JobParams.dp_releases)
+    rather than checking it as an exact release."""
+
+    DP = "dp"
 
 
 @dataclass
@@ -140,14 +148,18 @@ class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
-                 withhold: Withhold | None = None, digest_name: str | None = None, releases: Releases | None = None,
+                 withhold: Withhold | None = None, digest_name: str | None = None, releases: Releases | Noisy,
                  on_opened: Opened | None = None) -> None:
-        """releases: the sum is exact (no noise), and these are the functions of the data it releases,
-        which the ledger checks before masking and records before revealing (client/ledger.py);
-        every sum charges the job's DP spends before its first masked push. on_opened: the sum is
+        """releases: what the sum releases of the party's data, which every sum must say: the
+        functions of the data an exact sum releases, which the ledger checks before masking and
+        records before revealing (client/ledger.py), or Noisy.DP for a sum with DP noise, which the
+        job's DP spends pay for (charged before the first masked push of any sum). on_opened: the sum is
         verifiable, and this is told the sum as this party recomputed it from every member's masked
         vector and seed."""
         self.ctx = ctx
+        if releases is Noisy.DP and ctx.account is not None and not ctx.account.spends:
+            raise ProtocolError(f"the masked sum {name!r} is noisy, but the job declares no DP release for the "
+                                "ledger to charge: not releasing it")
         self.releases = releases
         self.released: dict[int, Sequence[Release]] = {}  # attempt -> the functions its contribution releases
         self.name = name
@@ -208,7 +220,7 @@ class MaskedSumParty:
         values = self.contribution(members)
         if self.ctx.account is not None:  # before anything of the data is masked and sent
             self.ctx.account.charge()
-            if self.releases is not None:
+            if not isinstance(self.releases, Noisy):
                 self.released[attempt] = tuple(self.releases(members))
                 self.ctx.account.check_exact(self.released[attempt], members)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used

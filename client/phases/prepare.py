@@ -16,7 +16,7 @@ import numpy as np
 from xclp import dp_moments
 from xclp.client.context import PartyContext
 from xclp.client.ledger import Release, function_id
-from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.dp_moments import MomentsPlan
 from xclp.dpsgd import RoundNoise
 from xclp.errors import ProtocolError
@@ -45,7 +45,7 @@ class Preparation:
             self.noise = RoundNoise(self.dp, self.dp.cells)
             self._report_clipped(dp_moments.outside(self.data.X, bounds))
         self.sum = MaskedSumParty(ctx, MOMENTS_STEP, self._contribution, purpose=MOMENTS_PURPOSE,
-                                  releases=self._releases if self.dp is None else None)
+                                  releases=self._releases if self.dp is None else Noisy.DP)
         self.scaling: Scaling | None = None
 
     def handles(self, step: str) -> bool:

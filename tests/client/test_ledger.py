@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from tests.client.test_phases import contexts
 from xclp import dpsgd
 from xclp.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.client.cli import main
 from xclp.client.ledger import Budget, Ledger, Release, RunAccount, Spend, function_id
-from xclp.errors import ConfigError, PolicyRefused
+from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
+from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 
 DATA = bytes(range(32))
 
@@ -108,3 +112,16 @@ def test_a_curve_planned_after_the_charge_tightens_it_and_a_charge_without_one_c
     assert eps < 9.5 and delta == 1e-5
     with pytest.raises(ValueError, match="an RDP curve has"):
         book.attach_curve(DATA, "run:r:release", [1.0])
+
+
+def test_a_sum_that_says_it_is_noisy_in_a_job_that_charges_nothing_is_refused(tmp_path) -> None:
+    """Every masked sum says what it releases (MaskedSumParty's `releases` has no default): the
+    functions of an exact sum, or Noisy.DP, which the job's DP spends must pay for. A noisy sum in
+    a job that declares no DP release would reach the coordinator uncharged: refused."""
+    (ctx, _), *_ = contexts().values()
+    uncharged = dataclasses.replace(ctx, account=RunAccount(Ledger(tmp_path), DATA, "j", "1", ()))
+    with pytest.raises(ProtocolError, match="'total' is noisy, but the job declares no DP release"):
+        MaskedSumParty(uncharged, "total", lambda members: np.ones(2, np.uint64), releases=Noisy.DP)
+    charged = dataclasses.replace(ctx, account=RunAccount(Ledger(tmp_path), DATA, "j", "1",
+                                                          (Spend(1.0, 0.0, "run:1:release", "x", "release"),)))
+    MaskedSumParty(charged, "total", lambda members: np.ones(2, np.uint64), releases=Noisy.DP)

@@ -26,6 +26,11 @@ IDS = ("a", "b", "c")
 SESSION = bytes(range(32))
 
 
+def NOTHING(members: tuple[str, ...]) -> list:
+    """What these sums release of a party's data, for its ledger: nothing the tests register."""
+    return []
+
+
 class Sink:
     """What a party pushed: (step, attempt, recipient, payload)."""
 
@@ -101,7 +106,8 @@ def start(name: str, attempt: int, members=IDS) -> pb.StepStart:
 def test_what_the_coordinator_opens_is_the_sum_and_nothing_else() -> None:
     values = {p: np.arange(6, dtype=np.uint64) * (i + 1) for i, p in enumerate(IDS)}
     ctxs = contexts()
-    sums = {p: MaskedSumParty(ctx, "total", lambda members, p=p: values[p]) for p, (ctx, _) in ctxs.items()}
+    sums = {p: MaskedSumParty(ctx, "total", lambda members, p=p: values[p],
+                              releases=NOTHING) for p, (ctx, _) in ctxs.items()}
     mask(sums, 0)
     masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
     assert all(not np.array_equal(masked[p], values[p]) for p in IDS)  # nobody's values travel in the clear
@@ -120,7 +126,8 @@ def test_what_the_coordinator_opens_is_the_sum_and_nothing_else() -> None:
 def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_once() -> None:
     ctxs = contexts()
     sink = ctxs["a"][1]
-    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64),
+                              releases=NOTHING) for p, (ctx, _) in ctxs.items()}
     ones = sums["a"]
     with pytest.raises(ProtocolError, match="asked to confirm total attempt 0, which this party never masked"):
         ones.on_step(start("total_confirm", 0))
@@ -152,7 +159,8 @@ def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_anot
     do its pairwise keys: the masks would not even cancel. a and b refuse to reveal, and so does c;
     a forged or missing confirmation is refused too."""
     ctxs = contexts(transcripts={"c": b"another theta"})
-    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64),
+                              releases=NOTHING) for p, (ctx, _) in ctxs.items()}
     mask(sums, 0)
     masked = {p: ctxs[p][1].pushed[-1][3] for p in IDS}
     with pytest.raises(ProtocolError, match="without relaying every member's signed transcript first"):
@@ -168,7 +176,8 @@ def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_anot
     assert not np.array_equal(opened, np.full(3, 3, np.uint64))
     # a forged confirmation: c's transcript hash replaced by a's, c's signature kept
     ctxs = contexts(transcripts={"c": b"another theta"})
-    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64)) for p, (ctx, _) in ctxs.items()}
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64),
+                              releases=NOTHING) for p, (ctx, _) in ctxs.items()}
     mask(sums, 0)
     for p in IDS:
         sums[p].on_step(start("total_confirm", 0))
@@ -182,7 +191,7 @@ def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_anot
 def test_withheld_rows_never_leave_the_party_and_come_back_for_the_result() -> None:
     (ctx, sink), *_ = contexts().values()
     kept_back = MaskedSumParty(ctx, "rows", lambda members: np.arange(4, dtype=np.uint64),
-                               withhold=lambda masked, members: (masked[1:], masked[:1]))
+                               withhold=lambda masked, members: (masked[1:], masked[:1]), releases=NOTHING)
     kept_back.on_step(start("rows", 0))
     assert sink.pushed[-1][3].shape == (3,) and kept_back.kept[0].shape == (1,)
 
@@ -190,7 +199,8 @@ def test_withheld_rows_never_leave_the_party_and_come_back_for_the_result() -> N
 def test_in_a_round_the_digest_binds_the_scoped_name_unless_told_otherwise() -> None:
     ctxs = contexts(prefix="r2.")
     for name, digest_name in (("update", None), ("rowsums", "rowsums")):
-        sums = {p: MaskedSumParty(ctx, name, lambda members: np.zeros(2, np.uint64), digest_name=digest_name)
+        sums = {p: MaskedSumParty(ctx, name, lambda members: np.zeros(2, np.uint64), digest_name=digest_name,
+                                  releases=NOTHING)
                 for p, (ctx, _) in ctxs.items()}
         mask(sums, 0)
         confirm(sums, 0)

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.client.test_phases import IDS, SESSION, confirm, contexts, contributions, mask, start
+from tests.client.test_phases import IDS, NOTHING, SESSION, confirm, contexts, contributions, mask, start
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.crypto import shamir
 from xclp.crypto.aead import SealBroken
@@ -18,7 +18,7 @@ from xclp.v1.wire import Message
 
 
 def parties(prefix: str = "") -> dict[str, MaskedSumParty]:
-    return {p: MaskedSumParty(ctx, "total", lambda members: np.ones(4, np.uint64)) for p, (ctx, _) in
+    return {p: MaskedSumParty(ctx, "total", lambda members: np.ones(4, np.uint64), releases=NOTHING) for p, (ctx, _) in
             contexts(prefix).items()}
 
 
@@ -93,7 +93,7 @@ def test_a_sum_of_two_deals_no_shares_and_a_threshold_below_the_partys_minimum_i
     assert all(not to for p in "ab" for _, _, to, _ in sums[p].ctx.conn.pushed)  # t = 2 of 2: nothing to rebuild
     ctx, _ = contexts()["a"]
     strict = {"a": MaskedSumParty(dataclasses.replace(ctx, min_share_threshold=3), "total",
-                                  lambda members: np.ones(4, np.uint64))}
+                                  lambda members: np.ones(4, np.uint64), releases=NOTHING)}
     with pytest.raises(PolicyRefused, match=r"total attempt 0 lets 2 of 3 parties rebuild a self-mask seed; this "
                                             r"party requires at least 3 \(--min-share-threshold\)"):
         strict["a"].on_step(start("total", 0))

@@ -17,6 +17,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
+from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.errors import ProtocolError
@@ -55,7 +56,9 @@ class MaskedMeanParty(PartyJob):
         super().__init__(ctx)
         self.params = ctx.params_as(MaskedMeanParams)
         self.codec = FixedPoint(self.params.frac_bits, 64)
-        self.sum = MaskedSumParty(ctx, SUM_STEP, self._local)
+        # what the sum releases of the party's data, for its privacy ledger: its column sums and count
+        released = Release(function_id("masked-mean", "column sums and count"), "its column sums and row count")
+        self.sum = MaskedSumParty(ctx, SUM_STEP, self._local, releases=lambda members: [released])
 
     def _local(self, members: tuple[str, ...]) -> np.ndarray:
         X = self.ctx.data.X
