@@ -40,7 +40,7 @@ def keys() -> dict[str, object]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _release_logs_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory):
-    """`xclp-client run` keeps its release log under $XDG_STATE_HOME (client/releases.py): the
+    """`xclp-client run` keeps its privacy ledger under $XDG_STATE_HOME (client/ledger.py): the
     tests' CLI runs keep theirs out of the user's home."""
     import os
 

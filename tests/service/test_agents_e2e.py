@@ -294,6 +294,29 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         assert stack.agents[party].poll() is None
 
 
+def test_the_agents_ledgers_refuse_the_moments_again_among_fewer_under_another_job(stack):
+    """Issue 46 through the agents: the operator runs a standardising FlyNN job among a, b, c and d,
+    then another job (another id, one parameter changed, d left out) among a, b, c. The second
+    run's pooled moments minus the first's would be d's exact count, sum and sum of squares per
+    feature; each agent's ledger names the moments of each column, not the job, and refuses
+    before masking: the run fails, nothing of it is revealed, and each agent says why."""
+    root = stack.root
+    std = FLYNN + "\nstandardise = true"
+    first = stack.submit(job_file(root, "std-four", std, join=600))
+    stack.wait(first["run_id"], lambda i: sum(p["state"] == "joined" for p in i["parties"]) == 3
+               or i["state"] != "joining")
+    d = stack.party_d("std-four")
+    assert d.wait(timeout=180) == 0, d.stderr.read()
+    stack.wait(first["run_id"], lambda i: i["state"] == "done")
+    second = stack.submit(job_file(root, "std-three", std.replace("m = 128", "m = 129"), parties='["a", "b", "c"]'))
+    info = stack.wait(second["run_id"], lambda i: i["state"] in ("failed", "done"))
+    assert info["state"] == "failed", info
+    assert not [s for s in info["steps"] if s["name"].startswith("moments_")], info["steps"]  # nothing confirmed
+    for party in PARTIES:
+        assert ("released the count of column 'f0' of this data exactly among a, b, c, d (job 'std-four'"
+                in stack.agent_log(party)), stack.agent_log(party)[-2000:]
+
+
 def test_a_run_cancelled_mid_secure_hamming_stops_the_agents_cleanly_and_leaves_nothing(stack):
     """d is a real party that stalls in SecureHamming, so the run is there, with a, b and c having
     sent their encrypted slices and waiting for d's, when the operator cancels it."""
