@@ -46,12 +46,12 @@ class Lobby:
         self.deadline = clock() + config.join_seconds
         self.status_at = clock()
 
-    def admit(self, signed: SignedBundle, summary: pb.DataSummary, *, open_: bool) -> Party:
-        """A place for the bundle's party, or the error that refuses it."""
+    def admit(self, signed: SignedBundle, summary: pb.DataSummary, *, open_: bool, closed: str = "") -> Party:
+        """A place for the bundle's party, or the error that refuses it (`closed`: why the run ended)."""
         bundle = check_bundle(self.config, self.allow_list, self.run_nonce, signed)
         self.check_spec(bundle)
         if not open_:
-            raise ProtocolError(f"job {self.config.job_id!r} is past admission")
+            raise ProtocolError(f"job {self.config.job_id!r} is past admission" + (f" ({closed})" if closed else ""))
         if bundle.party_id in self.parties:
             raise ProtocolError(f"party {bundle.party_id!r} has already joined job {self.config.job_id!r}")
         check_summary(self.config, summary, ((p, q.summary) for p, q in self.parties.items()))

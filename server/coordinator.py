@@ -201,7 +201,8 @@ class Coordinator:
             if job_id not in self.definitions:
                 raise InvalidInput(f"no job {job_id!r} on this coordinator")
             last = job.run_id if job is not None else "none"
-            state = job.stage.value if job is not None else "-"
+            state = (job.stage.value + (f": {job.outcome_reason}" if job.outcome_reason else "")
+                     if job is not None else "-")
             raise ProtocolError(f"job {job_id!r} has no run open for joining (its last run, {last}, is {state}); "
                                 "the operator starts one with `xclp-server job submit`")
         return job

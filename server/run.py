@@ -160,7 +160,8 @@ class Run:
 
     def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
         with self.lock:
-            party = self.lobby.admit(signed, summary, open_=self.stage is Stage.JOINING)
+            closed = f"its run {self.run_id} {self.stage.value}: {self.outcome_reason}" if self.stage.ended else ""
+            party = self.lobby.admit(signed, summary, open_=self.stage is Stage.JOINING, closed=closed)
             if self.events is not None:
                 self.events.joined(self, party.bundle.party_id, int(summary.rows))
             if self.lobby.full:

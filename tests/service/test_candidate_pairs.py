@@ -123,14 +123,15 @@ def test_a_party_lost_after_the_probe_table_leaves_the_others_on_their_schedule(
 
 
 def test_the_coordinator_refuses_probes_a_party_could_not_have_sent() -> None:
-    """Bad input at the probes step (server/jobs/xclp.py Probes.accept): not uint16[n, p], a centre
+    """Bad input at the probes step (server/phases/each_party.py Probes.accept): not uint16[n, p], a centre
     past the job's, a centre twice in a row; nothing of it is kept. A good one becomes the lists."""
     from types import SimpleNamespace
 
     import pytest
 
     from xclp.errors import InvalidInput
-    from xclp.server.jobs.xclp import CandidateRun, Probes
+    from xclp.server.phases.each_party import Probes
+    from xclp.server.phases.xclp_state import CandidateRun
 
     run = CandidateRun(2, {"a": np.array([3, 3, 2, 2])}, 0.5)
     phase = Probes(None, SimpleNamespace(sizes={"a": 5}, candidates=run, params=SimpleNamespace(centres=4)))

@@ -464,13 +464,13 @@ def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkey
 def test_b_cannot_flood_a_through_the_coordinator_past_its_window(monkeypatch) -> None:
     """A hostile B sends pieces without waiting for A's acknowledgements: the coordinator keeps at
     most MAX_IN_FLIGHT of them unacknowledged for A (here 2 of a pair of 3 pieces) and refuses the rest."""
-    import xclp.server.jobs.xclp as coordinator_xclp
+    import xclp.server.phases.secure_hamming as coordinator_hamming
     import xclp.v1.secure_hamming_wire as shw
     from xclp.errors import ResourceExhausted
     from xclp.v1.secure_hamming_wire import Upload
 
     monkeypatch.setattr(shw, "PIECE_BYTES", 64)  # a piece per row of B (one ciphertext): 3 per pair
-    monkeypatch.setattr(coordinator_xclp, "MAX_IN_FLIGHT", 2)
+    monkeypatch.setattr(coordinator_hamming, "MAX_IN_FLIGHT", 2)
     at = AtSecureHamming()
     assert len(at.run.phase.streams[0].pieces) == 3
     at.upload("a", Upload.SEED, 0, bytes(32))  # pair (b, a): a is B

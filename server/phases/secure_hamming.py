@@ -1,0 +1,237 @@
+"""SecureHamming on the coordinator (docs/protocol.md, paper 003 §3.1): the phase that relays
+every pair's sealed slices and evaluations, takes B's mask seeds and A's t piece by piece, and
+folds each piece into the neighbour graph as it arrives (the coordinator never holds H)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from xclp.candidates import PairSchedule, a_slots, b_rows, folded
+from xclp.errors import InvalidInput, PeerDropped, ResourceExhausted, XclpError
+from xclp.progress import Meter
+from xclp.server.phases.base import Phase, Scope, Step
+from xclp.server.phases.xclp_state import XclpState, step_meter
+from xclp.server.steps import xclp as steps
+from xclp.v1 import wire
+from xclp.v1.secure_hamming_wire import (
+    MAX_IN_FLIGHT,
+    HammingUpload,
+    Piece,
+    Upload,
+    all_pairs,
+    pieces,
+    relay_bytes,
+)
+from xclp.v1.xclp import HAMMING_STEP, PAIRS_MSG
+from xclp.v1.xclp_layout import PairTask
+
+log = logging.getLogger("xclp.server")
+
+
+@dataclass
+class _PairStream:
+    """The coordinator's view of one pair in one attempt (xclp.v1.secure_hamming_wire)."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    seed: bytes | None = None  # B's mask seed
+    folded: int = 0  # pieces of t unmasked and folded, in order
+    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what B evaluates
+    slots: np.ndarray | None = None  # ... and A's row in each slot (candidates.a_slots)
+
+
+class SecureHamming(Phase):
+    """Paillier SecureHamming of every pair (DESIGN §5.3), streamed in pieces (§10.1): each piece is
+    unmasked with B's seeded masks and folded into the graph as A's t arrives, then dropped."""
+
+    relays = True
+
+    def __init__(self, scope: Scope, state: XclpState) -> None:
+        super().__init__(scope)
+        self.state = state
+        self.attempt = 0
+        self.streams: dict[int, _PairStream] = {}  # by the pair's position in state.pairs
+        self.graph: steps.NeighbourGraph | None = None
+        self.error: str | None = None  # a piece's values were malformed: the step fails once it is over
+        self.meter: Meter | None = None  # pieces folded in this attempt, for job show and the log
+
+    def start(self) -> None:
+        state = self.state
+        if not state.pairs:
+            state.pairs = steps.secure_hamming_pairs(state.membership.graph)
+            position = {p: i for i, p in enumerate(state.roster)}
+            table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
+            self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
+        members = set(state.membership.graph)
+        self.streams = {i: self._stream_of(t) for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
+        self.error = None
+        layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
+        try:  # every attempt folds afresh: a lost party's rows may have pushed others' candidates out
+            self.graph = steps.NeighbourGraph(layout, state.own, state.params.lsh_bits, state.params.graph_params)
+        except XclpError as exc:  # k no longer below the rows left
+            self.fail(f"the graph cannot be built among {', '.join(layout.parties)}: {exc}")
+            return
+        self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
+        self.meter = step_meter(self.scope, "SecureHamming", sum(len(s.pieces) for s in self.streams.values()),
+                            "pieces folded")
+
+    def _stream_of(self, task: PairTask) -> _PairStream:
+        state, layout = self.state, self.state.layout
+        if state.candidates is None:
+            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b]))
+        schedule = state.candidates.schedule(task.a, task.b, layout.slots)
+        return _PairStream(task, pieces(layout, schedule.counts().tolist()), schedule=schedule,
+                           slots=a_slots(schedule, state.candidates.lists[task.a]))
+
+    def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
+        """Bounds from the row counts (or a candidate schedule's slots) and the slot layout: slices,
+        one piece, an acknowledgement."""
+        layout, state = self.state.layout, self.state
+        if recipient:  # A's slices, or one piece
+            rows = state.sizes.get(sender, 0) if state.candidates is None else int(
+                state.candidates.budgets.get(sender, np.zeros(1, np.int64)).sum())
+            return relay_bytes(layout, rows)
+        return HammingUpload.limit(layout)
+
+    def relay_limit(self, step: Step, sender: str, recipient: str) -> int:
+        """A to B: the slices and an acknowledgement per piece but the last; B to A: its pieces, at most
+        MAX_IN_FLIGHT ahead of A's acknowledgements (so what waits here for A stays bounded)."""
+        stream = self._stream(sender, recipient)
+        if sender == stream.task.a:
+            return len(stream.pieces)
+        acked = max(0, step.relays[(recipient, sender)] - 1)
+        return min(len(stream.pieces), acked + MAX_IN_FLIGHT)
+
+    def check_relay(self, step: Step, sender: str, recipient: str, payload: wire.Payload) -> None:
+        """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3). A sends its
+        slices to one B at a time (§10.1): to the next once the last answered with a piece, so the
+        mailboxes hold at most one copy of each party's slices."""
+        stream = self._stream(sender, recipient)
+        if not isinstance(payload, bytes):
+            raise InvalidInput("SecureHamming ciphertexts travel as opaque bytes")
+        if sender == stream.task.a and step.relays[(sender, recipient)] == 0:
+            unanswered = sorted(self._unanswered(step, sender))
+            if unanswered:
+                raise ResourceExhausted(f"{sender!r} sent its slices to {recipient!r} before {unanswered[0]!r} "
+                                        "answered the slices it has: one B at a time")
+
+    def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
+        upload = HammingUpload.from_array(payload)
+        stream = self.streams.get(upload.pair)
+        if stream is None:
+            raise InvalidInput(f"pair {upload.pair} is not a SecureHamming pair of round {step.attempt}")
+        task, state = stream.task, self.state
+        if upload.kind == Upload.SEED:
+            if sender != task.b or stream.seed is not None:
+                raise InvalidInput(f"only B ({task.b!r}) sends the mask seed of pair ({task.a}, {task.b}), once")
+            stream.seed = upload.data
+            return
+        if sender != task.a:
+            raise InvalidInput(f"only A ({task.a!r}) sends t of pair ({task.a}, {task.b})")
+        if stream.seed is None:
+            raise InvalidInput(f"t of pair ({task.a}, {task.b}) before B's mask seed")
+        if upload.piece != stream.folded or stream.folded >= len(stream.pieces):
+            raise InvalidInput(f"piece {upload.piece} of pair ({task.a}, {task.b}) where piece {stream.folded} of "
+                               f"{len(stream.pieces)} was due")
+        piece, n_a, n_b = stream.pieces[stream.folded], state.sizes[task.a], state.sizes[task.b]
+        what = f"t of piece {upload.piece} of pair ({task.a}, {task.b})"
+        if stream.schedule is None:  # refused, not counted: A may still send it right
+            steps.check_piece_t(upload.data, state.layout, piece, n_a, what)
+        elif len(upload.data) != piece.values * state.layout.value_bytes:
+            raise InvalidInput(f"{what} must be {piece.values} values of {state.layout.value_bytes} bytes, "
+                               f"got {len(upload.data)} bytes")
+        stream.folded += 1
+        if self.meter is not None:
+            self.meter.update(self.meter.done + 1)
+        if self.error is not None or self.graph is None:
+            return
+        try:
+            if stream.schedule is not None:
+                self._fold_scheduled(stream, piece, upload.data)
+            else:
+                block = steps.cross_piece(upload.data, stream.seed, state.moduli[task.a], piece, n_a, n_b,
+                                          state.params.lsh_bits)
+                self.graph.fold_piece(task.a, task.b, piece.a_rows(state.layout, n_a).start,
+                                      piece.b_rows(n_b).start, block)
+            if stream.folded == len(stream.pieces):
+                self.graph.pair_done(task.a, task.b)
+        except XclpError as exc:  # out-of-range distances: nothing a restart would fix
+            self.error = str(exc)
+
+    def _fold_scheduled(self, stream: _PairStream, piece: Piece, t: bytes) -> None:
+        """A piece of a pair on candidate pairs: each batch unmasked, what `folded` keeps folded."""
+        state, task, run, graph = self.state, stream.task, self.state.candidates, self.graph
+        assert stream.schedule is not None and stream.slots is not None and stream.seed is not None
+        assert run is not None and graph is not None
+        for g, entries, H in steps.scheduled_piece(t, stream.seed, state.moduli[task.a], piece, stream.schedule,
+                                                   state.params.lsh_bits):
+            every = b_rows(stream.schedule, run.lists[task.b], g)
+            keep = folded(stream.schedule, g, stream.slots[g], every, run.members[task.a], run.members[task.b])
+            width = H.shape[1]
+            graph.fold_scheduled(task.a, task.b, stream.slots[g][:width], every[entries.start : entries.stop], H,
+                                 keep[entries.start : entries.stop, :width])
+
+    def owes(self, step: Step, sender: str) -> bool:
+        """A party owes the seeds of its pairs as B and every piece of t of its pairs as A."""
+        return any((s.task.b == sender and s.seed is None) or (s.task.a == sender and s.folded < len(s.pieces))
+                   for s in self.streams.values())
+
+    def on_step_complete(self, step: Step) -> None:
+        state, graph = self.state, self.graph
+        assert graph is not None
+        try:
+            if self.error is not None:
+                raise InvalidInput(self.error)
+            state.W = graph.adjacency()
+        except XclpError as exc:
+            self.fail(f"step {step.wire!r} failed: {exc}")
+            return
+        state.graph_layout = graph.layout
+        if state.dump is not None:  # the test hook: the graph, as csr arrays
+            for part in ("data", "indices", "indptr"):
+                state.dump(f"W-{part}.npy", getattr(state.W, part))
+        log.info("XCLP: graph of %d rows of %d parties folded (%d candidates per row, %d edges)", graph.layout.n,
+                 len(graph.layout.parties), graph.top.k, state.W.nnz)
+        self.done()
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        try:
+            self.state.drop(dropped, steps.XclpStage.SECURE_HAMMING)
+        except PeerDropped as exc:
+            self.fail(str(exc))
+            return
+        self.attempt += 1
+        self.start()  # among the rest, every pair afresh
+
+    def blame(self, step: Step) -> set[str]:
+        """Only those who owe the next message of an unfinished pair, not those waiting for them."""
+        owes = dict.fromkeys(step.participants, False)
+        waits = dict.fromkeys(step.participants, False)
+        for s in self.streams.values():
+            a, b = s.task.a, s.task.b
+            if s.folded == len(s.pieces):
+                continue
+            if s.seed is None:
+                owes[b] = True
+            if step.relays[(a, b)] == 0 and self._unanswered(step, a):  # A's slices wait for another B
+                waits[a], waits[b] = True, True
+            elif step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded:  # A's slices, or a piece at A
+                owes[a], waits[b] = True, True
+            else:  # B's next piece
+                owes[b], waits[a] = True, True
+        culprits = {p for p in step.pending if owes[p] or not waits[p]}
+        return culprits or set(step.pending)
+
+    def _unanswered(self, step: Step, a: str) -> set[str]:
+        """The Bs that have `a`'s slices (relayed) and have not answered with a piece yet."""
+        return {s.task.b for s in self.streams.values()
+                if s.task.a == a and step.relays[(a, s.task.b)] > 0 and step.relays[(s.task.b, a)] == 0}
+
+    def _stream(self, sender: str, recipient: str) -> _PairStream:
+        for s in self.streams.values():
+            if {s.task.a, s.task.b} == {sender, recipient}:
+                return s
+        raise InvalidInput(f"{sender!r} and {recipient!r} are not a SecureHamming pair")

@@ -1,0 +1,100 @@
+"""What one XCLP run on the coordinator holds between its phases (server/jobs/xclp.py runs them):
+the roster, sizes and Paillier moduli, who is still in the graph and the labels, the graph once
+folded, the candidate pairs' schedule; and the meter that reports a long part of a step."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from xclp.candidates import PairSchedule
+from xclp.crypto.secure_hamming import SlotLayout
+from xclp.graph import SolveStats
+from xclp.progress import Meter
+from xclp.server.mailbox import Party
+from xclp.server.phases.base import Scope
+from xclp.server.steps import xclp as steps
+from xclp.v1.xclp import (
+    XclpJobParams,
+)
+from xclp.v1.xclp_layout import PairTask
+
+log = logging.getLogger("xclp.server")
+Dump = Callable[[str, np.ndarray], None]  # test hook: what the coordinator saw, by file name
+
+
+@dataclass
+class CandidateRun:
+    """Candidate pairs of one run (DESIGN §10.3): the probes per row the pooled table allows, every
+    party's public budgets, and, as they arrive, each party's centre lists and centre sets."""
+
+    probes: int
+    budgets: dict[str, np.ndarray]
+    fraction: float
+    lists: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    members: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def schedule(self, a: str, b: str, slots: int) -> PairSchedule:
+        return PairSchedule.of(self.budgets[a], self.budgets[b], slots)
+
+
+@dataclass
+class XclpState:
+    """What one XCLP run holds between its phases."""
+
+    params: XclpJobParams
+    roster: tuple[str, ...]  # every party that joined, sorted: layouts and pairs index it
+    sizes: dict[str, int]  # rows per roster party
+    moduli: dict[str, int]  # each roster party's Paillier N, from its signed bundle
+    membership: steps.Membership
+    pairs: tuple[PairTask, ...] = ()  # roles drawn once, at the first secure_hamming attempt
+    own: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # each party's nearest rows
+    graph_layout: steps.RowLayout | None = None  # the rows of the graph, once SecureHamming is done
+    W: sp.csr_matrix | None = None  # the kNN adjacency (DESIGN §5.4): n·k entries, never H
+    solve: SolveStats | None = None  # how the influence columns were solved (DESIGN §10.2)
+    labeled: dict[str, np.ndarray] = field(default_factory=dict)
+    dump: Dump | None = None
+    dim: int = 0  # the prepared features' dimension (candidate pairs' centres)
+    candidates: CandidateRun | None = None  # DESIGN §10.3, once the probe table is pooled
+
+    @classmethod
+    def of(cls, params: XclpJobParams, parties: Mapping[str, Party], members: list[str],
+           dump: Dump | None = None, dim: int = 0) -> XclpState:
+        roster = tuple(sorted(parties))
+        return cls(params, roster, {p: int(parties[p].summary.rows) for p in roster},
+                   {p: int.from_bytes(parties[p].bundle.paillier_n, "big") for p in roster},
+                   steps.start_membership(tuple(members)), dump=dump, dim=dim)
+
+    @property
+    def layout(self) -> SlotLayout:
+        """The slot layout of every pair: A's key has the job's key_bits (checked at join)."""
+        return SlotLayout(self.params.key_bits, self.params.lsh_bits)
+
+    def drop(self, parties: set[str], stage: steps.XclpStage) -> None:
+        for pid in sorted(parties):
+            self.membership = steps.drop_party(self.membership, pid, stage)  # PeerDropped: nobody left
+        log.info("XCLP: %s dropped in %s; graph: %s; labels: %s", ", ".join(sorted(parties)), stage.value,
+                 ", ".join(self.membership.graph), ", ".join(self.membership.labels))
+
+    def frame(self, participants: tuple[str, ...]) -> steps.RowLayout:
+        """The rows of SecureRowSums among `participants`, in the graph's order (DESIGN §5.6)."""
+        assert self.graph_layout is not None
+        return steps.rowsums_frame(self.graph_layout, participants)
+
+    def rows(self, parties: tuple[str, ...]) -> np.ndarray:
+        """uint64[P] rows per roster party, 0 for those not in `parties` (messages "layout", "graph")."""
+        return np.array([self.sizes[p] if p in parties else 0 for p in self.roster], dtype=np.uint64)
+
+
+def step_meter(scope: Scope, what: str, total: int, unit: str, *, work: str = "") -> Meter:
+    """A meter of the coordinator's part of a long step: its progress in `xclp-server job show`
+    (the current step's, or `work`'s between steps), a log line at every tenth."""
+    job_id = scope.run.config.job_id
+    meter = Meter(what, total, lambda line: log.info("job %s: %s", job_id, line), unit=unit,
+                  clock=scope.run.clock)
+    scope.report(meter.describe, work=work)
+    return meter
