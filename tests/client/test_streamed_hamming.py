@@ -70,8 +70,8 @@ def build(keys, rows: dict[str, int], pairs: tuple[PairTask, ...]) -> tuple[dict
         masker = PairwiseMasker(p, {q: secret[frozenset((p, q))] for q in rows if q != p}, b"session")
         ctx = PartyContext(p, PARAMS, data, roster, bytes(32), masker, link, lambda m: None, keypair=keys[p])
         party = XclpParty(ctx)
-        party.sizes, party.pairs = dict(rows), pairs
-        party.codes = steps.lsh_step(data.X, bytes(32), L)
+        party.sizes, party.hamming.pairs = dict(rows), pairs
+        party.hamming.codes = steps.lsh_step(data.X, bytes(32), L)
         parties[p] = party
     return parties, link
 
@@ -92,7 +92,7 @@ def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
     """Carry every relay until nothing moves; the uploads by sender."""
     uploads: dict[str, list[HammingUpload]] = {p: [] for p in parties}
     for p in sorted(parties, reverse=True):
-        parties[p]._start_hamming(0, tuple(sorted(parties)))
+        parties[p].hamming.start(0, tuple(sorted(parties)))
     while (batch := link.take()):
         for sender, payload, round, recipient in batch:
             if recipient:
@@ -106,7 +106,7 @@ def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
 def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, keys) -> None:
     parties, link = pair
     uploads = run_honestly(parties, link)
-    assert all(p.hamming_pushed for p in parties.values())
+    assert all(p.hamming.done for p in parties.values())
     [seed] = uploads["b"]  # B sends its seed, never its masks
     assert (seed.kind, seed.pair, len(seed.data)) == (Upload.SEED, 0, 32)
     layout = steps.slot_layout(keys["a"].public, L)
@@ -118,22 +118,22 @@ def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, 
         block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
         rows = piece.b_rows(ROWS["b"])
         H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
-    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].codes, parties["a"].codes))
+    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
 
 
 def test_b_stays_within_its_window_of_as_acknowledgements(pair) -> None:
     parties, link = pair
     for p in ("b", "a"):
-        parties[p]._start_hamming(0, ("a", "b"))
+        parties[p].hamming.start(0, ("a", "b"))
     [(_, slices, _, _)] = [m for m in link.take() if m[3] == "b"]
     deliver(parties, "a", slices, 0, "b")
     sent = [m for m in link.take() if m[3] == "a"]
-    window = parties["b"]._window()
+    window = parties["b"].hamming._window()
     assert window == 2 and len(sent) == window  # 3 pieces, 2 ahead of any acknowledgement
     deliver(parties, "b", sent[0][1], 0, "a")  # a decrypts piece 0, acknowledges it
     ack = [m for m in link.take() if m[3] == "b"]
     deliver(parties, "a", ack[0][1], 0, "b")
-    assert [open_relay(parties["a"]._open(m[1], 0, "b"))[1] for m in link.take() if m[3] == "a"] == [2]
+    assert [open_relay(parties["a"].hamming._open(m[1], 0, "b"))[1] for m in link.take() if m[3] == "a"] == [2]
 
 
 @pytest.mark.parametrize("attack", ["replay", "skip", "swap"])
@@ -143,7 +143,7 @@ def test_a_refuses_a_piece_the_coordinator_replayed_skipped_or_reordered(pair, a
     is sealed with the piece, so A sees it."""
     parties, link = pair
     for p in ("b", "a"):
-        parties[p]._start_hamming(0, ("a", "b"))
+        parties[p].hamming.start(0, ("a", "b"))
     deliver(parties, "a", [m for m in link.take() if m[3] == "b"][0][1], 0, "b")
     first, second = [m[1] for m in link.take() if m[3] == "a"]
     order = {"replay": [first, first], "skip": [second], "swap": [second, first]}[attack]
@@ -155,7 +155,7 @@ def test_a_refuses_a_piece_the_coordinator_replayed_skipped_or_reordered(pair, a
 def test_b_refuses_an_acknowledgement_replayed_or_before_the_slices(pair) -> None:
     parties, link = pair
     for p in ("b", "a"):
-        parties[p]._start_hamming(0, ("a", "b"))
+        parties[p].hamming.start(0, ("a", "b"))
     slices = [m for m in link.take() if m[3] == "b"][0][1]
     deliver(parties, "a", slices, 0, "b")
     piece = [m for m in link.take() if m[3] == "a"][0][1]
@@ -165,8 +165,9 @@ def test_b_refuses_an_acknowledgement_replayed_or_before_the_slices(pair) -> Non
     with pytest.raises(ProtocolError, match="where acknowledgement 1 of 3 sent pieces was due"):
         deliver(parties, "a", ack, 0, "b")
     fresh = XclpParty(parties["b"].ctx)  # a new b: the acknowledgement before any slices
-    fresh.sizes, fresh.pairs, fresh.codes = dict(ROWS), (PairTask("a", "b"),), parties["b"].codes
-    fresh._start_hamming(0, ("a", "b"))
+    fresh.sizes, fresh.hamming.pairs = dict(ROWS), (PairTask("a", "b"),)
+    fresh.hamming.codes = parties["b"].hamming.codes
+    fresh.hamming.start(0, ("a", "b"))
     with pytest.raises(ProtocolError, match="sent a ACK before its bit slices"):
         fresh.on_message(Message("j", "secure_hamming", 0, "a", "b", ack))
 
@@ -176,7 +177,7 @@ def test_each_party_tells_each_pair_and_the_whole_in_lines_when_not_on_a_termina
     parties, link = pair
     lines: dict[str, list[str]] = {"a": [], "b": []}
     for p in parties:
-        parties[p].progress = lines[p].append
+        parties[p].progress = parties[p].hamming.progress = lines[p].append
     run_honestly(parties, link)
     for p, what in (("a", "decrypted"), ("b", "evaluated")):  # 9 pieces: a line per quarter, one at the end
         pair_lines = [line for line in lines[p] if line.startswith("SecureHamming pair a->b:")]
@@ -200,7 +201,7 @@ def test_on_a_terminal_a_bar_for_the_whole_and_one_line_per_pair(pair) -> None:
     parties, link = pair
     out = {p: io.StringIO() for p in parties}
     for p in parties:
-        parties[p].progress = Console("", out[p], interactive=True, width=300)
+        parties[p].progress = parties[p].hamming.progress = Console("", out[p], interactive=True, width=300)
     run_honestly(parties, link)
     text = out["b"].getvalue()
     assert CLEAR_LINE + "SecureHamming, 1 pair [" in text  # the bar, drawn in place
@@ -217,7 +218,7 @@ def test_a_sends_its_slices_to_one_b_at_a_time(keys, monkeypatch) -> None:
     rows = {"a": 160, "b": 5, "c": 5}
     parties, link = build(keys, rows, (PairTask("a", "b"), PairTask("a", "c")))
     for p in ("c", "b", "a"):
-        parties[p]._start_hamming(0, ("a", "b", "c"))
+        parties[p].hamming.start(0, ("a", "b", "c"))
     first = link.take()
     assert [m[3] for m in first if m[0] == "a" and m[3]] == ["b"]  # the slices to b only
     for sender, payload, round, recipient in first:
@@ -226,7 +227,8 @@ def test_a_sends_its_slices_to_one_b_at_a_time(keys, monkeypatch) -> None:
     from_b = [m for m in link.take() if m[0] == "b" and m[3] == "a"]
     assert from_b and not [m for m in link.sent if m[0] == "a" and m[3] == "c"]
     deliver(parties, "b", from_b[0][1], 0, "a")  # b's first piece: now c's turn
-    assert [open_relay(parties["c"]._open(m[1], 0, "a"))[0] for m in link.take() if m[3] == "c"] == [shw.Relay.SLICES]
+    opened = [open_relay(parties["c"].hamming._open(m[1], 0, "a"))[0] for m in link.take() if m[3] == "c"]
+    assert opened == [shw.Relay.SLICES]
 
 
 def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
@@ -234,7 +236,7 @@ def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
     rows = {"a": 160, "b": 5, "c": 5}
     parties, link = build(keys, rows, (PairTask("a", "b"), PairTask("a", "c")))
     uploads = run_honestly(parties, link)
-    assert all(p.hamming_pushed for p in parties.values())
+    assert all(p.hamming.done for p in parties.values())
     layout = steps.slot_layout(keys["a"].public, L)
     t = [u for u in uploads["a"] if u.kind == Upload.T]
     for b, index in (("b", 0), ("c", 1)):
@@ -244,4 +246,4 @@ def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
             piece = all_pairs(layout, 160, 5)[upload.piece]
             H[:, piece.a_rows(layout, 160)] = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece,
                                                            160, 5, L)
-        np.testing.assert_array_equal(H, hamming_matrix(parties[b].codes, parties["a"].codes))
+        np.testing.assert_array_equal(H, hamming_matrix(parties[b].hamming.codes, parties["a"].hamming.codes))

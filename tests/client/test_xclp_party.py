@@ -105,7 +105,7 @@ def test_party_takes_the_graph_and_influence_only_after_its_secure_hamming_pairs
 def test_party_refuses_a_graph_that_changes_a_row_count(party: XclpParty) -> None:
     from_coordinator(party, "layout", rows(3, 2, 4))
     assert party.sizes == ROWS
-    party.hamming_pushed = True  # (its SecureHamming pairs done)
+    party.hamming.done = True  # (its SecureHamming pairs done)
     with pytest.raises(ProtocolError, match="gives 'c' 5 rows, but 'c' signed 4"):
         from_coordinator(party, "graph", rows(3, 2, 5))
     from_coordinator(party, "graph", rows(3, 0, 4))  # b left after the layout: allowed
@@ -129,7 +129,7 @@ def test_party_refuses_a_pair_with_a_party_the_layout_gives_no_rows(party: XclpP
     party with a KeyError)."""
     from_coordinator(party, "layout", rows(3, 0, 4))
     from_coordinator(party, "pairs", np.array([[0, 1], [0, 2]], dtype=np.uint64))
-    party.codes = np.zeros((3, 1), dtype=np.uint64)
+    party.hamming.codes = np.zeros((3, 1), dtype=np.uint64)
     with pytest.raises(ProtocolError, match="pairs this party with b, to which the layout gives no rows"):
         party.on_step(pb.StepStart(step="secure_hamming", round=0, participants=list(IDS)))
 
@@ -138,7 +138,7 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     with pytest.raises(ProtocolError, match="before sending the graph layout"):
         from_coordinator(party, "influence", np.zeros((9, 2)))
     from_coordinator(party, "layout", rows(3, 2, 4))
-    party.hamming_pushed = True  # (its SecureHamming pairs done)
+    party.hamming.done = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     with pytest.raises(ProtocolError, match=r"influence piece must be float64\[9, \.\.\.\]"):
         from_coordinator(party, "influence", np.zeros((8, 2)))
@@ -166,7 +166,7 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
 
 def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(party: XclpParty) -> None:
     from_coordinator(party, "layout", rows(3, 2, 4))
-    party.hamming_pushed = True  # (its SecureHamming pairs done)
+    party.hamming.done = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
     with pytest.raises(ProtocolError, match="attempt 0, which this party never sent"):
@@ -188,7 +188,7 @@ def test_party_refuses_a_repeated_rowsums_attempt(party: XclpParty) -> None:
     """Attack (mask reuse): the same SecureRowSums attempt twice would let the coordinator difference
     two arrays under the same pairwise masks; the masker refuses the second (DESIGN §4.2)."""
     from_coordinator(party, "layout", rows(3, 2, 4))
-    party.hamming_pushed = True  # (its SecureHamming pairs done)
+    party.hamming.done = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
     from_coordinator(party, "influence", np.full((9, 2), 0.1))
     party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))
@@ -229,16 +229,16 @@ def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evalua
     data = PartyData(np.random.default_rng(0).normal(size=(3, 4)), np.array([0, -1, 1]), ("r0", "r1", "r2"))
     sink = Sink()
     a = XclpParty(context(keypair, data=data, sink=sink, b_secret=bytes(range(32))))
-    a.sizes, a.pairs = dict(ROWS), (PairTask("a", "b"), PairTask("c", "a"))
-    a.codes = steps.lsh_step(data.X, bytes(32), 64)
-    a._start_hamming(0, IDS)
-    assert ("secure_hamming", 0) in sink.pushed and a.slices is not None
-    slices = EncryptedSlices.from_bytes(a.slices)
+    a.sizes, a.hamming.pairs = dict(ROWS), (PairTask("a", "b"), PairTask("c", "a"))
+    a.hamming.codes = steps.lsh_step(data.X, bytes(32), 64)
+    a.hamming.start(0, IDS)
+    assert ("secure_hamming", 0) in sink.pushed and a.hamming.slices is not None
+    slices = EncryptedSlices.from_bytes(a.hamming.slices)
     width = 2 * slices.layout.value_bytes
     forged = EvaluatedDistances(slices.layout, 3, 2, slices.ciphertexts[: 2 * width]).to_bytes()
     with pytest.raises(ProtocolError, match="said to come from 'b' does not open"):
         a.on_message(Message("j", "secure_hamming", 0, "b", "a", forged))
-    assert a.as_a["b"].received == 0  # nothing was decrypted
+    assert a.hamming.as_a["b"].received == 0  # nothing was decrypted
 
 
 @pytest.mark.parametrize("hide", [False, True], ids=["labeled-columns", "hidden-mask"])

@@ -1,0 +1,336 @@
+"""A party's side of SecureHamming (docs/protocol.md, paper 003 §3.1): its pairs as A and as B.
+
+Streamed (xclp.v1.secure_hamming_wire): as B this party evaluates A's slices one piece of A's
+batches at a time, a bounded window ahead of A's acknowledgements, and sends the coordinator only a
+mask seed per pair; as A it decrypts each piece as it arrives and sends its t on. Neither side
+keeps a pair's ciphertexts, t or masks beyond the pieces in flight. A restart (a peer dropped)
+starts every pair of the rest again with fresh seeds (roles stay as drawn in the first attempt;
+A's encrypted slices are kept and sent again). Every relay is sealed for its pair, attempt and
+direction (xclp.v1.relay). Heavy Paillier work runs on the context's executor (client/workers.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sized
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from xclp.candidates import PairSchedule, a_slots
+from xclp.client.context import PartyContext
+from xclp.client.phases.centres import CandidateCentres
+from xclp.client.steps import xclp as steps
+from xclp.client.workers import worker_count
+from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
+from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
+from xclp.errors import InvalidInput, ProtocolError, XclpError
+from xclp.progress import Meter
+from xclp.v1 import wire
+from xclp.v1.bundles import paillier_key
+from xclp.v1.relay import Relay as Sealed
+from xclp.v1.secure_hamming_wire import (
+    MAX_IN_FLIGHT,
+    HammingUpload,
+    Piece,
+    Relay,
+    Upload,
+    all_pairs,
+    frame_relay,
+    open_relay,
+    pieces,
+    relay_bytes,
+)
+from xclp.v1.xclp import HAMMING_STEP, XclpJobParams
+from xclp.v1.xclp_layout import PairTask, parts_of
+
+T = TypeVar("T")
+
+
+def _need(value: T | None, what: str) -> T:
+    """`value`, or ProtocolError if the coordinator started a step before sending it."""
+    if value is None or (isinstance(value, Sized) and len(value) == 0):
+        raise ProtocolError(f"the coordinator moved on before sending {what}")
+    return value
+
+
+@dataclass
+class _AsA:
+    """A pair where this party is A: B's pieces arrive in order; `received` of them decrypted and sent on."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    index: int  # the pair's position in the pairs message
+    meter: Meter  # its pieces decrypted
+    received: int = 0
+
+
+@dataclass
+class _AsB:
+    """A pair where this party is B: A's slices, then pieces evaluated (`sent`) ahead of A's acknowledgements."""
+
+    task: PairTask
+    pieces: tuple[Piece, ...]
+    index: int
+    seed: bytes  # the pair's mask seed, sent to the coordinator only
+    meter: Meter  # its pieces evaluated
+    slices: EncryptedSlices | None = None
+    a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
+    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what it evaluates
+    sent: int = 0
+    acked: int = 0
+
+
+class SecureHammingParty:
+    """This party's SecureHamming: the pairs message, each attempt's pairs as A and B, the sealed
+    relays between them. `sizes` gives the layout's rows per party; `elapsed` says how long the
+    job has run (for the progress line when the pairs are done)."""
+
+    def __init__(self, ctx: PartyContext, params: XclpJobParams, keypair: PaillierKeypair, rows: int,
+                 sizes: Callable[[], dict[str, int]], candidates: CandidateCentres | None,
+                 elapsed: Callable[[], str]) -> None:
+        self.ctx, self.params, self.keypair, self.rows, self.progress = ctx, params, keypair, rows, ctx.progress
+        self._sizes, self.candidates, self.elapsed = sizes, candidates, elapsed
+        self.codes: np.ndarray | None = None  # this party's LSH codes, once computed
+        self.pairs: tuple[PairTask, ...] = ()
+        self.attempt: int | None = None
+        self.members: tuple[str, ...] = ()
+        self.slices: bytes | None = None  # this party's encrypted bit slices, sent to each B of every attempt
+        self.as_a: dict[str, _AsA] = {}  # this attempt's pairs where it is A, by B
+        self.as_b: dict[str, _AsB] = {}  # ... and where it is B, by A
+        self.slices_due: list[str] = []  # Bs of this attempt still to get the slices, one after another
+        self.done = False  # every pair of the attempt done here
+        self.meter: Meter | None = None  # every piece of the attempt's pairs, evaluated or decrypted here
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self._sizes()
+
+    def payload_limit(self, sender: str) -> int:
+        """What a relayed message from `sender` can need: A's slices, or one piece."""
+        rows = self.sizes[sender] if self.candidates is None else self.candidates.slots_of(sender)
+        return relay_bytes(SlotLayout(self.params.key_bits, self.params.lsh_bits), rows)
+
+    def on_pairs(self, payload: wire.Payload) -> None:
+        """The "pairs" message: uint64[m, 2] roster positions (A, B) of every pair, each pair of
+        parties once."""
+        ids = self.ctx.roster.party_ids
+        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.ndim != 2
+                or payload.shape[1] != 2):
+            raise ProtocolError("the pairs message must be uint64[m, 2]")
+        if payload.size and int(payload.max()) >= len(ids):
+            raise ProtocolError("the pairs message names a party outside the roster")
+        pairs = tuple(PairTask(ids[int(a)], ids[int(b)]) for a, b in payload)
+        unordered = [frozenset((t.a, t.b)) for t in pairs]
+        if any(len(u) != 2 for u in unordered) or len(set(unordered)) != len(unordered):
+            raise ProtocolError("the pairs message repeats a pair or pairs a party with itself")
+        self.pairs = pairs
+
+    def start(self, attempt: int, members: tuple[str, ...]) -> None:
+        """A new attempt: every pair of this party among `members` starts from its first piece.
+
+        As B this party draws a fresh mask seed per pair and sends it to the coordinator first; as
+        A it sends its encrypted bit slices (encrypted once, for every attempt) to each B."""
+        codes = _need(self.codes, "LSH codes")
+        _need(self.pairs, "the SecureHamming pairs")
+        self.attempt, self.members, self.done = attempt, members, False
+        mine = self._my_pairs()
+        rowless = sorted({p for t in mine for p in (t.a, t.b)} - set(self.sizes))
+        if rowless:
+            raise ProtocolError(f"the pairs message pairs this party with {', '.join(rowless)}, to which the layout "
+                                "gives no rows")
+        index = {task: i for i, task in enumerate(self.pairs)}
+        layout = SlotLayout(self.params.key_bits, self.params.lsh_bits)
+
+        self.as_a, self.as_b = {}, {}
+        for t in mine:  # each pair's meter: a line every quarter of it (on a terminal, when it is done)
+            schedule = None if self.candidates is None else self.candidates.schedule(t.a, t.b)
+            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b]) if schedule is None else pieces(
+                layout, schedule.counts().tolist())
+            what = f"SecureHamming pair {t.a}->{t.b}"
+            if t.a == self.ctx.party_id:
+                self.as_a[t.b] = _AsA(t, parts, index[t], Meter(what, len(parts), self.progress,
+                                                                unit="pieces decrypted", lines=4))
+            else:
+                self.as_b[t.a] = _AsB(t, parts, index[t], draw_mask_seed(),
+                                      Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4),
+                                      schedule=schedule)
+        count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
+        self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
+                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces")
+        self.meter = Meter(f"SecureHamming, {len(mine)} pair{'s' * (len(mine) != 1)}", count, self.progress,
+                           bar=True)
+        for pair in self.as_b.values():  # the seeds first: the coordinator unmasks A's t with them
+            self.ctx.push(HammingUpload(Upload.SEED, pair.index, 0, pair.seed).to_array(), HAMMING_STEP, attempt)
+        if self.as_a:
+            if self.slices is None:
+                t0 = time.monotonic()
+                if self.candidates is not None:  # its centre lists, padded, in full batches (DESIGN §10.3)
+                    slots = self.candidates.slots_of(self.ctx.party_id)
+                    schedule = self.candidates.schedule(self.ctx.party_id, self.ctx.party_id)  # its slots alone matter
+                    codes = steps.slot_codes(codes, a_slots(schedule, self.candidates.lists()).ravel()[:slots])
+                self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
+                self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.rows} rows "
+                              f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
+            # one B at a time (DESIGN §10.1): the next once this one answers with its first piece, so
+            # the coordinator holds one copy of the slices in its mailboxes, not one per peer
+            self.slices_due = list(self.as_a)
+            self._send_slices()
+        self._maybe_done()
+
+    def _send_slices(self) -> None:
+        if self.slices_due:
+            assert self.slices is not None
+            self._relay(Relay.SLICES, 0, self.slices, self.slices_due.pop(0))
+
+    def on_message(self, message: wire.Message) -> None:
+        if message.round != self.attempt or message.sender not in self.members:
+            return  # a message of an abandoned attempt
+        if not isinstance(message.payload, bytes):
+            raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
+        self._pair_with(message.sender)
+        # DESIGN §2.2: from that peer, for us, this attempt; kind and index authenticated with it
+        kind, index, body = open_relay(self._open(message.payload, message.round, message.sender))
+        if message.sender in self.as_b:
+            self._as_b(self.as_b[message.sender], kind, index, body)
+        else:
+            self._as_a(self.as_a[message.sender], kind, index, body)
+        self._maybe_done()
+
+    def _as_b(self, pair: _AsB, kind: Relay, index: int, body: bytes) -> None:
+        """A's slices (first), then A's acknowledgements in piece order; evaluate what the window allows."""
+        if pair.slices is None:
+            if kind != Relay.SLICES:
+                raise ProtocolError(f"{pair.task.a!r} sent a {kind.name} before its bit slices")
+            pair.a_key = self._peer_key(pair.task.a)
+            slots = self.sizes[pair.task.a] if self.candidates is None else self.candidates.slots_of(pair.task.a)
+            pair.slices = steps.received_slices(pair.a_key, body, self.params.lsh_bits, slots)
+        elif kind != Relay.ACK or index != pair.acked or index >= pair.sent:
+            raise ProtocolError(f"{pair.task.a!r} sent {kind.name} {index} where acknowledgement {pair.acked} of "
+                                f"{pair.sent} sent pieces was due: dropped, replayed or reordered on the way")
+        else:
+            pair.acked += 1
+        self._evaluate(pair)
+
+    def _evaluate(self, pair: _AsB) -> None:
+        """Evaluate and send the next pieces: up to the window ahead of A's acknowledgements, in waves
+        that keep every worker busy (a wave waits for enough acknowledgements unless none is out)."""
+        workers, window = self._workers(), self._window()
+        while pair.sent < len(pair.pieces):
+            free, left = window - (pair.sent - pair.acked), len(pair.pieces) - pair.sent
+            wave = min(free, left)
+            if wave <= 0 or (wave < min(workers, left) and pair.sent > pair.acked):
+                return
+            codes = _need(self.codes, "LSH codes")
+            if pair.schedule is not None and self.candidates is not None:  # a piece at a time, batch by batch
+                assert pair.slices is not None and pair.a_key is not None
+                piece = pair.pieces[pair.sent]
+                out = steps.evaluate_scheduled(pair.a_key, pair.slices, codes, pair.schedule, self.candidates.lists(),
+                                               piece, pair.seed, self.ctx.executor, split=workers)
+                self._relay(Relay.PIECE, pair.sent, out, pair.task.a)
+                pair.sent += 1
+                pair.meter.update(pair.sent)
+                self._tell_progress()
+                continue
+            todo = pair.pieces[pair.sent : pair.sent + wave]
+            if todo[0].entries is not None:  # slices of one batch's rows: one batch per wave
+                todo = tuple(p for p in todo if p.batches == todo[0].batches)
+            else:  # whole batches: up to the first slice of a batch
+                todo = tuple(itertools.takewhile(lambda p: p.entries is None, todo))
+            assert pair.slices is not None and pair.a_key is not None
+            # the wave at once: its batches (all rows), or one batch's consecutive row slices
+            batches = range(todo[0].batches.start, todo[-1].batches.stop)
+            rows = todo[0].b_rows(len(codes)) if len(batches) > 1 else range(
+                todo[0].b_rows(len(codes)).start, todo[-1].b_rows(len(codes)).stop)
+            out = steps.evaluate_piece(pair.a_key, pair.slices, codes[rows.start : rows.stop], batches,
+                                       todo[0].first, pair.seed, self.ctx.executor,
+                                       split=-(-workers // len(batches)))
+            at, size = 0, pair.slices.layout.ciphertext_bytes  # bytes of one D
+            for piece in todo:
+                self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)
+                at += piece.values * size
+                pair.sent += 1
+            pair.meter.update(pair.sent)
+            self._tell_progress()
+
+    def _as_a(self, pair: _AsA, kind: Relay, index: int, body: bytes) -> None:
+        """B's pieces in order: decrypt each into t for the coordinator, then acknowledge it to B."""
+        if kind != Relay.PIECE or index != pair.received or index >= len(pair.pieces):
+            raise ProtocolError(f"{pair.task.b!r} sent {kind.name} {index} where piece {pair.received} of "
+                                f"{len(pair.pieces)} was due: dropped, replayed or reordered on the way")
+        if index == 0:  # B has the slices: the next B may have them
+            self._send_slices()
+        t = steps.decrypt_piece(self.keypair, body, pair.pieces[index].values, self.ctx.executor)
+        attempt = _need(self.attempt, "the SecureHamming step")
+        self.ctx.push(HammingUpload(Upload.T, pair.index, index, t).to_array(), HAMMING_STEP, attempt)
+        pair.received += 1
+        if pair.received < len(pair.pieces):  # B needs no word about the last one
+            self._relay(Relay.ACK, index, b"", pair.task.b)
+        pair.meter.update(pair.received)
+        self._tell_progress()
+
+    def _tell_progress(self) -> None:
+        """The attempt's pieces done here, over all pairs: a bar on a terminal, a line every tenth elsewhere."""
+        if self.meter is not None:
+            self.meter.update(sum(p.received for p in self.as_a.values()) + sum(p.sent for p in self.as_b.values()))
+
+    def _workers(self) -> int:
+        return worker_count(self.ctx.executor)
+
+    def _window(self) -> int:
+        """Pieces of a pair B keeps sent and unacknowledged: enough for two waves, within the coordinator's bound."""
+        return max(1, min(MAX_IN_FLIGHT, 2 * self._workers()))
+
+    def _relay(self, kind: Relay, index: int, body: bytes, peer: str) -> None:
+        attempt = _need(self.attempt, "the SecureHamming step")
+        self.ctx.push(self._seal(frame_relay(kind, index, body), attempt, peer), HAMMING_STEP, attempt, recipient=peer)
+
+    def _sealed(self, attempt: int, sender: str, recipient: str) -> Sealed:
+        """A SecureHamming relay's binding (xclp.v1.relay): the pair's key for this attempt, the
+        step, attempt, sender and recipient in the AAD."""
+        return Sealed.of(HAMMING_STEP, HAMMING_STEP, attempt, (sender, recipient), sender, recipient)
+
+    def _seal(self, payload: bytes, attempt: int, recipient: str) -> bytes:
+        masker = self.ctx.masker
+        return self._sealed(attempt, self.ctx.party_id, recipient).seal(masker.secrets[recipient], masker.session_id,
+                                                                   payload)
+
+    def _open(self, sealed: bytes, attempt: int, sender: str) -> bytes:
+        """The relayed payload, or ProtocolError: the coordinator may drop a relay, never forge,
+        replay, reflect or redirect one."""
+        masker = self.ctx.masker
+        try:
+            return self._sealed(attempt, sender, self.ctx.party_id).open(masker.secrets[sender], masker.session_id,
+                                                                     sealed)
+        except XclpError:
+            raise ProtocolError(f"a SecureHamming message said to come from {sender!r} does not open: forged, "
+                                "replayed or redirected on the way") from None
+
+    def _maybe_done(self) -> None:
+        """Every pair of this attempt is done here: all pieces evaluated (as B) and decrypted (as A)."""
+        if self.done or self.attempt is None:
+            return
+        if any(p.received < len(p.pieces) for p in self.as_a.values()) or \
+                any(p.sent < len(p.pieces) for p in self.as_b.values()):
+            return
+        self.done = True
+        self._tell_progress()  # (no pieces at all: still a line that it is done)
+        self.progress(f"SecureHamming done ({self.elapsed()})")
+
+    def _my_pairs(self) -> tuple[PairTask, ...]:
+        return parts_of(self.pairs, self.ctx.party_id, self.members)
+
+    def _pair_with(self, peer: str) -> PairTask:
+        for task in self._my_pairs():
+            if peer in (task.a, task.b):
+                return task
+        raise ProtocolError(f"{peer!r} is not a SecureHamming partner of {self.ctx.party_id!r} in this attempt")
+
+    def _peer_key(self, peer: str) -> PaillierPublicKey:
+        try:
+            return paillier_key(self.ctx.roster.bundle(peer), self.params.key_bits,
+                                allow_insecure=self.params.insecure_test_keys)
+        except InvalidInput as exc:
+            raise ProtocolError(f"a peer's key bundle is unusable: {exc}") from None
