@@ -76,7 +76,7 @@ def secure_run(args: argparse.Namespace) -> dict[str, object]:
                     training[int(m.group(1))].append(float(m.group(4)))
         model = ModelFile.load(work / "out" / PARTIES[0])  # --out names the model file
         assert model.scaling is not None
-        accuracy = round(float(np.mean(model.network().predict(model.scaling.apply(X[test])) == y[test])), 4)
+        accuracy = round(float(np.mean(model.loaded().network.predict(model.scaling.apply(X[test])) == y[test])), 4)
         table = [{"round": t, "seconds": per_round[t] if t < len(per_round) else None,
                   "xclp_seconds_max": max(pseudo[t], default=None), "train_seconds_max": max(training[t], default=None)}
                  for t in range(rounds)]

@@ -14,21 +14,14 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from xclp.errors import InvalidInput
-from xclp.flynn import FlyHash, FlyNNModel
-from xclp.nn import Network
 from xclp.party_table import PartyData
 from xclp.prep import Scaling
-from xclp.propagation import predict as predict_labels
-from xclp.race import RaceClassifier, RaceHashes
 from xclp.runtime import write_atomic
-from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
-from xclp.v1.dbcl import DbclJobParams
-from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.params import JobParams
 from xclp.v1.registry import ModelKind, get, params_from_json, params_json
 
@@ -97,28 +90,10 @@ class ModelFile:
     def kind(self) -> ModelKind | None:
         return get(self.job_type).model
 
-    def _expect(self, kind: ModelKind, what: str) -> None:
-        if self.kind is not kind:
-            raise InvalidInput(f"this is a {self.job_type} model, not {what}")
-
-    def flynn(self) -> FlyNNModel:
-        self._expect(ModelKind.FLYNN, "a FlyNN model")
-        p = self.params
-        assert isinstance(p, FlynnJobParams)  # the registry's schema of a FLYNN model
-        flyhash = FlyHash.from_seed(self.seed, p.method_params(self.dim))
-        return FlyNNModel(self.aggregate, p.gamma, flyhash)
-
-    def network(self) -> Network:
-        self._expect(ModelKind.NETWORK, "a network trained by a fedavg or dbcl job")
-        p = self.params
-        assert isinstance(p, (FedavgJobParams, DbclJobParams))  # the registry's schemas of NETWORK models
-        return Network(p.architecture(self.dim), np.asarray(self.aggregate, dtype=np.float64))
-
-    def race_hashes(self) -> RaceHashes:
-        self._expect(ModelKind.RACE, "a RACE model")
-        p = self.params
-        assert isinstance(p, RaceJobParams)  # the registry's schema of a RACE model
-        return RaceHashes.from_seed(self.seed, p.method_params(), self.dim)
+    def loaded(self) -> Any:
+        """What `predict` or `query` use of this file: the job type's model loader makes it
+        (xclp.v1.registry: a FlyNN or network predictor, RACE hashes and sketch)."""
+        return get(self.job_type).load_model(self)
 
     @property
     def n_classes(self) -> int:
@@ -127,14 +102,13 @@ class ModelFile:
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Classes int64[n] of a FlyNN or network model for prepared rows (`features`), and a
         network's confidences float64[n] (None for FlyNN, whose ties a seeded draw breaks)."""
-        if self.kind is ModelKind.NETWORK:
-            labels, confidence = predict_labels(self.network().probabilities(X))
-            return labels, confidence
-        flynn = self.flynn()
-        assert isinstance(self.params, FlynnJobParams)
-        return flynn.predict(X, tie_seed=self.params.tie_seed), None
+        if self.kind not in (ModelKind.FLYNN, ModelKind.NETWORK):
+            raise InvalidInput(f"this is a {self.job_type} model, which predicts no classes")
+        predictor: Predictor = self.loaded()
+        return predictor.predict(X)
 
-    def race_classifier(self) -> RaceClassifier:
-        if self.aggregate.ndim != 3:
-            raise InvalidInput("this RACE model is a KDE sketch; it was trained without n_classes")
-        return RaceClassifier(self.race_hashes(), self.aggregate)
+
+class Predictor(Protocol):
+    """A FLYNN or NETWORK model as its loader makes it."""
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]: ...

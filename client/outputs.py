@@ -79,12 +79,13 @@ def query_columns(model: ModelFile, data: PartyData, *, estimator: Estimator = "
     if model.kind is not ModelKind.RACE:
         raise InvalidInput(f"this is a {model.job_type} model: only RACE models answer a query")
     X = model.features(data)
+    race = model.loaded()
     if model.aggregate.ndim == 3:
-        scores = model.race_classifier().scores(X)
+        scores = race.classifier().scores(X)
         classes = class_names(model.class_names, scores.shape[1])
         return {"id": list(data.ids), "prediction": [classes[p] for p in np.argmax(scores, axis=1)],
                 **{f"score_{c}": scores[:, k] for k, c in enumerate(classes)}}
-    kde = race_query(model.aggregate, None, model.race_hashes(), X, estimator=estimator, groups=groups)
+    kde = race_query(model.aggregate, None, race.hashes, X, estimator=estimator, groups=groups)
     return {"id": list(data.ids), "kde": kde}
 
 

@@ -44,7 +44,8 @@ from xclp.demo import truth as read_truth
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel
 from xclp.server.config import JobConfig, load_job
-from xclp.v1.allreduce import FlynnJobParams
+from xclp.v1 import registry
+from xclp.v1.registry import ModelKind, Output
 from xclp.v1.xclp import XclpJobParams
 
 PREDICTIONS = "predictions.csv"
@@ -66,10 +67,11 @@ class Row:
 
 
 def _jobs(directory: Path) -> tuple[JobConfig, JobConfig | None]:
-    """(the xclp job, the flynn job or None) among the job files of `directory`, by their schemas."""
+    """(the job that labels rows, the FlyNN model's or None) among the job files of `directory`, by
+    what the registry says each type writes."""
     configs = [load_job(p) for p in sorted(directory.glob("*.toml"))]
-    xclp = [c for c in configs if isinstance(c.params, XclpJobParams)]
-    flynn = [c for c in configs if isinstance(c.params, FlynnJobParams)]
+    xclp = [c for c in configs if registry.get(c.job_type).output is Output.PREDICTIONS]
+    flynn = [c for c in configs if registry.get(c.job_type).model is ModelKind.FLYNN]
     if len(xclp) != 1 or len(flynn) > 1:
         raise SystemExit(f"summary: {directory} must hold one xclp job file and at most one flynn job file")
     return xclp[0], flynn[0] if flynn else None
@@ -135,8 +137,8 @@ def evaluate(party: str, data_dir: Path, xclp_dir: tuple[Path | None, str],
     else:
         try:
             model = ModelFile.load(flynn_dir[0] / FLYNN_MODEL)
-            federated = model.flynn()
-            tie_seed = model.params.tie_seed  # type: ignore[union-attr]
+            loaded = model.loaded()  # client/jobs/allreduce.py FlynnPredictor
+            federated, tie_seed = loaded.model, loaded.tie_seed
             flynn = accuracy(federated.predict(data.X, tie_seed=tie_seed))
             own = FlyNNModel.train(federated.flyhash, data.X[data.labeled], data.y[data.labeled], federated.n_classes)
             flynn_alone = accuracy(own.predict(data.X, tie_seed=tie_seed))

@@ -165,11 +165,15 @@ def test_only_the_registry_knows_the_job_types() -> None:
         assert isinstance(entry.coordinator, str) and layer(entry.coordinator.split(":")[0]) == "server", name
         assert isinstance(entry.party, str) and layer(entry.party.split(":")[0]) == "client", name
         assert callable(entry.coordinator_class()) and callable(entry.party_class())
+        # the simulation and a model file's loader, named the same way (issue 48)
+        assert entry.simulation is None or callable(entry.simulation_runner()), name
+        if entry.model_loader is not None:
+            assert isinstance(entry.model_loader, str) and layer(entry.model_loader.split(":")[0]) == "client", name
 
 
 SHARED = ("xclp.client.session", "xclp.client.api", "xclp.client.context", "xclp.client.agent",
-          "xclp.client.phases.", "xclp.server.run", "xclp.server.coordinator", "xclp.server.service",
-          "xclp.server.phases.")
+          "xclp.client.models", "xclp.client.outputs", "xclp.client.phases.", "xclp.server.run",
+          "xclp.server.coordinator", "xclp.server.service", "xclp.server.phases.", "xclp.simulation.simulate")
 
 
 def params_dispatch(root: Path) -> list[str]:

@@ -14,7 +14,7 @@ A restarted round redraws the DP noise for the new number of parties τ.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,13 +23,16 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.crypto.fixedpoint import FixedPoint
-from xclp.errors import ProtocolError
-from xclp.flynn import FlyHash, privatise_counts, train_counts
+from xclp.errors import InvalidInput, ProtocolError
+from xclp.flynn import FlyHash, FlyNNModel, privatise_counts, train_counts
 from xclp.party_table import PartyData
 from xclp.race import RaceClassifier, RaceHashes, private_release_share, sketch
 from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.allreduce import RESULT_MSG, SUM_PURPOSE, SUM_STEP, FlynnJobParams, RaceJobParams
+
+if TYPE_CHECKING:
+    from xclp.client.models import ModelFile
 
 
 def _labeled(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
@@ -171,3 +174,43 @@ def flynn_party(ctx: PartyContext) -> AllReduceParty:
 
 def race_party(ctx: PartyContext) -> AllReduceParty:
     return AllReduceParty(ctx, RaceRelease(ctx.params_as(RaceJobParams)))
+
+
+# --- the model files of the two types (xclp.v1.registry's model_loader; client/models.py) ------------
+
+
+@dataclass(frozen=True)
+class FlynnPredictor:
+    """A FlyNN model file as `predict` uses it."""
+
+    model: FlyNNModel
+    tie_seed: int
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, None]:
+        return self.model.predict(X, tie_seed=self.tie_seed), None
+
+
+def flynn_model(file: ModelFile) -> FlynnPredictor:
+    p = file.params
+    assert isinstance(p, FlynnJobParams)  # the registry's schema of the type
+    return FlynnPredictor(FlyNNModel(file.aggregate, p.gamma, FlyHash.from_seed(file.seed, p.method_params(file.dim))),
+                          p.tie_seed)
+
+
+@dataclass(frozen=True)
+class RaceModel:
+    """A RACE model file as `query` uses it: the hash functions, and the sketch(es)."""
+
+    hashes: RaceHashes
+    aggregate: np.ndarray
+
+    def classifier(self) -> RaceClassifier:
+        if self.aggregate.ndim != 3:
+            raise InvalidInput("this RACE model is a KDE sketch; it was trained without n_classes")
+        return RaceClassifier(self.hashes, self.aggregate)
+
+
+def race_model(file: ModelFile) -> RaceModel:
+    p = file.params
+    assert isinstance(p, RaceJobParams)  # the registry's schema of the type
+    return RaceModel(RaceHashes.from_seed(file.seed, p.method_params(), file.dim), file.aggregate)

@@ -32,7 +32,7 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -44,9 +44,16 @@ from xclp.crypto.identity import verify_signature
 from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
+from xclp.nn import Network
+from xclp.propagation import predict as predict_labels
 from xclp.v1 import registry, training, wire
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.dbcl import DbclJobParams
+from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.training import TrainingParams, private_training
+
+if TYPE_CHECKING:
+    from xclp.client.models import ModelFile
 
 # what, with the model it starts from, defines a training update (client/ledger.py)
 UPDATE_SETTINGS = ("learning_rate", "momentum", "local_epochs", "batch_size", "optimiser", "frac_bits",
@@ -344,3 +351,23 @@ class RoundsParty(PartyJob):
         if outside:
             raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the sample the parties drew for that "
                                 "round: the coordinator may only drop parties from it, never choose others")
+
+
+# --- the model files of training jobs (xclp.v1.registry's model_loader; client/models.py) -----------
+
+
+@dataclass(frozen=True)
+class NetworkPredictor:
+    """A trained network's model file as `predict` uses it: classes and confidences."""
+
+    network: Network
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        labels, confidence = predict_labels(self.network.probabilities(X))
+        return labels, confidence
+
+
+def network_model(file: ModelFile) -> NetworkPredictor:
+    p = file.params
+    assert isinstance(p, (FedavgJobParams, DbclJobParams))  # the registry's schemas of the types that train one
+    return NetworkPredictor(Network(p.architecture(file.dim), np.asarray(file.aggregate, dtype=np.float64)))

@@ -163,8 +163,8 @@ def _checked(party: str, table: PartyData, params: JobParams) -> PartyData:
 Runner = Callable[[Any, Mapping[str, PartyData], bytes, bool], tuple[dict[str, np.ndarray], dict[str, Any]]]
 
 
-def _xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
-          secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def run_xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
+             secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     from xclp.client.steps.xclp import party_scores
     from xclp.reference import xclp_reference
     from xclp.simulation.xclp import run_xclp_inprocess
@@ -184,7 +184,8 @@ def _xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
         if missing:
             raise InvalidInput(f"parties {', '.join(missing)} got no labels")
         edges = int(run.W.nnz)
-        return {p: run.outputs[p].scores for p in order}, {"W": run.W, "edges": edges, "bytes": dict(run.bytes_sent)}
+        return {p: run.outputs[p].scores for p in order}, {"family": "xclp", "W": run.W, "edges": edges,
+                                                           "bytes": dict(run.bytes_sent)}
     if params.label_dp:
         raise InvalidInput("label-DP noise is drawn inside the protocol: simulate it with secure=True")
     pairs = _pairs(data)
@@ -197,16 +198,28 @@ def _xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
         rows = np.arange(y.size) if params.hide_label_mask else np.flatnonzero(y == UNLABELED)
         Z = ref.scores[ref.offsets[j]:ref.offsets[j + 1]]
         out[p] = party_scores(y, C, rows, Z[rows])
-    return out, {"W": ref.influence.W, "edges": int(ref.influence.W.nnz)}
+    return out, {"family": "xclp", "W": ref.influence.W, "edges": int(ref.influence.W.nnz)}
 
 
-def _allreduce(params: Any, data: Mapping[str, PartyData], seed: bytes,
+def run_flynn(params: Any, data: Mapping[str, PartyData], seed: bytes,
+              secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from xclp.client.jobs.allreduce import FlynnRelease
+
+    return _allreduce(FlynnRelease(params), "flynn", data, seed, secure)
+
+
+def run_race(params: Any, data: Mapping[str, PartyData], seed: bytes,
+             secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from xclp.client.jobs.allreduce import RaceRelease
+
+    return _allreduce(RaceRelease(params), "race", data, seed, secure)
+
+
+def _allreduce(release: Any, kind: str, data: Mapping[str, PartyData], seed: bytes,
                secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    from xclp.client.jobs.allreduce import FlynnRelease, RaceRelease
     from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, shared_secret
-    from xclp.v1.allreduce import SUM_PURPOSE, FlynnJobParams
+    from xclp.v1.allreduce import SUM_PURPOSE
 
-    release = FlynnRelease(params) if isinstance(params, FlynnJobParams) else RaceRelease(params)
     members = sorted(data)
     arrays = {p: release.contribution(data[p], seed, len(members)) for p in members}
     if secure:  # each party masks its array; the masks cancel in the coordinator's sum
@@ -219,24 +232,24 @@ def _allreduce(params: Any, data: Mapping[str, PartyData], seed: bytes,
     for a in arrays.values():
         total += a  # in the ring: unsigned arithmetic wraps as the masks need
     aggregate = release.decode(total)
-    kind = "flynn" if isinstance(release, FlynnRelease) else "race"
-    return dict.fromkeys(members, aggregate), {"shape": aggregate.shape, "kind": kind}
+    return dict.fromkeys(members, aggregate), {"family": "counts", "shape": aggregate.shape, "kind": kind}
 
 
-def _training(params: Any, data: Mapping[str, PartyData], seed: bytes,
-              secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    from xclp.simulation.dbcl import run_dbcl
-    from xclp.simulation.fedavg import run_fedavg
-    from xclp.v1.dbcl import DbclJobParams
+def run_fedavg(params: Any, data: Mapping[str, PartyData], seed: bytes,
+               secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from xclp.simulation.fedavg import run_fedavg as fedavg
 
-    tables_ = _pairs(data)
-    if isinstance(params, DbclJobParams):
-        model = run_dbcl(tables_, params, seed=seed).model
-        final = np.zeros(0) if params.withhold_model else model.flat
-    else:
-        model = run_fedavg(tables_, params, seed=seed, xclp="secure" if secure else "reference").model
-        final = model.flat
-    return dict.fromkeys(data, final), {"parameters": model.arch.n_params}
+    model = fedavg(_pairs(data), params, seed=seed, xclp="secure" if secure else "reference").model
+    return dict.fromkeys(data, model.flat), {"family": "training", "parameters": model.arch.n_params}
+
+
+def run_dbcl(params: Any, data: Mapping[str, PartyData], seed: bytes,
+             secure: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    from xclp.simulation.dbcl import run_dbcl as dbcl
+
+    model = dbcl(_pairs(data), params, seed=seed).model
+    final = np.zeros(0) if params.withhold_model else model.flat
+    return dict.fromkeys(data, final), {"family": "training", "parameters": model.arch.n_params}
 
 
 def _pairs(data: Mapping[str, PartyData]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -250,17 +263,12 @@ def _pairs(data: Mapping[str, PartyData]) -> dict[str, tuple[np.ndarray, np.ndar
 
 
 def _runner(params: JobParams) -> Runner:
-    """The simulation of the job type whose parameters these are."""
-    from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
-    from xclp.v1.dbcl import DbclJobParams
-    from xclp.v1.fedavg import FedavgJobParams
-    from xclp.v1.xclp import XclpJobParams
-
-    for kind, runner in ((XclpJobParams, _xclp), (FlynnJobParams, _allreduce), (RaceJobParams, _allreduce),
-                         (FedavgJobParams, _training), (DbclJobParams, _training)):
-        if isinstance(params, kind):
-            return runner
-    raise InvalidInput(f"the simulation does not run {registry.of(params).name} jobs")
+    """The simulation of the job type whose parameters these are (the registry's `simulation`)."""
+    entry = registry.of(params)
+    if entry.simulation is None:
+        raise InvalidInput(f"the simulation does not run {entry.name} jobs")
+    runner: Runner = entry.simulation_runner()
+    return runner
 
 
 def _learns(params: Any, data: Mapping[str, PartyData], scaling: Scaling | None,
@@ -278,8 +286,8 @@ def _learns(params: Any, data: Mapping[str, PartyData], scaling: Scaling | None,
     privacy = (f"the release is DP with ε = {epsilon:g} in total" if epsilon is not None
                else "no DP: what is released is exact")
     per_party: dict[str, list[str]] = {p: list(common) for p in data}
-    runner = _runner(params)
-    if runner is _xclp:
+    family = details["family"]
+    if family == "xclp":
         hidden = params.hide_label_mask
         coordinator += ["the Hamming distance between the LSH codes of every pair of rows of different parties "
                         "(SecureHamming opens them to it block by block; it keeps each row's nearest) and each "
@@ -294,7 +302,7 @@ def _learns(params: Any, data: Mapping[str, PartyData], scaling: Scaling | None,
                                 "labeled rows of every party; nothing of the others' rows beyond them")
         if params.label_dp:
             privacy = f"each label's use is DP with ε = {params.label_dp_epsilon:g} (label-DP)"
-    elif runner is _allreduce:
+    elif family == "counts":
         shape = "×".join(str(s) for s in details["shape"])
         what = "FlyNN counts" if details["kind"] == "flynn" else "RACE sketch"
         coordinator.append(f"the summed {what} ({shape}) of all parties: the model; no single party's array")

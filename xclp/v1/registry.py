@@ -58,13 +58,21 @@ class JobType:
     model: ModelKind | None = None  # how `predict` or `query` read a MODEL output (None: they do not)
     files: frozenset[str] = frozenset()  # job-file keys naming files the coordinator writes ("summary", "model", ...)
     max_total_rows: int = 0  # default cap on the rows of all parties together (0: none)
+    # what runs the type with every role in one process (xclp.simulation.simulate): "module:attribute"
+    # of a Runner, (params, each party's table, seed, secure) -> (each party's aggregate, details)
+    simulation: str | Callable[..., Any] | None = None
+    # what makes a MODEL output's file usable (client/models.py): "module:attribute" of a function of
+    # the ModelFile that returns what `predict` or `query` use
+    model_loader: str | Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
-        for where in (self.coordinator, self.party):
+        for where in (self.coordinator, self.party, self.simulation, self.model_loader):
             if isinstance(where, str) and where.count(":") != 1:
                 raise ValueError(f"{where!r} must be 'module:attribute'")
         if self.model is not None and self.output is not Output.MODEL:
             raise ValueError(f"job type {self.name!r}: only a model output has a model kind")
+        if (self.model is None) != (self.model_loader is None):
+            raise ValueError(f"job type {self.name!r}: a model kind goes with a model loader")
 
     def parse(self, raw: Mapping[str, Any]) -> JobParams:
         return self.params.parse(raw)
@@ -74,6 +82,17 @@ class JobType:
 
     def party_class(self) -> Any:
         return _load(self.party)
+
+    def simulation_runner(self) -> Any:
+        if self.simulation is None:
+            raise ConfigError(f"job type {self.name!r} has no simulation")
+        return _load(self.simulation)
+
+    def load_model(self, model_file: Any) -> Any:
+        """What `predict` or `query` use of a model file of this type (its `model_loader`)."""
+        if self.model_loader is None:
+            raise ConfigError(f"job type {self.name!r} writes no model")
+        return _load(self.model_loader)(model_file)
 
 
 def _load(where: str | Callable[..., Any]) -> Any:
@@ -176,26 +195,31 @@ register(JobType(
     "xclp", XclpJobParams,
     "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
     coordinator="xclp.server.jobs.xclp:XclpJob", party="xclp.client.jobs.xclp:XclpParty",
-    output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=300_000))
+    output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=300_000,
+    simulation="xclp.simulation.simulate:run_xclp"))
 register(JobType(
     "flynn", FlynnJobParams,
     "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:flynn_party",
-    output=Output.MODEL, model=ModelKind.FLYNN))
+    output=Output.MODEL, model=ModelKind.FLYNN, simulation="xclp.simulation.simulate:run_flynn",
+    model_loader="xclp.client.jobs.allreduce:flynn_model"))
 register(JobType(
     "race", RaceJobParams,
     "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:race_party",
-    output=Output.MODEL, model=ModelKind.RACE))
+    output=Output.MODEL, model=ModelKind.RACE, simulation="xclp.simulation.simulate:run_race",
+    model_loader="xclp.client.jobs.allreduce:race_model"))
 register(JobType(
     "fedavg", FedavgJobParams,
     "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
     "(paper 003 Alg. 2, DESIGN §7)",
     coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:fedavg_party",
-    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"})))
+    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
+    simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.training:network_model"))
 register(JobType(
     "dbcl", DbclJobParams,
     "a small network trained by double-blind collaborative learning: parties see only sketched "
     "parameters, the coordinator only the sum of sketched gradients (paper 004, DESIGN §7)",
     coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:dbcl_party",
-    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"})))
+    output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
+    simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.training:network_model"))
