@@ -30,8 +30,13 @@ Progress = Callable[[str], None]
 P = TypeVar("P", bound=JobParams)
 
 
-class ConfirmSink(Protocol):
-    """A masked sum's relays: the coordinator's (sender "") and peers' sealed seed shares."""
+class RelayedPhase(Protocol):
+    """A phase of the party's program that takes messages of its own (a masked sum: the
+    coordinator's relays of every member's confirmations, vectors or seeds, and peers' sealed seed
+    shares): a job lists them (PartyJob.phases), and the session routes each such message, and its
+    payload limit, to the one that `receives` its wire name."""
+
+    def receives(self, step: str) -> bool: ...
 
     def on_relay(self, message: wire.Message) -> None: ...
 
@@ -81,8 +86,6 @@ class PartyContext:
     # signature (what a masked sum signs before any reveal)
     transcript: Transcript = field(default_factory=lambda: Transcript(b""))
     sign: Callable[[bytes], bytes] = _unsigned
-    # wire names of a masked sum's relayed messages -> the masked sum that awaits them
-    confirms: dict[str, ConfirmSink] = field(default_factory=dict)
     min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed (issue 25)
     # this run's account in the party's ledger (client/ledger.py; None: no ledger)
     account: RunAccount | None = None

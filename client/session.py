@@ -30,7 +30,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import Connection, ConnectionConfig
-from xclp.client.context import ConfirmSink, PartyContext, Progress
+from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, default_max_memory
 from xclp.client.jobs.training import RoundRecord
@@ -145,7 +145,6 @@ class PartySession:
         self.guard = StepGuard(config.policy, config.party_id)
         self.assembler = wire.Assembler()
         self.transcript = Transcript(b"")  # replaced once the roster is verified
-        self.confirms: dict[str, ConfirmSink] = {}  # confirm steps' wire names -> their masked sums
         self.account: RunAccount | None = None  # this run in the ledger, once the data is read
         self._executor: Executor | None = None
         self._conn: Connection | None = None
@@ -357,14 +356,20 @@ class PartySession:
         step, sender = frame.step, frame.sender
         if step == SEED_STEP:
             return SEED_RELAY_MAX_BYTES
-        sink = self.confirms.get(step)
-        if sink is not None:  # a masked sum's relays (client/phases/masked_sum.py)
-            return sink.payload_limit(step, sender)
+        phase = self._relayed(step)
+        if phase is not None:  # a masked sum's relays (client/phases/masked_sum.py)
+            return phase.payload_limit(step, sender)
         if step == MOMENTS_RESULT_MSG and sender == "":
             return wire.array_bytes(*moments.wire(self.data.X.shape[1]))
         if self.stage is not PartyStage.SEEDED:
             raise ProtocolError(f"{sender or 'the coordinator'!r} sent a {step!r} message before the common seed")
         return self._job().payload_limit(step, sender)
+
+    def _relayed(self, step: str) -> RelayedPhase | None:
+        """The phase under way (the preparation's, or one the job lists) whose messages `step` names."""
+        phases = (*(self.prep.phases() if self.prep is not None else ()),
+                  *(self.job.phases() if self.job is not None else ()))
+        return next((p for p in phases if p.receives(step)), None)
 
     def on_roster(self, roster: pb.Roster) -> None:
         if self.stage is not PartyStage.JOINED:
@@ -419,9 +424,9 @@ class PartySession:
         self.participants = tuple(members)
 
     def on_message(self, message: wire.Message) -> None:
-        sink = self.confirms.get(message.step)
-        if sink is not None:  # a masked sum's relays: confirmations, vectors, seeds, peers' seed shares
-            sink.on_relay(message)
+        phase = self._relayed(message.step)
+        if phase is not None:  # a masked sum's relays: confirmations, vectors, seeds, peers' seed shares
+            phase.on_relay(message)
             return
         if message.step == SEED_STEP:
             if self.seed is None:
@@ -476,7 +481,7 @@ class PartySession:
                             max_paillier_seconds=self.config.max_paillier_seconds,
                             max_memory_bytes=(default_max_memory() if self.config.max_memory_bytes is None
                                               else self.config.max_memory_bytes), transcript=self.transcript,
-                            sign=self.config.identity.sign, confirms=self.confirms, account=self.account,
+                            sign=self.config.identity.sign, account=self.account,
                             min_share_threshold=self.config.policy.min_share_threshold)
 
     def _preparation(self) -> Preparation:

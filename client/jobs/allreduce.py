@@ -141,6 +141,9 @@ class AllReduceParty(PartyJob):
         """This party's unmasked ring array for the sum among `members` (DESIGN §6)."""
         return self.release.contribution(self.ctx.data, self.ctx.seed, len(members))
 
+    def phases(self) -> tuple[MaskedSumParty, ...]:
+        return (self.sum,)
+
     def on_step(self, step: pb.StepStart) -> None:
         if not self.sum.handles(step.step):
             raise ProtocolError(f"unknown step {step.step!r} for an all-reduce job")

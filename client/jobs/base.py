@@ -1,17 +1,20 @@
 """A job type on the party's side (docs/architecture.md): what the registry's `party` names.
 
 A `PartyJob` is made once the common seed is agreed and the data prepared, from a
-`PartyContext`; the session hands it every step and coordinator or peer message after those
-phases, and it holds its result once the job's last message is in.
+`PartyContext`; it lists the phases that take messages of their own (`phases`: its masked sums),
+to which the session routes those messages and their payload limits; the session hands the job
+every step and every other coordinator or peer message, and the job holds its result once the
+job's last message is in.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xclp.client.context import PartyContext
+from xclp.client.context import PartyContext, RelayedPhase
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 
@@ -23,6 +26,10 @@ class PartyJob:
     def __init__(self, ctx: PartyContext) -> None:
         self.ctx = ctx
         self.result: np.ndarray | None = None  # what the job gave this party, once it is here
+
+    def phases(self) -> Sequence[RelayedPhase]:
+        """The job's phases now under way that take messages of their own (its masked sums)."""
+        return ()
 
     def on_step(self, step: pb.StepStart) -> None:
         raise NotImplementedError

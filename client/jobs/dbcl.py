@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from xclp.client.context import PartyContext
+from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient
 from xclp.errors import InvalidInput, ProtocolError
@@ -72,6 +72,9 @@ class DbclTrainer:
             self.view = RoundView.from_flat(self.arch, sketches, payload)
         except InvalidInput as exc:
             raise ProtocolError(f"the released parameters of round {t}: {exc}") from None
+
+    def phases(self) -> tuple[RelayedPhase, ...]:
+        return ()  # the round's update sum is the rounds engine's
 
     def on_step(self, t: int, step: pb.StepStart) -> None:
         raise ProtocolError(f"unknown step {training.scoped(t, step.step)!r} for a dbcl job")

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from xclp.client.context import PartyContext
+from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.client.jobs.xclp import XclpParty
 from xclp.errors import InvalidInput, ProtocolError
@@ -54,6 +54,9 @@ class FedavgTrainer:
                 raise InvalidInput("pseudo_label = \"xclp\" needs this party's Paillier key")
             embedded = PartyData(self.params.neighbour_space(self.model, self.ctx.data.X), self.y, self.ctx.data.ids)
             self.xclp = XclpParty(scope.with_job(self.params.xclp_params(), embedded))
+
+    def phases(self) -> tuple[RelayedPhase, ...]:
+        return () if self.xclp is None else tuple(self.xclp.phases())
 
     def on_step(self, t: int, step: pb.StepStart) -> None:
         if self.xclp is None:

@@ -30,13 +30,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from xclp.client.context import PartyContext
+from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.base import PartyJob
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
@@ -92,6 +92,10 @@ class Trainer(Protocol):
 
     def on_step(self, t: int, step: pb.StepStart) -> None:
         """A step of round t other than the update (named in the round's scope)."""
+
+    def phases(self) -> Sequence[RelayedPhase]:
+        """The current round's phases of the trainer's own that take messages (fedavg: its XCLP run's sums)."""
+        ...
 
     def on_message(self, t: int, message: wire.Message) -> None:
         """A message of round t other than the model (named in the round's scope): from the
@@ -164,6 +168,10 @@ class RoundsParty(PartyJob):
 
     def rounds(self) -> tuple[RoundRecord, ...]:
         return tuple(self.history)
+
+    def phases(self) -> tuple[RelayedPhase, ...]:
+        """The current round's update sum and the trainer's phases of the round."""
+        return (*(() if self.update_sum is None else (self.update_sum,)), *self.trainer.phases())
 
     def on_message(self, message: wire.Message) -> None:
         if message.sender == "" and message.step == training.FINAL_MSG:

@@ -148,6 +148,9 @@ class XclpParty(PartyJob):
 
     # --- transitions ------------------------------------------------------------------------
 
+    def phases(self) -> tuple[MaskedSumParty, ...]:
+        return (self.row_sums, *(() if self.candidates is None else (self.candidates.table,)))
+
     def on_step(self, step: pb.StepStart) -> None:
         members = tuple(step.participants)
         if step.step == INTRA_STEP:

@@ -144,6 +144,16 @@ class SelfMasks:
         return seed, mine
 
 
+class SumStage(enum.Enum):
+    """Where an attempt of this party's masked sum is: each step moves it on once, in this order
+    (as Flower's secure aggregation checks its stage); an attempt the party has left has none."""
+
+    MASKED = "masked"  # its masked array (and its shares of its self-mask seed) pushed
+    CONFIRMED = "confirmed"  # its transcript hash and seed commitment signed
+    REVEALED = "revealed"  # its self-mask seed revealed: the attempt opens
+    RECOVERED = "gave shares"  # its shares of lost holders' seeds given
+
+
 class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
@@ -174,17 +184,36 @@ class MaskedSumParty:
         self.confirmed: dict[int, bytes] = {}  # attempt -> the hash this party confirmed
         self.commitments: dict[int, dict[str, bytes]] = {}  # attempt -> member -> its signed seed commitment
         # the coordinator's relays of this sum, and (on the masked step) peers' sealed seed shares
-        for relay in (name, confirm_step(name), vectors_message(name), seeds_message(name)):
-            ctx.confirms[ctx.prefix + relay] = self
+        self.relays = frozenset(ctx.prefix + relay for relay in (name, confirm_step(name), vectors_message(name),
+                                                                 seeds_message(name)))
         self.contribution = contribution
         self.purpose = name if purpose is None else purpose  # the pairwise masks' HKDF purpose
         self.withhold = withhold
         self.self_masks = SelfMasks(ctx.prefix + name if digest_name is None else digest_name, ctx.session_id)
         self.shares = SeedShares(ctx, name, self.self_masks.step)
         self.kept: dict[int, np.ndarray] = {}  # attempt -> what `withhold` kept back
+        self.stages: dict[int, SumStage] = {}  # attempt -> where it is (SumStage)
 
     def handles(self, step: str) -> bool:
+        """Whether a step (named in the context's scope) is one of this sum's."""
         return step in (self.name, self.confirm_name, self.reveal_name, self.recover_name)
+
+    def receives(self, step: str) -> bool:
+        """Whether a message's wire name is one of this sum's relays (RelayedPhase)."""
+        return step in self.relays
+
+    def stage(self, attempt: int) -> SumStage | None:
+        """Where `attempt` is here (None: this party never masked it, or has left it)."""
+        return self.stages.get(attempt)
+
+    def _advance(self, attempt: int, before: SumStage, after: SumStage, doing: str) -> None:
+        """Move `attempt` from `before` to `after`, or refuse: each step once, in order."""
+        now = self.stages.get(attempt)
+        if now is not before:
+            raise ProtocolError(f"the coordinator asked this party {doing} {self.ctx.prefix}{self.name} attempt "
+                                f"{attempt}, which is {now.value if now else 'not masked by this party'} here "
+                                f"({before.value} expected)")
+        self.stages[attempt] = after
 
     def withheld(self, attempt: int) -> np.ndarray | None:
         """What `withhold` kept back of this party's masked array in `attempt` (None: it masked no such
@@ -195,10 +224,13 @@ class MaskedSumParty:
         """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
         members, attempt = tuple(step.participants), step.round
         if step.step == self.confirm_name:
-            return self.ctx.push(self._confirmation(attempt, members), self.confirm_name, attempt)
+            confirmation = self._confirmation(attempt, members)
+            self._advance(attempt, SumStage.MASKED, SumStage.CONFIRMED, "to confirm")
+            return self.ctx.push(confirmation, self.confirm_name, attempt)
         if step.step == self.reveal_name:  # the attempt is complete: open it, if every member saw what we saw
             self.self_masks.check(attempt, members)
             self._check_confirmations(attempt, members)
+            self._advance(attempt, SumStage.CONFIRMED, SumStage.REVEALED, "to reveal")
             if self.ctx.account is not None and attempt in self.released:  # recorded first: a ledger that
                 self.ctx.account.record_exact(self.released[attempt], members)  # cannot be written stops us
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
@@ -207,6 +239,7 @@ class MaskedSumParty:
             return sent
         if step.step == self.recover_name:  # holders were lost while revealing: rebuild their seeds
             given = self.shares.give(attempt, members, self.self_masks.revealed_attempt)
+            self._advance(attempt, SumStage.REVEALED, SumStage.RECOVERED, "for its shares of lost holders' seeds in")
             sent = self.ctx.push(given, self.recover_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt}: gave this party's shares of "
                               f"{len(self.self_masks.attempts[attempt][1]) - len(members)} lost holders' self masks")
@@ -233,6 +266,7 @@ class MaskedSumParty:
         if self.on_opened is not None:
             self.pushed[attempt] = pushed
         shares = self.shares.deal(self.self_masks.live(attempt, "to deal shares of")[0], attempt, members)
+        self.stages[attempt] = SumStage.MASKED
         return self.ctx.push_all([*shares, wire.Outgoing(pushed, self.name, attempt)])  # shares first, one round trip
 
     def _leave_earlier(self, attempt: int) -> None:
@@ -240,7 +274,7 @@ class MaskedSumParty:
         vectors, what it withheld, others' vectors, shares of others' seeds) is dropped here, its seeds
         by SelfMasks.add; which attempts it confirmed stays, for SeedShares.check_attempt."""
         for held in (self.transcripts, self.confirms, self.pushed, self.vectors, self.kept, self.commitments,
-                     self.shares.held, self.released):
+                     self.shares.held, self.released, self.stages):
             for earlier in [a for a in held if a < attempt]:
                 del held[earlier]
 

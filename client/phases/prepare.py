@@ -51,6 +51,9 @@ class Preparation:
     def handles(self, step: str) -> bool:
         return self.sum.handles(step)
 
+    def phases(self) -> tuple[MaskedSumParty, ...]:
+        return (self.sum,)
+
     def on_step(self, step: pb.StepStart) -> None:
         self.sum.on_step(step)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xclp.client.context import PartyContext
-from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.client.phases.masked_sum import MaskedSumParty, SumStage
 from xclp.client.phases.seed import SeedParty
 from xclp.client.transcript import Transcript
 from xclp.crypto.aead import SealBroken
@@ -224,3 +224,29 @@ def test_the_leaders_seed_opens_for_each_follower_and_a_forged_seal_does_not() -
     with pytest.raises(SealBroken, match="failed authentication"):
         seeds["c"].on_step(start("seed", 0))
     assert seeds["c"].seed is None
+
+
+def test_each_attempt_moves_through_its_stages_once_and_in_order() -> None:
+    """MaskedSumParty's stage per attempt (SumStage): masked, confirmed, revealed; a second
+    confirmation (which would sign a second transcript for the attempt) or a second reveal is
+    refused with where the attempt is, and an attempt left for a later one has no stage."""
+    ctxs = contexts()
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64), releases=NOTHING)
+            for p, (ctx, _) in ctxs.items()}
+    a = sums["a"]
+    assert a.stage(0) is None
+    mask(sums, 0)
+    assert a.stage(0) is SumStage.MASKED
+    confirm(sums, 0)
+    assert a.stage(0) is SumStage.CONFIRMED
+    with pytest.raises(ProtocolError, match=r"to confirm total attempt 0, which is confirmed here \(masked expected\)"):
+        a.on_step(start("total_confirm", 0))
+    a.on_step(start("total_reveal", 0))
+    assert a.stage(0) is SumStage.REVEALED
+    with pytest.raises(ProtocolError, match="asked twice for this party.s self mask"):  # SelfMasks says so first
+        a.on_step(start("total_reveal", 0))
+    fresh = {p: MaskedSumParty(ctx, "again", lambda members: np.ones(3, np.uint64), releases=NOTHING)
+             for p, (ctx, _) in contexts().items()}
+    mask(fresh, 0)
+    mask(fresh, 1, ("a", "b"))
+    assert fresh["a"].stage(0) is None and fresh["a"].stage(1) is SumStage.MASKED

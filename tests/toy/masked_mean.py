@@ -60,6 +60,10 @@ class MaskedMeanParty(PartyJob):
         released = Release(function_id("masked-mean", "column sums and count"), "its column sums and row count")
         self.sum = MaskedSumParty(ctx, SUM_STEP, self._local, releases=lambda members: [released])
 
+    def phases(self) -> tuple[MaskedSumParty, ...]:
+        """Its masked sum, which takes the coordinator's relays and peers' seed shares of its own."""
+        return (self.sum,)
+
     def _local(self, members: tuple[str, ...]) -> np.ndarray:
         X = self.ctx.data.X
         return np.concatenate([self.codec.encode(X.sum(axis=0), n_terms=len(members)), [np.uint64(X.shape[0])]])
