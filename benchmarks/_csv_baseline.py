@@ -1,4 +1,4 @@
-"""The CSV reader before pyarrow (xclp/tables.py at 590fa98), kept as the baseline of
+"""The CSV reader before pyarrow (xclp/data/tables.py at 590fa98), kept as the baseline of
 benchmarks/tables_reader.py: Python's csv module, every cell held as a string, converted one by one."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xclp.data.validation import UNLABELED, check_features
 from xclp.errors import InvalidInput
-from xclp.validation import UNLABELED, check_features
 
 
 @dataclass(frozen=True)

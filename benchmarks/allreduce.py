@@ -44,8 +44,9 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
     from xclp.client.context import PartyContext
     from xclp.client.jobs.allreduce import AllReduceParty
     from xclp.client.policy import PartyPolicy
-    from xclp.client.session import PartySession, RunConfig
-    from xclp.party_table import PartyData
+    from xclp.client.run_config import RunConfig
+    from xclp.client.session import PartySession
+    from xclp.data.party_table import PartyData
     from xclp.v1 import registry
 
     key = serialization.load_pem_private_key(key_pem, password=None)

@@ -17,14 +17,14 @@ DP: clip_norm 1, δ = 1/n² (n = training rows), ε ∈ {1, 4, 8} over all round
 in full (no amplification by sampling). Accuracy is the final model's on the test rows, mean over
 `--seeds` seeds (the noise is fresh each run).
 
-Label-DP for XCLP (xclp.label_dp): the demo data (3 hospitals × 500 digit rows, 50 labeled each;
+Label-DP for XCLP (xclp.privacy.label_dp): the demo data (3 hospitals × 500 digit rows, 50 labeled each;
 the demo job's L = 1024, k = 5, α = 0.99, p = 3), accuracy on every party's unlabeled rows against
 the truth files, plain XCLP against randomised response and Skellam noise on the row sums at
 ε ∈ {1, 4} (Skellam: δ = 10⁻⁶), mean over `--seeds` runs. The in-process simulation with 512-bit
 test keys (the scores do not depend on the key size; tests check them against the plaintext
 reference).
 
-DP moments (xclp.dp_moments): breast cancer's 30 features span 0.001 to 4254, so its jobs
+DP moments (xclp.privacy.dp_moments): breast cancer's 30 features span 0.001 to 4254, so its jobs
 standardise. DP-DBCL at ε = 4 (as above) with the pooled moments of the training rows released
 exactly, against DP moments at moments_epsilon ∈ {1, 4} (δ = 1/n²; the job's total ε is then 5 or
 8), the public bounds being each feature's min and max as the data set's documentation (sklearn's

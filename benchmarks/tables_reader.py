@@ -1,4 +1,4 @@
-"""Reading a party's CSV: the pyarrow reader (xclp.tables) against the reader it replaced
+"""Reading a party's CSV: the pyarrow reader (xclp.data.tables) against the reader it replaced
 (benchmarks/_csv_baseline.py, Python's csv module), on one generated file, side by side.
 
 Full run: a ~200 MB CSV of 500 000 rows (an id, 20 float features printed with 17 digits, an
@@ -30,7 +30,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {here!r})
 if {which!r} == "pyarrow":
-    from xclp.tables import load
+    from xclp.data.tables import load
     import pyarrow.csv  # noqa: F401 - imported before the clock and the memory baseline
 else:
     from _csv_baseline import load

@@ -25,10 +25,10 @@ import numpy as np
 from _data import dirichlet_split, load_digits_data, subsample_labels
 
 from xclp.baselines import central_exact_lp, per_client_lp
+from xclp.data.validation import UNLABELED
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.seeding import public_rng
-from xclp.validation import UNLABELED
 
 N_CLASSES = 10
 

@@ -15,7 +15,7 @@ preparation does), L = 1024, k = 10, 2048-bit keys' K = 186 slots per ciphertext
   pooled once 20 rows reached it). Consecutive rounds' exact sums differ by the rows that moved, so
   single rows can be read out of it: it is measured here as the baseline and no longer ships.
 - `dp-kmeans`: the same rounds with every count and sum noised, as distributed Skellam noise would
-  (here Gaussian of the same variance, benchmark-only), calibrated by xclp.accounting for all 2 · 8
+  (here Gaussian of the same variance, benchmark-only), calibrated by xclp.privacy.accounting for all 2 · 8
   releases to (epsilon = --kmeans-epsilon, delta = 1e-6) with one row moving between two centres
   (L2 sensitivity √2 for the counts and for the unit rows' sums).
 
@@ -47,9 +47,9 @@ import numpy as np
 from _data import dirichlet_split, load_digits_data, load_fashion_mnist, load_mlbench, subsample_labels
 
 from xclp import candidates as cd
-from xclp.accounting import skellam_variance
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
+from xclp.privacy.accounting import skellam_variance
 from xclp.reference import xclp_reference
 from xclp.seeding import public_rng
 from xclp.v1.xclp_layout import secure_hamming_pairs

@@ -67,17 +67,18 @@ from pathlib import Path
 
 import grpc
 
-from xclp import tables
 from xclp.client.api import as_budget, read_data, take_part
 from xclp.client.connection import Backoff, ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
 from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import PartySession, RunConfig
+from xclp.client.run_config import RunConfig
+from xclp.client.session import PartySession
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
+from xclp.data import tables
 from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
 from xclp.runtime import check_keys, read_bytes, read_toml
 from xclp.v1 import calls, registry

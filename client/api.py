@@ -33,7 +33,6 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from xclp import tables
 from xclp.client.connection import ConnectionConfig
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
@@ -50,12 +49,14 @@ from xclp.client.outputs import (
     xclp_columns,
 )
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import DataLoader, JobResult, PartySession, RunConfig, stderr_progress
+from xclp.client.run_config import JobResult, RunConfig
+from xclp.client.session import DataLoader, PartySession, stderr_progress
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data import tables
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, InvalidInput, XclpError
-from xclp.party_table import PartyData
 from xclp.race import Estimator
 from xclp.runtime import read_bytes, read_toml
 from xclp.v1 import registry
@@ -72,7 +73,7 @@ class PartyResult:
     """What a run gave this party.
 
     `data` is the table as the job read it (its row ids and feature columns); `job` is everything
-    the session returned (`xclp.client.session.JobResult`), for those who need the raw aggregate.
+    the session returned (`xclp.client.run_config.JobResult`), for those who need the raw aggregate.
     """
 
     job: JobResult

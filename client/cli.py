@@ -23,13 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from xclp import party_table, tables
 from xclp.client import api
 from xclp.client.ledger import default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, write_columns
 from xclp.client.session import stderr_progress
 from xclp.crypto import identity
+from xclp.data import party_table, tables
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic, write_private

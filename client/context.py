@@ -20,9 +20,9 @@ from xclp.client.transcript import Transcript
 from xclp.crypto.identity import Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError
 from xclp.fedavg import round_seed
-from xclp.party_table import PartyData
 from xclp.v1 import training, wire
 from xclp.v1.params import JobParams
 

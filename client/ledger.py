@@ -15,7 +15,7 @@ asked for it, as DP libraries keep one budget per data set (OpenDP, Tumult):
   guarantee would take the data set past it is refused before Join, with the numbers. Each charge
   keeps its mechanism's Rényi-DP curve where one is known (every mechanism here: the Skellam
   releases' from their noise, pure ε-DP ones' as ε²/2-zCDP), and the data set's charges compose
-  by adding the curves and converting the sum at the budget's δ (`xclp.accounting`), or by basic
+  by adding the curves and converting the sum at the budget's δ (`xclp.privacy.accounting`), or by basic
   composition (ε and δ add up) where that is tighter (a few releases) or a charge has no curve yet
   (a Skellam release whose noise depends on the run is charged at its (ε, δ) before Join and gets
   its curve once the party has planned the noise).
@@ -49,11 +49,11 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from xclp.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.crypto import aead
 from xclp.crypto.kdf import hkdf_sha256
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, PolicyRefused
-from xclp.party_table import PartyData
+from xclp.privacy.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.runtime import write_atomic
 
 LEDGER_FILE = "ledger.json"

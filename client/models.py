@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from xclp.data.party_table import PartyData
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
-from xclp.party_table import PartyData
-from xclp.prep import Scaling
 from xclp.runtime import write_atomic
 from xclp.v1.params import JobParams
 from xclp.v1.registry import ModelKind, get, params_from_json, params_json

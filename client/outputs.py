@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xclp.client.models import ModelFile
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, InvalidInput, PolicyRefused
-from xclp.party_table import PartyData
 from xclp.propagation import predict as xclp_predict
 from xclp.race import Estimator
 from xclp.race import query as race_query

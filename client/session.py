@@ -19,41 +19,35 @@ always this party, strictly shrinking restarts, nothing after the result.
 
 from __future__ import annotations
 
-import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from xclp.client.connection import Connection, ConnectionConfig
+from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS, default_max_memory
-from xclp.client.jobs.training import RoundRecord
-from xclp.client.ledger import Ledger, RunAccount, data_digest, job_spends
+from xclp.client.jobs.estimate import default_max_memory
+from xclp.client.ledger import RunAccount, data_digest, job_spends
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
-from xclp.client.policy import PartyPolicy, StepGuard
+from xclp.client.policy import StepGuard
+from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table
 from xclp.client.transcript import Transcript
-from xclp.client.workers import DaskWorkers, WorkerSpec, make_executor
+from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
-from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import PartyData
 from xclp.errors import (
     DeadlineExceeded,
     InvalidInput,
     InvalidSignature,
-    NotAuthorized,
     PeerDropped,
     PolicyRefused,
     ProtocolError,
     RunCancelled,
 )
-from xclp.party_table import PartyData
-from xclp.prep import Scaling
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
@@ -68,55 +62,6 @@ _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
 
 # a line per message on stderr; on a terminal also the bar of a long step (xclp.progress)
 stderr_progress = Console("xclp-client: ")
-
-
-class PartyStage(enum.Enum):
-    JOINED = "joined"
-    KEYED = "keyed"
-    SEEDED = "seeded"
-    DONE = "done"
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    job_id: str
-    party_id: str
-    identity: Ed25519PrivateKey
-    connection: ConnectionConfig
-    join_wait_seconds: float = 60.0
-    idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
-    roster_wait_seconds: float | None = None  # give up if the roster has not come this long after Join
-    paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
-    # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
-    # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
-    peers: Mapping[str, bytes] | None = None
-    policy: PartyPolicy = PartyPolicy()  # this party's own minimums (DESIGN §2.3)
-    workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (client/workers.py)
-    # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
-    max_memory_bytes: int | None = None  # None: three quarters of the RAM
-    max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
-    run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
-    accepted_spec: pb.JobSpec | None = None  # an agent: the offered spec its policy accepted; the Challenge must match
-    ledger: Ledger | None = None  # what this party released about its data sets (client/ledger.py); None: nowhere
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What the job gave this party: the decoded aggregate and what is needed to use it.
-
-    For xclp the aggregate is this party's rows of the propagated scores Z, float64[n_j, C].
-    """
-
-    job_type: str
-    params: JobParams
-    dim: int  # features the model works on (after preparation)
-    seed: bytes  # the job's common seed (secret from the coordinator)
-    aggregate: np.ndarray
-    participants: tuple[str, ...]
-    scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
-    columns: tuple[str, ...] = ()  # the table's feature columns, as read
-    rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
-    privacy: dict[str, Any] | None = None  # with DP: what its rows (xclp.dpsgd) or labels (xclp.label_dp) spent
 
 
 class PartySession:
@@ -188,7 +133,7 @@ class PartySession:
         return self.conn.push_all(messages, sender=sender)
 
     def _run(self, conn: Connection) -> JobResult:
-        self._check_own_identity()
+        self.config.check_identity()
         challenge = conn.challenge(self.config.identity, self.config.party_id,
                                    wait_seconds=self.config.join_wait_seconds, say=self.progress)
         if len(challenge.run_nonce) != 16:
@@ -311,18 +256,6 @@ class PartySession:
                           f"δ = {book.budget.delta:g}) over all its runs"
                           + (" (RDP composition)" if standing["composition"] == "rdp" else ""))
         return privacy
-
-    def _check_own_identity(self) -> None:
-        if not self.config.peers:
-            raise InvalidInput("pinned peers are required: pass --peers with the job's allow-list (the operator's "
-                               "allow.toml), so that no coordinator can swap a peer's key")
-        pinned_self = self.config.peers.get(self.config.party_id)
-        if pinned_self is None:
-            raise NotAuthorized(f"party {self.config.party_id!r} is not on the job's allow-list (--peers): send the "
-                                "operator the line `xclp-client keygen` printed")
-        if pinned_self != identity.public_bytes(self.config.identity):
-            raise NotAuthorized(f"the identity key of {self.config.party_id!r} differs from the one on the job's "
-                                "allow-list (--peers): is --identity the right key?")
 
     def _load_data(self, params: JobParams) -> None:
         """The party's table, read for the job's parameters, checked before joining."""
@@ -506,21 +439,3 @@ class PartySession:
                 raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
-
-
-def checked_table(data: PartyData, params: JobParams) -> PartyData:
-    """A party's table as the job takes it, checked before joining (here and in xclp.simulation):
-    rows, labels as class numbers (DESIGN §8: names map by the declared order) in range, missing
-    cells only if the job imputes, a width the job can use."""
-    if data.X.shape[0] == 0:
-        raise InvalidInput("the party's data has no rows")
-    data = data.with_classes(params.classes)
-    data.check_missing(impute=params.impute == "mean")
-    n_classes = params.label_classes
-    if n_classes and data.y is not None:
-        bad = data.y >= n_classes
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
-    params.check_table(data.X.shape[1])
-    return data

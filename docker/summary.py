@@ -37,9 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xclp import tables as party_data
 from xclp.baselines import per_client_lp
 from xclp.client.models import ModelFile
+from xclp.data import tables as party_data
 from xclp.demo import truth as read_truth
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel

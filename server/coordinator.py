@@ -36,8 +36,9 @@ from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolErr
 from xclp.runtime import write_json_atomic
 from xclp.server.admission import authenticated
 from xclp.server.config import JobConfig, parse_job
+from xclp.server.events import Observer, Stage
 from xclp.server.metrics import Metrics
-from xclp.server.run import Observer, Run, Stage
+from xclp.server.run import Run
 from xclp.server.store import RunRecord, StateStore
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view

@@ -19,21 +19,21 @@ payloads or keys.
 
 from __future__ import annotations
 
-import enum
 import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from xclp.crypto.identity import KeyBundle, SignedBundle
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
-from xclp.prep import Scaling
 from xclp.server.admission import STATUS_SECONDS, Lobby
 from xclp.server.config import JobConfig
+from xclp.server.events import Observer, RunEvents, Stage
 from xclp.server.jobs.base import CoordinatorJob
-from xclp.server.jobs.summary import StepLedger, log_line
+from xclp.server.jobs.summary import StepLedger, log_line, privacy_report
 from xclp.server.mailbox import Party, Post
 from xclp.server.phases.base import Activity, Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.prepare import prepare
@@ -44,36 +44,6 @@ from xclp.v1.spec import party_view
 
 log = logging.getLogger("xclp.server")
 LATE_MIN_BYTES = 1024  # a late payload of a step that took no message (its senders were all lost) is small
-
-# Called with (job_id, step, attempt, sender, payload) for every contribution; tests only.
-Observer = Callable[[str, str, int, str, wire.Payload], None]
-
-
-class Stage(enum.Enum):
-    JOINING = "joining"
-    SETUP = "setup"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def ended(self) -> bool:
-        return self in (Stage.DONE, Stage.FAILED, Stage.CANCELLED)
-
-
-class RunEvents(Protocol):
-    """What the coordinator's run registry (server/coordinator.py) hears of a run: called under the
-    run's lock, so each must be quick; none carries data, keys or masks."""
-
-    def joined(self, run: Run, party_id: str, rows: int) -> None: ...
-    def left(self, run: Run, party_id: str) -> None: ...
-    def started(self, run: Run) -> None: ...
-    def dropped(self, run: Run, party_id: str, reason: str) -> None: ...
-    def declined(self, run: Run, party_id: str, reason: str) -> None: ...
-    def step_done(self, run: Run, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None: ...
-    def ended(self, run: Run) -> None: ...
-
 
 class Run:
     def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
@@ -475,9 +445,4 @@ class Run:
         return self._privacy(self.job.summary())
 
     def _privacy(self, job: dict[str, Any]) -> dict[str, Any]:
-        privacy = dict(job.get("privacy", {}))
-        plan = self.config.params.moments_plan(self.table_dim) if self.scaling is not None else None
-        if plan is not None:
-            privacy["moments"] = report = plan.report()
-            privacy["line"] = "; ".join(part for part in (privacy.get("line", ""), str(report["line"])) if part)
-        return privacy
+        return privacy_report(job, self.config.params.moments_plan(self.table_dim) if self.scaling else None)

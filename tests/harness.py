@@ -15,9 +15,10 @@ import numpy as np
 
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult, PartySession, RunConfig
+from xclp.client.run_config import JobResult, RunConfig
+from xclp.client.session import PartySession
 from xclp.crypto import identity
-from xclp.party_table import PartyData
+from xclp.data.party_table import PartyData
 from xclp.server.config import JobConfig, TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.service import build_server

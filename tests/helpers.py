@@ -11,7 +11,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.crypto import identity
-from xclp.party_table import PartyData
+from xclp.data.party_table import PartyData
 from xclp.runtime import read_bytes, read_toml, write_private
 
 

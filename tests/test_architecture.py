@@ -74,7 +74,7 @@ def imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
             else:
                 target = node.module or ""
             yield node.lineno, target
-            for alias in node.names:  # `from xclp import privacy` imports the module xclp.privacy
+            for alias in node.names:  # `from xclp.privacy import noise` imports xclp.privacy.noise
                 yield node.lineno, f"{target}.{alias.name}"
 
 
@@ -120,10 +120,10 @@ def test_the_checker_finds_a_wrong_import(tmp_path: Path) -> None:
     assert len({line.split(": ")[0] for line in found.splitlines()}) == 5  # nothing else, no clean line
 
 
-@pytest.mark.parametrize("module", ["xclp.lsh", "xclp.privacy", "xclp.demo", "xclp.crypto.paillier",
+@pytest.mark.parametrize("module", ["xclp.lsh", "xclp.privacy.noise", "xclp.demo", "xclp.crypto.paillier",
                                     "xclp.v1.bundles", "xclp.server.cli", "xclp.client.cli", "xclp.simulation"])
 def test_layers_are_assigned_by_folder(module: str) -> None:
-    expected = {"xclp.lsh": "methods", "xclp.privacy": "methods", "xclp.demo": "tools",
+    expected = {"xclp.lsh": "methods", "xclp.privacy.noise": "methods", "xclp.demo": "tools",
                 "xclp.crypto.paillier": "crypto",
                 "xclp.v1.bundles": "v1", "xclp.server.cli": "server", "xclp.client.cli": "client",
                 "xclp.simulation": "simulation"}
@@ -213,3 +213,14 @@ def test_the_dispatch_checker_finds_a_comparison_and_a_list(tmp_path: Path) -> N
             (tmp_path / folder / name).write_text(text)
     found = job_type_dispatch(tmp_path, frozenset({"xclp", "fedavg", "dbcl"}))
     assert found == ["xclp/a.py:1: compares a job_type", "client/b.py:1: lists job types ['fedavg', 'dbcl']"]
+
+
+MAX_MODULE_LINES = 450  # issue 48: a module a newcomer can read through
+
+
+def test_no_installed_module_is_longer_than_a_newcomer_reads_through() -> None:
+    """Every installed module (the generated protobuf code aside) has at most MAX_MODULE_LINES lines."""
+    long = {str(path.relative_to(REPO)): n for _, path in modules(REPO, PACKAGE_DIRS)
+            if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+            and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}

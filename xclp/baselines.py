@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import scipy.sparse as sp
 
+from xclp.data.validation import UNLABELED, check_features, check_labels
 from xclp.errors import InvalidInput
 from xclp.graph import (
     GraphParams,
@@ -23,7 +24,6 @@ from xclp.graph import (
     normalise,
 )
 from xclp.propagation import LabelNorm, label_matrix, label_norm_mode, predict, scores
-from xclp.validation import UNLABELED, check_features, check_labels
 
 
 @dataclass(frozen=True)

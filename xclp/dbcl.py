@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xclp.dpsgd import DpPlan, private_steps
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
 from xclp.nn import Architecture, Network, dense_backward, dense_forward, weighted_cross_entropy
+from xclp.privacy.dpsgd import DpPlan, private_steps
 from xclp.sketch import Sketch
-from xclp.validation import UNLABELED
 
 OPTIMISERS = ("sgd", "rmsprop")
 
@@ -117,7 +117,7 @@ class RoundView:
             A = np.maximum(Z, 0.0) if i < len(self.weights) - 1 else Z
         return A, inputs
 
-    # --- per-example gradients (xclp.dpsgd.Layered) --------------------------------------------
+    # --- per-example gradients (xclp.privacy.dpsgd.Layered) --------------------------------------------
 
     @property
     def n_layers(self) -> int:
@@ -232,7 +232,7 @@ def client_gradient(view: RoundView, X: np.ndarray, y: np.ndarray, batch: int, s
 
 def private_client_gradient(view: RoundView, X: np.ndarray, y: np.ndarray, batch: int, steps: int,
                             learning_rate: float, dp: DpPlan, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """`client_gradient` with record-level DP (xclp.dpsgd): the int64 sum over `steps` batches of
+    """`client_gradient` with record-level DP (xclp.privacy.dpsgd): the int64 sum over `steps` batches of
     b labeled rows of their per-example gradients clipped to C, randomly rounded at 2^-g (and, with
     several steps, each with the whole noise; one step's noise share is added per attempt of the
     round's sum), and b. Between steps the copy moves by the mean noisy gradient."""

@@ -30,9 +30,9 @@ from typing import Literal
 
 import numpy as np
 
-from xclp import tables as party_data
 from xclp.baselines import per_client_lp
 from xclp.crypto import certs, identity
+from xclp.data import tables as party_data
 from xclp.errors import ConfigError, InvalidInput, PeerDropped
 from xclp.graph import GraphParams
 from xclp.runtime import write_atomic, write_private

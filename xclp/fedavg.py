@@ -28,13 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from xclp.baselines import per_client_lp
-from xclp.dpsgd import DpPlan, private_steps
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.nn import SGD, Architecture, Network, check_examples
+from xclp.privacy.dpsgd import DpPlan, private_steps
 from xclp.propagation import predict
 from xclp.seeding import Seed, public_rng, seed_bytes
-from xclp.validation import UNLABELED
 
 PSEUDO_LABELS = ("none", "local_lp", "network", "xclp")
 PSEUDO_LABEL_SPACES = ("embedding", "input")  # where xclp and local_lp compare rows
@@ -182,7 +182,7 @@ def client_update(net: Network, data: TrainingSet, opt: SGD, rng: np.random.Gene
 
 def private_client_update(net: Network, data: TrainingSet, learning_rate: float, batch: int, steps: int,
                           dp: DpPlan, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-    """ClientUpdate with record-level DP (xclp.dpsgd): `steps` DP-SGD steps of b = min(batch, rows)
+    """ClientUpdate with record-level DP (xclp.privacy.dpsgd): `steps` DP-SGD steps of b = min(batch, rows)
     rows from θ; returns the int64 sum of the steps' clipped gradient sums at 2^-g (with the whole
     noise at each step when steps > 1; one step's noise share is added per attempt of the round's
     sum) and b. n_j·(θ_j − θ) is then −η times that sum over 2^g (`FedavgJobParams.weighted_delta`)."""

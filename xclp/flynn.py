@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from xclp import privacy
+from xclp.data.validation import check_features, check_labels
 from xclp.errors import InvalidInput
+from xclp.privacy import noise as privacy
 from xclp.seeding import Seed, public_rng
-from xclp.validation import check_features, check_labels
 
 # Rows scored per block in `FlyNNModel.scores`, bounding the float64[rows, ρ, C] temporary.
 _BLOCK_ROWS = 4096

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from xclp.data.validation import check_features
 from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
-from xclp.validation import check_features
 
 WORD_BITS = 64
 

@@ -147,7 +147,7 @@ class Network:
                 G = G * (inputs[i] > 0.0)  # ReLU of layer i−1: its output is this layer's input
         return loss, np.concatenate(grads[::-1])
 
-    # --- per-example gradients (xclp.dpsgd.Layered) --------------------------------------------
+    # --- per-example gradients (xclp.privacy.dpsgd.Layered) --------------------------------------------
 
     @property
     def n_layers(self) -> int:

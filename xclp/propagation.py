@@ -10,8 +10,8 @@ from typing import Literal
 
 import numpy as np
 
+from xclp.data.validation import check_labels
 from xclp.errors import InvalidInput
-from xclp.validation import check_labels
 
 LabelNorm = Literal["none", "party", "pooled"]
 

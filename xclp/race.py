@@ -29,10 +29,10 @@ import numba
 import numpy as np
 from scipy.special import ndtr
 
-from xclp import privacy
+from xclp.data.validation import check_features, check_labels
 from xclp.errors import InvalidInput
+from xclp.privacy import noise as privacy
 from xclp.seeding import Seed, public_rng
-from xclp.validation import check_features, check_labels
 
 Family = Literal["srp", "l2"]
 Estimator = Literal["mean", "median_of_means"]

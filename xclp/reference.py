@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from xclp.data.validation import UNLABELED, check_features, check_labels
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams, Influence, InfluenceMethod, build_influence
 from xclp.hamming import hamming_matrix
 from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.propagation import LabelNorm, label_matrix, label_norm_mode, predict, scores
 from xclp.seeding import Seed
-from xclp.validation import UNLABELED, check_features, check_labels
 
 Party = tuple[np.ndarray, np.ndarray]
 

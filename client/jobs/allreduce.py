@@ -23,9 +23,9 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.crypto.fixedpoint import FixedPoint
+from xclp.data.party_table import PartyData
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.flynn import FlyHash, FlyNNModel, privatise_counts, train_counts
-from xclp.party_table import PartyData
 from xclp.race import RaceClassifier, RaceHashes, private_release_share, sketch
 from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb

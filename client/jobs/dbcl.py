@@ -21,6 +21,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.training import RoundRecord, RoundsParty
+from xclp.data.validation import UNLABELED
 from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import local_rng
@@ -28,7 +29,6 @@ from xclp.nn import Network
 from xclp.v1 import dbcl, training, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.dbcl import DbclJobParams
-from xclp.validation import UNLABELED
 
 
 class DbclTrainer:

@@ -17,6 +17,8 @@ import numpy as np
 from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.training import RoundRecord, RoundsParty
 from xclp.client.jobs.xclp import XclpParty
+from xclp.data.party_table import PartyData
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import (
     PseudoLabels,
@@ -29,11 +31,9 @@ from xclp.fedavg import (
     training_set,
 )
 from xclp.nn import Network
-from xclp.party_table import PartyData
 from xclp.v1 import training, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.fedavg import FedavgJobParams
-from xclp.validation import UNLABELED
 
 
 class FedavgTrainer:

@@ -41,10 +41,10 @@ from xclp.client.jobs.base import PartyJob
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.crypto.identity import verify_signature
-from xclp.dpsgd import DpPlan, RoundNoise
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
 from xclp.nn import Network
+from xclp.privacy.dpsgd import DpPlan, RoundNoise
 from xclp.propagation import predict as predict_labels
 from xclp.v1 import registry, training, wire
 from xclp.v1 import xclp_pb2 as pb
@@ -152,7 +152,7 @@ class RoundsParty(PartyJob):
         self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
         self.history: list[RoundRecord] = []
         self._round_started = 0.0
-        # record-level DP (xclp.dpsgd): the job's noise, and this round's share of it
+        # record-level DP (xclp.privacy.dpsgd): the job's noise, and this round's share of it
         self.dp: DpPlan | None = private_training(self.params).dp_plan(trainer.update_size())
         if self.dp is not None and self.ctx.account is not None:  # the ledger composes runs by RDP
             self.ctx.account.mechanism("release", self.dp.rdp)

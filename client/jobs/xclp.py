@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from xclp import label_dp
 from xclp.client.context import PartyContext
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import (
@@ -35,8 +34,9 @@ from xclp.client.workers import worker_count
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
+from xclp.data.party_table import PartyData
 from xclp.errors import InvalidInput, ProtocolError
-from xclp.party_table import PartyData
+from xclp.privacy import label_dp
 from xclp.progress import Meter
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
@@ -87,7 +87,7 @@ class XclpParty(PartyJob):
         # Z̄ once every influence column is in; with label-DP its noisy release, drawn once
         self.zbar: np.ndarray | steps.NoisyRowSums | None = None
         self.influence: steps.InfluenceScores | None = None
-        # label-DP by randomised response (xclp.label_dp): the labels as released, drawn once per data
+        # label-DP by randomised response (xclp.privacy.label_dp): the labels as released, drawn once per data
         # set and ε and kept sealed in the ledger, so that every later run releases the same ones
         p = self.params
         self.released_y: np.ndarray | None = None
@@ -299,7 +299,7 @@ class XclpParty(PartyJob):
                                      if self.params.label_dp and self.params.label_dp_mechanism == "skellam" else None)
 
     def _label_dp_release(self, influence: steps.InfluenceScores) -> np.ndarray | steps.NoisyRowSums:
-        """Z̄ as this party releases it with label-DP (xclp.label_dp): from its randomised labels, or
+        """Z̄ as this party releases it with label-DP (xclp.privacy.label_dp): from its randomised labels, or
         with noise calibrated to the block it received; its own rows exact."""
         p = self.params
         assert p.label_dp_epsilon is not None

@@ -13,15 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from xclp import dp_moments
 from xclp.client.context import PartyContext
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
-from xclp.dp_moments import MomentsPlan
-from xclp.dpsgd import RoundNoise
+from xclp.data.party_table import PartyData
+from xclp.data.prep import Scaling, local_moments
 from xclp.errors import ProtocolError
-from xclp.party_table import PartyData
-from xclp.prep import Scaling, local_moments
+from xclp.privacy import dp_moments
+from xclp.privacy.dp_moments import MomentsPlan
+from xclp.privacy.dpsgd import RoundNoise
 from xclp.v1 import moments, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.steps import MOMENTS_PURPOSE, MOMENTS_RESULT_MSG, MOMENTS_STEP
@@ -31,7 +31,7 @@ class Preparation:
     def __init__(self, ctx: PartyContext) -> None:
         self.ctx, self.params, self.data, self.progress = ctx, ctx.params, ctx.data, ctx.progress
         dim = self.data.X.shape[1]
-        # with moments_epsilon (xclp.dp_moments): the clipped integer sums and this party's noise share
+        # with moments_epsilon (xclp.privacy.dp_moments): the clipped integer sums and this party's noise share
         self.dp: MomentsPlan | None = self.params.moments_plan(dim)
         if self.dp is not None and ctx.account is not None:  # the ledger composes runs by RDP
             ctx.account.mechanism("moments", self.dp.rdp)

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xclp import label_dp
 from xclp.candidates import DUMMY, PairSchedule, b_rows
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
@@ -47,17 +46,18 @@ from xclp.crypto.secure_hamming import (
     evaluate_batches,
     masks_from_seed,
 )
+from xclp.data.validation import UNLABELED, check_features, check_labels
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.graph import GraphParams
-from xclp.label_dp import LabelDpPlan
 from xclp.lsh import check_lsh_bits, lsh_codes, lsh_projection
 from xclp.neighbours import own_top_k
+from xclp.privacy import label_dp
+from xclp.privacy.label_dp import LabelDpPlan
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.v1.secure_hamming_wire import Piece
 from xclp.v1.xclp import ROWSUMS_PURPOSE, own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout
-from xclp.validation import UNLABELED, check_features, check_labels
 
 __all__ = [
     "InfluenceScores",
@@ -244,7 +244,7 @@ class InfluenceScores:
         self.zbar = np.zeros((n_graph, n_classes))
         self.received = 0
         # with `own` (this party's graph rows, which it keeps): (c₂, c₁) of the columns received so
-        # far on the other rows, for label-DP's Skellam noise (xclp.label_dp); no pass over them without
+        # far on the other rows, for label-DP's Skellam noise (xclp.privacy.label_dp); no pass over them without
         self.own = own
         self.largest_columns = (0.0, 0.0)
 
@@ -296,7 +296,7 @@ def released_scores(own: np.ndarray, released: np.ndarray, graph_rows: Sequence[
 
 @dataclass(frozen=True)
 class NoisyRowSums:
-    """Party j's Z̄ with its label-DP noise (xclp.label_dp), in the ring: uint64[n, C] over the graph
+    """Party j's Z̄ with its label-DP noise (xclp.privacy.label_dp), in the ring: uint64[n, C] over the graph
     rows, its own rows exact and never sent. Drawn once, so every SecureRowSums attempt sends the
     same values."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from xclp.privacy.dp_moments import MomentsPlan
+
 
 @dataclass
 class StepStats:
@@ -72,3 +74,14 @@ def log_line(summary: dict[str, Any]) -> str:
     steps = "; ".join(f"{k} {v['seconds']:.3f}s" for k, v in summary["steps"].items())
     return (f"{summary['outcome']} in {summary['total_seconds']:.3f}s; {summary['bytes_total']} bytes moved; "
             f"{steps}")
+
+
+def privacy_report(job: dict[str, Any], moments: MomentsPlan | None) -> dict[str, Any]:
+    """The run's privacy report: the job's (`job`'s "privacy": its accountant with DP, xclp's
+    label-DP) and, once the DP moments are released (`moments`), theirs as "moments"; "line" says
+    all of it in one line."""
+    privacy = dict(job.get("privacy", {}))
+    if moments is not None:
+        privacy["moments"] = report = moments.report()
+        privacy["line"] = "; ".join(part for part in (privacy.get("line", ""), str(report["line"])) if part)
+    return privacy

@@ -99,7 +99,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         self.trainer.check_start(parties)
 
     def summary(self) -> dict[str, Any]:
-        """With record-level DP, the accountant's report (xclp.dpsgd): the budget, the noise, and
+        """With record-level DP, the accountant's report (xclp.privacy.dpsgd): the budget, the noise, and
         what each party's rows spent over the rounds whose sum it was in."""
         if self.trainer.net is None or not self.params.private:
             return {}

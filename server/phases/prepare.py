@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling
 from xclp.server.phases.base import PhaseFailed, Program, Scope
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
 from xclp.v1 import moments

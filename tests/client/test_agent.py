@@ -12,10 +12,10 @@ from tests.helpers import save_identity
 from xclp.client.agent import Agent, AgentConfig
 from xclp.client.api import PartyResult
 from xclp.client.outputs import write_run_dir
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto import identity
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, PolicyRefused
-from xclp.party_table import PartyData
 from xclp.server.config import parse_job
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.registry import params_json, parse_params

@@ -14,9 +14,9 @@ import pytest
 import xclp.client
 from tests.harness import PARTIES, allow_list, coordinator, job, on_threads
 from tests.helpers import make_data, write_table
-from xclp import tables
 from xclp.client.api import _party
 from xclp.crypto import identity
+from xclp.data import tables
 from xclp.errors import ConfigError, InvalidInput, XclpError
 from xclp.simulation import simulate
 

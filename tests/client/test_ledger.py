@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from tests.client.test_phases import contexts
-from xclp import dpsgd
-from xclp.accounting import ORDERS, composed_epsilon, pure_rdp
 from xclp.client.cli import main
 from xclp.client.ledger import Budget, Ledger, Release, RunAccount, Spend, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.errors import ConfigError, PolicyRefused, ProtocolError
+from xclp.privacy import dpsgd
+from xclp.privacy.accounting import ORDERS, composed_epsilon, pure_rdp
 
 DATA = bytes(range(32))
 

@@ -15,8 +15,8 @@ from xclp.crypto.aead import SealBroken
 from xclp.crypto.identity import KeyBundle, Roster, generate_identity
 from xclp.crypto.identity import public_bytes as public_bytes_ed
 from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, ring_sum, shared_secret
+from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError
-from xclp.party_table import PartyData
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.allreduce import FlynnJobParams
 from xclp.v1.double_masking import reveal_digest, self_mask, unpack_reveal

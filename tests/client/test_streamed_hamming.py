@@ -22,9 +22,9 @@ from xclp.client.steps import xclp as steps
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError
 from xclp.hamming import hamming_matrix
-from xclp.party_table import PartyData
 from xclp.server.steps.xclp import cross_piece
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.secure_hamming_wire import HammingUpload, Upload, all_pairs, open_relay

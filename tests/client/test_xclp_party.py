@@ -18,8 +18,8 @@ from xclp.client.jobs.xclp import XclpParty
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError, ReplayRefused
-from xclp.party_table import PartyData
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.wire import Message
 from xclp.v1.xclp import XclpJobParams

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from xclp import demo
-from xclp import tables as party_data
 from xclp.baselines import per_client_lp
+from xclp.data import tables as party_data
 from xclp.reference import xclp_reference
 
 SEEDS = (b"readme-claim-1".ljust(32, b"\0"), b"readme-claim-2".ljust(32, b"\0"), b"readme-claim-3".ljust(32, b"\0"))

@@ -12,9 +12,10 @@ from tests.harness import admit, allow_list, job
 from tests.server.test_run import FLYNN, Clock, drain, msg, summary
 from xclp.crypto import shamir
 from xclp.errors import InvalidInput
+from xclp.server.events import Stage
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
-from xclp.server.run import Run, Stage
+from xclp.server.run import Run
 from xclp.v1 import wire
 from xclp.v1.double_masking import (
     SEALED_SHARE_BYTES,

@@ -10,10 +10,11 @@ from tests.harness import admit, allow_list, job
 from xclp.crypto import identity
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, ResourceExhausted
 from xclp.server import mailbox as mailbox_module
+from xclp.server.events import Stage
 from xclp.server.jobs.allreduce import AllReduceJob
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.phases.base import Phase, Step
-from xclp.server.run import Run, Stage
+from xclp.server.run import Run
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import Confirmation, commit_seed, pack_reveal, reveal_digest, self_mask

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from tests.helpers import load_allow_list, load_identity
-from xclp import tables as party_data
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import PartySession, RunConfig
+from xclp.client.run_config import RunConfig
+from xclp.client.session import PartySession
+from xclp.data import tables as party_data
 
 
 class Stuck(PartySession):

@@ -258,7 +258,7 @@ def test_race_class_model_file_answers_query_and_refuses_predict(keys, tmp_path,
 def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(keys):
     """It used to wait silently for --idle-timeout (15 min by default) when its peers never came."""
     from xclp.client.connection import ConnectionConfig
-    from xclp.client.session import RunConfig
+    from xclp.client.run_config import RunConfig
     from xclp.errors import DeadlineExceeded
 
     lines: list[str] = []
@@ -279,7 +279,7 @@ def test_a_joined_party_gives_up_at_its_roster_deadline_whatever_statuses_keep_c
     import time
 
     from xclp.client.connection import ConnectionConfig
-    from xclp.client.session import RunConfig
+    from xclp.client.run_config import RunConfig
     from xclp.errors import DeadlineExceeded
     from xclp.server import run as server_run
 

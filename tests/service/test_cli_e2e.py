@@ -308,7 +308,7 @@ def test_fedavg_with_xclp_pseudo_labels_trains_one_network_that_predict_uses(dep
     assert res.returncode == 0, res.stderr
     with open(out) as fh:
         rows = list(csv.DictReader(fh))
-    from xclp.tables import load
+    from xclp.data.tables import load
     queries = load(root / "queries.csv", label_column=None, id_column="row_id")
     want = models[0].network().predict(models[0].features(queries))
     assert [r["id"] for r in rows] == list(queries.ids)
@@ -336,7 +336,7 @@ def test_dbcl_parties_get_the_coordinators_network_unless_it_is_withheld(deploy)
     res = cli("xclp-client", "predict", "--model", str(root / "dbcl-tls-a.npz"), "--data", str(root / "queries.csv"),
               "--id-column", "row_id", "--out", str(out))
     assert res.returncode == 0, res.stderr
-    from xclp.tables import load
+    from xclp.data.tables import load
     queries = load(root / "queries.csv", label_column=None, id_column="row_id")
     with open(out) as fh:
         got = [int(r["prediction"]) for r in csv.DictReader(fh)]

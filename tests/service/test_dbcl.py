@@ -11,7 +11,7 @@ import pytest
 from tests.harness import PARTIES, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.dbcl import RoundView, draw_sketches, view_size
 from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.fedavg import initial_network

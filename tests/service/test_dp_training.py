@@ -1,4 +1,4 @@
-"""Record-level DP in the training jobs through the service (issue 29, xclp.dpsgd): the noise the
+"""Record-level DP in the training jobs through the service (issue 29, xclp.privacy.dpsgd): the noise the
 coordinator's opened sums carry, the verifiable FedAvg model with DP, the accountant's report to
 the parties and the operator, and --require-dp by the job's total ε."""
 
@@ -12,17 +12,17 @@ import pytest
 from tests.harness import PARTIES, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
+from xclp.data.validation import UNLABELED
 from xclp.dbcl import RoundView, draw_sketches
-from xclp.dpsgd import clipped_gradient_sum
 from xclp.errors import PolicyRefused
 from xclp.fedavg import local_rng
+from xclp.privacy.dpsgd import clipped_gradient_sum
 from xclp.server.admin_cli import format_run
 from xclp.server.jobs.dbcl import DbclTrainer
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.registry import parse_params
-from xclp.validation import UNLABELED
 
 C = 3
 DP = {"dp_epsilon": 8.0, "dp_delta": 1e-6, "clip_norm": 1.0}

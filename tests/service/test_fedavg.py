@@ -12,11 +12,12 @@ import pytest
 from tests.harness import PARTIES, DiesAt, ManualClock, Recorder, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult, PartySession
+from xclp.client.run_config import JobResult
+from xclp.client.session import PartySession
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, InvalidInput
 from xclp.fedavg import local_lp_pseudo_labels
-from xclp.party_table import PartyData
 from xclp.reference import xclp_reference
 from xclp.simulation import run_fedavg
 from xclp.simulation.fedavg import round_seed

@@ -15,11 +15,11 @@ from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, run_p
 from tests.oracles.party_view import party_view
 from xclp.client.policy import PartyPolicy
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.data.party_table import Labels, PartyData
+from xclp.data.prep import local_moments
 from xclp.errors import InvalidInput, PolicyRefused
 from xclp.flynn import FlyHash, FlyNNParams, train_counts
 from xclp.graph import GraphParams
-from xclp.party_table import Labels, PartyData
-from xclp.prep import local_moments
 from xclp.reference import xclp_reference
 from xclp.v1 import moments
 from xclp.v1.double_masking import self_mask, unpack_reveal
@@ -231,7 +231,7 @@ def test_a_party_vanishing_in_the_moments_step_leaves_the_others_a_scaling_of_th
 def test_categorical_columns_read_for_the_job_give_every_party_the_same_one_hot_columns(keys, tmp_path):
     """Each party's CSV meets the sites in another order; the job's declared order numbers the
     one-hot columns alike, so the federated model is the pooled one on the declared encoding."""
-    from xclp import tables
+    from xclp.data import tables
 
     sites = ("north", "south", "east")
     rng = np.random.default_rng(5)
@@ -259,15 +259,15 @@ def test_categorical_columns_read_for_the_job_give_every_party_the_same_one_hot_
 
 def test_dp_moments_open_to_the_clipped_sums_plus_noise_that_any_two_of_three_parties_make(keys, monkeypatch,
                                                                                              tmp_path):
-    """moments_epsilon (xclp.dp_moments) through the service, with parties that --require-dp: the
+    """moments_epsilon (xclp.privacy.dp_moments) through the service, with parties that --require-dp: the
     coordinator's opened moments are the parties' clipped integer sums plus noise of variance
     μ·3/2 per cell (three shares of which any two make μ; shares sized so that all three make μ
     would give a third less: 900 cells, a standard error of 5 %). Every party applies the
     coordinator's scaling, hears what the moments spent, and its ledger holds no exact release and
     the DP charges of the moments and the counts."""
-    from xclp import dp_moments
-    from xclp.accounting import composed_epsilon, pure_rdp
     from xclp.client.ledger import Ledger, data_digest
+    from xclp.privacy import dp_moments
+    from xclp.privacy.accounting import composed_epsilon, pure_rdp
 
     opened: list[np.ndarray] = []
     real = moments.pooled_scaling

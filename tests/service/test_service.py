@@ -24,7 +24,8 @@ from tests.harness import (
 from xclp import errors
 from xclp.client.connection import ConnectionConfig
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import PartySession, RunConfig
+from xclp.client.run_config import RunConfig
+from xclp.client.session import PartySession
 from xclp.crypto import identity, masking
 from xclp.server import dev_ca
 from xclp.server.config import TlsFiles

@@ -34,9 +34,9 @@ from tests.helpers import deployment, write_table
 from tests.oracles.party_view import party_view
 from xclp.crypto import identity
 from xclp.crypto.fixedpoint import FixedPoint
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, InvalidInput
 from xclp.graph import GraphParams
-from xclp.party_table import PartyData
 from xclp.reference import XclpResult, xclp_reference
 from xclp.server.config import JobConfig, TlsFiles, load_job
 from xclp.v1.status import EXIT_BAD_INPUT
@@ -533,7 +533,8 @@ def test_a_party_lost_before_the_first_xclp_step_leaves_a_layout_over_the_whole_
     seed step; the layout and the pairs table must be laid out over that roster, with 0 rows for it."""
     from tests.harness import allow_list, job, run_parties
     from xclp.client.policy import PartyPolicy
-    from xclp.client.session import JobResult, PartySession
+    from xclp.client.run_config import JobResult
+    from xclp.client.session import PartySession
     from xclp.crypto.paillier import PaillierKeypair
 
     class DiesInSeed(PartySession):
@@ -564,7 +565,7 @@ def test_a_party_without_labeled_rows_gets_every_row_labelled_by_the_others(keys
     party has", and the others then failed on its loss). It gets the reference's scores."""
     from tests.harness import allow_list, job, run_parties
     from xclp.client.policy import PartyPolicy
-    from xclp.client.session import JobResult
+    from xclp.client.run_config import JobResult
     from xclp.crypto.paillier import PaillierKeypair
 
     rng = np.random.default_rng(9)

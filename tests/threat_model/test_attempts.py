@@ -18,7 +18,7 @@ from tests.threat_model.hostile import hostile
 from tests.threat_model.test_masked_sums import REAL_COMPLETE, pushed
 from xclp.client.jobs.allreduce import flynn_counts
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto import identity
 from xclp.crypto.masking import ring_sum
 from xclp.crypto.paillier import PaillierKeypair

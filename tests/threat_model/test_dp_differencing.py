@@ -22,12 +22,12 @@ import pytest
 from tests.harness import PARTIES, allow_list, coordinator, job, run_parties
 from tests.helpers import blobs
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
+from xclp.data.validation import UNLABELED
 from xclp.errors import PolicyRefused
 from xclp.nn import Network
 from xclp.server.jobs.dbcl import DbclTrainer
 from xclp.v1.dbcl import DbclJobParams
-from xclp.validation import UNLABELED
 
 C, LABELED = 3, 8
 BASE = {"n_classes": C, "hidden": [128], "rounds": 2, "batch_size": LABELED, "learning_rate": 0.05}

@@ -17,10 +17,10 @@ import pytest
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from tests.threat_model.hostile import hostile
-from xclp import label_dp
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.privacy import label_dp
 from xclp.v1.xclp import INFLUENCE_MSG
 
 C = 3

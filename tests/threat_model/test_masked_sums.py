@@ -18,7 +18,8 @@ import pytest
 from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.jobs.allreduce import flynn_counts
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult, PartySession
+from xclp.client.run_config import JobResult
+from xclp.client.session import PartySession
 from xclp.crypto.masking import ring_sum
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ProtocolError

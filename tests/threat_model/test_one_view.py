@@ -22,7 +22,7 @@ from tests.helpers import save_identity, write_table
 from tests.threat_model.hostile import hostile, with_params, with_spec
 from xclp.client.agent import Agent, AgentConfig
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto import identity
 from xclp.errors import InvalidSignature, ProtocolError
 from xclp.v1 import calls
@@ -210,7 +210,8 @@ def test_a_party_buffers_no_more_of_a_message_than_its_step_can_need(keys, monke
 
 def test_a_party_refuses_a_message_of_a_step_its_job_never_gets_at_the_first_frame(keys) -> None:
     from xclp.client.connection import ConnectionConfig
-    from xclp.client.session import PartySession, RunConfig
+    from xclp.client.run_config import RunConfig
+    from xclp.client.session import PartySession
     from xclp.v1 import wire
 
     session = PartySession(RunConfig("t", "a", keys["a"], ConnectionConfig("x:1", insecure=True),

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
-from xclp import dp_moments, label_dp
-from xclp.accounting import composed_epsilon, pure_rdp
 from xclp.client.ledger import Budget, Ledger, Release, Spend, data_digest, function_id
 from xclp.client.policy import PartyPolicy
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import ConfigError, PolicyRefused
+from xclp.privacy import dp_moments, label_dp
+from xclp.privacy.accounting import composed_epsilon, pure_rdp
 from xclp.server.admin_cli import format_run
 
 PARTIES4 = ("a", "b", "c", "d")

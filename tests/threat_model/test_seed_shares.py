@@ -20,7 +20,7 @@ from scipy import stats
 from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
 from tests.threat_model.test_masked_sums import POLICY, REAL_COMPLETE, pushed
 from xclp.client.jobs.allreduce import flynn_counts
-from xclp.client.session import JobResult
+from xclp.client.run_config import JobResult
 from xclp.crypto.aead import SealBroken
 from xclp.errors import ProtocolError
 from xclp.server.mailbox import Post

@@ -12,7 +12,8 @@ import pytest
 from tests.harness import PARTIES, Recorder, allow_list, coordinator, job, party_data, run_parties
 from tests.toy.masked_mean import ENTRY
 from xclp.client.agent import AgentConfig
-from xclp.client.session import JobResult, PartySession
+from xclp.client.run_config import JobResult
+from xclp.client.session import PartySession
 from xclp.errors import ConfigError
 from xclp.server.config import parse_job
 from xclp.v1 import registry

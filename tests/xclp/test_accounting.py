@@ -1,5 +1,5 @@
-"""Distributed Skellam noise and the privacy it buys over rounds (issue 29; xclp.privacy
-`skellam_share`, xclp.accounting): any τ − 1 shares are the whole noise, and the accountant's ε is
+"""Distributed Skellam noise and the privacy it buys over rounds (issue 29; xclp.privacy.noise
+`skellam_share`, xclp.privacy.accounting): any τ − 1 shares are the whole noise, and the accountant's ε is
 the Skellam mechanism's Rényi DP composed and converted by dp-accounting."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from xclp.accounting import ORDERS, skellam_epsilon, skellam_rdp
 from xclp.errors import InvalidInput
-from xclp.privacy import skellam_share
+from xclp.privacy.accounting import ORDERS, skellam_epsilon, skellam_rdp
+from xclp.privacy.noise import skellam_share
 
 N = 20_000
 ALPHA = 1e-3  # a correct sampler fails with this probability for an unlucky seed

@@ -1,4 +1,4 @@
-"""DP moments (issue 29, xclp.dp_moments): the sensitivity of the clipped integer sums, the plan
+"""DP moments (issue 29, xclp.privacy.dp_moments): the sensitivity of the clipped integer sums, the plan
 the accountant gives, the release's shares, the post-processing every side applies, and the job
 parameters and policy around them."""
 
@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from xclp import dp_moments
-from xclp.accounting import skellam_epsilon
 from xclp.client.policy import PartyPolicy
-from xclp.dpsgd import RoundNoise
 from xclp.errors import ConfigError, InvalidInput, PolicyRefused
+from xclp.privacy import dp_moments
+from xclp.privacy.accounting import skellam_epsilon
+from xclp.privacy.dpsgd import RoundNoise
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.registry import parse_params
 

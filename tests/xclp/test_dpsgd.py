@@ -1,4 +1,4 @@
-"""Record-level DP of the training jobs (issue 29, xclp.dpsgd): clipping that bounds what one row
+"""Record-level DP of the training jobs (issue 29, xclp.privacy.dpsgd): clipping that bounds what one row
 moves, the integer release, the plan's noise against the accountant, each round's noise share,
 and the exact Poisson sampler the Skellam noise is drawn with."""
 
@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 
 from xclp.dbcl import RoundView, draw_sketches, pack
-from xclp.dpsgd import DpPlan, RoundNoise, clipped_gradient_sum, plan, randomised_round, scale_bits
 from xclp.errors import ConfigError, InvalidInput
 from xclp.nn import Architecture, Network
-from xclp.privacy import poisson
+from xclp.privacy.dpsgd import DpPlan, RoundNoise, clipped_gradient_sum, plan, randomised_round, scale_bits
+from xclp.privacy.noise import poisson
 from xclp.v1.registry import parse_params
 
 ARCH = Architecture((5, 7, 3))

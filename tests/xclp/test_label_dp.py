@@ -1,4 +1,4 @@
-"""Label-DP for XCLP's row sums (xclp.label_dp): randomised response and block-calibrated Skellam noise."""
+"""Label-DP for XCLP's row sums (xclp.privacy.label_dp): randomised response and block-calibrated Skellam noise."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from xclp import label_dp
 from xclp.client.policy import PartyPolicy
 from xclp.client.steps import xclp as steps
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.errors import ConfigError, InvalidInput, PolicyRefused
+from xclp.privacy import label_dp
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.allreduce import FlynnJobParams, RaceJobParams
 from xclp.v1.xclp import XclpJobParams, label_dp_line

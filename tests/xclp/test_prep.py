@@ -1,4 +1,4 @@
-"""Pooled moments and the preparation every party applies (xclp.prep, xclp.v1.moments, DESIGN §8)."""
+"""Pooled moments and the preparation every party applies (xclp.data.prep, xclp.v1.moments, DESIGN §8)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xclp.crypto.masking import PairwiseMasker, ring_sum
+from xclp.data.prep import Scaling, local_moments
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling, local_moments
 from xclp.v1 import moments
 
 

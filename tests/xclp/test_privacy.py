@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from xclp.errors import InvalidInput
-from xclp.privacy import (
+from xclp.privacy.noise import (
     discrete_laplace,
     discrete_laplace_share,
     exponential_mechanism_select,

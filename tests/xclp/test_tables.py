@@ -1,4 +1,4 @@
-"""Party tables (xclp.tables): CSV and .npz as real tools export them, and every bad input refused
+"""Party tables (xclp.data.tables): CSV and .npz as real tools export them, and every bad input refused
 with the file, line, column and value, and what to do (DESIGN §8, §9)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from xclp import tables as party_data
+from xclp.data import tables as party_data
 from xclp.errors import InvalidInput
 
 

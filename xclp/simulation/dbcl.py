@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from xclp.dbcl import RoundView, client_gradient, draw_sketches, private_client_gradient, server_step
-from xclp.dpsgd import RoundNoise
 from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network, local_rng, sample_parties
 from xclp.nn import Network
+from xclp.privacy.dpsgd import RoundNoise
 from xclp.v1.dbcl import DbclJobParams
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from xclp.dpsgd import RoundNoise
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
 from xclp.fedavg import (
     PseudoLabels,
@@ -36,10 +36,10 @@ from xclp.fedavg import (
     training_set,
 )
 from xclp.nn import Network
+from xclp.privacy.dpsgd import RoundNoise
 from xclp.reference import xclp_reference
 from xclp.simulation.xclp import run_xclp_inprocess
 from xclp.v1.fedavg import FedavgJobParams
-from xclp.validation import UNLABELED
 
 
 @dataclass(frozen=True)

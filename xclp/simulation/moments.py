@@ -1,6 +1,6 @@
 """The moments phase (DESIGN §8) with every party in one process: each party's contribution as it
 encodes it (exact wide fixed point, or with moments_epsilon its clipped sums and its Skellam share,
-xclp.dp_moments), summed as the coordinator opens the masked sum, decoded as both ends decode it."""
+xclp.privacy.dp_moments), summed as the coordinator opens the masked sum, decoded as both ends decode it."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from xclp import dp_moments
-from xclp.dpsgd import RoundNoise
+from xclp.data.prep import Scaling, local_moments
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling, local_moments
+from xclp.privacy import dp_moments
+from xclp.privacy.dpsgd import RoundNoise
 from xclp.v1 import moments
 from xclp.v1.params import JobParams
 

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xclp import tables
+from xclp.data import tables
+from xclp.data.party_table import PartyData
+from xclp.data.prep import Scaling
+from xclp.data.validation import UNLABELED
 from xclp.errors import ConfigError, InvalidInput
-from xclp.party_table import PartyData
-from xclp.prep import Scaling
 from xclp.simulation.moments import pooled_scaling
 from xclp.v1 import registry
 from xclp.v1.params import JobParams
-from xclp.validation import UNLABELED
 
 if TYPE_CHECKING:
     from xclp.client.api import PartyResult
@@ -87,7 +87,7 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
     Raises InvalidInput or ConfigError with what is wrong.
     """
     from xclp.client.api import PartyResult
-    from xclp.client.session import JobResult
+    from xclp.client.run_config import JobResult
 
     started = time.perf_counter()
     job_type, params = _job(job)
@@ -148,7 +148,7 @@ def _job(job: Any) -> tuple[str, JobParams]:
 
 def _checked(party: str, table: PartyData, params: JobParams) -> PartyData:
     """The party's table as its session checks it before joining, y filled (−1: no labels)."""
-    from xclp.client.session import checked_table
+    from xclp.client.run_config import checked_table
 
     try:
         table = checked_table(table, params)

@@ -26,7 +26,6 @@ from typing import overload
 import numpy as np
 import scipy.sparse as sp
 
-from xclp import label_dp
 from xclp.client.phases.masked_sum import SelfMasks
 from xclp.client.steps import xclp as party
 from xclp.crypto.fixedpoint import FixedPoint
@@ -34,7 +33,8 @@ from xclp.crypto.masking import PairwiseMasker, generate_x25519, public_bytes, s
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair, PaillierPublicKey
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
-from xclp.label_dp import LabelDpPlan
+from xclp.privacy import label_dp
+from xclp.privacy.label_dp import LabelDpPlan
 from xclp.server.steps import xclp as coord
 from xclp.v1.double_masking import self_mask, unpack_reveal
 from xclp.v1.wire import Payload, payload_bytes
@@ -134,7 +134,7 @@ def run_xclp_inprocess(
     the job then goes on as DESIGN §5 (end) says. `insecure_test_keys` allows Paillier keys below
     2048 bits (tests only). Rows of H are in sorted-id order. `label_dp_epsilon`, `_mechanism`,
     `_delta`: each party releases its row sums with label-DP, as the job parameters of those names
-    (xclp.label_dp).
+    (xclp.privacy.label_dp).
     """
     data = {pid: party.check_party_data(X, y, n_classes) for pid, (X, y) in _check_parties(parties).items()}
     drops = _check_drop(drop, data)

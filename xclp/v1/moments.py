@@ -4,14 +4,14 @@ wide fixed point (crypto/fixedpoint.py WideFixedPoint), masked like every sum (D
 Payload: uint64[3, d, LIMBS], each element one 32-bit digit of a 384-bit two's complement value
 with 128 fractional bits. The coordinator sums the arrays mod 2^64, removes the self masks and
 sends the sum back as message "moments_result"; both ends decode it with `decode` into the exact
-pooled sums, from which xclp.prep.Scaling follows.
+pooled sums, from which xclp.data.prep.Scaling follows.
 
 Neither Σx nor Σx² is summed as float64: a party centres its values on its own mean c and sums
 D = Σ(x − c) and M2 = Σ(x − c)² (no cancellation), then forms Σx and Σx² from them exactly in the
-fixed-point integers. The pooled variance (exact integers, xclp.prep) so keeps the digits that
+fixed-point integers. The pooled variance (exact integers, xclp.data.prep) so keeps the digits that
 float64 sums lose on a feature whose mean is large against its spread (a timestamp, say).
 
-With moments_epsilon (xclp.dp_moments) the same payload carries, per feature, the noisy
+With moments_epsilon (xclp.privacy.dp_moments) the same payload carries, per feature, the noisy
 (ñ, Σũ, Σũ²) of the range-scaled clipped values instead (`encode_private`), and `pooled_scaling`
 post-processes them into the Scaling on both ends.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from xclp import dp_moments
 from xclp.crypto.fixedpoint import WideFixedPoint
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling
+from xclp.privacy import dp_moments
 from xclp.v1.double_masking import reveal_step
 from xclp.v1.params import JobParams
 from xclp.v1.steps import MOMENTS_STEP
@@ -40,7 +40,7 @@ def wire(dim: int) -> tuple[np.dtype, tuple[int, int, int]]:
 
 
 def encode(local: np.ndarray, n_parties: int) -> np.ndarray:
-    """float64[4, d] local (n, c, D, M2) of xclp.prep.local_moments -> uint64[3, d, LIMBS]: the
+    """float64[4, d] local (n, c, D, M2) of xclp.data.prep.local_moments -> uint64[3, d, LIMBS]: the
     fixed-point integers of (n, Σx = n·c + D, Σx² = M2 + n·c² + 2·c·D), each product formed
     exactly and rounded once; InvalidInput on NaN/inf or a value that could wrap among `n_parties`."""
     local = np.asarray(local, dtype=np.float64)
@@ -57,7 +57,7 @@ def encode(local: np.ndarray, n_parties: int) -> np.ndarray:
 
 def encode_private(clipped: np.ndarray, share: np.ndarray, plan: dp_moments.MomentsPlan,
                    n_parties: int) -> np.ndarray:
-    """A DP moments contribution (xclp.dp_moments): the party's clipped integer sums int64[3, d]
+    """A DP moments contribution (xclp.privacy.dp_moments): the party's clipped integer sums int64[3, d]
     and its noise share int64[plan.cells] on the noisy cells -> uint64[3, d, LIMBS] at 2^FRAC_BITS;
     InvalidInput for a value that could wrap among `n_parties`."""
     noise = np.zeros(clipped.shape, dtype=np.int64)
@@ -67,7 +67,7 @@ def encode_private(clipped: np.ndarray, share: np.ndarray, plan: dp_moments.Mome
 
 def pooled_scaling(params: JobParams, sums: np.ndarray, dim: int) -> Scaling:
     """What every side applies, from the opened sum as `decode` gives it (object[3, dim]): exact
-    moments, or the DP moments' post-processing (xclp.dp_moments.scaling) when the job sets
+    moments, or the DP moments' post-processing (xclp.privacy.dp_moments.scaling) when the job sets
     moments_epsilon."""
     impute = params.impute == "mean"
     plan = params.moments_plan(dim)

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from xclp.dp_moments import MomentsPlan, bounds_array
-from xclp.dp_moments import plan as plan_moments
 from xclp.errors import ConfigError, InvalidInput
+from xclp.privacy.dp_moments import MomentsPlan, bounds_array
+from xclp.privacy.dp_moments import plan as plan_moments
 
 IMPUTE = ("none", "mean")
 # the parameters every job type has (JobParams' own fields)
@@ -146,7 +146,7 @@ class JobParams:
 
     @property
     def moments_dp(self) -> bool:
-        """Whether the moments phase releases with DP (xclp.dp_moments)."""
+        """Whether the moments phase releases with DP (xclp.privacy.dp_moments)."""
         return self.prepares and self.moments_epsilon is not None
 
     @property

@@ -49,9 +49,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from xclp.crypto.fixedpoint import FixedPoint
-from xclp.dpsgd import DpPlan, plan
 from xclp.errors import ConfigError, InvalidInput
 from xclp.fedavg import sample_parties
+from xclp.privacy.dpsgd import DpPlan, plan
 from xclp.v1.double_masking import reveal_step
 from xclp.v1.params import MAX_DP_DELTA, JobParams, method, optional_float, param
 
@@ -221,7 +221,7 @@ MAX_DP_PARTIES = 4096  # the ring's headroom is checked for this many parties in
 
 @dataclass(frozen=True)
 class PrivateTraining(JobParams):
-    """Record-level DP of a training job (issue 29, xclp.dpsgd), off unless dp_epsilon is set: each
+    """Record-level DP of a training job (issue 29, xclp.privacy.dpsgd), off unless dp_epsilon is set: each
     party's rows enter every round as a sum of per-example gradients clipped to clip_norm, released
     as integers with Skellam noise sized so that all the job's rounds spend at most (ε, δ); with
     one local step each round's noise is shared among its parties (any m − 1 shares make it), with
@@ -323,7 +323,7 @@ def dp_params(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def encode_private_update(q: np.ndarray, rows: int) -> np.ndarray:
-    """A DP update, already integers with their noise (xclp.dpsgd), and its rows -> uint64[n + 1]."""
+    """A DP update, already integers with their noise (xclp.privacy.dpsgd), and its rows -> uint64[n + 1]."""
     if not 0 <= rows <= MAX_ROWS:
         raise InvalidInput(f"a party trains on 0..{MAX_ROWS} rows, got {rows}")
     return np.concatenate([np.asarray(q, dtype=np.int64).view(np.uint64), np.array([rows], dtype=np.uint64)])

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from xclp import label_dp
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError
 from xclp.graph import GraphParams, InfluenceMethod
+from xclp.privacy import label_dp
 from xclp.v1.params import (
     MAX_DP_DELTA,
     JobParams,
@@ -123,7 +123,7 @@ class XclpJobParams(JobParams):
                                            "unset)", "> 0", "docs/privacy.md", default=None)
     label_dp_mechanism: str = param('label-DP: "response" randomises each label before use (δ = 0); "skellam" adds '
                                     "noise to the row sums calibrated to the block received (needs label_dp_delta)",
-                                    '"response", "skellam"', "xclp.label_dp", default="response")
+                                    '"response", "skellam"', "xclp.privacy.label_dp", default="response")
     label_dp_delta: float | None = param('label-DP with "skellam": the δ of label_dp_epsilon (take 1/n² for n '
                                          "labeled rows)", f"(0, {MAX_DP_DELTA}]", "docs/privacy.md",
                                          default=None)

@@ -31,7 +31,7 @@ columns change, so
     Δ₂ = √2·c₂·2^g + √(2r),   Δ₁ = 2·c₁·2^g + 2r        (r = released rows)
 
 with 2^g chosen so that the rounding's √(2r) is at most 1/64 of √2·c₂·2^g (`scale_bits`). μ is the
-smallest Skellam variance giving (ε, δ) for this one release (xclp.accounting). Each party adds
+smallest Skellam variance giving (ε, δ) for this one release (xclp.privacy.accounting). Each party adds
 all of its own noise: it protects j's labels against the party that reads the sum, which might be
 the one colluding. The noise does not grow with the number of classes, but a column of S reaches
 1/(1 − α) in its own row's neighbourhood, and on the demo data (α = 0.99) this costs far more
@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from xclp.accounting import ORDERS, skellam_curve, skellam_variance
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
-from xclp.privacy import skellam_share, uniform_open
-from xclp.validation import UNLABELED
+from xclp.privacy.accounting import ORDERS, skellam_curve, skellam_variance
+from xclp.privacy.noise import skellam_share, uniform_open
 
 MECHANISMS = ("response", "skellam")
 
@@ -133,7 +133,7 @@ class LabelDpPlan:
 
     @property
     def rdp(self) -> tuple[float, ...]:
-        """The release's RDP curve (xclp.accounting.ORDERS), which the party's ledger composes across
+        """The release's RDP curve (xclp.privacy.accounting.ORDERS), which the party's ledger composes across
         runs: zero when no label can move it."""
         return skellam_curve(self.l2, self.l1, self.variance) if self.variance else (0.0,) * len(ORDERS)
 

@@ -20,7 +20,7 @@ and Rényi divergence is jointly quasi-convex, so the mixture is as private as t
 scale 2^g is chosen so that the rounding's √d is at most 1/64 of 2C·2^g (`scale_bits`).
 
 Noise (`plan`): symmetric Skellam of variance μ per cell, μ the smallest for which the job's
-releases compose to the job's ε at its δ (xclp.accounting, the Skellam mechanism's RDP; no
+releases compose to the job's ε at its δ (xclp.privacy.accounting, the Skellam mechanism's RDP; no
 amplification by sampling is claimed). Where a round's contribution is one sum (one local step)
 the noise is distributed: each of the m parties of the update's attempt adds a share of variance
 μ/(m − 1) (`RoundNoise`), so the shares of any m − 1 already make μ — against the coordinator, and
@@ -38,10 +38,10 @@ from typing import Protocol
 
 import numpy as np
 
-from xclp.accounting import repeated_skellam_epsilon, skellam_curve, skellam_variance
 from xclp.errors import InvalidInput
 from xclp.nn import log_softmax
-from xclp.privacy import skellam_share, uniform_open
+from xclp.privacy.accounting import repeated_skellam_epsilon, skellam_curve, skellam_variance
+from xclp.privacy.noise import skellam_share, uniform_open
 
 SCALE_MARGIN = 64  # 2C·2^g >= 64·√d: the rounding adds at most 1/64 to the sensitivity
 MAX_SCALE_BITS = 40
@@ -153,7 +153,7 @@ class DpPlan:
 
     @property
     def rdp(self) -> tuple[float, ...]:
-        """The RDP curve (xclp.accounting.ORDERS) of all the job's releases of a party's rows, which
+        """The RDP curve (xclp.privacy.accounting.ORDERS) of all the job's releases of a party's rows, which
         the party's ledger composes across runs."""
         return skellam_curve(self.l2, self.l1, self.variance, self.releases)
 
@@ -180,7 +180,7 @@ class DpPlan:
 
 def plan(epsilon: float, delta: float, clip: float, releases: int, dim: int, *, distributed: bool) -> DpPlan:
     """The smallest Skellam variance whose `releases` compose to at most (ε, δ)
-    (`xclp.accounting.skellam_variance`); InvalidInput if it cannot be sampled exactly (μ > 2^50)."""
+    (`xclp.privacy.accounting.skellam_variance`); InvalidInput if it cannot be sampled exactly (μ > 2^50)."""
     for name, value in (("epsilon", epsilon), ("clip_norm", clip)):
         if not math.isfinite(value) or value <= 0:
             raise InvalidInput(f"{name} must be finite and > 0, got {value!r}")
@@ -205,7 +205,7 @@ def randomised_round(x: np.ndarray) -> np.ndarray:
 
 class Noisy(Protocol):
     """A noise plan: μ, the Skellam variance per cell that any m − 1 of a sum's m shares make
-    (DpPlan, xclp.dp_moments.MomentsPlan)."""
+    (DpPlan, xclp.privacy.dp_moments.MomentsPlan)."""
 
     @property
     def variance(self) -> float: ...

@@ -1,5 +1,5 @@
 """A party's table once read (DESIGN §9): its features, labels as written, row ids, and where each
-row came from, for messages. Reading is xclp.tables; the job's own preparation is xclp.prep.
+row came from, for messages. Reading is xclp.data.tables; the job's own preparation is xclp.data.prep.
 
 - X is float64[n, d] with NaN for a missing cell (filled by `impute = "mean"`, else refused).
 - Labels are kept as written (`Labels`: a code per row into the distinct cell values), because a
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
-from xclp.validation import UNLABELED
 
 # Cells read as missing (NaN) in feature columns and as empty (unlabeled) in the label column:
 # what pandas, R, Excel and SQL exports write for "no value".

@@ -3,7 +3,7 @@
 A job that standardises or imputes releases every feature's pooled mean and standard deviation.
 Without DP these are exact, and a coordinator differencing two runs (or rounds of parties) learns
 one party's sums exactly. With `moments_epsilon` they are released with record-level DP: the unit
-is one row of one party, replaced by another (the party's row count stays; as in xclp.dpsgd).
+is one row of one party, replaced by another (the party's row count stays; as in xclp.privacy.dpsgd).
 
 **Clipping to public bounds.** The job names a range [lo, hi] per feature (`moments_bounds`). A
 party maps each present cell to u = (clip(x, lo, hi) − lo) / (hi − lo) ∈ [0, 1] and sums, per
@@ -20,10 +20,10 @@ released exactly. With k noisy cells per feature (k = 3 with impute = "mean", el
     Δ₂ = 2^g · √(k·d),   Δ₁ = 2^g · k·d
 
 **Noise.** Symmetric Skellam of variance μ per noisy cell, μ the smallest for which this one
-release is (ε, δ)-DP (xclp.accounting). It is distributed as the training jobs' noise is: each of
+release is (ε, δ)-DP (xclp.privacy.accounting). It is distributed as the training jobs' noise is: each of
 the sum's m parties adds a share of variance μ/(m − 1), so any m − 1 shares already make μ — against
 the coordinator, and against a party that subtracts its own; a restarted sum tops the same share
-up (xclp.dpsgd.RoundNoise), so a restart is no second release. g = 16 unless μ would exceed what is
+up (xclp.privacy.dpsgd.RoundNoise), so a restart is no second release. g = 16 unless μ would exceed what is
 drawn exactly, then lower (`plan`).
 
 **What every side does with the release (post-processing, `scaling`).** The pooled sums, in the
@@ -48,9 +48,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from xclp.accounting import MAX_VARIANCE, skellam_curve, skellam_variance
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
-from xclp.prep import Scaling
+from xclp.privacy.accounting import MAX_VARIANCE, skellam_curve, skellam_variance
 
 SCALE_BITS = 16  # u on a 2^-16 grid: far finer than the noise on any pooled mean
 MIN_SCALE_BITS = 8
@@ -129,7 +129,7 @@ class MomentsPlan:
 
     @property
     def rdp(self) -> tuple[float, ...]:
-        """The release's RDP curve (xclp.accounting.ORDERS), which the party's ledger composes across runs."""
+        """The release's RDP curve (xclp.privacy.accounting.ORDERS), which the party's ledger composes across runs."""
         return skellam_curve(self.l2, self.l1, self.variance)
 
     def noise_mask(self) -> np.ndarray:

@@ -104,7 +104,7 @@ def skellam_share(
 
     Share = Poisson(λ) − Poisson(λ), λ = variance / (2(τ − 1)). Poisson is infinitely divisible,
     so τ − 1 i.i.d. shares sum to Poisson(variance/2) − Poisson(variance/2): the Skellam mechanism
-    of Agarwal, Kairouz and Liu (2021), whose Rényi DP `xclp.accounting` composes. As with
+    of Agarwal, Kairouz and Liu (2021), whose Rényi DP `xclp.privacy.accounting` composes. As with
     `discrete_laplace_share`, a party that subtracts its own share from the sum still sees the
     whole noise; all τ shares carry τ/(τ − 1) of it. With τ = 1 the one share is the whole noise.
     Each Poisson draw is exact (`poisson`).
