@@ -396,6 +396,8 @@ class Run:
             phase.fail(f"only {len(scope.members)} of its parties are left")
         elif step is not None and not step.ended and gone & set(step.participants):
             phase.on_dropped(step, gone & set(step.participants))
+        elif step is None:  # the coordinator's own work between steps (a Work phase)
+            phase.on_left(gone)
 
     def _finish(self, reason: str) -> None:
         log.info("job %s: done in %.3fs with %d parties", self.config.job_id, self.clock() - self.started_at,

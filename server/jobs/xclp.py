@@ -48,12 +48,12 @@ import numpy as np
 
 from xclp.candidates import choose_probes
 from xclp.crypto.secure_hamming import SlotLayout
-from xclp.errors import InvalidInput
+from xclp.errors import InvalidInput, PeerDropped
 from xclp.graph import InfluenceSolver, normalise
 from xclp.memory import default_max_memory, gib
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import PhaseFailed, Program, Scope
+from xclp.server.phases.base import PhaseFailed, Program, Scope, Work
 from xclp.server.phases.each_party import IntraHamming, LabeledSets, Probes
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
 from xclp.server.phases.secure_hamming import SecureHamming
@@ -89,7 +89,7 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
     yield SecureHamming(scope, state)
     if not state.params.hide_label_mask:
         yield LabeledSets(scope, state)
-    _distribute(scope, state)
+    yield Distribute(scope, state)
     total: SumResult = yield _row_sums(scope, state)
     # less any lost before the sum; one lost while revealing is in it (its seed rebuilt) but gets nothing
     got = tuple(p for p in total.participants if p in scope.members)
@@ -183,39 +183,60 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
             np.save(directory / name, arr)
 
 
-def _distribute(scope: Scope, state: XclpState) -> None:
+class Distribute(Work):
     """The graph layout, then each receiver's S_L^{(j)} (DESIGN §5.4-5.5) solved `solve_columns(n)`
-    columns at a time and sent on in pieces as each block is solved (§10.2)."""
-    assert state.W is not None and state.graph_layout is not None
-    p, membership, layout = state.params, state.membership, state.graph_layout
-    started = scope.run.clock()
-    labeled = None if p.hide_label_mask else state.labeled
-    columns = steps.influence_columns_of(layout, membership.labels, labeled=labeled)
-    solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
-    scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
-    piece = influence_piece_columns(layout.n)
-    meter = step_meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved",
-                       work="influence")
-    for pid, cols in columns.items():
-        if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
-            scope.send(pid, INFLUENCE_MSG, 0, np.zeros((layout.n, 0)))
-        for start in range(0, cols.size, solve_columns(layout.n)):
-            block = solver.solve(cols[start : start + solve_columns(layout.n)])
-            for at in range(0, block.shape[1], piece):
-                scope.send(pid, INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]))
-            meter.update(meter.done + block.shape[1])
-            # the next block once this one is (nearly) on its way: the mailboxes never hold all of S_L
-            if not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
-                # not reading for a step's deadline: the rest of its columns are neither solved nor
-                # queued, and it will miss SecureRowSums as any silent party does
-                log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",
-                            scope.run.config.job_id, pid)
-                break
-    state.solve = solver.stats
-    scope.run.ledger.record("graph", scope.run.clock() - started)
-    log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",
-             solver.stats.columns, solver.stats.method, solver.stats.blocks, solver.stats.iterations,
-             solver.stats.max_residual)
+    columns at a time and sent on in pieces as each block is solved (§10.2), on the coordinator's
+    own thread (a Work phase): a party lost meanwhile is dropped at once and gets nothing more."""
+
+    def __init__(self, scope: Scope, state: XclpState) -> None:
+        super().__init__(scope)
+        self.state = state
+
+    def on_left(self, gone: set[str]) -> None:
+        """Lost while the coordinator solves: it shaped the graph, and brings and gets no labels."""
+        try:
+            self.state.drop(gone & set(self.state.membership.labels), steps.XclpStage.GRAPH)
+        except PeerDropped as exc:
+            self.fail(str(exc))
+
+    def work(self) -> None:
+        scope, state = self.scope, self.state
+        assert state.W is not None and state.graph_layout is not None
+        p, membership, layout = state.params, state.membership, state.graph_layout
+        started = scope.run.clock()
+        labeled = None if p.hide_label_mask else state.labeled
+        columns = steps.influence_columns_of(layout, membership.labels, labeled=labeled)
+        solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
+        with self.locked:
+            scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
+            meter = step_meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved",
+                               work="influence")
+        piece = influence_piece_columns(layout.n)
+        for pid, cols in columns.items():
+            if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
+                with self.locked:
+                    scope.broadcast(INFLUENCE_MSG, 0, np.zeros((layout.n, 0)), to=[pid])
+            for start in range(0, cols.size, solve_columns(layout.n)):
+                if not self.live() or pid not in scope.members:  # cancelled, or the party is gone
+                    break
+                block = solver.solve(cols[start : start + solve_columns(layout.n)])
+                with self.locked:
+                    for at in range(0, block.shape[1], piece):
+                        scope.broadcast(INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]), to=[pid])
+                meter.update(meter.done + block.shape[1])
+                # the next block once this one is (nearly) on its way: the mailboxes never hold all of S_L
+                if not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
+                    # not reading for a step's deadline: the rest of its columns are neither solved nor
+                    # queued, and it will miss SecureRowSums as any silent party does
+                    log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",
+                                scope.run.config.job_id, pid)
+                    break
+        state.solve = solver.stats
+        with self.locked:
+            scope.run.ledger.record("graph", scope.run.clock() - started)
+        log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",
+                 solver.stats.columns, solver.stats.method, solver.stats.blocks, solver.stats.iterations,
+                 solver.stats.max_residual)
 
 
 def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:

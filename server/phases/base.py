@@ -13,6 +13,11 @@ raised in the program at the `yield` (PhaseFailed), so a training round can catc
 round while the same failure ends a job that does not catch it. The run (server/run.py) owns
 everything else: the lock, the parties and their mailboxes, deadlines, drops and the ledger.
 
+A `Work` phase is the coordinator's own long work between steps (the influence solve and its
+delivery): it runs on a thread of its own, never in an RPC handler and never under the run's lock,
+which it takes only to hand its result over, so a lost party, a cancel or a shutdown is seen while
+it computes (docs/operating.md "Long runs").
+
 A scope is where a phase runs: the prefix of its step names on the wire ("" for the job, "r3."
 for training round 3), the session id its masks and reveal digests are bound to, the parties still
 in it, and what a missed deadline costs (leaving the job, or only the round).
@@ -20,6 +25,8 @@ in it, and what a missed deadline costs (leaving the job, or only the round).
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +39,8 @@ from xclp.v1.wire import DEFAULT_MAX_PAYLOAD_BYTES, Payload
 
 if TYPE_CHECKING:
     from xclp.server.run import Run
+
+log = logging.getLogger("xclp.server")
 
 
 class PhaseFailed(XclpError):
@@ -177,6 +186,10 @@ class Phase:
         scope still has at least its minimum of members."""
         raise NotImplementedError
 
+    def on_left(self, gone: set[str]) -> None:
+        """Members left the scope while no step of this phase ran (its Work between steps); the
+        scope still has at least its minimum of members."""
+
     def complete_if_done(self, step: Step) -> None:
         """After a drop left the others' contributions standing: end `step` if nobody owes one."""
         if not step.pending:
@@ -194,6 +207,51 @@ class Phase:
 
     def fail(self, reason: str, outcome: pb.JobEnd.Outcome = pb.JobEnd.FAILED) -> None:
         self.run.resume(self, error=PhaseFailed(reason, outcome))
+
+
+class Work(Phase):
+    """The coordinator's own long work (module docstring): `work()` runs on a thread of its own
+    without the run's lock; it checks `live()` between its pieces and takes the lock (`locked`)
+    only for the moment it queues something or changes the run. Its result, or PhaseFailed, goes
+    to the program under the lock."""
+
+    def start(self) -> None:
+        threading.Thread(target=self._work, name=f"xclp-work-{self.run.config.job_id}", daemon=True).start()
+
+    def work(self) -> Any:
+        raise NotImplementedError
+
+    def live(self) -> bool:
+        """Whether the run still waits for this phase (not cancelled, failed or moved on)."""
+        return self.run.phase is self and not self.run.stage.ended
+
+    @property
+    def locked(self) -> threading.RLock:
+        return self.run.lock
+
+    def _work(self) -> None:
+        error: PhaseFailed | None = None
+        result: Any = None
+        try:
+            result = self.work()
+        except PhaseFailed as exc:
+            error = exc
+        except XclpError as exc:  # out-of-range values and the like: no restart fixes them
+            error = PhaseFailed(str(exc))
+        except Exception:  # a bug: the run fails with a word, the coordinator goes on
+            log.exception("job %s: the coordinator's work failed", self.run.config.job_id)
+            error = PhaseFailed("the coordinator's own work failed (its log says why)")
+        with self.locked:
+            if error is not None:
+                self.fail(error.reason, error.outcome)
+            else:
+                self.done(result)
+
+    def on_step_complete(self, step: Step) -> None:  # it starts no step
+        raise AssertionError("a Work phase starts no step")
+
+    def on_dropped(self, step: Step, dropped: set[str]) -> None:
+        raise AssertionError("a Work phase starts no step")
 
 
 T = TypeVar("T")

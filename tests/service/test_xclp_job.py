@@ -452,8 +452,10 @@ def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkey
     readers = [threading.Thread(target=read, args=(p,), daemon=True) for p in ("a", "c")]
     for r in readers:
         r.start()
+    distribute = coordinator_xclp.Distribute(scope, state)
+    monkeypatch.setattr(at.run, "phase", distribute)  # the run's phase now, as the program makes it
     try:
-        coordinator_xclp._distribute(scope, state)
+        distribute.work()  # here on the test's thread (the run gives it one of its own)
     finally:
         stop.set()
     assert solved == [0, 1, 2, 3, 6, 7, 8]  # a's three columns, b's first, c's three

@@ -1,0 +1,63 @@
+"""Long runs that survive (issue 47; docs/operating.md "Long runs"): the coordinator's own long work
+runs off the RPC threads and outside the run's lock.
+
+At 54 000 rows the coordinator solved the influence block inside the Push handler of the party
+whose labeled rows came last, holding the run's lock; that party's Push did not return, it timed
+out and left, and the coordinator then waited, with the lock held, for the gone party to drain its
+mailbox: a disconnect, a tick and a cancel all queued on the lock, and nothing moved until SIGKILL.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.graph import InfluenceSolver
+from xclp.v1.wire import Message
+
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+BOUND = 5.0  # seconds a call may take while the coordinator computes (it takes milliseconds)
+
+
+def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_is_dropped(keys, monkeypatch):
+    """In the middle of the influence solve (its first block), from other threads: a party's Push
+    (a late payload of a step that is over, which the run reads and ignores) and d's disconnect.
+    Both must return while the solve goes on; d is dropped there and then, gets nothing more, and
+    SecureRowSums goes on among a, b and c, who get their labels. On the code before, the solve ran
+    on the thread of the Push that completed the labeled sets, holding the run's lock: both calls
+    waited for the whole solve (here they were still waiting after 5 s)."""
+    parties = (*PARTIES, "d")
+    returned: dict[str, bool] = {}
+    real_solve = InfluenceSolver.solve
+
+    def solve(self, cols):
+        if not returned:
+            run = coord.jobs["x"]
+            calls = {
+                "push": lambda: run.message("a", Message("x", "labeled_sets", 0, "a", "", np.zeros(1, np.int64))),
+                "disconnect": lambda: run.disconnected("d"),
+            }
+            threads = {name: threading.Thread(target=call, daemon=True) for name, call in calls.items()}
+            for t in threads.values():
+                t.start()
+            for name, t in threads.items():
+                t.join(BOUND)
+                returned[name] = not t.is_alive()
+        return real_solve(self, cols)
+
+    monkeypatch.setattr(InfluenceSolver, "solve", solve)
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in parties}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=parties)]) as (coord, address):
+        results = run_parties(address, "x", keys, {p: party_data(80 + i, n=20) for i, p in enumerate(parties)},
+                              paillier=paillier, policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        summary = coord.jobs["x"].summary()
+    assert returned == {"push": True, "disconnect": True}
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    assert not isinstance(results["d"], JobResult)
+    assert summary["outcome"] == "done" and summary["dropped"] == {"d": "disconnected"}
+    assert summary["label_parties"] == list(PARTIES)  # SecureRowSums went on without d
