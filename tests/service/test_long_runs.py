@@ -9,13 +9,19 @@ mailbox: a disconnect, a tick and a cancel all queued on the lock, and nothing m
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
+from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import InfluenceSolver
 from xclp.v1.wire import Message
@@ -61,3 +67,51 @@ def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_
     assert not isinstance(results["d"], JobResult)
     assert summary["outcome"] == "done" and summary["dropped"] == {"d": "disconnected"}
     assert summary["label_parties"] == list(PARTIES)  # SecureRowSums went on without d
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_coordinator_in_the_middle_of_its_influence_solve(keys, tmp_path: Path) -> None:
+    """A real `xclp-server serve` whose influence solve never ends gets SIGTERM there: it cancels
+    the run (the parties hear it), and exits 0 at once. On the code before, the solve held the run's
+    lock and the shutdown's cancel waited for that lock: the coordinator never exited."""
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
+    (tmp_path / "x.toml").write_text(f'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
+                                     f'[deadlines]\njoin_seconds = 120\nstep_seconds = 120\n[params]\n{params}')
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_solve_server.py")), "serve",
+                               "--listen", "127.0.0.1:0", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
+                               "--state", str(tmp_path / "state.db"), "--port-file", str(tmp_path / "port"),
+                               "--admin-listen", "off", "--job", str(tmp_path / "x.toml")],
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        port = ""
+        for _ in range(600):  # the port file, written once the coordinator listens
+            port = (tmp_path / "port").read_text().strip() if (tmp_path / "port").exists() else ""
+            if port or server.poll() is not None:
+                break
+            threading.Event().wait(0.1)
+        assert port, server.stderr.read() if server.stderr else ""
+        paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+        outcome: dict[str, dict] = {}
+        parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
+            f"127.0.0.1:{port}", "x", keys, {p: party_data(90 + i, n=20) for i, p in enumerate(PARTIES)},
+            paillier=paillier, policy=PartyPolicy(min_parties=2, insecure_test_keys=True))), daemon=True)
+        parties.start()
+        said = []
+        assert server.stderr is not None
+        for line in server.stderr:  # until the coordinator is in its solve
+            said.append(line)
+            if "SOLVING" in line:
+                break
+        assert said and "SOLVING" in said[-1], "".join(said)
+        server.send_signal(signal.SIGTERM)
+        code = server.wait(timeout=60)  # it exits at once (a second here); before, never
+        parties.join(60)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert code == 0
+    results = outcome["results"]
+    assert all("coordinator is shutting down" in str(results[p]) for p in PARTIES), results
