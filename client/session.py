@@ -28,6 +28,7 @@ import numpy as np
 
 from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
+from xclp.client.heartbeat import Heartbeat
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import default_max_memory
 from xclp.client.ledger import RunAccount, data_digest, job_spends
@@ -54,7 +55,7 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
-from xclp.v1.steps import MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
+from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -192,7 +193,7 @@ class PartySession:
         self._executor = make_executor(self.config.workers) if keys is not None else None
         if isinstance(self._executor, DaskWorkers):
             self.progress(self._executor.describe())
-        reader = None
+        reader, heartbeat = None, None
         try:
             response = conn.join(request)
             if response.spec != challenge.spec:
@@ -200,6 +201,8 @@ class PartySession:
             self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                           f"{len(response.spec.expected_parties)} parties expected")
             reader = conn.pull()
+            heartbeat = Heartbeat(lambda text: conn.push(text, sender=self.config.party_id, step=ALIVE_MSG, round=0,
+                                                         timeout=30.0))
             joined_at = time.monotonic()
             while self.stage is not PartyStage.DONE:
                 wait, roster_due = self._wait(joined_at)
@@ -212,10 +215,14 @@ class PartySession:
                         raise DeadlineExceeded(f"{exc} while waiting for {', '.join(self.waiting_for)} to join; "
                                                "ask them, or the operator, or raise --idle-timeout") from None
                     raise
-                self.handle(item)
+                heartbeat.pace(item.step.deadline_seconds if item.HasField("step") else 0.0)
+                with heartbeat.busy(item.step.step or item.frame.step or "the run"):  # reports while at work
+                    self.handle(item)
         finally:
             if reader is not None:
                 reader.cancel()
+            if heartbeat is not None:
+                heartbeat.stop()
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed

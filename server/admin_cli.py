@@ -183,6 +183,8 @@ def format_run(info: pb.RunInfo) -> str:
         lines.append("  parties:")
         for p in info.parties:
             extra = f"{p.rows} rows" if p.rows else ""
+            if p.silent_seconds or p.activity:  # a live run: its last sign of life
+                extra += f", heard {p.silent_seconds:.0f} s ago" + (f" ({p.activity})" if p.activity else "")
             lines.append(f"    {p.party_id:<20} {p.state:<13} {extra}" + (f"  ({p.reason})" if p.reason else ""))
     if info.steps:
         lines.append(f"  {'step':<24} {'rounds':>6} {'seconds':>9} {'in':>10} {'relayed':>10} {'out':>10}")

@@ -7,7 +7,8 @@ allow-list TOML:                          job TOML:
                                               min_parties = 2
                                               [deadlines]
                                               join_seconds = 600        # wait for parties to join
-                                              step_seconds = 300        # each step's deadline
+                                              step_seconds = 300        # silence before a party is late
+                                              max_run_seconds = 0       # bound on a whole run (0: none)
                                               [params]                  # the type's schema
                                               n_classes = 10
                                               m = 4096
@@ -55,7 +56,8 @@ class JobConfig:
     expected_parties: tuple[str, ...]
     min_parties: int
     join_seconds: float = 600.0
-    step_seconds: float = 300.0
+    step_seconds: float = 300.0  # a party that owes a step's next message is dropped after this long silent
+    max_run_seconds: float = 0.0  # a run that takes longer fails (0: no bound)
     max_rows_per_party: int = 1_000_000  # a party reporting more rows is refused at Join
     # the joined parties' rows in all; default: the job type's (xclp: 50 000, for the coordinator
     # holds an N × N uint16 H, 5 GB at that size); 0 = no cap. A party passing it is refused at Join.
@@ -91,8 +93,8 @@ class JobConfig:
             raise ConfigError(f"job {self.job_id}: max_total_rows must be an integer >= 0 (0: no cap)")
         most = self.max_rows_per_party * len(self.expected_parties)
         self.params.check_rows(min(most, self.max_total_rows) if self.max_total_rows else most)
-        if not (self.join_seconds > 0 and self.step_seconds > 0):
-            raise ConfigError(f"job {self.job_id}: deadlines must be positive")
+        if not (self.join_seconds > 0 and self.step_seconds > 0 and self.max_run_seconds >= 0):
+            raise ConfigError(f"job {self.job_id}: deadlines must be positive (max_run_seconds: 0 = no bound)")
         files = {"summary": self.summary_path, "debug_dump": self.debug_dump_dir, "model": self.model_path}
         for key, value in files.items():
             if value is not None and key not in job_type.files:
@@ -190,6 +192,7 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
             min_parties=int(raw.get("min_parties", len(parties))),
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
+            max_run_seconds=float(deadlines.get("max_run_seconds", 0.0)),
             summary_path=relative(raw.get("summary")),
             debug_dump_dir=relative(raw.get("debug_dump")),
             model_path=relative(raw.get("model")),

@@ -234,7 +234,11 @@ class Coordinator:
                 finally:
                     job.lock.release()
         for p in record.parties:
-            info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason)
+            party = job.parties.get(p.party_id) if job is not None and record.state == "running" else None
+            live = {} if job is None or party is None or not party.heard_at else {  # its last sign of life
+                "silent_seconds": max(0.0, job.clock() - party.heard_at), "activity": party.activity}
+            info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason,
+                             **live)
         for name, st in steps.items():
             info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]),
                            bytes_in=int(st["bytes_in"]),

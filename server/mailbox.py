@@ -64,6 +64,8 @@ class Party:
     mailbox: Mailbox = field(default_factory=Mailbox)
     ended: bool = False  # its JobEnd is queued; a later disconnect is not a dropout
     end_delivered: bool = False  # its Pull stream carried the JobEnd; no further Pull is opened
+    heard_at: float = 0.0  # the run's clock when a frame or progress report last came from it (server/liveness.py)
+    activity: str = ""  # what its last progress report said it was doing
 
 
 class Post:

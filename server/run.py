@@ -29,11 +29,12 @@ from typing import Any
 from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
+from xclp.server import liveness
 from xclp.server.admission import STATUS_SECONDS, Lobby
 from xclp.server.config import JobConfig
 from xclp.server.events import Observer, RunEvents, Stage
 from xclp.server.jobs.base import CoordinatorJob
-from xclp.server.jobs.summary import StepLedger, log_line, privacy_report
+from xclp.server.jobs.summary import StepLedger, log_line, run_summary
 from xclp.server.mailbox import Party, Post
 from xclp.server.phases.base import Activity, Phase, PhaseFailed, Program, Scope, Step
 from xclp.server.phases.prepare import prepare
@@ -41,6 +42,7 @@ from xclp.server.phases.seed import SeedPhase
 from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
+from xclp.v1.steps import ALIVE_MAX_BYTES, ALIVE_MSG
 
 log = logging.getLogger("xclp.server")
 LATE_MIN_BYTES = 1024  # a late payload of a step that took no message (its senders were all lost) is small
@@ -141,7 +143,9 @@ class Run:
             return party.bundle
 
     def message(self, sender: str, msg: wire.Message) -> None:
-        """A complete payload from an authenticated party: a contribution or a relay."""
+        """A complete payload from an authenticated party: a contribution, a relay or a progress report."""
+        if msg.step == ALIVE_MSG and sender in self.parties:  # no lock: two fields of the party's
+            return liveness.report(self.parties[sender], msg.payload, self.clock())
         with self.lock:
             if sender not in self.active:
                 raise ProtocolError(f"party {sender!r} takes no part in job {self.config.job_id!r} now")
@@ -208,9 +212,11 @@ class Run:
                                    "joined in time")
                 elif now - self.lobby.status_at >= STATUS_SECONDS:
                     self.lobby.status(now)
-            elif self.step is not None and self.phase is not None and not self.stage.ended \
-                    and now >= self.step.deadline:
-                late, reason = self.phase.blame(self.step), f"missed the deadline of step {self.step.wire!r}"
+            elif self.config.max_run_seconds and now - self.started_at >= self.config.max_run_seconds:
+                self._fail(f"the run took longer than its max_run_seconds = {self.config.max_run_seconds:g}")
+            elif self.step is not None and self.phase is not None and not self.stage.ended and (
+                    late := liveness.late(self.step, self.phase, self.parties, now, self.config.step_seconds)):
+                reason = f"sent nothing for {self.config.step_seconds:g} s in step {self.step.wire!r}, which waited"
                 if self.phase.scope.leave_on_deadline:
                     self._leave(late, reason)
                 else:
@@ -230,6 +236,8 @@ class Run:
         restart, read and ignored, that attempt's: it had more participants, and so larger frames);
         for a step that is over (a late payload, read and ignored), the largest message it took; any
         other step name is refused."""
+        if step == ALIVE_MSG:
+            return ALIVE_MAX_BYTES
         current, phase, ended = self.step, self.phase, self.last_attempt  # read once, without the lock
         if current is not None and phase is not None and step == current.wire:
             if attempt is not None and attempt < current.attempt and ended is not None and \
@@ -250,7 +258,7 @@ class Run:
         if self.step is not None:
             self.end_step(self.step)
         now = self.clock()
-        step = Step(name, scope.wire(name), attempt, members, now, now + self.config.step_seconds, set(members))
+        step = Step(name, scope.wire(name), attempt, members, now, set(members))
         self.step = step
         self.activity = Activity(step.wire, attempt)
         start = pb.StepStart(step=step.wire, round=attempt, participants=list(members),
@@ -433,18 +441,8 @@ class Run:
 
     def summary(self) -> dict[str, Any]:
         """The run summary (DESIGN §9): per-step seconds and bytes, who dropped; nothing sensitive."""
-        job = self.job.summary()
-        return {"job_id": self.config.job_id, "job_type": self.config.job_type, "outcome": self.stage.value,
-                "reason": self.outcome_reason, "total_seconds": round(self.clock() - self.started_at, 6),
-                "steps": self.ledger.as_dict(), "bytes_total": self.ledger.bytes_total,
-                "dropped": {p: self.drop_reasons.get(p, self.lobby.declined.get(p, "never joined"))
-                            for p in sorted(self.dropped)},
-                **job, **({"privacy": privacy} if (privacy := self._privacy(job)) else {})}
+        return run_summary(self)
 
     def privacy(self) -> dict[str, Any]:
-        """The run's privacy report: the job's (its accountant with DP, xclp's label-DP) and, once
-        released, the DP moments' as "moments"; "line" says all of it in one line."""
-        return self._privacy(self.job.summary())
-
-    def _privacy(self, job: dict[str, Any]) -> dict[str, Any]:
-        return privacy_report(job, self.config.params.moments_plan(self.table_dim) if self.scaling else None)
+        """The run's privacy report (server/jobs/summary.py privacy_report)."""
+        return run_summary(self, privacy_only=True)

@@ -137,6 +137,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                         raise NotAuthorized(f"party {party_id!r} may not send frames as {frame.sender!r}")
                     frames += 1
                     total += len(frame.data)
+                    party.heard_at = job.clock()  # a sign of life, however long its message (server/liveness.py)
                     message = assembler.add(frame, limit=job.payload_limit(party_id, frame.step, frame.recipient,
                                                                              frame.round))
                     if message is not None:

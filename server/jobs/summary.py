@@ -7,9 +7,12 @@ coordinator logs it when a job ends and, if the job file names `summary`, writes
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xclp.privacy.dp_moments import MomentsPlan
+
+if TYPE_CHECKING:
+    from xclp.server.run import Run
 
 
 @dataclass
@@ -85,3 +88,19 @@ def privacy_report(job: dict[str, Any], moments: MomentsPlan | None) -> dict[str
         privacy["moments"] = report = moments.report()
         privacy["line"] = "; ".join(part for part in (privacy.get("line", ""), str(report["line"])) if part)
     return privacy
+
+
+def run_summary(run: Run, *, privacy_only: bool = False) -> dict[str, Any]:
+    """A run's summary (DESIGN §9): per-step seconds and bytes, who dropped and why, the job's own
+    summary and the privacy report; nothing sensitive. `privacy_only`: the privacy report alone."""
+    job = run.job.summary()
+    moments = run.config.params.moments_plan(run.table_dim) if run.scaling is not None else None
+    privacy = privacy_report(job, moments)
+    if privacy_only:
+        return privacy
+    return {"job_id": run.config.job_id, "job_type": run.config.job_type, "outcome": run.stage.value,
+            "reason": run.outcome_reason, "total_seconds": round(run.clock() - run.started_at, 6),
+            "steps": run.ledger.as_dict(), "bytes_total": run.ledger.bytes_total,
+            "dropped": {p: run.drop_reasons.get(p, run.lobby.declined.get(p, "never joined"))
+                        for p in sorted(run.dropped)},
+            **job, **({"privacy": privacy} if privacy else {})}

@@ -69,7 +69,8 @@ class Activity:
 
 @dataclass
 class Step:
-    """One attempt at one step: who takes part, who still owes a contribution, until when.
+    """One attempt at one step: who takes part, who still owes a contribution, since when (a party
+    that owes one is late once silent for `step_seconds`, server/liveness.py).
 
     `name` is the phase's name for it ("update"), `wire` the name parties see ("r3.update");
     an attempt is a retry of the step after a dropout (the wire calls it "round")."""
@@ -79,7 +80,6 @@ class Step:
     attempt: int
     participants: tuple[str, ...]
     started: float
-    deadline: float
     pending: set[str]
     received: dict[str, Payload] = field(default_factory=dict)
     bytes_in: int = 0

@@ -310,7 +310,7 @@ def test_fedavg_with_xclp_pseudo_labels_trains_one_network_that_predict_uses(dep
         rows = list(csv.DictReader(fh))
     from xclp.data.tables import load
     queries = load(root / "queries.csv", label_column=None, id_column="row_id")
-    want = models[0].network().predict(models[0].features(queries))
+    want = models[0].loaded().network.predict(models[0].features(queries))
     assert [r["id"] for r in rows] == list(queries.ids)
     assert [int(r["prediction"]) for r in rows] == want.tolist()
     race = cli("xclp-client", "predict", "--model", str(root / "race-tls-a.npz"), "--data", str(root / "queries.csv"),
@@ -340,7 +340,7 @@ def test_dbcl_parties_get_the_coordinators_network_unless_it_is_withheld(deploy)
     queries = load(root / "queries.csv", label_column=None, id_column="row_id")
     with open(out) as fh:
         got = [int(r["prediction"]) for r in csv.DictReader(fh)]
-    assert got == models[0].network().predict(models[0].features(queries)).tolist()
+    assert got == models[0].loaded().network.predict(models[0].features(queries)).tolist()
 
     assert_ok(deploy, "dbcl-withheld", "abc")
     _, err = deploy["outcomes"][("dbcl-withheld", "b")]

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from xclp.client.run_config import JobResult
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import InfluenceSolver
+from xclp.server.admin_cli import format_run
 from xclp.v1.wire import Message
 
 XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
@@ -115,3 +117,53 @@ def test_sigterm_stops_a_coordinator_in_the_middle_of_its_influence_solve(keys, 
     assert code == 0
     results = outcome["results"]
     assert all("coordinator is shutting down" in str(results[p]) for p in PARTIES), results
+
+
+FLYNN = {"n_classes": 3, "m": 64, "s": 3, "rho": 8}
+STEP_SECONDS, WORK_SECONDS = 3.0, 8.0
+
+
+@pytest.mark.parametrize("reports", [True, False], ids=["reporting", "silent"])
+def test_a_party_at_long_work_is_kept_while_it_reports_and_dropped_once_silent(keys, monkeypatch,
+                                                                             reports: bool) -> None:
+    """step_seconds = 3 s; c spends 8 s on its FlyNN counts before it sends its masked array. At
+    work, c reports that it is (client/heartbeat.py: every step_seconds / 4 while busy), so the
+    coordinator keeps waiting and all three get the model. Without the reports (a party frozen, as
+    far as the coordinator can tell) c is dropped after 3 s of silence, and a and b go on. On the
+    code before, the deadline was a stopwatch: c was dropped at 3 s either way."""
+    from xclp.client import session as session_module
+    from xclp.client.jobs.allreduce import AllReduceParty
+
+    real = AllReduceParty.local_array
+    shown: list[str] = []  # `job show` while c works, once it says what c is doing
+
+    def slow(self, members):
+        if self.ctx.party_id == "c":  # its long local work
+            done = time.monotonic() + WORK_SECONDS
+            while time.monotonic() < done:
+                line = format_run(coord.run_info(coord.jobs["f"].run_id))
+                if not shown and "(working on sum for " in line:
+                    shown.append(line)
+                threading.Event().wait(0.25)
+        return real(self, members)
+
+    monkeypatch.setattr(AllReduceParty, "local_array", slow)
+    if not reports:
+        class Mute(session_module.Heartbeat):
+            def _loop(self) -> None:
+                self._stop.wait()
+
+        monkeypatch.setattr(session_module, "Heartbeat", Mute)
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=STEP_SECONDS)]) as (coord, address):
+        results = run_parties(address, "f", keys, {p: party_data(70 + i) for i, p in enumerate(PARTIES)},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        summary = coord.jobs["f"].summary()
+    assert summary["outcome"] == "done"
+    if reports:
+        assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+        assert summary["dropped"] == {}
+        (c_line,) = [x for x in shown[0].splitlines() if x.strip().startswith("c ")]
+        assert "heard " in c_line and " s ago (working on sum for " in c_line, shown
+    else:
+        assert all(isinstance(results[p], JobResult) for p in "ab") and not isinstance(results["c"], JobResult)
+        assert summary["dropped"] == {"c": "sent nothing for 3 s in step 'sum', which waited"}

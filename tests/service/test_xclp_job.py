@@ -373,7 +373,7 @@ def test_secure_hamming_deadline_blames_the_silent_party_not_those_waiting_for_i
         send("a", "secure_hamming", b"x", recipient="a")
     # ... nor encrypts for (c, b): a and b wait for c, so only c is to blame
     assert j.phase.blame(j.step) == {"c"}
-    at.now = j.step.deadline + 1
+    at.now = j.step.started + j.config.step_seconds + 1  # c silent for a step_seconds (a and b wait)
     j.tick(at.now)
     assert j.dropped == {"c"} and j.job.xclp.membership.graph == ("a", "b")
     assert (j.step.name, j.step.attempt, j.step.participants) == ("secure_hamming", 1, ("a", "b"))

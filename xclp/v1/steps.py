@@ -12,6 +12,10 @@ from __future__ import annotations
 
 # Every job (DESIGN §4.3): the leader relays the sealed common seed, every party acknowledges.
 SEED_STEP = "seed"
+# a party's progress report during long local work, at any time after Join (server/liveness.py):
+# a line of UTF-8 text saying what it is doing
+ALIVE_MSG = "alive"
+ALIVE_MAX_BYTES = 256
 SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes; both ends bound the seed step by this
 SEED_BYTES = 32
 SEED_PURPOSE = SEED_STEP

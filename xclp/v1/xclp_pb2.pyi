@@ -78,18 +78,22 @@ class OfferList(_message.Message):
     def __init__(self, offers: _Optional[_Iterable[_Union[Offer, _Mapping]]] = ...) -> None: ...
 
 class PartyInfo(_message.Message):
-    __slots__ = ("party_id", "state", "rows", "joined_at", "reason")
+    __slots__ = ("party_id", "state", "rows", "joined_at", "reason", "silent_seconds", "activity")
     PARTY_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     JOINED_AT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SILENT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     party_id: str
     state: str
     rows: int
     joined_at: float
     reason: str
-    def __init__(self, party_id: _Optional[str] = ..., state: _Optional[str] = ..., rows: _Optional[int] = ..., joined_at: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+    silent_seconds: float
+    activity: str
+    def __init__(self, party_id: _Optional[str] = ..., state: _Optional[str] = ..., rows: _Optional[int] = ..., joined_at: _Optional[float] = ..., reason: _Optional[str] = ..., silent_seconds: _Optional[float] = ..., activity: _Optional[str] = ...) -> None: ...
 
 class StepInfo(_message.Message):
     __slots__ = ("name", "rounds", "seconds", "bytes_in", "bytes_relayed", "bytes_out", "recovered")
