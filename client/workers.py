@@ -112,14 +112,15 @@ class LocalPool(Executor):
         return self._pool is not None
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        # under the lock: the first submit starts the worker processes, and a shutdown from another
+        # thread (the agent stopping) must find every one of them to end, not a pool half started
         with self._lock:
             if self._closed:
                 raise RuntimeError("the Paillier pool was shut down")
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self._max_workers,
                                                  mp_context=multiprocessing.get_context("forkserver"))
-            pool = self._pool
-        return pool.submit(fn, *args, **kwargs)
+            return self._pool.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """With cancel_futures (the party stops: an error, a cancelled run, SIGTERM) the workers are

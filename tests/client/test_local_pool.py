@@ -5,7 +5,10 @@ A hostile coordinator made an agent join 20 runs at once, each starting its proc
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import threading
+import time
 
 import pytest
 
@@ -29,3 +32,34 @@ def test_a_pool_never_used_shuts_down_without_starting() -> None:
     assert isinstance(pool, LocalPool)
     pool.shutdown(cancel_futures=True)
     assert not pool.started
+
+
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_pool_stopped_while_its_first_task_starts_its_workers_ends_every_worker_now() -> None:
+    """An agent stopped (SIGTERM, `docker stop`) just as a run's first Paillier task starts the pool:
+    the stop came between the pool's creation and the launch of its processes, so the processes
+    launched after it were never ended, and the agent's exit waited for their task to finish
+    (minutes at 2048 bits; docker's grace is 10 s: exit 137). Every worker ends at once now."""
+    for _ in range(3):
+        pool = LocalPool(2)
+        def submit(pool: LocalPool = pool) -> None:
+            with contextlib.suppress(RuntimeError):  # "shut down": the stop came first
+                for _ in range(4):
+                    pool.submit(spin, 120.0)
+
+        submitting = threading.Thread(target=submit)
+        submitting.start()
+        try:
+            pool.shutdown(wait=False, cancel_futures=True)  # from another thread, as the agent does
+        finally:
+            submitting.join(30)
+        pending = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon
+                   and t is not submitting]
+        for t in pending:  # the pool's manager thread, which the interpreter joins at exit
+            t.join(30)
+        assert not any(t.is_alive() for t in pending), "a worker went on with its 120 s task after the stop"

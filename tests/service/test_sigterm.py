@@ -1,4 +1,4 @@
-"""A party stopped by SIGTERM leaves no process behind (issue 47, item 4).
+"""A party or an agent stopped by SIGTERM leaves no process behind, at once (issue 47, item 5).
 
 `kill -TERM` of an `xclp-client run` in SecureHamming used to leave its forkserver, resource
 tracker and pool workers alive under init (in one run still computing 40 minutes later): the
@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,63 @@ def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(k
     assert len(started) >= 3  # the party, its forkserver and workers were there
     wait_until(lambda: not group(party.pid), 30, "every process of the party's group to end")
     assert not (tmp_path / "out.csv").exists()
+
+
+def busy_processes(count: int) -> list[subprocess.Popen]:
+    """A loaded machine: `count` processes that spin (the test ends them)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+@pytest.mark.slow
+def test_an_agent_stopped_by_sigterm_mid_securehamming_on_a_loaded_machine_exits_0_within_5_s(
+        keys, tmp_path: Path) -> None:
+    """`docker stop` gives an agent a grace period (10 s by default, 5 in the compose test) and then
+    SIGKILLs it: under load the agent used to need longer and ended with 137. Two spinning processes
+    load the machine's two cores; the stop comes as SecureHamming starts, when the agent's pool
+    is starting its workers (tests/client/test_local_pool.py has that race alone)."""
+    data = party_data(500, n=ROWS)
+    write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
+    save_identity(keys["a"], tmp_path / "a.key")
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    others = {p: party_data(501 + i, n=ROWS) for i, p in enumerate("bc")}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    with coordinator(allow, [replace(job("x", "xclp", XCLP, step_seconds=120), datasets={"a": "demo"})]) \
+            as (coord, address):
+        (tmp_path / "agent.toml").write_text(
+            f'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "{address}"\ninsecure = true\n'
+            f'out = "out"\nstate = "state"\npoll_seconds = 0.3\nworkers = 2\n[policy]\nmin_parties = 2\n'
+            'insecure_test_keys = true\njob_types = ["xclp"]\n'
+            '[datasets.demo]\npath = "a.csv"\nid_column = "row_id"\n')
+        agent = subprocess.Popen([sys.executable, "-m", "xclp.client.cli", "agent", "--config",
+                                  str(tmp_path / "agent.toml")], stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True, cwd=tmp_path)
+        load: list[subprocess.Popen] = []
+        try:
+            rest = on_threads(["run"], lambda _: run_parties(
+                address, "x", keys, others, paillier=paillier, policy=PartyPolicy(min_parties=2,
+                                                                                  insecure_test_keys=True)),
+                timeout=0.0)
+            assert not rest
+            load = busy_processes(2)
+            wait_until(lambda: agent.poll() is not None or coord.job("x").activity.step == "secure_hamming", 180,
+                       "SecureHamming to start")
+            assert agent.poll() is None, agent.stderr.read() if agent.stderr else ""
+            os.kill(agent.pid, signal.SIGTERM)
+            sent = time.monotonic()
+            try:
+                code = agent.wait(timeout=60)
+            finally:
+                took = time.monotonic() - sent
+            said = agent.stderr.read() if agent.stderr else ""
+        finally:
+            for p in load:
+                p.kill()
+                p.wait()
+            if agent.poll() is None:
+                agent.kill()
+    assert code == 0, said
+    assert took < 5.0, f"the agent took {took:.1f} s to stop after SIGTERM"
+    assert "agent stopped" in said
+    wait_until(lambda: not group(agent.pid), 30, "every process of the agent's group to end")
