@@ -155,7 +155,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     for p in PARTIES:
         cmd = run_command(work, port, "scale", p, "--data", str(work / f"{p}.csv"), "--id-column", "row_id",
                           "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
-                          "--debug-dump-seed", str(work / f"{p}.seed"), "--max-paillier-hours", "100",
+                          "--debug-dump-seed", str(work / f"{p}.seed"), "--max-work-minutes", "6000",
                           *(["--insecure-test-keys"] if insecure else []))
         procs.append(subprocess.Popen(cmd, stderr=open(work / f"{p}.log", "w"), env=env))
         memory.append(PeakMemory(procs[-1].pid, work / f"memory-{p}.tsv"))

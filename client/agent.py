@@ -47,7 +47,8 @@ agent.toml:
     allow_non_dp_dbcl = false            # true: DBCL jobs without record-level DP (dp_epsilon)
     min_key_bits = 2048                  # insecure_test_keys = true allows less (tests only)
     max_key_bits = 4096
-    max_memory_gb = 16                   # and max_paillier_hours
+    max_memory_gb = 16
+    max_work_minutes = 600               # Paillier work estimated longer is refused (default 1440)
     allow_rerun = false                  # true: release a function of the data exactly again among others
     privacy_budget = [10.0, 1e-5]        # each data set's DP budget (ε, δ) over every run
 
@@ -69,7 +70,7 @@ import grpc
 
 from xclp.client.api import as_budget, read_data, take_part
 from xclp.client.connection import Backoff, ConnectionConfig
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.jobs.estimate import DEFAULT_MAX_WORK_MINUTES, work_seconds
 from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
@@ -98,7 +99,8 @@ POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", 
                "allow_hide_label_mask",
                "allow_unsketched_layers", "allow_non_dp_dbcl",
                "insecure_test_keys", "min_key_bits",
-               "max_key_bits", "max_memory_gb", "max_paillier_hours", "allow_rerun", "privacy_budget"}
+               "max_key_bits", "max_memory_gb", "max_work_minutes", "max_paillier_hours", "allow_rerun",
+               "privacy_budget"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 
 
@@ -131,7 +133,7 @@ class AgentConfig:
     join_deadline: float = 1800.0  # seconds from Join to the roster
     workers: WorkerSpec = WorkerSpec()
     max_memory_bytes: int | None = None
-    max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
+    max_work_seconds: float = DEFAULT_MAX_WORK_MINUTES * 60
     state: Path | None = None  # the directory of its privacy ledger (client/ledger.py); None: no ledger
     privacy_budget: Budget = DEFAULT_BUDGET  # each data set's DP budget over every run
     allow_rerun: bool = False  # release a function of the data exactly again among other parties
@@ -187,7 +189,7 @@ class AgentConfig:
             join_deadline=float(raw.get("join_deadline", 1800.0)),
             workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
-            max_paillier_seconds=float(policy.get("max_paillier_hours", DEFAULT_MAX_PAILLIER_HOURS)) * 3600,
+            max_work_seconds=work_seconds(policy.get("max_work_minutes"), policy.get("max_paillier_hours")),
             state=base / raw["state"] if raw.get("state") else base / raw["out"] / ".state",
             privacy_budget=as_budget(policy.get("privacy_budget")), allow_rerun=bool(policy.get("allow_rerun")))
 
@@ -340,7 +342,7 @@ class Agent:
                                idle_seconds=self.config.idle_timeout, paillier=paillier, peers=self.peers,
                                policy=self.config.policy, workers=self.config.workers,
                                max_memory_bytes=self.config.max_memory_bytes,
-                               max_paillier_seconds=self.config.max_paillier_seconds, run_id=run,
+                               max_work_seconds=self.config.max_work_seconds, run_id=run,
                                roster_wait_seconds=self.config.join_deadline,
                                accepted_spec=offer.spec, ledger=self.ledger)
             say = lambda m: self.say(f"[{job} run {run}] {m}")  # noqa: E731

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import ConnectionConfig
 from xclp.client.context import Progress
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.jobs.estimate import work_seconds
 from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger, default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import (
@@ -155,7 +155,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         insecure_workers: bool = False, min_parties: int = 3, min_share_threshold: int = 2,
         require_dp: float | None = None, require_label_dp: float | None = None, allow_hide_label_mask: bool = False,
         allow_unsketched_layers: bool = False, allow_non_dp_dbcl: bool = False, max_memory_gb: float | None = None,
-        max_paillier_hours: float = DEFAULT_MAX_PAILLIER_HOURS, state: PathLike | None = None,
+        max_work_minutes: float | None = None, max_paillier_hours: float | None = None, state: PathLike | None = None,
         allow_rerun: bool = False, privacy_budget: str | float | Budget | None = None,
         connect_timeout: float = 60.0, idle_timeout: float = 900.0,
         progress: Progress | None = None) -> PartyResult:
@@ -176,7 +176,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       local processes import the main module, so a script calls `run` under
       `if __name__ == "__main__":`, or passes `workers=0` to do the work in this process).
     - This party's own policy: `min_parties`, `min_share_threshold`, `require_dp`, `require_label_dp`,
-      `allow_hide_label_mask`, `allow_unsketched_layers`, `allow_non_dp_dbcl`, `max_memory_gb`, `max_paillier_hours`;
+      `allow_hide_label_mask`, `allow_unsketched_layers`, `allow_non_dp_dbcl`, `max_memory_gb`, `max_work_minutes`
+      (default 1440; `max_paillier_hours` is its old name, in hours);
       `state` (the directory of the party's privacy ledger, docs/privacy.md; default
       $XDG_STATE_HOME/xclp), `privacy_budget` (each data set's DP budget: ε, "ε,δ" or a Budget;
       default ε = 10, δ = 1e-5) and `allow_rerun`.
@@ -211,7 +212,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout), paillier=paillier,
                        workers=worker_spec, peers=allow,
                        max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
-                       max_paillier_seconds=float(max_paillier_hours) * 3600, policy=policy,
+                       max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
                                      budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
     return take_part(config, source, progress=say)

@@ -43,7 +43,7 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
             "min_share_threshold",
-            "max_memory_gb", "max_paillier_hours", "state", "allow_rerun", "privacy_budget"}
+            "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun", "privacy_budget"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -124,8 +124,10 @@ def _parser() -> argparse.ArgumentParser:
                         "difference the two sums; docs/privacy.md)")
     r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
                    "more memory than this (default: three quarters of the RAM; 0 = no limit)")
-    r.add_argument("--max-paillier-hours", type=float, help="xclp: refuse, before any Paillier work, a job estimated "
-                   "to take longer (timed with this party's key; default 24; 0 = no limit)")
+    r.add_argument("--max-work-minutes", type=float, help="xclp: refuse, before joining and again before any "
+                   "Paillier work, a job whose Paillier work is estimated to take longer (timed with this party's "
+                   "key; default 1440 = 24 hours; 0 = no limit); the job's max_run_seconds is a limit too")
+    r.add_argument("--max-paillier-hours", type=float, help=argparse.SUPPRESS)  # the old name, in hours
     r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
                    "job's common seed to this file so a test can rebuild the plaintext reference")
 

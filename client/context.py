@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from xclp.client.jobs.estimate import WorkLimits
 from xclp.client.ledger import RunAccount
 from xclp.client.transcript import Transcript
 from xclp.crypto.identity import Roster
@@ -80,7 +81,7 @@ class PartyContext:
     prefix: str = ""  # the scope's step-name prefix on the wire ("" for the job, "r3." for round 3)
     keypair: PaillierKeypair | None = None  # published in this party's bundle, if the job uses Paillier
     executor: Executor | None = None  # where Paillier work runs (None: in this process)
-    max_paillier_seconds: float = 0.0  # refuse Paillier work estimated to take longer (0: no limit)
+    work_limits: WorkLimits = WorkLimits()  # refuse Paillier work estimated to take longer
     max_memory_bytes: int = 0  # refuse a layout whose estimated memory is larger (0: no limit)
     # DESIGN §2.5: the public values this party accepted in the scope, and its identity key's
     # signature (what a masked sum signs before any reveal)

@@ -12,7 +12,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.client.connection import ConnectionConfig
-from xclp.client.jobs.estimate import DEFAULT_MAX_PAILLIER_HOURS
+from xclp.client.jobs.estimate import DEFAULT_MAX_WORK_MINUTES
 from xclp.client.ledger import Ledger
 from xclp.client.policy import PartyPolicy
 from xclp.client.workers import WorkerSpec
@@ -52,7 +52,7 @@ class RunConfig:
     workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (client/workers.py)
     # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
-    max_paillier_seconds: float = DEFAULT_MAX_PAILLIER_HOURS * 3600
+    max_work_seconds: float = DEFAULT_MAX_WORK_MINUTES * 60  # --max-work-minutes (0: no limit)
     run_id: str = ""  # an agent joins the run it was offered; if set, the Challenge must name it
     accepted_spec: pb.JobSpec | None = None  # an agent: the offered spec its policy accepted; the Challenge must match
     ledger: Ledger | None = None  # what this party released about its data sets (client/ledger.py); None: nowhere

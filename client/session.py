@@ -26,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from xclp.client.before_join import account_for, check_job_fits
 from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.heartbeat import Heartbeat
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import default_max_memory
-from xclp.client.ledger import RunAccount, data_digest, job_spends
+from xclp.client.jobs.estimate import WorkLimits, default_max_memory
+from xclp.client.ledger import RunAccount
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import StepGuard
@@ -45,7 +46,6 @@ from xclp.errors import (
     InvalidInput,
     InvalidSignature,
     PeerDropped,
-    PolicyRefused,
     ProtocolError,
     RunCancelled,
 )
@@ -151,31 +151,23 @@ class PartySession:
                                 "the offer this party's policy accepted: not joining")
         self.config.policy.check_job(challenge.spec, params)
         self._load_data(params)
-        if self.config.ledger is not None:  # DP spends against the data set's budget, before Join
-            notice = self.config.ledger.legacy_notice()
-            if notice:
-                self.progress(f"WARNING: {notice}")
-            digest = data_digest(self.data)
-            run = challenge.run_id or self.run_nonce.hex()
-            self.account = RunAccount(self.config.ledger, digest, self.config.job_id, run,
-                                      job_spends(params, self.data.X.shape[1]))
-            try:
-                self.config.ledger.check_budget(digest, self.account.spends, self.config.job_id)
-            except PolicyRefused:  # the operator hears that it declined and why, never the numbers
-                unsaid = conn.decline(self.config.identity, self.config.party_id, self.run_nonce,
-                                      pb.DeclineRequest.PRIVACY_BUDGET)
-                if unsaid:
-                    self.progress(f"could not tell the coordinator that this party declines ({unsaid})")
-                raise
+        self.account = account_for(self.config, conn, challenge, params, self.data, self.progress)
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
                                f"(--paillier-bits {keys.bits})")
-        # what the job type refuses before joining (XCLP: what cannot fit in this party's memory)
-        before_join = getattr(registry.get(challenge.spec.job_type).party_class(), "before_join", None)
-        if before_join is not None:
-            limit = self.config.max_memory_bytes
-            before_join(params, self.data, default_max_memory() if limit is None else limit)
+        self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)
+        # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
+        self._executor = make_executor(self.config.workers) if keys is not None else None
+        if isinstance(self._executor, DaskWorkers):
+            self.progress(self._executor.describe())
+        try:
+            check_job_fits(self.config, conn, challenge, params, self.data, self._executor, self.work_limits,
+                           self.progress)
+        except BaseException:
+            if self._executor is not None:
+                self._executor.shutdown(cancel_futures=True)
+            raise
         # when the job hides the label mask the coordinator does not even learn how many rows are labeled
         summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
                                  labeled_rows=0 if params.hides_labeled_rows else int(self.data.labeled.sum()),
@@ -189,10 +181,6 @@ class PartySession:
             **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
-        # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
-        self._executor = make_executor(self.config.workers) if keys is not None else None
-        if isinstance(self._executor, DaskWorkers):
-            self.progress(self._executor.describe())
         reader, heartbeat = None, None
         try:
             response = conn.join(request)
@@ -418,7 +406,7 @@ class PartySession:
         assert self.seed is not None and self.seed.seed is not None
         return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
                             self, self.progress, keypair=self.config.paillier, executor=self._executor,
-                            max_paillier_seconds=self.config.max_paillier_seconds,
+                            work_limits=self.work_limits,
                             max_memory_bytes=(default_max_memory() if self.config.max_memory_bytes is None
                                               else self.config.max_memory_bytes), transcript=self.transcript,
                             sign=self.config.identity.sign, account=self.account,

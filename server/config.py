@@ -125,7 +125,8 @@ class JobConfig:
         """The job as every party sees it in the Challenge and at Join."""
         return pb.JobSpec(job_id=self.job_id, job_type=self.job_type, params_json=registry.params_json(self.params),
                           expected_parties=list(self.expected_parties), min_parties=self.min_parties,
-                          step_deadline_seconds=self.step_seconds, datasets=self.datasets)
+                          step_deadline_seconds=self.step_seconds, datasets=self.datasets,
+                          max_run_seconds=self.max_run_seconds)
 
 
 def check_job_id(job_id: str) -> str:

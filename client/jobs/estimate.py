@@ -8,10 +8,14 @@ estimates first and refuses, with the numbers and what to change:
   bit slices (and the sealed copy it sends), the slices of every peer it evaluates (its pairs run
   at once), a wave of SecureHamming pieces in flight with their Python integers (the streamed
   protocol, §10.1: never a whole pair), and the propagation's n_total × C arrays. Linear in the rows;
-- time, from the layout: for each peer k, encrypting its own bit slices (L · ⌈n/K⌉), evaluating
-  the peer's (L/2 · ⌈n_k/K⌉ · n multiplications) and decrypting (⌈n/K⌉ · n_k), each priced by timing
-  a few operations with this party's own key, over its Paillier workers. This counts both roles of
-  every pair, an upper bound on its share.
+- time: for each peer k, encrypting its own bit slices (L · ⌈n/K⌉), evaluating the peer's
+  (L/2 · ⌈n_k/K⌉ · n multiplications) and decrypting (⌈n/K⌉ · n_k), each priced by timing a few
+  operations with this party's own key, over its Paillier workers; on candidate pairs the bound
+  the job's pair_budget sets. This counts both roles of every pair, an upper bound on its share.
+  Checked against this party's limit (`--max-work-minutes`) and the job's `max_run_seconds`
+  (the run would fail first) twice: before Join, when the peers' rows are not known yet and each
+  peer is taken to hold as many as this party (said so in the message), and again from the layout,
+  before any Paillier work.
 """
 
 from __future__ import annotations
@@ -26,15 +30,15 @@ import gmpy2
 
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
-from xclp.errors import ResourceExhausted
+from xclp.errors import ConfigError, ResourceExhausted
 from xclp.memory import INT_OVERHEAD, default_max_memory, gib
 from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, piece_values
-from xclp.v1.xclp import INFLUENCE_PIECE_BYTES
+from xclp.v1.xclp import INFLUENCE_PIECE_BYTES, XclpJobParams
 
-__all__ = ["DEFAULT_MAX_PAILLIER_HOURS", "OperationCosts", "check_memory", "check_time", "default_max_memory",
-           "paillier_seconds", "party_bytes"]
+__all__ = ["DEFAULT_MAX_WORK_MINUTES", "OperationCosts", "WorkLimits", "candidate_note", "check_memory",
+           "check_time", "default_max_memory", "minutes", "paillier_seconds", "party_bytes", "work_seconds"]
 
-DEFAULT_MAX_PAILLIER_HOURS = 24.0
+DEFAULT_MAX_WORK_MINUTES = 24 * 60.0
 SAMPLES = 6
 OWN_NEAREST_BYTES = 96 << 20  # own_top_k's blocks of 2^20 distances, similarities and indices, a few at once
 
@@ -103,11 +107,57 @@ def paillier_seconds(costs: OperationCosts, layout: SlotLayout, n: int, peers: M
     return total / max(1, workers)
 
 
-def check_time(seconds: float, max_seconds: float, n: int, peers: Mapping[str, int], workers: int) -> None:
-    if max_seconds and seconds > max_seconds:
-        raise ResourceExhausted(
-            f"XCLP's Paillier work for this party's {n} rows against {sum(peers.values())} rows of "
-            f"{len(peers)} peers is estimated at {seconds / 3600:.1f} hours on {max(1, workers)} workers (timed with "
-            f"this key), above the limit of {max_seconds / 3600:.1f} hours (--max-paillier-hours). Subsample the "
-            "rows (the work grows with the product of the parties' rows), or run with more workers (--workers)")
+def work_seconds(max_work_minutes: float | None, max_paillier_hours: float | None = None) -> float:
+    """This party's limit from `max_work_minutes`, or from its old name and unit `max_paillier_hours`
+    (default DEFAULT_MAX_WORK_MINUTES; 0 = no limit)."""
+    if max_work_minutes is not None and max_paillier_hours is not None:
+        raise ConfigError("give max_work_minutes or its old name max_paillier_hours, not both")
+    if max_paillier_hours is not None:
+        return float(max_paillier_hours) * 3600
+    seconds = float(DEFAULT_MAX_WORK_MINUTES if max_work_minutes is None else max_work_minutes) * 60
+    if not seconds >= 0:
+        raise ConfigError(f"max_work_minutes must be at least 0 (0: no limit), got {max_work_minutes}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class WorkLimits:
+    """How long this party's Paillier work may take: its own limit (`--max-work-minutes`) and the
+    job's `max_run_seconds` (after which the coordinator fails the run); 0: no limit."""
+
+    party_seconds: float = 0.0
+    run_seconds: float = 0.0
+
+
+def minutes(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    return f"{seconds / 60:.1f} min" if seconds < 6000 else f"{seconds / 3600:.1f} hours"
+
+
+def candidate_note(params: XclpJobParams) -> str:
+    """What bounds the estimate on candidate pairs, for its message."""
+    return (f"; candidate pairs: at most {params.pair_budget:g} of all pairs' ciphertexts"
+            if params.candidates else "")
+
+
+def check_time(seconds: float, limits: WorkLimits, n: int, peers: Mapping[str, int], workers: int, *,
+               assumed: bool = False) -> None:
+    """ResourceExhausted with both numbers when the estimate passes either limit; `assumed`: the
+    peers' rows are this party's guess (before Join), and the message says so."""
+    over = [(limit, what) for limit, what in (
+        (limits.party_seconds, f"this party's limit of {minutes(limits.party_seconds)} (--max-work-minutes)"),
+        (limits.run_seconds, f"the job's max_run_seconds = {limits.run_seconds:g}"
+                             f"{'' if limits.run_seconds < 60 else f' ({minutes(limits.run_seconds)})'}, after which "
+                             "the coordinator would fail the run"))
+        if limit and seconds > limit]
+    if not over:
+        return
+    guess = (f" (before joining: each peer taken to hold {n} rows like this party; the layout has the real "
+             "sizes)") if assumed else ""
+    raise ResourceExhausted(
+        f"XCLP's Paillier work for this party's {n} rows against {sum(peers.values())} rows of {len(peers)} peers"
+        f"{guess} is estimated at {minutes(seconds)} on {max(1, workers)} workers (timed with this key), above "
+        f"{' and '.join(what for _, what in over)}. Subsample the rows (the work grows with the product of the "
+        "parties' rows), lower the job's pair_budget, run with more workers (--workers), or raise the limit")
 

@@ -16,12 +16,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from xclp.client.context import PartyContext
+from xclp.client.context import PartyContext, Progress
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import (
     OperationCosts,
+    WorkLimits,
+    candidate_note,
     check_memory,
     check_time,
+    minutes,
     paillier_seconds,
     party_bytes,
 )
@@ -64,15 +67,25 @@ class XclpParty(PartyJob):
     """The party's XCLP state machine; `on_step` / `on_message` are its transitions."""
 
     @staticmethod
-    def before_join(params: JobParams, data: PartyData, max_memory_bytes: int) -> None:
-        """Refuse, before joining, a job this party's own part of cannot fit in its memory (the
-        whole layout is checked again once it is known)."""
+    def before_join(params: JobParams, data: PartyData, *, max_memory_bytes: int, keypair: PaillierKeypair | None,
+                    work_limits: WorkLimits, parties: int, workers: int, progress: Progress) -> None:
+        """Refuse, before joining, a job this party's own part of cannot fit in its memory, or whose
+        Paillier work, with each of the other expected parties taken to hold as many rows as this
+        one, passes its time limits (client/jobs/estimate.py; both are checked again on the layout)."""
         if not isinstance(params, XclpJobParams):
             return
         n = data.X.shape[0]
         need = party_bytes(n, {}, SlotLayout(params.key_bits, params.lsh_bits), workers=1,
                            n_classes=params.n_classes)
         check_memory(need, max_memory_bytes, n, {})
+        if keypair is None or not (work_limits.party_seconds or work_limits.run_seconds):
+            return
+        peers = {f"peer {i}": n for i in range(max(0, parties - 1))}
+        seconds = paillier_seconds(OperationCosts.measure(keypair), SlotLayout.for_key(keypair.public, params.lsh_bits),
+                                   n, peers, workers, budget=params.pair_budget, slots=params.slots_per_row)
+        progress(f"estimated Paillier work before joining: {minutes(seconds)} on {workers} workers ({n} rows against "
+                 f"{len(peers)} peers taken to hold as many{candidate_note(params)})")
+        check_time(seconds, work_limits, n, peers, workers, assumed=True)
 
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx)
@@ -120,7 +133,7 @@ class XclpParty(PartyJob):
         """Estimate this party's memory and Paillier work from the layout, before any of it
         (client/jobs/estimate.py)."""
         peers = {p: n for p, n in self.sizes.items() if p != self.party_id}
-        limit, workers = self.ctx.max_paillier_seconds, worker_count(self.ctx.executor)
+        limits, workers = self.ctx.work_limits, worker_count(self.ctx.executor)
         layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
         n = self.X.shape[0]
         p = self.params
@@ -128,13 +141,14 @@ class XclpParty(PartyJob):
         need = party_bytes(n, peers, layout, workers=workers, n_classes=p.n_classes, slots=slots)
         self.progress(f"estimated memory: {need / 2**30:.2f} GiB beyond the table")
         check_memory(need, self.ctx.max_memory_bytes, n, peers)
-        if not peers or not limit:
+        if not peers or not (limits.party_seconds or limits.run_seconds):
             return
         seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers,
                                    budget=budget, slots=slots)
-        self.progress(f"estimated Paillier work: {seconds / 60:.1f} min on {workers} workers "
-                      f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers)")
-        check_time(seconds, limit, self.X.shape[0], peers, workers)
+        self.progress(f"estimated Paillier work: {minutes(seconds)} on {workers} workers "
+                      f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers"
+                      f"{candidate_note(p)})")
+        check_time(seconds, limits, self.X.shape[0], peers, workers)
 
     def _labels(self) -> np.ndarray:
         data = self.ctx.data

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from xclp.client.jobs.estimate import OperationCosts, check_memory, paillier_seconds, party_bytes
+from xclp.client.jobs.estimate import (
+    OperationCosts,
+    WorkLimits,
+    check_memory,
+    check_time,
+    paillier_seconds,
+    party_bytes,
+    work_seconds,
+)
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
-from xclp.errors import ResourceExhausted
+from xclp.errors import ConfigError, ResourceExhausted
 
 LAYOUT = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
 
@@ -63,3 +71,24 @@ def test_on_candidate_pairs_the_estimates_are_the_bounds_the_budget_and_the_slot
     more = party_bytes(1860, {"b": 500}, LAYOUT, workers=2, n_classes=3, slots=4.5)
     assert more - plain == 2 * LAYOUT.slices_bytes(8370) + LAYOUT.slices_bytes(2250) - (
         2 * LAYOUT.slices_bytes(1860) + LAYOUT.slices_bytes(500))  # its slices (and the sealed copy), the peer's
+
+
+def test_the_work_limit_takes_minutes_or_its_old_name_in_hours_not_both() -> None:
+    assert work_seconds(None) == 24 * 3600 and work_seconds(30) == 1800 and work_seconds(0) == 0
+    assert work_seconds(None, 2) == 7200  # --max-paillier-hours, the old name
+    with pytest.raises(ConfigError, match="not both"):
+        work_seconds(30, 2)
+    with pytest.raises(ConfigError, match="at least 0"):
+        work_seconds(-1)
+
+
+def test_the_time_check_names_the_estimate_and_every_limit_it_passes() -> None:
+    peers = {"b": 100, "c": 100}
+    check_time(100.0, WorkLimits(party_seconds=200, run_seconds=0), 100, peers, 2)  # within: no error
+    with pytest.raises(ResourceExhausted) as both:
+        check_time(7200.0, WorkLimits(party_seconds=1800, run_seconds=600), 100, peers, 2, assumed=True)
+    message = str(both.value)
+    assert "100 rows against 200 rows of 2 peers (before joining: each peer taken to hold 100 rows" in message
+    assert "estimated at 2.0 hours on 2 workers" in message
+    assert "above this party's limit of 30.0 min (--max-work-minutes) and the job's max_run_seconds = 600 " \
+           "(10.0 min), after which the coordinator would fail the run" in message

@@ -8,8 +8,8 @@ understood it in its key bundle, and refuses a roster whose bundles sign differe
 What is bound: the job id, the job type, the parameters in canonical form (parsed by the job
 type's schema and written back by `registry.params_json`, so spelling, key order and defaults
 cannot differ), the expected parties, the minimum number of parties and the run nonce. Not
-bound: the step deadline (a coordinator choice with no effect on what is released) and the data
-set names (each party sees only its own, DESIGN §9).
+bound: the step deadline and max_run_seconds (coordinator choices with no effect on what is
+released) and the data set names (each party sees only its own, DESIGN §9).
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ class JoinRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets")
+    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets", "max_run_seconds")
     class DatasetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class JobSpec(_message.Message):
     MIN_PARTIES_FIELD_NUMBER: _ClassVar[int]
     STEP_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_type: str
     params_json: str
@@ -208,7 +209,8 @@ class JobSpec(_message.Message):
     min_parties: int
     step_deadline_seconds: float
     datasets: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ..., datasets: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    max_run_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ..., datasets: _Optional[_Mapping[str, str]] = ..., max_run_seconds: _Optional[float] = ...) -> None: ...
 
 class ChallengeRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -232,8 +234,10 @@ class DeclineRequest(_message.Message):
         __slots__ = ()
         REASON_UNSPECIFIED: _ClassVar[DeclineRequest.Reason]
         PRIVACY_BUDGET: _ClassVar[DeclineRequest.Reason]
+        RESOURCES: _ClassVar[DeclineRequest.Reason]
     REASON_UNSPECIFIED: DeclineRequest.Reason
     PRIVACY_BUDGET: DeclineRequest.Reason
+    RESOURCES: DeclineRequest.Reason
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_NONCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]

@@ -1,0 +1,74 @@
+"""What a party checks before it joins a run, and how it declines.
+
+Before its Join a party knows the job spec, its own data and its own limits, and nothing of the
+others: it refuses here what it will not do, so that a run never starts with a party that will
+leave it at the first step. Two checks:
+- its privacy ledger (client/ledger.py): the job's DP releases must fit the data set's budget;
+- the job type's own (`before_join` on its party class; XCLP: the memory of its own part and its
+  Paillier work against this party's `--max-work-minutes` and the job's `max_run_seconds`,
+  client/jobs/estimate.py).
+Either refusal is said to the coordinator with a Decline (a signed call naming the run): the
+operator's `job show` says the party declined and why in words, never the numbers, and the run
+does not wait its join deadline for it. The party itself prints the numbers.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+
+from xclp.client.connection import Connection
+from xclp.client.context import Progress
+from xclp.client.jobs.estimate import WorkLimits, default_max_memory
+from xclp.client.ledger import RunAccount, data_digest, job_spends
+from xclp.client.run_config import RunConfig
+from xclp.client.workers import worker_count
+from xclp.data.party_table import PartyData
+from xclp.errors import PolicyRefused, ResourceExhausted
+from xclp.v1 import registry
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.params import JobParams
+
+__all__ = ["account_for", "check_job_fits"]
+
+
+def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,
+                data: PartyData, progress: Progress) -> RunAccount | None:
+    """This run in the party's ledger, its DP spends checked against the data set's budget."""
+    ledger = config.ledger
+    if ledger is None:
+        return None
+    notice = ledger.legacy_notice()
+    if notice:
+        progress(f"WARNING: {notice}")
+    digest = data_digest(data)
+    account = RunAccount(ledger, digest, config.job_id, challenge.run_id or challenge.run_nonce.hex(),
+                         job_spends(params, data.X.shape[1]))
+    try:
+        ledger.check_budget(digest, account.spends, config.job_id)
+    except PolicyRefused:
+        _decline(config, conn, challenge.run_nonce, pb.DeclineRequest.PRIVACY_BUDGET, progress)
+        raise
+    return account
+
+
+def check_job_fits(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,
+                   data: PartyData, executor: Executor | None, work_limits: WorkLimits, progress: Progress) -> None:
+    """The job type's own check of what this party can do (XCLP: memory and Paillier time)."""
+    before_join = getattr(registry.get(challenge.spec.job_type).party_class(), "before_join", None)
+    if before_join is None:
+        return
+    memory = default_max_memory() if config.max_memory_bytes is None else config.max_memory_bytes
+    try:
+        before_join(params, data, max_memory_bytes=memory, keypair=config.paillier,
+                    work_limits=work_limits,
+                    parties=len(challenge.spec.expected_parties), workers=worker_count(executor), progress=progress)
+    except ResourceExhausted:
+        _decline(config, conn, challenge.run_nonce, pb.DeclineRequest.RESOURCES, progress)
+        raise
+
+
+def _decline(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.DeclineRequest.Reason,
+             progress: Progress) -> None:
+    unsaid = conn.decline(config.identity, config.party_id, nonce, reason)
+    if unsaid:
+        progress(f"could not tell the coordinator that this party declines ({unsaid})")
