@@ -26,8 +26,12 @@ candidate_pairs carry the probes and ciphertext fraction from the run summary, t
 SecureHamming and of the whole run against all pairs, and graph_equal_same_schedule (the
 coordinator's graph against the plaintext reference's on the same schedule).
 
+--candidates-only runs candidate pairs alone and --no-reference skips the plaintext graph (it
+holds the whole n × n H): the large run of issue 47 is
+`--sizes 18000 --candidates 0.08 --candidates-only --no-reference`.
+
 Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
-       [--candidates 0.35] [--centres 64]
+       [--candidates 0.35] [--centres 64] [--candidates-only] [--no-reference]
 """
 
 from __future__ import annotations
@@ -125,13 +129,30 @@ def schedule_mask(data: dict[str, np.ndarray], seed: bytes, params: dict, slots:
     return cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in PARTIES}, sizes)
 
 
+def graph_equal(work: Path, data: dict[str, np.ndarray], seed: bytes, key_bits: int, lsh_bits: int,
+                candidates: dict | None) -> bool:
+    """Whether the coordinator's graph (its test dump of W) equals the plaintext reference's (on the
+    same candidate schedule); the reference holds the whole n × n H, so it is skipped at large sizes."""
+    X = np.vstack([data[p] for p in PARTIES])
+    mask = None if not candidates else schedule_mask(data, seed, candidates, SlotLayout(key_bits, lsh_bits).slots)
+    reference = knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, X.shape[1]))), lsh_bits,
+                              GRAPH, mask)
+    if (work / "dump" / "H.npy").exists():  # a coordinator from before DESIGN §10.1 dumped its whole H
+        held = knn_adjacency(np.load(work / "dump" / "H.npy"), lsh_bits, GRAPH)
+        dumped = {part: getattr(held, part) for part in ("data", "indices", "indptr")}
+    else:
+        dumped = {part: np.load(work / "dump" / f"W-{part}.npy") for part in ("data", "indices", "indptr")}
+    return all(np.array_equal(dumped[part], getattr(reference, part)) for part in dumped)
+
+
 def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     X, y = load_digits_data()
     idx = rng.integers(0, X.shape[0], size=rows)
     return X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]
 
 
-def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None) -> dict:
+def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None, *,
+             reference: bool = True) -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
     work = deployment(f"xclp-scale-{rows}-", PARTIES)
     data = {}
@@ -168,16 +189,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
         raise SystemExit(f"a party failed ({codes}); logs in {work}")
     summary = json.loads((work / "summary.json").read_text())
     seed = (work / "a.seed").read_bytes()
-    X = np.vstack([data[p] for p in PARTIES])
-    mask = None if not candidates else schedule_mask(data, seed, candidates, SlotLayout(key_bits, lsh_bits).slots)
-    reference = knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, X.shape[1]))), lsh_bits,
-                              GRAPH, mask)
-    if (work / "dump" / "H.npy").exists():  # a coordinator from before DESIGN §10.1 dumped its whole H
-        held = knn_adjacency(np.load(work / "dump" / "H.npy"), lsh_bits, GRAPH)
-        dumped = {part: getattr(held, part) for part in ("data", "indices", "indptr")}
-    else:
-        dumped = {part: np.load(work / "dump" / f"W-{part}.npy") for part in ("data", "indices", "indptr")}
-    equal = all(np.array_equal(dumped[part], getattr(reference, part)) for part in dumped)
+    equal = graph_equal(work, data, seed, key_bits, lsh_bits, candidates) if reference else None
     secure = summary["steps"]["secure_hamming"]["seconds"]
     n = 3 * rows
     # the before-work estimates (DESIGN §10.5) beside what was measured: the party's from its log
@@ -212,15 +224,30 @@ def main() -> None:
     ap.add_argument("--candidates", type=float, metavar="PAIR_BUDGET",
                     help="also run each size on candidate pairs within this pair_budget (DESIGN §10.3), side by side")
     ap.add_argument("--centres", type=int, default=64)
+    ap.add_argument("--candidates-only", action="store_true",
+                    help="with --candidates: candidate pairs alone (the sizes where all pairs would take days)")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="skip the plaintext reference's graph (it holds the whole n x n H): graph_equal_* is null")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
                                                                          else [1000, 2000, 4000])
-    results = [one_size(rows, args.key_bits, args.lsh_bits) for rows in sizes]
+    params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4}
+    if args.candidates_only:
+        if not args.candidates:
+            raise SystemExit("--candidates-only needs --candidates PAIR_BUDGET")
+        results = [one_size(rows, args.key_bits, args.lsh_bits, params, reference=not args.no_reference)
+                   for rows in sizes]
+        print(json.dumps({"benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits,
+                          "lsh_bits": args.lsh_bits, "k": GRAPH.k, "cores": len(os.sched_getaffinity(0)),
+                          "load_average": os.getloadavg(), "data": "sklearn digits, jittered repeats",
+                          "candidate_pairs": results}))
+        return
+    results = [one_size(rows, args.key_bits, args.lsh_bits, reference=not args.no_reference) for rows in sizes]
     compared = []
     if args.candidates:  # each size again on candidate pairs, right after all pairs
-        params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4}
         for done in results:
-            run = one_size(done["rows_per_party"], args.key_bits, args.lsh_bits, params)
+            run = one_size(done["rows_per_party"], args.key_bits, args.lsh_bits, params,
+                           reference=not args.no_reference)
             compared.append({**run, "secure_hamming_speedup": round(done["secure_hamming_seconds"]
                                                                     / run["secure_hamming_seconds"], 2),
                              "wall_speedup": round(done["wall_seconds"] / run["wall_seconds"], 2)})
