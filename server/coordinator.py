@@ -277,7 +277,7 @@ class Coordinator:
             signed = SignedBundle(request.bundle.bundle, request.bundle.signature)
             authenticated(self.allow_list, signed)  # before the job: a stranger learns nothing of it
             job = self.job(request.job_id)
-            bundle = job.join(signed, request.summary)
+            bundle = job.join(signed, request.summary, frozenset(request.capabilities))
         except XclpError as exc:
             if self.metrics is not None:
                 self.metrics.refused_joins.labels(type(exc).__name__).inc()

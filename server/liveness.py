@@ -8,6 +8,10 @@ it — no frame of any message, no progress report — for `step_seconds`. A par
 says so: an `alive` message (xclp.v1.steps.ALIVE_MSG) at least every `step_seconds / 4` while it
 is busy, carrying a line of what it is doing, which `xclp-server job show` prints with the time it
 was heard. An optional `max_run_seconds` bounds a whole run.
+
+The other way round, each party hears from a running run at least every NEWS_SECONDS (a RunAlive
+item, `news`): the coordinator's own work (the influence solve) and another party's SecureHamming
+can keep a party waiting longer than its idle timeout with nothing else to hear.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from xclp.errors import InvalidInput
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, Step
 from xclp.v1 import wire
-from xclp.v1.steps import ALIVE_MAX_BYTES
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.steps import ALIVE_MAX_BYTES, RUN_ALIVE
+
+NEWS_SECONDS = 60.0  # well inside a party's idle timeout (default 900 s)
 
 
 def report(party: Party, payload: wire.Payload, now: float) -> None:
@@ -31,6 +38,15 @@ def report(party: Party, payload: wire.Payload, now: float) -> None:
         raise InvalidInput("a progress report must be UTF-8 text") from None
     party.heard_at = now
     party.activity = "".join(c if c.isprintable() else " " for c in text).strip()
+
+
+def news(parties: Mapping[str, Party], now: float, started: float, what: str) -> None:
+    """A RunAlive to each party not told for NEWS_SECONDS since the run started (module docstring),
+    if its version understands it."""
+    for party in parties.values():
+        if RUN_ALIVE in party.capabilities and now - max(started, party.news_at) >= NEWS_SECONDS:
+            party.news_at = now
+            party.mailbox.put(pb.PullItem(alive=pb.RunAlive(step=what, seconds=now - started)))
 
 
 def late(step: Step, phase: Phase, parties: Mapping[str, Party], now: float, step_seconds: float) -> set[str]:

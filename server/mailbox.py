@@ -66,6 +66,8 @@ class Party:
     end_delivered: bool = False  # its Pull stream carried the JobEnd; no further Pull is opened
     heard_at: float = 0.0  # the run's clock when a frame or progress report last came from it (server/liveness.py)
     activity: str = ""  # what its last progress report said it was doing
+    news_at: float = 0.0  # the run's clock when it was last sent a RunAlive (server/liveness.py)
+    capabilities: frozenset[str] = frozenset()  # what its version understands (JoinRequest.capabilities)
 
 
 class Post:

@@ -130,10 +130,12 @@ class Run:
             else:
                 self.lobby.status(self.clock())  # the others hear they no longer wait for it
 
-    def join(self, signed: SignedBundle, summary: pb.DataSummary) -> KeyBundle:
+    def join(self, signed: SignedBundle, summary: pb.DataSummary, capabilities: frozenset[str] = frozenset()) \
+            -> KeyBundle:
         with self.lock:
             closed = f"its run {self.run_id} {self.stage.value}: {self.outcome_reason}" if self.stage.ended else ""
             party = self.lobby.admit(signed, summary, open_=self.stage is Stage.JOINING, closed=closed)
+            party.capabilities = capabilities
             if self.events is not None:
                 self.events.joined(self, party.bundle.party_id, int(summary.rows))
             if self.lobby.full:
@@ -214,13 +216,13 @@ class Run:
                     self.lobby.status(now)
             elif self.config.max_run_seconds and now - self.started_at >= self.config.max_run_seconds:
                 self._fail(f"the run took longer than its max_run_seconds = {self.config.max_run_seconds:g}")
-            elif self.step is not None and self.phase is not None and not self.stage.ended and (
-                    late := liveness.late(self.step, self.phase, self.parties, now, self.config.step_seconds)):
+            elif not self.stage.ended:
+                liveness.news(self.parties, now, self.started_at, self.activity.step)
+                if self.step is None or self.phase is None or not (
+                        late := liveness.late(self.step, self.phase, self.parties, now, self.config.step_seconds)):
+                    return
                 reason = f"sent nothing for {self.config.step_seconds:g} s in step {self.step.wire!r}, which waited"
-                if self.phase.scope.leave_on_deadline:
-                    self._leave(late, reason)
-                else:
-                    self._drop(late, reason)
+                (self._leave if self.phase.scope.leave_on_deadline else self._drop)(late, reason)
 
     def cancel(self, reason: str) -> None:
         """End the run now (the operator's `job cancel`, or the coordinator shutting down)."""

@@ -25,6 +25,7 @@ from xclp.client.run_config import JobResult
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import InfluenceSolver
+from xclp.server import liveness
 from xclp.server.admin_cli import format_run
 from xclp.v1.wire import Message
 
@@ -167,3 +168,30 @@ def test_a_party_at_long_work_is_kept_while_it_reports_and_dropped_once_silent(k
     else:
         assert all(isinstance(results[p], JobResult) for p in "ab") and not isinstance(results["c"], JobResult)
         assert summary["dropped"] == {"c": "sent nothing for 3 s in step 'sum', which waited"}
+
+
+def test_a_party_waiting_out_a_long_coordinator_solve_hears_the_run_is_alive_and_stays(keys, monkeypatch):
+    """At 54 000 rows the influence solve takes many minutes and the parties hear nothing in that
+    time: past their idle timeout (default 900 s) they gave up on a healthy run. The coordinator
+    now sends each party a RunAlive every NEWS_SECONDS. Scaled down: a 4 s solve, news every 0.3 s,
+    parties that give up after 1.5 s without news. On the code before, all three left in the solve."""
+    monkeypatch.setattr(liveness, "NEWS_SECONDS", 0.3)
+    real_solve = InfluenceSolver.solve
+    solved = threading.Event()
+
+    def solve(self, cols):
+        if not solved.is_set():
+            solved.set()
+            threading.Event().wait(4.0)  # the coordinator's long computation
+        return real_solve(self, cols)
+
+    monkeypatch.setattr(InfluenceSolver, "solve", solve)
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP)]) as (coord, address):
+        results = run_parties(address, "x", keys, {p: party_data(70 + i, n=20) for i, p in enumerate(PARTIES)},
+                              paillier=paillier, policy=PartyPolicy(min_parties=2, insecure_test_keys=True),
+                              overrides={p: {"idle_seconds": 1.5} for p in PARTIES})
+        summary = coord.jobs["x"].summary()
+    assert solved.is_set()
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    assert summary["outcome"] == "done" and not summary["dropped"]

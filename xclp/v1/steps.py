@@ -16,6 +16,9 @@ SEED_STEP = "seed"
 # a line of UTF-8 text saying what it is doing
 ALIVE_MSG = "alive"
 ALIVE_MAX_BYTES = 256
+# the other way: the capability (JoinRequest.capabilities) of a party that understands the
+# coordinator's RunAlive items, sent to it while a run goes on (server/liveness.py)
+RUN_ALIVE = "run-alive"
 SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes; both ends bound the seed step by this
 SEED_BYTES = 32
 SEED_PURPOSE = SEED_STEP

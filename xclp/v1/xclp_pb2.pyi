@@ -176,14 +176,16 @@ class DataSummary(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., labeled_rows: _Optional[int] = ..., dim: _Optional[int] = ..., schema: _Optional[bytes] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("job_id", "bundle", "summary")
+    __slots__ = ("job_id", "bundle", "summary", "capabilities")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     bundle: SignedBundle
     summary: DataSummary
-    def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ...) -> None: ...
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
     __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets", "max_run_seconds")
@@ -319,18 +321,28 @@ class JoinStatus(_message.Message):
     def __init__(self, joined: _Optional[int] = ..., expected: _Optional[int] = ..., min_parties: _Optional[int] = ..., join_deadline_seconds: _Optional[float] = ..., waiting_for: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PullItem(_message.Message):
-    __slots__ = ("roster", "step", "frame", "end", "status")
+    __slots__ = ("roster", "step", "frame", "end", "status", "alive")
     ROSTER_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
     roster: Roster
     step: StepStart
     frame: Frame
     end: JobEnd
     status: JoinStatus
-    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ..., status: _Optional[_Union[JoinStatus, _Mapping]] = ...) -> None: ...
+    alive: RunAlive
+    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ..., status: _Optional[_Union[JoinStatus, _Mapping]] = ..., alive: _Optional[_Union[RunAlive, _Mapping]] = ...) -> None: ...
+
+class RunAlive(_message.Message):
+    __slots__ = ("step", "seconds")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    seconds: float
+    def __init__(self, step: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class Frame(_message.Message):
     __slots__ = ("job_id", "step", "round", "sender", "recipient", "message_id", "chunk_index", "chunk_count", "total_bytes", "sha256", "dtype", "shape", "data")
