@@ -28,7 +28,7 @@ coordinator's graph against the plaintext reference's on the same schedule).
 
 --candidates-only runs candidate pairs alone and --no-reference skips the plaintext graph (it
 holds the whole n × n H): the large run of issue 47 is
-`--sizes 18000 --candidates 0.08 --candidates-only --no-reference`.
+`--sizes 18000 --candidates 0.08 --centres 256 --standardise --candidates-only --no-reference`.
 
 Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
        [--candidates 0.35] [--centres 64] [--candidates-only] [--no-reference]
@@ -152,7 +152,7 @@ def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None, *,
-             reference: bool = True) -> dict:
+             reference: bool = True, standardise: bool = False) -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
     work = deployment(f"xclp-scale-{rows}-", PARTIES)
     data = {}
@@ -165,7 +165,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
-        + ("insecure_test_keys = true\n" if insecure else "")
+        + ("insecure_test_keys = true\n" if insecure else "") + ("standardise = true\n" if standardise else "")
         + "".join(f"{key} = {value}\n" for key, value in (candidates or {}).items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
@@ -226,17 +226,22 @@ def main() -> None:
     ap.add_argument("--centres", type=int, default=64)
     ap.add_argument("--candidates-only", action="store_true",
                     help="with --candidates: candidate pairs alone (the sizes where all pairs would take days)")
+    ap.add_argument("--standardise", action="store_true",
+                    help="the job standardises the features (pooled moments): the digits' raw pixels all point one "
+                         "way, and on candidate pairs one centre then takes most rows")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the plaintext reference's graph (it holds the whole n x n H): graph_equal_* is null")
     args = ap.parse_args()
+    if args.standardise and not args.no_reference:
+        raise SystemExit("--standardise: the plaintext reference here works on the raw table; add --no-reference")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
                                                                          else [1000, 2000, 4000])
     params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4}
     if args.candidates_only:
         if not args.candidates:
             raise SystemExit("--candidates-only needs --candidates PAIR_BUDGET")
-        results = [one_size(rows, args.key_bits, args.lsh_bits, params, reference=not args.no_reference)
-                   for rows in sizes]
+        results = [one_size(rows, args.key_bits, args.lsh_bits, params, reference=not args.no_reference,
+                            standardise=args.standardise) for rows in sizes]
         print(json.dumps({"benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits,
                           "lsh_bits": args.lsh_bits, "k": GRAPH.k, "cores": len(os.sched_getaffinity(0)),
                           "load_average": os.getloadavg(), "data": "sklearn digits, jittered repeats",

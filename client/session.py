@@ -56,6 +56,7 @@ from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
 from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, RUN_ALIVE, SEED_RELAY_MAX_BYTES, SEED_STEP
+from xclp.v1.xclp import KEEPS_PAIRS
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -179,7 +180,7 @@ class PartySession:
             spec_digest=spec_digest(challenge.spec, self.run_nonce), rows=summary.rows,
             labeled_rows=summary.labeled_rows, dim=summary.dim,
             **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
-        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary, capabilities=[RUN_ALIVE],
+        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary, capabilities=[RUN_ALIVE, KEEPS_PAIRS],
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         reader, heartbeat = None, None
         try:

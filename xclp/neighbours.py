@@ -65,7 +65,7 @@ class TopK:
         cols = np.arange(columns.start, columns.stop, dtype=np.int64)
         for start in range(0, shape[0], step):
             part = block[start : start + step]
-            self._merge(rows.start + start, similarity(part, self.lsh_bits, self.power),
+            self.merge(rows.start + start, similarity(part, self.lsh_bits, self.power),
                         np.broadcast_to(cols, part.shape), ascending=True)
 
     def fold_lists(self, rows: slice, candidates: np.ndarray, distances: np.ndarray) -> None:
@@ -81,7 +81,7 @@ class TopK:
             raise InvalidInput("a row is never its own neighbour")
         if cand.shape[1] > 1 and np.any(np.diff(np.sort(cand, axis=1), axis=1) == 0):
             raise InvalidInput("a row's candidates must be distinct")
-        self._merge(rows.start, similarity(dist, self.lsh_bits, self.power), cand)
+        self.merge(rows.start, similarity(dist, self.lsh_bits, self.power), cand)
 
     def fold_scattered(self, rows: np.ndarray, columns: np.ndarray, distances: np.ndarray,
                        keep: np.ndarray) -> None:
@@ -103,7 +103,7 @@ class TopK:
                        self.k)
         self.sim[rows], self.idx[rows] = merged
 
-    def _merge(self, first: int, sim: np.ndarray, idx: np.ndarray, *, ascending: bool = False) -> None:
+    def merge(self, first: int, sim: np.ndarray, idx: np.ndarray, *, ascending: bool = False) -> None:
         """Fold candidates `idx` (their similarities `sim`) into rows first.. ; `ascending`: each row's
         idx ascending (a block's columns), which lets a wide block be cut to k per row first."""
         if sim.shape[1] == 0:
@@ -145,6 +145,6 @@ def own_top_k(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> tuple[np
         block = hamming_matrix(codes[start:stop], codes)
         sim = similarity(block, top.lsh_bits, top.power)
         sim[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # self excluded
-        top._merge(start, sim, np.broadcast_to(everyone, sim.shape), ascending=True)
+        top.merge(start, sim, np.broadcast_to(everyone, sim.shape), ascending=True)
         distances[start:stop] = np.take_along_axis(block, top.idx[start:stop], axis=1)
     return top.idx.astype(np.uint32), distances

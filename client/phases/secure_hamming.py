@@ -4,8 +4,9 @@ Streamed (xclp.v1.secure_hamming_wire): as B this party evaluates A's slices one
 batches at a time, a bounded window ahead of A's acknowledgements, and sends the coordinator only a
 mask seed per pair; as A it decrypts each piece as it arrives and sends its t on. Neither side
 keeps a pair's ciphertexts, t or masks beyond the pieces in flight. A restart (a peer dropped)
-starts every pair of the rest again with fresh seeds (roles stay as drawn in the first attempt;
-A's encrypted slices are kept and sent again). Every relay is sealed for its pair, attempt and
+starts every pair of the rest that the coordinator has not folded whole again, with fresh seeds
+(the kept-pairs message names those it skips; roles stay as drawn in the first attempt; A's
+encrypted slices are kept and sent again). Every relay is sealed for its pair, attempt and
 direction (xclp.v1.relay). Heavy Paillier work runs on the context's executor (client/workers.py).
 """
 
@@ -95,6 +96,8 @@ class SecureHammingParty:
         self._sizes, self.candidates, self.elapsed = sizes, candidates, elapsed
         self.codes: np.ndarray | None = None  # this party's LSH codes, once computed
         self.pairs: tuple[PairTask, ...] = ()
+        self.kept: tuple[int, frozenset[int]] = (0, frozenset())  # (attempt, pairs it skips): kept-pairs message
+        self.skipped: frozenset[int] = frozenset()  # this attempt's
         self.attempt: int | None = None
         self.members: tuple[str, ...] = ()
         self.slices: bytes | None = None  # this party's encrypted bit slices, sent to each B of every attempt
@@ -128,6 +131,14 @@ class SecureHammingParty:
             raise ProtocolError("the pairs message repeats a pair or pairs a party with itself")
         self.pairs = pairs
 
+    def on_kept(self, payload: wire.Payload, attempt: int) -> None:
+        """The kept-pairs message before restart `attempt`: uint8[m], 1 for the pairs it skips."""
+        _need(self.pairs, "the SecureHamming pairs")
+        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint8 or payload.shape != (len(self.pairs),)
+                or int(payload.max(initial=0)) > 1 or attempt < 1):
+            raise ProtocolError(f"the kept-pairs message must be uint8[{len(self.pairs)}] of 0 and 1, before a restart")
+        self.kept = (attempt, frozenset(int(i) for i in np.flatnonzero(payload)))
+
     def start(self, attempt: int, members: tuple[str, ...]) -> None:
         """A new attempt: every pair of this party among `members` starts from its first piece.
 
@@ -136,6 +147,7 @@ class SecureHammingParty:
         codes = _need(self.codes, "LSH codes")
         _need(self.pairs, "the SecureHamming pairs")
         self.attempt, self.members, self.done = attempt, members, False
+        self.skipped = self.kept[1] if self.kept[0] == attempt else frozenset()
         mine = self._my_pairs()
         rowless = sorted({p for t in mine for p in (t.a, t.b)} - set(self.sizes))
         if rowless:
@@ -158,8 +170,9 @@ class SecureHammingParty:
                                       Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4),
                                       schedule=schedule)
         count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
+        kept = f"; {len(self.skipped)} pairs kept from before" if self.skipped else ""
         self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
-                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces")
+                      f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces{kept}")
         self.meter = Meter(f"SecureHamming, {len(mine)} pair{'s' * (len(mine) != 1)}", count, self.progress,
                            bar=True)
         for pair in self.as_b.values():  # the seeds first: the coordinator unmasks A's t with them
@@ -320,7 +333,9 @@ class SecureHammingParty:
         self.progress(f"SecureHamming done ({self.elapsed()})")
 
     def _my_pairs(self) -> tuple[PairTask, ...]:
-        return parts_of(self.pairs, self.ctx.party_id, self.members)
+        """This party's pairs of the attempt: among its members, but those the coordinator keeps."""
+        mine = parts_of(self.pairs, self.ctx.party_id, self.members)
+        return mine if not self.skipped else tuple(t for t in mine if self.pairs.index(t) not in self.skipped)
 
     def _pair_with(self, peer: str) -> PairTask:
         for task in self._my_pairs():

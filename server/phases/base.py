@@ -126,6 +126,10 @@ class Scope:
         step's deadline: a party that stops reading is dealt with as any silent party)."""
         return self.run.parties[party_id].mailbox.wait_below(backlog, self.run.config.step_seconds)
 
+    def capable(self, parties: Iterable[str], capability: str) -> bool:
+        """Whether every party of `parties` said at Join its version understands `capability`."""
+        return all(capability in self.run.parties[p].capabilities for p in parties)
+
     def report(self, describe: Callable[[], str], *, work: str = "") -> None:
         """How far the current step (or the coordinator's own `work`, between steps) has got."""
         self.run.report(describe, work=self.wire(work) if work else "")

@@ -1,6 +1,12 @@
 """SecureHamming on the coordinator (docs/protocol.md, paper 003 §3.1): the phase that relays
 every pair's sealed slices and evaluations, takes B's mask seeds and A's t piece by piece, and
-folds each piece into the neighbour graph as it arrives (the coordinator never holds H)."""
+folds each piece into the neighbour graph as it arrives (the coordinator never holds H).
+
+A party dropped mid-step restarts the step among the rest. The pairs among them that were folded
+whole stay folded (the graph keeps its candidates per source party, steps.NeighbourGraph.among)
+and the restart skips them (message KEPT_PAIRS_MSG, to parties that understand it): a dropout
+costs the unfinished pairs, not every pair. A pair folded in part starts again from its first
+piece, with fresh masks."""
 
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ from xclp.v1.secure_hamming_wire import (
     pieces,
     relay_bytes,
 )
-from xclp.v1.xclp import HAMMING_STEP, PAIRS_MSG
+from xclp.v1.xclp import HAMMING_STEP, KEEPS_PAIRS, KEPT_PAIRS_MSG, PAIRS_MSG
 from xclp.v1.xclp_layout import PairTask
 
 log = logging.getLogger("xclp.server")
@@ -66,17 +72,33 @@ class SecureHamming(Phase):
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
         members = set(state.membership.graph)
-        self.streams = {i: self._stream_of(t) for i, t in enumerate(state.pairs) if t.a in members and t.b in members}
+        kept = self._kept(members)
+        self.streams = {i: self._stream_of(t) for i, t in enumerate(state.pairs)
+                        if t.a in members and t.b in members and frozenset((t.a, t.b)) not in kept}
         self.error = None
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
-        try:  # every attempt folds afresh: a lost party's rows may have pushed others' candidates out
-            self.graph = steps.NeighbourGraph(layout, state.own, state.params.lsh_bits, state.params.graph_params)
+        try:
+            self.graph = self.graph.among(layout, kept) if kept and self.graph is not None else steps.NeighbourGraph(
+                layout, state.own, state.params.lsh_bits, state.params.graph_params)
         except XclpError as exc:  # k no longer below the rows left
             self.fail(f"the graph cannot be built among {', '.join(layout.parties)}: {exc}")
             return
-        self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
+        if kept:
+            flags = np.array([frozenset((t.a, t.b)) in kept for t in state.pairs], dtype=np.uint8)
+            self.scope.broadcast(KEPT_PAIRS_MSG, self.attempt, flags, to=state.membership.graph)
+            log.info("XCLP: SecureHamming attempt %d keeps %d folded pairs", self.attempt, len(kept))
+        step = self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
+        busy = {p for s in self.streams.values() for p in (s.task.a, s.task.b)}
+        step.pending &= busy  # a member whose pairs are all kept owes nothing (it hears the step, and is done)
         self.meter = step_meter(self.scope, "SecureHamming", sum(len(s.pieces) for s in self.streams.values()),
                             "pieces folded")
+        self.complete_if_done(step)  # every pair kept
+
+    def _kept(self, members: set[str]) -> set[frozenset[str]]:
+        """The pairs among `members` folded whole in an earlier attempt, if every member can skip them."""
+        if self.graph is None or not self.scope.capable(members, KEEPS_PAIRS):
+            return set()
+        return {pair for pair in self.graph.pairs if pair <= members}
 
     def _stream_of(self, task: PairTask) -> _PairStream:
         state, layout = self.state, self.state.layout
@@ -194,7 +216,7 @@ class SecureHamming(Phase):
             for part in ("data", "indices", "indptr"):
                 state.dump(f"W-{part}.npy", getattr(state.W, part))
         log.info("XCLP: graph of %d rows of %d parties folded (%d candidates per row, %d edges)", graph.layout.n,
-                 len(graph.layout.parties), graph.top.k, state.W.nnz)
+                 len(graph.layout.parties), graph.k, state.W.nnz)
         self.done()
 
     def on_dropped(self, step: Step, dropped: set[str]) -> None:
@@ -204,7 +226,7 @@ class SecureHamming(Phase):
             self.fail(str(exc))
             return
         self.attempt += 1
-        self.start()  # among the rest, every pair afresh
+        self.start()  # among the rest, the pairs not folded yet
 
     def blame(self, step: Step) -> set[str]:
         """Only those who owe the next message of an unfinished pair, not those waiting for them."""

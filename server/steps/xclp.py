@@ -204,18 +204,44 @@ def scheduled_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, schedul
 
 class NeighbourGraph:
     """What the coordinator keeps of H (DESIGN §10.1): per row of `layout`, the k best candidates,
-    from every party's own nearest rows and every pair's cross block, folded as they arrive."""
+    from every party's own nearest rows and every pair's cross block, folded as they arrive.
 
-    def __init__(self, layout: RowLayout, own: Mapping[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int,
+    Kept per source party (`tops[q]`: every row's k best among q's rows), and merged only in
+    `adjacency`: the k best of a row are the k best of the union of its per-source k best, so W is
+    the same; and when a party drops, the pairs among the others that are folded stay folded
+    (`among`): only its own candidates leave, and no candidate it pushed out is lost."""
+
+    def __init__(self, layout: RowLayout, own: Mapping[str, tuple[np.ndarray, np.ndarray]] | None, lsh_bits: int,
                  params: GraphParams) -> None:
-        self.layout = layout
+        self.layout, self.params = layout, params
         self.lsh_bits = check_lsh_bits(lsh_bits)
-        self.top = TopK(layout.n, self.lsh_bits, params)
+        self.tops = {p: TopK(layout.n, self.lsh_bits, params) for p in layout.parties}
         self.pairs: set[frozenset[str]] = set()
         for p in layout.parties:
+            if own is None:
+                break
             candidates, distances = own[p]
             rows = layout.rows(p)
-            self.top.fold_lists(rows, candidates + rows.start, distances)
+            self.tops[p].fold_lists(rows, candidates + rows.start, distances)
+
+    @property
+    def k(self) -> int:
+        return int(self.params.k)
+
+    def among(self, layout: RowLayout, keep: set[frozenset[str]]) -> NeighbourGraph:
+        """This graph among `layout`'s parties (a subset, in the same order, after a dropout), keeping
+        each party's own candidates and the pairs of `keep` (folded here, both parties in `layout`);
+        every other pair is to be folded again."""
+        graph = NeighbourGraph(layout, None, self.lsh_bits, self.params)
+        for q in layout.parties:
+            old, new = self.tops[q], graph.tops[q]
+            shift = layout.rows(q).start - self.layout.rows(q).start  # q's columns move with its rows
+            for p in layout.parties:
+                if p == q or frozenset((p, q)) in keep:
+                    was, now = self.layout.rows(p), layout.rows(p)
+                    new.sim[now], new.idx[now] = old.sim[was], np.where(old.idx[was] >= 0, old.idx[was] + shift, -1)
+        graph.pairs = {pair for pair in keep if pair <= set(layout.parties)}
+        return graph
 
     def fold_pair(self, a: str, b: str, block: np.ndarray) -> None:
         """One pair's distances H[b rows, a rows] (from `cross_block`), folded both ways, then dropped."""
@@ -239,8 +265,8 @@ class NeighbourGraph:
         _check_range(block, self.lsh_bits, f"cross block ({a}, {b})")
         part_a = slice(ra.start + a_first, ra.start + a_first + block.shape[1])
         part_b = slice(rb.start + b_first, rb.start + b_first + block.shape[0])
-        self.top.fold_block(part_b, part_a, block)
-        self.top.fold_block(part_a, part_b, block.T)
+        self.tops[a].fold_block(part_b, part_a, block)  # b's rows, a's candidates
+        self.tops[b].fold_block(part_a, part_b, block.T)
 
     def fold_scheduled(self, a: str, b: str, slots: np.ndarray, rows: np.ndarray, block: np.ndarray,
                        keep: np.ndarray) -> None:
@@ -259,8 +285,8 @@ class NeighbourGraph:
         dense = np.zeros((ub.size, ua.size), dtype=block.dtype)
         kept = np.zeros(dense.shape, dtype=bool)
         dense[ib, ia], kept[ib, ia] = block[x, s], True
-        self.top.fold_scattered(ub + rb.start, ua + ra.start, dense, kept)
-        self.top.fold_scattered(ua + ra.start, ub + rb.start, dense.T, kept.T)
+        self.tops[a].fold_scattered(ub + rb.start, ua + ra.start, dense, kept)
+        self.tops[b].fold_scattered(ua + ra.start, ub + rb.start, dense.T, kept.T)
 
     def pair_done(self, a: str, b: str) -> None:
         """Every piece of the pair is folded: `adjacency` may count it."""
@@ -274,7 +300,10 @@ class NeighbourGraph:
                    if frozenset((task.a, task.b)) not in self.pairs for p in (task.a, task.b)}
         if missing:
             raise PeerDropped(f"Hamming blocks missing for {', '.join(sorted(missing))}", dropped=frozenset(missing))
-        return self.top.adjacency()
+        top = TopK(self.layout.n, self.lsh_bits, self.params)
+        for source in self.tops.values():
+            top.merge(0, source.sim, source.idx)
+        return top.adjacency()
 
 
 def influence_columns_of(layout: RowLayout, receivers: Sequence[str], *,
@@ -359,7 +388,7 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     dense solve of a small graph: the graph, and the largest of its steps' working sets.
 
     - the graph: each party's own nearest rows (10 bytes per candidate), the top-k candidates
-      (16) and W with its normalisation (about 48): ~74·n·k;
+      per source party and merged (16 each) and W with its normalisation (about 48): ~(74 + 16·P)·n·k;
     - SecureHamming: relays waiting in mailboxes, one copy of each party's slices (it sends them
       to one B at a time) and MAX_IN_FLIGHT pieces per pair, plus one piece being unmasked (its
       values as Python integers) and folded (blocks of 2^20 distances);
@@ -374,7 +403,7 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     `slots`: a party's slots as A per row (XclpJobParams.slots_per_row: more than one on candidate pairs).
     """
     n, parties = int(sum(sizes)), len(sizes)
-    graph = 74 * n * k
+    graph = (74 + 16 * parties) * n * k
     slices = sum(layout.slices_bytes(math.ceil(slots * m)) for m in sizes) if parties > 1 else 0
     pairs = parties * (parties - 1) // 2
     unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)

@@ -39,6 +39,11 @@ from xclp.v1.params import (
 
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
+# coordinator -> each graph member before a SecureHamming restart (round = its attempt): uint8[m],
+# 1 for the pairs of the pairs message folded in an earlier attempt, which this one skips; sent
+# only when every member has the capability KEEPS_PAIRS (else every pair starts again)
+KEPT_PAIRS_MSG = "pairs_kept"
+KEEPS_PAIRS = "hamming-keeps-pairs"
 INTRA_STEP = "intra_hamming"
 HAMMING_STEP = "secure_hamming"
 LABELS_STEP = "labeled_sets"

@@ -1,0 +1,85 @@
+"""A dropout in SecureHamming costs the unfinished pairs, not every pair (issue 47: "a restart after
+a dropout redoes every SecureHamming pair").
+
+d dies in the middle of SecureHamming, once the coordinator has folded at least one pair among
+a, b and c whole. The restart among a, b and c keeps those pairs (the coordinator's graph keeps its
+candidates per source party) and redoes only the others; the graph and every prediction are still
+exactly the plaintext reference's among a, b and c.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, coordinator, job, party_data, run_parties
+from xclp.client import session
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.client.session import PartySession
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.server.phases.secure_hamming import SecureHamming
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.xclp import KEEPS_PAIRS
+
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+PARTIES = ("a", "b", "c", "d")
+N = 30
+
+
+@pytest.mark.parametrize("capable", [True, False], ids=["keeps", "old-parties"])
+def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_folded(keys, monkeypatch, capable):
+    """old-parties: parties of a version before this one (they do not say they can skip pairs):
+    every pair among the rest runs again, as before, with the same result."""
+    if not capable:
+        monkeypatch.setattr(session, "KEEPS_PAIRS", "something-else")
+    attempts: list[tuple[int, set[frozenset[str]], int]] = []  # per attempt: kept pairs, pairs to run
+    phases: list[SecureHamming] = []
+    real_start = SecureHamming.start
+
+    def start(self):
+        real_start(self)
+        phases.append(self)
+        attempts.append((self.attempt, self._kept(set(self.state.membership.graph)) if self.attempt else set(),
+                         len(self.streams)))
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+
+    class DiesOncePairsAreFolded(PartySession):
+        def handle(self, item: pb.PullItem) -> None:
+            if phases and any("d" not in pair for pair in phases[-1].graph.pairs):  # type: ignore[union-attr]
+                raise KeyboardInterrupt("d's process dies")
+            super().handle(item)
+
+    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": DiesOncePairsAreFolded},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True), progress=progress)
+        run = coord.jobs["x"]
+        W = run.job.xclp.W
+        assert all((KEEPS_PAIRS in run.parties[p].capabilities) == capable for p in PARTIES)
+    assert isinstance(results["d"], BaseException)
+    assert all(isinstance(results[p], JobResult) for p in "abc"), results
+    assert run.summary()["dropped"] == {"d": "disconnected"}
+    (first, _, all_pairs), (second, kept, redone) = attempts
+    assert (first, second, all_pairs) == (0, 1, 6)
+    said = [line for p in "abc" for line in progress[p] if "kept from before" in line]
+    if capable:
+        assert kept and all("d" not in pair for pair in kept)  # at least one pair among a, b, c kept ...
+        assert redone == 3 - len(kept)  # ... and only the others run again
+        assert len(said) == 3, progress["a"]
+    else:
+        assert not kept and redone == 3 and not said
+    # exactly the plaintext reference among a, b and c
+    seed = results["a"].seed  # type: ignore[union-attr]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "abc"], seed, 3, 64, GraphParams(k=4))
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
+    for j, p in enumerate("abc"):  # its unlabeled rows' scores (its labeled rows keep their labels)
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
