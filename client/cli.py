@@ -33,6 +33,7 @@ from xclp.data import party_table, tables
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic, write_private
+from xclp.v1.exits import stdout_closed
 from xclp.v1.registry import Output
 from xclp.v1.status import EXIT_BAD_INPUT, EXIT_DROPPED, EXIT_OK, exit_code
 
@@ -360,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print("xclp-client: stopped by SIGTERM; nothing written", file=sys.stderr)
         return 128 + signal.SIGTERM
+    except BrokenPipeError:
+        return stdout_closed()
     except OSError as exc:
         print(f"xclp-client: error: {exc}", file=sys.stderr)
         return 1

@@ -28,7 +28,7 @@ from google.protobuf.message import Message
 
 from xclp.crypto import identity
 from xclp.errors import ConfigError, XclpError
-from xclp.runtime import read_bytes, write_private
+from xclp.runtime import read_bytes, write_atomic, write_private
 from xclp.server.defaults import FINAL
 from xclp.v1 import calls
 from xclp.v1 import xclp_pb2 as pb
@@ -43,9 +43,11 @@ def operator_keygen(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     key = identity.generate_identity()
     path = write_private(args.out / f"{args.name}.key", identity.private_key_pem(key))
-    print(f'{args.name} = "{identity.public_key_text(key)}"')
-    print(f"xclp-server: operator key {path} (keep private); add the line above to [operators] in the server "
-          "config", file=sys.stderr)
+    public = identity.public_key_text(key)
+    write_atomic(args.out / f"{args.name}.pub", f"{public}\n".encode(), mode=0o644)  # as a party's keygen does
+    print(f'{args.name} = "{public}"')
+    print(f"xclp-server: operator key {path} (keep private); public key: {args.out / (args.name + '.pub')}; add "
+          "the line above to [operators] in the server config", file=sys.stderr)
     return EXIT_OK
 
 

@@ -31,7 +31,7 @@ from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import read_toml
 from xclp.server.defaults import DEFAULT_ADMIN_LISTEN, DEFAULT_STATE
-from xclp.v1.exits import EXIT_OK, EXIT_UNEXPECTED, exit_code
+from xclp.v1.exits import EXIT_OK, EXIT_UNEXPECTED, exit_code, stdout_closed
 
 log = logging.getLogger("xclp.server")
 EXIT_GRACE_SECONDS = 3.0
@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     except XclpError as exc:
         print(f"xclp-server: error: {exc}", file=sys.stderr)
         return exit_code(exc)
+    except BrokenPipeError:
+        return stdout_closed()
 
 
 if __name__ == "__main__":

@@ -121,10 +121,12 @@ class StateStore:
         self.path = str(path)
         self.clock = clock
         self._lock = threading.RLock()
-        if self.path != ":memory:":
+        if self.path != ":memory:":  # its directory, made if need be, the coordinator's alone (issue 49)
             parent = Path(self.path).parent
-            if not parent.is_dir():
-                raise ConfigError(f"--state {self.path}: directory {parent} does not exist")
+            try:
+                parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"--state {self.path}: cannot make its directory {parent}: {exc.strerror}") from None
         try:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")

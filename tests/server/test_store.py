@@ -101,3 +101,15 @@ def test_a_restart_keeps_history_interrupts_runs_in_flight_and_resumes_queued_on
     assert {p.party_id for p in run_f.parties} == set(PARTIES) and run_f.steps["sum"]["rounds"] == 1
     with pytest.raises(InvalidInput, match="no run '99'"):
         store.run("99")
+
+
+def test_the_state_directory_is_made_if_need_be_and_kept_to_the_coordinator(tmp_path):
+    """Issue 49: the docs' `state = "state/xclp.db"` failed on a fresh directory ("directory state
+    does not exist"); the coordinator now makes it, readable by itself alone."""
+    store = StateStore(tmp_path / "state" / "nested" / "xclp.db")
+    store.close()
+    assert (tmp_path / "state" / "nested").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "state" / "nested" / "xclp.db").stat().st_mode & 0o777 == 0o600
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="cannot make its directory .*a-file/state"):
+        StateStore(tmp_path / "a-file" / "state" / "xclp.db")

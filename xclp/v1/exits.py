@@ -24,6 +24,20 @@ _EXIT: tuple[tuple[type[errors.XclpError], int], ...] = (
 )
 
 
+EXIT_STDOUT_CLOSED = 128 + 13  # stdout was closed under us (`| head -1`): as a process killed by SIGPIPE
+
+
+def stdout_closed() -> int:
+    """The reader of stdout went away (`xclp-server job list | head -1`): stop quietly, with no
+    traceback at exit either (the interpreter's last flush would hit the closed pipe again)."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_STDOUT_CLOSED
+
+
 def exit_code(exc: BaseException) -> int:
     for cls, code in _EXIT:
         if isinstance(exc, cls):
