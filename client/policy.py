@@ -138,6 +138,7 @@ class StepGuard:
     party_id: str
     last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (attempt, participants)
     finished: bool = False  # the job's result has arrived
+    job_min_parties: int = 0  # what the job allows (its spec), to say which setting decided
 
     def check_step(self, step: pb.StepStart) -> None:
         members = frozenset(step.participants)
@@ -146,8 +147,10 @@ class StepGuard:
         if self.party_id not in members:
             raise ProtocolError(f"step {step.step!r} does not include this party")
         if len(members) < self.policy.min_parties and not step.step.endswith(RECOVER_SUFFIX):
+            allows = (f" (the job itself would go on with {self.job_min_parties}, its min_parties: this party's own "
+                      "setting decided)") if 0 < self.job_min_parties < self.policy.min_parties else ""
             raise ProtocolError(f"step {step.step!r} attempt {step.round} has {len(members)} participants, fewer than "
-                                f"this party's minimum of {self.policy.min_parties} (--min-parties)")
+                                f"this party's minimum of {self.policy.min_parties} (--min-parties, default 3){allows}")
         previous = self.last.get(step.step)
         if previous is not None:
             attempt, before = previous

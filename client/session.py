@@ -151,6 +151,10 @@ class PartySession:
             raise ProtocolError(f"the coordinator's challenge for run {challenge.run_id} names another job spec than "
                                 "the offer this party's policy accepted: not joining")
         self.config.policy.check_job(challenge.spec, params)
+        self.guard.job_min_parties = challenge.spec.min_parties
+        if challenge.spec.min_parties < self.config.policy.min_parties:
+            self.progress(f"note: the job goes on with {challenge.spec.min_parties} parties (its min_parties); this "
+                          f"party stops below {self.config.policy.min_parties} (--min-parties, default 3)")
         self._load_data(params)
         self.account = account_for(self.config, conn, challenge, params, self.data, self.progress)
         keys = params.paillier

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
@@ -136,6 +137,25 @@ def _maybe_wait(client: AdminClient, args: argparse.Namespace, *infos: pb.RunInf
 def _as_dict(info: pb.RunInfo) -> dict[str, Any]:
     data = MessageToDict(info, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
     data["duration_seconds"] = round(_duration(info), 3)
+    return _numbers(data, info.DESCRIPTOR)
+
+
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+
+
+def _numbers(data: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    """Protobuf's JSON writes 64-bit integers as strings (for JavaScript); a script reading
+    `job show --json` wants numbers, and Python's JSON keeps them exact."""
+    for field in descriptor.fields:
+        value = data.get(field.name)
+        if value is None:
+            continue
+        if field.type in _INT64:
+            data[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
+        elif field.message_type is not None and not field.message_type.GetOptions().map_entry:
+            for item in value if isinstance(value, list) else [value]:
+                _numbers(item, field.message_type)
     return data
 
 

@@ -45,3 +45,41 @@ def test_the_operator_key_gets_its_public_key_beside_it_as_a_party_key_does(tmp_
     assert public == identity.public_key_text(key) and done.stdout.strip() == f'alice = "{public}"'
     assert (tmp_path / "alice.pub").stat().st_mode & 0o777 == 0o644
     assert "alice.pub" in done.stderr
+
+
+def test_job_show_and_list_json_give_counts_as_numbers() -> None:
+    """`job list --json` had "rows": "40" and "bytes_total": "1234" (protobuf's JSON for 64-bit ints)."""
+    from xclp.server.admin_cli import _as_dict
+    from xclp.v1 import xclp_pb2 as pb
+
+    info = pb.RunInfo(run_id="7", bytes_total=2**40 + 1)
+    info.parties.add(party_id="a", rows=40)
+    info.steps.add(name="secure_hamming", rounds=2, bytes_in=123, bytes_relayed=2**33)
+    data = _as_dict(info)
+    assert data["bytes_total"] == 2**40 + 1 and data["parties"][0]["rows"] == 40
+    assert data["steps"][0]["bytes_in"] == 123 and data["steps"][0]["bytes_relayed"] == 2**33
+    assert data["steps"][0]["rounds"] == 2 and data["run_id"] == "7"
+
+
+def test_a_party_whose_own_min_parties_stops_a_run_the_job_would_go_on_with_says_which_setting_decided(keys):
+    """The job file says min_parties = 2, the parties run with the default --min-parties 3; c dies
+    at the masked sum. a and b said at Join that they stop below 3, and now say that their own
+    setting, not the job's, ended their part."""
+    from tests.harness import DiesAt, allow_list, coordinator, job, party_data, run_parties
+    from xclp.client.policy import PartyPolicy
+
+    class Dies(DiesAt):
+        at = "sum"
+
+    datas = {p: party_data(10 + i) for i, p in enumerate("abc")}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("f", "flynn", {"n_classes": 3, "m": 128, "s": 2, "rho": 8},
+                                            min_parties=2)]) as (_, address):
+        results = run_parties(address, "f", keys, datas, sessions={"c": Dies}, policy=PartyPolicy(min_parties=3),
+                              progress=progress)
+    for p in "ab":
+        assert "note: the job goes on with 2 parties (its min_parties); this party stops below 3 (--min-parties, " \
+               "default 3)" in progress[p]
+        message = str(results[p])
+        assert "fewer than this party's minimum of 3 (--min-parties, default 3) (the job itself would go on with " \
+               "2, its min_parties: this party's own setting decided)" in message, message
