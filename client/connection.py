@@ -124,6 +124,19 @@ class PullReader:
         self._stream.cancel()
 
 
+def untrusted_certificate(details: str, address: str) -> str:
+    """What to do when the coordinator's TLS certificate fails this party's check (from gRPC's
+    UNAVAILABLE details), or "" for any other failure to connect."""
+    if "CERTIFICATE_VERIFY_FAILED" in details:
+        return (f"the coordinator at {address} answered with a TLS certificate this party does not trust "
+                "(CERTIFICATE_VERIFY_FAILED): pass --ca-cert with the CA that signed it (with a dev CA, its "
+                "ca/ca.pem), or --insecure for a coordinator without TLS on a test machine")
+    if "Peer name" in details and "not in peer certificate" in details:
+        return (f"the coordinator's TLS certificate does not name {address.rsplit(':', 1)[0]}: connect by a name "
+                "it has, or pass --server-name with it")
+    return ""
+
+
 class Connection:
     def __init__(self, config: ConnectionConfig, job_id: str) -> None:
         self.config = config
@@ -163,6 +176,9 @@ class Connection:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     raise error_from_rpc(exc) from None
                 why = exc.details() or "unavailable"
+                untrusted = untrusted_certificate(why, self.config.address)
+                if untrusted:  # no retry fixes that (issue 49: it retried for the whole timeout)
+                    raise ConfigError(untrusted) from None
                 delay = backoff.next()
                 if clock() + delay > give_up:
                     raise DeadlineExceeded(f"the coordinator at {self.config.address} was not reachable for "

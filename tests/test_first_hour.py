@@ -83,3 +83,27 @@ def test_a_party_whose_own_min_parties_stops_a_run_the_job_would_go_on_with_says
         message = str(results[p])
         assert "fewer than this party's minimum of 3 (--min-parties, default 3) (the job itself would go on with " \
                "2, its min_parties: this party's own setting decided)" in message, message
+
+
+def test_a_party_without_the_coordinators_ca_is_told_at_once_what_to_pass(tmp_path, keys) -> None:
+    """`run` without --ca-cert retried for its whole connect timeout, printing gRPC handshake lines,
+    and ended "connection refused"."""
+    import time
+
+    from tests.harness import coordinator, job
+    from tests.helpers import deployment
+    from xclp.client.connection import Connection, ConnectionConfig
+    from xclp.errors import ConfigError
+    from xclp.server.config import TlsFiles
+
+    allow = deployment(tmp_path, ["a", "b"])
+    key = identity.load_private_key((tmp_path / "keys" / "a.key").read_bytes(), source="a.key")
+    tls = TlsFiles(tmp_path / "certs" / "server.pem", tmp_path / "certs" / "server-key.pem")
+    flynn = job("f", "flynn", {"n_classes": 3, "m": 128, "s": 2, "rho": 8}, parties=("a", "b"))
+    with coordinator(allow, [flynn], tls=tls) as (_, address):
+        conn = Connection(ConnectionConfig(f"localhost:{address.rsplit(':', 1)[1]}"), "f")
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="does not trust .*pass --ca-cert with the CA that signed it"):
+            conn.challenge(key, "a", wait_seconds=120)
+        assert time.monotonic() - started < 60  # at once, not after the connect timeout
+        conn.close()
