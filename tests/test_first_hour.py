@@ -107,3 +107,30 @@ def test_a_party_without_the_coordinators_ca_is_told_at_once_what_to_pass(tmp_pa
             conn.challenge(key, "a", wait_seconds=120)
         assert time.monotonic() - started < 60  # at once, not after the connect timeout
         conn.close()
+
+
+def test_after_job_cancel_a_call_racing_the_end_hears_the_run_was_cancelled_not_that_its_token_expired(keys):
+    """`job cancel` ended one party with "the run was cancelled" (exit 5) and two with "session token
+    has expired" (exit 4): their Push raced the JobEnd. Such a call now hears how the run ended."""
+    from tests.harness import allow_list, job, key_bundle
+    from xclp.errors import RunCancelled
+    from xclp.server.coordinator import Coordinator
+    from xclp.v1 import xclp_pb2 as pb
+    from xclp.v1.exits import EXIT_DROPPED, exit_code
+
+    coord = Coordinator(allow_list(keys), [job("f", "flynn", {"n_classes": 3, "m": 128, "s": 2, "rho": 8})])
+    run = coord.job("f")
+    summary = pb.DataSummary(rows=10, dim=4, labeled_rows=10)
+    tokens = {}
+    for p in "abc":
+        bundle = identity.sign_bundle(keys[p], key_bundle(keys[p], p, "f", spec=run.config.spec(), nonce=run.run_nonce,
+                                                          summary=summary))
+        response = coord.join(pb.JoinRequest(job_id="f", summary=summary, bundle=pb.SignedBundle(
+            bundle=bundle.bundle, signature=bundle.signature)))
+        tokens[p] = response.session_token
+    coord.cancel(run.run_id, "alice", "wrong data set")
+    for p in "abc":  # each party's Pull stream carries its JobEnd ...
+        run.parties[p].end_delivered = True
+    with pytest.raises(RunCancelled, match="the run was cancelled: wrong data set") as raised:
+        coord.authenticate(tokens["b"], "f")  # ... while b's Push is on its way
+    assert exit_code(raised.value) == EXIT_DROPPED
