@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     dm.add_argument("--lsh-bits", type=int, default=1024, help="LSH bits L (default 1024)")
     dm.add_argument("--data-dir", type=Path, help="directory with <party>.csv and <party>.truth.csv "
                     "(default: the bundled demo data)")
-    dm.add_argument("--keep", type=Path, help="keep the work directory (certificates, keys, logs, outputs) here")
+    dm.add_argument("--out", "--keep", dest="keep", type=Path, help="the work directory: certificates, keys, logs "
+                    "and outputs, kept (default: a new directory under the system's temp directory, named at the end)")
 
     lg = sub.add_parser("ledger", help="what this party released about each data set, and its DP budget",
                         description="Show, export or forget this party's privacy ledger (docs/privacy.md): per data "

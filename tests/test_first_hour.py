@@ -134,3 +134,18 @@ def test_after_job_cancel_a_call_racing_the_end_hears_the_run_was_cancelled_not_
     with pytest.raises(RunCancelled, match="the run was cancelled: wrong data set") as raised:
         coord.authenticate(tokens["b"], "f")  # ... while b's Push is on its way
     assert exit_code(raised.value) == EXIT_DROPPED
+
+
+def test_demo_with_a_data_dir_without_row_ids_says_what_it_needs_before_starting_anything(tmp_path) -> None:
+    """`demo --data-dir` needed a row_id column and then died with a TimeoutExpired traceback."""
+    from xclp.demo import DEMO_DATA, PARTIES
+
+    for party in PARTIES:
+        for name in (f"{party}.csv", f"{party}.truth.csv"):
+            (tmp_path / name).write_text((DEMO_DATA / name).read_text().replace("row_id", "patient"))
+    done = subprocess.run([str(BIN / "xclp-client"), "demo", "--data-dir", str(tmp_path), "--key-bits", "512",
+                           "--insecure-test-keys"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"--data-dir {tmp_path}: hospital-a.csv has no row_id column; the demo reads row_id, label" in done.stderr
+    assert "coordinator listening" not in done.stderr  # refused before anything started

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,6 +67,24 @@ class DemoOptions:
     @property
     def data(self) -> Path:
         return self.data_dir or DEMO_DATA
+
+    def check_data(self) -> None:
+        """Before anything starts: each institution's table and truth file, with the columns the demo
+        reads (issue 49: a --data-dir without row_id failed late, with a traceback)."""
+        for party in PARTIES:
+            for name, columns in ((f"{party}.csv", ("row_id", "label")),
+                                  (f"{party}.truth.csv", ("row_id", "true_label"))):
+                path = self.data / name
+                try:
+                    with open(path, newline="") as fh:
+                        header = next(csv.reader(fh), [])
+                except OSError as exc:
+                    raise InvalidInput(f"--data-dir {self.data}: cannot read {name} ({exc.strerror}); the demo "
+                                       f"needs <party>.csv and <party>.truth.csv for {', '.join(PARTIES)}") from None
+                missing = [c for c in columns if c not in header]
+                if missing:
+                    raise InvalidInput(f"--data-dir {self.data}: {name} has no {' or '.join(missing)} column; the demo "
+                                       f"reads {', '.join(columns)} from it (its header: {', '.join(header[:8])})")
 
 
 def job_toml(options: DemoOptions, *, n_classes: int = N_CLASSES, extra: str = "") -> str:
@@ -206,7 +223,17 @@ def run_processes(work: Path, options: DemoOptions, procs: list[subprocess.Popen
         raise PeerDropped(f"the job did not complete for {failed}; see the log above and {work / 'coordinator.log'}")
 
 
+LEARNED = """
+What each side learned: the coordinator, each institution's row count, which of its rows are
+labeled (not their labels), and every row's k nearest rows (from the Hamming distances between
+LSH codes, unmasked pair by pair); each institution, the label scores propagated onto its own
+rows. What stayed private: every feature value and every label, the LSH codes, the institutions'
+score sums (masked: the coordinator adds them without reading them) and each institution's
+predictions. Details: docs/threat-model.md."""
+
+
 def run_demo(options: DemoOptions) -> int:
+    options.check_data()
     work = Path(tempfile.mkdtemp(prefix="xclp-demo-")) if options.keep is None else options.keep
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -217,17 +244,20 @@ def run_demo(options: DemoOptions) -> int:
         run_processes(work, options, procs)
         table = evaluate(options, work / "out")
     finally:
-        for proc in procs:
+        for proc in procs:  # nothing outlives the demo, however it ends
             if proc.poll() is None:
                 proc.terminate()
-                proc.wait(10)
-        if options.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
     print(f"\nXCLP on the demo data ({time.monotonic() - started:.1f}s, {options.key_bits}-bit keys, "
           f"L = {options.lsh_bits}): accuracy on each institution's unlabeled rows\n")
     print(f"{'institution':<14}{'unlabeled':>10}{'XCLP (together)':>18}{'alone (own LP)':>17}")
     for party, n, together, alone in table:
         print(f"{party:<14}{n:>10}{together:>18.3f}{alone:>17.3f}")
-    if options.keep is not None:
-        print(f"\nOutputs: {work / 'out'}/<institution>/predictions.csv; run summary: {work / 'summary.json'}")
+    print(LEARNED)
+    print(f"\nOutputs, kept: {work / 'out'}/<institution>/predictions.csv; run summary: {work / 'summary.json'}; "
+          f"logs and the throwaway keys beside them in {work}")
     return EXIT_OK
