@@ -149,3 +149,14 @@ def test_demo_with_a_data_dir_without_row_ids_says_what_it_needs_before_starting
     assert "Traceback" not in done.stderr
     assert f"--data-dir {tmp_path}: hospital-a.csv has no row_id column; the demo reads row_id, label" in done.stderr
     assert "coordinator listening" not in done.stderr  # refused before anything started
+
+
+def test_text_in_a_numeric_column_is_said_before_any_coordinator_answers(tmp_path) -> None:
+    """A CSV with text in a numeric column was reported only after a coordinator answered."""
+    from xclp.client.api import read_data
+
+    (tmp_path / "a.csv").write_text("row_id,x,y,label\nr0,1.5,2,0\nr1,oops,3,1\n")
+    said: list[str] = []
+    read_data(tmp_path / "a.csv", id_column="row_id", progress=said.append)  # no coordinator anywhere
+    assert any(line.startswith("WARNING: ") and "column 'x'" in line and "'oops' is not a number" in line
+               and "declares that column categorical" in line for line in said), said
