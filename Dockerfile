@@ -42,7 +42,11 @@ RUN set -eu; \
     EXTRAS="$EXTRAS" python3 -c 'import os, tomllib; p = tomllib.load(open("/build/pyproject.toml", "rb"))["project"]; \
 print("\n".join(p["dependencies"] + [r for e in os.environ["EXTRAS"].split() for r in p["optional-dependencies"][e]]))' \
         > /build/requirements.txt; \
-    /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt; \
+    /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt || { \
+        echo "xclp: installing the dependencies from the package index failed. Offline, or without the image" >&2; \
+        echo "xclp: (docker compose up builds it when xclp:dev is missing), run scripts/docker-prepare: it builds" >&2; \
+        echo "xclp: xclp:dev from Debian packages and a local wheelhouse (docs/docker.md)." >&2; \
+        exit 1; }; \
     # The bundled test suites of numpy, scipy, numba and the dask extra's packages (~50 MB) are
     # never imported at run time; tornado's holds a test private key, which no image may carry.
     site=$(/opt/xclp/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \

@@ -232,3 +232,25 @@ id -u; stat -c %u .
 def test_healthcheck_passes_in_a_party_container_which_has_no_port(image: str) -> None:
     done = docker("run", "--rm", image, "/opt/xclp/venv/bin/python", "/opt/xclp/healthcheck.py", check=False)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+@pytest.mark.docker
+def test_a_build_that_cannot_reach_the_package_index_says_to_run_docker_prepare(image: str, tmp_path) -> None:
+    """`docker compose up` without the image builds it from the package index; offline that failed
+    after 30 lines with no word of scripts/docker-prepare (issue 49). The base image is the one the
+    `image` fixture made; the build has no network."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in ("Dockerfile", "pyproject.toml", "README.md"):
+        (context / name).write_bytes((root / name).read_bytes())
+    tag = f"xclp-offline-test-{uuid.uuid4().hex[:8]}"
+    done = docker("build", "--network", "none", "--target", "builder", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+                  "--build-arg", "WHEELHOUSE=0", "-t", tag, str(context), timeout=600,
+                  check=False)
+    docker("image", "rm", "-f", tag, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "run scripts/docker-prepare" in said and "from Debian packages and a local wheelhouse" in said, said[-3000:]
