@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,11 +73,14 @@ class PartyResult:
     """What a run gave this party.
 
     `data` is the table as the job read it (its row ids and feature columns); `job` is everything
-    the session returned (`xclp.client.run_config.JobResult`), for those who need the raw aggregate.
+    the session returned (`xclp.client.run_config.JobResult`), for those who need the raw aggregate;
+    `ids`: the id column's own values when they were integers (a DataFrame's or an Arrow table's),
+    which `predictions` gives back as they came rather than as text.
     """
 
     job: JobResult
     data: PartyData
+    ids: tuple[Any, ...] | None = None
 
     @property
     def job_type(self) -> str:
@@ -111,7 +114,10 @@ class PartyResult:
         if self.output is not Output.PREDICTIONS:
             raise InvalidInput(f"a {self.job_type} job gives a model, not predictions for the party's rows: use "
                                "result.model, result.predict(data) or result.query(data)")
-        return dataframe(xclp_columns(self.data, self.job))
+        columns = xclp_columns(self.data, self.job)
+        if self.ids is not None and len(self.ids) == len(columns["id"]):
+            columns["id"] = list(self.ids)
+        return dataframe(columns)
 
     def predict(self, data: Any, *, id_column: str | None = None) -> Any:
         """FlyNN, fedavg, dbcl: the model's classes for `data` (any form `run` takes; a label column
@@ -215,7 +221,27 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
                                      budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
-    return take_part(config, source, progress=say)
+    result = take_part(config, source, progress=say)
+    return replace(result, ids=_integer_ids(data, id_column))
+
+
+def _integer_ids(data: Any, id_column: str | None) -> tuple[Any, ...] | None:
+    """A DataFrame's or Arrow table's id column, when it holds integers (issue 49: they came back as
+    text); None otherwise (a CSV's ids are text; without an id column the ids are row numbers)."""
+    if id_column is None:
+        return None
+    schema = getattr(data, "schema", None)
+    if schema is not None and hasattr(data, "column"):  # pyarrow.Table
+        import pyarrow as pa
+
+        if id_column in schema.names and pa.types.is_integer(schema.field(id_column).type):
+            return tuple(data.column(id_column).to_pylist())
+        return None
+    if not (hasattr(data, "iloc") and id_column in getattr(data, "columns", ())):  # not a pandas DataFrame's
+        return None
+    column = data[id_column]
+    kind = getattr(column.dtype, "kind", "")
+    return tuple(int(v) for v in column.tolist()) if kind and kind in "iu" else None
 
 
 def as_budget(value: str | float | Budget | None) -> Budget:

@@ -21,10 +21,10 @@ from xclp.errors import ConfigError, InvalidInput, XclpError
 from xclp.simulation import simulate
 
 
-def frame(seed: int, n: int = 40) -> pd.DataFrame:
+def frame(seed: int, n: int = 40, *, int_ids: bool = False) -> pd.DataFrame:
     X, y = make_data(seed, n=n, d=6, unlabeled=8)
     df = pd.DataFrame(X, columns=[f"f{j}" for j in range(X.shape[1])])
-    df.insert(0, "row_id", [f"p{seed}-{i}" for i in range(n)])
+    df.insert(0, "row_id", [1000 * seed + i for i in range(n)] if int_ids else [f"p{seed}-{i}" for i in range(n)])
     df["label"] = pd.array(np.where(y < 0, None, y), dtype="Int64")
     return df
 
@@ -89,7 +89,8 @@ def _run_all(address: str, job_id: str, keys, frames: dict[str, pd.DataFrame], *
 
 
 def test_three_parties_run_xclp_from_dataframes_and_get_what_the_simulation_gives(keys, tmp_path) -> None:
-    frames = {p: frame(i) for i, p in enumerate(PARTIES)}
+    """b's ids are integers: its predictions give them back as integers (issue 49: they came as text)."""
+    frames = {p: frame(i, int_ids=p == "b") for i, p in enumerate(PARTIES)}
     params = {"n_classes": 3, "lsh_bits": 256, "k": 4, "key_bits": 512, "insecure_test_keys": True}
     with coordinator(allow_list(keys), [job("api-xclp", "xclp", params)]) as (_, address):
         results = _run_all(address, "api-xclp", keys, frames, paillier_bits=512, insecure_test_keys=True,
@@ -101,6 +102,7 @@ def test_three_parties_run_xclp_from_dataframes_and_get_what_the_simulation_give
         got = result.predictions()  # type: ignore[union-attr]
         want = sim[p].predictions()
         assert got["id"].tolist() == frames[p]["row_id"].tolist()
+        assert got["id"].dtype == frames[p]["row_id"].dtype
         assert got["label"].tolist() == want["label"].tolist()
         np.testing.assert_allclose(got.filter(like="score_").to_numpy(), want.filter(like="score_").to_numpy(),
                                    atol=1e-6)
