@@ -9,6 +9,8 @@
     xclp-server operator keygen --name alice --out keys/
     xclp-server job submit|list|show|cancel ...       # the Admin API (server/admin_cli.py)
     xclp-server health --coordinator localhost:50051 --ca-cert ca.pem
+    xclp-server federation new fed/ --parties a,b,c --data a.csv b.csv c.csv   # all of it, on this machine
+    xclp-server allow add hospital-d ed25519:...       # a party's key into allow.toml
 
 Settings come from flags or `--config server.toml` (same names, underscores; flags win); the
 operator keys of the Admin API are the config's `[operators]` table (name = "ed25519:...").
@@ -93,6 +95,25 @@ def _parser() -> argparse.ArgumentParser:
     party.add_argument("--days", type=int, default=825, help="validity in days (default 825)")
 
     _admin_parsers(sub)
+    fed = sub.add_parser("federation", help="a federation on this machine, from your CSVs").add_subparsers(
+        dest="federation_command", required=True)
+    new = fed.add_parser("new", help="write the CA, certificates, keys, allow-list, a job and a README",
+                         description="Write, in a new directory: a development CA, the coordinator's certificate, "
+                         "each party's identity key and settings, the allow-list, one job checked against the "
+                         "tables (with --data) and a README with the exact command for each process.")
+    new.add_argument("dir", type=Path, help="a new (or empty) directory")
+    new.add_argument("--parties", required=True, help="the parties' names, comma-separated (e.g. a,b,c)")
+    new.add_argument("--data", type=Path, nargs="+", default=[], help="one table per party, in --parties order")
+    new.add_argument("--type", default="xclp", choices=("xclp", "flynn"), help="the job's type (default xclp)")
+    new.add_argument("--label-column", default="label", help="the tables' label column (default label)")
+    new.add_argument("--id-column", help="the tables' row id column (default: row numbers)")
+    allow = sub.add_parser("allow", help="the allow-list").add_subparsers(dest="allow_command", required=True)
+    add = allow.add_parser("add", help="add a party's public key (its `xclp-client keygen` line)")
+    add.add_argument("name", help="the party's id")
+    add.add_argument("pubkey", help='its public key, "ed25519:..." (or the whole line keygen printed)')
+    add.add_argument("--allow-list", type=Path, default=Path("allow.toml"), help="the file (default allow.toml)")
+    add.add_argument("--replace", action="store_true", help="give a listed party another key")
+
     h = sub.add_parser("health", help="ask a coordinator's gRPC health service (exit 0 if SERVING)")
     h.add_argument("--coordinator", default="localhost:50051", help="host:port (default localhost:50051)")
     h.add_argument("--ca-cert", type=Path, help="CA of the coordinator's certificate")
@@ -268,6 +289,23 @@ def health(args: argparse.Namespace) -> int:
     return EXIT_OK if status == "SERVING" else EXIT_UNEXPECTED
 
 
+def federation(args: argparse.Namespace) -> int:
+    from xclp.server.federation import allow_add, new_federation
+
+    if args.command == "allow":
+        allow_add(args.allow_list, args.name, args.pubkey, replace=args.replace)
+        print(f"xclp-server: {args.allow_list} lists {args.name}; a running coordinator reads it again at its next "
+              "start", file=sys.stderr)
+        return EXIT_OK
+    parties = [p.strip() for p in args.parties.split(",") if p.strip()]
+    new_federation(args.dir, parties, args.data, job_type=args.type, label_column=args.label_column,
+                   id_column=args.id_column)
+    print(f"xclp-server: a {args.type} federation of {', '.join(parties)} in {args.dir}; the commands to run are in "
+          f"{args.dir / 'README.md'}:\n", file=sys.stderr)
+    print((args.dir / "README.md").read_text().split("```sh\n", 1)[1].split("```", 1)[0].rstrip())
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limit_malloc_arenas()
@@ -286,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             return admin_cli.operator_keygen(args)
         if args.command == "health":
             return health(args)
+        if args.command in ("federation", "allow"):
+            return federation(args)
         from xclp.server import dev_ca
 
         if args.command == "ca":
