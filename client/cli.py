@@ -154,6 +154,19 @@ def _parser() -> argparse.ArgumentParser:
     dm.add_argument("--out", "--keep", dest="keep", type=Path, help="the work directory: certificates, keys, logs "
                     "and outputs, kept (default: a new directory under the system's temp directory, named at the end)")
 
+    sm = sub.add_parser("simulate", help="does federating help? alone, federated and pooled accuracy per party",
+                        description="Simulate an XCLP job over your tables in this process (the plaintext "
+                        "reference, which the service's result equals) and print, per party, the accuracy on a "
+                        "held-out part of its labeled rows for the party alone (label propagation on its own rows), "
+                        "federated, and pooled (one central table, for reference); warn where federating is worse "
+                        "than alone.")
+    sm.add_argument("job", type=Path, help="the job file (its type and [params])")
+    sm.add_argument("data", type=Path, nargs="+", help="one table per party (the party is named by the file's stem)")
+    sm.add_argument("--holdout", type=float, default=0.2, help="fraction of each party's labeled rows held out "
+                    "(default 0.2; the same rows every time)")
+    sm.add_argument("--label-column", default="label", help="the label column (default label)")
+    sm.add_argument("--id-column", help="the row id column (default: row numbers)")
+
     lg = sub.add_parser("ledger", help="what this party released about each data set, and its DP budget",
                         description="Show, export or forget this party's privacy ledger (docs/privacy.md): per data "
                         "set (the digest of its table as read), every exact release (which function, among which "
@@ -268,6 +281,18 @@ def demo(args: argparse.Namespace) -> int:
                                 lsh_bits=args.lsh_bits, data_dir=args.data_dir, keep=args.keep))
 
 
+def simulate(args: argparse.Namespace) -> int:
+    from xclp.simulation.compare import compare, table
+
+    names = [path.stem for path in args.data]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"simulate names each party by its table's file name; these repeat: {', '.join(names)}")
+    rows = compare(args.job, dict(zip(names, args.data)), holdout=args.holdout, label_column=args.label_column,
+                   id_column=args.id_column)
+    print(table(rows))
+    return EXIT_OK
+
+
 def keygen(args: argparse.Namespace) -> int:
     identity.check_party_id(args.party)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -350,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     limit_malloc_arenas()
     commands = {"keygen": keygen, "run": run, "predict": predict, "query": query, "demo": demo, "agent": agent,
-                "ledger": ledger_command}
+                "ledger": ledger_command, "simulate": simulate}
     try:
         return commands[args.command](args)
     except XclpError as exc:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from xclp.crypto import identity
@@ -160,3 +161,33 @@ def test_text_in_a_numeric_column_is_said_before_any_coordinator_answers(tmp_pat
     read_data(tmp_path / "a.csv", id_column="row_id", progress=said.append)  # no coordinator anywhere
     assert any(line.startswith("WARNING: ") and "column 'x'" in line and "'oops' is not a number" in line
                and "declares that column categorical" in line for line in said), said
+
+
+def test_simulate_prints_alone_federated_and_pooled_and_warns_where_federating_does_not_help(tmp_path) -> None:
+    """c's labels mean something else (classes 0 and 1 swapped): federating misleads c, which the
+    comparison shows and warns about; the same rows are held out every time."""
+    rng = np.random.default_rng(5)
+    centres = rng.normal(scale=4.0, size=(3, 4))
+    for party in ("a", "b", "c"):
+        y = rng.integers(0, 3, size=90)
+        X = centres[y] + rng.normal(size=(90, 4))
+        seen = np.where(rng.random(90) < 0.6, y, -1)
+        if party == "c":
+            seen = np.where(seen == 0, 1, np.where(seen == 1, 0, seen))
+        lines = ["row_id,f0,f1,f2,f3,label"] + [
+            f"{party}{i}," + ",".join(f"{v:.5f}" for v in X[i]) + f",{'' if seen[i] < 0 else seen[i]}"
+            for i in range(90)]
+        (tmp_path / f"{party}.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "job.toml").write_text('type = "xclp"\n[params]\nn_classes = 3\nlsh_bits = 256\nk = 5\n'
+                                       'key_bits = 512\ninsecure_test_keys = true\n')
+    command = [str(BIN / "xclp-client"), "simulate", str(tmp_path / "job.toml"),
+               *(str(tmp_path / f"{p}.csv") for p in "abc"), "--id-column", "row_id"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in done.stdout.splitlines()
+            if line[:1] in "abc" and len(line.split()) == 5}
+    assert set(rows) == {"a", "b", "c"} and all(0 <= v <= 1 for r in rows.values() for v in r[1:])
+    held, alone, federated, pooled = rows["c"]
+    assert federated < alone and held == round(0.2 * held / 0.2)
+    assert "WARNING: for c, federating is worse than its own rows alone" in done.stdout
+    assert subprocess.run(command, capture_output=True, text=True, timeout=300).stdout == done.stdout  # same rows

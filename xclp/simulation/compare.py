@@ -1,0 +1,109 @@
+"""Does federating help? (`xclp-client simulate`): per party, accuracy on held-out labeled rows
+for the party alone, federated, and pooled, before any institution is involved.
+
+Each party's held-out rows are a fraction of its labeled rows (`holdout`, drawn from a fixed
+public seed so that a rerun holds out the same rows), whose labels are hidden from every
+computation and only compared with at the end:
+- alone: label propagation on the party's own rows (exact cosine, the job's k, α and p:
+  `xclp.baselines.per_client_lp`), what it can do without anyone;
+- federated: the XCLP job simulated over every party (`simulate`, the plaintext reference, which
+  the service's result equals);
+- pooled: the same propagation as alone on all the parties' rows in one table: the plaintext
+  reference a central data set would give, which no party can run.
+A party for which federating is worse than alone is warned (one it does not change, told): on a table where the parties'
+labels disagree, or whose columns do not carry the class, XCLP can do worse than each alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from xclp.baselines import per_client_lp
+from xclp.data import tables
+from xclp.errors import ConfigError, InvalidInput
+from xclp.propagation import predict
+from xclp.seeding import public_rng
+from xclp.simulation.simulate import _checked, _job, simulate
+from xclp.v1.xclp import XclpJobParams
+
+__all__ = ["Comparison", "compare", "table"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One party's accuracies on its `held_out` rows."""
+
+    party: str
+    held_out: int
+    alone: float
+    federated: float
+    pooled: float
+
+    @property
+    def helps(self) -> bool:
+        return self.federated > self.alone
+
+
+def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed: bytes | None = None,
+            label_column: str | None = tables.DEFAULT_LABEL, id_column: str | None = None) -> list[Comparison]:
+    """Per party, in the order given (module docstring)."""
+    job_type, params = _job(job)
+    if not isinstance(params, XclpJobParams):
+        raise ConfigError(f"simulate compares XCLP jobs (labels for a party's own rows); this job is {job_type!r}")
+    if not 0.0 < holdout < 1.0:
+        raise ConfigError(f"--holdout must be a fraction in (0, 1), got {holdout}")
+    read = {p: _checked(p, tables.read_any(d, label_column=label_column, id_column=id_column,
+                                           categorical=params.categorical), params) for p, d in parties.items()}
+    held, hidden = {}, {}
+    for p, t in read.items():
+        assert t.y is not None
+        labeled = np.flatnonzero(t.y >= 0)
+        if labeled.size < 2:
+            raise InvalidInput(f"party {p!r} has {labeled.size} labeled rows: nothing to hold out and still learn from")
+        count = min(labeled.size - 1, max(1, round(holdout * labeled.size)))
+        held[p] = np.sort(public_rng(labeled.size, f"xclp/simulate-holdout/{p}").choice(labeled, count,
+                                                                                         replace=False))
+        y = t.y.copy()
+        y[held[p]] = -1
+        hidden[p] = replace(t, y=y, labels=None)
+    sim = simulate(params, {p: (t.X, t.y, t.ids) for p, t in hidden.items()}, secure=False, seed=seed)
+    scaling = sim[next(iter(read))].job.scaling
+    X = {p: t.X if scaling is None else scaling.apply(t.X) for p, t in read.items()}
+    graph, norm, C = params.graph_params, params.normalise_labels, params.n_classes
+    pooled = per_client_lp(np.vstack(list(X.values())), np.concatenate([t.y for t in hidden.values()]), C, graph,
+                           norm).labels
+    out, start = [], 0
+    for p, t in read.items():
+        assert t.y is not None and hidden[p].y is not None
+        truth, rows = t.y[held[p]], held[p]
+        alone = per_client_lp(X[p], hidden[p].y, C, graph, norm).labels
+        federated, _ = predict(sim[p].job.aggregate)
+        mine = pooled[start: start + t.X.shape[0]]
+        start += t.X.shape[0]
+        out.append(Comparison(p, int(rows.size), _accuracy(alone[rows], truth), _accuracy(federated[rows], truth),
+                              _accuracy(mine[rows], truth)))
+    return out
+
+
+def _accuracy(predicted: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean(np.asarray(predicted) == truth))
+
+
+def table(rows: list[Comparison]) -> str:
+    """The comparison as the CLI prints it, with a warning per party federating does not help."""
+    lines = [f"{'party':<16}{'held out':>9}{'alone':>9}{'federated':>11}{'pooled':>9}"]
+    lines += [f"{r.party:<16}{r.held_out:>9}{r.alone:>9.3f}{r.federated:>11.3f}{r.pooled:>9.3f}" for r in rows]
+    lines.append("(accuracy on each party's held-out labeled rows; pooled: one central table, for reference)")
+    for r in rows:
+        if r.federated < r.alone:
+            lines.append(f"WARNING: for {r.party}, federating is worse than its own rows alone ({r.federated:.3f} "
+                         f"against {r.alone:.3f} on {r.held_out} held-out rows): check that every party's labels "
+                         "mean the same and that the columns carry the class (an unhelpful column can be dropped)")
+        elif r.federated == r.alone < 1.0:
+            lines.append(f"note: for {r.party}, federating does not change its accuracy ({r.alone:.3f} on "
+                         f"{r.held_out} held-out rows)")
+    return "\n".join(lines)
