@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -282,15 +283,14 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from xclp.simulation.compare import compare, table
-
+    """In a process of its own (xclp/simulation/compare.py says why): this one becomes it."""
     names = [path.stem for path in args.data]
     if len(set(names)) != len(names):
         raise ConfigError(f"simulate names each party by its table's file name; these repeat: {', '.join(names)}")
-    rows = compare(args.job, dict(zip(names, args.data)), holdout=args.holdout, label_column=args.label_column,
-                   id_column=args.id_column)
-    print(table(rows))
-    return EXIT_OK
+    request = {"job": str(args.job), "data": {n: str(p) for n, p in zip(names, args.data)}, "holdout": args.holdout,
+               "label_column": args.label_column, "id_column": args.id_column}
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "xclp.simulation.compare", json.dumps(request)])
 
 
 def keygen(args: argparse.Namespace) -> int:

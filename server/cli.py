@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("dir", type=Path, help="a new (or empty) directory")
     new.add_argument("--parties", required=True, help="the parties' names, comma-separated (e.g. a,b,c)")
     new.add_argument("--data", type=Path, nargs="+", default=[], help="one table per party, in --parties order")
-    new.add_argument("--type", default="xclp", choices=("xclp", "flynn"), help="the job's type (default xclp)")
+    new.add_argument("--type", default="xclp", help="the job's type: xclp (default) or flynn")
     new.add_argument("--label-column", default="label", help="the tables' label column (default label)")
     new.add_argument("--id-column", help="the tables' row id column (default: row numbers)")
     allow = sub.add_parser("allow", help="the allow-list").add_subparsers(dest="allow_command", required=True)

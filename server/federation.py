@@ -25,18 +25,18 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from xclp.crypto import identity
 from xclp.data import tables
 from xclp.errors import ConfigError, InvalidInput
 from xclp.runtime import read_toml, write_atomic, write_private
 from xclp.server import dev_ca
+from xclp.v1 import registry
 
 __all__ = ["allow_add", "new_federation"]
 
 PORT = 50051
-TYPES = ("xclp", "flynn")  # the others' parameters depend on what they are for: docs/job-parameters.md
-GRAPH = {"lsh_bits": 1024, "k": 10, "key_bits": 2048}  # XCLP's defaults at institution scale (docs/jobs/xclp.md)
 
 
 def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = (), *, job_type: str = "xclp",
@@ -46,13 +46,15 @@ def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = ()
         raise ConfigError(f"--parties needs at least two distinct names, got {', '.join(parties) or 'none'}")
     for p in parties:
         identity.check_party_id(p)
-    if job_type not in TYPES:
-        raise ConfigError(f"--type {job_type!r}: one of {', '.join(TYPES)}")
+    types = [name for name in registry.names() if registry.get(name).starter is not None]
+    if job_type not in types:
+        raise ConfigError(f"--type {job_type!r}: a new federation starts one of {', '.join(types)} (the others' "
+                          "parameters depend on what they are for: docs/job-parameters.md)")
     if data and len(data) != len(parties):
         raise ConfigError(f"--data names {len(data)} tables for {len(parties)} parties: one per party, in order")
     if root.exists() and any(root.iterdir()):
         raise ConfigError(f"{root} is not empty; give a new directory")
-    params = _params(job_type, [Path(d).resolve() for d in data], label_column, id_column)
+    params, keys = _params(job_type, [Path(d).resolve() for d in data], label_column, id_column)
 
     dev_ca.init_ca(root / "ca")
     coordinator = root / "coordinator"
@@ -83,16 +85,17 @@ def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = ()
                     f'data = "{table}"', f'label_column = "{label_column}"', 'out = "out"', "min_parties = 2"]
         if id_column:
             settings.append(f'id_column = "{id_column}"')
-        if job_type == "xclp":
-            settings.append(f"paillier_bits = {GRAPH['key_bits']}")
+        if keys:
+            settings.append(f"paillier_bits = {keys}")
         write_atomic(root / p / "run.toml", ("\n".join(settings) + "\n").encode(), mode=0o644)
     readme = _readme(root, parties, job_type, job_id, bool(data))
     write_atomic(root / "README.md", readme.encode(), mode=0o644)
     return readme
 
 
-def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: str | None) -> str:
-    """The job's [params], from the tables when there are some."""
+def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: str | None) -> tuple[str, int]:
+    """The job's [params], from the tables when there are some, checked; and its Paillier key size
+    (0: none)."""
     classes: list[str] = []
     n_classes = 0
     columns: tuple[str, ...] | None = None
@@ -112,15 +115,17 @@ def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: s
     if classes and numeric:
         n_classes, classes = max(n_classes, max(int(c) for c in classes) + 1), []
     count = len(classes) if classes else (n_classes or 2)
+    starter = registry.get(job_type).starter
+    assert starter is not None
+    values: dict[str, Any] = {"n_classes": count, **({"classes": classes} if classes else {}),
+                              **starter(len(columns) if columns else 5)}
+    parsed = registry.parse_params(job_type, values)  # what the coordinator will check, checked now
     lines = [f"n_classes = {count}" + ("" if data else "   # the number of classes of your label column")]
     if classes:
         lines.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
-    if job_type == "xclp":
-        lines += [f"{k} = {v}" for k, v in GRAPH.items()]
-    else:  # FlyNN as docs/jobs/flynn-race.md sizes it: s at most the features
-        d = len(columns) if columns else 5
-        lines += ["m = 4096", f"s = {min(5, d)}", "rho = 32"]
-    return "\n".join(lines) + "\n"
+    lines += [f"{k} = {v}" for k, v in values.items() if k not in ("n_classes", "classes")]
+    keys = parsed.paillier
+    return "\n".join(lines) + "\n", keys.bits if keys is not None else 0
 
 
 def _readme(root: Path, parties: Sequence[str], job_type: str, job_id: str, with_data: bool) -> str:

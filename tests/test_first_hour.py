@@ -64,13 +64,13 @@ def test_job_show_and_list_json_give_counts_as_numbers() -> None:
 
 def test_a_party_whose_own_min_parties_stops_a_run_the_job_would_go_on_with_says_which_setting_decided(keys):
     """The job file says min_parties = 2, the parties run with the default --min-parties 3; c dies
-    at the masked sum. a and b said at Join that they stop below 3, and now say that their own
+    as the common seed is drawn. a and b said at Join that they stop below 3, and now say that their own
     setting, not the job's, ended their part."""
     from tests.harness import DiesAt, allow_list, coordinator, job, party_data, run_parties
     from xclp.client.policy import PartyPolicy
 
     class Dies(DiesAt):
-        at = "sum"
+        at = "seed"
 
     datas = {p: party_data(10 + i) for i, p in enumerate("abc")}
     progress: dict[str, list[str]] = {}

@@ -12,10 +12,16 @@ computation and only compared with at the end:
   reference a central data set would give, which no party can run.
 A party for which federating is worse than alone is warned (one it does not change, told): on a table where the parties'
 labels disagree, or whose columns do not carry the class, XCLP can do worse than each alone.
+
+`xclp-client simulate` runs this module in a process of its own (`python -m xclp.simulation.compare`
+with the request as JSON): a simulation drives the coordinator's steps too, and the party's
+command line never loads the coordinator's code (DESIGN §1's arrows).
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,7 +30,7 @@ import numpy as np
 
 from xclp.baselines import per_client_lp
 from xclp.data import tables
-from xclp.errors import ConfigError, InvalidInput
+from xclp.errors import ConfigError, InvalidInput, XclpError
 from xclp.propagation import predict
 from xclp.seeding import public_rng
 from xclp.simulation.simulate import _checked, _job, simulate
@@ -107,3 +113,23 @@ def table(rows: list[Comparison]) -> str:
             lines.append(f"note: for {r.party}, federating does not change its accuracy ({r.alone:.3f} on "
                          f"{r.held_out} held-out rows)")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`xclp-client simulate`'s work: argv[0] is the request as JSON (job, data: party -> table,
+    holdout, label_column, id_column); prints the table; exits as xclp-client does."""
+    from xclp.v1.exits import EXIT_OK, exit_code
+
+    request = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    try:
+        rows = compare(request["job"], request["data"], holdout=request["holdout"],
+                       label_column=request["label_column"], id_column=request["id_column"])
+    except XclpError as exc:
+        print(f"xclp-client: error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    print(table(rows))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -64,6 +64,10 @@ class JobType:
     # what makes a MODEL output's file usable (client/models.py): "module:attribute" of a function of
     # the ModelFile that returns what `predict` or `query` use
     model_loader: str | Callable[..., Any] | None = None
+    # the [params] a new federation's job starts from (`xclp-server federation new`), given the
+    # tables' feature count, beside the classes the tables give; None: the type has none (its
+    # parameters depend on what it is for)
+    starter: Callable[[int], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         for where in (self.coordinator, self.party, self.simulation, self.model_loader):
@@ -196,13 +200,15 @@ register(JobType(
     "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
     coordinator="xclp.server.jobs.xclp:XclpJob", party="xclp.client.jobs.xclp:XclpParty",
     output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=300_000,
-    simulation="xclp.simulation.simulate:run_xclp"))
+    simulation="xclp.simulation.simulate:run_xclp",
+    starter=lambda features: {"lsh_bits": 1024, "k": 10, "key_bits": 2048}))  # docs/jobs/xclp.md's sizes
 register(JobType(
     "flynn", FlynnJobParams,
     "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:flynn_party",
     output=Output.MODEL, model=ModelKind.FLYNN, simulation="xclp.simulation.simulate:run_flynn",
-    model_loader="xclp.client.jobs.allreduce:flynn_model"))
+    model_loader="xclp.client.jobs.allreduce:flynn_model",
+    starter=lambda features: {"m": 4096, "s": min(5, features), "rho": 32}))  # docs/jobs/flynn-race.md's
 register(JobType(
     "race", RaceJobParams,
     "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
