@@ -53,8 +53,9 @@ def wait_until(condition, seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.slow
-def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(keys, tmp_path: Path) -> None:
+def files_of_a(keys, tmp_path: Path) -> tuple[dict[str, bytes], dict, dict]:
+    """a's table, key and allow-list on disk (a runs as a process); b's and c's data and Paillier
+    keys (they run in this process): (allow-list, b's and c's data, their keys)."""
     data = party_data(500, n=ROWS)
     write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
     save_identity(keys["a"], tmp_path / "a.key")
@@ -63,6 +64,12 @@ def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(k
         f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
     others = {p: party_data(501 + i, n=ROWS) for i, p in enumerate("bc")}
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    return allow, others, paillier
+
+
+@pytest.mark.slow
+def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(keys, tmp_path: Path) -> None:
+    allow, others, paillier = files_of_a(keys, tmp_path)
     with coordinator(allow, [job("x", "xclp", XCLP, step_seconds=120)]) as (_, address):
         party = subprocess.Popen(
             [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
@@ -107,14 +114,7 @@ def test_an_agent_stopped_by_sigterm_mid_securehamming_on_a_loaded_machine_exits
     SIGKILLs it: under load the agent used to need longer and ended with 137. Two spinning processes
     load the machine's two cores; the stop comes as SecureHamming starts, when the agent's pool
     is starting its workers (tests/client/test_local_pool.py has that race alone)."""
-    data = party_data(500, n=ROWS)
-    write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
-    save_identity(keys["a"], tmp_path / "a.key")
-    allow = allow_list(keys)
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
-    others = {p: party_data(501 + i, n=ROWS) for i, p in enumerate("bc")}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    allow, others, paillier = files_of_a(keys, tmp_path)
     with coordinator(allow, [replace(job("x", "xclp", XCLP, step_seconds=120), datasets={"a": "demo"})]) \
             as (coord, address):
         (tmp_path / "agent.toml").write_text(
