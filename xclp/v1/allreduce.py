@@ -54,19 +54,19 @@ def check_count_ring(private: bool, most: int, what: str) -> None:
 class FlynnJobParams(JobParams):
     """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
 
-    DP (paper 001 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
+    DP (Ram & Sinha 2022 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
     """
 
     n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
                            ">= 2")
-    m: int = param("FlyHash dimension (the paper uses 256 × the number of features)", ">= rho", "paper 001 §3")
+    m: int = param("FlyHash dimension (the paper uses 256 × the number of features)", ">= rho", "Ram & Sinha 2022 §3")
     s: int = param("ones per row of the FlyHash projection (the paper: ⌊0.3 × features⌋)", "1 .. features",
-                   "paper 000 supplement Table 6")
+                   "Ram & Sinha 2022, supplement Table 6")
     rho: int = param("bits set in each hash (the paper: 32)", "1 .. m")
     gamma: float = param("Fly Bloom Filter decay; 0 makes the filters binary", "[0, 1)", default=0.0)
     tie_seed: int = param("seed of the draw that breaks prediction ties", ">= 0", default=0)
     epsilon: float | None = param("total privacy budget ε; with T, each party releases a DP model (off when unset)",
-                                  "> 0", "paper 001 Alg. 2", default=None)
+                                  "> 0", "Ram & Sinha 2022 Alg. 2", default=None)
     T: int | None = param("count entries each party releases under DP", "1 .. n_classes × m", default=None)
     frac_bits: int = param("fractional bits of the fixed-point ring for DP releases", "0 .. 40", default=24)
 
@@ -138,7 +138,8 @@ class RaceJobParams(JobParams):
     share of scale R/ε so only the noised aggregate is ever released.
     """
 
-    rows: int = param("R, repetitions (rows of the sketch); more rows, less variance", ">= 1", "paper 002 §2.4")
+    rows: int = param("R, repetitions (rows of the sketch); more rows, less variance", ">= 1",
+                      "Coleman & Shrivastava 2021 §2.4")
     width: int = param("W, buckets per row", ">= 2^p for srp")
     family: str = param('LSH family: "srp" (angular kernel (1 − θ/π)^p) or "l2" (p-stable, Euclidean)',
                         '"srp", "l2"', default="srp")

@@ -1,4 +1,4 @@
-"""The dbcl job on the wire (DESIGN §7, paper 004 §4.2): its parameters, the round's seed and
+"""The dbcl job on the wire (DESIGN §7, Zhang & Wang 2021 §4.2): its parameters, the round's seed and
 released parameters.
 
 Rounds are scoped and masked as in the fedavg job (xclp.v1.training: "r<t>.<name>", masks under
@@ -14,7 +14,7 @@ After the last round, to every party: "final_model" float64[n_params] W, or floa
 job withholds it (withhold_model = true).
 
 A party refuses a round seed it has already seen in the job: with a repeated S the sketches of two
-rounds no longer hide the difference of W (paper 004 §4.4), so a coordinator may not reuse one.
+rounds no longer hide the difference of W (Zhang & Wang 2021 §4.4), so a coordinator may not reuse one.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def round_seed_payload(payload: object, round: int) -> bytes:
 
 @dataclass(frozen=True)
 class DbclJobParams(PrivateTraining):
-    """Double-blind collaborative learning of a small network (DESIGN §7, paper 004 §4.2; xclp.dbcl).
+    """Double-blind collaborative learning of a small network (DESIGN §7, Zhang & Wang 2021 §4.2; xclp.dbcl).
 
     Each round the coordinator draws a fresh seed, sketches each layer in `sketched_layers` with
     S_t ∈ R^{d×s} (s = ⌈sketch_ratio · d⌉) and releases W̃ = S_tᵀW with the seed; every sampled
@@ -81,7 +81,7 @@ class DbclJobParams(PrivateTraining):
     rmsprop_decay: float = param("RMSProp decay ρ of the mean squared gradient", "(0, 1)", default=0.9)
     sketch: str = param('the sketch S_t: "countsketch" (one ±1 per row), "uniform" (sampling: dropout, which the '
                      'paper shows does not stop the probe) or "none" (unsketched federated SGD)',
-                     '"countsketch", "uniform", "none"', "paper 004 §2, §4.4", default="countsketch")
+                     '"countsketch", "uniform", "none"', "Zhang & Wang 2021 §2, §4.4", default="countsketch")
     sketch_ratio: float = param("s/d: each sketched layer with d inputs is released as s = ⌈ratio · d⌉ rows",
                              "(0, 1]", default=0.5)
     sketched_layers: tuple[int, ...] | None = param("which layers are sketched, 0 = the input layer; unset: every "

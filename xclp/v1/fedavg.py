@@ -1,4 +1,4 @@
-"""The fedavg job's parameters (DESIGN §7, paper 003 §4.2): secure FedAvg, optionally with XCLP
+"""The fedavg job's parameters (DESIGN §7, Scott et al. 2023 §4.2): secure FedAvg, optionally with XCLP
 pseudo-labels. Its rounds, their steps and messages, the update codec and the model chain are the
 training contract both training jobs share (xclp.v1.training)."""
 
@@ -34,7 +34,7 @@ from xclp.v1.xclp import XclpJobParams
 
 @dataclass(frozen=True)
 class FedavgJobParams(PrivateTraining):
-    """Secure FedAvg of a small network (DESIGN §7, paper 003 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
+    """Secure FedAvg of a small network (DESIGN §7, Scott et al. 2023 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
 
     Each round samples ⌈fraction · parties⌉ parties, drawn from the parties' common seed and
     announced by them (the coordinator cannot choose it; every party checks each step), trains
@@ -60,11 +60,11 @@ class FedavgJobParams(PrivateTraining):
     pseudo_label: str = param('what unlabeled rows train on: "none" (left out), "local_lp" (each party\'s own label '
                            'propagation), "network" (the model\'s predictions), "xclp" (secure XCLP among the '
                            'round\'s parties); weight = confidence ω', '"none", "local_lp", "network", "xclp"',
-                           "paper 003 Alg. 2", default="none")
+                           "Scott et al. 2023 Alg. 2", default="none")
     warmup_rounds: int = param("rounds on labeled rows only before pseudo-labelling starts", ">= 0", default=0)
     pseudo_label_space: str = param('where "xclp" and "local_lp" look for neighbours: "embedding" (the network\'s '
                                  'last hidden layer f_φ, the paper\'s choice) or "input" (the prepared features)',
-                                 '"embedding", "input"', "paper 003 §4.2", default="embedding")
+                                 '"embedding", "input"', "Scott et al. 2023 §4.2", default="embedding")
     seed: int = param("public seed of the initial model (each round's sample comes from the parties' common "
                       "seed)", ">= 0", default=0)
     lsh_bits: int = param("XCLP: L, LSH bits per embedded row", "multiple of 64", default=1024)

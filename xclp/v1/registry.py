@@ -197,35 +197,35 @@ def _table(schema_fields: list[Field[Any]] | tuple[Field[Any], ...]) -> list[str
 
 register(JobType(
     "xclp", XclpJobParams,
-    "cross-client label propagation: every party gets labels for its unlabeled rows (paper 003 Alg. 1, DESIGN §5)",
+    "cross-client label propagation: every party gets labels for its unlabeled rows (Scott et al. 2023, Alg. 1)",
     coordinator="xclp.server.jobs.xclp:XclpJob", party="xclp.client.jobs.xclp:XclpParty",
     output=Output.PREDICTIONS, files=frozenset({"summary", "debug_dump"}), max_total_rows=300_000,
     simulation="xclp.simulation.simulate:run_xclp",
     starter=lambda features: {"lsh_bits": 1024, "k": 10, "key_bits": 2048}))  # docs/jobs/xclp.md's sizes
 register(JobType(
     "flynn", FlynnJobParams,
-    "a federated FlyNN classifier, equal to the one trained on the pooled data (paper 001, DESIGN §6)",
+    "a federated FlyNN classifier, equal to the one trained on the pooled data (Ram & Sinha 2022, DESIGN §6)",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:flynn_party",
     output=Output.MODEL, model=ModelKind.FLYNN, simulation="xclp.simulation.simulate:run_flynn",
     model_loader="xclp.client.jobs.allreduce:flynn_model",
     starter=lambda features: {"m": 4096, "s": min(5, features), "rho": 32}))  # docs/jobs/flynn-race.md's
 register(JobType(
     "race", RaceJobParams,
-    "federated RACE sketches for kernel density or class estimates (paper 002, DESIGN §6)",
+    "federated RACE sketches for kernel density or class estimates (Coleman & Shrivastava 2021, DESIGN §6)",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:race_party",
     output=Output.MODEL, model=ModelKind.RACE, simulation="xclp.simulation.simulate:run_race",
     model_loader="xclp.client.jobs.allreduce:race_model"))
 register(JobType(
     "fedavg", FedavgJobParams,
     "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
-    "(paper 003 Alg. 2, DESIGN §7)",
+    "(Scott et al. 2023 Alg. 2, DESIGN §7)",
     coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:fedavg_party",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.training:network_model"))
 register(JobType(
     "dbcl", DbclJobParams,
     "a small network trained by double-blind collaborative learning: parties see only sketched "
-    "parameters, the coordinator only the sum of sketched gradients (paper 004, DESIGN §7)",
+    "parameters, the coordinator only the sum of sketched gradients (Zhang & Wang 2021, DESIGN §7)",
     coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:dbcl_party",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.training:network_model"))

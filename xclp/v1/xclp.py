@@ -1,4 +1,4 @@
-"""The XCLP job on the wire (DESIGN §5, paper 003 Alg. 1): its parameters and its step and
+"""The XCLP job on the wire (DESIGN §5, Scott et al. 2023 Alg. 1): its parameters and its step and
 message names, in the order they happen. Dtypes and shapes of every payload are listed in
 server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
 
@@ -81,7 +81,7 @@ SOLVERS = ("auto", "dense", "cg")
 
 @dataclass(frozen=True)
 class XclpJobParams(JobParams):
-    """XCLP (DESIGN §5, paper 003 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
+    """XCLP (DESIGN §5, Scott et al. 2023 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
     key size, SecureRowSums fixed point and what the coordinator may learn.
 
     key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
@@ -97,7 +97,7 @@ class XclpJobParams(JobParams):
     n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
                            ">= 2")
     lsh_bits: int = param("L, LSH bits per row (the paper uses 4096); more bits, closer to exact cosine",
-                          "multiple of 64", "paper 003 §3", default=1024)
+                          "multiple of 64", "Scott et al. 2023 §3", default=1024)
     k: int = param("neighbours kept per row of the graph", "1 .. all rows − 1", default=10)
     alpha: float = param("propagation weight α", "(0, 1)", default=0.99)
     power: float = param("similarity exponent p in cos(π H / L)^p (the authors' code: 3; the paper's text: 1)",
