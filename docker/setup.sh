@@ -69,11 +69,14 @@ done
 if [ -f /vol/operator/demo.key ] && [ -f /vol/operator/demo.pub ]; then
   say "reusing the demo operator's key"
 else
-  rm -f /vol/operator/demo.key
-  xclp-server operator keygen --name demo --out /vol/operator > /vol/operator/demo.pub
+  rm -f /vol/operator/demo.key /vol/operator/demo.pub
+  # it writes demo.key and demo.pub (the bare public key, as a party's keygen does)
+  xclp-server operator keygen --name demo --out /vol/operator > /dev/null
 fi
 cp /vol/ca/ca.pem /vol/operator/ca.pem
 chmod 0644 /vol/operator/ca.pem /vol/operator/demo.pub
+# a demo.pub from before held the whole [operators] line (demo = "ed25519:..."): its key alone
+operator_key=$(sed -e 's/^demo = "//' -e 's/"$//' /vol/operator/demo.pub)
 cat > /vol/coordinator/server.toml.tmp <<TOML
 # written by docker/setup.sh: the coordinator as a service (docs/operating.md)
 listen = "0.0.0.0:50051"
@@ -83,7 +86,7 @@ admin_listen = "0.0.0.0:50052"   # off the host only over TLS: the submit servic
 metrics_listen = "0.0.0.0:9464"
 
 [operators]
-$(cat /vol/operator/demo.pub)
+demo = "$operator_key"
 
 [tls]
 cert = "certs/server.pem"
