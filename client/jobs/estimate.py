@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import gmpy2
@@ -35,8 +35,8 @@ from xclp.memory import INT_OVERHEAD, default_max_memory, gib
 from xclp.v1.secure_hamming_wire import MAX_IN_FLIGHT, piece_values
 from xclp.v1.xclp import INFLUENCE_PIECE_BYTES, XclpJobParams
 
-__all__ = ["DEFAULT_MAX_WORK_MINUTES", "OperationCosts", "WorkLimits", "candidate_note", "check_memory",
-           "check_time", "default_max_memory", "minutes", "paillier_seconds", "party_bytes", "work_seconds"]
+__all__ = ["DEFAULT_MAX_WORK_MINUTES", "OperationCosts", "WorkLimits", "check_memory", "check_time", "check_work",
+           "default_max_memory", "minutes", "paillier_seconds", "party_bytes", "work_seconds"]
 
 DEFAULT_MAX_WORK_MINUTES = 24 * 60.0
 SAMPLES = 6
@@ -78,6 +78,17 @@ class OperationCosts:
     decrypt: float
 
     @classmethod
+    def of(cls, keypair: PaillierKeypair) -> OperationCosts:
+        """The key's costs, timed once: the estimate before Join and the one from the layout price
+        the work alike (timed twice on a busy machine, the same work came out 40 min and 2.8 hours)."""
+        costs = _TIMED.get(keypair.public.n)
+        if costs is None:
+            if len(_TIMED) >= 16:  # an agent makes a key per run: remember the recent ones only
+                _TIMED.clear()
+            costs = _TIMED[keypair.public.n] = cls.measure(keypair)
+        return costs
+
+    @classmethod
     def measure(cls, keypair: PaillierKeypair) -> OperationCosts:
         public = keypair.public
         start = time.perf_counter()
@@ -93,6 +104,25 @@ class OperationCosts:
             keypair.decrypt(c)
         decrypt = (time.perf_counter() - start) / SAMPLES
         return cls(encrypt, multiply, decrypt)
+
+
+_TIMED: dict[int, OperationCosts] = {}  # by the key's modulus: a party times its key once per process
+
+
+def check_work(keypair: PaillierKeypair, params: XclpJobParams, n: int, peers: Mapping[str, int], workers: int,
+               limits: WorkLimits, progress: Callable[[str], None], *, assumed: bool = False) -> None:
+    """Estimate this party's Paillier work (timed with its key, on candidate pairs the schedule's
+    bound), say it, and refuse it past `limits` (`assumed`: before Join, `peers` is a guess)."""
+    if not limits.any:
+        return
+    layout = SlotLayout.for_key(keypair.public, params.lsh_bits)
+    seconds = paillier_seconds(OperationCosts.of(keypair), layout, n, peers, workers, budget=params.pair_budget,
+                               slots=params.slots_per_row)
+    against = (f"{len(peers)} peers taken to hold as many" if assumed
+               else f"{sum(peers.values())} of {len(peers)} peers")
+    progress(f"estimated Paillier work{' before joining' if assumed else ''}: {minutes(seconds)} on {workers} "
+             f"workers ({n} rows against {against}{candidate_note(params)})")
+    check_time(seconds, limits, n, peers, workers, assumed=assumed)
 
 
 def paillier_seconds(costs: OperationCosts, layout: SlotLayout, n: int, peers: Mapping[str, int],
@@ -128,6 +158,10 @@ class WorkLimits:
     party_seconds: float = 0.0
     run_seconds: float = 0.0
 
+    @property
+    def any(self) -> bool:
+        return bool(self.party_seconds or self.run_seconds)
+
 
 def minutes(seconds: float) -> str:
     if seconds < 60:
@@ -145,7 +179,7 @@ def check_time(seconds: float, limits: WorkLimits, n: int, peers: Mapping[str, i
                assumed: bool = False) -> None:
     """ResourceExhausted with both numbers when the estimate passes either limit; `assumed`: the
     peers' rows are this party's guess (before Join), and the message says so."""
-    over = [(limit, what) for limit, what in (
+    over = [what for limit, what in (
         (limits.party_seconds, f"this party's limit of {minutes(limits.party_seconds)} (--max-work-minutes)"),
         (limits.run_seconds, f"the job's max_run_seconds = {limits.run_seconds:g}"
                              f"{'' if limits.run_seconds < 60 else f' ({minutes(limits.run_seconds)})'}, after which "
@@ -158,6 +192,6 @@ def check_time(seconds: float, limits: WorkLimits, n: int, peers: Mapping[str, i
     raise ResourceExhausted(
         f"XCLP's Paillier work for this party's {n} rows against {sum(peers.values())} rows of {len(peers)} peers"
         f"{guess} is estimated at {minutes(seconds)} on {max(1, workers)} workers (timed with this key), above "
-        f"{' and '.join(what for _, what in over)}. Subsample the rows (the work grows with the product of the "
+        f"{' and '.join(over)}. Subsample the rows (the work grows with the product of the "
         "parties' rows), lower the job's pair_budget, run with more workers (--workers), or raise the limit")
 

@@ -18,16 +18,7 @@ import numpy as np
 
 from xclp.client.context import PartyContext, Progress
 from xclp.client.jobs.base import PartyJob
-from xclp.client.jobs.estimate import (
-    OperationCosts,
-    WorkLimits,
-    candidate_note,
-    check_memory,
-    check_time,
-    minutes,
-    paillier_seconds,
-    party_bytes,
-)
+from xclp.client.jobs.estimate import WorkLimits, check_memory, check_work, party_bytes
 from xclp.client.ledger import Release, function_id, responses_name
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
@@ -79,14 +70,9 @@ class XclpParty(PartyJob):
         need = party_bytes(n, {}, SlotLayout(params.key_bits, params.lsh_bits), workers=1,
                            n_classes=params.n_classes)
         check_memory(need, max_memory_bytes, n, {})
-        if keypair is None or not (work_limits.party_seconds or work_limits.run_seconds):
-            return
-        peers = {f"peer {i}": n for i in range(max(0, parties - 1))}
-        seconds = paillier_seconds(OperationCosts.measure(keypair), SlotLayout.for_key(keypair.public, params.lsh_bits),
-                                   n, peers, workers, budget=params.pair_budget, slots=params.slots_per_row)
-        progress(f"estimated Paillier work before joining: {minutes(seconds)} on {workers} workers ({n} rows against "
-                 f"{len(peers)} peers taken to hold as many{candidate_note(params)})")
-        check_time(seconds, work_limits, n, peers, workers, assumed=True)
+        if keypair is not None:
+            check_work(keypair, params, n, {f"peer {i}": n for i in range(max(0, parties - 1))}, workers,
+                       work_limits, progress, assumed=True)
 
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx)
@@ -134,22 +120,13 @@ class XclpParty(PartyJob):
         """Estimate this party's memory and Paillier work from the layout, before any of it
         (client/jobs/estimate.py)."""
         peers = {p: n for p, n in self.sizes.items() if p != self.party_id}
-        limits, workers = self.ctx.work_limits, worker_count(self.ctx.executor)
-        layout = SlotLayout.for_key(self.keypair.public, self.params.lsh_bits)
-        n = self.X.shape[0]
-        p = self.params
-        slots, budget = p.slots_per_row, p.pair_budget
-        need = party_bytes(n, peers, layout, workers=workers, n_classes=p.n_classes, slots=slots)
+        workers, n, p = worker_count(self.ctx.executor), self.X.shape[0], self.params
+        layout = SlotLayout.for_key(self.keypair.public, p.lsh_bits)
+        need = party_bytes(n, peers, layout, workers=workers, n_classes=p.n_classes, slots=p.slots_per_row)
         self.progress(f"estimated memory: {need / 2**30:.2f} GiB beyond the table")
         check_memory(need, self.ctx.max_memory_bytes, n, peers)
-        if not peers or not (limits.party_seconds or limits.run_seconds):
-            return
-        seconds = paillier_seconds(OperationCosts.measure(self.keypair), layout, self.X.shape[0], peers, workers,
-                                   budget=budget, slots=slots)
-        self.progress(f"estimated Paillier work: {minutes(seconds)} on {workers} workers "
-                      f"({self.X.shape[0]} rows against {sum(peers.values())} of {len(peers)} peers"
-                      f"{candidate_note(p)})")
-        check_time(seconds, limits, self.X.shape[0], peers, workers)
+        if peers:
+            check_work(self.keypair, p, n, peers, workers, self.ctx.work_limits, self.progress)
 
     def _labels(self) -> np.ndarray:
         data = self.ctx.data

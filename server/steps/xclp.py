@@ -217,12 +217,11 @@ class NeighbourGraph:
         self.lsh_bits = check_lsh_bits(lsh_bits)
         self.tops = {p: TopK(layout.n, self.lsh_bits, params) for p in layout.parties}
         self.pairs: set[frozenset[str]] = set()
-        for p in layout.parties:
-            if own is None:
-                break
-            candidates, distances = own[p]
-            rows = layout.rows(p)
-            self.tops[p].fold_lists(rows, candidates + rows.start, distances)
+        if own is not None:  # None: `among` fills the rows in from an earlier graph
+            for p in layout.parties:
+                candidates, distances = own[p]
+                rows = layout.rows(p)
+                self.tops[p].fold_lists(rows, candidates + rows.start, distances)
 
     @property
     def k(self) -> int:

@@ -92,3 +92,11 @@ def test_the_time_check_names_the_estimate_and_every_limit_it_passes() -> None:
     assert "estimated at 2.0 hours on 2 workers" in message
     assert "above this party's limit of 30.0 min (--max-work-minutes) and the job's max_run_seconds = 600 " \
            "(10.0 min), after which the coordinator would fail the run" in message
+
+
+def test_a_key_is_timed_once_so_the_estimates_before_join_and_from_the_layout_agree(monkeypatch) -> None:
+    timed = []
+    costs = OperationCosts(1e-3, 1e-6, 1e-3)
+    monkeypatch.setattr(OperationCosts, "measure", classmethod(lambda cls, keypair: timed.append(1) or costs))
+    key = PaillierKeypair.generate(512, allow_insecure_test_size=True)
+    assert OperationCosts.of(key) is costs and OperationCosts.of(key) is costs and len(timed) == 1
