@@ -32,7 +32,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from xclp.crypto.identity import SignedBundle
-from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError, RunCancelled, XclpError
+from xclp.errors import (
+    ConfigError,
+    InvalidInput,
+    InvalidSignature,
+    PeerDropped,
+    ProtocolError,
+    RunCancelled,
+    XclpError,
+)
 from xclp.runtime import write_json_atomic
 from xclp.server.admission import authenticated
 from xclp.server.config import JobConfig, parse_job
@@ -301,7 +309,9 @@ class Coordinator:
         if party is not None and party.end_delivered and job.stage in (Stage.CANCELLED, Stage.FAILED):
             # a call racing the JobEnd of a run that ended early: say how it ended, as the JobEnd does
             # (issue 49: after `job cancel` two of three parties said "session token has expired")
-            raise RunCancelled(f"the run was {job.stage.value}: {job.outcome_reason}")
+            if job.stage is Stage.CANCELLED:
+                raise RunCancelled(f"the run was cancelled: {job.outcome_reason}")
+            raise PeerDropped(f"the job failed: {job.outcome_reason}")
         if party is None or party.end_delivered:  # tokens expire with the party's place in the job
             raise InvalidSignature(f"the session token for job {job_id!r} has expired: the job is over for this party")
         return job, party_id
