@@ -9,6 +9,7 @@ deadline; `Connection.push` sends one payload, chunked, in one client-streaming 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import random
@@ -26,7 +27,8 @@ from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import error_from_rpc
-from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, TOKEN_METADATA
+from xclp.v1.steps import ALIVE_MAX_BYTES, LEAVE_MSG
+from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, RECEIVED_METADATA, TOKEN_METADATA
 from xclp.v1.wire import Outgoing
 
 
@@ -90,23 +92,61 @@ class ConnectionConfig:
 
 
 class PullReader:
-    """Items of the Pull stream, read on a background thread; errors surface on `next`."""
+    """Items of the Pull stream, read on a background thread; errors surface on `next`.
+
+    With `reconnect_seconds` > 0, a stream lost to the transport (UNAVAILABLE: a connection reset,
+    a coordinator behind a restarted proxy) is resumed: the thread dials again with `Backoff` for
+    up to that long, asking for what came after the last item it has (PullRequest.resume), and the
+    items go on in order, none twice. `say` hears of the loss and of the return.
+    """
 
     _END = object()
 
-    def __init__(self, stream: grpc.Call) -> None:
-        self._stream = stream
+    def __init__(self, open_stream: Callable[[bool, int], grpc.Call], *, reconnect_seconds: float = 0.0,
+                 say: Callable[[str], None] | None = None, backoff: Backoff | None = None) -> None:
+        self._open = open_stream
+        self._stream = open_stream(False, 0)
+        self.received = 0  # the highest PullItem.seq read
+        self.reconnect_seconds, self._say, self._backoff = reconnect_seconds, say, backoff or Backoff(cap=5.0)
+        self._closed = threading.Event()
         self._queue: queue.Queue[object] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="xclp-pull", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            for item in self._stream:
-                self._queue.put(item)
-        except grpc.RpcError as exc:
-            self._queue.put(exc)
+        lost_at: float | None = None  # since when the stream is lost, until an item comes on a resumed one
+        while True:
+            try:
+                for item in self._stream:
+                    if lost_at is not None:
+                        self._tell(f"reconnected to the coordinator after {time.monotonic() - lost_at:.1f} s")
+                        lost_at = None
+                        self._backoff.reset()
+                    if 0 < item.seq <= self.received:  # sent again on a resume, and already had
+                        continue
+                    self.received = max(self.received, item.seq)
+                    self._queue.put(item)
+            except grpc.RpcError as exc:
+                now = time.monotonic()
+                if self._closed.is_set() or exc.code() != grpc.StatusCode.UNAVAILABLE or self.reconnect_seconds <= 0 \
+                        or (lost_at is not None and now - lost_at > self.reconnect_seconds):
+                    self._queue.put(exc)
+                    break
+                if lost_at is None:
+                    lost_at = now
+                    self._tell(f"lost the connection to the coordinator ({exc.details() or 'unavailable'}); "
+                               f"reconnecting for up to {self.reconnect_seconds:g} s")
+                if self._closed.wait(self._backoff.next()):
+                    self._queue.put(exc)
+                    break
+                self._stream = self._open(True, self.received)
+                continue
+            break
         self._queue.put(self._END)
+
+    def _tell(self, text: str) -> None:
+        if self._say is not None:
+            self._say(text)
 
     def next(self, timeout: float) -> pb.PullItem:
         try:
@@ -121,6 +161,7 @@ class PullReader:
         return item
 
     def cancel(self) -> None:
+        self._closed.set()
         self._stream.cancel()
 
 
@@ -146,6 +187,8 @@ class Connection:
         self._token: bytes | None = None
         self._ids = itertools.count(1)
         self.bytes_sent = 0
+        self.reconnect_seconds = 0.0  # the job's: how long a lost connection is retried (PullReader)
+        self._reader: PullReader | None = None
 
     def close(self) -> None:
         self.channel.close()
@@ -153,7 +196,8 @@ class Connection:
     def _metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         if self._token is None:
             raise XclpError("call join first")
-        return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id))
+        received = self._reader.received if self._reader is not None else 0
+        return ((TOKEN_METADATA, self._token), (JOB_METADATA, self.job_id), (RECEIVED_METADATA, str(received)))
 
     def challenge(self, key: Ed25519PrivateKey, party_id: str, *, wait_seconds: float = 60.0,
                   say: Callable[[str], None] | None = None, backoff: Backoff | None = None,
@@ -213,8 +257,14 @@ class Connection:
         self._token = response.session_token
         return response
 
-    def pull(self) -> PullReader:
-        return PullReader(self.stub.Pull(pb.PullRequest(job_id=self.job_id), metadata=self._metadata()))
+    def pull(self, say: Callable[[str], None] | None = None) -> PullReader:
+        """The run's Pull stream, resumed after a lost connection for up to `reconnect_seconds`."""
+        def open_stream(resume: bool, received: int) -> grpc.Call:
+            request = pb.PullRequest(job_id=self.job_id, resume=resume, received=received)
+            return self.stub.Pull(request, metadata=self._metadata())
+
+        self._reader = PullReader(open_stream, reconnect_seconds=self.reconnect_seconds, say=say)
+        return self._reader
 
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "",
              timeout: float = 300.0) -> int:
@@ -226,10 +276,32 @@ class Connection:
         frames = [frame for m in messages
                   for frame in wire.encode(m.payload, job_id=self.job_id, step=m.step, round=m.round, sender=sender,
                                            recipient=m.recipient, message_id=next(self._ids))]
-        try:
-            ack = self.stub.Push(iter(frames), metadata=self._metadata(), timeout=timeout)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
-        self.bytes_sent += ack.bytes
-        return int(ack.bytes)
+        lost_at, backoff = 0.0, Backoff(cap=5.0)
+        while True:
+            try:
+                ack = self.stub.Push(iter(frames), metadata=self._metadata(), timeout=timeout)
+            except grpc.RpcError as exc:
+                # a lost connection: the same frames again (the coordinator skips whole messages it
+                # has, by their ids) while the reconnect window lasts
+                now = time.monotonic()
+                if lost_at and exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+                    # sent again, and the party's place has ended meanwhile: its first sending arrived
+                    # (the ack was lost) and the run went on to its JobEnd, which the Pull stream brings
+                    return 0
+                lost_at = lost_at or now
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or now - lost_at > self.reconnect_seconds:
+                    raise error_from_rpc(exc) from None
+                time.sleep(backoff.next())
+                continue
+            self.bytes_sent += ack.bytes
+            return int(ack.bytes)
+
+    def leave(self, party_id: str, reason: str) -> None:
+        """Tell the coordinator this party stops (it is dropped at once, not waited for as a lost
+        connection). Best effort, bounded: the party stops either way."""
+        text = reason.encode()[:ALIVE_MAX_BYTES].decode(errors="ignore").encode()  # whole characters
+        frames = wire.encode(text, job_id=self.job_id, step=LEAVE_MSG, round=0, sender=party_id, recipient="",
+                             message_id=next(self._ids))
+        with contextlib.suppress(grpc.RpcError, ValueError, XclpError):  # ValueError: the channel is closed
+            self.stub.Push(iter(frames), metadata=self._metadata(), timeout=2.0)
 

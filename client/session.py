@@ -9,7 +9,8 @@
     SEEDED  every later step and message goes to the job type's PartyJob (xclp.v1.registry)
     any     --the job's result--> --JobEnd DONE--> DONE (result returned)
     JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
-            --JobEnd FAILED/DROPPED, stream lost, or nothing for `idle_seconds`--> error
+            --JobEnd FAILED/DROPPED, stream lost past the job's reconnect_seconds (client/connection.py
+              resumes it until then), or nothing for `idle_seconds`--> error (the coordinator told why)
             --JobEnd REFUSED (the job cannot run with the parties' data)--> InvalidInput (exit 2)
     any     --JobEnd CANCELLED (the operator cancelled the run, or the coordinator shut down)--> RunCancelled
 
@@ -41,21 +42,14 @@ from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
-from xclp.errors import (
-    DeadlineExceeded,
-    InvalidInput,
-    InvalidSignature,
-    PeerDropped,
-    ProtocolError,
-    RunCancelled,
-)
+from xclp.errors import DeadlineExceeded, InvalidInput, InvalidSignature, PeerDropped, ProtocolError, RunCancelled
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
-from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, RUN_ALIVE, SEED_RELAY_MAX_BYTES, SEED_STEP
+from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, RESUMES, RUN_ALIVE, SEED_RELAY_MAX_BYTES, SEED_STEP
 from xclp.v1.xclp import KEEPS_PAIRS
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
@@ -96,6 +90,7 @@ class PartySession:
         self._executor: Executor | None = None
         self._conn: Connection | None = None
         self._aborted = False
+        self._ended = False
 
     # --- driver -------------------------------------------------------------------------------
 
@@ -117,6 +112,7 @@ class PartySession:
         """From another thread: stop the run now (the session's thread raises RunCancelled)."""
         self._aborted = True
         if self._conn is not None:
+            self._conn.leave(self.config.party_id, "it was stopped")  # dropped at once, not waited for
             self._conn.close()
         if self._executor is not None:  # Paillier work in flight ends now: its thread wakes and unwinds
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -184,7 +180,8 @@ class PartySession:
             spec_digest=spec_digest(challenge.spec, self.run_nonce), rows=summary.rows,
             labeled_rows=summary.labeled_rows, dim=summary.dim,
             **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
-        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary, capabilities=[RUN_ALIVE, KEEPS_PAIRS],
+        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
+                                 capabilities=[RUN_ALIVE, KEEPS_PAIRS, RESUMES],
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         reader, heartbeat = None, None
         try:
@@ -193,7 +190,8 @@ class PartySession:
                 raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
             self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                           f"{len(response.spec.expected_parties)} parties expected")
-            reader = conn.pull()
+            conn.reconnect_seconds = response.spec.reconnect_seconds
+            reader = conn.pull(say=self.progress)
             heartbeat = Heartbeat(lambda text: conn.push(text, sender=self.config.party_id, step=ALIVE_MSG, round=0,
                                                          timeout=30.0))
             joined_at = time.monotonic()
@@ -211,6 +209,10 @@ class PartySession:
                 heartbeat.pace(item.step.deadline_seconds if item.HasField("step") else 0.0)
                 with heartbeat.busy(item.step.step or item.frame.step or "the run"):  # reports while at work
                     self.handle(item)
+        except Exception as exc:  # the coordinator hears why this party stops, and drops it at once
+            if not (self._ended or self._aborted):
+                conn.leave(self.config.party_id, f"{type(exc).__name__}: {exc}")
+            raise
         finally:
             if reader is not None:
                 reader.cancel()
@@ -389,6 +391,7 @@ class PartySession:
                       f"join deadline in {duration(status.join_deadline_seconds)}")
 
     def on_end(self, end: pb.JobEnd) -> None:
+        self._ended = True  # the coordinator ended this party's run: nothing to tell it on the way out
         if end.outcome == pb.JobEnd.DONE:
             if self.job is None or self.job.result is None:
                 raise ProtocolError("the job ended without sending this party the aggregate")

@@ -9,6 +9,7 @@ allow-list TOML:                          job TOML:
                                               join_seconds = 600        # wait for parties to join
                                               step_seconds = 300        # silence before a party is late
                                               max_run_seconds = 0       # bound on a whole run (0: none)
+                                              reconnect_seconds = 30    # a lost connection's grace (0: none)
                                               [params]                  # the type's schema
                                               n_classes = 10
                                               m = 4096
@@ -45,6 +46,8 @@ from xclp.v1 import registry
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.params import JobParams
 
+RECONNECT_SECONDS = 30.0  # how long a party that lost its connection mid-run keeps its place, by default
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -58,6 +61,9 @@ class JobConfig:
     join_seconds: float = 600.0
     step_seconds: float = 300.0  # a party that owes a step's next message is dropped after this long silent
     max_run_seconds: float = 0.0  # a run that takes longer fails (0: no bound)
+    # a party whose connection is lost mid-run keeps its place this long, to reconnect and resume (0:
+    # dropped at once); at most step_seconds (a longer one is cut to it)
+    reconnect_seconds: float = RECONNECT_SECONDS
     max_rows_per_party: int = 1_000_000  # a party reporting more rows is refused at Join
     # the joined parties' rows in all; default: the job type's (xclp: 50 000, for the coordinator
     # holds an N × N uint16 H, 5 GB at that size); 0 = no cap. A party passing it is refused at Join.
@@ -95,6 +101,10 @@ class JobConfig:
         self.params.check_rows(min(most, self.max_total_rows) if self.max_total_rows else most)
         if not (self.join_seconds > 0 and self.step_seconds > 0 and self.max_run_seconds >= 0):
             raise ConfigError(f"job {self.job_id}: deadlines must be positive (max_run_seconds: 0 = no bound)")
+        if not self.reconnect_seconds >= 0:
+            raise ConfigError(f"job {self.job_id}: reconnect_seconds must be >= 0 (0: a party that loses its "
+                              "connection is dropped at once)")
+        object.__setattr__(self, "reconnect_seconds", min(self.reconnect_seconds, self.step_seconds))
         files = {"summary": self.summary_path, "debug_dump": self.debug_dump_dir, "model": self.model_path}
         for key, value in files.items():
             if value is not None and key not in job_type.files:
@@ -126,7 +136,7 @@ class JobConfig:
         return pb.JobSpec(job_id=self.job_id, job_type=self.job_type, params_json=registry.params_json(self.params),
                           expected_parties=list(self.expected_parties), min_parties=self.min_parties,
                           step_deadline_seconds=self.step_seconds, datasets=self.datasets,
-                          max_run_seconds=self.max_run_seconds)
+                          max_run_seconds=self.max_run_seconds, reconnect_seconds=self.reconnect_seconds)
 
 
 def check_job_id(job_id: str) -> str:
@@ -135,6 +145,18 @@ def check_job_id(job_id: str) -> str:
         raise ConfigError(f"job_id {job_id!r} must be 1-128 printable characters without '/', and not "
                           "'.' or '..' (it names directories)")
     return job_id
+
+
+def reconnect_seconds(deadlines: dict[str, Any]) -> float:
+    """[deadlines] reconnect_seconds: given, at most step_seconds; by default RECONNECT_SECONDS, or
+    step_seconds if that is shorter."""
+    if "reconnect_seconds" not in deadlines:
+        return RECONNECT_SECONDS
+    value, step = float(deadlines["reconnect_seconds"]), float(deadlines.get("step_seconds", 300.0))
+    if value > step:
+        raise ConfigError(f"reconnect_seconds = {value:g} is longer than step_seconds = {step:g}: a party that "
+                          "owes a message is late after step_seconds, connected or not")
+    return value
 
 
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -194,6 +216,7 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
             step_seconds=float(deadlines.get("step_seconds", 300.0)),
             max_run_seconds=float(deadlines.get("max_run_seconds", 0.0)),
+            reconnect_seconds=reconnect_seconds(deadlines),
             summary_path=relative(raw.get("summary")),
             debug_dump_dir=relative(raw.get("debug_dump")),
             model_path=relative(raw.get("model")),

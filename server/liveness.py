@@ -9,6 +9,11 @@ says so: an `alive` message (xclp.v1.steps.ALIVE_MSG) at least every `step_secon
 is busy, carrying a line of what it is doing, which `xclp-server job show` prints with the time it
 was heard. An optional `max_run_seconds` bounds a whole run.
 
+A lost connection is not a dropout at once: a party that can resume (capability RESUMES) keeps its
+place for `reconnect_seconds` (`may_reconnect`, `gone`) and comes back on a new Pull stream, which
+sends first what the lost one may not have delivered (server/mailbox.py). A party that stops on its
+own says so (a `leave` message, `reason`) and is dropped at once.
+
 The other way round, each party hears from a running run at least every NEWS_SECONDS (a RunAlive
 item, `news`): the coordinator's own work (the influence solve) and another party's SecureHamming
 can keep a party waiting longer than its idle timeout with nothing else to hear.
@@ -16,15 +21,21 @@ can keep a party waiting longer than its idle timeout with nothing else to hear.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from xclp.errors import InvalidInput
+from xclp.errors import InvalidInput, NotAuthorized
 from xclp.server.mailbox import Party
 from xclp.server.phases.base import Phase, Step
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.steps import ALIVE_MAX_BYTES, RUN_ALIVE
+from xclp.v1.steps import ALIVE_MAX_BYTES, RESUMES, RUN_ALIVE
 
+if TYPE_CHECKING:
+    from xclp.server.run import Run
+
+log = logging.getLogger("xclp.server")
 NEWS_SECONDS = 60.0  # well inside a party's idle timeout (default 900 s)
 
 
@@ -38,6 +49,43 @@ def report(party: Party, payload: wire.Payload, now: float) -> None:
         raise InvalidInput("a progress report must be UTF-8 text") from None
     party.heard_at = now
     party.activity = "".join(c if c.isprintable() else " " for c in text).strip()
+
+
+def reason(payload: wire.Payload) -> str:
+    """Why a party leaves (its `leave` message), as a printable line."""
+    if not isinstance(payload, bytes) or len(payload) > ALIVE_MAX_BYTES:
+        raise InvalidInput(f"a leave message is at most {ALIVE_MAX_BYTES} bytes of text")
+    text = "".join(c if c.isprintable() else " " for c in payload.decode("utf-8", errors="replace")).strip()
+    return f"left the run ({text})" if text else "left the run"
+
+
+def may_reconnect(party: Party, reconnect_seconds: float) -> bool:
+    """Whether a party whose Pull stream ended keeps its place for a while (module docstring)."""
+    return reconnect_seconds > 0 and RESUMES in party.capabilities
+
+
+def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0) -> tuple[Party, int]:
+    """A Pull stream of the party's opens, or, after its connection was lost, resumes; returns its
+    place and the stream's number (server/mailbox.py)."""
+    with run.lock:
+        party = run.parties.get(party_id)
+        if party is None or (party.end_delivered and not resume):
+            raise NotAuthorized(f"party {party_id!r} has no open place in job {run.config.job_id!r}")
+        if resume and not (party.mailbox.streaming and RESUMES in party.capabilities):
+            raise InvalidInput(f"party {party_id!r} has no Pull stream of job {run.config.job_id!r} to resume")
+        if party.mailbox.streaming and not resume:
+            raise InvalidInput(f"party {party_id!r} already has a Pull stream open")
+        stream, again = party.mailbox.attach(resume=resume, received=received)
+        if party.lost_at is not None:
+            log.warning("job %s: %s reconnected after %.1f s; %d items go again", run.config.job_id, party_id,
+                        run.clock() - party.lost_at, again)
+            party.lost_at = None
+        return party, stream
+
+
+def gone(parties: Mapping[str, Party], active: list[str], now: float, reconnect_seconds: float) -> set[str]:
+    """The active parties whose connection was lost `reconnect_seconds` ago and who did not come back."""
+    return {p for p in active if (lost := parties[p].lost_at) is not None and now - lost >= reconnect_seconds}
 
 
 def news(parties: Mapping[str, Party], now: float, started: float, what: str) -> None:

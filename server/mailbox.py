@@ -4,56 +4,132 @@ mailbox its Pull stream drains (DESIGN §3); and the post that fills the mailbox
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from xclp.crypto.identity import KeyBundle, SignedBundle
-from xclp.errors import ResourceExhausted
+from xclp.errors import ProtocolError, ResourceExhausted
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 
 MAILBOX_MAX_BYTES = 512 * 1024 * 1024  # relayed bytes waiting for one party
 MAX_PUSH_STREAMS = 4  # Push calls one party may have open at once
+# items a party's Pull stream took and the party has not confirmed, kept for a resume: more than
+# gRPC's flow-control windows and the sockets' buffers can hold in flight
+REDELIVERY_MAX_BYTES = 64 * 1024 * 1024
+
+
+class Superseded(Exception):
+    """A Pull stream's mailbox was taken over by the party's resumed stream: the old one ends."""
 
 
 class Mailbox:
     """What the coordinator has for one party, drained by that party's Pull stream.
 
-    `queued_bytes` counts the frame data waiting; relays from peers are refused once it would pass
-    MAILBOX_MAX_BYTES (a flood by an admitted party must not exhaust the coordinator's memory).
+    Every item gets the next `seq` as it is queued. `queued_bytes` counts the frame data waiting;
+    relays from peers are refused once it would pass MAILBOX_MAX_BYTES (a flood by an admitted
+    party must not exhaust the coordinator's memory). For a party that can resume (`keeps_sent`),
+    the items its stream took are kept until the party says it has them (`confirm`, from its
+    Push calls) or until they pass REDELIVERY_MAX_BYTES: a stream lost with items in flight is
+    resumed (`attach`) by sending those again, first, in their order.
     """
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[pb.PullItem] = queue.Queue()
-        self._lock = threading.Lock()
-        self._drained = threading.Condition(self._lock)  # notified as the Pull stream takes frames
+        self._items: deque[pb.PullItem] = deque()
+        self._sent: deque[pb.PullItem] = deque()  # taken by a stream, not confirmed (keeps_sent)
+        self._sent_bytes = 0
+        self._cond = threading.Condition()  # notified as items come, streams take them, or a stream resumes
+        self._seq = 0
+        self.forgotten = 0  # the highest seq dropped from _sent unconfirmed: a resume from before it fails
+        self.keeps_sent = False
+        self.stream = 0  # which Pull stream may take items: a resumed stream takes over from the one lost
         self.queued_bytes = 0
         self.streaming = False
         self.pushes = 0  # Push streams of this party open now
         self.partials = wire.PartialBudget()  # bytes of its incomplete messages over all its Push streams
+        self.pushed: set[int] = set()  # ids of the messages its Push streams delivered whole
+
+    def first_delivery(self, message_id: int) -> bool:
+        """Whether a whole message of the party's is new: a Push sent again after a lost connection
+        may carry messages the coordinator already has (the party could not know)."""
+        with self._cond:
+            if message_id in self.pushed:
+                return False
+            self.pushed.add(message_id)
+            return True
 
     def put(self, item: pb.PullItem) -> None:
-        with self._lock:
-            self.queued_bytes += len(item.frame.data) if item.HasField("frame") else 0
-        self._queue.put(item)
+        with self._cond:
+            self._seq += 1
+            item.seq = self._seq
+            self.queued_bytes += _frame_bytes(item)
+            self._items.append(item)
+            self._cond.notify_all()
 
-    def get(self, timeout: float) -> pb.PullItem | None:
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        with self._lock:
-            self.queued_bytes -= len(item.frame.data) if item.HasField("frame") else 0
-            self._drained.notify_all()
+    def get(self, timeout: float, stream: int | None = None) -> pb.PullItem | None:
+        """The next item, or None after `timeout` seconds; Superseded once `stream` is not the
+        mailbox's stream (the party resumed on another)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or (stream is not None and stream != self.stream),
+                                       timeout):
+                return None
+            if stream is not None and stream != self.stream:
+                raise Superseded
+            item = self._items.popleft()
+            size = _frame_bytes(item)
+            self.queued_bytes -= size
+            if self.keeps_sent:
+                self._sent.append(item)
+                self._sent_bytes += size
+                while self._sent_bytes > REDELIVERY_MAX_BYTES:
+                    old = self._sent.popleft()
+                    self._sent_bytes -= _frame_bytes(old)
+                    self.forgotten = old.seq
+            self._cond.notify_all()
         return item
+
+    def confirm(self, received: int) -> None:
+        """The party has every item up to seq `received`: they are not kept for a resume."""
+        with self._cond:
+            while self._sent and self._sent[0].seq <= received:
+                self._sent_bytes -= _frame_bytes(self._sent.popleft())
+
+    def attach(self, *, resume: bool = False, received: int = 0) -> tuple[int, int]:
+        """A Pull stream opens: it becomes the one that takes items (a stream before it ends), and
+        for a resume the items after `received` that a lost stream took are queued again, first.
+        Returns the stream's number and how many items go again; ProtocolError when some of those
+        were not kept, or `received` names an item never sent."""
+        with self._cond:
+            if resume:
+                if received > self._seq:
+                    raise ProtocolError(f"a resumed Pull says it has item {received}; only {self._seq} were queued")
+                self.confirm(received)
+                if self.forgotten > received:
+                    raise ProtocolError(f"cannot resume from item {received}: items up to {self.forgotten} were not "
+                                        f"kept (more than {REDELIVERY_MAX_BYTES >> 20} MiB unconfirmed)")
+                again = list(self._sent)
+                self._sent.clear()
+                self._sent_bytes = 0
+                self._items.extendleft(reversed(again))
+                self.queued_bytes += sum(_frame_bytes(i) for i in again)
+            else:
+                again = []
+            self.stream += 1
+            self.streaming = True
+            self._cond.notify_all()
+            return self.stream, len(again)
 
     def wait_below(self, limit: int, timeout: float) -> bool:
         """Wait until at most `limit` bytes of frames are waiting (the party's Pull stream took the
         rest), or `timeout` seconds; whether it got there."""
-        with self._lock:
-            return self._drained.wait_for(lambda: self.queued_bytes <= limit, timeout)
+        with self._cond:
+            return self._cond.wait_for(lambda: self.queued_bytes <= limit, timeout)
+
+
+def _frame_bytes(item: pb.PullItem) -> int:
+    return len(item.frame.data) if item.HasField("frame") else 0
 
 
 @dataclass
@@ -68,6 +144,7 @@ class Party:
     activity: str = ""  # what its last progress report said it was doing
     news_at: float = 0.0  # the run's clock when it was last sent a RunAlive (server/liveness.py)
     capabilities: frozenset[str] = frozenset()  # what its version understands (JoinRequest.capabilities)
+    lost_at: float | None = None  # the run's clock when its Pull stream was lost; None while connected
 
 
 class Post:

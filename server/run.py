@@ -29,7 +29,7 @@ from typing import Any
 from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
-from xclp.server import liveness
+from xclp.server import limits, liveness
 from xclp.server.admission import STATUS_SECONDS, Lobby
 from xclp.server.config import JobConfig
 from xclp.server.events import Observer, RunEvents, Stage
@@ -42,10 +42,9 @@ from xclp.server.phases.seed import SeedPhase
 from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
-from xclp.v1.steps import ALIVE_MAX_BYTES, ALIVE_MSG
+from xclp.v1.steps import ALIVE_MSG, LEAVE_MSG
 
 log = logging.getLogger("xclp.server")
-LATE_MIN_BYTES = 1024  # a late payload of a step that took no message (its senders were all lost) is small
 
 class Run:
     def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], *,
@@ -136,6 +135,7 @@ class Run:
             closed = f"its run {self.run_id} {self.stage.value}: {self.outcome_reason}" if self.stage.ended else ""
             party = self.lobby.admit(signed, summary, open_=self.stage is Stage.JOINING, closed=closed)
             party.capabilities = capabilities
+            party.mailbox.keeps_sent = liveness.may_reconnect(party, self.config.reconnect_seconds)
             if self.events is not None:
                 self.events.joined(self, party.bundle.party_id, int(summary.rows))
             if self.lobby.full:
@@ -145,9 +145,12 @@ class Run:
             return party.bundle
 
     def message(self, sender: str, msg: wire.Message) -> None:
-        """A complete payload from an authenticated party: a contribution, a relay or a progress report."""
+        """A complete payload from an authenticated party: a contribution, a relay, a progress report or
+        its leave."""
         if msg.step == ALIVE_MSG and sender in self.parties:  # no lock: two fields of the party's
             return liveness.report(self.parties[sender], msg.payload, self.clock())
+        if msg.step == LEAVE_MSG and sender in self.parties:
+            return self.disconnected(sender, None, liveness.reason(msg.payload))
         with self.lock:
             if sender not in self.active:
                 raise ProtocolError(f"party {sender!r} takes no part in job {self.config.job_id!r} now")
@@ -189,17 +192,22 @@ class Run:
                 self.end_step(step)
                 phase.on_step_complete(step)
 
-    def disconnected(self, party_id: str) -> None:
+    def disconnected(self, party_id: str, stream: int | None = None, reason: str = "") -> None:
+        """The party's Pull `stream` ended (if no other took over), or the party left (`reason`)."""
         with self.lock:
             party = self.parties.get(party_id)
-            if party is None or party.ended or self.stage.ended:
+            if party is None or party.ended or self.stage.ended or stream not in (None, party.mailbox.stream):
                 return
             if self.stage is Stage.JOINING:
                 self.lobby.leave(party_id)
                 if self.events is not None:
                     self.events.left(self, party_id)
-                return
-            self._drop({party_id}, "disconnected")
+            elif not reason and liveness.may_reconnect(party, self.config.reconnect_seconds):
+                party.lost_at = self.clock()
+                log.warning("job %s: lost the connection to %s; it has %g s to reconnect", self.config.job_id,
+                            party_id, self.config.reconnect_seconds)
+            else:
+                self._drop({party_id}, reason or "disconnected")
 
     def tick(self, now: float) -> None:
         with self.lock:
@@ -217,6 +225,9 @@ class Run:
             elif self.config.max_run_seconds and now - self.started_at >= self.config.max_run_seconds:
                 self._fail(f"the run took longer than its max_run_seconds = {self.config.max_run_seconds:g}")
             elif not self.stage.ended:
+                if gone := liveness.gone(self.parties, self.active, now, self.config.reconnect_seconds):
+                    return self._drop(gone, f"disconnected, and did not reconnect within "
+                                            f"{self.config.reconnect_seconds:g} s")
                 liveness.news(self.parties, now, self.started_at, self.activity.step)
                 if self.step is None or self.phase is None or not (
                         late := liveness.late(self.step, self.phase, self.parties, now, self.config.step_seconds)):
@@ -233,25 +244,8 @@ class Run:
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
 
     def payload_limit(self, sender: str, step: str, recipient: str, attempt: int | None = None) -> int:
-        """The most bytes one message of `step` from `sender` can need, checked at its first frame
-        before anything is buffered: the running step's limit (for a message of the attempt before a
-        restart, read and ignored, that attempt's: it had more participants, and so larger frames);
-        for a step that is over (a late payload, read and ignored), the largest message it took; any
-        other step name is refused."""
-        if step == ALIVE_MSG:
-            return ALIVE_MAX_BYTES
-        current, phase, ended = self.step, self.phase, self.last_attempt  # read once, without the lock
-        if current is not None and phase is not None and step == current.wire:
-            if attempt is not None and attempt < current.attempt and ended is not None and \
-                    ended.wire == step and ended.attempt == attempt:
-                return max(phase.payload_limit(sender, ended, recipient),
-                           phase.payload_limit(sender, current, recipient))
-            return phase.payload_limit(sender, current, recipient)
-        late = self.past_steps.get(step)
-        if late is not None:
-            return late
-        now = current.wire if current is not None else self.stage.value
-        raise InvalidInput(f"job {self.config.job_id!r} has no step {step[:64]!r} running or over (it is at {now!r})")
+        """The most bytes one message of `step` can need (server/limits.py)."""
+        return limits.payload_limit(self, sender, step, recipient, attempt)
 
     # --- for phases and programs --------------------------------------------------------------
 
@@ -280,7 +274,7 @@ class Run:
         step.ended = True
         if self.activity.step == step.wire:
             self.activity = Activity()
-        self.past_steps[step.wire] = max(self.past_steps.get(step.wire, 0), step.largest, LATE_MIN_BYTES)
+        self.past_steps[step.wire] = max(self.past_steps.get(step.wire, 0), limits.late_bound(step, self.phase))
         self.last_attempt = step
         seconds = self.clock() - step.started
         self.ledger.record(step.name, seconds, bytes_in=step.bytes_in, bytes_relayed=step.bytes_relayed)

@@ -18,16 +18,17 @@ from grpc_health.v1 import health_pb2_grpc
 
 from xclp.crypto.identity import KeyBundle
 from xclp.errors import InvalidInput, NotAuthorized, ResourceExhausted, XclpError
+from xclp.server import liveness
 from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.health import serving_health
-from xclp.server.mailbox import MAX_PUSH_STREAMS
+from xclp.server.mailbox import MAX_PUSH_STREAMS, Superseded
 from xclp.server.status import abort_on_error
 from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.status import status_code
-from xclp.v1.transport import JOB_METADATA, SERVER_OPTIONS, TOKEN_METADATA
+from xclp.v1.transport import JOB_METADATA, RECEIVED_METADATA, SERVER_OPTIONS, TOKEN_METADATA
 
 log = logging.getLogger("xclp.server")
 
@@ -42,6 +43,15 @@ def _check_client_name(context: grpc.ServicerContext, party_id: str) -> None:
 
 def _metadata(context: grpc.ServicerContext) -> dict[str, str | bytes]:
     return dict(context.invocation_metadata())
+
+
+def _received(context: grpc.ServicerContext) -> int:
+    """The highest item of its Pull stream a party says it has (a Push call's metadata), or 0."""
+    value = _metadata(context).get(RECEIVED_METADATA, "")
+    try:
+        return max(0, int(value)) if isinstance(value, str) and len(value) <= 20 else 0
+    except ValueError:
+        return 0
 
 
 class CoordinatorService(pb_grpc.CoordinatorServicer):
@@ -83,25 +93,22 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             token = _metadata(context).get(TOKEN_METADATA)
             job, party_id = self.coordinator.authenticate(token if isinstance(token, bytes) else None, request.job_id)
             _check_client_name(context, party_id)
-            with job.lock:
-                party = job.parties.get(party_id)
-                if party is None or party.end_delivered:
-                    raise NotAuthorized(f"party {party_id!r} has no open place in job {request.job_id!r}")
-                if party.mailbox.streaming:
-                    raise InvalidInput(f"party {party_id!r} already has a Pull stream open")
-                party.mailbox.streaming = True
+            party, stream = liveness.attach(job, party_id, resume=request.resume, received=request.received)
         except XclpError as exc:
             context.abort(status_code(exc), str(exc))
-        assert party is not None  # checked under the lock above; a party's place is never removed after Join
-        # The RPC ending for any reason other than our JobEnd is a disconnect (a dropout).
-        context.add_callback(lambda: job.disconnected(party_id))
+        # The RPC ending for any reason other than our JobEnd is a disconnect: a dropout, or, for a
+        # party that can resume, a lost connection it has reconnect_seconds to come back from.
+        context.add_callback(lambda: job.disconnected(party_id, stream))
         metrics = self.coordinator.metrics
         if metrics is not None:
             metrics.connected.inc()
             context.add_callback(metrics.connected.dec)
         mailbox = party.mailbox
         while context.is_active():
-            item = mailbox.get(POLL_SECONDS)
+            try:
+                item = mailbox.get(POLL_SECONDS, stream)
+            except Superseded:  # the party resumed on a new stream: this one is over, and no dropout
+                return
             if item is None:
                 continue
             if item.HasField("end"):
@@ -122,6 +129,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             if party is None:
                 raise NotAuthorized(f"party {party_id!r} has no open place in job {job.config.job_id!r}")
             mailbox = party.mailbox
+            mailbox.confirm(_received(context))
             with job.lock:
                 if mailbox.pushes >= MAX_PUSH_STREAMS:
                     raise ResourceExhausted(f"party {party_id!r} already has {MAX_PUSH_STREAMS} Push streams open")
@@ -138,9 +146,11 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                     frames += 1
                     total += len(frame.data)
                     party.heard_at = job.clock()  # a sign of life, however long its message (server/liveness.py)
+                    if frame.message_id in mailbox.pushed:  # sent again after a lost connection: it has it
+                        continue
                     message = assembler.add(frame, limit=job.payload_limit(party_id, frame.step, frame.recipient,
                                                                              frame.round))
-                    if message is not None:
+                    if message is not None and mailbox.first_delivery(frame.message_id):
                         job.message(party_id, message)
                 if assembler.pending:
                     raise InvalidInput(f"the Push stream ended with {assembler.pending} incomplete message(s)")

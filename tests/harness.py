@@ -36,9 +36,11 @@ def allow_list(keys, parties=(*PARTIES, "d")) -> dict[str, bytes]:
 
 
 def job(job_id: str, job_type: str, params: dict, parties=PARTIES, min_parties: int = 2,
-        step_seconds: float = 30.0, join_seconds: float = 30.0) -> JobConfig:
+        step_seconds: float = 30.0, join_seconds: float = 30.0, reconnect_seconds: float = 1.0) -> JobConfig:
+    """A job as the tests run it: a party whose connection is lost (one that dies, DiesAt) is dropped
+    after 1 s rather than the 30 s a real deployment gives it to come back."""
     return JobConfig(job_id, job_type, parse_params(job_type, params), tuple(parties), min_parties,
-                     join_seconds, step_seconds)
+                     join_seconds, step_seconds, reconnect_seconds=reconnect_seconds)
 
 
 def challenge(stub, key, party: str, job_id: str) -> pb.ChallengeResponse:

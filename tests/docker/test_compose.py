@@ -313,12 +313,13 @@ def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None]) -
 def test_stopping_an_institution_mid_securehamming_leaves_the_others_their_predictions(
         project: Project, tmp_path: Path) -> None:
     run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "stop", "--time", "5", cid]))
-    assert run_summary["dropped"] == {"hospital-b": "disconnected"}
-    # docker stop: SIGTERM through docker-init; the agent stops its run, writes nothing, exits 0
+    # docker stop: SIGTERM through docker-init; the agent stops its run, tells the coordinator (which
+    # drops it at once, not after reconnect_seconds), writes nothing, exits 0
+    assert run_summary["dropped"] == {"hospital-b": "left the run (it was stopped)"}
     assert project.state("hospital-b")["ExitCode"] == 0
     assert "run 1 of job xclp-demo stopped" in project.logs("hospital-b")
-    assert re.search(r"hospital-b: no predictions.csv: dropped in xclp-demo run \d+ \(disconnected\)",
-                     project.logs("submit"))
+    assert re.search(r"hospital-b: no predictions.csv: dropped in xclp-demo run \d+ "
+                     r"\(left the run \(it was stopped\)\)", project.logs("submit"))
 
 
 @pytest.mark.docker
@@ -333,10 +334,10 @@ def test_a_disconnected_institution_misses_the_deadline_and_is_dropped_the_same_
     run_summary = _fault_run(project, tmp_path, lambda cid: run(["docker", "network", "disconnect", network, cid]))
     # Cut off, hospital-b falls silent: the coordinator drops it once it owes SecureHamming a message
     # and has been silent for step_seconds, or earlier if its TCP connection errors first (the bridge
-    # answers for the lost address).
+    # answers for the lost address) and it does not come back within reconnect_seconds.
     reason = run_summary["dropped"]["hospital-b"]  # type: ignore[index]
-    assert reason == "disconnected" or re.fullmatch(r"sent nothing for \d+ s in step 'secure_hamming', which waited",
-                                                    reason), reason
+    assert reason == "disconnected, and did not reconnect within 30 s" or re.fullmatch(
+        r"sent nothing for \d+ s in step 'secure_hamming', which waited", reason), reason
     # hospital-b's agent gives up the run after 45 s without news, writes nothing, and, its one
     # run over and not done, exits 5 ("dropped or timed out").
     assert project.wait_exit("hospital-b", timeout=120) == 5

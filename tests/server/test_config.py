@@ -29,6 +29,10 @@ def test_job_file_loads_with_defaults(tmp_path):
     job = load_job(tmp_path / "j.toml")
     assert job.min_parties == 2 and job.step_seconds == 5 and job.join_seconds == 600
     assert job.params == FlynnJobParams(n_classes=2, m=64, s=3, rho=4)
+    assert job.reconnect_seconds == 5  # 30 s by default, but never longer than step_seconds
+    assert job.spec().reconnect_seconds == 5  # the parties retry a lost connection as long
+    (tmp_path / "j.toml").write_text(JOB.replace("step_seconds = 5", "step_seconds = 300\nreconnect_seconds = 0"))
+    assert load_job(tmp_path / "j.toml").reconnect_seconds == 0
 
 
 @pytest.mark.parametrize("edit, match", [
@@ -44,6 +48,10 @@ def test_job_file_loads_with_defaults(tmp_path):
     (lambda t: t + "[[oops", "not valid TOML"),
     (lambda t: t.replace("m = 64", "m = 64\ngamma = 1.5"), r"gamma must be in \[0, 1\), got 1.5"),
     (lambda t: t.replace("rho = 4", "rho = 4") + "max_rows_per_party = 0\n", "max_rows_per_party"),
+    (lambda t: t.replace("step_seconds = 5", "step_seconds = 5\nreconnect_seconds = 6"),
+     "reconnect_seconds = 6 is longer than step_seconds = 5"),
+    (lambda t: t.replace("step_seconds = 5", "step_seconds = 5\nreconnect_seconds = -1"),
+     "reconnect_seconds must be >= 0"),
 ])
 def test_bad_job_files_name_the_problem(tmp_path, edit, match):
     (tmp_path / "j.toml").write_text(edit(JOB))

@@ -176,8 +176,9 @@ def test_contribution_encodings_match_the_wire_contract():
         assert (arr.dtype, arr.shape) == p.wire(data.X.shape[1])
 
 
-def test_pull_stream_lost_counts_as_a_dropout(keys):
-    """A party whose connection vanishes mid-job is dropped at once, not at the deadline."""
+def test_a_party_that_stops_mid_job_says_why_and_is_dropped_at_once(keys):
+    """A party that stops mid-job (an error of its own) tells the coordinator why on its way out: it
+    is dropped at once, not waited for as a lost connection (60 s here) or at the step deadline."""
     datas = {p: party_data(50 + i) for i, p in enumerate(PARTIES)}
 
     class Vanishing(PartySession):
@@ -186,9 +187,10 @@ def test_pull_stream_lost_counts_as_a_dropout(keys):
                 raise ConnectionAbortedError("simulated crash")  # leaves run(): its channel closes
             super().on_step(step)
 
-    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=60.0)]) as (coord, addr):
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=60.0, reconnect_seconds=60.0)]) \
+            as (coord, addr):
         results = run_parties(addr, "f", keys, datas, sessions={"b": Vanishing})
-        assert coord.jobs["f"].drop_reasons == {"b": "disconnected"}  # not the 60 s deadline
+        assert coord.jobs["f"].drop_reasons == {"b": "left the run (ConnectionAbortedError: simulated crash)"}
     assert isinstance(results["b"], ConnectionAbortedError)
     assert results["a"].participants == ("a", "c")
     assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))

@@ -105,7 +105,8 @@ def deploy(tmp_path_factory):
     jobs = []
     for job_id, (head, params) in JOBS.items():
         path = root / f"{job_id}.toml"
-        path.write_text(f'job_id = "{job_id}"\n{head}[deadlines]\njoin_seconds = 120\nstep_seconds = 60\n{params}')
+        path.write_text(f'job_id = "{job_id}"\n{head}[deadlines]\njoin_seconds = 120\nstep_seconds = 60\n'
+                        f'reconnect_seconds = 3\n{params}')  # a killed party is dropped 3 s after its connection
         jobs.append(f'"{path.name}"')
     (root / "server.toml").write_text(
         f'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = [{", ".join(jobs)}]\n'
@@ -260,7 +261,8 @@ def test_party_killed_mid_job_leaves_a_model_for_the_others(deploy):
     flyhash = FlyHash.from_seed(m.seed, FlyNNParams(D, 256, 3, 8))
     assert np.array_equal(m.aggregate, train_counts(flyhash, X[y >= 0], y[y >= 0], 3))
     log = (root / "server.log").read_text()
-    assert "dropped c (disconnected)" in log and "step sum attempt 1 started with 2 parties" in log
+    assert "dropped c (disconnected, and did not reconnect within 3 s)" in log
+    assert "step sum attempt 1 started with 2 parties" in log
 
 
 def test_unauthorised_and_imposter_parties_are_refused(deploy):

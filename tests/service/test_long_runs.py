@@ -27,6 +27,7 @@ from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import InfluenceSolver
 from xclp.server import liveness
 from xclp.server.admin_cli import format_run
+from xclp.v1.steps import LEAVE_MSG
 from xclp.v1.wire import Message
 
 XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
@@ -35,7 +36,7 @@ BOUND = 5.0  # seconds a call may take while the coordinator computes (it takes 
 
 def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_is_dropped(keys, monkeypatch):
     """In the middle of the influence solve (its first block), from other threads: a party's Push
-    (a late payload of a step that is over, which the run reads and ignores) and d's disconnect.
+    (a late payload of a step that is over, which the run reads and ignores) and d's leave.
     Both must return while the solve goes on; d is dropped there and then, gets nothing more, and
     SecureRowSums goes on among a, b and c, who get their labels. On the code before, the solve ran
     on the thread of the Push that completed the labeled sets, holding the run's lock: both calls
@@ -49,7 +50,7 @@ def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_
             run = coord.jobs["x"]
             calls = {
                 "push": lambda: run.message("a", Message("x", "labeled_sets", 0, "a", "", np.zeros(1, np.int64))),
-                "disconnect": lambda: run.disconnected("d"),
+                "disconnect": lambda: run.message("d", Message("x", LEAVE_MSG, 0, "d", "", b"stopped")),
             }
             threads = {name: threading.Thread(target=call, daemon=True) for name, call in calls.items()}
             for t in threads.values():
@@ -68,7 +69,7 @@ def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_
     assert returned == {"push": True, "disconnect": True}
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
     assert not isinstance(results["d"], JobResult)
-    assert summary["outcome"] == "done" and summary["dropped"] == {"d": "disconnected"}
+    assert summary["outcome"] == "done" and summary["dropped"] == {"d": "left the run (stopped)"}
     assert summary["label_parties"] == list(PARTIES)  # SecureRowSums went on without d
 
 

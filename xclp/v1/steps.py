@@ -19,6 +19,11 @@ ALIVE_MAX_BYTES = 256
 # the other way: the capability (JoinRequest.capabilities) of a party that understands the
 # coordinator's RunAlive items, sent to it while a run goes on (server/liveness.py)
 RUN_ALIVE = "run-alive"
+# A party whose connection is lost mid-run comes back on a new Pull stream (PullRequest.resume)
+# within the job's reconnect_seconds; a party that stops on its own says so first (a `leave`
+# message: a line of UTF-8 text, why), and is dropped at once. The capability of a party that does both.
+RESUMES = "resumes"
+LEAVE_MSG = "leave"
 SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes; both ends bound the seed step by this
 SEED_BYTES = 32
 SEED_PURPOSE = SEED_STEP

@@ -11,6 +11,9 @@ from xclp.v1.wire import GRPC_MAX_MESSAGE_BYTES
 # Pull and Push carry the party's session token and its job id as call metadata.
 TOKEN_METADATA = "x-xclp-token-bin"
 JOB_METADATA = "x-xclp-job"
+# A Push also says the highest PullItem.seq the party has (decimal): the coordinator need not keep
+# those for a resumed Pull stream.
+RECEIVED_METADATA = "x-xclp-received"
 
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE_BYTES),

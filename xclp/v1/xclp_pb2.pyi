@@ -188,7 +188,7 @@ class JoinRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., bundle: _Optional[_Union[SignedBundle, _Mapping]] = ..., summary: _Optional[_Union[DataSummary, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets", "max_run_seconds")
+    __slots__ = ("job_id", "job_type", "params_json", "expected_parties", "min_parties", "step_deadline_seconds", "datasets", "max_run_seconds", "reconnect_seconds")
     class DatasetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -204,6 +204,7 @@ class JobSpec(_message.Message):
     STEP_DEADLINE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     MAX_RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RECONNECT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_type: str
     params_json: str
@@ -212,7 +213,8 @@ class JobSpec(_message.Message):
     step_deadline_seconds: float
     datasets: _containers.ScalarMap[str, str]
     max_run_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ..., datasets: _Optional[_Mapping[str, str]] = ..., max_run_seconds: _Optional[float] = ...) -> None: ...
+    reconnect_seconds: float
+    def __init__(self, job_id: _Optional[str] = ..., job_type: _Optional[str] = ..., params_json: _Optional[str] = ..., expected_parties: _Optional[_Iterable[str]] = ..., min_parties: _Optional[int] = ..., step_deadline_seconds: _Optional[float] = ..., datasets: _Optional[_Mapping[str, str]] = ..., max_run_seconds: _Optional[float] = ..., reconnect_seconds: _Optional[float] = ...) -> None: ...
 
 class ChallengeRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -261,10 +263,14 @@ class JoinResponse(_message.Message):
     def __init__(self, session_token: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "resume", "received")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    resume: bool
+    received: int
+    def __init__(self, job_id: _Optional[str] = ..., resume: _Optional[bool] = ..., received: _Optional[int] = ...) -> None: ...
 
 class Roster(_message.Message):
     __slots__ = ("bundles",)
@@ -321,20 +327,22 @@ class JoinStatus(_message.Message):
     def __init__(self, joined: _Optional[int] = ..., expected: _Optional[int] = ..., min_parties: _Optional[int] = ..., join_deadline_seconds: _Optional[float] = ..., waiting_for: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PullItem(_message.Message):
-    __slots__ = ("roster", "step", "frame", "end", "status", "alive")
+    __slots__ = ("roster", "step", "frame", "end", "status", "alive", "seq")
     ROSTER_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     roster: Roster
     step: StepStart
     frame: Frame
     end: JobEnd
     status: JoinStatus
     alive: RunAlive
-    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ..., status: _Optional[_Union[JoinStatus, _Mapping]] = ..., alive: _Optional[_Union[RunAlive, _Mapping]] = ...) -> None: ...
+    seq: int
+    def __init__(self, roster: _Optional[_Union[Roster, _Mapping]] = ..., step: _Optional[_Union[StepStart, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., end: _Optional[_Union[JobEnd, _Mapping]] = ..., status: _Optional[_Union[JoinStatus, _Mapping]] = ..., alive: _Optional[_Union[RunAlive, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class RunAlive(_message.Message):
     __slots__ = ("step", "seconds")

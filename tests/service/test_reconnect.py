@@ -1,0 +1,74 @@
+"""A lost connection costs a reconnect, not the run (docs/operating.md "Long runs"): parties behind
+a TCP proxy the test cuts mid-protocol (tests/proxy.py), through a real gRPC coordinator."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from tests.proxy import Proxy
+from tests.service.test_allreduce import FLYNN, pooled_flynn
+from xclp.client.connection import ConnectionConfig
+from xclp.client.session import PartySession
+from xclp.errors import XclpError
+
+
+def test_connections_cut_mid_sum_are_resumed_and_the_aggregate_is_exact(keys) -> None:
+    """Every party's connection is cut twice: right after the coordinator took b's masked counts
+    (b's Push never hears its ack: it sends them again, and the coordinator takes them once) and
+    right after it took a's reveal (the items on their way to the parties are sent again on the
+    resumed streams). Nobody is dropped, no step restarts, and the aggregate is the pooled counts."""
+    datas = {p: party_data(70 + i) for i, p in enumerate(PARTIES)}
+    proxy: Proxy | None = None
+    cut_at = {("sum", 0, "b"), ("sum_reveal", 0, "a")}
+
+    def observe(job_id: str, step: str, attempt: int, sender: str, payload: object) -> None:
+        if (step, attempt, sender) in cut_at and proxy is not None:
+            proxy.cut()
+
+    lines: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, reconnect_seconds=20.0)],
+                     observer=observe) as (coord, address):
+        proxy = Proxy(address)
+        try:
+            results = run_parties(address, "f", keys, datas, connection=ConnectionConfig(proxy.address, insecure=True),
+                                  progress=lines)
+        finally:
+            proxy.close()
+        run = coord.jobs["f"]
+        assert run.stage.value == "done" and run.drop_reasons == {}, run.drop_reasons
+    assert proxy.cuts >= 2
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert run.ledger["sum"].rounds == 1  # no restart: the cut cost no attempt
+    pooled = pooled_flynn(results["a"].seed, datas)
+    for p in PARTIES:
+        assert results[p].participants == PARTIES and np.array_equal(results[p].aggregate, pooled)
+        said = "\n".join(lines[p])
+        assert "lost the connection to the coordinator" in said and "reconnected to the coordinator after" in said
+
+
+def test_a_party_that_does_not_come_back_within_reconnect_seconds_is_dropped_and_the_sum_goes_on(keys) -> None:
+    """b's network goes away as the sum starts and stays away: the coordinator keeps its place for
+    reconnect_seconds, then drops it and the sum restarts among a and c; b gives up after the same
+    window and says the connection was lost."""
+    datas = {p: party_data(80 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, reconnect_seconds=2.0)]) as (coord, address):
+        proxy = Proxy(address)
+
+        class Unplugged(PartySession):
+            def on_step(self, step):
+                if step.step == "sum":
+                    proxy.refuse()
+                super().on_step(step)
+
+        try:
+            results = run_parties(address, "f", keys, datas, sessions={"b": Unplugged},
+                                  connection={"b": ConnectionConfig(proxy.address, insecure=True)})
+        finally:
+            proxy.close()
+        run = coord.jobs["f"]
+        assert run.stage.value == "done"
+        assert run.drop_reasons == {"b": "disconnected, and did not reconnect within 2 s"}
+    assert isinstance(results["b"], XclpError), results["b"]
+    assert results["a"].participants == ("a", "c")
+    assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))
