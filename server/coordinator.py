@@ -245,6 +245,9 @@ class Coordinator:
             party = job.parties.get(p.party_id) if job is not None and record.state == "running" else None
             live = {} if job is None or party is None or not party.heard_at else {  # its last sign of life
                 "silent_seconds": max(0.0, job.clock() - party.heard_at), "activity": party.activity}
+            if job is not None and party is not None and (lost := party.lost_at) is not None:
+                live["activity"] = (f"connection lost {job.clock() - lost:.0f} s ago; its place is kept for "
+                                    f"{job.config.reconnect_seconds:g} s")
             info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason,
                              **live)
         for name, st in steps.items():

@@ -3,6 +3,9 @@ a TCP proxy the test cuts mid-protocol (tests/proxy.py), through a real gRPC coo
 
 from __future__ import annotations
 
+import re
+import time
+
 import numpy as np
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
@@ -50,15 +53,25 @@ def test_connections_cut_mid_sum_are_resumed_and_the_aggregate_is_exact(keys) ->
 def test_a_party_that_does_not_come_back_within_reconnect_seconds_is_dropped_and_the_sum_goes_on(keys) -> None:
     """b's network goes away as the sum starts and stays away: the coordinator keeps its place for
     reconnect_seconds, then drops it and the sum restarts among a and c; b gives up after the same
-    window and says the connection was lost."""
+    window and says the connection was lost. Meanwhile `job show` says b's connection is lost."""
     datas = {p: party_data(80 + i) for i, p in enumerate(PARTIES)}
+    shown: list[str] = []
     with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, reconnect_seconds=2.0)]) as (coord, address):
         proxy = Proxy(address)
+
+        def b_as_shown() -> str:
+            run = coord.jobs["f"]
+            info = coord.run_info(run.run_id)
+            return next(p.activity for p in info.parties if p.party_id == "b")
 
         class Unplugged(PartySession):
             def on_step(self, step):
                 if step.step == "sum":
                     proxy.refuse()
+                    give_up = time.monotonic() + 10
+                    while not (activity := b_as_shown()).startswith("connection lost") and time.monotonic() < give_up:
+                        time.sleep(0.02)
+                    shown.append(activity)
                 super().on_step(step)
 
         try:
@@ -70,5 +83,6 @@ def test_a_party_that_does_not_come_back_within_reconnect_seconds_is_dropped_and
         assert run.stage.value == "done"
         assert run.drop_reasons == {"b": "disconnected, and did not reconnect within 2 s"}
     assert isinstance(results["b"], XclpError), results["b"]
+    assert shown and re.fullmatch(r"connection lost \d+ s ago; its place is kept for 2 s", shown[0]), shown
     assert results["a"].participants == ("a", "c")
     assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))
