@@ -4,10 +4,17 @@ Paper 003 Alg. 1 lines 4-8 with DESIGN §5.4's choices: similarity max(cos(π·H
 the authors' code), keep the k largest entries per row with ties broken by the smaller column
 index, W = B + Bᵀ with zero diagonal, 𝒲 = D^{-½} W D^{-½} (zero degrees read as 1), and
 S_L = (I − α𝒲)^{-1}[:, labeled], never forming a dense inverse.
+
+The solve (`InfluenceSolver`): dense Cholesky up to DENSE_MAX_NODES rows; above, a sparse LU of
+I − α𝒲 (SuperLU, minimum-degree ordering of its symmetric pattern) when its factors stay within
+SPARSE_FILL_MAX times the matrix's nonzeros — on the kNN graphs of real data they are a few times
+it, and then each column costs two triangular solves instead of a hundred-odd CG steps — else
+conjugate gradients (benchmarks/influence.py compares them on the same graph).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -15,17 +22,26 @@ from typing import Literal
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
+import scipy.sparse.linalg as spl
 
 from xclp.errors import InvalidInput
 from xclp.lsh import check_lsh_bits, estimate_cosine
 
-# Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to CG.
+# Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to a sparse one.
 DENSE_MAX_NODES = 3000
+# The sparse LU's nonzeros over I − α𝒲's at most, for "auto": past it CG is cheaper per column (it
+# takes a hundred-odd products with the matrix), and the factors would take more memory than the
+# coordinator's estimate allows (server/steps/xclp.py coordinator_bytes).
+SPARSE_FILL_MAX = 24
+SPARSE_FILL_FORCED = 1000  # the bound for solver = "sparse" (SuperLU sizes its work space by it)
+# A factor is taken as exact when it solves a fixed right-hand side to this relative residual (a
+# factor whose fill hit SPARSE_FILL_MAX dropped entries and misses it by far).
+_EXACT_RESIDUAL = 1e-10
 
 # Rows of the similarity matrix materialised at once while selecting neighbours (float64[block, n]).
 _SIM_BLOCK_ELEMENTS = 1 << 22
 
-InfluenceMethod = Literal["auto", "dense", "cg"]
+InfluenceMethod = Literal["auto", "dense", "sparse", "cg"]
 
 
 @dataclass(frozen=True)
@@ -177,8 +193,9 @@ def influence_columns(
     """S_L = (I − α𝒲)^{-1}[:, labeled] as float64[n, l] (Alg. 1 line 8, only the columns parties need).
 
     I − α𝒲 is symmetric positive definite (eigenvalues in [1−α, 1+α] since ‖𝒲‖ <= 1), so it is
-    solved against the labeled unit vectors: dense Cholesky when n <= dense_max_nodes, else
-    conjugate gradients on all l right-hand sides at once (DESIGN §5.4). `method` forces one.
+    solved against the labeled unit vectors: dense Cholesky when n <= dense_max_nodes, else a
+    sparse LU if its fill stays small, else conjugate gradients on all l right-hand sides at once
+    (module docstring). `method` forces one.
     """
     solver = InfluenceSolver(Wn, alpha, method, dense_max_nodes=dense_max_nodes, rtol=rtol)
     return solver.solve(_check_labeled(labeled, solver.n))
@@ -187,43 +204,66 @@ def influence_columns(
 @dataclass
 class SolveStats:
     """What `InfluenceSolver` reports (DESIGN §10.2): the method, columns and blocks solved, the most
-    CG iterations a block took (0 for dense), and the largest relative residual ‖M x − e‖ / ‖e‖."""
+    CG iterations a block took (0 for a factorisation), the largest relative residual ‖M x − e‖ / ‖e‖,
+    and for the sparse LU its nonzeros over the matrix's (`fill`) and the seconds it took."""
 
     method: str
     columns: int = 0
     blocks: int = 0
     iterations: int = 0
     max_residual: float = 0.0
+    fill: float = 0.0
+    factor_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | str]:
-        return {"method": self.method, "columns": self.columns, "blocks": self.blocks,
-                "iterations": self.iterations, "max_relative_residual": float(f"{self.max_residual:.3e}")}
+        out: dict[str, float | int | str] = {
+            "method": self.method, "columns": self.columns, "blocks": self.blocks, "iterations": self.iterations,
+            "max_relative_residual": float(f"{self.max_residual:.3e}")}
+        if self.fill:
+            out.update(fill=round(self.fill, 2), factor_seconds=round(self.factor_seconds, 3))
+        return out
 
 
 class InfluenceSolver:
     """S[:, columns] = (I − α𝒲)^{-1}[:, columns] block by block of columns (DESIGN §10.2): the caller
     sends each block on and drops it, so all of S_L is never held. Each column's CG recurrence is its
-    own, so a column comes out bit for bit as `influence_columns` gives it, in any block."""
+    own, so a column comes out bit for bit as `influence_columns` gives it, in any block; so does a
+    column of the sparse LU, whose triangular solves treat each right-hand side alone."""
 
     def __init__(self, Wn: sp.spmatrix, alpha: float, method: InfluenceMethod = "auto", *,
-                 dense_max_nodes: int = DENSE_MAX_NODES, rtol: float = 1e-12) -> None:
+                 dense_max_nodes: int = DENSE_MAX_NODES, rtol: float = 1e-12,
+                 fill_max: float = SPARSE_FILL_MAX) -> None:
         if not 0.0 < float(alpha) < 1.0:
             raise InvalidInput(f"alpha must be strictly between 0 and 1, got {alpha!r}")
-        if method not in ("auto", "dense", "cg"):
-            raise InvalidInput(f"method must be 'auto', 'dense' or 'cg', got {method!r}")
+        if method not in ("auto", "dense", "sparse", "cg"):
+            raise InvalidInput(f"method must be 'auto', 'dense', 'sparse' or 'cg', got {method!r}")
         Wn = sp.csr_matrix(Wn, dtype=np.float64)
         self.n = Wn.shape[0]
         if Wn.shape != (self.n, self.n) or self.n == 0:
             raise InvalidInput(f"Wn must be a non-empty square matrix, got shape {Wn.shape}")
         if abs(Wn - Wn.T).max() > 1e-12:
             raise InvalidInput("Wn must be symmetric; build it with normalise(knn_adjacency(...))")
-        if method == "auto":
-            method = "dense" if self.n <= dense_max_nodes else "cg"
+        auto = method == "auto"
+        if auto:
+            method = "dense" if self.n <= dense_max_nodes else "sparse"
         self.M = (sp.identity(self.n, format="csr") - float(alpha) * Wn).tocsr()
         self.rtol = rtol
-        self.stats = SolveStats(method)
         self._factor = (scipy.linalg.cho_factor(self.M.toarray(), lower=True, check_finite=False)
                         if method == "dense" else None)
+        self._lu: spl.SuperLU | None = None
+        fill = seconds = 0.0
+        if method == "sparse":
+            started = time.perf_counter()
+            self._lu = _sparse_lu(self.M, fill_max if auto else SPARSE_FILL_FORCED)
+            seconds = time.perf_counter() - started
+            if self._lu is None and not auto:
+                raise InvalidInput(f"the sparse LU of this graph would hold more than {SPARSE_FILL_FORCED} times "
+                                   "its nonzeros: solve it with solver = \"cg\" (or \"auto\")")
+            if self._lu is None:  # the factors would be denser than fill_max allows: CG is cheaper
+                method = "cg"
+            else:
+                fill = (self._lu.L.nnz + self._lu.U.nnz) / self.M.nnz
+        self.stats = SolveStats(method, fill=fill, factor_seconds=seconds)
 
     def solve(self, columns: np.ndarray) -> np.ndarray:
         """float64[n, c]: the influence columns `columns` (global row indices)."""
@@ -232,6 +272,8 @@ class InfluenceSolver:
         rhs[idx, np.arange(idx.size)] = 1.0
         if self._factor is not None:
             X, iterations = scipy.linalg.cho_solve(self._factor, rhs, check_finite=False), 0
+        elif self._lu is not None:
+            X, iterations = (self._lu.solve(rhs) if idx.size else rhs), 0
         else:
             X, iterations = _multi_cg(self.M, rhs, rtol=self.rtol, max_iter=max(1000, 10 * self.n))
         stats = self.stats
@@ -241,6 +283,19 @@ class InfluenceSolver:
         if idx.size:  # ‖e‖ = 1 for every column
             stats.max_residual = max(stats.max_residual, float(np.linalg.norm(self.M @ X - rhs, axis=0).max()))
         return X
+
+
+def _sparse_lu(M: sp.csr_matrix, fill_max: float) -> spl.SuperLU | None:
+    """SuperLU's factors of the SPD matrix M (symmetric mode: minimum degree on the pattern of
+    M + Mᵀ, diagonal pivots), or None when they would pass `fill_max` times M's nonzeros: SuperLU's
+    incomplete factorisation is asked to keep every entry (drop_tol = 0) within that much fill, and
+    what it returns is the exact factor only if it solves a fixed right-hand side exactly. (One
+    code path whatever the bound, so that "auto" and a forced "sparse" give the same bits.)"""
+    lu = spl.spilu(M.tocsc(), drop_tol=0.0, fill_factor=fill_max, permc_spec="MMD_AT_PLUS_A",
+                   diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+    probe = np.linspace(1.0, 2.0, M.shape[0])
+    residual = np.linalg.norm(M @ lu.solve(probe) - probe) / np.linalg.norm(probe)
+    return lu if residual <= _EXACT_RESIDUAL else None
 
 
 def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from xclp.candidates import DUMMY, PairSchedule
 from xclp.crypto.secure_hamming import Residues, SlotLayout, masks_from_seed, unmask_distances
 from xclp.errors import InvalidInput, OutOfRange, PeerDropped, ProtocolError
-from xclp.graph import DENSE_MAX_NODES, GraphParams, InfluenceMethod, influence_of
+from xclp.graph import DENSE_MAX_NODES, SPARSE_FILL_MAX, GraphParams, InfluenceMethod, influence_of
 from xclp.hamming import hamming_dtype
 from xclp.lsh import check_lsh_bits
 from xclp.memory import INT_OVERHEAD
@@ -391,8 +391,10 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     - SecureHamming: relays waiting in mailboxes, one copy of each party's slices (it sends them
       to one B at a time) and MAX_IN_FLIGHT pieces per pair, plus one piece being unmasked (its
       values as Python integers) and folded (blocks of 2^20 distances);
-    - the influence solve: dense Cholesky (3·n² floats) up to DENSE_MAX_NODES rows, else
-      conjugate gradients on `solve_columns(n)` columns (at most eight float64[n, c] arrays); and
+    - the influence solve: dense Cholesky (3·n² floats) up to DENSE_MAX_NODES rows, else the
+      larger of a sparse LU (at most SPARSE_FILL_MAX times I − α𝒲's n·(2k + 1) nonzeros, 12 bytes
+      each, and its right-hand sides) and conjugate gradients on `solve_columns(n)` columns (at most
+      eight float64[n, c] arrays), which it falls back to past that fill; and
       what waits for the parties: the block just solved for its receiver, and for each party up
       to INFLUENCE_BACKLOG_BYTES in its mailbox (a party that stops reading is sent no more) and
       about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
@@ -408,7 +410,8 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     unmask = piece_values(layout) * (layout.value_bytes + 3 * (layout.value_bytes + INT_OVERHEAD)) + (64 << 20)
     hamming = slices + pairs * MAX_IN_FLIGHT * PIECE_BYTES + unmask
     columns = n if n <= DENSE_MAX_NODES else solve_columns(n)
-    solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else 64 * n * columns
+    lu = SPARSE_FILL_MAX * n * (2 * k + 1) * 12 + 16 * n * columns
+    solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else max(64 * n * columns, lu)
     influence = solve + 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES
     rowsums = (parties + 2) * n * n_classes * 8
     return graph + max(hamming, influence, rowsums)

@@ -54,6 +54,7 @@ JOBS = {
     "kill-sh": {},
     "kill-rs": {"hide_label_mask": True, "label_norm": "party"},
     "cg": {"solver": "cg"},  # conjugate gradients on the coordinator instead of dense Cholesky
+    "lu": {"solver": "sparse"},  # a sparse LU (what "auto" picks above 3 000 rows)
     "big-k": {"k": 3 * N},  # more neighbours than rows: refused before any work
 }
 DIES = {"kill-sh": ("c", "secure_hamming"), "kill-rs": ("b", "rowsums")}
@@ -213,6 +214,15 @@ def test_conjugate_gradient_solver_gives_the_reference_predictions_through_the_s
     assert job.config.params.solver == "cg" and job.stage.value == "done"
     ref = reference(run, "cg")  # the reference solves densely: CG must agree within the same 1e-6
     assert_predictions(run, "cg", ref, PARTIES, PARTIES)
+
+
+def test_the_sparse_lu_solver_gives_the_reference_predictions_through_the_service(run) -> None:
+    job = run["coord"].jobs["lu"]
+    assert job.config.params.solver == "sparse" and job.stage.value == "done"
+    solve = json.loads((run["root"] / "lu.summary.json").read_text())["influence"]
+    assert solve["method"] == "sparse" and solve["iterations"] == 0 and solve["max_relative_residual"] <= 1e-12
+    assert 1.0 <= solve["fill"] <= 1000 and solve["factor_seconds"] >= 0
+    assert_predictions(run, "lu", reference(run, "lu"), PARTIES, PARTIES)
 
 
 def test_party_killed_in_secure_hamming_leaves_H_and_the_others_finish_without_it(run) -> None:

@@ -76,7 +76,7 @@ def influence_piece_columns(n_rows: int) -> int:
     return max(1, INFLUENCE_PIECE_BYTES // (8 * max(n_rows, 1)))
 
 LABEL_NORMS = ("none", "party")
-SOLVERS = ("auto", "dense", "cg")
+SOLVERS = ("auto", "dense", "sparse", "cg")
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,9 @@ class XclpJobParams(JobParams):
     label_norm: "none" = one-hot Y_L (the paper), "party" = each party divides each class column by
     its own count of that class (the authors' code, per party; DESIGN §5.6). hide_label_mask: the
     coordinator sends every party the influence columns of all its rows, so it never learns which
-    rows are labeled (DESIGN §5.5). solver: "auto" = dense Cholesky for small n, conjugate
-    gradients for large n (xclp.graph); frac_bits: SecureRowSums fixed-point scale 2^frac_bits.
+    rows are labeled (DESIGN §5.5). solver: "auto" = dense Cholesky for small n, else a sparse LU
+    if its fill stays small, else conjugate gradients (xclp.graph); frac_bits: SecureRowSums
+    fixed-point scale 2^frac_bits.
     """
 
     n_classes: int = param("number of classes; labels are 0 .. n_classes − 1 (set by `classes` when that is given)",
@@ -108,8 +109,9 @@ class XclpJobParams(JobParams):
                                   "the influence columns of all its rows", "true, false", "DESIGN §5.5", default=False)
     label_norm: str = param('"none": one-hot labels (the paper); "party": each party divides each class column '
                             'by its own count of that class', '"none", "party"', "DESIGN §5.6", default="none")
-    solver: str = param('influence solve: "dense" Cholesky, "cg" conjugate gradients, "auto" picks by size',
-                        '"auto", "dense", "cg"', default="auto")
+    solver: str = param('influence solve: "dense" Cholesky, "sparse" LU, "cg" conjugate gradients, "auto": dense '
+                        "for small graphs, else the sparse LU while its fill stays small, else CG",
+                        '"auto", "dense", "sparse", "cg"', default="auto")
     frac_bits: int = param("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
     insecure_test_keys: bool = param("allow key_bits below 2048 (tests and quick trials only)", "true, false",
                                      default=False)
