@@ -32,6 +32,7 @@ few pairs of rows they keep (K = 186 at 2048-bit keys and L = 1024: ~11× at 2 0
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,12 +42,13 @@ import numpy as np
 from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 
-__all__ = ["DUMMY", "PairSchedule", "a_slots", "b_rows", "candidate_mask", "centre_lists",
+__all__ = ["AUTO", "DUMMY", "PairSchedule", "a_slots", "b_rows", "budget_floor", "candidate_mask", "centre_lists",
            "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres",
            "membership", "nearest_centres", "probe_table",
-           "row_budgets", "unit_rows"]
+           "row_budgets", "spread_fraction", "unit_rows"]
 
 DUMMY = -1  # a slot or row that stands for no row: evaluated like any other, discarded by the coordinator
+AUTO = "auto"  # pair_budget = "auto": one probe per row, whatever that costs (the least schedule)
 _BLOCK_ELEMENTS = 1 << 22  # rows × centres of dot products computed at once
 
 
@@ -244,19 +246,44 @@ def probe_table(probes: np.ndarray, centres: int) -> np.ndarray:
 
 
 def choose_probes(pooled: np.ndarray, sizes: Mapping[str, int], pairs: Sequence[tuple[str, str]], K: int,
-                  slack: float, pair_budget: float) -> tuple[int, dict[str, np.ndarray], float]:
-    """The most probes per row whose schedule stays within `pair_budget` of all pairs' ciphertexts:
-    (p, every party's public budgets, the fraction), from the pooled `probe_table` alone, so that
-    every party and the coordinator choose the same. InvalidInput if one probe is already over."""
+                  slack: float, pair_budget: float | str) -> tuple[int, dict[str, np.ndarray], float]:
+    """The most probes per row whose schedule stays within `pair_budget` of all pairs' ciphertexts
+    (AUTO: one probe): (p, every party's public budgets, the fraction), from the pooled
+    `probe_table` alone, so that every party and the coordinator choose the same. InvalidInput if
+    one probe is already over."""
     pooled = np.asarray(pooled, dtype=np.int64)
     n = sum(sizes.values())
     fraction = 1.0
-    for p in range(pooled.shape[0], 0, -1):
+    for p in range(1 if pair_budget == AUTO else pooled.shape[0], 0, -1):
         budgets = {q: row_budgets(pooled[p - 1], sizes[q], n, slack) for q in sizes}
         fraction = evaluated_fraction(budgets, sizes, pairs, K)
-        if fraction <= pair_budget:
+        if pair_budget == AUTO or fraction <= float(pair_budget):
             return p, budgets, fraction
     raise InvalidInput(f"even one probe per row evaluates {fraction:.1%} of the pairs' ciphertexts, above "
                        f"pair_budget = {pair_budget}: each row is evaluated against at least a batch of {K} of a "
                        "peer's rows per probe, so below about ⌈rows/K⌉ times fewer ciphertexts candidates cannot "
-                       "go; raise pair_budget (1.0: all pairs)")
+                       "go; raise pair_budget (1.0: all pairs), or set it to \"auto\" (one probe per row, whatever "
+                       "that costs)")
+
+
+def budget_floor(sizes: Mapping[str, int], K: int, centres: int, slack: float) -> float:
+    """The least fraction of all pairs' ciphertexts a candidate schedule can cost, whatever the data,
+    from the public sizes alone: as B, each of its rows is evaluated against at least one batch of
+    A's slots (at least min(slack, 1)·n_B ciphertexts), and A's list of a centre spans at least its
+    budget over K batches, each evaluated against B's list there (Σ_c a_c·b_c / K, least when the
+    rows fall evenly on the centres: s²·n_A·n_B / (K·C), s = min(slack, 1))."""
+    s = min(float(slack), 1.0)
+    least = everything = 0.0
+    for a, b in itertools.permutations(sizes, 2):
+        least += max(s * sizes[b], s * s * sizes[a] * sizes[b] / (K * centres))
+        everything += math.ceil(sizes[a] / K) * sizes[b]
+    return least / max(everything, 1.0)
+
+
+def spread_fraction(sizes: Mapping[str, int], K: int, centres: int, slack: float) -> float:
+    """What one probe per row costs when the rows fall evenly on the centres: the schedule of a
+    pooled table with n/C rows on each (what "auto" is estimated from before the data are seen)."""
+    n = sum(sizes.values())
+    pooled = np.full(centres, n // centres, dtype=np.int64) + (np.arange(centres) < n % centres)
+    budgets = {q: row_budgets(pooled, sizes[q], n, slack) for q in sizes}
+    return evaluated_fraction(budgets, sizes, list(itertools.permutations(sizes, 2)), K)

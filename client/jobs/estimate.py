@@ -116,12 +116,13 @@ def check_work(keypair: PaillierKeypair, params: XclpJobParams, n: int, peers: M
     if not limits.any:
         return
     layout = SlotLayout.for_key(keypair.public, params.lsh_bits)
-    seconds = paillier_seconds(OperationCosts.of(keypair), layout, n, peers, workers, budget=params.pair_budget,
+    budget = params.work_budget({"": n, **peers}, layout.slots)
+    seconds = paillier_seconds(OperationCosts.of(keypair), layout, n, peers, workers, budget=budget,
                                slots=params.slots_per_row)
     against = (f"{len(peers)} peers taken to hold as many" if assumed
                else f"{sum(peers.values())} of {len(peers)} peers")
     progress(f"estimated Paillier work{' before joining' if assumed else ''}: {minutes(seconds)} on {workers} "
-             f"workers ({n} rows against {against}{candidate_note(params)})")
+             f"workers ({n} rows against {against}{candidate_note(params, budget)})")
     check_time(seconds, limits, n, peers, workers, assumed=assumed)
 
 
@@ -169,10 +170,13 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 6000 else f"{seconds / 3600:.1f} hours"
 
 
-def candidate_note(params: XclpJobParams) -> str:
+def candidate_note(params: XclpJobParams, budget: float) -> str:
     """What bounds the estimate on candidate pairs, for its message."""
-    return (f"; candidate pairs: at most {params.pair_budget:g} of all pairs' ciphertexts"
-            if params.candidates else "")
+    if not params.candidates:
+        return ""
+    if params.pair_budget == "auto":
+        return f"; candidate pairs, one probe per row: planned at {budget:.1%} of all pairs' ciphertexts"
+    return f"; candidate pairs: at most {budget:g} of all pairs' ciphertexts"
 
 
 def check_time(seconds: float, limits: WorkLimits, n: int, peers: Mapping[str, int], workers: int, *,

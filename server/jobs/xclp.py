@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xclp.candidates import choose_probes
+from xclp.candidates import AUTO, budget_floor, choose_probes
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped
 from xclp.graph import InfluenceSolver, normalise
@@ -146,7 +146,17 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         if p.k > rows - 1:
             raise InvalidInput(f"k = {p.k} neighbours need at least {p.k + 1} rows in all, but the "
                                f"{len(parties)} parties bring {rows}: lower k in the job file")
-        need, limit = steps.coordinator_bytes(sizes, SlotLayout(p.key_bits, p.lsh_bits), p.k, p.n_classes,
+        layout = SlotLayout(p.key_bits, p.lsh_bits)
+        if p.candidates and p.pair_budget != AUTO:
+            floor = budget_floor({q: int(party.summary.rows) for q, party in parties.items()}, layout.slots,
+                                 p.centres, p.budget_slack)
+            if float(p.pair_budget) < floor:
+                raise InvalidInput(f"pair_budget = {p.pair_budget:g} is below what these parties' rows allow: with "
+                                   f"any data, candidate pairs cost at least {floor:.1%} of all pairs' ciphertexts "
+                                   f"here (each of a party's rows is compared with at least one batch of "
+                                   f"{layout.slots} of a peer's rows); raise pair_budget to {floor:.3g} or more, or "
+                                   "set it to \"auto\" (one probe per row)")
+        need, limit = steps.coordinator_bytes(sizes, layout, p.k, p.n_classes,
                                               p.slots_per_row), \
             coordinator_memory_limit()
         log.info("XCLP: %d rows of %d parties; the coordinator's estimate is %s", rows, len(sizes), gib(need))

@@ -73,6 +73,23 @@ def test_on_candidate_pairs_the_estimates_are_the_bounds_the_budget_and_the_slot
         2 * LAYOUT.slices_bytes(1860) + LAYOUT.slices_bytes(500))  # its slices (and the sealed copy), the peer's
 
 
+def test_auto_is_planned_at_twice_the_even_spread_of_one_probe() -> None:
+    """pair_budget = "auto" names no bound: the estimate plans for twice what one probe per row costs
+    with the rows spread evenly (never above all pairs); a number is its own bound."""
+    from xclp import candidates as cd
+    from xclp.client.jobs.estimate import candidate_note
+    from xclp.v1.xclp import XclpJobParams
+
+    sizes = {"a": 6000, "b": 6000, "c": 6000}
+    auto = XclpJobParams.parse({"n_classes": 3, "pair_budget": "auto"})
+    even = cd.spread_fraction(sizes, LAYOUT.slots, 64, 1.0)
+    assert auto.work_budget(sizes, LAYOUT.slots) == pytest.approx(2 * even) and 0.02 < even < 0.1
+    assert auto.work_budget({"a": 100, "b": 100}, LAYOUT.slots) == 1.0  # one batch per row is all pairs here
+    assert XclpJobParams.parse({"n_classes": 3, "pair_budget": 0.1}).work_budget(sizes, LAYOUT.slots) == 0.1
+    assert candidate_note(auto, 2 * even) == f"; candidate pairs, one probe per row: planned at {2 * even:.1%} of " \
+        "all pairs' ciphertexts"
+
+
 def test_the_work_limit_takes_minutes_or_its_old_name_in_hours_not_both() -> None:
     assert work_seconds(None) == 24 * 3600 and work_seconds(30) == 1800 and work_seconds(0) == 0
     assert work_seconds(None, 2) == 7200  # --max-paillier-hours, the old name

@@ -117,3 +117,13 @@ def test_row_caps_that_would_let_uint32_counts_wrap_are_refused(job_type, params
     config(max_rows_per_party=2**32 // 3)
     private = {**params, "epsilon": 1.0, **({"T": 4} if job_type == "flynn" else {})}
     JobConfig("j", job_type, parse_params(job_type, private), ("a", "b", "c"), 2, 60.0, 60.0, max_rows_per_party=2**31)
+
+
+def test_pair_budget_is_a_fraction_or_auto_and_survives_the_wire() -> None:
+    auto = parse_params("xclp", {"n_classes": 2, "pair_budget": "auto"})
+    assert auto.pair_budget == "auto" and auto.candidates  # type: ignore[attr-defined]
+    assert params_from_json("xclp", params_json(auto)) == auto
+    assert parse_params("xclp", {"n_classes": 2, "pair_budget": 0.2}).pair_budget == 0.2  # type: ignore[attr-defined]
+    for bad in ("half", "AUTO", 0.0, 1.5, True):
+        with pytest.raises(ConfigError, match="pair_budget"):
+            parse_params("xclp", {"n_classes": 2, "pair_budget": bad})

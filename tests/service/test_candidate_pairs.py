@@ -15,6 +15,7 @@ from xclp import candidates as cd
 from xclp.client.policy import PartyPolicy
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
+from xclp.errors import InvalidInput
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 
@@ -61,10 +62,11 @@ def test_secure_xclp_on_candidate_pairs_equals_the_reference_on_the_same_schedul
 
 def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hamming(keys) -> None:
     """One probe per row still costs a batch of K slots per row of B: a budget below that is refused
-    once the probe table is open, with the reason, before any Paillier work."""
+    once the probe table is open, with the reason, before any Paillier work. (3 × 300 rows, K = 72
+    slots, 4 centres: one probe costs at least 0.4 of all pairs' ciphertexts with these sizes.)"""
     datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.01})]) as (coord, addr):
+    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.3})]) as (coord, addr):
         results = run_parties(addr, "x", keys, datas, paillier=paillier,
                               policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
         run = coord.jobs["x"]
@@ -72,7 +74,52 @@ def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hammi
     for p in PARTIES:
         assert isinstance(results[p], BaseException), results
         assert "candidate pairs: even one probe per row evaluates" in str(results[p])
-        assert "above pair_budget = 0.01" in str(results[p])
+        assert "above pair_budget = 0.3" in str(results[p]) and 'set it to "auto"' in str(results[p])
+
+
+def test_a_budget_no_data_could_meet_is_refused_from_the_sizes_before_the_run_starts(keys) -> None:
+    """pair_budget = 0.01 with 3 × 300 rows: whatever the data, each of B's rows is compared with a
+    batch of A's, at least 1/⌈300/72⌉ = 0.2 of all pairs' ciphertexts. The coordinator says so as
+    soon as the parties have joined (their sizes are public), before the seed or any other step;
+    before, the parties drew centres and summed a probe table first."""
+    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.01})]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        run = coord.jobs["x"]
+        assert run.stage.value == "failed" and not run.ledger.as_dict()  # no step ran, not even the seed
+    floor = cd.budget_floor(dict.fromkeys(PARTIES, 300), SlotLayout(512, L).slots, 4, 1.0)
+    assert 0.2 <= floor < 0.3
+    for p in PARTIES:
+        assert isinstance(results[p], InvalidInput), results  # REFUSED: the job cannot run with these data
+        assert (f"pair_budget = 0.01 is below what these parties' rows allow: with any data, candidate pairs cost at "
+                f"least {floor:.1%}") in str(results[p]) and 'or set it to "auto"' in str(results[p])
+
+
+def test_pair_budget_auto_runs_one_probe_per_row_and_equals_the_reference(keys) -> None:
+    """pair_budget = "auto": one probe per row whatever it costs (here more than the 0.3 the test
+    above is refused at), and the coordinator's graph is the reference's on that schedule."""
+    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    params = {**PARAMS, "pair_budget": "auto", "probes": 3}
+    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        state = coord.jobs["x"].job.xclp
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert state.candidates is not None and state.candidates.probes == 1 and state.candidates.fraction > 0.3
+    seed = results["a"].seed
+    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
+    centres = cd.initial_centres(seed, 4, unit["a"].shape[1])
+    probes = {p: cd.nearest_centres(unit[p], centres, 1) for p in PARTIES}
+    sizes = dict.fromkeys(PARTIES, 300)
+    pooled = np.sum([cd.probe_table(probes[p], 4) for p in PARTIES], axis=0)
+    _, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
+                                     SlotLayout(512, L).slots, 1.0, "auto")
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], 1, budgets[p]) for p in PARTIES}, sizes)
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, C, L, GraphParams(k=5), candidates=mask)
+    assert (state.W != ref.influence.W).nnz == 0
 
 
 def _without_c(keys, params: dict, datas, dies):

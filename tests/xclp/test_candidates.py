@@ -120,6 +120,40 @@ def test_probes_are_chosen_within_the_pair_budget_from_the_pooled_table() -> Non
         cd.choose_probes(pooled, SIZES, pairs, K, 1.0, 0.01)
 
 
+def test_auto_takes_one_probe_whatever_it_costs() -> None:
+    rng = np.random.default_rng(9)
+    probes = {q: probes_of(rng, n) for q, n in SIZES.items()}
+    pooled = np.sum([cd.probe_table(probes[q], C) for q in SIZES], axis=0)
+    pairs = list(itertools.permutations(SIZES, 2))
+    p, budgets, fraction = cd.choose_probes(pooled, SIZES, pairs, K, 1.0, cd.AUTO)
+    one = {q: cd.row_budgets(pooled[0], SIZES[q], sum(SIZES.values()), 1.0) for q in SIZES}
+    assert p == 1 and all(np.array_equal(budgets[q], one[q]) for q in SIZES)
+    assert fraction == cd.evaluated_fraction(one, SIZES, pairs, K)
+
+
+@pytest.mark.parametrize("sizes, K, centres, slack", [
+    ({"a": 300, "b": 300, "c": 300}, 72, 4, 1.0),
+    ({"a": 2000, "b": 500, "c": 7000}, 186, 64, 1.0),
+    ({"a": 18000, "b": 18000, "c": 18000}, 186, 256, 1.5),
+    ({"a": 50, "b": 4000}, 186, 16, 0.5),
+])
+def test_the_floor_from_the_sizes_is_below_every_schedule_any_data_give(sizes, K, centres, slack) -> None:
+    """budget_floor is what no data can go below: one probe per row on pooled tables that spread the
+    rows evenly, crowd them on one centre, or fall anyhow (Dirichlet weights), all cost at least
+    it; and the even spread costs within 2.5 times it (the floor is not vacuous)."""
+    rng = np.random.default_rng(5)
+    n, pairs = sum(sizes.values()), list(itertools.permutations(sizes, 2))
+    floor = cd.budget_floor(sizes, K, centres, slack)
+    tables = [np.bincount(rng.choice(centres, size=n, p=rng.dirichlet(np.full(centres, a))), minlength=centres)
+              for a in (0.05, 0.5, 5.0, 500.0) for _ in range(5)]
+    tables.append(np.eye(centres, dtype=np.int64)[0] * n)  # every row on one centre
+    for pooled in tables:
+        budgets = {q: cd.row_budgets(pooled, sizes[q], n, slack) for q in sizes}
+        assert cd.evaluated_fraction(budgets, sizes, pairs, K) >= floor * (1 - 1e-12)
+    even = cd.spread_fraction(sizes, K, centres, slack)
+    assert floor <= even <= 2.5 * floor
+
+
 def test_the_reference_on_every_pair_as_candidates_is_the_all_pairs_reference() -> None:
     rng = np.random.default_rng(1)
     parties = [(rng.normal(size=(n, 6)), np.where(rng.random(n) < 0.3, rng.integers(0, 3, n), -1)) for n in (20, 25)]

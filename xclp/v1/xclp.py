@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from xclp.candidates import AUTO, spread_fraction
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError
 from xclp.graph import GraphParams, InfluenceMethod
@@ -37,6 +38,7 @@ from xclp.v1.params import (
     str_param,
 )
 
+AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
 # coordinator -> each graph member before a SecureHamming restart (round = its attempt): uint8[m],
@@ -115,9 +117,10 @@ class XclpJobParams(JobParams):
     frac_bits: int = param("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
     insecure_test_keys: bool = param("allow key_bits below 2048 (tests and quick trials only)", "true, false",
                                      default=False)
-    pair_budget: float = param("SecureHamming on candidate pairs only: the most its ciphertexts may cost, as a "
-                               "fraction of all pairs' (1.0: all pairs, exact)", "(0, 1]", "DESIGN §10.3",
-                               default=1.0)
+    pair_budget: float | str = param("SecureHamming on candidate pairs only: the most its ciphertexts may cost, as "
+                                     "a fraction of all pairs' (1.0: all pairs, exact); \"auto\": one probe per "
+                                     "row, the least schedule, whatever it costs", '(0, 1], "auto"',
+                                     "docs/jobs/xclp.md", default=1.0)
     centres: int = param("candidate pairs: directions drawn from the parties' common seed that the rows are "
                          "grouped around (no one's data moves them)", "2 .. 4096", "docs/jobs/xclp.md", default=64)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
@@ -155,8 +158,8 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not 8 <= self.frac_bits <= 48:
             raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
-        if not 0.0 < self.pair_budget <= 1.0:
-            raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs), got {self.pair_budget}")
+        if self.pair_budget != AUTO and not (isinstance(self.pair_budget, float) and 0.0 < self.pair_budget <= 1.0):
+            raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs) or \"auto\", got {self.pair_budget!r}")
         for name, low, high in (("centres", 2, 4096), ("probes", 1, 16)):
             if not low <= getattr(self, name) <= high:
                 raise ConfigError(f"{name} must be in [{low}, {high}], got {getattr(self, name)}")
@@ -208,10 +211,18 @@ class XclpJobParams(JobParams):
             return (*super().dp_releases, ("responses", self.label_dp_epsilon, 0.0))
         return (*super().dp_releases, ("labels", self.label_dp_epsilon, self.label_dp_delta or 0.0))
 
+    def work_budget(self, sizes: Mapping[str, int], K: int) -> float:
+        """The fraction of all pairs' ciphertexts to plan for (the parties' work estimates): the
+        budget, or for "auto" AUTO_ESTIMATE times what one probe costs with rows spread evenly over
+        the centres (real data crowd some centres: 1.0-1.5 times that on the data sets of docs/jobs/xclp.md)."""
+        if self.pair_budget != AUTO:
+            return float(self.pair_budget)
+        return min(1.0, AUTO_ESTIMATE * spread_fraction(sizes, K, self.centres, self.budget_slack))
+
     @property
     def candidates(self) -> bool:
         """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs."""
-        return self.pair_budget < 1.0
+        return self.pair_budget == AUTO or float(self.pair_budget) < 1.0
 
     @property
     def slots_per_row(self) -> float:
@@ -267,7 +278,8 @@ class XclpJobParams(JobParams):
             key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS), hide_label_mask=bool_param(raw, "hide_label_mask"),
             label_norm=str_param(raw, "label_norm", "none"), solver=str_param(raw, "solver", "auto"),
             frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
-            pair_budget=float_param(raw, "pair_budget", 1.0), centres=int_param(raw, "centres", 64),
+            pair_budget=AUTO if raw.get("pair_budget") == AUTO else float_param(raw, "pair_budget", 1.0),
+            centres=int_param(raw, "centres", 64),
             probes=int_param(raw, "probes", 4), budget_slack=float_param(raw, "budget_slack", 1.0),
             label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
             label_dp_mechanism=str_param(raw, "label_dp_mechanism", "response"),
