@@ -166,7 +166,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
         + ("insecure_test_keys = true\n" if insecure else "") + ("standardise = true\n" if standardise else "")
-        + "".join(f"{key} = {value}\n" for key, value in (candidates or {}).items()))
+        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in (candidates or {}).items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     server_memory = PeakMemory(server.pid, work / "memory-coordinator.tsv")
@@ -215,14 +215,20 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     return out
 
 
+def budget(text: str) -> float | str:
+    """--candidates: a pair_budget, a fraction or "auto"."""
+    return text if text == "auto" else float(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 x 1000 and 3 x 2000 rows only")
     ap.add_argument("--sizes", help="rows per party, comma-separated (overrides --quick)")
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--lsh-bits", type=int, default=1024)
-    ap.add_argument("--candidates", type=float, metavar="PAIR_BUDGET",
-                    help="also run each size on candidate pairs within this pair_budget (DESIGN §10.3), side by side")
+    ap.add_argument("--candidates", type=budget, metavar="PAIR_BUDGET",
+                    help="also run each size on candidate pairs within this pair_budget, or \"auto\" (one probe per "
+                         "row; DESIGN §10.3), side by side")
     ap.add_argument("--centres", type=int, default=64)
     ap.add_argument("--candidates-only", action="store_true",
                     help="with --candidates: candidate pairs alone (the sizes where all pairs would take days)")

@@ -244,9 +244,9 @@ class Distribute(Work):
         state.solve = solver.stats
         with self.locked:
             scope.run.ledger.record("graph", scope.run.clock() - started)
-        log.info("XCLP: %d influence columns solved (%s, %d blocks, at most %d iterations, residual %.1e)",
-                 solver.stats.columns, solver.stats.method, solver.stats.blocks, solver.stats.iterations,
-                 solver.stats.max_residual)
+        log.info("XCLP: %d influence columns solved in %.1f s (%s, %d blocks, at most %d iterations, residual "
+                 "%.1e)", solver.stats.columns, solver.stats.seconds, solver.stats.method, solver.stats.blocks,
+                 solver.stats.iterations, solver.stats.max_residual)
 
 
 def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:

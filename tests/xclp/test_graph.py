@@ -223,7 +223,8 @@ def test_influence_in_column_blocks_equals_all_columns_at_once_and_reports_its_r
     if method != "dense":  # each column's arithmetic is its own: the same bits in any block
         np.testing.assert_array_equal(np.hstack(blocks), whole)
     stats = solver.stats
-    assert (stats.method, stats.columns, stats.blocks) == (method, labeled.size, 5)
+    assert (stats.method, stats.columns, stats.blocks) == (method, labeled.size, 5) and stats.seconds > 0
+    assert stats.as_dict()["seconds"] == round(stats.seconds, 3)
     assert stats.max_residual <= 1e-6 and (stats.iterations > 10 if method == "cg" else stats.iterations == 0)
     assert solver.solve(np.array([], np.int64)).shape == (300, 0)
     with pytest.raises(InvalidInput, match="alpha"):
