@@ -71,6 +71,15 @@ def write_party_csv(path: Path, X: np.ndarray, y: np.ndarray) -> None:
             w.writerow([f"r{i}", *(repr(float(v)) for v in row), "" if label < 0 else int(label)])
 
 
+def job_toml(job_id: str, lsh_bits: int, key_bits: int, deadlines: str = "") -> str:
+    """The benchmark's XCLP job file (`deadlines`: more lines of its [deadlines] table)."""
+    return (f'job_id = "{job_id}"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
+            f"[deadlines]\njoin_seconds = 300\nstep_seconds = 900\n{deadlines}"
+            f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
+            f"power = {GRAPH.power}\nkey_bits = {key_bits}\n"
+            + ("insecure_test_keys = true\n" if key_bits < 2048 else ""))
+
+
 def read_labels(path: Path) -> np.ndarray:
     with open(path, newline="") as fh:
         return np.array([int(r["label"]) for r in csv.DictReader(fh)], dtype=np.int64)
@@ -96,11 +105,7 @@ def main() -> None:
     work = deployment("xclp-e2e-", PARTIES)
     for p, idx in zip(PARTIES, clients):
         write_party_csv(work / f"{p}.csv", X[idx], partial[p])
-    (work / "job.toml").write_text(
-        'job_id = "e2e"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
-        "[deadlines]\njoin_seconds = 300\nstep_seconds = 900\n"
-        f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
-        f"power = {GRAPH.power}\nkey_bits = {key_bits}\n" + ("insecure_test_keys = true\n" if insecure else ""))
+    (work / "job.toml").write_text(job_toml("e2e", lsh_bits, key_bits))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     say(f"{len(PARTIES)} parties x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys; work dir {work}")

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from _data import load_digits_data
 from _service import deployment, run_command, serve
-from xclp_e2e import GRAPH, N_CLASSES, PARTIES, read_labels, split, write_party_csv
+from xclp_e2e import GRAPH, N_CLASSES, PARTIES, job_toml, read_labels, split, write_party_csv
 
 from xclp.crypto.pool import process_pool
 from xclp.seeding import public_rng
@@ -56,11 +56,7 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
         write_party_csv(work / f"{p}.csv", X, y)
-    (work / "job.toml").write_text(
-        'job_id = "faults"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
-        "[deadlines]\njoin_seconds = 300\nstep_seconds = 900\nreconnect_seconds = 60\n"
-        f"[params]\nn_classes = {N_CLASSES}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nalpha = {GRAPH.alpha}\n"
-        f"power = {GRAPH.power}\nkey_bits = {key_bits}\n" + ("insecure_test_keys = true\n" if insecure else ""))
+    (work / "job.toml").write_text(job_toml("faults", lsh_bits, key_bits, "reconnect_seconds = 60\n"))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     proxy = Proxy(f"127.0.0.1:{port}") if cut_after is not None else None
