@@ -148,7 +148,7 @@ class RaceJobParams(JobParams):
     n_classes: int = param("0: one KDE sketch of all rows; >= 2: one sketch per class of the labeled rows",
                            "0 or >= 2", default=0)
     epsilon: float | None = param("ε of the distributed discrete-Laplace release (off when unset)", "> 0",
-                                  "DESIGN §6", default=None)
+                                  "docs/privacy.md", default=None)
 
     def __post_init__(self) -> None:
         if self.family not in ("srp", "l2"):

@@ -70,10 +70,10 @@ class JobParams:
                                             "these names (unset: label cells are class numbers)",
                                             "distinct, non-empty", "docs/data.md", default=None, kw_only=True)
     standardise: bool = param("scale every feature by the pooled mean and standard deviation of all parties "
-                              "(the coordinator learns those, nothing per party)", "true, false", "DESIGN §8",
-                              default=False, kw_only=True)
+                              "(the coordinator learns those, nothing per party)", "true, false",
+                              "docs/protocol.md#preparation", default=False, kw_only=True)
     impute: str = param('"mean": fill empty or NaN feature cells with the pooled mean; "none": refuse them',
-                        '"none", "mean"', "DESIGN §8", default="none", kw_only=True)
+                        '"none", "mean"', "docs/protocol.md#preparation", default="none", kw_only=True)
     categorical: dict[str, tuple[str, ...]] | None = param(
         "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
         "column per category, in the declared order, on every party (CSV and Parquet)",

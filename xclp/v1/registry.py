@@ -172,12 +172,18 @@ def params_from_json(job_type: str, text: str) -> JobParams:
 
 def parameter_reference() -> str:
     """The job parameter tables of docs/job-parameters.md, made from the schemas (so the two cannot drift)."""
-    out = ["**Every job type**: how each party prepares its table first (DESIGN §8, docs/data.md).\n"]
+    out = ["**Every job type**: how each party prepares its table first ([protocols §7](protocol.md#preparation), "
+           "[your data](data.md)).\n"]
     out += _table(fields(JobParams))
     for entry in _TYPES.values():
         out.append(f"**`type = \"{entry.name}\"`**: {entry.title}.\n")
         out += _table([f for f in fields(entry.params) if f.name not in DATA_KEYS])
     return "\n".join(out)
+
+
+def _see(where: str) -> str:
+    """A parameter's "see": a page of the docs (docs/...) as a link from docs/job-parameters.md."""
+    return f"[{where.removeprefix('docs/')}]({where.removeprefix('docs/')})" if where.startswith("docs/") else where
 
 
 def _table(schema_fields: list[Field[Any]] | tuple[Field[Any], ...]) -> list[str]:
@@ -189,7 +195,7 @@ def _table(schema_fields: list[Field[Any]] | tuple[Field[Any], ...]) -> list[str
             default = "unset"
         else:
             default = f"`{json.dumps(f.default)}`"
-        see = f" ({f.metadata['see']})" if f.metadata["see"] else ""
+        see = f" ({_see(f.metadata['see'])})" if f.metadata["see"] else ""
         out.append(f"| `{f.name}` | {default} | {f.metadata['range']} | {f.metadata['meaning']}{see} |")
     out.append("")
     return out
@@ -204,28 +210,31 @@ register(JobType(
     starter=lambda features: {"lsh_bits": 1024, "k": 10, "key_bits": 2048}))  # docs/jobs/xclp.md's sizes
 register(JobType(
     "flynn", FlynnJobParams,
-    "a federated FlyNN classifier, equal to the one trained on the pooled data (Ram & Sinha 2022, DESIGN §6)",
+    "a federated FlyNN classifier, equal to the one trained on the pooled data (Ram & Sinha 2022, "
+    "[protocols §5](protocol.md#all-reduce))",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:flynn_party",
     output=Output.MODEL, model=ModelKind.FLYNN, simulation="xclp.simulation.simulate:run_flynn",
     model_loader="xclp.client.jobs.allreduce:flynn_model",
     starter=lambda features: {"m": 4096, "s": min(5, features), "rho": 32}))  # docs/jobs/flynn-race.md's
 register(JobType(
     "race", RaceJobParams,
-    "federated RACE sketches for kernel density or class estimates (Coleman & Shrivastava 2021, DESIGN §6)",
+    "federated RACE sketches for kernel density or class estimates (Coleman & Shrivastava 2021, "
+    "[protocols §5](protocol.md#all-reduce))",
     coordinator="xclp.server.jobs.allreduce:AllReduceJob", party="xclp.client.jobs.allreduce:race_party",
     output=Output.MODEL, model=ModelKind.RACE, simulation="xclp.simulation.simulate:run_race",
     model_loader="xclp.client.jobs.allreduce:race_model"))
 register(JobType(
     "fedavg", FedavgJobParams,
     "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
-    "(Scott et al. 2023 Alg. 2, DESIGN §7)",
+    "(Scott et al. 2023 Alg. 2, [protocols §6](protocol.md#training))",
     coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:fedavg_party",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.training:network_model"))
 register(JobType(
     "dbcl", DbclJobParams,
     "a small network trained by double-blind collaborative learning: parties see only sketched "
-    "parameters, the coordinator only the sum of sketched gradients (Zhang & Wang 2021, DESIGN §7)",
+    "parameters, the coordinator only the sum of sketched gradients (Zhang & Wang 2021, "
+    "[protocols §6](protocol.md#training))",
     coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:dbcl_party",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.training:network_model"))

@@ -106,11 +106,14 @@ class XclpJobParams(JobParams):
     power: float = param("similarity exponent p in cos(π H / L)^p (the authors' code: 3; the paper's text: 1)",
                          "> 0", default=3.0)
     key_bits: int = param("Paillier modulus size; every party runs `xclp-client run --paillier-bits` with it",
-                          ">= 2048 (smaller with insecure_test_keys)", "DESIGN §5.3", default=MIN_SECURE_BITS)
+                          ">= 2048 (smaller with insecure_test_keys)", "docs/protocol.md#securehamming",
+                          default=MIN_SECURE_BITS)
     hide_label_mask: bool = param("the coordinator does not learn which rows are labeled; each party then gets "
-                                  "the influence columns of all its rows", "true, false", "DESIGN §5.5", default=False)
+                                  "the influence columns of all its rows", "true, false",
+                                  "docs/protocol.md#hide-label-mask", default=False)
     label_norm: str = param('"none": one-hot labels (the paper); "party": each party divides each class column '
-                            'by its own count of that class', '"none", "party"', "DESIGN §5.6", default="none")
+                            'by its own count of that class', '"none", "party"', "docs/protocol.md#label-norm",
+                            default="none")
     solver: str = param('influence solve: "dense" Cholesky, "sparse" LU, "cg" conjugate gradients, "auto": dense '
                         "for small graphs, else the sparse LU while its fill stays small, else CG",
                         '"auto", "dense", "sparse", "cg"', default="auto")
@@ -124,10 +127,10 @@ class XclpJobParams(JobParams):
     centres: int = param("candidate pairs: directions drawn from the parties' common seed that the rows are "
                          "grouped around (no one's data moves them)", "2 .. 4096", "docs/jobs/xclp.md", default=64)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
-                        "1 .. 16", "DESIGN §10.3", default=4)
+                        "1 .. 16", "docs/jobs/xclp.md", default=4)
     budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
                                 "the centre's pooled rows (more: fewer rows cut, more padding)", ">= 1",
-                                "DESIGN §10.3", default=1.0)
+                                "docs/jobs/xclp.md", default=1.0)
     label_dp_epsilon: float | None = param("label-DP: the ε each label of each party spends in its SecureRowSums "
                                            "contribution, whatever influence block the coordinator sends (off when "
                                            "unset)", "> 0", "docs/privacy.md", default=None)
