@@ -19,7 +19,10 @@ and per-block seconds, projected total, iterations, fill and largest relative re
 (the solver "auto" picks at the largest size), `chosen_over_baseline` (its projected total over
 cg's there) and `max_relative_residual` (over every solve).
 
-Usage: python benchmarks/influence.py [--quick] [--sizes 18000,54000] [--blocks 3]
+With `--graph DIR` the graph is a coordinator's own instead: the W it dumped (a job's
+`debug_dump = "DIR"`, test hook: W-data.npy, W-indices.npy, W-indptr.npy), e.g. the large run's.
+
+Usage: python benchmarks/influence.py [--quick] [--sizes 18000,54000] [--blocks 3] [--graph DIR]
        (--quick: 6 000 rows)
 """
 
@@ -30,9 +33,11 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from _data import load_digits_data
 
 from xclp.graph import InfluenceSolver, knn_from_similarity_rows, normalise, similarity
@@ -57,9 +62,15 @@ def graph(n: int, seed: int = 0):
     return knn_from_similarity_rows(lambda a, b: similarity(hamming_matrix(codes[a:b], codes), L, 3), n, K)
 
 
-def one_size(n: int, blocks: int) -> dict[str, Any]:
+def dumped(directory: Path) -> sp.csr_matrix:
+    """The W a coordinator dumped (debug_dump)."""
+    data, indices, indptr = (np.load(directory / f"W-{part}.npy") for part in ("data", "indices", "indptr"))
+    return sp.csr_matrix((data, indices, indptr), shape=(indptr.size - 1, indptr.size - 1))
+
+
+def one_size(n: int, blocks: int, W: sp.csr_matrix | None = None) -> dict[str, Any]:
     started = time.perf_counter()
-    Wn = normalise(graph(n))
+    Wn = normalise(graph(n) if W is None else W)
     say(f"n = {n}: graph {time.perf_counter() - started:.1f}s, {Wn.nnz} nonzeros")
     labeled = np.sort(np.random.default_rng(1).choice(n, size=round(LABELED * n), replace=False))
     width = solve_columns(n)
@@ -94,9 +105,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="6 000 rows")
     ap.add_argument("--sizes", default="18000,54000", help="comma-separated row counts")
     ap.add_argument("--blocks", type=int, default=3, help="blocks each solver runs per size (the rest projected)")
+    ap.add_argument("--graph", type=Path, help="a coordinator's dumped W (debug_dump) instead of the digits graph")
     args = ap.parse_args()
-    sizes = [6000] if args.quick else [int(s) for s in args.sizes.split(",")]
-    results = [one_size(n, args.blocks) for n in sizes]
+    if args.graph is not None:
+        W = dumped(args.graph)
+        results = [{**one_size(W.shape[0], args.blocks, W), "graph": str(args.graph)}]
+    else:
+        sizes = [6000] if args.quick else [int(s) for s in args.sizes.split(",")]
+        results = [one_size(n, args.blocks) for n in sizes]
     last = results[-1]["solvers"]
     chosen = results[-1]["auto_picks"]
     print(json.dumps({

@@ -7,8 +7,8 @@ S_L = (I − α𝒲)^{-1}[:, labeled], never forming a dense inverse.
 
 The solve (`InfluenceSolver`): dense Cholesky up to DENSE_MAX_NODES rows; above, a sparse LU of
 I − α𝒲 (SuperLU, minimum-degree ordering of its symmetric pattern) when its factors stay within
-SPARSE_FILL_MAX times the matrix's nonzeros — on the kNN graphs of real data they are a few times
-it, and then each column costs two triangular solves instead of a hundred-odd CG steps — else
+SPARSE_FILL_MAX times the matrix's nonzeros — on the kNN graphs of real data they are 10 to 30
+times it, and then each column costs two triangular solves instead of a hundred-odd CG steps — else
 conjugate gradients (benchmarks/influence.py compares them on the same graph).
 """
 
@@ -29,10 +29,13 @@ from xclp.lsh import check_lsh_bits, estimate_cosine
 
 # Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to a sparse one.
 DENSE_MAX_NODES = 3000
-# The sparse LU's nonzeros over I − α𝒲's at most, for "auto": past it CG is cheaper per column (it
-# takes a hundred-odd products with the matrix), and the factors would take more memory than the
-# coordinator's estimate allows (server/steps/xclp.py coordinator_bytes).
-SPARSE_FILL_MAX = 24
+# The sparse LU's nonzeros over I − α𝒲's at most, for "auto": about where CG, a hundred-odd products
+# with the matrix per column, becomes the cheaper (the large run's candidate graph, 54 000 rows: fill
+# 31.7, the LU 4× faster than CG; at 24 it fell back to CG), and what the coordinator's memory
+# estimate allows for the factors (server/steps/xclp.py coordinator_bytes). A graph whose factors
+# pass it costs the attempt (points spread evenly in 10 dimensions, 18 000 rows: about as long as
+# the CG that follows).
+SPARSE_FILL_MAX = 64
 SPARSE_FILL_FORCED = 1000  # the bound for solver = "sparse" (SuperLU sizes its work space by it)
 # A factor is taken as exact when it solves a fixed right-hand side to this relative residual (a
 # factor whose fill hit SPARSE_FILL_MAX dropped entries and misses it by far).
