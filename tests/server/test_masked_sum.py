@@ -36,11 +36,12 @@ class RowsJob(CoordinatorJob):
 
     opened: dict = {}
     result: SumResult | None = None
+    per_member = 0  # more words per participant: frames that shrink a lot when the set does
 
     def program(self, run):
         RowsJob.opened, RowsJob.result = {}, None
         def shape(sender, participants):
-            return np.dtype(np.uint64), (2 + len(participants) + "abcd".index(sender),)
+            return np.dtype(np.uint64), (2 + len(participants) * (1 + RowsJob.per_member) + "abcd".index(sender),)
 
         def keep(opened, participants):
             RowsJob.opened = dict(opened)
@@ -128,6 +129,32 @@ def test_a_loss_restarts_the_sum_with_the_rest_and_their_new_shapes(keys) -> Non
     assert run.payload_limit("b", "rows", "", 0) == 8 * (2 + 4 + 1)
     run.message("b", msg("rows", 0, "b", contribution("b", 4, 1)))
     assert run.step.attempt == 1 and "b" in run.step.participants
+
+
+def test_a_payload_of_a_given_up_attempt_that_arrives_after_its_step_is_over_is_read_and_ignored(
+        keys, monkeypatch) -> None:
+    """b's attempt-0 array comes after the restart's attempt 1 completed (the step is over): it is
+    as large as attempt 0 allowed b, larger than anything attempt 1 or a's attempt-0 array took.
+    It was refused as oversized ("a 'rows' message of 3256 bytes exceeds the 3248 bytes that step
+    can need"), which ended b's part in the job; now it is read and ignored as late."""
+    monkeypatch.setattr(RowsJob, "per_member", 100)
+    run = seeded_run(keys, "abcd")
+    run.message("a", msg("rows", 0, "a", contribution_of("a", 4, 1)))
+    run.disconnected("d")
+    for p in "abc":
+        run.message(p, msg("rows", 1, p, contribution_of(p, 3, 1)))
+    assert run.step.name == "rows_confirm"
+    late = contribution_of("b", 4, 1)
+    assert late.nbytes == 8 * (2 + 4 * 101 + 1) > 8 * (2 + 4 * 101 + 0)  # above a's attempt-0 array
+    assert run.payload_limit("b", "rows", "", 0) >= late.nbytes
+    run.message("b", msg("rows", 0, "b", late))  # read and ignored
+    assert run.step.name == "rows_confirm" and "b" in run.active
+
+
+def contribution_of(sender: str, n: int, attempt_values: int) -> np.ndarray:
+    """`contribution` at RowsJob.per_member's widths."""
+    values = np.full(2 + n * (1 + RowsJob.per_member) + "abcd".index(sender), attempt_values, dtype=np.uint64)
+    return values + self_mask(SEEDS[sender], values.shape, values.dtype)
 
 
 def test_a_holder_lost_while_revealing_is_rebuilt_from_the_others_shares_and_the_sum_opens_over_all(keys) -> None:
