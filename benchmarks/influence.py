@@ -89,10 +89,14 @@ def one_size(n: int, blocks: int, W: sp.csr_matrix | None = None) -> dict[str, A
             got.append(solver.solve(chunks[i]))
             per_block.append(time.perf_counter() - t)
         answers[method] = np.hstack(got)
+        first = chunks[picked[0]]  # the same columns in two halves: the same bits (the contract of blocks)
+        halves = np.hstack([solver.solve(first[: first.size // 2]), solver.solve(first[first.size // 2:])])
+        split_equal = bool(np.array_equal(halves, got[0]))
         stats = solver.stats.as_dict()
         block = float(np.mean(per_block))
         out["solvers"][method] = {"setup_seconds": round(setup, 3), "block_seconds": round(block, 3),
-                                  "projected_seconds": round(setup + block * len(chunks), 1), **stats}
+                                  "projected_seconds": round(setup + block * len(chunks), 1),
+                                  "split_block_bit_identical": split_equal, **stats}
         say(f"n = {n}: {method}: set-up {setup:.2f}s, {block:.2f}s per block of {width}, projected "
             f"{setup + block * len(chunks):.0f}s over {len(chunks)} blocks; {stats}")
     out["max_abs_difference"] = float(np.abs(answers["sparse"] - answers["cg"]).max())
