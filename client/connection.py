@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from xclp.errors import ConfigError, DeadlineExceeded, PeerDropped, XclpError
+from xclp.errors import ConfigError, DeadlineExceeded, PeerDropped, XclpError, why_leaving
 from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
@@ -296,10 +296,12 @@ class Connection:
             self.bytes_sent += ack.bytes
             return int(ack.bytes)
 
-    def leave(self, party_id: str, reason: str) -> None:
+    def leave(self, party_id: str, reason: str | BaseException) -> None:
         """Tell the coordinator this party stops (it is dropped at once, not waited for as a lost
-        connection). Best effort, bounded: the party stops either way."""
-        text = reason.encode()[:ALIVE_MAX_BYTES].decode(errors="ignore").encode()  # whole characters
+        connection), and why: a line, or the error that stopped it (xclp.errors.why_leaving). Best
+        effort, bounded: the party stops either way."""
+        line = reason if isinstance(reason, str) else why_leaving(reason)
+        text = line.encode()[:ALIVE_MAX_BYTES].decode(errors="ignore").encode()  # whole characters
         frames = wire.encode(text, job_id=self.job_id, step=LEAVE_MSG, round=0, sender=party_id, recipient="",
                              message_id=next(self._ids))
         with contextlib.suppress(grpc.RpcError, ValueError, XclpError):  # ValueError: the channel is closed

@@ -211,7 +211,7 @@ class PartySession:
                     self.handle(item)
         except Exception as exc:  # the coordinator hears why this party stops, and drops it at once
             if not (self._ended or self._aborted):
-                conn.leave(self.config.party_id, f"{type(exc).__name__}: {exc}")
+                conn.leave(self.config.party_id, exc)
             raise
         finally:
             if reader is not None:

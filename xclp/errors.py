@@ -64,3 +64,10 @@ class ResourceExhausted(InvalidInput):
 
 class RunCancelled(PeerDropped):
     """The coordinator's operator cancelled the run (or the coordinator shut down during it)."""
+
+
+def why_leaving(exc: BaseException) -> str:
+    """What a party tells the coordinator when an error ends its part in a run: xclp's own message,
+    written to name no data (a refusal, a protocol error, a deadline), or only the type of any other
+    exception, whose text might hold a value, a path or a row."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, XclpError) else type(exc).__name__

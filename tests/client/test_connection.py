@@ -106,3 +106,11 @@ def test_the_cli_gives_up_after_its_connect_timeout_with_exit_code_5(tmp_path, c
     said = capsys.readouterr().err
     assert code == EXIT_DROPPED and "was not reachable for" in said and "(connect timeout 1 s)" in said
     assert said.count("is not reachable") == 1
+
+
+def test_a_party_leaving_on_an_error_tells_xclp_s_own_message_and_only_the_type_of_any_other() -> None:
+    from xclp.errors import ProtocolError, why_leaving
+
+    assert why_leaving(ProtocolError("the roster names an unknown key")) == \
+        "ProtocolError: the roster names an unknown key"
+    assert why_leaving(ValueError("could not convert '38.2 mmol/L' in /data/patients.csv")) == "ValueError"

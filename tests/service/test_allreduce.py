@@ -190,7 +190,8 @@ def test_a_party_that_stops_mid_job_says_why_and_is_dropped_at_once(keys):
     with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, step_seconds=60.0, reconnect_seconds=60.0)]) \
             as (coord, addr):
         results = run_parties(addr, "f", keys, datas, sessions={"b": Vanishing})
-        assert coord.jobs["f"].drop_reasons == {"b": "left the run (ConnectionAbortedError: simulated crash)"}
+        # the type of an error not xclp's own, never its text (which might hold a value or a path)
+        assert coord.jobs["f"].drop_reasons == {"b": "left the run (ConnectionAbortedError)"}
     assert isinstance(results["b"], ConnectionAbortedError)
     assert results["a"].participants == ("a", "c")
     assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))
