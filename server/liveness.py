@@ -83,9 +83,10 @@ def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0) 
         return party, stream
 
 
-def gone(parties: Mapping[str, Party], active: list[str], now: float, reconnect_seconds: float) -> set[str]:
-    """The active parties whose connection was lost `reconnect_seconds` ago and who did not come back."""
-    return {p for p in active if (lost := parties[p].lost_at) is not None and now - lost >= reconnect_seconds}
+def gone(parties: Mapping[str, Party], members: list[str], now: float, reconnect_seconds: float) -> set[str]:
+    """Of `members` (the run's active parties, or in the lobby those joined), those whose connection
+    was lost `reconnect_seconds` ago and who did not come back."""
+    return {p for p in members if (lost := parties[p].lost_at) is not None and now - lost >= reconnect_seconds}
 
 
 def news(parties: Mapping[str, Party], now: float, started: float, what: str) -> None:

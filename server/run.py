@@ -198,20 +198,20 @@ class Run:
             party = self.parties.get(party_id)
             if party is None or party.ended or self.stage.ended or stream not in (None, party.mailbox.stream):
                 return
-            if self.stage is Stage.JOINING:
-                self.lobby.leave(party_id)
-                if self.events is not None:
-                    self.events.left(self, party_id)
-            elif not reason and liveness.may_reconnect(party, self.config.reconnect_seconds):
-                party.lost_at = self.clock()
+            if not reason and liveness.may_reconnect(party, self.config.reconnect_seconds):
+                party.lost_at = self.clock()  # in the lobby too: a wait for the others can be long
                 log.warning("job %s: lost the connection to %s; it has %g s to reconnect", self.config.job_id,
                             party_id, self.config.reconnect_seconds)
+            elif self.stage is Stage.JOINING:
+                self._leave_lobby(party_id)
             else:
                 self._drop({party_id}, reason or "disconnected")
 
     def tick(self, now: float) -> None:
         with self.lock:
             if self.stage is Stage.JOINING:
+                for pid in liveness.gone(self.parties, list(self.parties), now, self.config.reconnect_seconds):
+                    self._leave_lobby(pid)
                 if now >= self.lobby.deadline:
                     if len(self.parties) >= self.config.min_parties:
                         log.info("job %s: join deadline passed; starting with %d parties", self.config.job_id,
@@ -356,6 +356,11 @@ class Run:
         self._program = self._lifecycle()
         self.phase = next(self._program)
         self.phase.start()
+
+    def _leave_lobby(self, party_id: str) -> None:
+        self.lobby.leave(party_id)
+        if self.events is not None:
+            self.events.left(self, party_id)
 
     def _late(self, sender: str, name: str) -> bool:
         """A payload for a step that is over, or for a scope the sender has left or that is closed."""

@@ -86,3 +86,39 @@ def test_a_party_that_does_not_come_back_within_reconnect_seconds_is_dropped_and
     assert shown and re.fullmatch(r"connection lost \d+ s ago; its place is kept for 2 s", shown[0]), shown
     assert results["a"].participants == ("a", "c")
     assert np.array_equal(results["c"].aggregate, pooled_flynn(results["a"].seed, {p: datas[p] for p in "ac"}))
+
+
+def test_a_party_cut_off_while_it_waits_for_the_others_to_join_keeps_its_place(keys) -> None:
+    """a and b have joined and wait for c; a's connection is cut and a comes back: it is still in the
+    lobby when c joins, and the run goes on with all three. Before, a lost stream in the lobby took
+    the party out of it at once, and its resumed stream was refused ("no open place")."""
+    datas = {p: party_data(90 + i) for i, p in enumerate(PARTIES)}
+    lines: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("f", "flynn", FLYNN, reconnect_seconds=20.0)]) as (coord, address):
+        proxy = Proxy(address)
+
+        def until(what: str, ready) -> None:
+            give_up = time.monotonic() + 20
+            while not ready():
+                assert time.monotonic() < give_up, what
+                time.sleep(0.02)
+
+        class Late(PartySession):
+            def run(self):  # c joins once a was cut off in the lobby and came back
+                run = coord.jobs["f"]
+                until("a and b joined", lambda: {"a", "b"} <= set(run.parties) and run.parties["a"].mailbox.streaming)
+                proxy.cut()  # a resumes on a second stream (whether the coordinator saw the loss first or not)
+                until("a back", lambda: run.parties["a"].mailbox.stream == 2 and run.parties["a"].lost_at is None)
+                return super().run()
+
+        try:
+            results = run_parties(address, "f", keys, datas, sessions={"c": Late}, progress=lines,
+                                  connection={"a": ConnectionConfig(proxy.address, insecure=True)})
+        finally:
+            proxy.close()
+        run = coord.jobs["f"]
+        assert run.stage.value == "done" and run.drop_reasons == {}, run.drop_reasons
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    assert results["a"].participants == PARTIES
+    assert np.array_equal(results["a"].aggregate, pooled_flynn(results["a"].seed, datas))
+    assert "reconnected to the coordinator after" in "\n".join(lines["a"])
