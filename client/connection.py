@@ -289,7 +289,7 @@ class Connection:
                     # (the ack was lost) and the run went on to its JobEnd, which the Pull stream brings
                     return 0
                 lost_at = lost_at or now
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or now - lost_at > self.reconnect_seconds:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or now - lost_at >= self.reconnect_seconds:
                     raise error_from_rpc(exc) from None
                 time.sleep(backoff.next())
                 continue

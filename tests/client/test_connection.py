@@ -114,3 +114,32 @@ def test_a_party_leaving_on_an_error_tells_xclp_s_own_message_and_only_the_type_
     assert why_leaving(ProtocolError("the roster names an unknown key")) == \
         "ProtocolError: the roster names an unknown key"
     assert why_leaving(ValueError("could not convert '38.2 mmol/L' in /data/patients.csv")) == "ValueError"
+
+
+def test_a_push_refused_unavailable_is_sent_again_only_within_the_reconnect_window() -> None:
+    """reconnect_seconds = 0 (a coordinator of a version before resumes sends no window): the first
+    UNAVAILABLE is the error, no retry; with a window, the same frames go again and the second try
+    is taken."""
+    class PushStub:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.calls = failures, []
+
+        def Push(self, frames, metadata, timeout):  # gRPC's method name
+            self.calls.append([f.message_id for f in frames])
+            if self.failures:
+                self.failures -= 1
+                raise Unavailable("Socket closed")
+            return pb.PushAck(frames=len(self.calls[-1]), bytes=3)
+
+    conn = Connection(ConnectionConfig("127.0.0.1:1", insecure=True), "j")
+    conn._token = b"t"
+    conn.stub = PushStub(1)  # type: ignore[assignment]
+    with pytest.raises(Exception, match="Socket closed"):
+        conn.push(b"abc", sender="a", step="s", round=0)
+    assert len(conn.stub.calls) == 1  # type: ignore[attr-defined]
+    conn.reconnect_seconds = 30.0
+    conn.stub = PushStub(1)  # type: ignore[assignment]
+    assert conn.push(b"abc", sender="a", step="s", round=0) == 3
+    first, again = conn.stub.calls  # type: ignore[attr-defined]
+    assert first == again  # the same message ids: the coordinator takes the message once
+    conn.close()
