@@ -147,12 +147,12 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def reconnect_seconds(deadlines: dict[str, Any]) -> float:
-    """[deadlines] reconnect_seconds: given, at most step_seconds; by default RECONNECT_SECONDS, or
-    step_seconds if that is shorter."""
+def reconnect_seconds(deadlines: dict[str, Any], step: float) -> float:
+    """[deadlines] reconnect_seconds: given, at most `step` (step_seconds); by default
+    RECONNECT_SECONDS, which JobConfig cuts to step_seconds if that is shorter."""
     if "reconnect_seconds" not in deadlines:
         return RECONNECT_SECONDS
-    value, step = float(deadlines["reconnect_seconds"]), float(deadlines.get("step_seconds", 300.0))
+    value = float(deadlines["reconnect_seconds"])
     if value > step:
         raise ConfigError(f"reconnect_seconds = {value:g} is longer than step_seconds = {step:g}: a party that "
                           "owes a message is late after step_seconds, connected or not")
@@ -207,6 +207,7 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
         params = raw.get("params", {})
         if not isinstance(deadlines, dict) or not isinstance(params, dict):
             raise ConfigError("[deadlines] and [params] must be tables")
+        step_seconds = float(deadlines.get("step_seconds", 300.0))
         return JobConfig(
             job_id=str(raw["job_id"]),
             job_type=str(raw["type"]),
@@ -214,9 +215,9 @@ def _job(raw: dict[str, Any], path: str | os.PathLike[str], base: Path | None, *
             expected_parties=tuple(parties),
             min_parties=int(raw.get("min_parties", len(parties))),
             join_seconds=float(deadlines.get("join_seconds", 600.0)),
-            step_seconds=float(deadlines.get("step_seconds", 300.0)),
+            step_seconds=step_seconds,
             max_run_seconds=float(deadlines.get("max_run_seconds", 0.0)),
-            reconnect_seconds=reconnect_seconds(deadlines),
+            reconnect_seconds=reconnect_seconds(deadlines, step_seconds),
             summary_path=relative(raw.get("summary")),
             debug_dump_dir=relative(raw.get("debug_dump")),
             model_path=relative(raw.get("model")),

@@ -41,7 +41,7 @@ def late_bound(step: Step, phase: Phase | None) -> int:
     participant's message never came (the step was given up for a restart), what its phase allowed
     one (a payload of 1 536 bytes of a given-up masked sum was refused against a bound of 1 024)."""
     bound = max(step.largest, LATE_MIN_BYTES)
-    if phase is not None and step.pending:
+    if phase is not None:
         for party in step.pending:
             try:
                 bound = max(bound, phase.payload_limit(party, step, ""))

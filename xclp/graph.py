@@ -14,7 +14,6 @@ conjugate gradients (benchmarks/influence.py compares them on the same graph).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
+from xclp.crypto.pool import default_workers
 from xclp.errors import InvalidInput
 from xclp.lsh import check_lsh_bits, estimate_cosine
 
@@ -263,11 +263,11 @@ class InfluenceSolver:
             started = time.perf_counter()
             self._lu = _sparse_lu(self.M, fill_max if auto else SPARSE_FILL_FORCED)
             seconds = time.perf_counter() - started
-            if self._lu is None and not auto:
-                raise InvalidInput(f"the sparse LU of this graph would hold more than {SPARSE_FILL_FORCED} times "
-                                   "its nonzeros: solve it with solver = \"cg\" (or \"auto\")")
-            if self._lu is None:  # the factors would be denser than fill_max allows: CG is cheaper
-                method = "cg"
+            if self._lu is None:  # the factors would be denser than the bound allows
+                if not auto:
+                    raise InvalidInput(f"the sparse LU of this graph would hold more than {SPARSE_FILL_FORCED} "
+                                       "times its nonzeros: solve it with solver = \"cg\" (or \"auto\")")
+                method = "cg"  # CG is cheaper then
             else:
                 fill = (self._lu.L.nnz + self._lu.U.nnz) / self.M.nnz
         self.stats = SolveStats(method, fill=fill, factor_seconds=seconds, seconds=time.perf_counter() - began)
@@ -283,7 +283,8 @@ class InfluenceSolver:
         def one(j: int) -> None:
             X[:, j] = lu.solve(rhs[:, j])
 
-        with ThreadPoolExecutor(max_workers=_threads(), thread_name_prefix="xclp-lu") as pool:
+        # SuperLU lets go of the GIL: a thread per core this process may use, at most 8
+        with ThreadPoolExecutor(max_workers=min(8, default_workers()), thread_name_prefix="xclp-lu") as pool:
             list(pool.map(one, range(rhs.shape[1])))
         return X
 
@@ -307,11 +308,6 @@ class InfluenceSolver:
             stats.max_residual = max(stats.max_residual, float(np.linalg.norm(self.M @ X - rhs, axis=0).max()))
         stats.seconds += time.perf_counter() - began
         return X
-
-
-def _threads() -> int:
-    """Threads for the LU's triangular solves (SuperLU lets go of the GIL): the cores this process may use."""
-    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def _sparse_lu(M: sp.csr_matrix, fill_max: float) -> spl.SuperLU | None:

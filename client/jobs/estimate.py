@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import gmpy2
 
+from xclp.candidates import AUTO
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import ConfigError, ResourceExhausted
@@ -174,7 +175,7 @@ def candidate_note(params: XclpJobParams, budget: float) -> str:
     """What bounds the estimate on candidate pairs, for its message."""
     if not params.candidates:
         return ""
-    if params.pair_budget == "auto":
+    if params.pair_budget == AUTO:
         return f"; candidate pairs, one probe per row: planned at {budget:.1%} of all pairs' ciphertexts"
     return f"; candidate pairs: at most {budget:g} of all pairs' ciphertexts"
 

@@ -60,17 +60,23 @@ def test_secure_xclp_on_candidate_pairs_equals_the_reference_on_the_same_schedul
     assert any("candidate pairs: " in line for line in progress["a"])
 
 
+def _three_hundred_rows_each(keys, **params):
+    """The job with `params` among three parties of 300 rows each: their data, each one's result
+    and the coordinator's run."""
+    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, **params})]) as (coord, addr):
+        results = run_parties(addr, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    return datas, results, coord.jobs["x"]
+
+
 def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hamming(keys) -> None:
     """One probe per row still costs a batch of K slots per row of B: a budget below that is refused
     once the probe table is open, with the reason, before any Paillier work. (3 × 300 rows, K = 72
     slots, 4 centres: one probe costs at least 0.4 of all pairs' ciphertexts with these sizes.)"""
-    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.3})]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier,
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        run = coord.jobs["x"]
-        assert run.stage.value == "failed" and run.job.xclp.pairs == ()  # SecureHamming never started
+    _, results, run = _three_hundred_rows_each(keys, pair_budget=0.3)
+    assert run.stage.value == "failed" and run.job.xclp.pairs == ()  # SecureHamming never started
     for p in PARTIES:
         assert isinstance(results[p], BaseException), results
         assert "candidate pairs: even one probe per row evaluates" in str(results[p])
@@ -82,13 +88,8 @@ def test_a_budget_no_data_could_meet_is_refused_from_the_sizes_before_the_run_st
     batch of A's, at least 1/⌈300/72⌉ = 0.2 of all pairs' ciphertexts. The coordinator says so as
     soon as the parties have joined (their sizes are public), before the seed or any other step;
     before, the parties drew centres and summed a probe table first."""
-    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, "pair_budget": 0.01})]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier,
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        run = coord.jobs["x"]
-        assert run.stage.value == "failed" and not run.ledger.as_dict()  # no step ran, not even the seed
+    _, results, run = _three_hundred_rows_each(keys, pair_budget=0.01)
+    assert run.stage.value == "failed" and not run.ledger.as_dict()  # no step ran, not even the seed
     floor = cd.budget_floor(dict.fromkeys(PARTIES, 300), SlotLayout(512, L).slots, 4, 1.0)
     assert 0.2 <= floor < 0.3
     for p in PARTIES:
@@ -100,13 +101,8 @@ def test_a_budget_no_data_could_meet_is_refused_from_the_sizes_before_the_run_st
 def test_pair_budget_auto_runs_one_probe_per_row_and_equals_the_reference(keys) -> None:
     """pair_budget = "auto": one probe per row whatever it costs (here more than the 0.3 the test
     above is refused at), and the coordinator's graph is the reference's on that schedule."""
-    datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    params = {**PARAMS, "pair_budget": "auto", "probes": 3}
-    with coordinator(allow_list(keys), [job("x", "xclp", params)]) as (coord, addr):
-        results = run_parties(addr, "x", keys, datas, paillier=paillier,
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
-        state = coord.jobs["x"].job.xclp
+    datas, results, run = _three_hundred_rows_each(keys, pair_budget="auto", probes=3)
+    state = run.job.xclp
     assert all(not isinstance(r, BaseException) for r in results.values()), results
     assert state.candidates is not None and state.candidates.probes == 1 and state.candidates.fraction > 0.3
     seed = results["a"].seed
