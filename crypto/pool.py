@@ -8,22 +8,15 @@ functions are module-level, take bytes/ints (cheap to pickle) and keep expensive
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from xclp.runtime import default_workers
+
 T = TypeVar("T")
-
-
-def default_workers() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 @contextmanager

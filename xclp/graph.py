@@ -25,9 +25,9 @@ import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
-from xclp.crypto.pool import default_workers
 from xclp.errors import InvalidInput
 from xclp.lsh import check_lsh_bits, estimate_cosine
+from xclp.runtime import default_workers
 
 # Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to a sparse one.
 DENSE_MAX_NODES = 3000

@@ -99,3 +99,11 @@ def require_testing(what: str) -> None:
     """Refuse a test hook (`what` says what it would do) unless XCLP_TESTING=1."""
     if not testing_enabled():
         raise ConfigError(f"{what}; it is a test hook and refused unless {TESTING_ENV}=1 is set")
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
