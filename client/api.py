@@ -51,6 +51,7 @@ from xclp.client.outputs import (
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult, RunConfig
 from xclp.client.session import DataLoader, PartySession, stderr_progress
+from xclp.client.validate import HeldOut
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
 from xclp.crypto.paillier import PaillierKeypair
@@ -62,6 +63,7 @@ from xclp.runtime import read_bytes, read_toml
 from xclp.v1 import registry
 from xclp.v1.params import JobParams
 from xclp.v1.registry import Output
+from xclp.validation import Comparison, check_fraction
 
 PathLike = str | os.PathLike[str]
 
@@ -75,12 +77,14 @@ class PartyResult:
     `data` is the table as the job read it (its row ids and feature columns); `job` is everything
     the session returned (`xclp.client.run_config.JobResult`), for those who need the raw aggregate;
     `ids`: the id column's own values when they were integers (a DataFrame's or an Arrow table's),
-    which `predictions` gives back as they came rather than as text.
+    which `predictions` gives back as they came rather than as text; `validation`: with
+    `validate`, this party's accuracy alone and federated on its held-out rows (client/validate.py).
     """
 
     job: JobResult
     data: PartyData
     ids: tuple[Any, ...] | None = None
+    validation: Comparison | None = None  # with validate=F: alone and federated on the held-out rows
 
     @property
     def job_type(self) -> str:
@@ -163,7 +167,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         allow_unsketched_layers: bool = False, allow_non_dp_dbcl: bool = False, max_memory_gb: float | None = None,
         max_work_minutes: float | None = None, max_paillier_hours: float | None = None, state: PathLike | None = None,
         allow_rerun: bool = False, privacy_budget: str | float | Budget | None = None,
-        connect_timeout: float = 60.0, idle_timeout: float = 900.0,
+        connect_timeout: float = 60.0, idle_timeout: float = 900.0, validate: float | None = None,
         progress: Progress | None = None) -> PartyResult:
     """Take part in one run of `job` on the coordinator at `coordinator` (host:port) with `data`.
 
@@ -189,9 +193,13 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       default ε = 10, δ = 1e-5) and `allow_rerun`.
     - `connect_timeout`: how long to keep retrying an unreachable coordinator (with exponential
       back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news.
+    - `validate`: XCLP: hold out this fraction of the party's labeled rows locally (never sent)
+      and compare, on them, XCLP's labels with its own rows alone (`PartyResult.validation`).
     - `progress`: called with each progress line (default: printed to stderr).
     """
     say = progress or stderr_progress
+    if validate is not None:
+        check_fraction(float(validate), "--validate")
     worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers)  # before reading anything
     if worker_spec.scheduler is not None and worker_spec.scheduler.startswith("tcp://"):
         say(f"WARNING: insecure workers: Paillier tasks go to {worker_spec.scheduler} in the clear")
@@ -200,6 +208,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
     allow = (dict(peers) if isinstance(peers, Mapping)
              else identities.allow_list(read_toml(Path(peers)).get("parties"), source=str(peers)))
     party = _party(party, key, allow)
+    held = None if validate is None else HeldOut(party, validate)
     source = read_data(data, label_column=label_column, id_column=id_column, delimiter=delimiter, progress=say)
     connection = ConnectionConfig(address=coordinator, ca_cert=_path(ca_cert), client_cert=_path(client_cert),
                                   client_key=_path(client_key), server_name=server_name, insecure=insecure)
@@ -221,8 +230,9 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
                                      budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
-    result = take_part(config, source, progress=say)
-    return replace(result, ids=_integer_ids(data, id_column))
+    result = take_part(config, source if held is None else held.loader(source), progress=say)
+    return replace(result, ids=_integer_ids(data, id_column),
+                   validation=None if held is None else held.compare(result.job, result.data))
 
 
 def _integer_ids(data: Any, id_column: str | None) -> tuple[Any, ...] | None:

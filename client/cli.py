@@ -37,6 +37,7 @@ from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, wr
 from xclp.v1.exits import stdout_closed
 from xclp.v1.registry import Output
 from xclp.v1.status import EXIT_BAD_INPUT, EXIT_DROPPED, EXIT_OK, exit_code
+from xclp.validation import table as comparison_table
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
             "ca_cert",
@@ -45,7 +46,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
             "min_share_threshold",
-            "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun", "privacy_budget"}
+            "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun", "privacy_budget",
+            "validate"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -124,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-rerun", action="store_true", default=None,
                    help="release a function of the data exactly again among other parties (lets the coordinator "
                         "difference the two sums; docs/privacy.md)")
+    r.add_argument("--validate", type=float, metavar="FRACTION",
+                   help="xclp: hold out this fraction of the labeled rows locally (their labels never sent) and "
+                        "print, on them, the accuracy of XCLP's labels next to this party's rows alone "
+                        "(docs/jobs/xclp.md)")
     r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
                    "more memory than this (default: three quarters of the RAM; 0 = no limit)")
     r.add_argument("--max-work-minutes", type=float, help="xclp: refuse, before joining and again before any "
@@ -244,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
     path = result.save(out)
     if result.output is Output.PREDICTIONS:
         stderr_progress(f"wrote predictions for {len(result.data.ids)} rows to {path}")
+        if result.validation is not None:
+            print(comparison_table([result.validation]), flush=True)
     elif path is None:
         stderr_progress(f"the job withholds the model from the parties (after {len(result.job.rounds)} rounds), so "
                         "there is no model to write")

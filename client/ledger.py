@@ -364,7 +364,9 @@ class Ledger:
 
 def data_digest(data: PartyData) -> bytes:
     """A data set's name in the ledger: SHA-256 of the table as the party reads it (features,
-    labels and row ids)."""
+    labels and row ids), or the data set it names (`dataset_digest`, see there)."""
+    if data.dataset_digest is not None:
+        return data.dataset_digest
     h = hashlib.sha256(b"xclp/data/v1")
     X = np.ascontiguousarray(data.X, dtype=np.float64)
     h.update(repr(X.shape).encode() + X.tobytes())

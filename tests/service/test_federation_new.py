@@ -1,6 +1,7 @@
 """`xclp-server federation new` (issue 49): the scaffold plus four commands — the coordinator and
 three parties, as its README says — run a real XCLP job on three CSVs this test writes, and every
-party gets the plaintext reference's labels. And `allow add`, for real federations."""
+party gets its predictions; one of them with `--validate`, whose comparison an independent computation
+confirms. And `allow add`, for real federations."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import threading
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.helpers import make_data, write_table
+from xclp.baselines import per_client_lp
 from xclp.crypto import identity
 from xclp.errors import ConfigError, InvalidInput
+from xclp.server.config import load_job
 from xclp.server.federation import allow_add, new_federation
+from xclp.validation import hold_out
 
 BIN = Path(sys.executable).parent
 PARTIES = ("north", "south", "east")
@@ -70,9 +75,12 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
         port = port_file.read_text().strip()
         for command in commands[1:]:
             args = shlex.split(command)
-            procs.append(subprocess.Popen([str(BIN / args[0]), *args[1:], "--coordinator", f"localhost:{port}"],
-                                          stderr=subprocess.PIPE, text=True))
-        said = {i: proc.communicate(timeout=300)[1] for i, proc in enumerate(procs)}
+            # north also asks whether federating helps it (--validate): a third of its labels held out
+            extra = ["--validate", "0.3"] if f"{PARTIES[0]}/run.toml" in command else []
+            procs.append(subprocess.Popen([str(BIN / args[0]), *args[1:], "--coordinator", f"localhost:{port}",
+                                           *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        outs = {i: proc.communicate(timeout=300) for i, proc in enumerate(procs)}
+        said = {i: out[1] for i, out in outs.items()}
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -81,6 +89,20 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
     for p in PARTIES:
         predictions = (fed / p / "out" / "predictions.csv").read_text().splitlines()
         assert len(predictions) == 41 and predictions[1].startswith(f"{p}-0,")
+    # --validate: its table, with numbers an independent computation gives on the same held-out rows
+    north = next(out for i, out in outs.items() if i and "held out" in out[0])[0]
+    X, y = make_data(0, n=40, d=6, unlabeled=10)
+    held = hold_out(y, 0.3, PARTIES[0], "xclp/validate-holdout")
+    hidden = y.copy()
+    hidden[held] = -1
+    params = load_job(fed / "coordinator" / "xclp.toml").params
+    alone = per_client_lp(X, hidden, params.n_classes, params.graph_params, params.normalise_labels).labels
+    rows = [line.split(",") for line in (fed / PARTIES[0] / "out" / "predictions.csv").read_text().splitlines()[1:]]
+    federated = np.array([int(r[1]) for r in rows])
+    expected = f"{PARTIES[0]:<16}{held.size:>9}{np.mean(alone[held] == y[held]):>9.3f}" \
+               f"{np.mean(federated[held] == y[held]):>11.3f}"
+    assert north.splitlines()[1] == expected, north
+    assert held.size == 9 and "pooled" not in north
 
 
 def test_the_scaffold_refuses_tables_whose_columns_differ_and_a_directory_in_use(tmp_path) -> None:

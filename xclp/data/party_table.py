@@ -119,6 +119,9 @@ class PartyData:
     columns: tuple[str, ...] = ()
     labels: Labels | None = None
     where: Locator = field(default_factory=Locator)
+    # the data set this table is in a party's ledger when not the table itself (a table with some
+    # labels held out by `xclp-client run --validate` is still the whole table's data set)
+    dataset_digest: bytes | None = None
 
     def __post_init__(self) -> None:
         n = self.X.shape[0]

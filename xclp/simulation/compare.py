@@ -23,35 +23,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from xclp.baselines import per_client_lp
 from xclp.data import tables
-from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.errors import ConfigError, XclpError
 from xclp.propagation import predict
-from xclp.seeding import public_rng
 from xclp.simulation.simulate import _checked, _job, simulate
 from xclp.v1.xclp import XclpJobParams
+from xclp.validation import Comparison, accuracy, check_fraction, hold_out, table
 
 __all__ = ["Comparison", "compare", "table"]
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One party's accuracies on its `held_out` rows."""
-
-    party: str
-    held_out: int
-    alone: float
-    federated: float
-    pooled: float
-
-    @property
-    def helps(self) -> bool:
-        return self.federated > self.alone
 
 
 def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed: bytes | None = None,
@@ -60,19 +45,13 @@ def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed:
     job_type, params = _job(job)
     if not isinstance(params, XclpJobParams):
         raise ConfigError(f"simulate compares XCLP jobs (labels for a party's own rows); this job is {job_type!r}")
-    if not 0.0 < holdout < 1.0:
-        raise ConfigError(f"--holdout must be a fraction in (0, 1), got {holdout}")
+    check_fraction(holdout, "--holdout")
     read = {p: _checked(p, tables.read_any(d, label_column=label_column, id_column=id_column,
                                            categorical=params.categorical), params) for p, d in parties.items()}
     held, hidden = {}, {}
     for p, t in read.items():
         assert t.y is not None
-        labeled = np.flatnonzero(t.y >= 0)
-        if labeled.size < 2:
-            raise InvalidInput(f"party {p!r} has {labeled.size} labeled rows: nothing to hold out and still learn from")
-        count = min(labeled.size - 1, max(1, round(holdout * labeled.size)))
-        held[p] = np.sort(public_rng(labeled.size, f"xclp/simulate-holdout/{p}").choice(labeled, count,
-                                                                                         replace=False))
+        held[p] = hold_out(t.y, holdout, p, "xclp/simulate-holdout")
         y = t.y.copy()
         y[held[p]] = -1
         hidden[p] = replace(t, y=y, labels=None)
@@ -90,29 +69,9 @@ def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed:
         federated, _ = predict(sim[p].job.aggregate)
         mine = pooled[start: start + t.X.shape[0]]
         start += t.X.shape[0]
-        out.append(Comparison(p, int(rows.size), _accuracy(alone[rows], truth), _accuracy(federated[rows], truth),
-                              _accuracy(mine[rows], truth)))
+        out.append(Comparison(p, int(rows.size), accuracy(alone[rows], truth), accuracy(federated[rows], truth),
+                              accuracy(mine[rows], truth)))
     return out
-
-
-def _accuracy(predicted: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean(np.asarray(predicted) == truth))
-
-
-def table(rows: list[Comparison]) -> str:
-    """The comparison as the CLI prints it, with a warning per party federating does not help."""
-    lines = [f"{'party':<16}{'held out':>9}{'alone':>9}{'federated':>11}{'pooled':>9}"]
-    lines += [f"{r.party:<16}{r.held_out:>9}{r.alone:>9.3f}{r.federated:>11.3f}{r.pooled:>9.3f}" for r in rows]
-    lines.append("(accuracy on each party's held-out labeled rows; pooled: one central table, for reference)")
-    for r in rows:
-        if r.federated < r.alone:
-            lines.append(f"WARNING: for {r.party}, federating is worse than its own rows alone ({r.federated:.3f} "
-                         f"against {r.alone:.3f} on {r.held_out} held-out rows): check that every party's labels "
-                         "mean the same and that the columns carry the class (an unhelpful column can be dropped)")
-        elif r.federated == r.alone < 1.0:
-            lines.append(f"note: for {r.party}, federating does not change its accuracy ({r.alone:.3f} on "
-                         f"{r.held_out} held-out rows)")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
