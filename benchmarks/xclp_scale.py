@@ -166,7 +166,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
         + ("insecure_test_keys = true\n" if insecure else "") + ("standardise = true\n" if standardise else "")
-        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in (candidates or {}).items()))
+        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in (candidates or {"pair_budget": 1.0}).items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     server_memory = PeakMemory(server.pid, work / "memory-coordinator.tsv")

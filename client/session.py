@@ -221,7 +221,7 @@ class PartySession:
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
-        return JobResult(self.job_type, params, self.data.X.shape[1], self.seed.seed, self.job.result,
+        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
                          self.job.rounds(), self._privacy())
 
@@ -327,6 +327,10 @@ class PartySession:
             raise InvalidSignature(f"the coordinator showed the parties different job specs: {', '.join(other)} "
                                    f"signed another spec than {self.config.party_id!r} (its parameters, parties or "
                                    "run differ from what this party was told): refusing the roster")
+        # a default that depends on the run's size (XCLP's pair_budget), from the signed row counts,
+        # as the coordinator resolves it from the same
+        assert self.params is not None
+        self.params = self.params.for_rows(sum(b.rows for b in self.roster.bundles))
         for bundle in self.roster.bundles:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)

@@ -67,6 +67,7 @@ class XclpParty(PartyJob):
         if not isinstance(params, XclpJobParams):
             return
         n = data.X.shape[0]
+        params = params.for_rows(n * max(1, parties))  # as after the roster, the others taken as large
         need = party_bytes(n, {}, SlotLayout(params.key_bits, params.lsh_bits), workers=1,
                            n_classes=params.n_classes)
         check_memory(need, max_memory_bytes, n, {})
@@ -76,7 +77,8 @@ class XclpParty(PartyJob):
 
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx)
-        self.params = ctx.params_as(XclpJobParams)
+        # an unset pair_budget, resolved from the roster's signed row counts (as the coordinator does)
+        self.params = ctx.params_as(XclpJobParams).for_rows(sum(b.rows for b in ctx.roster.bundles))
         if ctx.keypair is None:
             raise InvalidInput(f"an xclp job needs this party's Paillier key (--paillier-bits {self.params.key_bits})")
         self.keypair: PaillierKeypair = ctx.keypair

@@ -72,7 +72,7 @@ class CandidateCentres:
         sizes = {q: self.sizes()[q] for q in members}
         try:
             self.chosen = cd.choose_probes(total.astype(np.int64), sizes, list(itertools.permutations(sizes, 2)),
-                                           self.slots, self.params.budget_slack, self.params.pair_budget)
+                                           self.slots, self.params.budget_slack, self.params.budget)
         except InvalidInput as exc:  # the coordinator, which opened the same table, refuses the run
             self.refusal = f"candidate pairs: {exc}"
             return

@@ -124,7 +124,7 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     sizes = {q: state.sizes[q] for q in state.membership.graph}
     try:
         probes, budgets, fraction = choose_probes(total.value, sizes, list(itertools.permutations(sizes, 2)),
-                                                  state.layout.slots, p.budget_slack, p.pair_budget)
+                                                  state.layout.slots, p.budget_slack, p.budget)
     except InvalidInput as exc:
         raise PhaseFailed(f"candidate pairs: {exc}", pb.JobEnd.REFUSED) from None
     state.candidates = CandidateRun(probes, budgets, fraction)
@@ -142,6 +142,8 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         """Refuse, before any Paillier work, a job the joined parties' rows cannot run."""
         super().check_start(parties)
         sizes = [int(p.summary.rows) for p in parties.values()]
+        # an unset pair_budget from the joined parties' rows, as each party resolves it from the roster
+        self.params = self.params.for_rows(sum(sizes))
         rows, p = sum(sizes), self.params
         if p.k > rows - 1:
             raise InvalidInput(f"k = {p.k} neighbours need at least {p.k + 1} rows in all, but the "
@@ -150,7 +152,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         if p.candidates and p.pair_budget != AUTO:
             floor = budget_floor({q: int(party.summary.rows) for q, party in parties.items()}, layout.slots,
                                  p.centres, p.budget_slack)
-            if float(p.pair_budget) < floor:
+            if float(p.budget) < floor:
                 raise InvalidInput(f"pair_budget = {p.pair_budget:g} is below what these parties' rows allow: with "
                                    f"any data, candidate pairs cost at least {floor:.1%} of all pairs' ciphertexts "
                                    f"here (each of a party's rows is compared with at least one batch of "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.helpers import load_allow_list
@@ -127,3 +129,21 @@ def test_pair_budget_is_a_fraction_or_auto_and_survives_the_wire() -> None:
     for bad in ("half", "AUTO", 0.0, 1.5, True):
         with pytest.raises(ConfigError, match="pair_budget"):
             parse_params("xclp", {"n_classes": 2, "pair_budget": bad})
+
+
+def test_an_unset_pair_budget_is_all_pairs_up_to_all_pairs_rows_and_auto_above() -> None:
+    unset = parse_params("xclp", {"n_classes": 2})
+    assert unset.pair_budget is None and unset.all_pairs_rows == 20_000  # type: ignore[attr-defined]
+    assert params_from_json("xclp", params_json(unset)) == unset  # unset on the wire too: each side resolves it
+    assert unset.for_rows(20_000).pair_budget == 1.0 and not unset.for_rows(20_000).candidates
+    assert unset.for_rows(20_001).pair_budget == "auto" and unset.for_rows(20_001).candidates
+    small = parse_params("xclp", {"n_classes": 2, "all_pairs_rows": 0})
+    assert small.for_rows(1).pair_budget == "auto"  # type: ignore[attr-defined]
+    given = parse_params("xclp", {"n_classes": 2, "pair_budget": 1.0})
+    assert given.for_rows(10**6) is given  # a budget the job file sets is the budget, whatever the size
+    with pytest.raises(AssertionError, match="resolve it for the run's rows first"):
+        _ = unset.candidates  # type: ignore[attr-defined]
+    for bad, said in ((-1, "'all_pairs_rows' must be an integer >= 0, got -1"),
+                      (10**9 + 1, "all_pairs_rows must be in [0, 10^9], got 1000000001")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            parse_params("xclp", {"n_classes": 2, "all_pairs_rows": bad})

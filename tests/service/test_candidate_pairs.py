@@ -65,10 +65,27 @@ def _three_hundred_rows_each(keys, **params):
     and the coordinator's run."""
     datas = {p: party_data(50 + i, n=300) for i, p in enumerate(PARTIES)}
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    with coordinator(allow_list(keys), [job("x", "xclp", {**PARAMS, **params})]) as (coord, addr):
+    merged = {k: v for k, v in {**PARAMS, **params}.items() if v is not None}  # None: the key left out
+    with coordinator(allow_list(keys), [job("x", "xclp", merged)]) as (coord, addr):
         results = run_parties(addr, "x", keys, datas, paillier=paillier,
                               policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
     return datas, results, coord.jobs["x"]
+
+
+def test_an_unset_pair_budget_runs_all_pairs_up_to_all_pairs_rows_and_candidate_pairs_above(keys) -> None:
+    """No pair_budget in the job file: 3 × 300 rows run all pairs with all_pairs_rows = 900 and one
+    probe per row ("auto") with 899; every side resolves it from the roster's row counts alike (a
+    party that did not would refuse the coordinator's candidate steps, or wait for them)."""
+    unset = {k: v for k, v in PARAMS.items() if k != "pair_budget"}
+    for most, candidates in ((900, False), (899, True)):
+        _, results, run = _three_hundred_rows_each(keys, **{**unset, "pair_budget": None, "all_pairs_rows": most})
+        assert all(not isinstance(r, BaseException) for r in results.values()), results
+        state = run.job.xclp
+        assert (state.candidates is not None) is candidates, most
+        assert run.job.summary()["params"]["pair_budget"] == ("auto" if candidates else 1.0)
+        assert {r.params.pair_budget for r in results.values()} == {"auto" if candidates else 1.0}
+        if candidates:
+            assert state.candidates.probes == 1
 
 
 def test_a_budget_below_what_candidates_can_reach_is_refused_before_secure_hamming(keys) -> None:

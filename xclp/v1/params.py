@@ -210,6 +210,11 @@ class JobParams:
         """Job-file keys naming files the coordinator must write with these parameters, and why."""
         return {}
 
+    def for_rows(self, rows: int) -> JobParams:
+        """The parameters a run among parties of `rows` rows in all (the roster's) runs with: these,
+        unless a parameter's default depends on the size (XCLP's pair_budget)."""
+        return self
+
     def check_dim(self, dim: int) -> None:
         """Refuse (InvalidInput) data of `dim` feature columns, before any work on it."""
 

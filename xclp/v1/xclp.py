@@ -14,7 +14,7 @@ server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from xclp.candidates import AUTO, spread_fraction
@@ -38,6 +38,10 @@ from xclp.v1.params import (
     str_param,
 )
 
+# pair_budget unset: all pairs up to this many rows in all, "auto" above (docs/jobs/xclp.md: at 20 000
+# rows one probe per row kept the accuracy within about a point of all pairs, and all pairs' Paillier
+# work passes hours on two cores)
+ALL_PAIRS_ROWS = 20_000
 AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
@@ -120,10 +124,14 @@ class XclpJobParams(JobParams):
     frac_bits: int = param("fractional bits of the SecureRowSums fixed-point ring", "8 .. 48", default=32)
     insecure_test_keys: bool = param("allow key_bits below 2048 (tests and quick trials only)", "true, false",
                                      default=False)
-    pair_budget: float | str = param("SecureHamming on candidate pairs only: the most its ciphertexts may cost, as "
-                                     "a fraction of all pairs' (1.0: all pairs, exact); \"auto\": one probe per "
-                                     "row, the least schedule, whatever it costs", '(0, 1], "auto"',
-                                     "docs/jobs/xclp.md", default=1.0)
+    pair_budget: float | str | None = param("SecureHamming on candidate pairs only: the most its ciphertexts may "
+                                            "cost, as a fraction of all pairs' (1.0: all pairs, exact); \"auto\": "
+                                            "one probe per row, the least schedule, whatever it costs; unset: all "
+                                            "pairs up to all_pairs_rows rows in all, \"auto\" above",
+                                            '(0, 1], "auto"', "docs/jobs/xclp.md", default=None)
+    all_pairs_rows: int = param("with pair_budget unset: the most rows in all (the parties' on the roster) that "
+                                "run SecureHamming on all pairs; above, candidate pairs with pair_budget = \"auto\"",
+                                "0 .. 10^9", "docs/jobs/xclp.md", default=ALL_PAIRS_ROWS)
     centres: int = param("candidate pairs: directions drawn from the parties' common seed that the rows are "
                          "grouped around (no one's data moves them)", "2 .. 4096", "docs/jobs/xclp.md", default=64)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
@@ -161,8 +169,11 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         if not 8 <= self.frac_bits <= 48:
             raise ConfigError(f"frac_bits must be in [8, 48], got {self.frac_bits}")
-        if self.pair_budget != AUTO and not (isinstance(self.pair_budget, float) and 0.0 < self.pair_budget <= 1.0):
+        if self.pair_budget not in (None, AUTO) and not (isinstance(self.pair_budget, float)
+                                                         and 0.0 < self.pair_budget <= 1.0):
             raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs) or \"auto\", got {self.pair_budget!r}")
+        if not 0 <= self.all_pairs_rows <= 10**9:
+            raise ConfigError(f"all_pairs_rows must be in [0, 10^9], got {self.all_pairs_rows}")
         for name, low, high in (("centres", 2, 4096), ("probes", 1, 16)):
             if not low <= getattr(self, name) <= high:
                 raise ConfigError(f"{name} must be in [{low}, {high}], got {getattr(self, name)}")
@@ -214,18 +225,35 @@ class XclpJobParams(JobParams):
             return (*super().dp_releases, ("responses", self.label_dp_epsilon, 0.0))
         return (*super().dp_releases, ("labels", self.label_dp_epsilon, self.label_dp_delta or 0.0))
 
+    def for_rows(self, rows: int) -> XclpJobParams:
+        """The parameters a run among parties of `rows` rows in all runs with: an unset pair_budget
+        becomes 1.0 (all pairs) up to all_pairs_rows, "auto" above. Both sides resolve it from the
+        roster's signed row counts, so they agree without a message."""
+        if self.pair_budget is not None:
+            return self
+        return replace(self, pair_budget=AUTO if rows > self.all_pairs_rows else 1.0)
+
     def work_budget(self, sizes: Mapping[str, int], K: int) -> float:
         """The fraction of all pairs' ciphertexts to plan for (the parties' work estimates): the
         budget, or for "auto" AUTO_ESTIMATE times what one probe costs with rows spread evenly over
         the centres (real data crowd some centres: 1.0-1.5 times that on the data sets of docs/jobs/xclp.md)."""
-        if self.pair_budget != AUTO:
-            return float(self.pair_budget)
+        budget = self.for_rows(sum(sizes.values())).budget
+        if budget != AUTO:
+            return float(budget)
         return min(1.0, AUTO_ESTIMATE * spread_fraction(sizes, K, self.centres, self.budget_slack))
 
     @property
+    def budget(self) -> float | str:
+        """The resolved pair_budget (`for_rows`): a fraction, or "auto"."""
+        if self.pair_budget is None:
+            raise AssertionError("pair_budget is unset: resolve it for the run's rows first (for_rows)")
+        return self.pair_budget
+
+    @property
     def candidates(self) -> bool:
-        """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs."""
-        return self.pair_budget == AUTO or float(self.pair_budget) < 1.0
+        """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs (of resolved
+        parameters, `for_rows`)."""
+        return self.budget == AUTO or float(self.budget) < 1.0
 
     @property
     def slots_per_row(self) -> float:
@@ -272,7 +300,7 @@ class XclpJobParams(JobParams):
                               "remove the key(s) (docs/jobs/xclp.md)")
         check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                                     "label_norm", "solver", "frac_bits", "insecure_test_keys", "pair_budget",
-                                    "centres", "probes", "budget_slack",
+                                    "all_pairs_rows", "centres", "probes", "budget_slack",
                                     "label_dp_epsilon", "label_dp_mechanism", "label_dp_delta"}),
                     "xclp")
         return cls(
@@ -281,7 +309,8 @@ class XclpJobParams(JobParams):
             key_bits=int_param(raw, "key_bits", MIN_SECURE_BITS), hide_label_mask=bool_param(raw, "hide_label_mask"),
             label_norm=str_param(raw, "label_norm", "none"), solver=str_param(raw, "solver", "auto"),
             frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
-            pair_budget=AUTO if raw.get("pair_budget") == AUTO else float_param(raw, "pair_budget", 1.0),
+            pair_budget=AUTO if raw.get("pair_budget") == AUTO else optional_float(raw, "pair_budget"),
+            all_pairs_rows=int_param(raw, "all_pairs_rows", ALL_PAIRS_ROWS, low=0),
             centres=int_param(raw, "centres", 64),
             probes=int_param(raw, "probes", 4), budget_slack=float_param(raw, "budget_slack", 1.0),
             label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
