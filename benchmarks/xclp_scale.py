@@ -13,7 +13,9 @@ process runs; each process's resident set every second goes to memory-<process>.
 dir) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of DESIGN §10.5,
 which leave out the interpreter, its libraries and the party's table: compare them with the peak
 less coordinator_baseline_mb and party_baseline_mb, the resident sets of the coordinator and of the
-first party once that party has joined and waits for its peers), dense_H_mb (what a coordinator
+first party once that party has joined and waits for its peers), paillier_estimate_seconds (the
+largest party's estimate of its Paillier work on the layout, timed with its key; on candidate pairs
+the schedule's bound: compare with secure_hamming_seconds), dense_H_mb (what a coordinator
 holding the n × n uint16 H would need for H alone),
 influence (method, iterations, largest relative residual), and graph_equal_all_pairs: whether the
 coordinator's graph (its test dump of W) equals the plaintext reference's kNN graph on the whole H.
@@ -196,6 +198,12 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     # line, the coordinator's as check_start computes it (both leave out the interpreter and libraries)
     said = [re.search(r"estimated memory: ([\d.]+) GiB", (work / f"{p}.log").read_text()) for p in PARTIES]
     party_estimate = max(float(m.group(1)) * 1024 for m in said if m) if any(said) else None
+    # each party's Paillier work as it estimated it on the layout (timed with its key, on candidate
+    # pairs the schedule's bound), the largest: against the step's measured seconds
+    told = [re.search(r"estimated Paillier work: ([\d.]+) (s|min|hours) on", (work / f"{p}.log").read_text())
+            for p in PARTIES]
+    unit = {"s": 1, "min": 60, "hours": 3600}
+    work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
     slots = max(1.0, candidates["probes"] * candidates.get("budget_slack", 1.0)) if candidates else 1.0
     coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots) / 2**20
@@ -206,6 +214,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
            "coordinator_baseline_mb": baseline["coordinator"], "party_baseline_mb": baseline["party"],
            "coordinator_estimate_mb": round(coordinator_estimate, 1),
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
+           "paillier_estimate_seconds": round(work_estimate, 1) if work_estimate is not None else None,
            "influence": summary.get("influence", {}),
            # on candidate pairs, against the reference's graph on the same schedule (DESIGN §10.3)
            ("graph_equal_same_schedule" if candidates else "graph_equal_all_pairs"): equal}
