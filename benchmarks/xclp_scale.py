@@ -60,6 +60,7 @@ from xclp.hamming import hamming_matrix
 from xclp.lsh import lsh_codes, lsh_projection
 from xclp.seeding import public_rng
 from xclp.server.steps.xclp import coordinator_bytes
+from xclp.v1.xclp import XclpJobParams
 
 PARTIES = ("a", "b", "c")
 GRAPH = GraphParams(k=10, alpha=0.99, power=3)
@@ -205,7 +206,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     unit = {"s": 1, "min": 60, "hours": 3600}
     work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
-    slots = max(1.0, candidates["probes"] * candidates.get("budget_slack", 1.0)) if candidates else 1.0
+    slots = XclpJobParams.parse({"n_classes": 10, **(candidates or {"pair_budget": 1.0})}).slots_per_row
     coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)

@@ -63,6 +63,8 @@ def test_on_candidate_pairs_the_estimates_are_the_bounds_the_budget_and_the_slot
 
     params = XclpJobParams.parse({"n_classes": 3, "pair_budget": 0.1, "probes": 3, "budget_slack": 1.5})
     assert params.slots_per_row == 4.5
+    auto = XclpJobParams.parse({"n_classes": 3, "pair_budget": "auto", "probes": 3, "budget_slack": 1.5})
+    assert auto.slots_per_row == 1.5  # "auto" lists each row once: one probe
     assert XclpJobParams.parse({"n_classes": 3, "probes": 3}).for_rows(300).slots_per_row == 1.0
     decrypt_only = OperationCosts(encrypt=0.0, multiply=0.0, decrypt=1.0)
     assert paillier_seconds(decrypt_only, LAYOUT, 1860, {"b": 500}, 1, budget=0.1) == 0.1 * 10 * 500

@@ -258,8 +258,11 @@ class XclpJobParams(JobParams):
     @property
     def slots_per_row(self) -> float:
         """A party's SecureHamming slots as A per row, at most: 1 on all pairs; on candidate pairs its
-        rows in each of up to `probes` centre lists, each list at most budget_slack times its share."""
-        return max(1.0, self.probes * self.budget_slack) if self.candidates else 1.0
+        rows in each of up to `probes` centre lists ("auto": one), each list at most budget_slack
+        times its share."""
+        if not self.candidates:
+            return 1.0
+        return max(1.0, (1 if self.budget == AUTO else self.probes) * self.budget_slack)
 
     @property
     def graph_params(self) -> GraphParams:
