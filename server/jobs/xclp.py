@@ -231,18 +231,19 @@ class Distribute(Work):
             for start in range(0, cols.size, solve_columns(layout.n)):
                 if not self.live() or pid not in scope.members:  # cancelled, or the party is gone
                     break
+                # solved while the previous block is on its way, queued once that one (nearly) is: the
+                # mailboxes never hold all of S_L, and solving and sending overlap
                 block = solver.solve(cols[start : start + solve_columns(layout.n)])
+                if start and not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
+                    # not reading for a step's deadline: the rest of its columns are neither sent nor
+                    # solved, and it will miss SecureRowSums as any silent party does
+                    log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",
+                                scope.run.config.job_id, pid)
+                    break
                 with self.locked:
                     for at in range(0, block.shape[1], piece):
                         scope.broadcast(INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]), to=[pid])
                 meter.update(meter.done + block.shape[1])
-                # the next block once this one is (nearly) on its way: the mailboxes never hold all of S_L
-                if not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
-                    # not reading for a step's deadline: the rest of its columns are neither solved nor
-                    # queued, and it will miss SecureRowSums as any silent party does
-                    log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",
-                                scope.run.config.job_id, pid)
-                    break
         state.solve = solver.stats
         with self.locked:
             scope.run.ledger.record("graph", scope.run.clock() - started)

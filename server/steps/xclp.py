@@ -395,7 +395,8 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
       larger of a sparse LU (at most SPARSE_FILL_MAX times I − α𝒲's n·(2k + 1) nonzeros, 12 bytes
       each, and its right-hand sides) and conjugate gradients on `solve_columns(n)` columns (at most
       eight float64[n, c] arrays), which it falls back to past that fill; and
-      what waits for the parties: the block just solved for its receiver, and for each party up
+      what waits for the parties: the block just solved and the one before it, queued for its
+      receiver (the next is solved while that one is sent), and for each party up
       to INFLUENCE_BACKLOG_BYTES in its mailbox (a party that stops reading is sent no more) and
       about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
       292 MB above the process's resident set before work, against 315 MB estimated);
@@ -412,7 +413,7 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     columns = n if n <= DENSE_MAX_NODES else solve_columns(n)
     lu = SPARSE_FILL_MAX * n * (2 * k + 1) * 12 + 16 * n * columns
     solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else max(64 * n * columns, lu)
-    influence = solve + 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES
+    influence = solve + 2 * 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES  # a block queued, one solved
     rowsums = (parties + 2) * n * n_classes * 8
     return graph + max(hamming, influence, rowsums)
 

@@ -429,10 +429,11 @@ def test_malformed_secure_hamming_uploads_are_refused_and_the_step_goes_on() -> 
 
 
 def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkeypatch) -> None:
-    """DESIGN §10.2: the next influence block is solved once the last one has left for its owner.
-    A party that stops reading (here b; a and c read) is waited for once, a step's deadline, and
-    then the rest of its columns are neither solved nor queued: the coordinator holds at most one
-    block for it, never all of its S_L (it used to solve and queue every one)."""
+    """DESIGN §10.2: the next influence block is solved while the last one is on its way to its
+    owner and queued once that one has left. A party that stops reading (here b; a and c read) is
+    waited for once, a step's deadline, and then the block solved meanwhile is dropped and the rest
+    of its columns are neither solved nor queued: the coordinator holds at most one block queued for
+    it and one in hand, never all of its S_L (it used to solve and queue every one)."""
     import scipy.sparse as sp
 
     import xclp.server.jobs.xclp as coordinator_xclp
@@ -469,7 +470,7 @@ def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkey
         distribute.work()  # here on the test's thread (the run gives it one of its own)
     finally:
         stop.set()
-    assert solved == [0, 1, 2, 3, 6, 7, 8]  # a's three columns, b's first, c's three
+    assert solved == [0, 1, 2, 3, 4, 6, 7, 8]  # a's three columns, b's first two (the second never sent), c's three
     graph, block = 8 * 3, 8 * 9  # the graph message (uint64[3]) and one float64[9, 1] column
     assert mailboxes["b"].queued_bytes == graph + block
 
