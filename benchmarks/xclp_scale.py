@@ -164,12 +164,13 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
         data[p] = X
         write_party_csv(work / f"{p}.csv", "r", X, np.where(rng.random(rows) < 0.1, y, -1))
     insecure = key_bits < 2048
+    pairs = candidates or {"pair_budget": 1.0}  # the job's pair parameters: all pairs unless candidates are given
     (work / "job.toml").write_text(
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
         f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
         + ("insecure_test_keys = true\n" if insecure else "") + ("standardise = true\n" if standardise else "")
-        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in (candidates or {"pair_budget": 1.0}).items()))
+        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in pairs.items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
     server, port = serve(work, env)
     server_memory = PeakMemory(server.pid, work / "memory-coordinator.tsv")
@@ -206,7 +207,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     unit = {"s": 1, "min": 60, "hours": 3600}
     work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
-    slots = XclpJobParams.parse({"n_classes": 10, **(candidates or {"pair_budget": 1.0})}).slots_per_row
+    slots = XclpJobParams.parse({"n_classes": 10, **pairs}).slots_per_row
     coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)

@@ -170,12 +170,13 @@ def run_xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
     from xclp.simulation.xclp import run_xclp_inprocess
 
     rows = sum(d.X.shape[0] for d in data.values())
-    if params.for_rows(rows).candidates:
+    resolved = params.for_rows(rows)
+    if resolved.candidates:
         unset = (f" (unset, it is \"auto\" above all_pairs_rows = {params.all_pairs_rows} rows, and these parties "
                  f"have {rows})") if params.pair_budget is None else ""
         raise InvalidInput(f"the simulation runs SecureHamming on all pairs, and this job's pair_budget{unset} runs "
                            "candidate pairs: set pair_budget = 1.0 to simulate")
-    params = params.for_rows(rows)
+    params = resolved
     C = params.n_classes
     order = sorted(data)
     if secure:
