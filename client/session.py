@@ -50,7 +50,7 @@ from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec, spec_digest
 from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, RESUMES, RUN_ALIVE, SEED_RELAY_MAX_BYTES, SEED_STEP
-from xclp.v1.xclp import KEEPS_PAIRS
+from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -181,7 +181,7 @@ class PartySession:
             labeled_rows=summary.labeled_rows, dim=summary.dim,
             **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
         request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
-                                 capabilities=[RUN_ALIVE, KEEPS_PAIRS, RESUMES],
+                                 capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES],
                                  bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
         reader, heartbeat = None, None
         try:

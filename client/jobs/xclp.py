@@ -43,6 +43,7 @@ from xclp.v1.xclp import (
     KEPT_PAIRS_MSG,
     LABELS_STEP,
     LAYOUT_MSG,
+    PAIRS_FROM_MSG,
     PAIRS_MSG,
     ROWSUMS_PURPOSE,
     ROWSUMS_RESULT_MSG,
@@ -187,7 +188,7 @@ class XclpParty(PartyJob):
         if sender == "":
             if step in (LAYOUT_MSG, GRAPH_MSG):
                 return 8 * m
-            if step in (PAIRS_MSG, KEPT_PAIRS_MSG):
+            if step in (PAIRS_MSG, KEPT_PAIRS_MSG, PAIRS_FROM_MSG):
                 return 16 * m * m
             if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (DESIGN §10.2)
                 influence = self._need(self.influence, "the graph layout")
@@ -224,13 +225,15 @@ class XclpParty(PartyJob):
             self.hamming.on_pairs(payload)
         elif message.step == KEPT_PAIRS_MSG:
             self.hamming.on_kept(payload, message.round)
+        elif message.step == PAIRS_FROM_MSG:
+            self.hamming.on_from(payload, message.round)
         elif message.step == INFLUENCE_MSG:
             self._influence(payload)
         elif message.step == ROWSUMS_RESULT_MSG:
             self._result(payload, message.round)
         else:
             raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
-        if message.step in (LAYOUT_MSG, GRAPH_MSG, PAIRS_MSG, KEPT_PAIRS_MSG):  # public, one for all (DESIGN §2.5)
+        if message.step in (LAYOUT_MSG, GRAPH_MSG, PAIRS_MSG, KEPT_PAIRS_MSG, PAIRS_FROM_MSG):  # public, one for all
             self.ctx.transcript.absorb(message.step, payload)
 
     def _layout(self, payload: wire.Payload, what: str) -> dict[str, int]:

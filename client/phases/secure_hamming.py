@@ -3,11 +3,13 @@
 Streamed (xclp.v1.secure_hamming_wire): as B this party evaluates A's slices one piece of A's
 batches at a time, a bounded window ahead of A's acknowledgements, and sends the coordinator only a
 mask seed per pair; as A it decrypts each piece as it arrives and sends its t on. Neither side
-keeps a pair's ciphertexts, t or masks beyond the pieces in flight. A restart (a peer dropped)
-starts every pair of the rest that the coordinator has not folded whole again, with fresh seeds
-(the kept-pairs message names those it skips; roles stay as drawn in the first attempt; A's
-encrypted slices are kept and sent again). Every relay is sealed for its pair, attempt and
-direction (xclp.v1.relay). Heavy Paillier work runs on the context's executor (client/workers.py).
+keeps a pair's ciphertexts, t or masks beyond the pieces in flight. A restart (a peer dropped, or
+the coordinator restarted) goes on with every pair of the rest from the first piece the
+coordinator has not folded, with fresh seeds (the pairs-from message says where each starts, or,
+from a coordinator of the version before, the kept-pairs message which pairs it skips whole;
+roles stay as drawn in the first attempt; A's encrypted slices are kept and sent again). Every
+relay is sealed for its pair, attempt and direction (xclp.v1.relay). Heavy Paillier work runs on
+the context's executor (client/workers.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class _AsA:
     pieces: tuple[Piece, ...]
     index: int  # the pair's position in the pairs message
     meter: Meter  # its pieces decrypted
+    first: int = 0  # the pieces before it were folded in an earlier attempt
     received: int = 0
 
 
@@ -80,6 +83,7 @@ class _AsB:
     slices: EncryptedSlices | None = None
     a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
     schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what it evaluates
+    first: int = 0  # the pieces before it were folded in an earlier attempt
     sent: int = 0
     acked: int = 0
 
@@ -96,8 +100,10 @@ class SecureHammingParty:
         self._sizes, self.candidates, self.elapsed = sizes, candidates, elapsed
         self.codes: np.ndarray | None = None  # this party's LSH codes, once computed
         self.pairs: tuple[PairTask, ...] = ()
-        self.kept: tuple[int, frozenset[int]] = (0, frozenset())  # (attempt, pairs it skips): kept-pairs message
-        self.skipped: frozenset[int] = frozenset()  # this attempt's
+        # (attempt, pair position -> the piece it starts from, None: skipped whole): the pairs-from or
+        # kept-pairs message before a restart
+        self.kept: tuple[int, dict[int, int | None]] = (0, {})
+        self.skipped: frozenset[int] = frozenset()  # this attempt's pairs skipped whole
         self.attempt: int | None = None
         self.members: tuple[str, ...] = ()
         self.slices: bytes | None = None  # this party's encrypted bit slices, sent to each B of every attempt
@@ -137,7 +143,16 @@ class SecureHammingParty:
         if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint8 or payload.shape != (len(self.pairs),)
                 or int(payload.max(initial=0)) > 1 or attempt < 1):
             raise ProtocolError(f"the kept-pairs message must be uint8[{len(self.pairs)}] of 0 and 1, before a restart")
-        self.kept = (attempt, frozenset(int(i) for i in np.flatnonzero(payload)))
+        self.kept = (attempt, dict.fromkeys((int(i) for i in np.flatnonzero(payload)), None))
+
+    def on_from(self, payload: wire.Payload, attempt: int) -> None:
+        """The pairs-from message before restart `attempt`: uint64[m], per pair the piece it starts
+        from (checked against the pair's pieces at the start)."""
+        _need(self.pairs, "the SecureHamming pairs")
+        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.shape != (len(self.pairs),)
+                or attempt < 1):
+            raise ProtocolError(f"the pairs-from message must be uint64[{len(self.pairs)}], before a restart")
+        self.kept = (attempt, {int(i): int(payload[i]) for i in np.flatnonzero(payload)})
 
     def start(self, attempt: int, members: tuple[str, ...]) -> None:
         """A new attempt: every pair of this party among `members` starts from its first piece.
@@ -147,7 +162,8 @@ class SecureHammingParty:
         codes = _need(self.codes, "LSH codes")
         _need(self.pairs, "the SecureHamming pairs")
         self.attempt, self.members, self.done = attempt, members, False
-        self.skipped = self.kept[1] if self.kept[0] == attempt else frozenset()
+        starts = self.kept[1] if self.kept[0] == attempt else {}
+        self.skipped = frozenset(i for i, first in starts.items() if first is None)
         mine = self._my_pairs()
         rowless = sorted({p for t in mine for p in (t.a, t.b)} - set(self.sizes))
         if rowless:
@@ -161,16 +177,28 @@ class SecureHammingParty:
             schedule = None if self.candidates is None else self.candidates.schedule(t.a, t.b)
             parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b]) if schedule is None else pieces(
                 layout, schedule.counts().tolist())
+            first = starts.get(index[t]) or 0
+            if first > len(parts):
+                raise ProtocolError(f"the pairs-from message starts pair {t.a}->{t.b} at piece {first} of "
+                                    f"{len(parts)}")
+            if first == len(parts):  # folded whole before
+                self.skipped |= {index[t]}
+                continue
             what = f"SecureHamming pair {t.a}->{t.b}"
             if t.a == self.ctx.party_id:
                 self.as_a[t.b] = _AsA(t, parts, index[t], Meter(what, len(parts), self.progress,
-                                                                unit="pieces decrypted", lines=4))
+                                                                unit="pieces decrypted", lines=4), first, first)
             else:
                 self.as_b[t.a] = _AsB(t, parts, index[t], draw_mask_seed(),
                                       Meter(what, len(parts), self.progress, unit="pieces evaluated", lines=4),
-                                      schedule=schedule)
-        count = sum(len(a.pieces) for a in self.as_a.values()) + sum(len(b.pieces) for b in self.as_b.values())
-        kept = f"; {len(self.skipped)} pairs kept from before" if self.skipped else ""
+                                      schedule=schedule, first=first, sent=first, acked=first)
+        mine = self._my_pairs()
+        count = sum(len(a.pieces) - a.first for a in self.as_a.values()) + \
+            sum(len(b.pieces) - b.first for b in self.as_b.values())
+        carried = sum(a.first for a in self.as_a.values()) + sum(b.first for b in self.as_b.values())
+        kept = ", ".join(([f"{len(self.skipped)} pairs"] if self.skipped else [])
+                         + ([f"{carried} pieces of others"] if carried else []))
+        kept = f"; {kept} kept from before" if kept else ""
         self.progress(f"SecureHamming attempt {attempt}: {len(mine)} pairs, A in {len(self.as_a)} "
                       f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces{kept}")
         self.meter = Meter(f"SecureHamming, {len(mine)} pair{'s' * (len(mine) != 1)}", count, self.progress,
@@ -273,7 +301,7 @@ class SecureHammingParty:
         if kind != Relay.PIECE or index != pair.received or index >= len(pair.pieces):
             raise ProtocolError(f"{pair.task.b!r} sent {kind.name} {index} where piece {pair.received} of "
                                 f"{len(pair.pieces)} was due: dropped, replayed or reordered on the way")
-        if index == 0:  # B has the slices: the next B may have them
+        if index == pair.first:  # B has the slices: the next B may have them
             self._send_slices()
         t = steps.decrypt_piece(self.keypair, body, pair.pieces[index].values, self.ctx.executor)
         attempt = _need(self.attempt, "the SecureHamming step")
@@ -287,7 +315,8 @@ class SecureHammingParty:
     def _tell_progress(self) -> None:
         """The attempt's pieces done here, over all pairs: a bar on a terminal, a line every tenth elsewhere."""
         if self.meter is not None:
-            self.meter.update(sum(p.received for p in self.as_a.values()) + sum(p.sent for p in self.as_b.values()))
+            self.meter.update(sum(p.received - p.first for p in self.as_a.values())
+                              + sum(p.sent - p.first for p in self.as_b.values()))
 
     def _workers(self) -> int:
         return worker_count(self.ctx.executor)

@@ -2,11 +2,12 @@
 every pair's sealed slices and evaluations, takes B's mask seeds and A's t piece by piece, and
 folds each piece into the neighbour graph as it arrives (the coordinator never holds H).
 
-A party dropped mid-step restarts the step among the rest. The pairs among them that were folded
-whole stay folded (the graph keeps its candidates per source party, steps.NeighbourGraph.among)
-and the restart skips them (message KEPT_PAIRS_MSG, to parties that understand it): a dropout
-costs the unfinished pairs, not every pair. A pair folded in part starts again from its first
-piece, with fresh masks."""
+A party dropped mid-step restarts the step among the rest. What the pairs among them folded stays
+folded (the graph keeps its candidates per source party, steps.NeighbourGraph.among): a pair
+folded whole is skipped, and one folded in part goes on from its first piece not folded, with a
+fresh mask seed (message PAIRS_FROM_MSG, when every member understands it; to parties of the
+version before, KEPT_PAIRS_MSG skips the whole pairs and the others start from their first
+piece). A dropout costs the pieces in flight, not every pair."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from xclp.v1.secure_hamming_wire import (
     pieces,
     relay_bytes,
 )
-from xclp.v1.xclp import HAMMING_STEP, KEEPS_PAIRS, KEPT_PAIRS_MSG, PAIRS_MSG
+from xclp.v1.xclp import HAMMING_STEP, KEEPS_PAIRS, KEEPS_PIECES, KEPT_PAIRS_MSG, PAIRS_FROM_MSG, PAIRS_MSG
 from xclp.v1.xclp_layout import PairTask
 
 log = logging.getLogger("xclp.server")
@@ -43,8 +44,9 @@ class _PairStream:
 
     task: PairTask
     pieces: tuple[Piece, ...]
-    seed: bytes | None = None  # B's mask seed
-    folded: int = 0  # pieces of t unmasked and folded, in order
+    first: int = 0  # pieces folded in an earlier attempt: this one starts at this piece
+    seed: bytes | None = None  # B's mask seed (this attempt's)
+    folded: int = 0  # pieces of t unmasked and folded, in order, counting the earlier attempts'
     schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what B evaluates
     slots: np.ndarray | None = None  # ... and A's row in each slot (candidates.a_slots)
 
@@ -72,40 +74,64 @@ class SecureHamming(Phase):
             table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
             self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
         members = set(state.membership.graph)
-        kept = self._kept(members)
-        self.streams = {i: self._stream_of(t) for i, t in enumerate(state.pairs)
-                        if t.a in members and t.b in members and frozenset((t.a, t.b)) not in kept}
+        carried = self._carried(members)  # pair position -> its pieces folded before this attempt
+        among = {i: self._stream_of(t, carried.get(i, 0)) for i, t in enumerate(state.pairs)
+                 if t.a in members and t.b in members}
+        self.streams = {i: s for i, s in among.items() if s.first < len(s.pieces)}
         self.error = None
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
+        keep = {frozenset((state.pairs[i].a, state.pairs[i].b)) for i in carried}
         try:
-            self.graph = self.graph.among(layout, kept) if kept and self.graph is not None else steps.NeighbourGraph(
+            self.graph = self.graph.among(layout, keep) if keep and self.graph is not None else steps.NeighbourGraph(
                 layout, state.own, state.params.lsh_bits, state.params.graph_params)
         except XclpError as exc:  # k no longer below the rows left
             self.fail(f"the graph cannot be built among {', '.join(layout.parties)}: {exc}")
             return
-        if kept:
-            flags = np.array([frozenset((t.a, t.b)) in kept for t in state.pairs], dtype=np.uint8)
-            self.scope.broadcast(KEPT_PAIRS_MSG, self.attempt, flags, to=state.membership.graph)
-            log.info("XCLP: SecureHamming attempt %d keeps %d folded pairs", self.attempt, len(kept))
+        if carried:
+            whole = len(among) - len(self.streams)
+            if self.scope.capable(members, KEEPS_PIECES):
+                first = np.array([among[i].first if i in among else 0 for i in range(len(state.pairs))],
+                                 dtype=np.uint64)
+                self.scope.broadcast(PAIRS_FROM_MSG, self.attempt, first, to=state.membership.graph)
+            else:
+                flags = np.array([i in among and i not in self.streams for i in range(len(state.pairs))],
+                                 dtype=np.uint8)
+                self.scope.broadcast(KEPT_PAIRS_MSG, self.attempt, flags, to=state.membership.graph)
+            log.info("XCLP: SecureHamming attempt %d keeps %d pairs folded whole and %d pieces of %d others",
+                     self.attempt, whole, sum(s.first for s in self.streams.values()),
+                     sum(s.first > 0 for s in self.streams.values()))
         step = self.scope.start_step(HAMMING_STEP, state.membership.graph, self.attempt)
         busy = {p for s in self.streams.values() for p in (s.task.a, s.task.b)}
         step.pending &= busy  # a member whose pairs are all kept owes nothing (it hears the step, and is done)
-        self.meter = step_meter(self.scope, "SecureHamming", sum(len(s.pieces) for s in self.streams.values()),
-                            "pieces folded")
+        self.meter = step_meter(self.scope, "SecureHamming",
+                                sum(len(s.pieces) - s.first for s in self.streams.values()), "pieces folded")
         self.complete_if_done(step)  # every pair kept
 
-    def _kept(self, members: set[str]) -> set[frozenset[str]]:
-        """The pairs among `members` folded whole in an earlier attempt, if every member can skip them."""
+    def _carried(self, members: set[str]) -> dict[int, int]:
+        """Per pair among `members` (its position), the pieces folded in earlier attempts that this one
+        keeps: all of a pair folded whole, and, when every member can go on from a piece, those of a
+        pair folded in part; none for parties that can skip no pair."""
         if self.graph is None or not self.scope.capable(members, KEEPS_PAIRS):
-            return set()
-        return {pair for pair in self.graph.pairs if pair <= members}
+            return {}
+        by_piece = self.scope.capable(members, KEEPS_PIECES)
+        carried = {}
+        for i, t in enumerate(self.state.pairs):
+            if not {t.a, t.b} <= members:
+                continue
+            before = self.streams.get(i)
+            if frozenset((t.a, t.b)) in self.graph.pairs:
+                carried[i] = len(before.pieces) if before is not None else len(self._stream_of(t).pieces)
+            elif by_piece and before is not None and before.folded > 0:
+                carried[i] = before.folded
+        return carried
 
-    def _stream_of(self, task: PairTask) -> _PairStream:
+    def _stream_of(self, task: PairTask, first: int = 0) -> _PairStream:
         state, layout = self.state, self.state.layout
         if state.candidates is None:
-            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b]))
+            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b]), first,
+                               folded=first)
         schedule = state.candidates.schedule(task.a, task.b, layout.slots)
-        return _PairStream(task, pieces(layout, schedule.counts().tolist()), schedule=schedule,
+        return _PairStream(task, pieces(layout, schedule.counts().tolist()), first, folded=first, schedule=schedule,
                            slots=a_slots(schedule, state.candidates.lists[task.a]))
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
@@ -123,9 +149,9 @@ class SecureHamming(Phase):
         MAX_IN_FLIGHT ahead of A's acknowledgements (so what waits here for A stays bounded)."""
         stream = self._stream(sender, recipient)
         if sender == stream.task.a:
-            return len(stream.pieces)
+            return len(stream.pieces) - stream.first
         acked = max(0, step.relays[(recipient, sender)] - 1)
-        return min(len(stream.pieces), acked + MAX_IN_FLIGHT)
+        return min(len(stream.pieces) - stream.first, acked + MAX_IN_FLIGHT)
 
     def check_relay(self, step: Step, sender: str, recipient: str, payload: wire.Payload) -> None:
         """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3). A sends its
@@ -240,7 +266,7 @@ class SecureHamming(Phase):
                 owes[b] = True
             if step.relays[(a, b)] == 0 and self._unanswered(step, a):  # A's slices wait for another B
                 waits[a], waits[b] = True, True
-            elif step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded:  # A's slices, or a piece at A
+            elif step.relays[(a, b)] == 0 or step.relays[(b, a)] > s.folded - s.first:  # A's slices, or a piece at A
                 owes[a], waits[b] = True, True
             else:  # B's next piece
                 owes[b], waits[a] = True, True

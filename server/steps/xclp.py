@@ -229,8 +229,8 @@ class NeighbourGraph:
 
     def among(self, layout: RowLayout, keep: set[frozenset[str]]) -> NeighbourGraph:
         """This graph among `layout`'s parties (a subset, in the same order, after a dropout), keeping
-        each party's own candidates and the pairs of `keep` (folded here, both parties in `layout`);
-        every other pair is to be folded again."""
+        each party's own candidates and what the pairs of `keep` folded here (whole, or the pieces
+        folded so far, which the pair goes on from); every other pair is to be folded again."""
         graph = NeighbourGraph(layout, None, self.lsh_bits, self.params)
         for q in layout.parties:
             old, new = self.tops[q], graph.tops[q]
@@ -239,7 +239,7 @@ class NeighbourGraph:
                 if p == q or frozenset((p, q)) in keep:
                     was, now = self.layout.rows(p), layout.rows(p)
                     new.sim[now], new.idx[now] = old.sim[was], np.where(old.idx[was] >= 0, old.idx[was] + shift, -1)
-        graph.pairs = {pair for pair in keep if pair <= set(layout.parties)}
+        graph.pairs = {pair for pair in keep & self.pairs if pair <= set(layout.parties)}
         return graph
 
     def fold_pair(self, a: str, b: str, block: np.ndarray) -> None:

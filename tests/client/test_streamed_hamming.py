@@ -247,3 +247,46 @@ def test_pairs_sharing_an_a_are_exact(keys, monkeypatch) -> None:
             H[:, piece.a_rows(layout, 160)] = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece,
                                                            160, 5, L)
         np.testing.assert_array_equal(H, hamming_matrix(parties[b].hamming.codes, parties["a"].hamming.codes))
+
+
+def test_a_restart_goes_on_from_the_piece_the_pairs_from_message_names(pair, keys) -> None:
+    """Attempt 1 after a pairs-from message starting the pair at piece 1: B evaluates, and A decrypts
+    and uploads, only pieces 1.. (under B's fresh seed), each the plaintext distances of its piece."""
+    parties, link = pair
+    run_honestly(parties, link)
+    layout = steps.slot_layout(keys["a"].public, L)
+    parts = all_pairs(layout, ROWS["a"], ROWS["b"])
+    for p in ("a", "b"):
+        parties[p].hamming.on_from(np.array([1], dtype=np.uint64), 1)
+    for p in ("b", "a"):
+        parties[p].hamming.start(1, ("a", "b"))
+    uploads: dict[str, list[HammingUpload]] = {"a": [], "b": []}
+    while (batch := link.take()):
+        for sender, payload, round, recipient in batch:
+            assert round == 1
+            if recipient:
+                deliver(parties, sender, payload, round, recipient)
+            else:
+                uploads[sender].append(HammingUpload.from_array(payload))
+    [seed] = uploads["b"]
+    assert [u.piece for u in uploads["a"]] == list(range(1, len(parts)))
+    assert all(p.hamming.done for p in parties.values())
+    H = hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes)
+    for upload in uploads["a"]:
+        piece = parts[upload.piece]
+        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
+        rows = piece.b_rows(ROWS["b"])
+        np.testing.assert_array_equal(block, H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])])
+
+
+@pytest.mark.parametrize("message, attempt, error", [
+    (np.array([1], dtype=np.uint8), 1, "must be uint64\\[1\\]"),
+    (np.array([1, 0], dtype=np.uint64), 1, "must be uint64\\[1\\]"),
+    (np.array([1], dtype=np.uint64), 0, "before a restart"),
+    (np.array([99], dtype=np.uint64), 1, "starts pair a->b at piece 99 of 3"),
+])
+def test_a_pairs_from_message_that_does_not_fit_the_pairs_is_refused(pair, message, attempt, error) -> None:
+    parties, _ = pair
+    with pytest.raises(ProtocolError, match=error):
+        parties["a"].hamming.on_from(message, attempt)
+        parties["a"].hamming.start(attempt, ("a", "b"))

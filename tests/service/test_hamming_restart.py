@@ -1,10 +1,11 @@
-"""A dropout in SecureHamming costs the unfinished pairs, not every pair (issue 47: "a restart after
-a dropout redoes every SecureHamming pair").
+"""A dropout in SecureHamming costs the pieces in flight, not every pair (issue 47: "a restart after
+a dropout redoes every SecureHamming pair"; "SecureHamming redoes at most the pieces in flight").
 
 d dies in the middle of SecureHamming, once the coordinator has folded at least one pair among
-a, b and c whole. The restart among a, b and c keeps those pairs (the coordinator's graph keeps its
-candidates per source party) and redoes only the others; the graph and every prediction are still
-exactly the plaintext reference's among a, b and c.
+a, b and c whole (or, second test, folded a pair among them in part). The restart among a, b and c
+keeps what was folded (the coordinator's graph keeps its candidates per source party): it skips
+the pairs folded whole and goes on with the others from their first piece not folded; the graph
+and every prediction are still exactly the plaintext reference's among a, b and c.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.server.phases.secure_hamming import SecureHamming
+from xclp.v1 import secure_hamming_wire as shw
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.xclp import KEEPS_PAIRS
+from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
 
 XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
 PARTIES = ("a", "b", "c", "d")
@@ -35,6 +37,7 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
     every pair among the rest runs again, as before, with the same result."""
     if not capable:
         monkeypatch.setattr(session, "KEEPS_PAIRS", "something-else")
+        monkeypatch.setattr(session, "KEEPS_PIECES", "something-else-too")
     attempts: list[tuple[int, set[frozenset[str]], int]] = []  # per attempt: kept pairs, pairs to run
     phases: list[SecureHamming] = []
     real_start = SecureHamming.start
@@ -42,8 +45,9 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
     def start(self):
         real_start(self)
         phases.append(self)
-        attempts.append((self.attempt, self._kept(set(self.state.membership.graph)) if self.attempt else set(),
-                         len(self.streams)))
+        kept = {frozenset((self.state.pairs[i].a, self.state.pairs[i].b)) for i, s in enumerate(self.state.pairs)
+                if i not in self.streams and {s.a, s.b} <= set(self.state.membership.graph)}
+        attempts.append((self.attempt, kept if self.attempt else set(), len(self.streams)))
 
     monkeypatch.setattr(SecureHamming, "start", start)
 
@@ -80,6 +84,70 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
     for name in ("indptr", "indices", "data"):
         np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
     for j, p in enumerate("abc"):  # its unlabeled rows' scores (its labeled rows keep their labels)
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("capable", [True, False], ids=["keeps-pieces", "keeps-pairs-only"])
+def test_a_party_lost_mid_securehamming_leaves_the_pieces_folded_among_the_rest_folded(keys, monkeypatch, capable):
+    """d dies once a pair among a, b and c is folded in part: the restart goes on with that pair from
+    its first piece not folded (a fresh mask seed for the rest), so the pieces redone are only those
+    not folded; exactly the reference still. keeps-pairs-only: parties of the version before this
+    one (they skip whole pairs only): such a pair starts again from its first piece."""
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # two ciphertexts of a 512-bit key: many pieces per pair
+    if not capable:
+        monkeypatch.setattr(session, "KEEPS_PIECES", "something-else")
+    phases: list[SecureHamming] = []
+    at_death: dict[int, int] = {}  # pair position -> pieces folded when d died
+    starts: list[dict[int, tuple[int, int]]] = []  # per attempt: pair position -> (first piece, pieces)
+    real_start = SecureHamming.start
+
+    def start(self):
+        real_start(self)
+        phases.append(self)
+        starts.append({i: (s.first, len(s.pieces)) for i, s in self.streams.items()})
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+
+    def folded_in_part(phase: SecureHamming) -> dict[int, int]:
+        return {i: s.folded for i, s in phase.streams.items() if "d" not in (s.task.a, s.task.b)}
+
+    class DiesMidPair(PartySession):
+        def handle(self, item: pb.PullItem) -> None:
+            if phases and not at_death:
+                now = folded_in_part(phases[-1])
+                if any(0 < f < len(phases[-1].streams[i].pieces) for i, f in now.items()):
+                    at_death.update(now)
+                    raise KeyboardInterrupt("d's process dies")
+            super().handle(item)
+
+    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": DiesMidPair},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True), progress=progress)
+        run = coord.jobs["x"]
+        W = run.job.xclp.W
+        assert all((KEEPS_PIECES in run.parties[p].capabilities) == capable for p in PARTIES)
+    assert isinstance(results["d"], BaseException)
+    assert all(isinstance(results[p], JobResult) for p in "abc"), results
+    first, second = starts
+    partial = {i for i, f in at_death.items() if 0 < f < first[i][1]}
+    assert partial  # d died with a pair among a, b and c folded in part (pieces may have folded since)
+    if capable:  # every pair goes on from where it was: at or after where it was when d died
+        assert all(second[i][0] >= at_death[i] for i in second)
+        assert all(second[i][0] > 0 for i in partial if i in second)
+        assert sum(n - f for f, n in second.values()) < sum(n for i, (_, n) in first.items() if i in at_death)
+        assert any("pieces of others kept from before" in line for line in progress["a"] + progress["b"])
+    else:  # a pair not folded whole starts again from its first piece
+        assert all(f == 0 for f, _ in second.values())
+    seed = results["a"].seed  # type: ignore[union-attr]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "abc"], seed, 3, 64, GraphParams(k=4))
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
+    for j, p in enumerate("abc"):
         unlabeled = datas[p].y == -1
         got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
         np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)

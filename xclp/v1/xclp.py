@@ -50,6 +50,10 @@ PAIRS_MSG = "pairs"
 # only when every member has the capability KEEPS_PAIRS (else every pair starts again)
 KEPT_PAIRS_MSG = "pairs_kept"
 KEEPS_PAIRS = "hamming-keeps-pairs"
+# ... or, when every member has the capability KEEPS_PIECES, instead: uint64[m], per pair the first
+# piece this attempt does (the pieces before it are folded; as many as the pair has: skipped whole)
+PAIRS_FROM_MSG = "pairs_from"
+KEEPS_PIECES = "hamming-keeps-pieces"
 INTRA_STEP = "intra_hamming"
 HAMMING_STEP = "secure_hamming"
 LABELS_STEP = "labeled_sets"
