@@ -9,7 +9,9 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
 - `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
   recover step, whose sum is over the attempt's larger set), always including this party; a later
   attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
-  repeated or grown set could be used to difference sums); nothing after the result.
+  repeated or grown set could be used to difference sums), but SecureHamming's, which may also keep
+  its set (a coordinator that restarted goes on with it: each attempt releases, under fresh masks,
+  only distances the coordinator learns in any case, never a sum); nothing after the result.
   (An attempt travels in the wire's `round` field.)
 """
 
@@ -24,6 +26,7 @@ from xclp.errors import PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
+from xclp.v1.xclp import HAMMING_STEP
 
 
 @dataclass(frozen=True)
@@ -154,9 +157,11 @@ class StepGuard:
         previous = self.last.get(step.step)
         if previous is not None:
             attempt, before = previous
-            if step.round <= attempt or not members < before:
+            same = members <= before if step.step.split(".")[-1] == HAMMING_STEP else members < before
+            if step.round <= attempt or not same:
                 raise ProtocolError(f"step {step.step!r} restarted as attempt {step.round} with {sorted(members)} "
                                     f"after "
                                     f"attempt {attempt} with {sorted(before)}: a restart must have a later attempt and "
-                                    "strictly fewer participants")
+                                    + ("no new participant" if step.step.split(".")[-1] == HAMMING_STEP
+                                       else "strictly fewer participants"))
         self.last[step.step] = (step.round, members)

@@ -47,6 +47,10 @@ class Lobby:
         self.deadline = clock() + config.join_seconds
         self.status_at = clock()
 
+    def adopt(self, run_nonce: bytes) -> None:
+        """The nonce of a run a restarted coordinator reads back (server/resume.py), for its bundles' checks."""
+        self.run_nonce, self.spec_digest = run_nonce, spec_digest(self.config.spec(), run_nonce)
+
     def admit(self, signed: SignedBundle, summary: pb.DataSummary, *, open_: bool, closed: str = "") -> Party:
         """A place for the bundle's party, or the error that refuses it (`closed`: why the run ended)."""
         bundle = check_bundle(self.config, self.allow_list, self.run_nonce, signed)

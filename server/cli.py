@@ -207,6 +207,7 @@ def serve(args: argparse.Namespace) -> int:
     from xclp.server.config import TlsFiles, read_job
     from xclp.server.coordinator import Coordinator
     from xclp.server.metrics import Metrics
+    from xclp.server.resume import Checkpoints
     from xclp.server.service import build_server
     from xclp.server.store import StateStore
 
@@ -229,7 +230,8 @@ def serve(args: argparse.Namespace) -> int:
     allowed = allow_list(read_toml(cfg["allow_list"]).get("parties"), source=str(cfg["allow_list"]))
     coordinator = Coordinator(allowed, [config for config, _ in read], store=store,
                               metrics=metrics, job_root=state.parent / "jobs",
-                              job_texts=[(text, str(path)) for (_, text), path in zip(read, job_files)])
+                              job_texts=[(text, str(path)) for (_, text), path in zip(read, job_files)],
+                              checkpoints=Checkpoints(state.parent / "runs"))
     server, port = build_server(coordinator, cfg.get("listen") or "0.0.0.0:50051", tls=tls)
     operators = cfg.get("operators") or {}
     admin_address = cfg.get("admin_listen") or DEFAULT_ADMIN_LISTEN

@@ -177,6 +177,12 @@ def read_job(path: str | os.PathLike[str]) -> tuple[JobConfig, str]:
     return _job(_toml(text, path), path, Path(path).parent, confined=False), text
 
 
+def reread_job(text: str, source: str) -> JobConfig:
+    """A job file's text as the coordinator recorded it from `source` (a run read back after a restart,
+    server/resume.py): paths relative to the file's directory, as when it was read."""
+    return _job(_toml(text, source), source, Path(source).parent, confined=False)
+
+
 def parse_job(text: str, name: str, root: Path | None) -> JobConfig:
     """A job file's text submitted at runtime: its paths stay under `root`/<job_id> (root None: it
     may name none)."""

@@ -22,7 +22,6 @@ keys — stays end-to-end signed and is checked by every party itself (crypto/id
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import logging
 import secrets
@@ -43,9 +42,10 @@ from xclp.errors import (
 )
 from xclp.runtime import write_json_atomic
 from xclp.server.admission import authenticated
-from xclp.server.config import JobConfig, parse_job
+from xclp.server.config import JobConfig, parse_job, reread_job
 from xclp.server.events import Observer, Stage
 from xclp.server.metrics import Metrics
+from xclp.server.resume import Checkpoints, Saver, restore, token_hash
 from xclp.server.run import Run
 from xclp.server.store import RunRecord, StateStore
 from xclp.v1 import xclp_pb2 as pb
@@ -61,9 +61,12 @@ class Coordinator:
     def __init__(self, allow_list: Mapping[str, bytes], jobs: Sequence[JobConfig] = (), *,
                  observer: Observer | None = None, clock: Callable[[], float] = time.monotonic,
                  store: StateStore | None = None, metrics: Metrics | None = None,
-                 job_root: Path | None = None, job_texts: Sequence[tuple[str, str]] = ()) -> None:
+                 job_root: Path | None = None, job_texts: Sequence[tuple[str, str]] = (),
+                 checkpoints: Checkpoints | None = None) -> None:
         """`jobs` start a run each now (job files given at start); `job_texts` are their
-        (TOML text, file) as recorded in the store. `job_root` holds submitted jobs' files."""
+        (TOML text, file) as recorded in the store. `job_root` holds submitted jobs' files.
+        `checkpoints`: where runs are saved to go on after a crash (server/resume.py); a run that
+        a previous process left running with a checkpoint there goes on."""
         self.allow_list = allow_list
         self.observer = observer
         self.store = store if store is not None else StateStore()
@@ -81,14 +84,18 @@ class Coordinator:
         self._cancelled_by: dict[str, str] = {}  # run id -> the operator who cancelled it
         self._steps_saved: dict[str, float] = {}  # run id -> when its step ledger was last stored
         self._ticker = threading.Thread(target=self._tick_loop, name="xclp-deadlines", daemon=True)
+        self.checkpoints = checkpoints
+        self._texts: dict[str, tuple[str, str]] = {}  # run id -> (job file text, source) it runs
+        self._saver = Saver(checkpoints, self._saveable, self._stop) if checkpoints is not None else None
         seen: set[str] = set()
         for config in jobs:
             if config.job_id in seen:
                 raise ConfigError(f"two job files define job {config.job_id!r}")
             seen.add(config.job_id)
             self._check_parties(config)
+        restored = self._restore_runs()
         interrupted = self.store.interrupt_in_flight(
-            "the coordinator stopped while the run was in flight; submit the job again to rerun it")
+            "the coordinator stopped while the run was in flight; submit the job again to rerun it", keep=restored)
         if interrupted:
             log.warning("runs interrupted by the coordinator's restart: %s", ", ".join(interrupted))
         for job_id, text, source in self.store.definitions():
@@ -102,7 +109,8 @@ class Coordinator:
             else:
                 self.store.set_state(record.run_id, "interrupted", "its job definition can no longer be read")
         for config in jobs:
-            self._queue_run(config.job_id, "")
+            if config.job_id not in self.jobs:  # a run of it going on from a checkpoint is this start's run
+                self._queue_run(config.job_id, "")
         for job_id in list(self._queued):
             self._advance(job_id)
 
@@ -154,6 +162,10 @@ class Coordinator:
             job = Run(config, self.allow_list, clock=self._clock, observer=self.observer)
             job.run_id = run_id
             job.events = self
+            text, source = next(((t, s) for j, t, s in self.store.definitions() if j == job_id), ("", ""))
+            if source != SUBMITTED and Path(source).is_file():  # read again after a restart, from any directory
+                source = str(Path(source).resolve())
+            self._texts[run_id] = (text, source)
             self.store.set_nonce(run_id, job.run_nonce)
             self.store.set_state(run_id, "joining")
             self.jobs[job_id] = job
@@ -184,6 +196,48 @@ class Coordinator:
 
     def start(self) -> None:
         self._ticker.start()
+        if self._saver is not None:
+            self._saver.start()
+
+    def _saveable(self) -> list[tuple[Run, dict[str, bytes], tuple[str, str]]]:
+        """Each running run, its parties' token hashes and its job file (text, source), for the Saver."""
+        with self._lock:
+            live = [job for job in self.runs.values() if job.stage is Stage.RUNNING]
+            return [(job, {pid: h for h, (r, pid) in self._tokens.items() if r is job}, self._texts.get(job.run_id,
+                                                                                                     ("", "")))
+                    for job in live]
+
+    def _restore_runs(self) -> set[str]:
+        """Runs a previous process left running with a checkpoint: each goes on (server/resume.py), or,
+        if it cannot be read back, is left to be marked interrupted with the others."""
+        if self.checkpoints is None:
+            return set()
+        restored: set[str] = set()
+        for record in self.store.runs(states=("running",)):
+            try:
+                saved = self.checkpoints.read(record.run_id)
+                if saved is None:
+                    continue
+                text, source = saved.meta["definition"]
+                config = parse_job(text, f"stored job {record.job_id}", self.job_root) if source == SUBMITTED \
+                    else reread_job(text, source)
+                self._check_parties(config)
+                run, tokens = restore(saved, config, self.allow_list, clock=self._clock, observer=self.observer)
+            except Exception as exc:  # a checkpoint this version cannot read back: the run is interrupted
+                if isinstance(exc, (XclpError, KeyError, TypeError, ValueError)):
+                    log.warning("run %s cannot go on from its checkpoint: %s", record.run_id, exc)
+                else:
+                    log.exception("run %s cannot go on from its checkpoint", record.run_id)
+                self.checkpoints.remove(record.run_id)
+                continue
+            run.events = self
+            self._texts[run.run_id] = (text, source)
+            self.jobs[config.job_id] = self.runs[run.run_id] = run
+            self._tokens.update((h, (run, pid)) for h, pid in tokens.items())
+            restored.add(run.run_id)
+            log.warning("job %s: run %s goes on from its checkpoint; its parties have %g s to reconnect",
+                        config.job_id, run.run_id, config.reconnect_seconds)
+        return restored
 
     def stop(self) -> None:
         """Stop the deadline clock; runs still in flight end as interrupted, and their parties hear why."""
@@ -295,7 +349,7 @@ class Coordinator:
             raise
         token = secrets.token_bytes(32)
         with self._lock:
-            self._tokens[hashlib.sha256(token).digest()] = (job, bundle.party_id)
+            self._tokens[token_hash(token)] = (job, bundle.party_id)
         return pb.JoinResponse(session_token=token, spec=party_view(job.config.spec(), bundle.party_id))
 
     def authenticate(self, token: bytes | None, job_id: str) -> tuple[Run, str]:
@@ -303,7 +357,7 @@ class Coordinator:
         if not token:
             raise InvalidSignature("missing session token: call Join first and send x-xclp-token-bin")
         with self._lock:
-            entry = self._tokens.get(hashlib.sha256(token).digest())
+            entry = self._tokens.get(token_hash(token))
         if entry is None or not hmac.compare_digest(entry[0].config.job_id.encode(), job_id.encode()):
             raise InvalidSignature(f"the session token is not valid for job {job_id!r}"
                                    + self._interrupted_hint(job_id))
@@ -354,7 +408,12 @@ class Coordinator:
             self._steps_saved[job.run_id] = now
             self.store.set_steps(job.run_id, job.ledger.as_dict())
 
+    def phase_over(self, job: Run) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.remove(job.run_id)
+
     def ended(self, job: Run) -> None:
+        self.phase_over(job)
         if job.stage is Stage.CANCELLED:
             state = "interrupted" if self._shutting_down else "cancelled"
         else:

@@ -44,6 +44,9 @@ class Mailbox:
         self._seq = 0
         self.forgotten = 0  # the highest seq dropped from _sent unconfirmed: a resume from before it fails
         self.keeps_sent = False
+        # a place read back by a restarted coordinator (server/resume.py): the party's resumed stream
+        # names the last item it had of the coordinator before, and what is queued here follows it
+        self.renumber = False
         self.stream = 0  # which Pull stream may take items: a resumed stream takes over from the one lost
         self.queued_bytes = 0
         self.streaming = False
@@ -102,6 +105,10 @@ class Mailbox:
         Returns the stream's number and how many items go again; ProtocolError when some of those
         were not kept, or `received` names an item never sent."""
         with self._cond:
+            if resume and self.renumber:  # nothing it had is here: what is queued goes on after it
+                for at, item in enumerate(self._items, start=1):
+                    item.seq = received + at
+                self._seq, self.renumber = received + len(self._items), False
             if resume:
                 if received > self._seq:
                     raise ProtocolError(f"a resumed Pull says it has item {received}; only {self._seq} were queued")
@@ -154,10 +161,17 @@ class Post:
     def __init__(self, job_id: str, parties: Mapping[str, Party]) -> None:
         self.job_id, self.parties = job_id, parties
         self._message_ids = itertools.count(1)
+        self.next_id = 1  # the next message id, for a checkpoint (server/resume.py)
+
+    def skip_ids(self, first: int) -> None:
+        """Number messages from `first` on: a restarted coordinator's never reuse an id a party may
+        still hold part of a message under."""
+        self._message_ids = itertools.count(first)
 
     def send(self, recipient: str, step: str, attempt: int, payload: wire.Payload, sender: str = "") -> int:
         """Queue `payload` for `recipient`; returns the bytes queued."""
         mid, size, mailbox = next(self._message_ids), 0, self.parties[recipient].mailbox
+        self.next_id = mid + 1
         for frame in wire.encode(payload, job_id=self.job_id, step=step, round=attempt, sender=sender,
                                  recipient=recipient, message_id=mid):
             size += len(frame.data)

@@ -93,8 +93,7 @@ class Run:
                                     run_id=self.run_id)
 
     @property
-    def table_dim(self) -> int:
-        """Feature columns of the parties' tables (their data summaries agree)."""
+    def table_dim(self) -> int:  # feature columns of the parties' tables (their data summaries agree)
         return int(next(iter(self.parties.values())).summary.dim)
 
     @property
@@ -105,8 +104,7 @@ class Run:
         return self._root
 
     @property
-    def dim(self) -> int:
-        """Feature columns the job's phases work on: less those the preparation dropped (DESIGN §8)."""
+    def dim(self) -> int:  # feature columns the job's phases work on: less those the preparation dropped (§8)
         return self.scaling.dim if self.scaling is not None else self.table_dim
 
     # --- transitions --------------------------------------------------------------------------
@@ -244,8 +242,7 @@ class Run:
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
 
     def payload_limit(self, sender: str, step: str, recipient: str, attempt: int | None = None) -> int:
-        """The most bytes one message of `step` can need (server/limits.py)."""
-        return limits.payload_limit(self, sender, step, recipient, attempt)
+        return limits.payload_limit(self, sender, step, recipient, attempt)  # (server/limits.py)
 
     # --- for phases and programs --------------------------------------------------------------
 
@@ -296,16 +293,11 @@ class Run:
         self.ledger.sent(ledger_name, size)
         return size
 
-    def note_recovered(self, name: str, wire_name: str, party_id: str) -> None:
-        """The ledger's record that `party_id`'s self-mask seed in sum `wire_name` was rebuilt from shares."""
-        self.ledger[name].recovered.append(f"{party_id} in {wire_name}")
-
     def open_scope(self, prefix: str, session: bytes, members: Iterable[str], *, leave_on_deadline: bool) -> Scope:
         return Scope(self, prefix, session, [p for p in members if p in self.active],
                      min_members=self.config.min_parties, leave_on_deadline=leave_on_deadline)
 
-    def close_scope(self, scope: Scope) -> None:
-        """A scope is over: whatever its parties still push for it is late."""
+    def close_scope(self, scope: Scope) -> None:  # a scope is over: what its parties still push for it is late
         if scope.prefix:
             self.closed_scopes.add(scope.prefix)
 
@@ -316,6 +308,8 @@ class Run:
         if self.step is not None:
             self.end_step(self.step)
         self.step = self.phase = None
+        if self.events is not None:  # a checkpoint of the phase that ended is no longer true
+            self.events.phase_over(self)
         try:
             following = self._program.throw(error) if error is not None else self._program.send(result)
         except StopIteration as stop:
@@ -354,6 +348,15 @@ class Run:
             self.events.started(self)
         self._root = Scope(self, "", self.session_id, self.active, min_members=self.config.min_parties)
         self._program = self._lifecycle()
+        self.phase = next(self._program)
+        self.phase.start()
+
+    def start_restored(self, members: list[str], program: Callable[[], Program[str]]) -> None:
+        """Go on with a run a restarted coordinator read back (server/resume.py): the roster is out
+        and the parties are in; `program` gives the rest of the job's program from its saved phase."""
+        self.stage = Stage.RUNNING
+        self._root = Scope(self, "", self.session_id, members, min_members=self.config.min_parties)
+        self._program = program()
         self.phase = next(self._program)
         self.phase.start()
 
@@ -440,10 +443,8 @@ class Run:
             party.ended = True
             party.mailbox.put(pb.PullItem(end=pb.JobEnd(outcome=outcome, reason=reason)))
 
-    def summary(self) -> dict[str, Any]:
-        """The run summary (DESIGN §9): per-step seconds and bytes, who dropped; nothing sensitive."""
+    def summary(self) -> dict[str, Any]:  # the run summary (DESIGN §9, server/jobs/summary.py): nothing sensitive
         return run_summary(self)
 
-    def privacy(self) -> dict[str, Any]:
-        """The run's privacy report (server/jobs/summary.py privacy_report)."""
+    def privacy(self) -> dict[str, Any]:  # the run's privacy report (server/jobs/summary.py privacy_report)
         return run_summary(self, privacy_only=True)

@@ -240,13 +240,15 @@ class StateStore:
             if privacy is not None:
                 db.execute("UPDATE runs SET privacy = ? WHERE run_id = ?", (privacy, int(run_id)))
 
-    def interrupt_in_flight(self, reason: str) -> list[str]:
-        """At start: runs a previous coordinator left joining or running become interrupted."""
+    def interrupt_in_flight(self, reason: str, keep: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+        """At start: runs a previous coordinator left joining or running become interrupted, but those
+        of `keep` (going on from a checkpoint, server/resume.py)."""
         with self._tx() as db:
             ids = [str(r[0]) for r in db.execute(
-                f"SELECT run_id FROM runs WHERE state IN ({', '.join('?' * len(IN_FLIGHT))})", IN_FLIGHT)]
-            db.execute(f"UPDATE runs SET state = 'interrupted', reason = ?, ended_at = ? "
-                       f"WHERE state IN ({', '.join('?' * len(IN_FLIGHT))})", (reason, self.clock(), *IN_FLIGHT))
+                f"SELECT run_id FROM runs WHERE state IN ({', '.join('?' * len(IN_FLIGHT))})", IN_FLIGHT)
+                   if str(r[0]) not in keep]
+            db.executemany("UPDATE runs SET state = 'interrupted', reason = ?, ended_at = ? WHERE run_id = ?",
+                           [(reason, self.clock(), int(i)) for i in ids])
             return ids
 
     def runs(self, *, job_id: str = "", run_id: str = "", states: tuple[str, ...] = (), limit: int = 0,

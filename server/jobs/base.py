@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+import numpy as np
+
 from xclp.errors import InvalidInput
 from xclp.server.config import JobConfig
 from xclp.server.mailbox import Party
@@ -50,3 +52,13 @@ class CoordinatorJob(Generic[P]):
     def summary(self) -> dict[str, Any]:
         """What the job adds to the run summary (DESIGN §9); nothing sensitive."""
         return {}
+
+    def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """What a restarted coordinator needs to go on with `run` from where it is now (server/resume.py),
+        or None where it cannot (the default: a run of this type ends as interrupted). Called under
+        the run's lock: quick, and copies what it returns."""
+        return None
+
+    def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
+        """The program's rest from what `saved` returned, in a restarted coordinator."""
+        raise NotImplementedError

@@ -45,6 +45,16 @@ class StepLedger:
     def __init__(self) -> None:
         self.steps: dict[str, StepStats] = {}
 
+    @classmethod
+    def of(cls, saved: dict[str, dict[str, Any]]) -> StepLedger:
+        """The ledger `as_dict` wrote (a checkpoint's, server/resume.py)."""
+        ledger = cls()
+        for name, st in saved.items():
+            ledger.steps[name] = StepStats(float(st["seconds"]), int(st["rounds"]), int(st["bytes_in"]),
+                                           int(st["bytes_relayed"]), int(st["bytes_out"]),
+                                           [str(r) for r in st.get("recovered", [])])
+        return ledger
+
     def __getitem__(self, name: str) -> StepStats:
         return self.steps.setdefault(name, StepStats())
 

@@ -86,7 +86,12 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
     yield IntraHamming(scope, state)
     if state.params.candidates:
         yield from _candidates(scope, state)
-    yield SecureHamming(scope, state)
+    return (yield from from_hamming(scope, state, SecureHamming(scope, state)))
+
+
+def from_hamming(scope: Scope, state: XclpState, hamming: SecureHamming) -> Program[tuple[str, ...]]:
+    """The run from SecureHamming on (`hamming`: its phase, new or as a restarted coordinator read it back)."""
+    yield hamming
     if not state.params.hide_label_mask:
         yield LabeledSets(scope, state)
     yield Distribute(scope, state)
@@ -171,6 +176,24 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
     def program(self, run: Run) -> Program[str]:
         self.xclp = XclpState.of(self.params, run.parties, run.scope.members, self._dump, run.dim)
         labelled = yield from xclp_phases(run.scope, self.xclp)
+        return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
+
+    def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """During SecureHamming, the state and the phase's folded pieces (server/resume.py); else None."""
+        phase = run.phase
+        if not isinstance(phase, SecureHamming) or phase.scope is not run.scope or self.xclp is None \
+                or phase.graph is None or phase.state is not self.xclp:
+            return None
+        state, arrays = self.xclp.saved()
+        hamming, graph = phase.saved()
+        return {"state": state, "hamming": hamming}, arrays | {f"graph.{k}": v for k, v in graph.items()}
+
+    def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
+        self.params = self.params.for_rows(sum(int(p.summary.rows) for p in run.parties.values()))
+        self.xclp = XclpState.restored(self.params, run.parties, meta["state"], arrays, self._dump)
+        graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}
+        hamming = SecureHamming.restored(run.scope, self.xclp, meta["hamming"], graph)
+        labelled = yield from from_hamming(run.scope, self.xclp, hamming)
         return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
 
     def summary(self) -> dict[str, Any]:

@@ -266,7 +266,7 @@ class MaskedSum(Phase):
                           "does not open its commitment: a holder gave a wrong share")
                 return
             self.seeds[lost] = seed
-            self.run.note_recovered(self.name, self.scope.wire(self.name), lost)
+            self.run.ledger[self.name].recovered.append(f"{lost} in {self.scope.wire(self.name)}")  # from shares
             log.warning("job %s: %s: reconstructed b for party %s from %d shares", self.run.config.job_id,
                         self.scope.wire(self.name), lost, len(shares))
         self._open()

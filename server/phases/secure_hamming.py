@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,44 @@ class SecureHamming(Phase):
         self.graph: steps.NeighbourGraph | None = None
         self.error: str | None = None  # a piece's values were malformed: the step fails once it is over
         self.meter: Meter | None = None  # pieces folded in this attempt, for job show and the log
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What a restarted coordinator needs to go on (server/resume.py): the attempt, the pieces of
+        each pair folded so far and the graph's candidates per source party (O(n·k), never H; copies)."""
+        assert self.graph is not None
+        meta = {"attempt": self.attempt, "folded": {str(i): s.folded for i, s in self.streams.items() if s.folded},
+                "pieces": {str(i): len(s.pieces) for i, s in self.streams.items() if s.folded},
+                "whole": [sorted(pair) for pair in self.graph.pairs], "parties": list(self.graph.layout.parties)}
+        arrays = {f"{part}.{p}": getattr(top, part).copy() for p, top in self.graph.tops.items()
+                  for part in ("sim", "idx")}
+        return meta, arrays
+
+    @classmethod
+    def restored(cls, scope: Scope, state: XclpState, meta: dict[str, Any],
+                 arrays: dict[str, np.ndarray]) -> SecureHamming:
+        """The phase `saved` wrote, to start its next attempt from what it had folded. The attempt is
+        past any the parties can have seen since (each restart after it dropped a party, and at most
+        all but two can drop), so no attempt's seeds or relays are ever mixed with another's."""
+        phase = cls(scope, state)
+        parties = tuple(meta["parties"])
+        graph = steps.NeighbourGraph(steps.RowLayout(parties, tuple(state.sizes[p] for p in parties)), None,
+                                     state.params.lsh_bits, state.params.graph_params)
+        for p, top in graph.tops.items():
+            for part in ("sim", "idx"):
+                saved = arrays[f"{part}.{p}"]
+                if saved.shape != getattr(top, part).shape:
+                    raise InvalidInput(f"the saved candidates of {p!r} have shape {saved.shape}, not "
+                                       f"{getattr(top, part).shape}")
+                getattr(top, part)[...] = saved
+        graph.pairs = {frozenset(pair) for pair in meta["whole"]}
+        phase.graph = graph
+        phase.streams = {int(i): phase._stream_of(state.pairs[int(i)], int(f)) for i, f in meta["folded"].items()}
+        for i, stream in phase.streams.items():  # pieces cut as this version cuts them
+            if len(stream.pieces) != int(meta["pieces"][str(i)]) or stream.first > len(stream.pieces):
+                raise InvalidInput(f"the checkpoint cuts pair {i} into {meta['pieces'][str(i)]} pieces, this "
+                                   f"coordinator into {len(stream.pieces)}")
+        phase.attempt = int(meta["attempt"]) + len(parties)
+        return phase
 
     def start(self) -> None:
         state = self.state

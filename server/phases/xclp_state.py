@@ -4,14 +4,16 @@ folded, the candidate pairs' schedule; and the meter that reports a long part of
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from xclp.candidates import PairSchedule
+from xclp.candidates import PairSchedule, membership
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import SolveStats
 from xclp.progress import Meter
@@ -73,6 +75,39 @@ class XclpState:
     def layout(self) -> SlotLayout:
         """The slot layout of every pair: A's key has the job's key_bits (checked at join)."""
         return SlotLayout(self.params.key_bits, self.params.lsh_bits)
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """What a restarted coordinator needs of this state to go on with SecureHamming (server/resume.py):
+        the membership, the pairs' roles, each party's own nearest rows and the candidate schedule
+        (all public sizes, or what the coordinator holds anyway); sizes and moduli come from the roster."""
+        m = self.membership
+        meta: dict[str, Any] = {"graph": list(m.graph), "labels": list(m.labels), "rowsums_attempt": m.rowsums_attempt,
+                                "pairs": [[t.a, t.b] for t in self.pairs], "dim": self.dim}
+        arrays = {f"own.{p}.{i}": part for p, both in self.own.items() for i, part in enumerate(both)}
+        if (run := self.candidates) is not None:
+            meta["candidates"] = {"probes": run.probes, "fraction": run.fraction, "lists": sorted(run.lists)}
+            arrays |= {f"budgets.{p}": b for p, b in run.budgets.items()}
+            for p, lists in run.lists.items():
+                arrays[f"lists.{p}"] = np.concatenate([np.asarray(x, np.int64) for x in lists] or [np.zeros(0, int)])
+                arrays[f"lengths.{p}"] = np.array([len(x) for x in lists], dtype=np.int64)
+        return meta, arrays
+
+    @classmethod
+    def restored(cls, params: XclpJobParams, parties: Mapping[str, Party], meta: Mapping[str, Any],
+                 arrays: Mapping[str, np.ndarray], dump: Dump | None = None) -> XclpState:
+        """The state `saved` wrote, with the roster's sizes and moduli."""
+        state = cls.of(params, parties, list(meta["graph"]), dump, int(meta["dim"]))
+        state.membership = steps.Membership(tuple(meta["graph"]), tuple(meta["labels"]), int(meta["rowsums_attempt"]))
+        state.pairs = tuple(PairTask(str(a), str(b)) for a, b in meta["pairs"])
+        state.own = {p: (arrays[f"own.{p}.0"], arrays[f"own.{p}.1"]) for p in meta["graph"]}
+        if (c := meta.get("candidates")) is not None:
+            budgets = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("budgets.")}
+            run = state.candidates = CandidateRun(int(c["probes"]), budgets, float(c["fraction"]))
+            for p in c["lists"]:
+                cuts = np.cumsum([0, *arrays[f"lengths.{p}"].tolist()])
+                run.lists[p] = [arrays[f"lists.{p}"][a:b] for a, b in itertools.pairwise(cuts)]
+                run.members[p] = membership(run.lists[p], state.sizes[p], run.probes)
+        return state
 
     def drop(self, parties: set[str], stage: steps.XclpStage) -> None:
         for pid in sorted(parties):

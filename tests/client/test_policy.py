@@ -73,3 +73,21 @@ def test_the_step_guard_accepts_only_strictly_shrinking_restarts() -> None:
     guard.check_step(pb.StepStart(step="sum", round=1, participants=["a", "c"]))  # a real restart
     with pytest.raises(ProtocolError, match="does not include this party"):
         guard.check_step(pb.StepStart(step="rowsums", round=0, participants=["b", "c"]))
+
+
+@pytest.mark.parametrize("name", ["secure_hamming", "r2.secure_hamming"])
+def test_securehamming_may_go_on_with_the_same_parties_but_never_a_new_one(name) -> None:
+    """A coordinator that restarted goes on with SecureHamming among the same parties (a later
+    attempt); it releases only distances the coordinator learns anyway, never a sum. A sum's step
+    of the same name elsewhere still needs strictly fewer (the test above)."""
+    guard = StepGuard(PartyPolicy(min_parties=2), "a")
+    guard.check_step(pb.StepStart(step=name, round=0, participants=["a", "b", "c"]))
+    guard.check_step(pb.StepStart(step=name, round=3, participants=["a", "b", "c"]))  # a restarted coordinator
+    with pytest.raises(ProtocolError, match="later attempt and no new participant"):
+        guard.check_step(pb.StepStart(step=name, round=3, participants=["a", "b"]))  # the same attempt again
+    guard.check_step(pb.StepStart(step=name, round=4, participants=["a", "b"]))  # a dropout
+    with pytest.raises(ProtocolError, match="later attempt and no new participant"):
+        guard.check_step(pb.StepStart(step=name, round=5, participants=["a", "b", "c"]))  # c back
+    guard.check_step(pb.StepStart(step="secure_hamming_sum", round=0, participants=["a", "b", "c"]))
+    with pytest.raises(ProtocolError, match="strictly fewer"):
+        guard.check_step(pb.StepStart(step="secure_hamming_sum", round=1, participants=["a", "b", "c"]))

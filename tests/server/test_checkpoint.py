@@ -1,0 +1,193 @@
+"""The checkpoint a coordinator writes during SecureHamming, read back as a restarted coordinator
+does (server/resume.py): what goes on from it, and what is refused.
+
+A run among a, b and c is held in SecureHamming (a, as A of its pair with c, waits after three
+pieces), its checkpoint taken as the Saver does; then `restore` builds the run again as a new
+process would. It starts the next attempt past any the parties can have seen, every pair from its
+pieces folded. A bundle no longer on the allow-list, another spec, a tampered bundle or a file that
+is not a checkpoint are refused; a coordinator that meets such a file at start marks the run
+interrupted, as it did before there were checkpoints, and does not crash.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, coordinator, party_data, run_parties
+from xclp.client.phases.secure_hamming import SecureHammingParty
+from xclp.client.policy import PartyPolicy
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import InvalidInput, InvalidSignature, XclpError
+from xclp.server.config import reread_job
+from xclp.server.coordinator import Coordinator
+from xclp.server.events import Stage
+from xclp.server.phases.secure_hamming import SecureHamming
+from xclp.server.resume import Checkpoints, Saved, restore, snapshot
+from xclp.server.store import StateStore
+from xclp.v1 import secure_hamming_wire as shw
+from xclp.v1 import wire
+from xclp.v1.xclp import PAIRS_FROM_MSG
+
+PARTIES = ("a", "b", "c")
+JOB = ('job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
+       "[deadlines]\njoin_seconds = 60\nstep_seconds = 60\nreconnect_seconds = 30\n"
+       '[params]\nn_classes = 3\nk = 4\nlsh_bits = 64\nkey_bits = 512\ninsecure_test_keys = true\n')
+
+
+@pytest.fixture(autouse=True)
+def small_pieces(monkeypatch):
+    """Pieces of two 512-bit ciphertexts, many per pair (as when the checkpoint was taken)."""
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)
+
+
+@pytest.fixture(scope="module")
+def held(keys, tmp_path_factory):
+    """(the run's checkpoint, the job file, the allow-list) of a run held in SecureHamming."""
+    tmp = tmp_path_factory.mktemp("held")
+    (tmp / "x.toml").write_text(JOB)
+    config = reread_job(JOB, str(tmp / "x.toml"))
+    allow = allow_list(keys)
+    release, holding = threading.Event(), threading.Event()
+    real = SecureHammingParty._as_a
+
+    def holds_on(self, pair, kind, index, body):
+        if self.ctx.party_id == "a" and pair.task.b == "c" and index == 3 and self.attempt == 0:
+            holding.set()
+            release.wait(60)
+        return real(self, pair, kind, index, body)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(shw, "PIECE_BYTES", 2 * 128)
+    mp.setattr(SecureHammingParty, "_as_a", holds_on)
+    datas = {p: party_data(70 + i, n=30) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    try:
+        with coordinator(allow, [config]) as (coord, address):
+            parties = threading.Thread(target=run_parties, args=(address, "x", keys, datas), daemon=True,
+                                       kwargs={"paillier": paillier,
+                                               "policy": PartyPolicy(min_parties=3, insecure_test_keys=True)})
+            parties.start()
+            assert holding.wait(60)
+            run = coord.jobs["x"]
+            with run.lock:
+                tokens = {pid: h for h, (r, pid) in coord._tokens.items() if r is run}
+                saved = snapshot(run, tokens, (JOB, str(tmp / "x.toml")))
+            release.set()
+            parties.join(60)
+    finally:
+        release.set()
+        mp.undo()
+    assert saved is not None
+    return Saved.from_bytes(saved.to_bytes()), config, allow, tmp
+
+
+def test_a_checkpoint_goes_on_at_a_later_attempt_from_the_pieces_it_folded(held) -> None:
+    saved, config, allow, _ = held
+    folded = {int(i): f for i, f in saved.meta["job"]["hamming"]["folded"].items()}
+    assert any(f > 0 for f in folded.values())  # the pair (a, c) at least
+    assert set(saved.meta["parties"]) == set(PARTIES) and all(p["token"] for p in saved.meta["parties"].values())
+    run, tokens = restore(saved, config, allow, clock=lambda: 0.0)
+    assert sorted(tokens.values()) == list(PARTIES)
+    assert run.stage is Stage.RUNNING and isinstance(run.phase, SecureHamming)
+    phase = run.phase
+    assert phase.attempt == saved.meta["job"]["hamming"]["attempt"] + len(PARTIES)
+    assert run.step is not None and run.step.attempt == phase.attempt
+    assert {i: s.first for i, s in phase.streams.items() if s.first} == {i: f for i, f in folded.items() if f}
+    # every party hears where each pair starts (uint64 per pair), then the step, in the attempt
+    for p in PARTIES:
+        mailbox = run.parties[p].mailbox
+        assert mailbox.renumber and run.parties[p].lost_at == 0.0
+        items = [mailbox.get(0) for _ in range(3)]
+        assert items[-1] is None or not items[-1].HasField("frame")
+        frames = [i.frame for i in items if i is not None and i.HasField("frame")]
+        [message] = [m for f in frames if (m := wire.Assembler().add(f)) is not None]
+        assert (message.step, message.round) == (PAIRS_FROM_MSG, phase.attempt)
+        np.testing.assert_array_equal(message.payload, [folded.get(i, 0) for i in range(len(run.job.xclp.pairs))])
+    assert run.post.next_id > 1 << 32  # no message id a party may hold part of a message under
+
+
+def test_a_checkpoint_whose_pairs_this_version_cuts_otherwise_is_refused(held, monkeypatch) -> None:
+    saved, config, allow, _ = held
+    monkeypatch.setattr(shw, "PIECE_BYTES", 4 << 20)  # one piece per pair
+    with pytest.raises(InvalidInput, match="the checkpoint cuts pair . into .* pieces, this coordinator into 1"):
+        restore(saved, config, allow, clock=lambda: 0.0)
+
+
+def test_the_restored_graph_keeps_every_candidate_folded_before(held) -> None:
+    saved, config, allow, _ = held
+    run, _ = restore(saved, config, allow, clock=lambda: 0.0)
+    graph = run.phase.graph  # type: ignore[union-attr]
+    for p, top in graph.tops.items():
+        before = saved.arrays[f"graph.sim.{p}"]
+        np.testing.assert_array_equal(top.sim, before)
+        np.testing.assert_array_equal(top.idx, saved.arrays[f"graph.idx.{p}"])
+
+
+def test_a_party_no_longer_allowed_or_another_spec_is_refused(held, keys) -> None:
+    saved, config, allow, tmp = held
+    stranger = identity.generate_identity()
+    with pytest.raises(InvalidSignature):
+        restore(saved, config, {**allow, "c": identity.public_bytes(stranger)}, clock=lambda: 0.0)
+    with pytest.raises(XclpError, match="not on the coordinator's allow-list"):
+        restore(saved, config, {p: k for p, k in allow.items() if p != "c"}, clock=lambda: 0.0)
+    other = reread_job(JOB.replace("k = 4", "k = 5"), str(tmp / "x.toml"))
+    with pytest.raises(InvalidInput, match="signs another spec"):
+        restore(saved, other, allow, clock=lambda: 0.0)
+    meta = {**saved.meta, "parties": {**saved.meta["parties"]}}
+    c = dict(meta["parties"]["c"])
+    c["signature"] = ("00" if not c["signature"].startswith("00") else "11") + c["signature"][2:]
+    meta["parties"]["c"] = c
+    with pytest.raises(InvalidSignature):
+        restore(Saved(meta, saved.arrays), config, allow, clock=lambda: 0.0)
+
+
+@pytest.mark.parametrize("data", [b"not a checkpoint", b"", b"PK\x03\x04 a zip cut short"])
+def test_a_file_that_is_not_a_checkpoint_is_refused_with_a_reason(data, held) -> None:
+    with pytest.raises(InvalidInput, match="not a readable checkpoint"):
+        Saved.from_bytes(data)
+    whole = held[0].to_bytes()
+    with pytest.raises(InvalidInput, match="not a readable checkpoint"):
+        Saved.from_bytes(whole[: len(whole) // 2])  # a file cut short (it is renamed in whole: a disk fault)
+
+
+def test_another_format_is_refused(held) -> None:
+    saved = held[0]
+    with pytest.raises(InvalidInput, match="another format"):
+        Saved.from_bytes(Saved({**saved.meta, "format": 99}, saved.arrays).to_bytes())
+
+
+def test_a_coordinator_that_cannot_read_a_checkpoint_back_marks_the_run_interrupted(held, tmp_path: Path) -> None:
+    saved, config, allow, _ = held
+    store = StateStore(tmp_path / "state.db")
+    store.define_job("x", "xclp", JOB, str(tmp_path / "x.toml"))
+    for _ in range(2):
+        run_id = store.create_run("x", b"")
+        store.set_state(run_id, "running")
+    checkpoints = Checkpoints(tmp_path / "runs")
+    checkpoints.write("1", Saved({**saved.meta, "run_id": "1"}, saved.arrays), 0)
+    (tmp_path / "runs" / "2.ckpt").write_bytes(b"\x00garbage")
+    # the first: its parties' bundles under another allow-list; the second: not a checkpoint
+    coord = Coordinator({p: k for p, k in allow.items() if p != "b"}, [], store=store, checkpoints=checkpoints)
+    assert coord.runs == {}
+    for run_id in ("1", "2"):
+        record = store.run(run_id)
+        assert record.state == "interrupted", record
+        assert not checkpoints.path(run_id).exists()
+
+
+def test_a_checkpoint_written_after_its_phase_ended_is_not_put_in_place(held, tmp_path: Path) -> None:
+    """The Saver takes the generation with the snapshot under the run's lock; the phase's end
+    removes the file and moves the generation on, so a write under way then is dropped."""
+    saved = held[0]
+    checkpoints = Checkpoints(tmp_path)
+    generation = checkpoints.generation("7")
+    checkpoints.remove("7")  # the phase ended while the snapshot was being written
+    assert not checkpoints.write("7", saved, generation)
+    assert not checkpoints.path("7").exists() and not list(tmp_path.iterdir())
+    assert checkpoints.write("7", saved, checkpoints.generation("7"))
+    assert checkpoints.path("7").stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,146 @@
+"""A coordinator killed with SIGKILL in the middle of SecureHamming and started again on the same
+state goes on with the run (issue 47 item 4, "Resume"): the parties reconnect with their backoff,
+the pairs go on from the pieces its checkpoint had folded, and every prediction is exactly the
+plaintext reference's.
+
+The coordinator is a real `xclp-server serve` process (small_pieces_server.py: many pieces per
+pair, a checkpoint as often as every 0.2 s); the parties run on threads. Party a, as A, holds on to
+its pair with c (once it has decrypted three of its pieces) until the coordinator has been
+killed, so the kill lands with that pair folded in part, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, party_data, run_parties
+from xclp.client.phases.secure_hamming import SecureHammingParty
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.errors import InvalidInput
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.server.resume import Saved
+from xclp.v1 import secure_hamming_wire as shw
+
+PARTIES = ("a", "b", "c")
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+N = 30
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(condition, seconds: float, what: str, server: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if server is not None and server.poll() is not None:
+            raise AssertionError(f"the coordinator exited ({server.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def saved(path: Path) -> Saved | None:
+    try:
+        return Saved.from_bytes(path.read_bytes())
+    except (OSError, InvalidInput):  # not there yet
+        return None
+
+
+@pytest.mark.slow
+def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
+    (tmp_path / "x.toml").write_text(
+        'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
+        "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
+        f"[params]\n{params}")
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
+               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
+               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
+               "--job", str(tmp_path / "x.toml"), "--exit-when-done"]
+    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
+    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
+
+    killed = threading.Event()
+    real = SecureHammingParty._as_a
+
+    def holds_on(self, pair, kind, index, body):  # a, as A of its pair with c: the kill lands mid-pair
+        if self.ctx.party_id == "a" and pair.task.b == "c" and index == 3 and self.attempt == 0:
+            killed.wait(120)
+        return real(self, pair, kind, index, body)
+
+    monkeypatch.setattr(SecureHammingParty, "_as_a", holds_on)
+    datas = {p: party_data(60 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    outcome: dict[str, dict] = {}
+    parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
+        f"127.0.0.1:{port}", "x", keys, datas, paillier=paillier, progress=progress,
+        policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
+    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
+    try:
+        parties.start()
+
+        def partly_folded() -> bool:  # the pair (a, c) has pieces folded, and not all: a holds the rest
+            got = saved(checkpoint)
+            return got is not None and any(f > 0 for f in got.meta["job"]["hamming"]["folded"].values())
+
+        wait_until(partly_folded, 120, "a checkpoint with pieces folded", server)
+        before = saved(checkpoint)
+        assert before is not None
+        server.send_signal(signal.SIGKILL)  # no goodbye: the parties see their connections drop
+        assert server.wait(30) == -signal.SIGKILL
+        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
+        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
+                   "the restarted coordinator to read the checkpoint back", server)
+        killed.set()
+        parties.join(180)
+        assert not parties.is_alive()
+        assert server.wait(60) == 0
+    finally:
+        killed.set()
+        if server.poll() is None:
+            server.kill()
+        for log in logs:
+            log.close()
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    said = (tmp_path / "coordinator1.log").read_text()
+    assert "run 1 goes on from its checkpoint" in said
+    folded = {int(i): f for i, f in before.meta["job"]["hamming"]["folded"].items()}
+    attempt = int(before.meta["job"]["hamming"]["attempt"]) + len(PARTIES)
+    assert f"step secure_hamming attempt {attempt} started" in said
+    # the restarted coordinator kept at least what the checkpoint had folded, and said so
+    kept = [line for line in said.splitlines() if f"SecureHamming attempt {attempt} keeps" in line]
+    assert kept and sum(folded.values()) > 0, said
+    assert any("pieces of others kept from before" in line for p in PARTIES for line in progress[p])
+    assert sum("reconnected to the coordinator" in line for p in PARTIES for line in progress[p]) == len(PARTIES)
+    assert not os.listdir(tmp_path / "state" / "runs")  # removed once SecureHamming was over
+    seed = results["a"].seed  # type: ignore[union-attr]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, 3, 64, GraphParams(k=4))
+    for j, p in enumerate(PARTIES):
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
