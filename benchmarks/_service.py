@@ -36,13 +36,16 @@ def deployment(prefix: str, parties: Sequence[str]) -> Path:
     return work
 
 
-def serve(work: Path, env: Mapping[str, str]) -> tuple[subprocess.Popen, int]:
-    """`xclp-server serve` over TLS for work/job.toml (it exits when the job is done), and its port."""
+def serve(work: Path, env: Mapping[str, str], port: int = 0,
+          log: str = "coordinator.log") -> tuple[subprocess.Popen, int]:
+    """`xclp-server serve` over TLS for work/job.toml (it exits when the job is done), and its port
+    (`port`: that one, e.g. to start it again on the same state and port after a crash)."""
+    (work / "port").unlink(missing_ok=True)
     (work / "server.toml").write_text(
-        'listen = "127.0.0.1:0"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
+        f'listen = "127.0.0.1:{port}"\nallow_list = "allow.toml"\nport_file = "port"\njobs = ["job.toml"]\n'
         'exit_when_done = true\n[tls]\ncert = "certs/server.pem"\nkey = "certs/server-key.pem"\n')
     server = subprocess.Popen([sys.executable, "-m", "xclp.server.cli", "serve", "--config", str(work / "server.toml")],
-                              stderr=open(work / "coordinator.log", "w"), env=dict(env), cwd=work)
+                              stderr=open(work / log, "w"), env=dict(env), cwd=work)
     while not ((work / "port").exists() and (work / "port").read_text().strip()):
         if server.poll() is not None:
             raise SystemExit(f"coordinator exited; see {work / 'coordinator.log'}")

@@ -1,20 +1,24 @@
-"""XCLP through the CLIs, once clean and once with every party's connection cut in the middle of
-SecureHamming: what a network fault costs.
+"""XCLP through the CLIs, once clean, once with every party's connection cut in the middle of
+SecureHamming, and once with the coordinator killed (SIGKILL) there and started again on the same
+state: what a network fault and a coordinator's crash cost.
 
 3 parties of sklearn's digits, split and labeled as in xclp_e2e.py, a coordinator process
 (`xclp-server serve`, TLS with a throwaway dev CA) and three `xclp-client run` processes. In the
 faulty run the parties reach the coordinator through a TCP proxy (tests/proxy.py) that closes
 every connection through it once SecureHamming has run for half as long as it took in the clean
-run; the parties reconnect (the job's reconnect_seconds) and go on. Each run's predictions are
-checked against the same protocol run in one process on that run's common seed (the two runs draw
-different seeds, so their predictions differ from each other by design).
+run; the parties reconnect (the job's reconnect_seconds) and go on. In the crash run the
+coordinator is killed once SecureHamming has run half as long as in the clean run and started again
+at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs").
+Each run's predictions are checked against the same protocol run in one process on that run's
+common seed (the runs draw different seeds, so their predictions differ from each other by design).
 
 Reported (last stdout line, JSON): per run its wall seconds (party processes started -> all
 exited), SecureHamming seconds and attempts, who was dropped, whether its predictions equal the
-in-process run's; the cuts made; and wall_ratio = faulty / clean (goal <= 1.2).
+in-process run's; the cut or kill made and, for the crash, the pieces the restarted coordinator
+kept and redid; and wall_ratio = faulty / clean for each (goal <= 1.2).
 
-What this does not cover yet: a party or the coordinator killed and restarted (resume from state
-on disk).
+What this does not cover yet: a party's process killed and started again (it cannot rejoin: its
+run's state lives in its memory).
 
 Usage: python benchmarks/xclp_faults.py [--quick]   (--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
 """
@@ -24,6 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -49,16 +56,16 @@ def say(message: str) -> None:
 
 
 def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int, key_bits: int,
-            cut_after: float | None) -> dict[str, Any]:
+            cut_after: float | None, kill_after: float | None = None) -> dict[str, Any]:
     """A whole run through the CLIs; with `cut_after`, every connection is cut that many seconds
-    into SecureHamming."""
+    into SecureHamming; with `kill_after`, the coordinator is killed then and started again."""
     insecure = key_bits < 2048
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
         write_party_csv(work / f"{p}.csv", X, y)
     (work / "job.toml").write_text(job_toml("faults", lsh_bits, key_bits, "reconnect_seconds = 60\n"))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
-    server, port = serve(work, env)
+    server, port = serve(work, env, free_port() if kill_after is not None else 0)
     proxy = Proxy(f"127.0.0.1:{port}") if cut_after is not None else None
     dial = int(proxy.address.rsplit(":", 1)[1]) if proxy is not None else port
     started = time.perf_counter()
@@ -68,12 +75,16 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
                                           *(["--insecure-test-keys"] if insecure else [])),
                               stderr=open(work / f"{p}.log", "w"), env=env) for p in PARTIES]
     cut_at: list[float] = []
+    servers = [server]
     if proxy is not None and cut_after is not None:
         threading.Thread(target=cut_in_secure_hamming, args=(work / "coordinator.log", proxy, cut_after, cut_at),
                          daemon=True).start()
+    if kill_after is not None:
+        threading.Thread(target=kill_in_secure_hamming, args=(work, env, port, servers, kill_after, cut_at),
+                         daemon=True).start()
     codes = [proc.wait() for proc in procs]
     wall = time.perf_counter() - started
-    server.wait(60)
+    servers[-1].wait(60)
     if proxy is not None:
         proxy.close()
     if any(codes):
@@ -89,10 +100,40 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     same = all(np.array_equal(read_labels(work / "out" / p / "predictions.csv"), inproc.outputs[p].labels)
                for p in PARTIES)
     reconnected = sum("reconnected to the coordinator" in (work / f"{p}.log").read_text() for p in PARTIES)
-    return {"wall_seconds": round(wall, 3), "secure_hamming_seconds": round(hamming["seconds"], 3),
-            "secure_hamming_attempts": hamming["rounds"], "dropped": summary.get("dropped", {}),
-            "cut_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None,
-            "parties_reconnected": reconnected, "predictions_equal_in_process": same}
+    out = {"wall_seconds": round(wall, 3), "secure_hamming_seconds": round(hamming["seconds"], 3),
+           "secure_hamming_attempts": hamming["rounds"], "dropped": summary.get("dropped", {}),
+           "parties_reconnected": reconnected, "predictions_equal_in_process": same}
+    if kill_after is None:
+        return out | {"cut_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None}
+    restarted = (work / "coordinator-restarted.log").read_text()
+    kept = re.search(r"keeps (\d+) pairs folded whole and (\d+) pieces of (\d+) others", restarted)
+    total = re.search(r"SecureHamming: (\d+) pieces folded in", restarted)
+    return out | {"killed_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None,
+                  "went_on_from_checkpoint": "goes on from its checkpoint" in restarted,
+                  "pairs_kept_whole": int(kept.group(1)) if kept else 0,
+                  "pieces_kept": int(kept.group(2)) if kept else 0,
+                  "pieces_folded_after_restart": int(total.group(1)) if total else None}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kill_in_secure_hamming(work: Path, env: dict[str, str], port: int, servers: list[subprocess.Popen],
+                           after: float, killed_at: list[float]) -> None:
+    """Once the coordinator's log says SecureHamming started, wait `after` seconds, SIGKILL it and
+    start it again on the same state and port."""
+    while "step secure_hamming attempt 0 started" not in (work / "coordinator.log").read_text(errors="replace"):
+        time.sleep(0.2)
+    began = time.perf_counter()
+    time.sleep(after)
+    servers[0].send_signal(signal.SIGKILL)
+    servers[0].wait(30)
+    killed_at.append(time.perf_counter() - began)
+    say(f"coordinator killed {killed_at[0]:.1f}s into SecureHamming; starting it again")
+    servers.append(serve(work, env, port, "coordinator-restarted.log")[0])
 
 
 def cut_in_secure_hamming(log: Path, proxy: Proxy, after: float, cut_at: list[float]) -> None:
@@ -108,10 +149,21 @@ def cut_in_secure_hamming(log: Path, proxy: Proxy, after: float, cut_at: list[fl
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 x 150 rows, L = 256, 1024-bit test keys")
+    ap.add_argument("--rows", type=int, help="rows per party (above 599: digits drawn again with jitter, as "
+                    "xclp_scale.py does)")
+    ap.add_argument("--lsh-bits", type=int, help="L (default 1024, 256 with --quick)")
+    ap.add_argument("--cases", default="cut,crash", help="faulty runs beside the clean one: cut, crash (default both)")
     args = ap.parse_args()
     rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
+    rows, lsh_bits = args.rows or rows, args.lsh_bits or lsh_bits
+    cases = {c.strip() for c in args.cases.split(",") if c.strip()}
+    if cases - {"cut", "crash"}:
+        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash'}))}")
     X, y = load_digits_data()
     rng = public_rng(7, "benchmark/xclp-e2e/split")
+    if rows * len(PARTIES) > y.size:  # more rows than digits has: jittered repeats
+        idx = rng.integers(0, y.size, size=rows * len(PARTIES))
+        X, y = X[idx] + rng.normal(scale=0.5, size=(idx.size, X.shape[1])), y[idx]
     data = {}
     for p, idx in zip(PARTIES, split(y, rows, rng)):
         labels = np.full(idx.size, -1, dtype=np.int64)
@@ -120,13 +172,18 @@ def main() -> None:
         data[p] = (X[idx], labels)
     say(f"{len(PARTIES)} parties x {rows} rows, L = {lsh_bits}, {key_bits}-bit keys")
     clean = one_run("clean", data, lsh_bits, key_bits, None)
-    cut = one_run("cut", data, lsh_bits, key_bits, clean["secure_hamming_seconds"] / 2)
-    print(json.dumps({
+    half = clean["secure_hamming_seconds"] / 2
+    out: dict[str, Any] = {
         "parties": len(PARTIES), "rows_per_party": rows, "lsh_bits": lsh_bits, "key_bits": key_bits,
-        "cores": len(os.sched_getaffinity(0)), "load_average_1min": round(os.getloadavg()[0], 2),
-        "clean": clean, "connections_cut_mid_secure_hamming": cut,
-        "wall_ratio": round(cut["wall_seconds"] / clean["wall_seconds"], 3),
-    }))
+        "cores": len(os.sched_getaffinity(0)), "clean": clean}
+    if "cut" in cases:
+        cut = out["connections_cut_mid_secure_hamming"] = one_run("cut", data, lsh_bits, key_bits, half)
+        out["wall_ratio"] = round(cut["wall_seconds"] / clean["wall_seconds"], 3)
+    if "crash" in cases:
+        crash = out["coordinator_killed_mid_secure_hamming"] = one_run("crash", data, lsh_bits, key_bits, None, half)
+        out["wall_ratio_coordinator_killed"] = round(crash["wall_seconds"] / clean["wall_seconds"], 3)
+    out["load_average_1min"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

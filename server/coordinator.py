@@ -234,6 +234,10 @@ class Coordinator:
             self._texts[run.run_id] = (text, source)
             self.jobs[config.job_id] = self.runs[run.run_id] = run
             self._tokens.update((h, (run, pid)) for h, pid in tokens.items())
+            # saved again at once with the attempt it goes on at: should this process die before its
+            # first checkpoint, the next one starts a later attempt still
+            assert self._saver is not None
+            self._saver.save(run, {pid: h for h, pid in tokens.items()}, (text, source), force=True)
             restored.add(run.run_id)
             log.warning("job %s: run %s goes on from its checkpoint; its parties have %g s to reconnect",
                         config.job_id, run.run_id, config.reconnect_seconds)

@@ -102,6 +102,7 @@ def snapshot(run: Run, token_hashes: Mapping[str, bytes], definition: tuple[str,
             "definition": list(definition), "parties": parties, "active": list(run.active),
             "dropped": sorted(run.dropped), "drop_reasons": dict(run.drop_reasons), "root": list(run.scope.members),
             "past_steps": dict(run.past_steps), "ledger": run.ledger.as_dict(), "next_message": run.post.next_id,
+            "elapsed": round(run.clock() - run.started_at, 3),
             "job": job_meta}
     if (scaling := run.scaling) is not None:
         meta["scaling"] = {"standardise": scaling.standardise, "impute": scaling.impute}
@@ -144,6 +145,7 @@ def restore(saved: Saved, config: JobConfig, allow_list: Mapping[str, bytes], *,
     run.past_steps = {k: int(v) for k, v in meta["past_steps"].items()}
     run.ledger = StepLedger.of(meta["ledger"])
     run.post.skip_ids(int(meta["next_message"]) + MESSAGE_ID_GAP)
+    run.started_at = now - float(meta["elapsed"])  # max_run_seconds counts the time before the crash
     if (s := meta.get("scaling")) is not None:
         run.scaling = Scaling(saved.arrays["scaling.mean"], saved.arrays["scaling.std"], saved.arrays["scaling.kept"],
                               bool(s["standardise"]), bool(s["impute"]))
@@ -239,11 +241,11 @@ class Saver(threading.Thread):
                 except Exception:  # a full disk or a bug: the run goes on, unsaved
                     log.exception("job %s: run %s: the checkpoint failed", job.config.job_id, job.run_id)
 
-    def save(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str]) -> bool:
-        """Write `job`'s checkpoint if one is due and something changed; whether it did."""
+    def save(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str], *, force: bool = False) -> bool:
+        """Write `job`'s checkpoint if one is due and something changed (`force`: now); whether it did."""
         now = time.monotonic()
         when, last = self._written.get(job.run_id, (-CHECKPOINT_SECONDS, ""))
-        if now - when < CHECKPOINT_SECONDS or not definition[0]:
+        if (now - when < CHECKPOINT_SECONDS and not force) or not definition[0]:
             return False
         with job.lock:
             if job.stage.ended:
@@ -252,7 +254,7 @@ class Saver(threading.Thread):
             generation = self.checkpoints.generation(job.run_id)
         if saved is None:
             return False
-        said = json.dumps(saved.meta, sort_keys=True)
+        said = json.dumps({k: v for k, v in saved.meta.items() if k != "elapsed"}, sort_keys=True)
         if said == last or not self.checkpoints.write(job.run_id, saved, generation):
             return False
         self._written[job.run_id] = (now, said)

@@ -191,3 +191,24 @@ def test_a_checkpoint_written_after_its_phase_ended_is_not_put_in_place(held, tm
     assert not checkpoints.path("7").exists() and not list(tmp_path.iterdir())
     assert checkpoints.write("7", saved, checkpoints.generation("7"))
     assert checkpoints.path("7").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_once(held, tmp_path: Path) -> None:
+    """Should the restarted coordinator die too before its first checkpoint, the next one must still
+    start an attempt past the one the parties heard from this one."""
+    saved, config, allow, _ = held
+    store = StateStore(tmp_path / "state.db")
+    store.define_job("x", "xclp", JOB, saved.meta["definition"][1])
+    run_id = store.create_run("x", b"")
+    store.set_state(run_id, "running")
+    checkpoints = Checkpoints(tmp_path / "runs")
+    checkpoints.write(run_id, Saved({**saved.meta, "run_id": run_id}, saved.arrays), 0)
+    coord = Coordinator(allow, [config], store=store, checkpoints=checkpoints)
+    assert list(coord.runs) == [run_id] and coord.jobs["x"] is coord.runs[run_id]  # no second run of x queued
+    assert store.run(run_id).state == "running" and not store.runs(states=("queued",))
+    again = checkpoints.read(run_id)
+    assert again is not None
+    went_on = saved.meta["job"]["hamming"]["attempt"] + len(PARTIES)
+    assert again.meta["job"]["hamming"]["attempt"] == went_on == coord.runs[run_id].step.attempt
+    later, _ = restore(again, config, allow, clock=lambda: 0.0)
+    assert later.step is not None and later.step.attempt == went_on + len(PARTIES)
