@@ -64,15 +64,18 @@ class SecureHamming(Phase):
         self.attempt = 0
         self.streams: dict[int, _PairStream] = {}  # by the pair's position in state.pairs
         self.graph: steps.NeighbourGraph | None = None
-        self.error: str | None = None  # a piece's values were malformed: the step fails once it is over
+        # by pair position: a piece's values were malformed; the step fails once it is over, unless a
+        # restart starts that pair again from its first piece (or leaves it out)
+        self.errors: dict[int, str] = {}
         self.meter: Meter | None = None  # pieces folded in this attempt, for job show and the log
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """What a restarted coordinator needs to go on (server/resume.py): the attempt, the pieces of
         each pair folded so far and the graph's candidates per source party (O(n·k), never H; copies)."""
         assert self.graph is not None
-        meta = {"attempt": self.attempt, "folded": {str(i): s.folded for i, s in self.streams.items() if s.folded},
-                "pieces": {str(i): len(s.pieces) for i, s in self.streams.items() if s.folded},
+        kept = {i: s for i, s in self.streams.items() if s.folded and i not in self.errors}
+        meta = {"attempt": self.attempt, "folded": {str(i): s.folded for i, s in kept.items()},
+                "pieces": {str(i): len(s.pieces) for i, s in kept.items()},
                 "whole": [sorted(pair) for pair in self.graph.pairs], "parties": list(self.graph.layout.parties)}
         arrays = {f"{part}.{p}": getattr(top, part).copy() for p, top in self.graph.tops.items()
                   for part in ("sim", "idx")}
@@ -117,7 +120,7 @@ class SecureHamming(Phase):
         among = {i: self._stream_of(t, carried.get(i, 0)) for i, t in enumerate(state.pairs)
                  if t.a in members and t.b in members}
         self.streams = {i: s for i, s in among.items() if s.first < len(s.pieces)}
-        self.error = None
+        self.errors = {}
         layout = steps.RowLayout(state.membership.graph, tuple(state.sizes[p] for p in state.membership.graph))
         keep = {frozenset((state.pairs[i].a, state.pairs[i].b)) for i in carried}
         try:
@@ -158,6 +161,8 @@ class SecureHamming(Phase):
             if not {t.a, t.b} <= members:
                 continue
             before = self.streams.get(i)
+            if i in self.errors:  # what it folded may be wrong: it starts again, its candidates left out
+                continue
             if frozenset((t.a, t.b)) in self.graph.pairs:
                 carried[i] = len(before.pieces) if before is not None else len(self._stream_of(t).pieces)
             elif by_piece and before is not None and before.folded > 0:
@@ -233,7 +238,7 @@ class SecureHamming(Phase):
         stream.folded += 1
         if self.meter is not None:
             self.meter.update(self.meter.done + 1)
-        if self.error is not None or self.graph is None:
+        if upload.pair in self.errors or self.graph is None:  # the rest of a pair gone wrong is not folded
             return
         try:
             if stream.schedule is not None:
@@ -246,7 +251,7 @@ class SecureHamming(Phase):
             if stream.folded == len(stream.pieces):
                 self.graph.pair_done(task.a, task.b)
         except XclpError as exc:  # out-of-range distances: nothing a restart would fix
-            self.error = str(exc)
+            self.errors[upload.pair] = str(exc)
 
     def _fold_scheduled(self, stream: _PairStream, piece: Piece, t: bytes) -> None:
         """A piece of a pair on candidate pairs: each batch unmasked, what `folded` keeps folded."""
@@ -270,8 +275,8 @@ class SecureHamming(Phase):
         state, graph = self.state, self.graph
         assert graph is not None
         try:
-            if self.error is not None:
-                raise InvalidInput(self.error)
+            if self.errors:
+                raise InvalidInput(next(iter(self.errors.values())))
             state.W = graph.adjacency()
         except XclpError as exc:
             self.fail(f"step {step.wire!r} failed: {exc}")

@@ -10,14 +10,18 @@ and every prediction are still exactly the plaintext reference's among a, b and 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
 from xclp.client import session
+from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.client.session import PartySession
+from xclp.client.steps import xclp as client_steps
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
@@ -29,6 +33,33 @@ from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
 XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
 PARTIES = ("a", "b", "c", "d")
 N = 30
+
+
+def run_with_d_dying(keys, dies: type[PartySession]):
+    """a, b, c and d (d with the session `dies`) through a job among all four: (data, results, the
+    run, each party's progress lines), once d has died and the others are done."""
+    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": dies},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True), progress=progress)
+    assert isinstance(results["d"], BaseException)
+    assert all(isinstance(results[p], JobResult) for p in "abc"), results
+    return datas, results, coord.jobs["x"], progress
+
+
+def exactly_the_reference_among_abc(datas, results, run) -> None:
+    """The graph, and every unlabeled row's scores, of the plaintext reference among a, b and c."""
+    seed = results["a"].seed
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "abc"], seed, 3, 64, GraphParams(k=4))
+    W = run.job.xclp.W
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
+    for j, p in enumerate("abc"):  # its unlabeled rows' scores (its labeled rows keep their labels)
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("capable", [True, False], ids=["keeps", "old-parties"])
@@ -57,17 +88,8 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
                 raise KeyboardInterrupt("d's process dies")
             super().handle(item)
 
-    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    progress: dict[str, list[str]] = {}
-    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
-        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": DiesOncePairsAreFolded},
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True), progress=progress)
-        run = coord.jobs["x"]
-        W = run.job.xclp.W
-        assert all((KEEPS_PAIRS in run.parties[p].capabilities) == capable for p in PARTIES)
-    assert isinstance(results["d"], BaseException)
-    assert all(isinstance(results[p], JobResult) for p in "abc"), results
+    datas, results, run, progress = run_with_d_dying(keys, DiesOncePairsAreFolded)
+    assert all((KEEPS_PAIRS in run.parties[p].capabilities) == capable for p in PARTIES)
     assert run.summary()["dropped"] == {"d": "disconnected, and did not reconnect within 1 s"}  # its process died
     (first, _, all_pairs), (second, kept, redone) = attempts
     assert (first, second, all_pairs) == (0, 1, 6)
@@ -78,15 +100,7 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
         assert len(said) == 3, progress["a"]
     else:
         assert not kept and redone == 3 and not said
-    # exactly the plaintext reference among a, b and c
-    seed = results["a"].seed  # type: ignore[union-attr]
-    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "abc"], seed, 3, 64, GraphParams(k=4))
-    for name in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
-    for j, p in enumerate("abc"):  # its unlabeled rows' scores (its labeled rows keep their labels)
-        unlabeled = datas[p].y == -1
-        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
-        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
+    exactly_the_reference_among_abc(datas, results, run)
 
 
 @pytest.mark.parametrize("capable", [True, False], ids=["keeps-pieces", "keeps-pairs-only"])
@@ -122,17 +136,8 @@ def test_a_party_lost_mid_securehamming_leaves_the_pieces_folded_among_the_rest_
                     raise KeyboardInterrupt("d's process dies")
             super().handle(item)
 
-    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
-    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
-    progress: dict[str, list[str]] = {}
-    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
-        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": DiesMidPair},
-                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True), progress=progress)
-        run = coord.jobs["x"]
-        W = run.job.xclp.W
-        assert all((KEEPS_PIECES in run.parties[p].capabilities) == capable for p in PARTIES)
-    assert isinstance(results["d"], BaseException)
-    assert all(isinstance(results[p], JobResult) for p in "abc"), results
+    datas, results, run, progress = run_with_d_dying(keys, DiesMidPair)
+    assert all((KEEPS_PIECES in run.parties[p].capabilities) == capable for p in PARTIES)
     first, second = starts
     partial = {i for i, f in at_death.items() if 0 < f < first[i][1]}
     assert partial  # d died with a pair among a, b and c folded in part (pieces may have folded since)
@@ -143,11 +148,67 @@ def test_a_party_lost_mid_securehamming_leaves_the_pieces_folded_among_the_rest_
         assert any("pieces of others kept from before" in line for line in progress["a"] + progress["b"])
     else:  # a pair not folded whole starts again from its first piece
         assert all(f == 0 for f, _ in second.values())
-    seed = results["a"].seed  # type: ignore[union-attr]
-    ref = xclp_reference([(datas[p].X, datas[p].y) for p in "abc"], seed, 3, 64, GraphParams(k=4))
-    for name in ("indptr", "indices", "data"):
-        np.testing.assert_array_equal(getattr(W, name), getattr(ref.influence.W, name))
-    for j, p in enumerate("abc"):
-        unlabeled = datas[p].y == -1
-        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
-        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
+    exactly_the_reference_among_abc(datas, results, run)
+
+
+@pytest.mark.parametrize("liar, d_dies", [("a", False), ("a", True), ("d", True)])
+def test_a_pair_whose_t_unmasks_out_of_range_is_never_kept(keys, monkeypatch, liar, d_dies) -> None:
+    """The liar, as A of a pair, sends t that does not unmask to distances for one piece (once). Its
+    pair's later pieces are not folded and the pair is never kept across a restart. With nobody
+    lost the run fails with the coordinator's reason. With d lost after the lie, the restart among
+    a, b and c starts the liar's pair from its first piece (a tells the truth this time) and keeps
+    the others' pieces: exactly the reference; and likewise when d lied, its pair leaving with it."""
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)
+    real = client_steps.decrypt_piece
+    lied: list[int] = []
+    current = threading.local()
+
+    def decrypt(keypair, ciphertexts, count, executor=None):
+        t = real(keypair, ciphertexts, count, executor)
+        if getattr(current, "party", "") == liar and not lied:
+            lied.append(count)
+            return bytes(len(t) - 1) + b"\x7f"  # t = 127 where R was drawn: (t - R) mod N far above L
+        return t
+
+    monkeypatch.setattr(client_steps, "decrypt_piece", decrypt)
+    monkeypatch.setattr("xclp.client.phases.secure_hamming.steps.decrypt_piece", decrypt)
+    real_as_a = SecureHammingParty._as_a
+
+    def as_a(self, pair, kind, index, body):
+        current.party = self.ctx.party_id
+        return real_as_a(self, pair, kind, index, body)
+
+    monkeypatch.setattr(SecureHammingParty, "_as_a", as_a)
+    phases: list[SecureHamming] = []
+    real_start = SecureHamming.start
+
+    def start(self):
+        real_start(self)
+        phases.append(self)
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+    wrong: set[int] = set()  # the pairs whose piece did not unmask, when d died
+
+    class DiesOnceItLied(PartySession):
+        def handle(self, item: pb.PullItem) -> None:
+            if d_dies and phases and phases[-1].errors and all(
+                    s.folded > 0 for s in phases[-1].streams.values()):
+                wrong.update(phases[-1].errors)
+                raise KeyboardInterrupt("d's process dies")
+            super().handle(item)
+
+    if not d_dies:
+        datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
+        paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+        with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
+            results = run_parties(address, "x", keys, datas, paillier=paillier,
+                                  policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+            run = coord.jobs["x"]
+        assert lied and run.stage.value == "failed", run.outcome_reason
+        assert "secure_hamming" in run.outcome_reason and "t or R is malformed" in run.outcome_reason
+        assert all(isinstance(results[p], BaseException) for p in PARTIES)
+        return
+    datas, results, run, _ = run_with_d_dying(keys, DiesOnceItLied)
+    assert lied and len(phases) == 2
+    assert wrong and all((s.first > 0) == (i not in wrong) for i, s in phases[-1].streams.items())
+    exactly_the_reference_among_abc(datas, results, run)
