@@ -7,6 +7,8 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
     intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
                                            (row, distance) per row, never the n_j × n_j block (§10.1)
     coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
+    coordinator -> all   "pairs_from"      uint64[m] before a restart (round = its attempt): per pair the
+                                           first piece it does ("pairs_kept", uint8[m], to older parties)
     secure_hamming       streamed per pair in pieces of A's batches (§10.1, xclp.v1.secure_hamming_wire):
                          A -> B (relayed)  sealed bytes: encrypted bit slices of A's codes; then an
                                            acknowledgement per piece
@@ -28,12 +30,14 @@ piece of each pair, unmasked as A's t of it arrives, into per-row top-k candidat
 
 Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
 intra_hamming is as if it never joined; in secure_hamming its rows leave the graph and the step
-restarts among the others, every pair afresh (roles stay as first drawn; the coordinator keeps no
-per-pair state, so the pairs' Paillier work is done again); in labeled_sets it shaped the graph but
+restarts among the others, every pair from its first piece not folded (roles stay as first drawn;
+server/phases/secure_hamming.py); in labeled_sets it shaped the graph but
 brings and gets no labels; in rowsums the masked sum restarts without it (MaskedSum).
 
 `xclp_phases` is the whole protocol as a sub-program; the xclp job runs it once among all parties,
-a fedavg job with pseudo_label = "xclp" once per training round among the round's parties.
+a fedavg job with pseudo_label = "xclp" once per training round among the round's parties. A run in
+SecureHamming is saved for a coordinator that crashes (`XclpJob.saved`, server/resume.py) and goes
+on from there when it starts again (`XclpJob.resumed`, `from_hamming`).
 """
 
 from __future__ import annotations
