@@ -106,3 +106,21 @@ def test_a_party_that_cannot_resume_has_nothing_kept() -> None:
 def test_a_message_pushed_again_after_a_lost_connection_is_delivered_once() -> None:
     box = Mailbox()
     assert box.first_delivery(7) and not box.first_delivery(7) and box.first_delivery(8)
+
+
+def test_a_place_read_back_after_the_coordinators_restart_numbers_what_it_queued_after_what_the_party_had() -> None:
+    """The restarted coordinator has none of the items the party had (their numbers went with the old
+    process): what it queued before the party came back goes out numbered after the party's last,
+    so the party takes every one of them, none dropped as one it already had."""
+    box = resumable()
+    box.streaming = box.renumber = True  # server/resume.py
+    box.put(frame(1))
+    box.put(frame(2))
+    stream, again = box.attach(resume=True, received=57)
+    assert again == 0 and not box.renumber
+    box.put(frame(3))
+    taken = [box.get(0, stream) for _ in range(3)]
+    assert [(t.frame.step, t.seq) for t in taken if t is not None] == [("s1", 58), ("s2", 59), ("s3", 60)]
+    # a later resume of that stream is an ordinary one
+    resumed, again = box.attach(resume=True, received=58)
+    assert again == 2 and drain(box, resumed) == ["s2", "s3"]
