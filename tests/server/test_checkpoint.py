@@ -11,13 +11,16 @@ interrupted, as it did before there were checkpoints, and does not crash.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tests.harness import allow_list, coordinator, party_data, run_parties
+from xclp.candidates import centre_lists, membership
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.crypto import identity
@@ -27,11 +30,14 @@ from xclp.server.config import reread_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.events import Stage
 from xclp.server.phases.secure_hamming import SecureHamming
+from xclp.server.phases.xclp_state import CandidateRun, XclpState
 from xclp.server.resume import Checkpoints, Saved, restore, snapshot
 from xclp.server.store import StateStore
 from xclp.v1 import secure_hamming_wire as shw
 from xclp.v1 import wire
-from xclp.v1.xclp import PAIRS_FROM_MSG
+from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.xclp import PAIRS_FROM_MSG, XclpJobParams
+from xclp.v1.xclp_layout import PairTask
 
 PARTIES = ("a", "b", "c")
 JOB = ('job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
@@ -212,3 +218,35 @@ def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_
     assert again.meta["job"]["hamming"]["attempt"] == went_on == coord.runs[run_id].step.attempt
     later, _ = restore(again, config, allow, clock=lambda: 0.0)
     assert later.step is not None and later.step.attempt == went_on + len(PARTIES)
+
+
+def test_a_candidate_schedule_is_read_back_whole() -> None:
+    """On candidate pairs the checkpoint holds every party's budgets and centre lists (public sizes,
+    and what the coordinator holds anyway); read back, the lists and the centre sets they give are
+    the same, and so is every pair's schedule."""
+    sizes = {"a": 7, "b": 5}
+    parties = {p: SimpleNamespace(summary=pb.DataSummary(rows=n), bundle=SimpleNamespace(paillier_n=b"\x07"))
+               for p, n in sizes.items()}
+    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+    state = XclpState.of(params, parties, list(sizes), dim=3)  # type: ignore[arg-type]
+    state.pairs = (PairTask("b", "a"),)
+    rng = np.random.default_rng(5)
+    state.own = {p: (rng.integers(0, n, size=(n, 2)), rng.integers(0, 64, size=(n, 2))) for p, n in sizes.items()}
+    budgets = {"a": np.array([3, 0, 4, 2]), "b": np.array([2, 2, 0, 3])}
+    run = state.candidates = CandidateRun(2, budgets, 0.375)
+    for p, n in sizes.items():
+        probes = np.stack([rng.permutation(4)[:2] for _ in range(n)])
+        run.lists[p] = centre_lists(probes, 2, budgets[p])
+        run.members[p] = membership(run.lists[p], n, 2)
+    meta, arrays = state.saved()
+    meta = json.loads(json.dumps(meta))  # as the file holds it
+    back = XclpState.restored(params, parties, meta, arrays)  # type: ignore[arg-type]
+    assert back.pairs == state.pairs and back.membership == state.membership and back.dim == 3
+    for p in sizes:
+        assert all(np.array_equal(x, y) for x, y in zip(back.own[p], state.own[p]))
+        assert back.candidates is not None
+        assert [x.tolist() for x in back.candidates.lists[p]] == [x.tolist() for x in run.lists[p]]
+        np.testing.assert_array_equal(back.candidates.members[p], run.members[p])
+        np.testing.assert_array_equal(back.candidates.budgets[p], budgets[p])
+    assert (back.candidates.probes, back.candidates.fraction) == (2, 0.375)
+    assert back.candidates.schedule("b", "a", 8).counts().tolist() == run.schedule("b", "a", 8).counts().tolist()
