@@ -15,7 +15,8 @@ common seed (the runs draw different seeds, so their predictions differ from eac
 Reported (last stdout line, JSON): per run its wall seconds (party processes started -> all
 exited), SecureHamming seconds and attempts, who was dropped, whether its predictions equal the
 in-process run's; the cut or kill made and, for the crash, the pieces the restarted coordinator
-kept and redid; and wall_ratio = faulty / clean for each (goal <= 1.2).
+kept and redid (its SecureHamming seconds and attempts are those after the restart: the attempt in
+flight at the crash was never recorded); and wall_ratio = faulty / clean for each (goal <= 1.2).
 
 What this does not cover yet: a party's process killed and started again (it cannot rejoin: its
 run's state lives in its memory).
@@ -92,7 +93,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     summary = json.loads((work / "summary.json").read_text())
     hamming = summary["steps"]["secure_hamming"]
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
-        + (f", connections cut {cut_at[0]:.1f}s into it" if cut_at else ""))
+        + (f", {'coordinator killed' if kill_after is not None else 'connections cut'} {cut_at[0]:.1f}s into it"
+           if cut_at else ""))
     seed = (work / "a.seed").read_bytes()
     with process_pool() as pool:
         inproc = run_xclp_inprocess(data, N_CLASSES, seed=seed, L=lsh_bits, key_bits=key_bits, params=GRAPH,
