@@ -232,14 +232,18 @@ class Saver(threading.Thread):
         super().__init__(name="xclp-checkpoints", daemon=True)
         self.checkpoints, self.live, self.stop = checkpoints, live, stop
         self._written: dict[str, tuple[float, str]] = {}  # run id -> (when, what its meta said)
+        self._failed: set[str] = set()  # runs whose checkpoint failed: said once, not every second
 
     def run(self) -> None:
         while not self.stop.wait(POLL_SECONDS):
             for job, tokens, definition in self.live():
                 try:
                     self.save(job, tokens, definition)
-                except Exception:  # a full disk or a bug: the run goes on, unsaved
-                    log.exception("job %s: run %s: the checkpoint failed", job.config.job_id, job.run_id)
+                except Exception:  # a full disk, a state directory it cannot write, a bug: the run goes on
+                    if job.run_id not in self._failed:
+                        self._failed.add(job.run_id)
+                        log.exception("job %s: run %s: its checkpoint cannot be written (said once; the run goes "
+                                      "on, and a crash would interrupt it)", job.config.job_id, job.run_id)
 
     def save(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str], *, force: bool = False) -> bool:
         """Write `job`'s checkpoint if one is due and something changed (`force`: now); whether it did."""

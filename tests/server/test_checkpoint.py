@@ -26,6 +26,7 @@ from xclp.client.policy import PartyPolicy
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, InvalidSignature, XclpError
+from xclp.server import resume
 from xclp.server.config import reread_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.events import Stage
@@ -250,3 +251,29 @@ def test_a_candidate_schedule_is_read_back_whole() -> None:
         np.testing.assert_array_equal(back.candidates.budgets[p], budgets[p])
     assert (back.candidates.probes, back.candidates.fraction) == (2, 0.375)
     assert back.candidates.schedule("b", "a", 8).counts().tolist() == run.schedule("b", "a", 8).counts().tolist()
+
+
+def test_a_checkpoint_that_cannot_be_written_is_said_once_and_the_run_goes_on(tmp_path: Path, monkeypatch,
+                                                                               caplog) -> None:
+    """A state directory it cannot write (here a file where the directory should be): the saver says
+    so once per run, not every second, and keeps going for the others."""
+    (tmp_path / "runs").write_text("not a directory")
+    stop, calls = threading.Event(), []
+    job = SimpleNamespace(run_id="4", config=SimpleNamespace(job_id="x"))
+
+    def live():
+        calls.append(1)
+        if len(calls) == 5:
+            stop.set()
+        return [(job, {}, ("text", "source"))]
+
+    def save(self, job, tokens, definition, *, force=False):
+        Checkpoints(tmp_path / "runs").write(job.run_id, Saved({"format": 1}, {}), 0)
+
+    monkeypatch.setattr(resume, "POLL_SECONDS", 0.0)
+    monkeypatch.setattr(resume.Saver, "save", save)
+    with caplog.at_level("ERROR", logger="xclp.server"):
+        resume.Saver(Checkpoints(tmp_path / "runs"), live, stop).run()
+    assert len(calls) == 5
+    said = [r for r in caplog.records if "its checkpoint cannot be written" in r.getMessage()]
+    assert len(said) == 1 and "run 4" in said[0].getMessage()
