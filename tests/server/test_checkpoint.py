@@ -23,6 +23,7 @@ from tests.harness import allow_list, coordinator, party_data, run_parties
 from xclp.candidates import centre_lists, membership
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
+from xclp.client.session import PartySession
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput, InvalidSignature, XclpError
@@ -277,3 +278,51 @@ def test_a_checkpoint_that_cannot_be_written_is_said_once_and_the_run_goes_on(tm
     assert len(calls) == 5
     said = [r for r in caplog.records if "its checkpoint cannot be written" in r.getMessage()]
     assert len(said) == 1 and "run 4" in said[0].getMessage()
+
+
+def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes_back(keys, tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    """d dies in SecureHamming; the checkpoint of the restart among a, b and c, read back, goes on
+    among a, b and c only, and d's place holds its JobEnd (DROPPED, with the reason) for a d that
+    reconnects: it is not left waiting for a run that no longer counts it."""
+    from tests.service.test_hamming_restart import PARTIES as FOUR
+    from tests.service.test_hamming_restart import XCLP as FOUR_PARAMS
+
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)
+    text = JOB.replace('["a", "b", "c"]', '["a", "b", "c", "d"]\nmin_parties = 2').replace(
+        "reconnect_seconds = 30", "reconnect_seconds = 1")
+    (tmp_path / "x.toml").write_text(text)
+    config = reread_job(text, str(tmp_path / "x.toml"))
+    assert config.params.k == FOUR_PARAMS["k"]
+    taken: list[Saved] = []
+    real_start = SecureHamming.start
+
+    def start(self):
+        real_start(self)
+        if self.attempt == 1 and not taken:  # the restart among a, b and c, under the run's lock
+            run = self.scope.run
+            tokens = {pid: h for h, (r, pid) in run.events._tokens.items() if r is run}
+            taken.append(snapshot(run, tokens, (text, str(tmp_path / "x.toml"))))
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+
+    class DiesInSecureHamming(PartySession):
+        def handle(self, item) -> None:
+            if self.job is not None and self.job.hamming.meter is not None and self.job.hamming.meter.done > 2:
+                raise KeyboardInterrupt("d's process dies")
+            super().handle(item)
+
+    datas = {p: party_data(80 + i, n=30) for i, p in enumerate(FOUR)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in FOUR}
+    with coordinator(allow_list(keys), [config]) as (_, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier, sessions={"d": DiesInSecureHamming},
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert isinstance(results["d"], BaseException) and taken and taken[0] is not None
+    run, _ = restore(taken[0], config, allow_list(keys), clock=lambda: 0.0)
+    assert run.active == ["a", "b", "c"] and run.step is not None and run.step.participants == ("a", "b", "c")
+    assert run.step.attempt == 1 + 3
+    d = run.parties["d"]
+    assert d.ended
+    ends = [item for item in iter(lambda: d.mailbox.get(0), None) if item.HasField("end")]
+    assert [(e.end.outcome, e.end.reason) for e in ends] == [
+        (pb.JobEnd.DROPPED, "disconnected, and did not reconnect within 1 s")]
