@@ -425,7 +425,7 @@ def test_malformed_secure_hamming_uploads_are_refused_and_the_step_goes_on() -> 
         at.upload("b", Upload.T, 0, bytes(3 * 64), piece=1)
     at.upload("b", Upload.T, 0, bytes(3 * 64))  # one of the right size still counts: the pair is done
     assert at.run.phase.streams[0].folded == 1 and at.run.step.name == "secure_hamming"
-    assert "malformed" in at.run.phase.error  # (zeros are no t: the values fail the step once it is over)
+    assert "malformed" in at.run.phase.errors[0]  # (zeros are no t: the values fail the step once it is over)
 
 
 def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkeypatch) -> None:
