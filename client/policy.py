@@ -157,11 +157,11 @@ class StepGuard:
         previous = self.last.get(step.step)
         if previous is not None:
             attempt, before = previous
-            same = members <= before if step.step.split(".")[-1] == HAMMING_STEP else members < before
+            resumable = step.step.split(".")[-1] == HAMMING_STEP  # may go on with the same parties
+            same = members <= before if resumable else members < before
             if step.round <= attempt or not same:
                 raise ProtocolError(f"step {step.step!r} restarted as attempt {step.round} with {sorted(members)} "
                                     f"after "
                                     f"attempt {attempt} with {sorted(before)}: a restart must have a later attempt and "
-                                    + ("no new participant" if step.step.split(".")[-1] == HAMMING_STEP
-                                       else "strictly fewer participants"))
+                                    + ("no new participant" if resumable else "strictly fewer participants"))
         self.last[step.step] = (step.round, members)
