@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from xclp.checkpoint import FORMAT, Saved
 from xclp.crypto.identity import SignedBundle, session_id
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
@@ -55,34 +51,7 @@ log = logging.getLogger("xclp.server")
 
 CHECKPOINT_SECONDS = 5.0  # at most this often per run: a crash redoes at most what came since
 POLL_SECONDS = 1.0  # how often the saver looks for a checkpoint due
-FORMAT = 1
 MESSAGE_ID_GAP = 1 << 32  # more messages than a run sends between two checkpoints
-
-
-@dataclass
-class Saved:
-    """One checkpoint: JSON-able `meta` and named arrays, as one .npz (no pickles)."""
-
-    meta: dict[str, Any]
-    arrays: dict[str, np.ndarray]
-
-    def to_bytes(self) -> bytes:
-        out = io.BytesIO()
-        arrays = {"__meta__": np.frombuffer(json.dumps(self.meta).encode(), dtype=np.uint8), **self.arrays}
-        np.savez(out, allow_pickle=False, **arrays)
-        return out.getvalue()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Saved:
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            meta = json.loads(arrays.pop("__meta__").tobytes().decode())
-        except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise InvalidInput(f"not a readable checkpoint: {exc}") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise InvalidInput("a checkpoint of another format than this version writes")
-        return cls(meta, arrays)
 
 
 def snapshot(run: Run, token_hashes: Mapping[str, bytes], definition: tuple[str, str]) -> Saved | None:
