@@ -28,6 +28,8 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -119,7 +121,8 @@ class LocalPool(Executor):
                 raise RuntimeError("the Paillier pool was shut down")
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self._max_workers,
-                                                 mp_context=multiprocessing.get_context("forkserver"))
+                                                 mp_context=multiprocessing.get_context("forkserver"),
+                                                 initializer=die_with_party, initargs=(os.getpid(),))
             return self._pool.submit(fn, *args, **kwargs)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -138,6 +141,26 @@ class LocalPool(Executor):
             for process in list((getattr(pool, "_processes", None) or {}).values()):
                 process.terminate()
         pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def die_with_party(party: int) -> None:
+    """In a pool worker: end when the party process `party` ends, whatever ends it. A party killed
+    with SIGKILL runs no `finally`; its workers, children of its forkserver, then stayed under init
+    for good (blocked on a task queue whose writer they hold themselves, and keeping the forkserver
+    and the resource tracker alive with them). A thread waits on the party's pidfd (Linux 5.3+) and
+    ends the worker the moment the party is gone, mid-task or idle."""
+    try:
+        handle = os.pidfd_open(party)
+    except ProcessLookupError:  # gone before the worker started
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here: the party's own shutdown ends its workers
+        return
+
+    def watch() -> None:
+        select.select([handle], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="xclp-party-watch", daemon=True).start()
 
 
 def worker_count(executor: Executor | None) -> int:

@@ -102,6 +102,38 @@ def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(k
     assert not (tmp_path / "out.csv").exists()
 
 
+@pytest.mark.slow
+def test_a_party_killed_by_sigkill_mid_securehamming_leaves_no_worker_behind(keys, tmp_path: Path) -> None:
+    """SIGKILL runs no `finally`: each pool worker ends as the party does (client/workers.py
+    die_with_party), and with them the forkserver and the resource tracker. Before, all of them
+    stayed under init for good, the workers blocked on their task queue."""
+    allow, others, paillier = files_of_a(keys, tmp_path)
+    with coordinator(allow, [job("x", "xclp", XCLP, step_seconds=120)]) as (_, address):
+        party = subprocess.Popen(
+            [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
+             "--party", "a", "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
+             "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out.csv"),
+             "--paillier-bits", "512", "--insecure-test-keys", "--workers", "2", "--min-parties", "2",
+             "--state", str(tmp_path / "state")],
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            on_threads(["run"], lambda _: run_parties(
+                address, "x", keys, others, paillier=paillier, policy=PartyPolicy(min_parties=2,
+                                                                                  insecure_test_keys=True)),
+                timeout=0.0)
+            wait_until(lambda: len(group(party.pid)) >= 4 or party.poll() is not None, 120,
+                       "a's forkserver and two Paillier workers to start")
+            assert party.poll() is None
+            os.kill(party.pid, signal.SIGKILL)
+            assert party.wait(timeout=30) == -signal.SIGKILL
+            wait_until(lambda: not group(party.pid), 30, "every process of the killed party's group to end")
+        finally:
+            if party.poll() is None:
+                party.kill()
+            for pid in group(party.pid):  # (on the code before: the workers, left under init)
+                os.kill(pid, signal.SIGKILL)
+
+
 def busy_processes(count: int) -> list[subprocess.Popen]:
     """A loaded machine: `count` processes that spin (the test ends them)."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
