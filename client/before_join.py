@@ -16,19 +16,26 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
 from xclp.client.connection import Connection
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
 from xclp.client.ledger import RunAccount, data_digest, job_spends
 from xclp.client.run_config import RunConfig
 from xclp.client.workers import worker_count
+from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
 from xclp.errors import PolicyRefused, ResourceExhausted
 from xclp.v1 import registry
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
+from xclp.v1.spec import spec_digest
+from xclp.v1.steps import RESUMES, RUN_ALIVE
+from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
 
-__all__ = ["account_for", "check_job_fits"]
+__all__ = ["account_for", "check_job_fits", "join_request"]
 
 
 def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,
@@ -72,3 +79,24 @@ def _decline(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.Decli
     unsaid = conn.decline(config.identity, config.party_id, nonce, reason)
     if unsaid:
         progress(f"could not tell the coordinator that this party declines ({unsaid})")
+
+
+def join_request(config: RunConfig, challenge: pb.ChallengeResponse, params: JobParams, data: PartyData,
+                 x25519: X25519PrivateKey) -> tuple[identity.SignedBundle, pb.JoinRequest]:
+    """The party's signed key bundle for the run (DESIGN §4.1) and its Join: the bundle, its data
+    summary and what its version understands."""
+    keys = params.paillier
+    # when the job hides the label mask the coordinator does not even learn how many rows are labeled
+    summary = pb.DataSummary(rows=data.X.shape[0], dim=data.X.shape[1],
+                             labeled_rows=0 if params.hides_labeled_rows else int(data.labeled.sum()),
+                             schema=data.schema_digest)
+    signed = identity.sign_bundle(config.identity, identity.KeyBundle(
+        party_id=config.party_id, job_id=config.job_id, identity_public=identity.public_bytes(config.identity),
+        x25519_public=masking.public_bytes(x25519), nonce=challenge.run_nonce,
+        spec_digest=spec_digest(challenge.spec, challenge.run_nonce), rows=summary.rows,
+        labeled_rows=summary.labeled_rows, dim=summary.dim,
+        **paillier_fields(config.paillier.public if config.paillier and keys else None)))
+    request = pb.JoinRequest(job_id=config.job_id, summary=summary,
+                             capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES],
+                             bundle=pb.SignedBundle(bundle=signed.bundle, signature=signed.signature))
+    return signed, request

@@ -257,10 +257,23 @@ class Connection:
         self._token = response.session_token
         return response
 
-    def pull(self, say: Callable[[str], None] | None = None) -> PullReader:
-        """The run's Pull stream, resumed after a lost connection for up to `reconnect_seconds`."""
+    @property
+    def token(self) -> bytes | None:
+        """The session token Join gave (kept in the party's run state, client/run_state.py)."""
+        return self._token
+
+    def rejoin(self, token: bytes, reconnect_seconds: float) -> None:
+        """Take up the session of a run this party's process joined before it restarted."""
+        self._token, self.reconnect_seconds = token, reconnect_seconds
+
+    def pull(self, say: Callable[[str], None] | None = None, *, restarted: bool = False) -> PullReader:
+        """The run's Pull stream, resumed after a lost connection for up to `reconnect_seconds`;
+        `restarted`: the first opening says this process restarted (PullRequest.restarted)."""
+        first = [restarted]
+
         def open_stream(resume: bool, received: int) -> grpc.Call:
-            request = pb.PullRequest(job_id=self.job_id, resume=resume, received=received)
+            request = pb.PullRequest(job_id=self.job_id, resume=resume, received=received,
+                                     restarted=first.pop() if first else False)
             return self.stub.Pull(request, metadata=self._metadata())
 
         self._reader = PullReader(open_stream, reconnect_seconds=self.reconnect_seconds, say=say)

@@ -4,7 +4,7 @@ table as the job takes it, the stages of the session, and the result."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,3 +106,23 @@ def checked_table(data: PartyData, params: JobParams) -> PartyData:
             raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
     params.check_table(data.X.shape[1])
     return data
+
+
+def privacy_report(privacy: dict[str, Any] | None, prep: Any, account: Any,
+                   progress: Callable[[str], None]) -> dict[str, Any] | None:
+    """What the job's releases spent (JobResult.privacy: the job's `privacy`), with the DP
+    moments' (the preparation's) as "moments" and the data set's budget after the run (its
+    RunAccount) as "ledger", said on `progress`."""
+    moments = prep.privacy() if prep is not None else None
+    if moments is not None:
+        privacy = {**(privacy or {}), "moments": moments}
+    if account is not None and account.spends:
+        book, name = account.ledger, account.data.hex()[:16]
+        standing = book.standing(account.data)
+        privacy = {**(privacy or {}), "ledger": {"data_set": name, **standing}}
+        spent = standing["spent"]
+        progress(f"privacy ledger: data set {name} has spent ε = {spent['epsilon']:.4g}, "
+                 f"δ = {spent['delta']:.3g} of its budget (ε = {book.budget.epsilon:g}, "
+                 f"δ = {book.budget.delta:g}) over all its runs"
+                 + (" (RDP composition)" if standing["composition"] == "rdp" else ""))
+    return privacy

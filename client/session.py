@@ -23,11 +23,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Any
 
 import numpy as np
 
-from xclp.client.before_join import account_for, check_job_fits
+from xclp.client import run_state
+from xclp.client.before_join import account_for, check_job_fits, join_request
 from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.heartbeat import Heartbeat
@@ -37,7 +37,7 @@ from xclp.client.ledger import RunAccount
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import StepGuard
-from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table
+from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table, privacy_report
 from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
@@ -46,11 +46,9 @@ from xclp.errors import DeadlineExceeded, InvalidInput, InvalidSignature, PeerDr
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
-from xclp.v1.spec import canonical_spec, spec_digest
-from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, RESUMES, RUN_ALIVE, SEED_RELAY_MAX_BYTES, SEED_STEP
-from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
+from xclp.v1.spec import canonical_spec
+from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -70,7 +68,9 @@ class PartySession:
         self.progress = progress
         self.stage = PartyStage.JOINED
         self.x25519 = masking.generate_x25519()
-        self.run_nonce = b""
+        self.run_nonce, self.run_id, self.spec = b"", "", pb.JobSpec()
+        self.data_digest = b""  # the table's (client/ledger.py data_digest), once read
+        self.roster_signed: list[tuple[bytes, bytes]] = []  # the roster as signed, kept for a restart (run_state)
         self.signed: identity.SignedBundle | None = None  # signed once the run nonce is known
         self.roster: identity.Roster | None = None
         self.pair_secrets: dict[str, bytes] = {}
@@ -91,6 +91,7 @@ class PartySession:
         self._conn: Connection | None = None
         self._aborted = False
         self._ended = False
+        self.state_unsaved = False  # a run state could not be written (said once; client/run_state.py)
 
     # --- driver -------------------------------------------------------------------------------
 
@@ -139,7 +140,7 @@ class PartySession:
         if self.config.run_id and challenge.run_id != self.config.run_id:
             raise ProtocolError(f"run {self.config.run_id} of job {self.config.job_id!r} is no longer open for joining "
                                 f"(the coordinator now offers run {challenge.run_id or 'none'})")
-        self.run_nonce = challenge.run_nonce
+        self.run_nonce, self.run_id, self.spec = challenge.run_nonce, challenge.run_id, challenge.spec
         self.job_type = challenge.spec.job_type
         params = self.params = registry.params_from_json(challenge.spec.job_type, challenge.spec.params_json)
         accepted = self.config.accepted_spec
@@ -152,12 +153,17 @@ class PartySession:
             self.progress(f"note: the job goes on with {challenge.spec.min_parties} parties (its min_parties); this "
                           f"party stops below {self.config.policy.min_parties} (--min-parties, default 3)")
         self._load_data(params)
+        self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)
+        saved = run_state.saved_for(self, challenge)
+        if saved is not None:  # this party's process restarted in the run: it rejoins (client/run_state.py)
+            token = run_state.rejoin(self, saved)
+            conn.rejoin(token, challenge.spec.reconnect_seconds)
+            return self._serve(conn, restarted=True)
         self.account = account_for(self.config, conn, challenge, params, self.data, self.progress)
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
                                f"(--paillier-bits {keys.bits})")
-        self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)
         # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
         self._executor = make_executor(self.config.workers) if keys is not None else None
         if isinstance(self._executor, DaskWorkers):
@@ -169,29 +175,25 @@ class PartySession:
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
             raise
-        # when the job hides the label mask the coordinator does not even learn how many rows are labeled
-        summary = pb.DataSummary(rows=self.data.X.shape[0], dim=self.data.X.shape[1],
-                                 labeled_rows=0 if params.hides_labeled_rows else int(self.data.labeled.sum()),
-                                 schema=self.data.schema_digest)
-        self.signed = identity.sign_bundle(self.config.identity, identity.KeyBundle(
-            party_id=self.config.party_id, job_id=self.config.job_id,
-            identity_public=identity.public_bytes(self.config.identity),
-            x25519_public=masking.public_bytes(self.x25519), nonce=self.run_nonce,
-            spec_digest=spec_digest(challenge.spec, self.run_nonce), rows=summary.rows,
-            labeled_rows=summary.labeled_rows, dim=summary.dim,
-            **paillier_fields(self.config.paillier.public if self.config.paillier and keys else None)))
-        request = pb.JoinRequest(job_id=self.config.job_id, summary=summary,
-                                 capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES],
-                                 bundle=pb.SignedBundle(bundle=self.signed.bundle, signature=self.signed.signature))
-        reader, heartbeat = None, None
+        self.signed, request = join_request(self.config, challenge, params, self.data, self.x25519)
         try:
             response = conn.join(request)
-            if response.spec != challenge.spec:
-                raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
-            self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
-                          f"{len(response.spec.expected_parties)} parties expected")
-            conn.reconnect_seconds = response.spec.reconnect_seconds
-            reader = conn.pull(say=self.progress)
+        except BaseException:
+            if self._executor is not None:
+                self._executor.shutdown(cancel_futures=True)
+            raise
+        if response.spec != challenge.spec:
+            raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
+        self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
+                      f"{len(response.spec.expected_parties)} parties expected")
+        conn.reconnect_seconds = response.spec.reconnect_seconds
+        return self._serve(conn)
+
+    def _serve(self, conn: Connection, *, restarted: bool = False) -> JobResult:
+        """The run's Pull stream, item by item, until the job's result (or an error)."""
+        reader, heartbeat, kept = None, None, False
+        try:
+            reader = conn.pull(say=self.progress, restarted=restarted)
             heartbeat = Heartbeat(lambda text: conn.push(text, sender=self.config.party_id, step=ALIVE_MSG, round=0,
                                                          timeout=30.0))
             joined_at = time.monotonic()
@@ -213,6 +215,9 @@ class PartySession:
             if not (self._ended or self._aborted):
                 conn.leave(self.config.party_id, exc)
             raise
+        except BaseException:  # SIGTERM, Ctrl-C: the coordinator keeps its place for reconnect_seconds
+            kept = run_state.kept(self)
+            raise
         finally:
             if reader is not None:
                 reader.cancel()
@@ -220,10 +225,14 @@ class PartySession:
                 heartbeat.stop()
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
+            if not kept:
+                run_state.forget(self)
         assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
+        assert self.params is not None
         return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
-                         self.job.rounds(), self._privacy())
+                         self.job.rounds(), privacy_report(self.job.privacy(), self.prep, self.account,
+                                                           self.progress))
 
     def _wait(self, joined_at: float) -> tuple[float, bool]:
         """How long to wait for the coordinator's next item, and whether that is the roster deadline:
@@ -240,24 +249,6 @@ class PartySession:
     def _roster_late(self) -> DeadlineExceeded:
         return DeadlineExceeded(f"joined {self.config.roster_wait_seconds:.0f} s ago and the run has not started "
                                 "(no roster): giving up (an agent's join_deadline)")
-
-    def _privacy(self) -> dict[str, Any] | None:
-        """What the job's releases spent (JobResult.privacy), with the DP moments' as "moments"."""
-        assert self.job is not None
-        privacy = self.job.privacy()
-        moments = self.prep.privacy() if self.prep is not None else None
-        if moments is not None:
-            privacy = {**(privacy or {}), "moments": moments}
-        if self.account is not None and self.account.spends:  # the data set's budget after this run
-            book, name = self.account.ledger, self.account.data.hex()[:16]
-            standing = book.standing(self.account.data)
-            privacy = {**(privacy or {}), "ledger": {"data_set": name, **standing}}
-            spent = standing["spent"]
-            self.progress(f"privacy ledger: data set {name} has spent ε = {spent['epsilon']:.4g}, "
-                          f"δ = {spent['delta']:.3g} of its budget (ε = {book.budget.epsilon:g}, "
-                          f"δ = {book.budget.delta:g}) over all its runs"
-                          + (" (RDP composition)" if standing["composition"] == "rdp" else ""))
-        return privacy
 
     def _load_data(self, params: JobParams) -> None:
         """The party's table, read for the job's parameters, checked before joining."""
@@ -312,6 +303,7 @@ class PartySession:
         if self.stage is not PartyStage.JOINED:
             raise ProtocolError("the coordinator sent a second roster")
         signed = [identity.SignedBundle(b.bundle, b.signature) for b in roster.bundles]
+        self.roster_signed = [(b.bundle, b.signature) for b in signed]
         assert self.signed is not None
         # DESIGN §2.1: every key must be the one pinned in our own copy of the allow-list, and every
         # bundle must sign this run's nonce (no bundle of an earlier run comes back).
@@ -424,6 +416,7 @@ class PartySession:
                             max_memory_bytes=(default_max_memory() if self.config.max_memory_bytes is None
                                               else self.config.max_memory_bytes), transcript=self.transcript,
                             sign=self.config.identity.sign, account=self.account,
+                            checkpoint=lambda: run_state.checkpoint(self),
                             min_share_threshold=self.config.policy.min_share_threshold)
 
     def _preparation(self) -> Preparation:

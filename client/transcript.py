@@ -55,6 +55,20 @@ class Transcript:
             raise ProtocolError(f"the coordinator sent two different values of {label!r}")
         return digest
 
+    def state(self) -> dict[str, object]:
+        """What `restored` takes back (a party's run state, client/run_state.py)."""
+        return {"base": self._base.hex(), "values": {k: v.hex() for k, v in self._values.items()}}
+
+    @classmethod
+    def restored(cls, parent: bytes, state: dict[str, object], scope: str = "job") -> Transcript:
+        """The transcript `state` describes, checked to start from `parent` in `scope`."""
+        out = cls(parent, scope)
+        values = state.get("values")
+        if state.get("base") != out._base.hex() or not isinstance(values, dict):
+            raise ProtocolError("a saved transcript of another session")
+        out._values = {str(k): bytes.fromhex(v) for k, v in values.items()}
+        return out
+
     @property
     def digest(self) -> bytes:
         h = hashlib.sha256(self._base)

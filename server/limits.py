@@ -48,3 +48,11 @@ def late_bound(step: Step, phase: Phase | None) -> int:
             except XclpError:  # a phase whose step takes no message of its own from that party
                 continue
     return bound
+
+
+def late(run: Run, sender: str, name: str) -> bool:
+    """A payload for a step that is over, or for a scope the sender has left or that is closed."""
+    scope = run.phase.scope if run.phase is not None else None
+    if scope is not None and scope.prefix and name.startswith(scope.prefix) and sender not in scope.members:
+        return True
+    return name in run.past_steps or any(name.startswith(prefix) for prefix in run.closed_scopes)

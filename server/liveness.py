@@ -64,13 +64,20 @@ def may_reconnect(party: Party, reconnect_seconds: float) -> bool:
     return reconnect_seconds > 0 and RESUMES in party.capabilities
 
 
-def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0) -> tuple[Party, int]:
-    """A Pull stream of the party's opens, or, after its connection was lost, resumes; returns its
-    place and the stream's number (server/mailbox.py)."""
+def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0,
+           restarted: bool = False) -> tuple[Party, int]:
+    """A Pull stream of the party's opens, or, after its connection was lost, resumes, or, after its
+    process restarted, starts again (`Run.restarted`); returns its place and the stream's number
+    (server/mailbox.py)."""
     with run.lock:
         party = run.parties.get(party_id)
-        if party is None or (party.end_delivered and not resume):
+        if party is None or (party.end_delivered and not resume) or (restarted and party.ended):
             raise NotAuthorized(f"party {party_id!r} has no open place in job {run.config.job_id!r}")
+        if restarted:
+            stream = party.mailbox.restart()
+            party.lost_at, party.heard_at = None, run.clock()
+            run.restarted(party_id)
+            return party, stream
         if resume and not (party.mailbox.streaming and RESUMES in party.capabilities):
             raise InvalidInput(f"party {party_id!r} has no Pull stream of job {run.config.job_id!r} to resume")
         if party.mailbox.streaming and not resume:

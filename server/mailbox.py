@@ -128,6 +128,21 @@ class Mailbox:
             self._cond.notify_all()
             return self.stream, len(again)
 
+    def restart(self) -> int:
+        """The party's process restarted (PullRequest.restarted): it holds nothing of what was queued
+        or sent, and numbers its messages from 1 again. Everything waiting is dropped (a step it can
+        go on with starts again, with its own messages); its stream is the new one. Returns its number."""
+        with self._cond:
+            self._items.clear()
+            self._sent.clear()
+            self._sent_bytes = self.queued_bytes = 0
+            self.pushed.clear()
+            self.renumber = False
+            self.stream += 1
+            self.streaming = True
+            self._cond.notify_all()
+            return self.stream
+
     def wait_below(self, limit: int, timeout: float) -> bool:
         """Wait until at most `limit` bytes of frames are waiting (the party's Pull stream took the
         rest), or `timeout` seconds; whether it got there."""

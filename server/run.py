@@ -154,7 +154,7 @@ class Run:
                 raise ProtocolError(f"party {sender!r} takes no part in job {self.config.job_id!r} now")
             step, phase = self.step, self.phase
             if step is None or phase is None or msg.step != step.wire:
-                if self._late(sender, msg.step):
+                if limits.late(self, sender, msg.step):
                     log.info("job %s: ignoring a late %s payload from %s", self.config.job_id, msg.step, sender)
                     return
                 current = step.wire if step else self.stage.value
@@ -204,6 +204,14 @@ class Run:
                 self._leave_lobby(party_id)
             else:
                 self._drop({party_id}, reason or "disconnected")
+
+    def restarted(self, party_id: str) -> None:
+        """The party's process restarted (liveness.attach): its step again with it (Phase.on_restarted), or a drop."""
+        step, phase = self.step, self.phase
+        if party_id in self.active and (step is None or phase is None or step.ended or party_id not in
+                                        step.participants or not phase.on_restarted(step, party_id)):
+            self._drop({party_id}, f"its process restarted in {step.wire if step else self.stage.value!r}, which "
+                                   "a party cannot rejoin (only SecureHamming resumes)")
 
     def tick(self, now: float) -> None:
         with self.lock:
@@ -365,13 +373,6 @@ class Run:
         if self.events is not None:
             self.events.left(self, party_id)
 
-    def _late(self, sender: str, name: str) -> bool:
-        """A payload for a step that is over, or for a scope the sender has left or that is closed."""
-        scope = self.phase.scope if self.phase is not None else None
-        if scope is not None and scope.prefix and name.startswith(scope.prefix) and sender not in scope.members:
-            return True
-        return name in self.past_steps or any(name.startswith(prefix) for prefix in self.closed_scopes)
-
     def _drop(self, parties: set[str], reason: str) -> None:
         """Drop `parties` from the job: they hear why and take no further part."""
         parties = {p for p in parties if p in self.active}
@@ -445,6 +446,5 @@ class Run:
 
     def summary(self) -> dict[str, Any]:  # the run summary (DESIGN §9, server/jobs/summary.py): nothing sensitive
         return run_summary(self)
-
-    def privacy(self) -> dict[str, Any]:  # the run's privacy report (server/jobs/summary.py privacy_report)
+    def privacy(self) -> dict[str, Any]:  # the run's privacy report (server/jobs/summary.py)
         return run_summary(self, privacy_only=True)

@@ -93,7 +93,8 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             token = _metadata(context).get(TOKEN_METADATA)
             job, party_id = self.coordinator.authenticate(token if isinstance(token, bytes) else None, request.job_id)
             _check_client_name(context, party_id)
-            party, stream = liveness.attach(job, party_id, resume=request.resume, received=request.received)
+            party, stream = liveness.attach(job, party_id, resume=request.resume, received=request.received,
+                                            restarted=request.restarted)
         except XclpError as exc:
             context.abort(status_code(exc), str(exc))
         # The RPC ending for any reason other than our JobEnd is a disconnect: a dropout, or, for a

@@ -43,6 +43,11 @@ class PartyJob:
         gets. The default bounds nothing beyond the wire's own limit."""
         return wire.DEFAULT_MAX_PAYLOAD_BYTES
 
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """What the job needs to go on after the party's process restarts (client/run_state.py;
+        its class's `restored` reads it back), or None where it cannot go on from (the default)."""
+        return None
+
     def privacy(self) -> dict[str, Any] | None:
         """With record-level DP: what this party's rows spent (the accountant's ε over the rounds it
         took part in) and the job's budget; with label-DP (xclp) what its labels spent; None without

@@ -119,6 +119,44 @@ class XclpParty(PartyJob):
         self.hamming = SecureHammingParty(ctx, self.params, self.keypair, self.X.shape[0], lambda: self.sizes,
                                           self.candidates, self._elapsed)
 
+    # --- a restart (client/run_state.py) ------------------------------------------------------
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """In SecureHamming (from its first attempt until the graph layout): the row layout, the
+        attempt, the pairs, this party's encrypted bit slices and, on candidate pairs, the opened
+        probe table; everything else is recomputed from the data and the seed."""
+        hamming = self.hamming
+        if hamming.attempt is None or self.graph:
+            return None
+        position = {p: i for i, p in enumerate(self.roster.party_ids)}
+        arrays = {"pairs": np.array([[position[t.a], position[t.b]] for t in hamming.pairs],
+                                    dtype=np.uint64).reshape(-1, 2)}
+        if hamming.slices is not None:
+            arrays["slices"] = np.frombuffer(hamming.slices, dtype=np.uint8)
+        meta: dict[str, Any] = {"sizes": self.sizes, "attempt": hamming.attempt}
+        if self.candidates is not None:
+            table = self.candidates.opened
+            if table is None:
+                return None
+            meta["table_members"] = list(table[1])
+            arrays["table"] = table[0]
+        return meta, arrays
+
+    @classmethod
+    def restored(cls, ctx: PartyContext, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> XclpParty:
+        """The job `saved` described, waiting for the SecureHamming attempt its restart starts."""
+        job = cls(ctx)
+        job.sizes = {str(p): int(n) for p, n in meta["sizes"].items()}
+        hamming = job.hamming
+        hamming.codes = steps.lsh_step(job.X, ctx.seed, job.params.lsh_bits)
+        hamming.on_pairs(arrays["pairs"])
+        hamming.attempt = int(meta["attempt"])
+        if "slices" in arrays:
+            hamming.slices = arrays["slices"].tobytes()
+        if job.candidates is not None:
+            job.candidates.reopen(arrays["table"], tuple(meta["table_members"]))
+        return job
+
     def _check_size(self) -> None:
         """Estimate this party's memory and Paillier work from the layout, before any of it
         (client/jobs/estimate.py)."""
@@ -159,6 +197,7 @@ class XclpParty(PartyJob):
             self.candidates.on_step(step)
         elif step.step == HAMMING_STEP:
             self.hamming.start(step.round, members)
+            self.ctx.checkpoint()  # what a restarted process rejoins this attempt's successor with
         elif step.step == LABELS_STEP:
             if self.params.hide_label_mask:  # DESIGN §5.5: the coordinator was not to learn them
                 raise ProtocolError("the coordinator asked for the labeled rows of a job that hides the label mask")
@@ -215,6 +254,7 @@ class XclpParty(PartyJob):
                                     "were done")
             else:
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
+                self.ctx.checkpoint()  # past SecureHamming: the run state goes
                 influence = self.influence = self._scores_of(self.y)
                 if self.released_y is not None:
                     self.released = self._scores_of(self.released_y)
@@ -233,8 +273,10 @@ class XclpParty(PartyJob):
             self._result(payload, message.round)
         else:
             raise ProtocolError(f"the coordinator sent an unknown {message.step!r} message")
-        if message.step in (LAYOUT_MSG, GRAPH_MSG, PAIRS_MSG, KEPT_PAIRS_MSG, PAIRS_FROM_MSG):  # public, one for all
+        if message.step in (LAYOUT_MSG, GRAPH_MSG, PAIRS_MSG):  # public, one for all
             self.ctx.transcript.absorb(message.step, payload)
+        elif message.step in (KEPT_PAIRS_MSG, PAIRS_FROM_MSG):  # one per restart
+            self.ctx.transcript.absorb(f"{message.step}.{message.round}", payload)
 
     def _layout(self, payload: wire.Payload, what: str) -> dict[str, int]:
         ids = self.roster.party_ids

@@ -41,6 +41,7 @@ class CandidateCentres:
         self.chosen: tuple[int, dict[str, np.ndarray], float] | None = None  # probes, budgets, fraction
         self.own_lists: list[np.ndarray] | None = None  # its centre lists, cut to its budgets
         self.refusal = ""  # why the pooled table allows no schedule within the budget
+        self.opened: tuple[np.ndarray, Members] | None = None  # the pooled table and its members, once opened
         table = Release(function_id("probe-table", ctx.seed, str(params.centres), str(params.probes)),
                         "the probe table of candidate pairs under this run's centres")
         self.table = MaskedSumParty(ctx, PROBE_TABLE_STEP, self._table, releases=lambda members: [table],
@@ -67,8 +68,16 @@ class CandidateCentres:
         self.probes = cd.nearest_centres(self.unit, self.centres, self.params.probes)
         return cd.probe_table(self.probes, self.params.centres).astype(np.uint64)
 
+    def reopen(self, total: np.ndarray, members: Members) -> None:
+        """After a restart (client/run_state.py): the table as it was opened, and what follows from it."""
+        self._table(members)
+        self._tabled(total, 0, members)
+        if self.refusal:
+            raise ProtocolError(f"the saved probe table allows no schedule: {self.refusal}")
+
     def _tabled(self, total: np.ndarray, attempt: int, members: Members) -> None:
         self.ctx.transcript.absorb(PROBE_TABLE_STEP, total)  # what this party acts on, in what it signs next
+        self.opened = (total, members)
         sizes = {q: self.sizes()[q] for q in members}
         try:
             self.chosen = cd.choose_probes(total.astype(np.int64), sizes, list(itertools.permutations(sizes, 2)),

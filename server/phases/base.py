@@ -190,6 +190,11 @@ class Phase:
         scope still has at least its minimum of members."""
         raise NotImplementedError
 
+    def on_restarted(self, step: Step, party: str) -> bool:
+        """A participant of `step` restarted its process and holds nothing of the step: whether the
+        phase starts the step again with it (else the run drops it)."""
+        return False
+
     def on_left(self, gone: set[str]) -> None:
         """Members left the scope while no step of this phase ran (its Work between steps); the
         scope still has at least its minimum of members."""

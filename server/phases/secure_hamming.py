@@ -298,6 +298,13 @@ class SecureHamming(Phase):
         self.attempt += 1
         self.start()  # among the rest, the pairs not folded yet
 
+    def on_restarted(self, step: Step, party: str) -> bool:
+        """A party restarted from its sealed run state (its Paillier key, slices and seeds): the next
+        attempt among the same members, every pair from its first piece not folded."""
+        self.attempt += 1
+        self.start()
+        return True
+
     def blame(self, step: Step) -> set[str]:
         """Only those who owe the next message of an unfinished pair, not those waiting for them."""
         owes = dict.fromkeys(step.participants, False)

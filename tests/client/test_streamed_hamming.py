@@ -29,7 +29,7 @@ from xclp.server.steps.xclp import cross_piece
 from xclp.v1.bundles import paillier_fields
 from xclp.v1.secure_hamming_wire import HammingUpload, Upload, all_pairs, open_relay
 from xclp.v1.wire import Message
-from xclp.v1.xclp import XclpJobParams
+from xclp.v1.xclp import PAIRS_FROM_MSG, XclpJobParams
 from xclp.v1.xclp_layout import PairTask
 
 L = 64
@@ -290,3 +290,16 @@ def test_a_pairs_from_message_that_does_not_fit_the_pairs_is_refused(pair, messa
     with pytest.raises(ProtocolError, match=error):
         parties["a"].hamming.on_from(message, attempt)
         parties["a"].hamming.start(attempt, ("a", "b"))
+
+
+def test_each_restart_has_its_own_pairs_from_message_in_the_transcript(pair) -> None:
+    """Two restarts (two parties lost one after the other, or a party restarted twice) each send a
+    pairs-from message, with other pieces: both are accepted as public values, each under its
+    attempt (one label for all of them refused the second as a second value of the first)."""
+    parties, _ = pair
+    b = parties["b"]
+    for attempt, first in ((1, 1), (2, 2)):
+        b.on_message(Message("j", PAIRS_FROM_MSG, attempt, "", "", np.array([first], dtype=np.uint64)))
+    assert b.hamming.kept == (2, {0: 2})
+    with pytest.raises(ProtocolError, match="two different values"):  # one attempt, two values: refused
+        b.on_message(Message("j", PAIRS_FROM_MSG, 2, "", "", np.array([1], dtype=np.uint64)))

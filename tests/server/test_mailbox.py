@@ -124,3 +124,25 @@ def test_a_place_read_back_after_the_coordinators_restart_numbers_what_it_queued
     # a later resume of that stream is an ordinary one
     resumed, again = box.attach(resume=True, received=58)
     assert again == 2 and drain(box, resumed) == ["s2", "s3"]
+
+
+def test_a_restarted_party_gets_nothing_of_before_and_its_message_ids_count_again() -> None:
+    """PullRequest.restarted: the process that comes back holds nothing of the items queued or sent
+    for the one killed, and numbers its messages from 1 again (before, its first messages were
+    skipped as already delivered)."""
+    box = Mailbox()
+    box.keeps_sent = True
+    first, _ = box.attach()
+    for i in range(3):
+        box.put(pb.PullItem(alive=pb.RunAlive(step=f"s{i}")))
+    assert box.get(0.1, first) is not None  # taken by the stream of the process killed, not confirmed
+    assert box.first_delivery(1) and not box.first_delivery(1)
+    stream = box.restart()
+    assert stream == first + 1
+    with pytest.raises(Superseded):
+        box.get(0.1, first)
+    assert box.get(0.05, stream) is None  # neither what was queued nor what was sent comes
+    assert box.first_delivery(1)
+    box.put(pb.PullItem(alive=pb.RunAlive(step="new")))
+    item = box.get(0.1, stream)
+    assert item is not None and item.alive.step == "new" and item.seq == 4

@@ -263,14 +263,16 @@ class JoinResponse(_message.Message):
     def __init__(self, session_token: _Optional[bytes] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
 
 class PullRequest(_message.Message):
-    __slots__ = ("job_id", "resume", "received")
+    __slots__ = ("job_id", "resume", "received", "restarted")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    RESTARTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     resume: bool
     received: int
-    def __init__(self, job_id: _Optional[str] = ..., resume: _Optional[bool] = ..., received: _Optional[int] = ...) -> None: ...
+    restarted: bool
+    def __init__(self, job_id: _Optional[str] = ..., resume: _Optional[bool] = ..., received: _Optional[int] = ..., restarted: _Optional[bool] = ...) -> None: ...
 
 class Roster(_message.Message):
     __slots__ = ("bundles",)

@@ -1,0 +1,288 @@
+"""A party's durable run state: what a party whose process was killed in SecureHamming needs to
+rejoin its run when started again with the same command (docs/operating.md "A party killed and
+restarted").
+
+At every SecureHamming attempt it starts, the party writes one file under its state directory's
+`runs/` (next to its privacy ledger): the run (id, session token, nonce, job spec), its own signed
+key bundle and the roster (verified again when read back), its X25519 key (the pairwise secrets
+and masks follow from it), the common seed, its step guard and transcript, its ledger account, its
+Paillier key pair, and the job's own part (XCLP: the row layout, the pairs, its encrypted bit
+slices and, on candidate pairs, the opened probe table). It is sealed with AES-256-GCM under a key
+derived by HKDF from the party's identity key, bound to the party and the job, written whole and
+renamed into place, 0600; it is deleted when the run ends (or leaves SecureHamming), whatever the
+outcome, and kept only when the process is stopped (SIGTERM, Ctrl-C) or killed, so that the same
+command can rejoin within the job's `reconnect_seconds`.
+
+Started again, the party asks the coordinator for the job's run as always; if it is the run its
+state names, it reads the state back (its data must be the same table: the digest is checked),
+opens its Pull stream with `restarted`, and the coordinator starts the next SecureHamming attempt
+with it, every pair from its first piece not folded. A state that names another run, or that
+cannot be opened with this identity key, is deleted and the party joins afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from gmpy2 import mpz
+
+from xclp.checkpoint import Saved
+from xclp.client.ledger import RunAccount, Spend
+from xclp.client.phases.seed import SeedParty
+from xclp.client.transcript import Transcript
+from xclp.crypto import aead, identity, masking
+from xclp.crypto.kdf import hkdf_sha256
+from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
+from xclp.data.prep import Scaling
+from xclp.errors import InvalidInput, ProtocolError
+from xclp.runtime import write_atomic
+from xclp.v1 import xclp_pb2 as pb
+
+if TYPE_CHECKING:
+    from xclp.client.session import PartySession
+
+RUNS_DIR = "runs"
+FORMAT = 1
+_MAGIC = b"xclp/run-state/v1"
+
+
+class RunStateFile:
+    """The sealed file of one party's run state for one job (module docstring)."""
+
+    def __init__(self, directory: Path, party_id: str, job_id: str, key: Ed25519PrivateKey) -> None:
+        name = hashlib.sha256(job_id.encode()).hexdigest()[:24]
+        self.path = Path(directory) / RUNS_DIR / f"{name}.sealed"
+        self._aad = _MAGIC + b"\x00" + party_id.encode() + b"\x00" + job_id.encode()
+        raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+        self._key = hkdf_sha256(raw, salt=b"xclp/run-state", info=_MAGIC)
+
+    def save(self, saved: Saved) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.path, aead.seal(self._key, saved.to_bytes(), aad=self._aad))
+
+    def load(self) -> Saved | None:
+        """The state, or None if there is none; InvalidInput if it cannot be opened or read."""
+        try:
+            sealed = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise InvalidInput(f"cannot read the run state {self.path}: {exc.strerror}") from None
+        try:
+            return Saved.from_bytes(aead.open_sealed(self._key, sealed, aad=self._aad), FORMAT)
+        except (aead.SealBroken, InvalidInput) as exc:
+            raise InvalidInput(f"the run state {self.path} cannot be opened with this party's identity key for "
+                               f"this job ({exc})") from None
+
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def snapshot(session: PartySession, token: bytes) -> Saved | None:
+    """What `session` needs to rejoin its run, or None where its job cannot go on from here."""
+    job, roster, seed, signed = session.job, session.roster, session.seed, session.signed
+    keypair, account = session.config.paillier, session.account
+    if job is None or roster is None or seed is None or seed.seed is None or signed is None or keypair is None:
+        return None
+    part = job.saved()
+    if part is None:
+        return None
+    job_meta, arrays = part
+    meta: dict[str, Any] = {
+        "format": FORMAT, "run_id": session.run_id, "token": token.hex(), "nonce": session.run_nonce.hex(),
+        "spec": session.spec.SerializeToString().hex(), "signed": [signed.bundle.hex(), signed.signature.hex()],
+        "roster": [[b.hex(), s.hex()] for b, s in session.roster_signed],
+        "x25519": session.x25519.private_bytes_raw().hex(), "seed": seed.seed.hex(),
+        "seed_participants": list(seed.participants), "participants": list(session.participants),
+        "guard": {step: [attempt, sorted(members)] for step, (attempt, members) in session.guard.last.items()},
+        "transcript": session.transcript.state(), "data": session.data_digest.hex(),
+        "paillier": {"n": str(keypair.public.n), "h_s": str(keypair.public.h_s),
+                     "exponent_bits": keypair.public.exponent_bits, "p": str(keypair.p), "q": str(keypair.q)},
+        "job": job_meta}
+    if account is not None:
+        meta["account"] = {"run": account.run, "charged": account.charged,
+                           "spends": [{**asdict(s), "rdp": list(s.rdp) if s.rdp is not None else None}
+                                      for s in account.spends],
+                           "curves": {k: list(v) for k, v in account.curves.items()}}
+    scaling = session.prep.scaling if session.prep is not None else None
+    if scaling is not None:
+        meta["scaling"] = {"standardise": scaling.standardise, "impute": scaling.impute}
+        arrays = arrays | {"scaling.mean": scaling.mean, "scaling.std": scaling.std, "scaling.kept": scaling.kept}
+    return Saved(meta, arrays)
+
+
+def paillier_of(meta: dict[str, Any]) -> PaillierKeypair:
+    k = meta["paillier"]
+    public = PaillierPublicKey(mpz(k["n"]), mpz(k["h_s"]), int(k["exponent_bits"]))
+    return PaillierKeypair(public, mpz(k["p"]), mpz(k["q"]))
+
+
+def account_of(meta: dict[str, Any], session: PartySession, data: bytes) -> RunAccount | None:
+    """The run's ledger account as it was (its charge keys and whether they were charged: a
+    restarted party never charges its run twice)."""
+    saved, ledger = meta.get("account"), session.config.ledger
+    if saved is None or ledger is None:
+        return None
+    spends = tuple(Spend(**{**s, "rdp": tuple(s["rdp"]) if s["rdp"] is not None else None}) for s in saved["spends"])
+    return RunAccount(ledger, data, session.config.job_id, saved["run"], spends, bool(saved["charged"]),
+                      {k: tuple(v) for k, v in saved["curves"].items()})
+
+
+def scaling_of(saved: Saved) -> Scaling | None:
+    how = saved.meta.get("scaling")
+    if how is None:
+        return None
+    a = saved.arrays
+    return Scaling(a["scaling.mean"], a["scaling.std"], a["scaling.kept"].astype(bool), bool(how["standardise"]),
+                   bool(how["impute"]))
+
+
+def restore_keys(session: PartySession, saved: Saved) -> None:
+    """The run's keys, roster (verified again against the pinned allow-list), seed, guard and
+    transcript back into a session at the Challenge (PartySession.rejoin)."""
+    meta, config = saved.meta, session.config
+    session.run_nonce = bytes.fromhex(meta["nonce"])
+    session.x25519 = X25519PrivateKey.from_private_bytes(bytes.fromhex(meta["x25519"]))
+    session.signed = identity.SignedBundle(*(bytes.fromhex(v) for v in meta["signed"]))
+    signed = [identity.SignedBundle(bytes.fromhex(b), bytes.fromhex(s)) for b, s in meta["roster"]]
+    session.roster_signed = [(b.bundle, b.signature) for b in signed]
+    roster = session.roster = identity.verify_roster(signed, job_id=config.job_id, own=session.signed,
+                                                     allowed=config.peers)
+    if any(b.nonce != session.run_nonce for b in roster.bundles) or \
+            masking.public_bytes(session.x25519) != roster.bundle(config.party_id).x25519_public:
+        raise ProtocolError("the saved run state does not match its own roster")
+    session.pair_secrets = {b.party_id: masking.shared_secret(session.x25519, b.x25519_public)
+                            for b in roster.bundles if b.party_id != config.party_id}
+    session.masker = masking.PairwiseMasker(config.party_id, session.pair_secrets, roster.session_id)
+    session.transcript = Transcript.restored(roster.session_id, meta["transcript"])
+    seed = session.seed = SeedParty(config.party_id, roster.session_id, session.pair_secrets, session,
+                                    session.progress)
+    seed.seed, seed.participants = bytes.fromhex(meta["seed"]), tuple(meta["seed_participants"])
+    session.participants = tuple(meta["participants"])
+    session.guard.last = {step: (int(attempt), frozenset(members))
+                          for step, (attempt, members) in meta["guard"].items()}
+
+
+def spec_of(meta: dict[str, Any]) -> pb.JobSpec:
+    spec = pb.JobSpec()
+    spec.ParseFromString(bytes.fromhex(meta["spec"]))
+    return spec
+
+
+def slices_array(slices: bytes | None) -> dict[str, np.ndarray]:
+    return {} if slices is None else {"slices": np.frombuffer(slices, dtype=np.uint8)}
+
+
+def _file(session: PartySession) -> RunStateFile | None:
+    """Where the session's run state goes: beside its privacy ledger (none without one)."""
+    config = session.config
+    if config.ledger is None:
+        return None
+    return RunStateFile(config.ledger.directory, config.party_id, config.job_id, config.identity)
+
+
+def checkpoint(session: PartySession) -> None:
+    """Write the session's run state again (its job asks, PartyContext.checkpoint), or delete it
+    once its job can no longer go on from where it is. Never fails the run: a state that cannot
+    be written is said once, and the run goes on without it."""
+    file = _file(session)
+    token = session.conn.token if session._conn is not None else None
+    if file is None or token is None:
+        return
+    try:
+        saved = snapshot(session, token)
+        if saved is None:
+            file.delete()
+        else:
+            file.save(saved)
+    except OSError as exc:
+        if not session.state_unsaved:
+            session.progress(f"WARNING: cannot write the run state {file.path} ({exc.strerror}): if this process "
+                             "is killed it cannot rejoin the run")
+        session.state_unsaved = True
+
+
+def kept(session: PartySession) -> bool:
+    """The process is stopped (SIGTERM, Ctrl-C) while its run goes on: the state stays, said so."""
+    file = _file(session)
+    if file is None or not file.path.exists():
+        return False
+    session.progress(f"the run state is kept in {file.path}: the same command within the job's reconnect_seconds "
+                     "rejoins the run")
+    return True
+
+
+def forget(session: PartySession) -> None:
+    """The run is over for this party (done, failed, or it stopped with an error): its state goes."""
+    file = _file(session)
+    if file is not None:
+        file.delete()
+
+
+def saved_for(session: PartySession, challenge: pb.ChallengeResponse) -> Saved | None:
+    """The saved state of the run the coordinator offers, if this party has one; a state of another
+    run, or one that cannot be opened, is deleted (said so) and the party joins afresh."""
+    from xclp.client.ledger import data_digest
+
+    session.data_digest = data_digest(session.data)
+    file = _file(session)
+    if file is None:
+        return None
+    try:
+        saved = file.load()
+    except InvalidInput as exc:
+        session.progress(f"WARNING: {exc}: deleted; joining afresh")
+        file.delete()
+        return None
+    if saved is None:
+        return None
+    if saved.meta.get("run_id") != challenge.run_id or bytes.fromhex(saved.meta["nonce"]) != challenge.run_nonce \
+            or spec_of(saved.meta) != challenge.spec:
+        session.progress(f"a saved state of run {saved.meta.get('run_id')!r} is here, but that run is over (the "
+                         f"coordinator offers run {challenge.run_id or 'none'}): deleted; joining afresh")
+        file.delete()
+        return None
+    if saved.meta["data"] != session.data_digest.hex():
+        file.delete()
+        raise InvalidInput(f"this party's table is not the one it ran run {challenge.run_id} with: it cannot rejoin "
+                           "that run (its state is deleted); the coordinator drops it after reconnect_seconds")
+    return saved
+
+
+def rejoin(session: PartySession, saved: Saved) -> bytes:
+    """Rebuild `session` at its run's SecureHamming from `saved` (PartySession._run) and return
+    its session token. A friend of the session: it sets what the session's Join would have."""
+    from dataclasses import replace
+
+    from xclp.client.phases.prepare import Preparation
+    from xclp.client.run_config import PartyStage
+    from xclp.client.workers import make_executor
+    from xclp.v1 import registry
+
+    meta = saved.meta
+    session.config = replace(session.config, paillier=paillier_of(meta))
+    restore_keys(session, saved)
+    assert session.params is not None and session.roster is not None
+    session.params = session.params.for_rows(sum(b.rows for b in session.roster.bundles))
+    session.account = account_of(meta, session, session.data_digest)
+    session.stage = PartyStage.SEEDED
+    session._executor = make_executor(session.config.workers) if session.params.paillier is not None else None
+    scaling = scaling_of(saved)
+    if scaling is not None:
+        prep = session.prep = Preparation(session._context())
+        prep.scaling = scaling
+        session.data = prep.prepared()
+    restored = getattr(registry.get(session.job_type).party_class(), "restored", None)
+    if restored is None:
+        raise ProtocolError(f"a {session.job_type} job does not resume")
+    session.job = restored(session._context(), meta["job"], saved.arrays)
+    session.progress(f"restarted: rejoining run {session.run_id} of job {session.config.job_id} from its saved "
+                     "state")
+    return bytes.fromhex(meta["token"])

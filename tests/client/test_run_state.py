@@ -1,0 +1,93 @@
+"""A party's sealed run state (client/run_state.py): what a party killed in SecureHamming rejoins
+its run with. Sealed under its identity key, bound to the party and the job, private, and never
+read back for another run or another table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import party_data
+from xclp.checkpoint import Saved
+from xclp.client import run_state
+from xclp.client.connection import ConnectionConfig
+from xclp.client.ledger import Ledger, data_digest
+from xclp.client.run_config import RunConfig
+from xclp.client.run_state import RunStateFile
+from xclp.client.session import PartySession
+from xclp.errors import InvalidInput
+from xclp.v1 import xclp_pb2 as pb
+
+SECRET = b"\x8f" * 24  # stands for the Paillier key, the seed, the X25519 key
+
+
+def state(meta: dict | None = None) -> Saved:
+    return Saved({"format": run_state.FORMAT, "run_id": "7", "nonce": (b"n" * 16).hex(),
+                  "spec": pb.JobSpec(job_id="x", job_type="xclp").SerializeToString().hex(), **(meta or {})},
+                 {"slices": np.frombuffer(SECRET, dtype=np.uint8)})
+
+
+def test_the_run_state_is_sealed_private_and_bound_to_the_party_and_the_job(keys, tmp_path: Path) -> None:
+    file = RunStateFile(tmp_path, "a", "x", keys["a"])
+    file.save(state())
+    raw = file.path.read_bytes()
+    assert SECRET not in raw and b"run_id" not in raw  # nothing readable at rest
+    assert file.path.stat().st_mode & 0o777 == 0o600
+    assert file.load().arrays["slices"].tobytes() == SECRET  # type: ignore[union-attr]
+    for other in (RunStateFile(tmp_path, "a", "x", keys["b"]),  # another identity key
+                  RunStateFile(tmp_path, "b", "x", keys["a"])):  # another party name, the same file
+        other.path = file.path
+        with pytest.raises(InvalidInput, match="cannot be opened with this party's identity key"):
+            other.load()
+    assert RunStateFile(tmp_path, "a", "y", keys["a"]).path != file.path  # one file per job
+    file.path.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # a flipped bit
+    with pytest.raises(InvalidInput, match="cannot be opened"):
+        file.load()
+    file.delete()
+    assert file.load() is None
+
+
+def session_at(keys, tmp_path: Path, seed: int = 1) -> PartySession:
+    config = RunConfig("x", "a", keys["a"], ConnectionConfig("127.0.0.1:1", insecure=True),
+                       ledger=Ledger(tmp_path, identity=keys["a"]))
+    lines: list[str] = []
+    session = PartySession(config, party_data(seed, n=12), progress=lines.append)
+    session.said = lines  # type: ignore[attr-defined]
+    return session
+
+
+def challenge(run_id: str = "7") -> pb.ChallengeResponse:
+    return pb.ChallengeResponse(run_id=run_id, run_nonce=b"n" * 16, spec=pb.JobSpec(job_id="x", job_type="xclp"))
+
+
+def test_a_state_of_a_run_that_is_over_is_deleted_and_the_party_joins_afresh(keys, tmp_path: Path) -> None:
+    session = session_at(keys, tmp_path)
+    file = RunStateFile(tmp_path, "a", "x", keys["a"])
+    file.save(state({"data": data_digest(session.data).hex()}))
+    assert run_state.saved_for(session, challenge("8")) is None
+    assert not file.path.exists()
+    assert any("that run is over" in line for line in session.said)  # type: ignore[attr-defined]
+    file.save(state({"data": data_digest(session.data).hex()}))
+    got = run_state.saved_for(session, challenge("7"))  # its own run: read back
+    assert got is not None and got.meta["run_id"] == "7"
+
+
+def test_a_party_restarted_on_another_table_cannot_rejoin(keys, tmp_path: Path) -> None:
+    session = session_at(keys, tmp_path)
+    file = RunStateFile(tmp_path, "a", "x", keys["a"])
+    file.save(state({"data": data_digest(party_data(2, n=12)).hex()}))
+    with pytest.raises(InvalidInput, match="table is not the one it ran run 7 with"):
+        run_state.saved_for(session, challenge("7"))
+    assert not file.path.exists()
+
+
+def test_a_state_sealed_under_another_identity_is_deleted_and_said(keys, tmp_path: Path) -> None:
+    session = session_at(keys, tmp_path)
+    other = RunStateFile(tmp_path, "a", "x", keys["b"])
+    other.save(state({"data": data_digest(session.data).hex()}))
+    assert run_state.saved_for(session, challenge("7")) is None
+    assert not other.path.exists()
+    assert any("cannot be opened" in line and "joining afresh" in line
+               for line in session.said)  # type: ignore[attr-defined]

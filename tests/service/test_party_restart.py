@@ -1,0 +1,168 @@
+"""A party whose process is killed with SIGKILL in the middle of SecureHamming, and started again
+with the same command, rejoins its run (issue 47 item 4, "Resume"): it reads its sealed run state
+back, the coordinator starts the next attempt with it, every pair goes on from its first piece not
+folded, and every party's prediction is exactly the plaintext reference's.
+
+Party a is a real `xclp-client run` process (small_pieces_client.py: many pieces per pair); b and c
+run on threads against an in-process coordinator. b and c stop reading what a sends them after its
+fourth message of the first attempt until a has been killed, so the kill lands with a's pairs
+folded in part, whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, coordinator, job, party_data, run_parties
+from tests.helpers import save_identity, write_table
+from xclp.client.phases.secure_hamming import SecureHammingParty
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.client.run_state import RUNS_DIR, RunStateFile
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.server.phases.secure_hamming import SecureHamming
+from xclp.v1 import secure_hamming_wire as shw
+
+PARTIES = ("a", "b", "c")
+XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
+N = 30
+
+
+def wait_until(condition, seconds: float, what: str, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"party a exited ({process.returncode}) while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys, tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as party a's (small_pieces_client.py)
+    allow = allow_list(keys)
+    datas = {p: party_data(70 + i, n=N) for i, p in enumerate(PARTIES)}
+    write_table(tmp_path / "a.csv", datas["a"].X, datas["a"].y, datas["a"].ids)
+    save_identity(keys["a"], tmp_path / "a.key")
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+
+    killed = threading.Event()
+    heard: dict[str, int] = {"b": 0, "c": 0}
+    real = SecureHammingParty.on_message
+
+    def holds_on(self, message):  # b and c: a's fifth message of the first attempt waits for the kill
+        me = self.ctx.party_id
+        if message.sender == "a" and message.round == 0 and me in heard:
+            heard[me] += 1
+            if heard[me] == 5:
+                killed.wait(120)
+        return real(self, message)
+
+    monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
+    command = [sys.executable, str(Path(__file__).with_name("small_pieces_client.py")), "run", "--insecure",
+               "--job", "x", "--party", "a", "--identity", str(tmp_path / "a.key"),
+               "--peers", str(tmp_path / "allow.toml"), "--data", str(tmp_path / "a.csv"), "--id-column", "row_id",
+               "--out", str(tmp_path / "out.csv"), "--paillier-bits", "512", "--insecure-test-keys",
+               "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")]
+    config = job("x", "xclp", XCLP, min_parties=3, step_seconds=120, reconnect_seconds=60)
+    logs = [open(tmp_path / f"a{i}.log", "w") for i in range(2)]
+    state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
+    outcome: dict[str, dict] = {}
+    progress: dict[str, list[str]] = {}
+    with coordinator(allow, [config]) as (coord, address):
+        party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[0])
+        others = threading.Thread(target=lambda: outcome.update(results=run_parties(
+            address, "x", keys, {p: datas[p] for p in "bc"}, paillier=paillier, progress=progress,
+            policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
+        try:
+            others.start()
+
+            def mid_pair() -> bool:  # a's state is saved, and a pair of a's has pieces folded
+                run = coord.jobs.get("x")
+                phase = run.phase if run is not None else None
+                return state.path.exists() and isinstance(phase, SecureHamming) and any(
+                    s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
+
+            wait_until(mid_pair, 120, "a's pairs to have pieces folded", party)
+            saved = state.load()
+            assert saved is not None and saved.meta["run_id"]
+            assert (state.path.stat().st_mode & 0o777) == 0o600
+            party.send_signal(signal.SIGKILL)  # no goodbye, no finally
+            assert party.wait(30) == -signal.SIGKILL
+            assert state.path.exists()  # what the same command rejoins with
+            party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[1])
+            killed.set()
+            code = party.wait(180)
+            others.join(60)
+            assert not others.is_alive()
+        finally:
+            killed.set()
+            if party.poll() is None:
+                party.kill()
+            for log in logs:
+                log.close()
+    said = (tmp_path / "a1.log").read_text()
+    assert code == 0, said
+    assert "restarted: rejoining run" in said, said
+    assert "pieces of others kept from before" in said, said
+    assert not state.path.exists()  # deleted once the run was past SecureHamming
+    assert not os.listdir(tmp_path / "state" / RUNS_DIR)
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in "bc"), results
+    seed = results["b"].seed  # type: ignore[union-attr]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, 3, 64, GraphParams(k=4))
+    for j, p in enumerate(PARTIES[1:], start=1):
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
+    with open(tmp_path / "out.csv", newline="") as f:  # a's own predictions, from the restarted process
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
+    unlabeled = np.flatnonzero(datas["a"].y == -1)
+    assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows
+
+
+def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(keys, monkeypatch) -> None:
+    """Only SecureHamming resumes: a party whose process restarts in a later step (here: as the
+    labels step starts) is dropped at once, with why, rather than waited for; the run goes on."""
+    from xclp.client.jobs.xclp import XclpParty
+    from xclp.server import liveness
+    from xclp.v1.xclp import LABELS_STEP
+
+    allow = allow_list(keys)
+    datas = {p: party_data(80 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    real = XclpParty.on_step
+    with coordinator(allow, [job("x", "xclp", XCLP, min_parties=2, step_seconds=60, reconnect_seconds=30)]) \
+            as (coord, address):
+        def restarts(self, step):  # a's process "restarts" as the labels step reaches it
+            if self.party_id == "a" and step.step == LABELS_STEP:
+                liveness.attach(coord.jobs["x"], "a", restarted=True)
+            return real(self, step)
+
+        monkeypatch.setattr(XclpParty, "on_step", restarts)
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        run = coord.jobs["x"]
+    assert "a" in run.dropped
+    assert f"its process restarted in {LABELS_STEP!r}" in run.drop_reasons["a"], run.drop_reasons
+    assert "only SecureHamming resumes" in run.drop_reasons["a"]
+    assert all(isinstance(results[p], JobResult) for p in "bc"), results
+    assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
