@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
-from xclp.client import session
+from xclp.client import before_join
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
@@ -67,8 +67,8 @@ def test_a_party_lost_mid_securehamming_leaves_the_pairs_folded_among_the_rest_f
     """old-parties: parties of a version before this one (they do not say they can skip pairs):
     every pair among the rest runs again, as before, with the same result."""
     if not capable:
-        monkeypatch.setattr(session, "KEEPS_PAIRS", "something-else")
-        monkeypatch.setattr(session, "KEEPS_PIECES", "something-else-too")
+        monkeypatch.setattr(before_join, "KEEPS_PAIRS", "something-else")
+        monkeypatch.setattr(before_join, "KEEPS_PIECES", "something-else-too")
     attempts: list[tuple[int, set[frozenset[str]], int]] = []  # per attempt: kept pairs, pairs to run
     phases: list[SecureHamming] = []
     real_start = SecureHamming.start
@@ -111,7 +111,7 @@ def test_a_party_lost_mid_securehamming_leaves_the_pieces_folded_among_the_rest_
     one (they skip whole pairs only): such a pair starts again from its first piece."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # two ciphertexts of a 512-bit key: many pieces per pair
     if not capable:
-        monkeypatch.setattr(session, "KEEPS_PIECES", "something-else")
+        monkeypatch.setattr(before_join, "KEEPS_PIECES", "something-else")
     phases: list[SecureHamming] = []
     at_death: dict[int, int] = {}  # pair position -> pieces folded when d died
     starts: list[dict[int, tuple[int, int]]] = []  # per attempt: pair position -> (first piece, pieces)
