@@ -57,7 +57,8 @@ class RunStateFile:
     """The sealed file of one party's run state for one job (module docstring)."""
 
     def __init__(self, directory: Path, party_id: str, job_id: str, key: Ed25519PrivateKey) -> None:
-        name = hashlib.sha256(job_id.encode()).hexdigest()[:24]
+        # one per party and job: parties sharing a state directory never read each other's
+        name = hashlib.sha256(party_id.encode() + b"\x00" + job_id.encode()).hexdigest()[:24]
         self.path = Path(directory) / RUNS_DIR / f"{name}.sealed"
         self._aad = _MAGIC + b"\x00" + party_id.encode() + b"\x00" + job_id.encode()
         raw = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())

@@ -41,7 +41,8 @@ def test_the_run_state_is_sealed_private_and_bound_to_the_party_and_the_job(keys
         other.path = file.path
         with pytest.raises(InvalidInput, match="cannot be opened with this party's identity key"):
             other.load()
-    assert RunStateFile(tmp_path, "a", "y", keys["a"]).path != file.path  # one file per job
+    assert RunStateFile(tmp_path, "a", "y", keys["a"]).path != file.path  # one file per job ...
+    assert RunStateFile(tmp_path, "b", "x", keys["b"]).path != file.path  # ... and party
     file.path.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # a flipped bit
     with pytest.raises(InvalidInput, match="cannot be opened"):
         file.load()
