@@ -1,6 +1,7 @@
 """XCLP through the CLIs, once clean, once with every party's connection cut in the middle of
-SecureHamming, and once with the coordinator killed (SIGKILL) there and started again on the same
-state: what a network fault and a coordinator's crash cost.
+SecureHamming, once with the coordinator killed (SIGKILL) there and started again on the same
+state, and once with a party killed there and started again with the same command: what a network
+fault, a coordinator's crash and a party's crash cost.
 
 3 parties of sklearn's digits, split and labeled as in xclp_e2e.py, a coordinator process
 (`xclp-server serve`, TLS with a throwaway dev CA) and three `xclp-client run` processes. In the
@@ -9,6 +10,8 @@ every connection through it once SecureHamming has run for half as long as it to
 run; the parties reconnect (the job's reconnect_seconds) and go on. In the crash run the
 coordinator is killed once SecureHamming has run half as long as in the clean run and started again
 at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs").
+In the party run, party b is killed the same way and its command run again at once: it rejoins
+from its sealed run state (docs/operating.md "A party killed and restarted").
 Each run's predictions are checked against the same protocol run in one process on that run's
 common seed (the runs draw different seeds, so their predictions differ from each other by design).
 
@@ -16,12 +19,11 @@ Reported (last stdout line, JSON): per run its wall seconds (party processes sta
 exited), SecureHamming seconds and attempts, who was dropped, whether its predictions equal the
 in-process run's; the cut or kill made and, for the crash, the pieces the restarted coordinator
 kept and redid (its SecureHamming seconds and attempts are those after the restart: the attempt in
-flight at the crash was never recorded); and wall_ratio = faulty / clean for each (goal <= 1.2).
+flight at the crash was never recorded); for the party's crash, the pieces the coordinator kept
+for the restarted party's attempt; and wall_ratio = faulty / clean for each (goal <= 1.2).
 
-What this does not cover yet: a party's process killed and started again (it cannot rejoin: its
-run's state lives in its memory).
-
-Usage: python benchmarks/xclp_faults.py [--quick]   (--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
+Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,party]
+(--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ def say(message: str) -> None:
 
 
 def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int, key_bits: int,
-            cut_after: float | None, kill_after: float | None = None) -> dict[str, Any]:
+            cut_after: float | None, kill_after: float | None = None,
+            party_after: float | None = None) -> dict[str, Any]:
     """A whole run through the CLIs; with `cut_after`, every connection is cut that many seconds
-    into SecureHamming; with `kill_after`, the coordinator is killed then and started again."""
+    into SecureHamming; with `kill_after`, the coordinator is killed then and started again; with
+    `party_after`, party b is."""
     insecure = key_bits < 2048
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
@@ -70,11 +74,11 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     proxy = Proxy(f"127.0.0.1:{port}") if cut_after is not None else None
     dial = int(proxy.address.rsplit(":", 1)[1]) if proxy is not None else port
     started = time.perf_counter()
-    procs = [subprocess.Popen(run_command(work, dial, "faults", p, "--data", str(work / f"{p}.csv"),
-                                          "--id-column", "row_id", "--paillier-bits", str(key_bits),
-                                          "--out", str(work / "out" / p), "--debug-dump-seed", str(work / f"{p}.seed"),
-                                          *(["--insecure-test-keys"] if insecure else [])),
-                              stderr=open(work / f"{p}.log", "w"), env=env) for p in PARTIES]
+    commands = {p: run_command(work, dial, "faults", p, "--data", str(work / f"{p}.csv"), "--id-column", "row_id",
+                               "--paillier-bits", str(key_bits), "--out", str(work / "out" / p),
+                               "--debug-dump-seed", str(work / f"{p}.seed"), "--state", str(work / "state" / p),
+                               *(["--insecure-test-keys"] if insecure else [])) for p in PARTIES}
+    procs = [subprocess.Popen(commands[p], stderr=open(work / f"{p}.log", "w"), env=env) for p in PARTIES]
     cut_at: list[float] = []
     servers = [server]
     if proxy is not None and cut_after is not None:
@@ -83,7 +87,15 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     if kill_after is not None:
         threading.Thread(target=kill_in_secure_hamming, args=(work, env, port, servers, kill_after, cut_at),
                          daemon=True).start()
+    killer = None
+    if party_after is not None:
+        killer = threading.Thread(target=kill_party_in_secure_hamming,
+                                  args=(work, env, procs, commands, party_after, cut_at), daemon=True)
+        killer.start()
     codes = [proc.wait() for proc in procs]
+    if killer is not None:  # the party killed, then its command again: wait for that one
+        killer.join()
+        codes = [proc.wait() for proc in procs]
     wall = time.perf_counter() - started
     servers[-1].wait(60)
     if proxy is not None:
@@ -92,8 +104,10 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
         raise SystemExit(f"{name}: a party failed ({codes}); logs in {work}")
     summary = json.loads((work / "summary.json").read_text())
     hamming = summary["steps"]["secure_hamming"]
+    fault = ("coordinator killed" if kill_after is not None else "party b killed" if party_after is not None
+             else "connections cut")
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
-        + (f", {'coordinator killed' if kill_after is not None else 'connections cut'} {cut_at[0]:.1f}s into it"
+        + (f", {fault} {cut_at[0]:.1f}s into it"
            if cut_at else ""))
     seed = (work / "a.seed").read_bytes()
     with process_pool() as pool:
@@ -105,6 +119,14 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     out = {"wall_seconds": round(wall, 3), "secure_hamming_seconds": round(hamming["seconds"], 3),
            "secure_hamming_attempts": hamming["rounds"], "dropped": summary.get("dropped", {}),
            "parties_reconnected": reconnected, "predictions_equal_in_process": same}
+    if party_after is not None:
+        said = (work / "b-restarted.log").read_text()
+        kept = re.search(r"SecureHamming attempt \d+: .*; (\d+) pieces; (?:(\d+) pairs, )?(\d+) pieces of others "
+                         r"kept from before", said)
+        return out | {"killed_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None,
+                      "rejoined": "restarted: rejoining run" in said,
+                      "pieces_done_after_restart": int(kept.group(1)) if kept else None,
+                      "pieces_kept": int(kept.group(3)) if kept else 0}
     if kill_after is None:
         return out | {"cut_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None}
     restarted = (work / "coordinator-restarted.log").read_text()
@@ -138,6 +160,22 @@ def kill_in_secure_hamming(work: Path, env: dict[str, str], port: int, servers: 
     servers.append(serve(work, env, port, "coordinator-restarted.log")[0])
 
 
+def kill_party_in_secure_hamming(work: Path, env: dict[str, str], procs: list[subprocess.Popen],
+                                  commands: dict[str, list[str]], after: float, killed_at: list[float]) -> None:
+    """Once the coordinator's log says SecureHamming started, wait `after` seconds, SIGKILL party b
+    and run its command again at once (its log: b-restarted.log)."""
+    while "step secure_hamming attempt 0 started" not in (work / "coordinator.log").read_text(errors="replace"):
+        time.sleep(0.2)
+    began = time.perf_counter()
+    time.sleep(after)
+    at = PARTIES.index("b")
+    procs[at].send_signal(signal.SIGKILL)
+    procs[at].wait(30)
+    killed_at.append(time.perf_counter() - began)
+    say(f"party b killed {killed_at[0]:.1f}s into SecureHamming; running its command again")
+    procs[at] = subprocess.Popen(commands["b"], stderr=open(work / "b-restarted.log", "w"), env=env)
+
+
 def cut_in_secure_hamming(log: Path, proxy: Proxy, after: float, cut_at: list[float]) -> None:
     """Once the coordinator's log says SecureHamming started, wait `after` seconds and cut."""
     while "step secure_hamming attempt 0 started" not in log.read_text(errors="replace"):
@@ -154,13 +192,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, help="rows per party (above 599: digits drawn again with jitter, as "
                     "xclp_scale.py does)")
     ap.add_argument("--lsh-bits", type=int, help="L (default 1024, 256 with --quick)")
-    ap.add_argument("--cases", default="cut,crash", help="faulty runs beside the clean one: cut, crash (default both)")
+    ap.add_argument("--cases", default="cut,crash,party",
+                    help="faulty runs beside the clean one: cut, crash, party (default all three)")
     args = ap.parse_args()
     rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
     rows, lsh_bits = args.rows or rows, args.lsh_bits or lsh_bits
     cases = {c.strip() for c in args.cases.split(",") if c.strip()}
-    if cases - {"cut", "crash"}:
-        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash'}))}")
+    if cases - {"cut", "crash", "party"}:
+        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash', 'party'}))}")
     X, y = load_digits_data()
     rng = public_rng(7, "benchmark/xclp-e2e/split")
     if rows * len(PARTIES) > y.size:  # more rows than digits has: jittered repeats
@@ -184,6 +223,9 @@ def main() -> None:
     if "crash" in cases:
         crash = out["coordinator_killed_mid_secure_hamming"] = one_run("crash", data, lsh_bits, key_bits, None, half)
         out["wall_ratio_coordinator_killed"] = round(crash["wall_seconds"] / clean["wall_seconds"], 3)
+    if "party" in cases:
+        party = out["party_killed_mid_secure_hamming"] = one_run("party", data, lsh_bits, key_bits, None, None, half)
+        out["wall_ratio_party_killed"] = round(party["wall_seconds"] / clean["wall_seconds"], 3)
     out["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 
