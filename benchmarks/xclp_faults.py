@@ -121,12 +121,13 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
            "parties_reconnected": reconnected, "predictions_equal_in_process": same}
     if party_after is not None:
         said = (work / "b-restarted.log").read_text()
-        kept = re.search(r"SecureHamming attempt \d+: .*; (\d+) pieces; (?:(\d+) pairs, )?(\d+) pieces of others "
-                         r"kept from before", said)
+        attempt = re.search(r"SecureHamming attempt \d+: [^;]*; (\d+) pieces(?:; (?:(\d+) pairs)?(?:, )?"
+                            r"(?:(\d+) pieces of others)? kept from before)?", said)
         return out | {"killed_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None,
                       "rejoined": "restarted: rejoining run" in said,
-                      "pieces_done_after_restart": int(kept.group(1)) if kept else None,
-                      "pieces_kept": int(kept.group(3)) if kept else 0}
+                      "pieces_done_after_restart": int(attempt.group(1)) if attempt else None,
+                      "pairs_kept_whole": int(attempt.group(2) or 0) if attempt else 0,
+                      "pieces_kept": int(attempt.group(3) or 0) if attempt else 0}
     if kill_after is None:
         return out | {"cut_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None}
     restarted = (work / "coordinator-restarted.log").read_text()

@@ -122,11 +122,11 @@ class XclpParty(PartyJob):
     # --- a restart (client/run_state.py) ------------------------------------------------------
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """In SecureHamming (from its first attempt until the graph layout): the row layout, the
-        attempt, the pairs, this party's encrypted bit slices and, on candidate pairs, the opened
-        probe table; everything else is recomputed from the data and the seed."""
+        """In SecureHamming (from its pairs until the graph layout): the row layout, the attempt, the
+        pairs, this party's encrypted bit slices once it has them and, on candidate pairs, the
+        opened probe table; everything else is recomputed from the data and the seed."""
         hamming = self.hamming
-        if hamming.attempt is None or self.graph:
+        if not hamming.pairs or self.graph:
             return None
         position = {p: i for i, p in enumerate(self.roster.party_ids)}
         arrays = {"pairs": np.array([[position[t.a], position[t.b]] for t in hamming.pairs],
@@ -150,7 +150,7 @@ class XclpParty(PartyJob):
         hamming = job.hamming
         hamming.codes = steps.lsh_step(job.X, ctx.seed, job.params.lsh_bits)
         hamming.on_pairs(arrays["pairs"])
-        hamming.attempt = int(meta["attempt"])
+        hamming.attempt = None if meta["attempt"] is None else int(meta["attempt"])
         if "slices" in arrays:
             hamming.slices = arrays["slices"].tobytes()
         if job.candidates is not None:
@@ -195,9 +195,10 @@ class XclpParty(PartyJob):
                           f"({self._elapsed()})")
         elif self.candidates is not None and self.candidates.handles(step.step):
             self.candidates.on_step(step)
-        elif step.step == HAMMING_STEP:
+        elif step.step == HAMMING_STEP:  # what a restarted process rejoins the next attempt with:
+            self.ctx.checkpoint()  # before the encryption (minutes at scale) ...
             self.hamming.start(step.round, members)
-            self.ctx.checkpoint()  # what a restarted process rejoins this attempt's successor with
+            self.ctx.checkpoint()  # ... and with its slices
         elif step.step == LABELS_STEP:
             if self.params.hide_label_mask:  # DESIGN §5.5: the coordinator was not to learn them
                 raise ProtocolError("the coordinator asked for the labeled rows of a job that hides the label mask")
