@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xclp.server")
 NEWS_SECONDS = 60.0  # well inside a party's idle timeout (default 900 s)
+MAX_RESTARTS = 3  # times one party's process may restart and rejoin one run
 
 
 def report(party: Party, payload: wire.Payload, now: float) -> None:
@@ -74,9 +75,14 @@ def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0,
         if party is None or (party.end_delivered and not resume) or (restarted and party.ended):
             raise NotAuthorized(f"party {party_id!r} has no open place in job {run.config.job_id!r}")
         if restarted:
+            if party_id not in run.active:
+                raise InvalidInput(f"party {party_id!r} has no running place in job {run.config.job_id!r} to rejoin")
             stream = party.mailbox.restart()
-            party.lost_at, party.heard_at = None, run.clock()
-            run.restarted(party_id)
+            party.lost_at, party.heard_at, party.restarts = None, run.clock(), party.restarts + 1
+            # each restart costs every member the pieces in flight: a party that keeps restarting
+            # (crashing, or on purpose) is dropped rather than let hold the run back for good
+            run.restarted(party_id, f"its process restarted {party.restarts} times in the run (at most "
+                                    f"{MAX_RESTARTS})" if party.restarts > MAX_RESTARTS else "")
             return party, stream
         if resume and not (party.mailbox.streaming and RESUMES in party.capabilities):
             raise InvalidInput(f"party {party_id!r} has no Pull stream of job {run.config.job_id!r} to resume")

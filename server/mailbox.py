@@ -167,6 +167,7 @@ class Party:
     news_at: float = 0.0  # the run's clock when it was last sent a RunAlive (server/liveness.py)
     capabilities: frozenset[str] = frozenset()  # what its version understands (JoinRequest.capabilities)
     lost_at: float | None = None  # the run's clock when its Pull stream was lost; None while connected
+    restarts: int = 0  # times its process restarted and rejoined (server/liveness.py MAX_RESTARTS)
 
 
 class Post:

@@ -205,13 +205,13 @@ class Run:
             else:
                 self._drop({party_id}, reason or "disconnected")
 
-    def restarted(self, party_id: str) -> None:
+    def restarted(self, party_id: str, refused: str = "") -> None:
         """The party's process restarted (liveness.attach): its step again with it (Phase.on_restarted), or a drop."""
         step, phase = self.step, self.phase
-        if party_id in self.active and (step is None or phase is None or step.ended or party_id not in
+        if party_id in self.active and (refused or step is None or phase is None or step.ended or party_id not in
                                         step.participants or not phase.on_restarted(step, party_id)):
-            self._drop({party_id}, f"its process restarted in {step.wire if step else self.stage.value!r}, which "
-                                   "a party cannot rejoin (only SecureHamming resumes)")
+            self._drop({party_id}, refused or f"its process restarted in {step.wire if step else self.stage.value!r}, "
+                                              "which a party cannot rejoin (only SecureHamming resumes)")
 
     def tick(self, now: float) -> None:
         with self.lock:

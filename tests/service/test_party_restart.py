@@ -166,3 +166,30 @@ def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(ke
     assert "only SecureHamming resumes" in run.drop_reasons["a"]
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
     assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
+
+
+def test_a_party_that_keeps_restarting_is_dropped_after_the_third_time(keys, monkeypatch) -> None:
+    """Each restart costs every member the pieces in flight: the fourth restart of one party's
+    process in one run drops it, with why, and the others finish without it (before, a party that
+    crashed in a loop, or restarted on purpose, held the run in SecureHamming for good)."""
+    from xclp.server import liveness
+
+    allow = allow_list(keys)
+    datas = {p: party_data(90 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    real = SecureHammingParty.start
+    with coordinator(allow, [job("x", "xclp", XCLP, min_parties=2, step_seconds=60, reconnect_seconds=30)]) \
+            as (coord, address):
+        def restarts(self, attempt, members):  # a "restarts" four times as its first attempt starts
+            if self.ctx.party_id == "a" and attempt == 0:
+                for _ in range(liveness.MAX_RESTARTS + 1):
+                    liveness.attach(coord.jobs["x"], "a", restarted=True)
+            return real(self, attempt, members)
+
+        monkeypatch.setattr(SecureHammingParty, "start", restarts)
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+        run = coord.jobs["x"]
+    assert run.drop_reasons.get("a") == "its process restarted 4 times in the run (at most 3)", run.drop_reasons
+    assert all(isinstance(results[p], JobResult) for p in "bc"), results
+    assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
