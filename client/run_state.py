@@ -2,8 +2,9 @@
 rejoin its run when started again with the same command (docs/operating.md "A party killed and
 restarted").
 
-At every SecureHamming attempt it starts, the party writes one file under its state directory's
-`runs/` (next to its privacy ledger): the run (id, session token, nonce, job spec), its own signed
+At every SecureHamming attempt it starts (before it encrypts its bit slices, and again once it
+has them), the party writes one file under its state directory's `runs/` (next to its privacy
+ledger): the run (id, session token, nonce, job spec), its own signed
 key bundle and the roster (verified again when read back), its X25519 key (the pairwise secrets
 and masks follow from it), the common seed, its step guard and transcript, its ledger account, its
 Paillier key pair, and the job's own part (XCLP: the row layout, the pairs, its encrypted bit
@@ -27,7 +28,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
@@ -175,10 +175,6 @@ def spec_of(meta: dict[str, Any]) -> pb.JobSpec:
     spec = pb.JobSpec()
     spec.ParseFromString(bytes.fromhex(meta["spec"]))
     return spec
-
-
-def slices_array(slices: bytes | None) -> dict[str, np.ndarray]:
-    return {} if slices is None else {"slices": np.frombuffer(slices, dtype=np.uint8)}
 
 
 def _file(session: PartySession) -> RunStateFile | None:

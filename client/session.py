@@ -178,12 +178,13 @@ class PartySession:
         self.signed, request = join_request(self.config, challenge, params, self.data, self.x25519)
         try:
             response = conn.join(request)
+            if response.spec != challenge.spec:
+                conn.leave(self.config.party_id, "the coordinator answered Join with another spec")
+                raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
         except BaseException:
             if self._executor is not None:
                 self._executor.shutdown(cancel_futures=True)
             raise
-        if response.spec != challenge.spec:
-            raise ProtocolError("the coordinator answered Join with another job spec than its Challenge")
         self.progress(f"joined job {self.config.job_id} ({self.job_type}) as {self.config.party_id}; "
                       f"{len(response.spec.expected_parties)} parties expected")
         conn.reconnect_seconds = response.spec.reconnect_seconds

@@ -12,6 +12,7 @@ folded in part, whatever the machine's speed.
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import signal
 import subprocess
@@ -25,12 +26,14 @@ import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
 from tests.helpers import save_identity, write_table
+from xclp import candidates as cd
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.client.run_state import RUNS_DIR, RunStateFile
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
+from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.server.phases.secure_hamming import SecureHamming
@@ -51,12 +54,33 @@ def wait_until(condition, seconds: float, what: str, process: subprocess.Popen |
         time.sleep(0.05)
 
 
+def reference(datas, seed: bytes, params: dict):
+    """The plaintext reference run on `seed`: on all pairs, or on the candidate schedule the same
+    seed's centres, probes and budgets give (as tests/service/test_candidate_pairs.py builds it)."""
+    parties = [(datas[p].X, datas[p].y) for p in PARTIES]
+    if "centres" not in params:
+        return xclp_reference(parties, seed, 3, 64, GraphParams(k=4))
+    unit = {p: cd.unit_rows(datas[p].X) for p in PARTIES}
+    centres = cd.initial_centres(seed, params["centres"], unit["a"].shape[1])
+    probes = {p: cd.nearest_centres(unit[p], centres, params["probes"]) for p in PARTIES}
+    pooled = np.sum([cd.probe_table(probes[p], params["centres"]) for p in PARTIES], axis=0)
+    sizes = {p: datas[p].X.shape[0] for p in PARTIES}
+    used, budgets, _ = cd.choose_probes(pooled, sizes, list(itertools.permutations(sizes, 2)),
+                                        SlotLayout(512, 64).slots, 1.0, params["pair_budget"])
+    mask = cd.candidate_mask({p: cd.centre_lists(probes[p], used, budgets[p]) for p in PARTIES}, sizes)
+    return xclp_reference(parties, seed, 3, 64, GraphParams(k=4), candidates=mask)
+
+
 @pytest.mark.slow
-def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys, tmp_path: Path,
-                                                                             monkeypatch) -> None:
+@pytest.mark.parametrize("params, rows", [({}, N), ({"pair_budget": 0.9, "centres": 4, "probes": 1}, 4 * N)],
+                         ids=["all-pairs", "candidate-pairs"])
+def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys, tmp_path: Path, monkeypatch,
+                                                                             params, rows) -> None:
+    """candidate-pairs: the restarted party reads back the opened probe table and recomputes its
+    centre lists and schedules from it."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as party a's (small_pieces_client.py)
     allow = allow_list(keys)
-    datas = {p: party_data(70 + i, n=N) for i, p in enumerate(PARTIES)}
+    datas = {p: party_data(70 + i, n=rows) for i, p in enumerate(PARTIES)}
     write_table(tmp_path / "a.csv", datas["a"].X, datas["a"].y, datas["a"].ids)
     save_identity(keys["a"], tmp_path / "a.key")
     (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
@@ -81,7 +105,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
                "--peers", str(tmp_path / "allow.toml"), "--data", str(tmp_path / "a.csv"), "--id-column", "row_id",
                "--out", str(tmp_path / "out.csv"), "--paillier-bits", "512", "--insecure-test-keys",
                "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")]
-    config = job("x", "xclp", XCLP, min_parties=3, step_seconds=120, reconnect_seconds=60)
+    config = job("x", "xclp", XCLP | params, min_parties=3, step_seconds=120, reconnect_seconds=60)
     logs = [open(tmp_path / f"a{i}.log", "w") for i in range(2)]
     state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
     outcome: dict[str, dict] = {}
@@ -126,8 +150,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
     assert not os.listdir(tmp_path / "state" / RUNS_DIR)
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
-    seed = results["b"].seed  # type: ignore[union-attr]
-    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, 3, 64, GraphParams(k=4))
+    ref = reference(datas, results["b"].seed, params)  # type: ignore[union-attr]
     for j, p in enumerate(PARTIES[1:], start=1):
         unlabeled = datas[p].y == -1
         got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
