@@ -79,6 +79,8 @@ def attach(run: Run, party_id: str, *, resume: bool = False, received: int = 0,
                 raise InvalidInput(f"party {party_id!r} has no running place in job {run.config.job_id!r} to rejoin")
             stream = party.mailbox.restart()
             party.lost_at, party.heard_at, party.restarts = None, run.clock(), party.restarts + 1
+            log.warning("job %s: %s restarted its process and rejoins (restart %d)", run.config.job_id, party_id,
+                        party.restarts)
             # each restart costs every member the pieces in flight: a party that keeps restarting
             # (crashing, or on purpose) is dropped rather than let hold the run back for good
             run.restarted(party_id, f"its process restarted {party.restarts} times in the run (at most "
