@@ -103,8 +103,9 @@ class PullReader:
     _END = object()
 
     def __init__(self, open_stream: Callable[[bool, int], grpc.Call], *, reconnect_seconds: float = 0.0,
-                 say: Callable[[str], None] | None = None, backoff: Backoff | None = None) -> None:
-        self._open = open_stream
+                 say: Callable[[str], None] | None = None, backoff: Backoff | None = None,
+                 peek: Callable[[pb.PullItem], None] | None = None) -> None:
+        self._open, self._peek = open_stream, peek
         self._stream = open_stream(False, 0)
         self.received = 0  # the highest PullItem.seq read
         self.reconnect_seconds, self._say, self._backoff = reconnect_seconds, say, backoff or Backoff(cap=5.0)
@@ -125,6 +126,8 @@ class PullReader:
                     if 0 < item.seq <= self.received:  # sent again on a resume, and already had
                         continue
                     self.received = max(self.received, item.seq)
+                    if self._peek is not None:  # (on this thread: while the party works on the last item)
+                        self._peek(item)
                     self._queue.put(item)
             except grpc.RpcError as exc:
                 now = time.monotonic()
@@ -266,9 +269,11 @@ class Connection:
         """Take up the session of a run this party's process joined before it restarted."""
         self._token, self.reconnect_seconds = token, reconnect_seconds
 
-    def pull(self, say: Callable[[str], None] | None = None, *, restarted: bool = False) -> PullReader:
+    def pull(self, say: Callable[[str], None] | None = None, *, restarted: bool = False,
+             peek: Callable[[pb.PullItem], None] | None = None) -> PullReader:
         """The run's Pull stream, resumed after a lost connection for up to `reconnect_seconds`;
-        `restarted`: the first opening says this process restarted (PullRequest.restarted)."""
+        `restarted`: the first opening says this process restarted (PullRequest.restarted); `peek`
+        sees each item as it arrives, on the stream's thread."""
         first = [restarted]
 
         def open_stream(resume: bool, received: int) -> grpc.Call:
@@ -276,7 +281,7 @@ class Connection:
                                      restarted=first.pop() if first else False)
             return self.stub.Pull(request, metadata=self._metadata())
 
-        self._reader = PullReader(open_stream, reconnect_seconds=self.reconnect_seconds, say=say)
+        self._reader = PullReader(open_stream, reconnect_seconds=self.reconnect_seconds, say=say, peek=peek)
         return self._reader
 
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "",

@@ -194,7 +194,7 @@ class PartySession:
         """The run's Pull stream, item by item, until the job's result (or an error)."""
         reader, heartbeat, kept = None, None, False
         try:
-            reader = conn.pull(say=self.progress, restarted=restarted)
+            reader = conn.pull(say=self.progress, restarted=restarted, peek=self._peek)
             heartbeat = Heartbeat(lambda text: conn.push(text, sender=self.config.party_id, step=ALIVE_MSG, round=0,
                                                          timeout=30.0))
             joined_at = time.monotonic()
@@ -234,6 +234,12 @@ class PartySession:
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
                          self.job.rounds(), privacy_report(self.job.privacy(), self.prep, self.account,
                                                            self.progress))
+
+    def _peek(self, item: pb.PullItem) -> None:
+        """An item as it arrives, before its turn (the stream's thread): a later attempt ends work on
+        this one now (PartyJob.superseded)."""
+        if item.HasField("step") and self.job is not None:
+            self.job.superseded(item.step)
 
     def _wait(self, joined_at: float) -> tuple[float, bool]:
         """How long to wait for the coordinator's next item, and whether that is the roster deadline:

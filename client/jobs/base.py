@@ -43,6 +43,10 @@ class PartyJob:
         gets. The default bounds nothing beyond the wire's own limit."""
         return wire.DEFAULT_MAX_PAYLOAD_BYTES
 
+    def superseded(self, step: pb.StepStart) -> None:
+        """From the Pull stream's thread, as `step` arrives (before it is handled): a job whose long
+        work a later attempt makes useless may end that work now. The default does nothing."""
+
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """What the job needs to go on after the party's process restarts (client/run_state.py;
         its class's `restored` reads it back), or None where it cannot go on from (the default)."""

@@ -119,6 +119,9 @@ class XclpParty(PartyJob):
         self.hamming = SecureHammingParty(ctx, self.params, self.keypair, self.X.shape[0], lambda: self.sizes,
                                           self.candidates, self._elapsed)
 
+    def superseded(self, step: pb.StepStart) -> None:
+        self.hamming.superseded(step)
+
     # --- a restart (client/run_state.py) ------------------------------------------------------
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:

@@ -63,3 +63,30 @@ def test_a_pool_stopped_while_its_first_task_starts_its_workers_ends_every_worke
         for t in pending:  # the pool's manager thread, which the interpreter joins at exit
             t.join(30)
         assert not any(t.is_alive() for t in pending), "a worker went on with its 120 s task after the stop"
+
+
+def test_abandoned_work_ends_now_and_the_next_task_gets_a_new_pool() -> None:
+    """A later attempt began while this party's tasks ran (LocalPool.abandon): they fail at once,
+    their workers are gone, and the pool serves the next attempt's tasks with new ones."""
+    from concurrent.futures import CancelledError
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = LocalPool(2)
+    try:
+        assert not pool.abandon()  # nothing in flight: nothing ended
+        busy = [pool.submit(spin, 60) for _ in range(3)]  # two running, one queued
+        time.sleep(1.0)
+        old = list(pool._pool._processes.values())  # type: ignore[union-attr]
+        started = time.monotonic()
+        assert pool.abandon()
+        for future in busy:
+            with pytest.raises((BrokenProcessPool, CancelledError)):
+                future.result(timeout=30)
+        assert time.monotonic() - started < 30  # not the 60 s the tasks would take
+        for process in old:
+            process.join(10)
+        assert not any(p.is_alive() for p in old)
+        assert pool.submit(operator.pow, 3, 3).result(timeout=60) == 27
+        assert not pool.abandon()  # done: nothing in flight
+    finally:
+        pool.shutdown(cancel_futures=True)
