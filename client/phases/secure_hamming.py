@@ -232,8 +232,9 @@ class SecureHammingParty:
             self._relay(Relay.SLICES, 0, self.slices, self.slices_due.pop(0))
 
     def on_message(self, message: wire.Message) -> None:
-        if message.round != self.attempt or message.sender not in self.members:
-            return  # a message of an abandoned attempt
+        if message.round != self.attempt or message.sender not in self.members or (
+                self.superseded_at is not None and message.round <= self.superseded_at):
+            return  # a message of an abandoned attempt (or of one a later attempt, not begun here yet, ends)
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
         self._pair_with(message.sender)
@@ -255,16 +256,18 @@ class SecureHammingParty:
         self._maybe_done()
 
     def superseded(self, step: pb.StepStart) -> None:
-        """From the Pull stream's thread: a later attempt has started (a party dropped or restarted)
-        while this party evaluates or decrypts a piece of this one: its Paillier tasks end now
+        """From the Pull stream's thread: a later attempt has started (a party dropped or restarted).
+        If this party evaluates or decrypts a piece of this one, its Paillier tasks end now
         (LocalPool.abandon), not when done (at 3 x 4 000 rows both cores ran 16-34 s more for a
-        dead attempt). Its encryption, which every attempt reuses, is never ended."""
-        if step.step != HAMMING_STEP or self.attempt is None or step.round <= self.attempt or not self.at_work:
+        dead attempt), and what is still queued for it is skipped rather than evaluated or
+        decrypted. Its encryption, which every attempt reuses, is never ended."""
+        if step.step != HAMMING_STEP or self.attempt is None or step.round <= self.attempt:
             return
+        # every attempt up to this one is over: what is still queued for it is skipped, and a
+        # failed task of its is no error
+        self.superseded_at = self.attempt
         abandon = getattr(self.ctx.executor, "abandon", None)
-        if abandon is not None:
-            # every attempt up to this one is over: a failed task of theirs is no error
-            self.superseded_at = self.attempt
+        if abandon is not None and self.at_work:
             abandon()
 
     def _as_b(self, pair: _AsB, kind: Relay, index: int, body: bytes) -> None:

@@ -303,3 +303,24 @@ def test_each_restart_has_its_own_pairs_from_message_in_the_transcript(pair) -> 
     assert b.hamming.kept == (2, {0: 2})
     with pytest.raises(ProtocolError, match="two different values"):  # one attempt, two values: refused
         b.on_message(Message("j", PAIRS_FROM_MSG, 2, "", "", np.array([1], dtype=np.uint64)))
+
+
+def test_once_a_later_attempt_has_begun_what_is_queued_for_the_earlier_is_skipped(pair) -> None:
+    """The restart's StepStart, seen on the stream's thread (`superseded`), ends the earlier attempt
+    at once: its messages still queued before that StepStart are not evaluated or decrypted (before,
+    each party evaluated and decrypted them all, for nothing, before it began the next attempt)."""
+    from xclp.v1 import xclp_pb2 as pb
+    from xclp.v1.xclp import HAMMING_STEP
+
+    parties, link = pair
+    for p in ("b", "a"):
+        parties[p].hamming.start(0, ("a", "b"))
+    queued = link.take()  # b's seed, a's slices to b
+    slices = [(s, m, r, to) for s, m, r, to in queued if to == "b"]
+    assert slices
+    parties["b"].hamming.superseded(pb.StepStart(step=HAMMING_STEP, round=1, participants=["a", "b"]))
+    for sender, payload, round, recipient in slices:
+        deliver(parties, sender, payload, round, recipient)
+    assert link.take() == []  # no piece evaluated for the attempt that is over
+    parties["b"].hamming.start(1, ("a", "b"))  # the next attempt goes on as ever
+    assert link.take()
