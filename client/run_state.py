@@ -33,14 +33,13 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from gmpy2 import mpz
 
-from xclp.checkpoint import Saved
+from xclp.checkpoint import Saved, scaling_of, with_scaling
 from xclp.client.ledger import RunAccount, Spend
 from xclp.client.phases.seed import SeedParty
 from xclp.client.transcript import Transcript
 from xclp.crypto import aead, identity, masking
 from xclp.crypto.kdf import hkdf_sha256
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
-from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.runtime import write_atomic
 from xclp.v1 import xclp_pb2 as pb
@@ -112,11 +111,7 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
                            "spends": [{**asdict(s), "rdp": list(s.rdp) if s.rdp is not None else None}
                                       for s in account.spends],
                            "curves": {k: list(v) for k, v in account.curves.items()}}
-    scaling = session.prep.scaling if session.prep is not None else None
-    if scaling is not None:
-        meta["scaling"] = {"standardise": scaling.standardise, "impute": scaling.impute}
-        arrays = arrays | {"scaling.mean": scaling.mean, "scaling.std": scaling.std, "scaling.kept": scaling.kept}
-    return Saved(meta, arrays)
+    return with_scaling(Saved(meta, arrays), session.prep.scaling if session.prep is not None else None)
 
 
 def paillier_of(meta: dict[str, Any]) -> PaillierKeypair:
@@ -134,15 +129,6 @@ def account_of(meta: dict[str, Any], session: PartySession, data: bytes) -> RunA
     spends = tuple(Spend(**{**s, "rdp": tuple(s["rdp"]) if s["rdp"] is not None else None}) for s in saved["spends"])
     return RunAccount(ledger, data, session.config.job_id, saved["run"], spends, bool(saved["charged"]),
                       {k: tuple(v) for k, v in saved["curves"].items()})
-
-
-def scaling_of(saved: Saved) -> Scaling | None:
-    how = saved.meta.get("scaling")
-    if how is None:
-        return None
-    a = saved.arrays
-    return Scaling(a["scaling.mean"], a["scaling.std"], a["scaling.kept"].astype(bool), bool(how["standardise"]),
-                   bool(how["impute"]))
 
 
 def restore_keys(session: PartySession, saved: Saved) -> None:

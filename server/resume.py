@@ -32,9 +32,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xclp.checkpoint import FORMAT, Saved
+from xclp.checkpoint import FORMAT, Saved, scaling_of, with_scaling
 from xclp.crypto.identity import SignedBundle, session_id
-from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
 from xclp.server import liveness
 from xclp.server.admission import check_bundle
@@ -73,11 +72,7 @@ def snapshot(run: Run, token_hashes: Mapping[str, bytes], definition: tuple[str,
             "past_steps": dict(run.past_steps), "ledger": run.ledger.as_dict(), "next_message": run.post.next_id,
             "elapsed": round(run.clock() - run.started_at, 3),
             "job": job_meta}
-    if (scaling := run.scaling) is not None:
-        meta["scaling"] = {"standardise": scaling.standardise, "impute": scaling.impute}
-        arrays = arrays | {"scaling.mean": scaling.mean.copy(), "scaling.std": scaling.std.copy(),
-                           "scaling.kept": scaling.kept.copy()}
-    return Saved(meta, arrays)
+    return with_scaling(Saved(meta, arrays), run.scaling)
 
 
 def restore(saved: Saved, config: JobConfig, allow_list: Mapping[str, bytes], *, clock: Callable[[], float],
@@ -119,9 +114,7 @@ def restore(saved: Saved, config: JobConfig, allow_list: Mapping[str, bytes], *,
     run.ledger = StepLedger.of(meta["ledger"])
     run.post.skip_ids(int(meta["next_message"]) + MESSAGE_ID_GAP)
     run.started_at = now - float(meta["elapsed"])  # max_run_seconds counts the time before the crash
-    if (s := meta.get("scaling")) is not None:
-        run.scaling = Scaling(saved.arrays["scaling.mean"], saved.arrays["scaling.std"], saved.arrays["scaling.kept"],
-                              bool(s["standardise"]), bool(s["impute"]))
+    run.scaling = scaling_of(saved)
     arrays = {k: v for k, v in saved.arrays.items() if not k.startswith("scaling.")}
     with run.lock:
         run.start_restored(meta["root"], lambda: run.job.resumed(run, meta["job"], arrays))

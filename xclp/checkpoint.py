@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
 
 FORMAT = 1
@@ -40,3 +41,23 @@ class Saved:
         if not isinstance(meta, dict) or meta.get("format") != format:
             raise InvalidInput("a checkpoint of another format than this version writes")
         return cls(meta, arrays)
+
+
+def with_scaling(saved: Saved, scaling: Scaling | None) -> Saved:
+    """`saved` with the pooled preparation (DESIGN §8), if any: how in `meta["scaling"]`, the
+    vectors as arrays "scaling.*" (copies: a checkpoint is taken under a lock and written after)."""
+    if scaling is None:
+        return saved
+    meta = {**saved.meta, "scaling": {"standardise": scaling.standardise, "impute": scaling.impute}}
+    return Saved(meta, saved.arrays | {"scaling.mean": scaling.mean.copy(), "scaling.std": scaling.std.copy(),
+                                       "scaling.kept": scaling.kept.copy()})
+
+
+def scaling_of(saved: Saved) -> Scaling | None:
+    """The pooled preparation `with_scaling` wrote, or None."""
+    how = saved.meta.get("scaling")
+    if how is None:
+        return None
+    a = saved.arrays
+    return Scaling(a["scaling.mean"], a["scaling.std"], a["scaling.kept"].astype(bool), bool(how["standardise"]),
+                   bool(how["impute"]))
