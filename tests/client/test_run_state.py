@@ -92,3 +92,18 @@ def test_a_state_sealed_under_another_identity_is_deleted_and_said(keys, tmp_pat
     assert not other.path.exists()
     assert any("cannot be opened" in line and "joining afresh" in line
                for line in session.said)  # type: ignore[attr-defined]
+
+
+def test_the_pooled_scaling_goes_through_a_checkpoint_whole() -> None:
+    """The preparation both the coordinator's checkpoint and the party's run state carry
+    (xclp/checkpoint.py): read back exactly, and absent when the job prepared nothing."""
+    from xclp.checkpoint import scaling_of, with_scaling
+    from xclp.data.prep import Scaling
+
+    scaling = Scaling(np.array([0.5, -1.25]), np.array([2.0, 0.125]), np.array([True, False]), True, False)
+    back = scaling_of(Saved.from_bytes(with_scaling(state(), scaling).to_bytes()))
+    assert back is not None and (back.standardise, back.impute) == (True, False)
+    for part in ("mean", "std", "kept"):
+        np.testing.assert_array_equal(getattr(back, part), getattr(scaling, part))
+    assert back.kept.dtype == bool
+    assert scaling_of(Saved.from_bytes(with_scaling(state(), None).to_bytes())) is None
