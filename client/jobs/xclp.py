@@ -51,7 +51,7 @@ from xclp.v1.xclp import (
     XclpJobParams,
     influence_piece_columns,
 )
-from xclp.v1.xclp_layout import RowLayout
+from xclp.v1.xclp_layout import RowLayout, pairs_table
 
 T = TypeVar("T")
 
@@ -131,9 +131,7 @@ class XclpParty(PartyJob):
         hamming = self.hamming
         if not hamming.pairs or self.graph:
             return None
-        position = {p: i for i, p in enumerate(self.roster.party_ids)}
-        arrays = {"pairs": np.array([[position[t.a], position[t.b]] for t in hamming.pairs],
-                                    dtype=np.uint64).reshape(-1, 2)}
+        arrays = {"pairs": pairs_table(hamming.pairs, self.roster.party_ids)}
         if hamming.slices is not None:
             arrays["slices"] = np.frombuffer(hamming.slices, dtype=np.uint8)
         meta: dict[str, Any] = {"sizes": self.sizes, "attempt": hamming.attempt}

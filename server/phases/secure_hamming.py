@@ -34,7 +34,7 @@ from xclp.v1.secure_hamming_wire import (
     relay_bytes,
 )
 from xclp.v1.xclp import HAMMING_STEP, KEEPS_PAIRS, KEEPS_PIECES, KEPT_PAIRS_MSG, PAIRS_FROM_MSG, PAIRS_MSG
-from xclp.v1.xclp_layout import PairTask
+from xclp.v1.xclp_layout import PairTask, pairs_table
 
 log = logging.getLogger("xclp.server")
 
@@ -112,9 +112,7 @@ class SecureHamming(Phase):
         state = self.state
         if not state.pairs:
             state.pairs = steps.secure_hamming_pairs(state.membership.graph)
-            position = {p: i for i, p in enumerate(state.roster)}
-            table = np.array([[position[t.a], position[t.b]] for t in state.pairs], dtype=np.uint64).reshape(-1, 2)
-            self.scope.broadcast(PAIRS_MSG, 0, table, to=state.membership.graph)
+            self.scope.broadcast(PAIRS_MSG, 0, pairs_table(state.pairs, state.roster), to=state.membership.graph)
         members = set(state.membership.graph)
         carried = self._carried(members)  # pair position -> its pieces folded before this attempt
         among = {i: self._stream_of(t, carried.get(i, 0)) for i, t in enumerate(state.pairs)

@@ -42,6 +42,13 @@ def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
     return tuple(pairs)
 
 
+def pairs_table(pairs: Sequence[PairTask], roster: Sequence[str]) -> np.ndarray:
+    """The pairs message: uint64[m, 2] roster positions (A, B) of every pair (what the coordinator
+    sends, and what a party keeps of it in its run state)."""
+    position = {p: i for i, p in enumerate(roster)}
+    return np.array([[position[t.a], position[t.b]] for t in pairs], dtype=np.uint64).reshape(-1, 2)
+
+
 def parts_of(pairs: Sequence[PairTask], party: str, members: Sequence[str]) -> tuple[PairTask, ...]:
     """The pairs of `members` that `party` is in, in pair order: the order of the parts of its
     secure_hamming contribution (t for the pairs where it is A, its masks R where it is B)."""
