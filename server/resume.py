@@ -107,9 +107,7 @@ def restore(saved: Saved, config: JobConfig, allow_list: Mapping[str, bytes], *,
     run.active = [p for p in meta["active"] if p in run.parties]
     run.dropped, run.drop_reasons = set(meta["dropped"]), dict(meta["drop_reasons"])
     for pid in sorted(set(run.parties) - set(run.active)):  # dropped: one that comes back hears it again
-        run.parties[pid].ended = True
-        run.parties[pid].mailbox.put(pb.PullItem(end=pb.JobEnd(outcome=pb.JobEnd.DROPPED,
-                                                               reason=run.drop_reasons.get(pid, "dropped"))))
+        run._end(pid, pb.JobEnd.DROPPED, run.drop_reasons.get(pid, "dropped"))
     run.past_steps = {k: int(v) for k, v in meta["past_steps"].items()}
     run.ledger = StepLedger.of(meta["ledger"])
     run.post.skip_ids(int(meta["next_message"]) + MESSAGE_ID_GAP)
