@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from xclp.client.connection import Connection
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
-from xclp.client.ledger import RunAccount, data_digest, job_spends
+from xclp.client.ledger import RunAccount, job_spends
 from xclp.client.run_config import RunConfig
 from xclp.client.workers import worker_count
 from xclp.crypto import identity, masking
@@ -39,15 +39,15 @@ __all__ = ["account_for", "check_job_fits", "join_request"]
 
 
 def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,
-                data: PartyData, progress: Progress) -> RunAccount | None:
-    """This run in the party's ledger, its DP spends checked against the data set's budget."""
+                data: PartyData, digest: bytes, progress: Progress) -> RunAccount | None:
+    """This run in the party's ledger, its DP spends checked against the budget of the data set
+    `digest` names (client/ledger.py data_digest of `data`)."""
     ledger = config.ledger
     if ledger is None:
         return None
     notice = ledger.legacy_notice()
     if notice:
         progress(f"WARNING: {notice}")
-    digest = data_digest(data)
     account = RunAccount(ledger, digest, config.job_id, challenge.run_id or challenge.run_nonce.hex(),
                          job_spends(params, data.X.shape[1]))
     try:

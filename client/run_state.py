@@ -212,9 +212,6 @@ def forget(session: PartySession) -> None:
 def saved_for(session: PartySession, challenge: pb.ChallengeResponse) -> Saved | None:
     """The saved state of the run the coordinator offers, if this party has one; a state of another
     run, or one that cannot be opened, is deleted (said so) and the party joins afresh."""
-    from xclp.client.ledger import data_digest
-
-    session.data_digest = data_digest(session.data)
     file = _file(session)
     if file is None:
         return None

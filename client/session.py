@@ -33,7 +33,7 @@ from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.heartbeat import Heartbeat
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
-from xclp.client.ledger import RunAccount
+from xclp.client.ledger import RunAccount, data_digest
 from xclp.client.phases.prepare import Preparation
 from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import StepGuard
@@ -68,8 +68,7 @@ class PartySession:
         self.progress = progress
         self.stage = PartyStage.JOINED
         self.x25519 = masking.generate_x25519()
-        self.run_nonce, self.run_id, self.spec = b"", "", pb.JobSpec()
-        self.data_digest = b""  # the table's (client/ledger.py data_digest), once read
+        self.run_nonce, self.run_id, self.spec, self.data_digest = b"", "", pb.JobSpec(), b""  # data_digest: _load_data
         self.roster_signed: list[tuple[bytes, bytes]] = []  # the roster as signed, kept for a restart (run_state)
         self.signed: identity.SignedBundle | None = None  # signed once the run nonce is known
         self.roster: identity.Roster | None = None
@@ -159,7 +158,7 @@ class PartySession:
             token = run_state.rejoin(self, saved)
             conn.rejoin(token, challenge.spec.reconnect_seconds)
             return self._serve(conn, restarted=True)
-        self.account = account_for(self.config, conn, challenge, params, self.data, self.progress)
+        self.account = account_for(self.config, conn, challenge, params, self.data, self.data_digest, self.progress)
         keys = params.paillier
         if keys is not None and self.config.paillier is None:
             raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
@@ -258,11 +257,12 @@ class PartySession:
                                 "(no roster): giving up (an agent's join_deadline)")
 
     def _load_data(self, params: JobParams) -> None:
-        """The party's table, read for the job's parameters, checked before joining."""
+        """The party's table, read for the job's parameters and checked before joining; with a ledger, its digest."""
         if self.loader is not None:
             self.data = self.loader(params)
             self.columns = self.data.columns
         self.data = checked_table(self.data, params)
+        self.data_digest = data_digest(self.data) if self.config.ledger is not None else b""
 
     # --- transitions --------------------------------------------------------------------------
 

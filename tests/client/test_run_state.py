@@ -55,6 +55,7 @@ def session_at(keys, tmp_path: Path, seed: int = 1) -> PartySession:
                        ledger=Ledger(tmp_path, identity=keys["a"]))
     lines: list[str] = []
     session = PartySession(config, party_data(seed, n=12), progress=lines.append)
+    session.data_digest = data_digest(session.data)  # as reading the table does (PartySession._load_data)
     session.said = lines  # type: ignore[attr-defined]
     return session
 
