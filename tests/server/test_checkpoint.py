@@ -287,6 +287,7 @@ def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes
     reconnects: it is not left waiting for a run that no longer counts it."""
     from tests.service.test_hamming_restart import PARTIES as FOUR
     from tests.service.test_hamming_restart import XCLP as FOUR_PARAMS
+    from tests.service.test_hamming_restart import hold_a_pair_until_d_is_dropped
 
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)
     text = JOB.replace('["a", "b", "c"]', '["a", "b", "c", "d"]\nmin_parties = 2').replace(
@@ -305,23 +306,10 @@ def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes
             taken.append(snapshot(run, tokens, (text, str(tmp_path / "x.toml"))))
 
     monkeypatch.setattr(SecureHamming, "start", start)
-    # d dies as its SecureHamming starts, and every pair among a, b and c waits at its second piece
-    # until the coordinator has dropped d: the restart always finds pairs not folded (before, a, b and
-    # c could fold them all in the second d took to be dropped, and the restart completed at once)
-    dropped = threading.Event()
-    real_dropped, real_as_a = SecureHamming.on_dropped, SecureHammingParty._as_a
-
-    def on_dropped(self, step, gone):
-        dropped.set()
-        return real_dropped(self, step, gone)
-
-    def as_a(self, pair, kind, index, body):
-        if self.attempt == 0 and index == 1 and "d" not in (pair.task.a, pair.task.b):
-            dropped.wait(30)
-        return real_as_a(self, pair, kind, index, body)
-
-    monkeypatch.setattr(SecureHamming, "on_dropped", on_dropped)
-    monkeypatch.setattr(SecureHammingParty, "_as_a", as_a)
+    # d dies as its SecureHamming starts, and a pair among a, b and c waits at its second piece until
+    # the coordinator has dropped d: the restart always finds a pair not folded (before, a, b and c
+    # could fold them all in the second d took to be dropped, and the restart completed at once)
+    hold_a_pair_until_d_is_dropped(monkeypatch)
 
     class DiesInSecureHamming(PartySession):
         def handle(self, item) -> None:

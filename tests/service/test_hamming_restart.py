@@ -52,6 +52,29 @@ def run_with_d_dying(keys, dies: type[PartySession]):
     return datas, results, coord.jobs["x"], progress
 
 
+def hold_a_pair_until_d_is_dropped(monkeypatch) -> None:
+    """One pair among a, b and c (the first whose A gets its second piece of the first attempt)
+    waits there until the coordinator has dropped d: the restart finds that pair folded in part,
+    whatever the machine's speed."""
+    dropped, holder, chosen = threading.Event(), [], threading.Lock()
+    real_dropped, real_as_a = SecureHamming.on_dropped, SecureHammingParty._as_a
+
+    def on_dropped(self, step, gone):
+        dropped.set()
+        return real_dropped(self, step, gone)
+
+    def as_a(self, pair, kind, index, body):
+        if self.attempt == 0 and index == 1 and "d" not in (pair.task.a, pair.task.b):
+            with chosen:
+                holder[:] = holder or [pair.task]
+            if holder == [pair.task]:
+                dropped.wait(30)
+        return real_as_a(self, pair, kind, index, body)
+
+    monkeypatch.setattr(SecureHamming, "on_dropped", on_dropped)
+    monkeypatch.setattr(SecureHammingParty, "_as_a", as_a)
+
+
 def exactly_the_reference_among_abc(datas, results, run) -> None:
     """The graph, and every unlabeled row's scores, of the plaintext reference among a, b and c."""
     seed = results["a"].seed
@@ -126,26 +149,9 @@ def test_a_party_lost_mid_securehamming_leaves_the_pieces_folded_among_the_rest_
         starts.append({i: (s.first, len(s.pieces)) for i, s in self.streams.items()})
 
     monkeypatch.setattr(SecureHamming, "start", start)
-    # one pair among a, b and c waits at its second piece until d is dropped: the restart finds it
-    # folded in part whatever the machine's speed (before, the pair could be folded whole in the
-    # second d took to be dropped, and the restart kept it whole: the test failed 3 runs in 4)
-    dropped, holder, chosen = threading.Event(), [], threading.Lock()
-    real_dropped, real_as_a = SecureHamming.on_dropped, SecureHammingParty._as_a
-
-    def on_dropped(self, step, gone):
-        dropped.set()
-        return real_dropped(self, step, gone)
-
-    def as_a(self, pair, kind, index, body):
-        if self.attempt == 0 and index == 1 and "d" not in (pair.task.a, pair.task.b):
-            with chosen:
-                holder[:] = holder or [pair.task]
-            if holder == [pair.task]:
-                dropped.wait(30)
-        return real_as_a(self, pair, kind, index, body)
-
-    monkeypatch.setattr(SecureHamming, "on_dropped", on_dropped)
-    monkeypatch.setattr(SecureHammingParty, "_as_a", as_a)
+    # (before, the pair could be folded whole in the second d took to be dropped, and the restart
+    # kept it whole: the test failed 3 runs in 4)
+    hold_a_pair_until_d_is_dropped(monkeypatch)
 
     def folded_in_part(phase: SecureHamming) -> dict[int, int]:
         return {i: s.folded for i, s in phase.streams.items() if "d" not in (s.task.a, s.task.b)}
