@@ -67,16 +67,21 @@ def files_of_a(keys, tmp_path: Path) -> tuple[dict[str, bytes], dict, dict]:
     return allow, others, paillier
 
 
+def run_of_a(tmp_path: Path, address: str) -> list[str]:
+    """`xclp-client run` of party a with the files `files_of_a` wrote, on a pool of two workers."""
+    return [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
+            "--party", "a", "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
+            "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out.csv"),
+            "--paillier-bits", "512", "--insecure-test-keys", "--workers", "2", "--min-parties", "2",
+            "--state", str(tmp_path / "state")]
+
+
 @pytest.mark.slow
 def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(keys, tmp_path: Path) -> None:
     allow, others, paillier = files_of_a(keys, tmp_path)
     with coordinator(allow, [job("x", "xclp", XCLP, step_seconds=120)]) as (_, address):
         party = subprocess.Popen(
-            [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
-             "--party", "a", "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
-             "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out.csv"),
-             "--paillier-bits", "512", "--insecure-test-keys", "--workers", "2", "--min-parties", "2",
-             "--state", str(tmp_path / "state")],
+            run_of_a(tmp_path, address),
             stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             rest = on_threads(["run"], lambda _: run_parties(
@@ -110,11 +115,7 @@ def test_a_party_killed_by_sigkill_mid_securehamming_leaves_no_worker_behind(key
     allow, others, paillier = files_of_a(keys, tmp_path)
     with coordinator(allow, [job("x", "xclp", XCLP, step_seconds=120)]) as (_, address):
         party = subprocess.Popen(
-            [sys.executable, "-m", "xclp.client.cli", "run", "--coordinator", address, "--insecure", "--job", "x",
-             "--party", "a", "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
-             "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out.csv"),
-             "--paillier-bits", "512", "--insecure-test-keys", "--workers", "2", "--min-parties", "2",
-             "--state", str(tmp_path / "state")],
+            run_of_a(tmp_path, address),
             stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             on_threads(["run"], lambda _: run_parties(
