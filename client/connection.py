@@ -274,11 +274,9 @@ class Connection:
         """The run's Pull stream, resumed after a lost connection for up to `reconnect_seconds`;
         `restarted`: the first opening says this process restarted (PullRequest.restarted); `peek`
         sees each item as it arrives, on the stream's thread."""
-        first = [restarted]
-
-        def open_stream(resume: bool, received: int) -> grpc.Call:
+        def open_stream(resume: bool, received: int) -> grpc.Call:  # the first opening is the one not resumed
             request = pb.PullRequest(job_id=self.job_id, resume=resume, received=received,
-                                     restarted=first.pop() if first else False)
+                                     restarted=restarted and not resume)
             return self.stub.Pull(request, metadata=self._metadata())
 
         self._reader = PullReader(open_stream, reconnect_seconds=self.reconnect_seconds, say=say, peek=peek)
