@@ -110,8 +110,7 @@ class Run:
     # --- transitions --------------------------------------------------------------------------
 
     def decline(self, party_id: str, run_nonce: bytes, reason: pb.DeclineRequest.Reason) -> None:
-        """An expected party will not join (its call verified): the run starts without waiting for
-        it, or fails at once if the others cannot reach min_parties."""
+        """An expected party will not join (its call verified): go on without it, or fail if the rest are too few."""
         with self.lock:
             if self.stage is not Stage.JOINING:
                 raise ProtocolError(f"job {self.config.job_id!r} is past admission")
@@ -259,8 +258,7 @@ class Run:
         if self.step is not None:
             self.end_step(self.step)
         now = self.clock()
-        step = Step(name, scope.wire(name), attempt, members, now, set(members))
-        self.step = step
+        self.step = step = Step(name, scope.wire(name), attempt, members, now, set(members))
         self.activity = Activity(step.wire, attempt)
         start = pb.StepStart(step=step.wire, round=attempt, participants=list(members),
                              deadline_seconds=self.config.step_seconds)
@@ -316,8 +314,7 @@ class Run:
         if self.step is not None:
             self.end_step(self.step)
         self.step = self.phase = None
-        if self.events is not None:  # a checkpoint of the phase that ended is no longer true
-            self.events.phase_over(self)
+        self.checkpoint_stale()  # a checkpoint of the phase that ended is no longer true
         try:
             following = self._program.throw(error) if error is not None else self._program.send(result)
         except StopIteration as stop:
@@ -330,6 +327,10 @@ class Run:
             self.phase = following
             following.start()
 
+    def checkpoint_stale(self) -> None:  # its checkpoint (server/resume.py), if any, no longer says where it is
+        if self.events is not None:
+            self.events.phase_over(self)
+
     # --- internals ----------------------------------------------------------------------------
 
     def _lifecycle(self) -> Program[str]:
@@ -338,8 +339,7 @@ class Run:
         yield SeedPhase(self._root)
         self.stage = Stage.RUNNING
         if self.config.params.prepares:
-            self.scaling = yield from prepare(self._root, self.config.params, self.table_dim,
-                                          self.job.check_prepared)
+            self.scaling = yield from prepare(self._root, self.config.params, self.table_dim, self.job.check_prepared)
         return (yield from self.job.program(self))
 
     def _start(self) -> None:

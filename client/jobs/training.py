@@ -12,7 +12,9 @@ common seed the coordinator never sees (DESIGN §2.6), and keeps it in its trans
 
 What the party checks here, whatever the coordinator says (DESIGN §2):
 - every step of round t names only parties of its own sample of round t, so a coordinator
-  cannot choose the sets it would difference; rounds only move forward;
+  cannot choose the sets it would difference; rounds only move forward, but a coordinator that
+  restarted may run the current round again from its start with the same model, before this
+  party revealed anything of it (its update sum then at a later attempt among no new party);
 - one training per round: a restarted update sends the same update under fresh masks;
 - one sum per model: once this party revealed its update for a model (θ; dbcl: the released
   view), it takes part in no later round on the same model with another set of parties (two
@@ -40,6 +42,7 @@ from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.base import PartyJob
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
+from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
@@ -236,6 +239,9 @@ class RoundsParty(PartyJob):
                               f"{len(step.participants)} parties)")
 
     def _start_round(self, t: int, payload: wire.Payload) -> None:
+        if t == self.round and self.update_sum is not None:
+            self._round_again(t, payload)
+            return
         if t <= self.round:
             raise ProtocolError(f"round {t} started after round {self.round}: rounds only move forward")
         if t >= self.params.rounds:
@@ -255,6 +261,19 @@ class RoundsParty(PartyJob):
                                          releases=Noisy.DP if self.dp is not None else self._releases)
         self.trainer.open_round(scope, t, payload)
         self.ctx.progress(f"round {t}: model received")
+
+    def _round_again(self, t: int, payload: wire.Payload) -> None:
+        """A restarted coordinator runs this round again from its start (server/resume.py): the same
+        model, before this party revealed anything of the round's sum; its update sum then goes on at
+        a later attempt, where this party masks the same update (noise included) under fresh masks."""
+        assert self.update_sum is not None
+        if self.update_sum.self_masks.revealed:
+            raise ProtocolError(f"round {t} started again after this party revealed its update sum: the round's sum "
+                                "is opened once; refusing to mask its update again")
+        if payload_digest(payload) != self.model_digest:
+            raise ProtocolError(f"round {t} started again with another model than the one released for it")
+        self.ctx.progress(f"round {t}: started again by the coordinator; the same model"
+                          + (", and the same update under fresh masks" if self.update is not None else ""))
 
     def _opened(self, total: np.ndarray, attempt: int, members: tuple[str, ...]) -> None:
         """The round's update sum, recomputed here from every masked vector and seed."""

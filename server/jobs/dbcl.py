@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from xclp.dbcl import RoundView, ServerOptimiser, draw_sketches, server_step, view_size
+from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network
 from xclp.nn import Network
 from xclp.server.config import JobConfig
@@ -75,6 +76,13 @@ class DbclTrainer:
     def final_payload(self) -> np.ndarray:
         assert self.net is not None
         return np.empty(0) if self.params.withhold_model else self.net.flat
+
+    def saved(self, t: int) -> None:
+        """None: a round's view, its sketches and the optimiser's state are not saved (a crash interrupts the run)."""
+        return None
+
+    def restored(self, dim: int, arrays: Mapping[str, np.ndarray]) -> None:
+        raise InvalidInput("a DBCL run does not go on from a checkpoint")
 
 
 def dbcl_job(config: JobConfig) -> RoundsJob:

@@ -77,6 +77,15 @@ class FedavgTrainer:
         assert self.net is not None
         return self.net.flat
 
+    def saved(self, t: int) -> dict[str, np.ndarray] | None:
+        """θ_t, unless round t runs XCLP before its update (those phases do not resume)."""
+        if self.net is None or self.params.pseudo_labels_in(t) == "xclp":
+            return None
+        return {"theta": self.net.flat.copy()}
+
+    def restored(self, dim: int, arrays: Mapping[str, np.ndarray]) -> None:
+        self.net = Network(self.params.architecture(dim), arrays["theta"])  # checks its shape and values
+
 
 def fedavg_job(config: JobConfig) -> RoundsJob:
     return RoundsJob(config, FedavgTrainer(config))

@@ -79,6 +79,13 @@ class Trainer(Protocol):
     def final_payload(self) -> np.ndarray:
         """What every party gets after the last round."""
 
+    def saved(self, t: int) -> dict[str, np.ndarray] | None:
+        """What round t needs to run again from its start in a restarted coordinator (copies), or None
+        where it cannot (its model is not all the round depends on)."""
+
+    def restored(self, dim: int, arrays: Mapping[str, np.ndarray]) -> None:
+        """The model (and whatever else) as `saved` gave it, for data of `dim` features."""
+
 
 class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
     def __init__(self, config: JobConfig, trainer: Trainer) -> None:
@@ -87,6 +94,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         self.round = -1
         self.scope: Scope | None = None  # this round's scope
         self.skipped: list[int] = []
+        self.samples: tuple[tuple[str, ...], ...] = ()  # every round's sample, as the parties announced them
         self.history: list[dict[str, Any]] = []  # per round: parties, rows, seconds (no parameters)
 
     @property
@@ -121,10 +129,43 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         net = self.trainer.begin(run.dim)
         log.info("job %s: training a %s network (%d parameters) for %d rounds", self.config.job_id,
                  "-".join(map(str, net.arch.sizes)), net.arch.n_params, self.params.rounds)
-        samples: tuple[tuple[str, ...], ...] = yield Samples(run.scope, self.params.rounds, tuple(sorted(run.parties)))
-        for t in range(self.params.rounds):
+        self.samples = yield Samples(run.scope, self.params.rounds, tuple(sorted(run.parties)))
+        return (yield from self._rounds(run, 0))
+
+    def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """In round t's update sum, until its holders are asked to reveal: round t to run again from its
+        start, its sum at a later attempt among the same parties (server/resume.py); else None (a sum
+        that may have been opened is never asked for again, and the trainer's own phases do not resume)."""
+        phase, step = run.phase, run.step
+        if not isinstance(phase, MaskedSum) or self.scope is None or phase.scope is not self.scope or \
+                phase.name != training.UPDATE_STEP or phase.opening or step is None:
+            return None
+        arrays = self.trainer.saved(self.round)
+        if arrays is None:
+            return None
+        return {"round": self.round, "attempt": step.attempt, "members": list(step.participants),
+                "samples": [list(s) for s in self.samples], "skipped": list(self.skipped),
+                "history": list(self.history)}, arrays
+
+    def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
+        self.trainer.restored(run.dim, arrays)
+        self.samples = tuple(tuple(s) for s in meta["samples"])
+        self.skipped, self.history = [int(t) for t in meta["skipped"]], list(meta["history"])
+        t = int(meta["round"])
+        run.closed_scopes.update(training.scoped(s, "") for s in range(t))  # what comes for them is late
+        # past any attempt the parties can have seen since (each restart after the checkpoint lost a party)
+        attempt = int(meta["attempt"]) + len(run.parties)
+        log.warning("job %s: round %d goes on from its start, its update sum at attempt %d", self.config.job_id,
+                    t, attempt)
+        return (yield from self._rounds(run, t, tuple(meta["members"]), attempt))
+
+    def _rounds(self, run: Run, first: int, going_on: tuple[str, ...] | None = None, attempt: int = 0) \
+            -> Program[str]:
+        """Rounds `first` .. rounds − 1; a restarted coordinator's first round runs among `going_on`
+        (those still in its sum) from `attempt` on."""
+        for t in range(first, self.params.rounds):
             self.round = t
-            sample = samples[t]
+            sample = going_on if going_on is not None and t == first else self.samples[t]
             scope = self.scope = run.open_scope(training.scoped(t, ""), training.round_session(run.session_id, t),
                                                 sample, leave_on_deadline=True)
             run.changed.notify_all()
@@ -135,7 +176,8 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
                 members = yield from self.trainer.round(scope, t)
                 total: SumResult = yield MaskedSum(scope, training.UPDATE_STEP, what="update", participants=members,
                                                    wire=training.wire(self.trainer.update_size()),
-                                                   verifiable=self.trainer.verifiable)
+                                                   verifiable=self.trainer.verifiable,
+                                                   first_attempt=attempt if t == first else 0)
                 try:
                     rows = self.trainer.apply(total.value)
                 except InvalidInput as exc:

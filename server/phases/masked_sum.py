@@ -98,8 +98,9 @@ class MaskedSum(Phase):
 
     def __init__(self, scope: Scope, name: str, *, wire: WireSpec | tuple[np.dtype[Any], tuple[int, ...]],
                  what: str = "array", participants: Sequence[str] | None = None, combine: Combine = ring_total,
-                 digest_name: str | None = None, verifiable: bool = False) -> None:
+                 digest_name: str | None = None, verifiable: bool = False, first_attempt: int = 0) -> None:
         super().__init__(scope)
+        self.first_attempt = first_attempt  # past any the parties saw, when a restarted coordinator goes on
         self.name = name
         self.confirm = confirm_step(name)
         self.reveal = reveal_step(name)
@@ -120,7 +121,13 @@ class MaskedSum(Phase):
         self.configured_threshold = scope.run.config.params.share_threshold
 
     def start(self) -> None:
-        self.scope.start_step(self.name, self.participants, 0)
+        self.scope.start_step(self.name, self.participants, self.first_attempt)
+
+    @property
+    def opening(self) -> bool:
+        """Whether the holders have been asked to reveal: past that, no restart of the sum is possible
+        (a party that revealed takes part in no later attempt), so no checkpoint may hold it."""
+        return self.commitments != {} or bool(self.seeds)
 
     def _committed(self, party: str, seed: bytes, attempt: int) -> bool:
         expected = self.commitments.get(party)
@@ -189,6 +196,7 @@ class MaskedSum(Phase):
             self.commitments = {p: Confirmation.unpack(step.received[p]).commitment for p in step.participants}
             for p in step.participants:
                 self.scope.send(p, self.confirm, step.attempt, relayed)
+            self.run.checkpoint_stale()  # a restarted coordinator must never ask again for what is revealed now
             self.scope.start_step(self.reveal, step.participants, step.attempt)
             return
         if step.name == self.reveal:

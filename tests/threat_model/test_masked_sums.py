@@ -129,6 +129,16 @@ def test_a_repeated_attempt_with_the_same_parties_is_refused(keys, paillier, mon
 
     attack(monkeypatch, target, on_complete=again)
     results, rec, _ = run_target(keys, target, paillier)
+    if target.step.endswith(".update"):
+        # a training round's update sum may go on among the same parties, as after its coordinator
+        # restarted (client/policy.py): each attempt masks the same update (noise included) under
+        # fresh masks and none is opened but the latest; in a loop, the parties stop at the fourth
+        for p in PARTIES:
+            assert isinstance(results[p], ProtocolError), results[p]
+            assert "restarted among the same parties 4 times (at most 3" in str(results[p]), results[p]
+        assert all(pushed(rec, target.step, a) == set(PARTIES) for a in range(4))
+        assert pushed(rec, target.step, 4) == set() and pushed(rec, target.step + "_reveal") == set()
+        return
     for p in PARTIES:
         assert isinstance(results[p], ProtocolError) and "strictly fewer participants" in str(results[p]), results[p]
     assert pushed(rec, target.step, 1) == set() and pushed(rec, target.step + "_reveal") == set()

@@ -289,3 +289,48 @@ def test_honest_rounds_move_every_partys_chain(keys, monkeypatch) -> None:
     assert {k[3] for k in rec.seen if k[1] == "r0.attest"} == {"a", "b"}
     assert ("t", "r1.update", 0, "c") in rec.seen and ("t", "r2.update", 0, "c") in rec.seen
     assert all(np.array_equal(r.aggregate, final) for r in results.values())
+
+
+@pytest.mark.parametrize("when", ["opened", "another_model"])
+def test_a_round_run_again_is_taken_only_before_its_sum_opened_and_with_its_model(keys, monkeypatch,
+                                                                                  when: str) -> None:
+    """Attack (posing as a coordinator that restarted, server/resume.py): round 0 run again from its
+    start among the same parties. Once its sum opened ("opened": the coordinator runs it again after
+    every party revealed), a second opening over θ₀ among the same set would let the two sums be
+    differenced against fresh noise, or be averaged; each party refuses to mask its update again.
+    Before any reveal, but with another model ("another_model": θ₀ nudged), the round would train
+    twice, on two models a hair apart: each party refuses that model."""
+    from xclp.server.phases.masked_sum import MaskedSum
+
+    real_open, real_complete = MaskedSum._open, MaskedSum.on_step_complete
+    again: list[int] = []
+
+    def rerun(self: MaskedSum, step: Step) -> None:
+        trainer = self.run.job.trainer
+        model = trainer.net.flat if when == "opened" else trainer.net.flat + 1e-6
+        self.scope.broadcast(training.MODEL_MSG, 0, model)
+        self.scope.start_step(self.name, step.participants, step.attempt + 1)
+        again.append(step.attempt + 1)
+
+    def open_(self: MaskedSum) -> None:
+        if when == "opened" and self.scope.wire(self.name) == "r0.update" and not again:
+            return rerun(self, self.masked)
+        return real_open(self)
+
+    def complete(self: MaskedSum, step: Step) -> None:
+        if when == "another_model" and step.wire == "r0.update" and not again:
+            return rerun(self, step)
+        return real_complete(self, step)
+
+    monkeypatch.setattr(MaskedSum, "_open", open_)
+    monkeypatch.setattr(MaskedSum, "on_step_complete", complete)
+    rec = Recorder()
+    datas = {p: party_data(120 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [job("t", "fedavg", FEDAVG)], observer=rec) as (_, addr):
+        results = run_parties(addr, "t", keys, datas, policy=PartyPolicy(min_parties=2))
+    refusal = ("round 0 started again after this party revealed its update sum" if when == "opened" else
+               "round 0 started again with another model than the one released for it")
+    for p in PARTIES:
+        assert isinstance(results[p], ProtocolError), (p, results[p])
+        assert refusal in str(results[p])
+    assert again == [1] and not [k for k in rec.seen if k[1] == "r0.update" and k[2] == 1]  # nothing masked again

@@ -1,0 +1,83 @@
+"""The checkpoint a coordinator writes in a training round (server/jobs/training.py, server/resume.py):
+taken while the round's update sum can still start again, never once its holders are asked to
+reveal, and read back as the round again from its start, its sum at a later attempt among the same
+parties. The checkpoints are taken as the Saver takes them, at each step of round 0's sum of a real
+run; `restore` builds the run again as a restarted coordinator does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from xclp.client.policy import PartyPolicy
+from xclp.fedavg import initial_network
+from xclp.server.phases.masked_sum import MaskedSum
+from xclp.server.resume import Saved, restore, snapshot
+from xclp.server.run import Run
+from xclp.v1 import training, wire
+from xclp.v1.registry import parse_params
+
+FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_size": 8}
+DBCL = {"n_classes": 3, "hidden": [4], "rounds": 2, "batch_size": 8}
+
+
+def checkpoints_of_round_0(keys, monkeypatch, job_type: str, params: dict):
+    """{(step, attempt): the checkpoint taken as it started, or None}, the steps running when the
+    run's checkpoint was declared stale, and the job."""
+    real_start, real_stale = Run.start_step, Run.checkpoint_stale
+    taken: dict[tuple[str, int], Saved | None] = {}
+    stale: list[str] = []
+
+    def start_step(self, scope, name, participants, attempt):
+        step = real_start(self, scope, name, participants, attempt)
+        if step.wire.startswith("r0.update"):
+            got = snapshot(self, {}, ("", ""))
+            taken[(step.wire, attempt)] = None if got is None else Saved.from_bytes(got.to_bytes())
+        return step
+
+    def checkpoint_stale(self):
+        stale.append(self.step.wire if self.step is not None else "")
+        real_stale(self)
+
+    monkeypatch.setattr(Run, "start_step", start_step)
+    monkeypatch.setattr(Run, "checkpoint_stale", checkpoint_stale)
+    config = job("t", job_type, params, reconnect_seconds=30.0)
+    datas = {p: party_data(130 + i) for i, p in enumerate(PARTIES)}
+    with coordinator(allow_list(keys), [config]) as (_, addr):
+        results = run_parties(addr, "t", keys, datas,
+                              policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))
+    assert all(not isinstance(r, BaseException) for r in results.values()), results
+    return taken, stale, config
+
+
+def test_a_round_is_saved_until_its_sum_is_opened_and_goes_on_from_its_start(keys, monkeypatch) -> None:
+    taken, stale, config = checkpoints_of_round_0(keys, monkeypatch, "fedavg", FEDAVG)
+    masked, confirm = taken[("r0.update", 0)], taken[("r0.update_confirm", 0)]
+    assert masked is not None and confirm is not None
+    assert taken[("r0.update_reveal", 0)] is None  # a sum being opened is never asked for again
+    assert "r0.update_confirm" in stale  # and the file is removed before any party is asked to reveal
+    p = parse_params("fedavg", FEDAVG)
+    theta0 = initial_network(p.architecture(8), p.seed).flat
+    for saved in (masked, confirm):
+        assert {k: saved.meta["job"][k] for k in ("round", "attempt", "members", "skipped", "history")} == \
+            {"round": 0, "attempt": 0, "members": list(PARTIES), "skipped": [], "history": []}
+        np.testing.assert_array_equal(saved.arrays["theta"], theta0)
+    run, _ = restore(masked, config, allow_list(keys), clock=lambda: 0.0)
+    assert isinstance(run.phase, MaskedSum) and run.step is not None
+    assert (run.step.wire, run.step.attempt, run.step.participants) == ("r0.update", len(PARTIES), PARTIES)
+    for party in PARTIES:  # the round's model again, then its sum at the later attempt
+        mailbox = run.parties[party].mailbox
+        items = [mailbox.get(0) for _ in range(3)]
+        [message] = [m for i in items if i is not None and i.HasField("frame")
+                     and (m := wire.Assembler().add(i.frame)) is not None]
+        assert message.step == training.scoped(0, training.MODEL_MSG)
+        np.testing.assert_array_equal(message.payload, theta0)
+        [start] = [i.step for i in items if i is not None and i.HasField("step")]
+        assert (start.step, start.round) == ("r0.update", len(PARTIES))
+
+
+def test_a_dbcl_round_is_not_saved(keys, monkeypatch) -> None:
+    """Its round's view, sketches and optimiser state are not in a checkpoint: a crash interrupts it."""
+    taken, _, _ = checkpoints_of_round_0(keys, monkeypatch, "dbcl", DBCL)
+    assert taken and all(saved is None for saved in taken.values())

@@ -1,0 +1,112 @@
+"""A coordinator killed with SIGKILL in the middle of a FedAvg round and started again on the same
+state goes on at that round (issue 47 item 4: "training resumes at the round"): the rounds before
+stand, the round runs again from its start with the same model, its update sum at a later attempt
+among the same parties under fresh masks, and the trained model is exactly the simulation's.
+
+The coordinator is a real `xclp-server serve` process (small_pieces_server.py: a checkpoint as often
+as every 0.2 s); the parties run on threads. Party a holds on to its round-1 training until the
+coordinator has been killed, so the kill lands with b's and c's masked updates in and a's not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import PARTIES, allow_list, run_parties
+from tests.helpers import blobs
+from tests.service.test_resume import free_port, saved, wait_until
+from xclp.client.jobs.fedavg import FedavgTrainer
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.crypto import identity
+from xclp.simulation import run_fedavg
+from xclp.v1.fedavg import FedavgJobParams
+
+FEDAVG = {"n_classes": 3, "hidden": [8], "rounds": 3, "local_epochs": 2, "batch_size": 8, "learning_rate": 0.1,
+          "momentum": 0.5, "pseudo_label": "none"}
+
+
+@pytest.mark.slow
+def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Path, monkeypatch) -> None:
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    params = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in FEDAVG.items())
+    (tmp_path / "t.toml").write_text(
+        'job_id = "t"\ntype = "fedavg"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
+        "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
+        f"[params]\n{params}")
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
+               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
+               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
+               "--job", str(tmp_path / "t.toml"), "--exit-when-done"]
+    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
+    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
+
+    killed = threading.Event()
+    real = FedavgTrainer.train
+
+    def holds_on(self, t, started):  # a's round-1 update: after the kill
+        if self.ctx.party_id == "a" and t == 1:
+            killed.wait(120)
+        return real(self, t, started)
+
+    monkeypatch.setattr(FedavgTrainer, "train", holds_on)
+    datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
+    progress: dict[str, list[str]] = {}
+    outcome: dict[str, dict] = {}
+    parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
+        f"127.0.0.1:{port}", "t", keys, datas, progress=progress, policy=PartyPolicy(min_parties=2))), daemon=True)
+    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
+    try:
+        parties.start()
+
+        def in_round_one() -> bool:
+            got = saved(checkpoint)
+            return got is not None and got.meta["job"]["round"] == 1
+
+        wait_until(in_round_one, 120, "a checkpoint of round 1's update sum", server)
+        before = saved(checkpoint)
+        assert before is not None
+        server.send_signal(signal.SIGKILL)
+        assert server.wait(30) == -signal.SIGKILL
+        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
+        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
+                   "the restarted coordinator to read the checkpoint back", server)
+        killed.set()
+        parties.join(180)
+        assert not parties.is_alive()
+        assert server.wait(60) == 0
+    finally:
+        killed.set()
+        if server.poll() is None:
+            server.kill()
+        for log in logs:
+            log.close()
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    said = (tmp_path / "coordinator1.log").read_text()
+    attempt = int(before.meta["job"]["attempt"]) + len(PARTIES)
+    assert f"round 1 goes on from its start, its update sum at attempt {attempt}" in said, said
+    assert f"step r1.update attempt {attempt} started with 3 parties" in said
+    assert "step r0." not in said  # round 0 stands: it is not run again
+    for p in PARTIES:
+        again = [line for line in progress[p] if line.startswith("round 1: started again by the coordinator")]
+        assert len(again) == 1, progress[p]
+        assert [r.round for r in results[p].rounds] == [0, 1, 2]  # type: ignore[union-attr]
+    assert not os.listdir(tmp_path / "state" / "runs")
+    seed = results["a"].seed  # type: ignore[union-attr]
+    sim = run_fedavg({q: (d.X, d.y) for q, d in datas.items()}, FedavgJobParams.parse(FEDAVG), seed=seed)
+    resolution = 3 * 2.0 ** -24  # each of 3 parties' update is rounded once to 2^-frac_bits
+    for p in PARTIES:
+        np.testing.assert_allclose(results[p].aggregate, sim.model.flat, rtol=0,  # type: ignore[union-attr]
+                                   atol=4 * resolution)
