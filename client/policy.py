@@ -9,12 +9,13 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
 - `check_step`, on every StepStart: at least `min_parties` participants (but in a masked sum's
   recover step, whose sum is over the attempt's larger set), always including this party; a later
   attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
-  repeated or grown set could be used to difference sums), but SecureHamming's and a training
-  round's update sum, which may also keep their set (a coordinator that restarted goes on with
-  them: each SecureHamming attempt releases, under fresh masks, only distances the coordinator
-  learns in any case; an update sum's every attempt masks the same update, noise included, under
+  repeated or grown set could be used to difference sums), but SecureHamming's, a training round's
+  update sum and SecureRowSums, which may also keep their set (a coordinator that restarted goes on
+  with them: each SecureHamming attempt releases, under fresh masks, only distances the coordinator
+  learns in any case; each attempt of those two sums masks the same value, noise included, under
   fresh masks, and the party opens one attempt only, the latest it masked, never after revealing
-  (client/phases/masked_sum.py), so the attempts it left are dead to it); nothing after the result.
+  (client/phases/masked_sum.py), so the attempts it left are dead to it; at most 3 times per sum);
+  nothing after the result.
   (An attempt travels in the wire's `round` field.)
 """
 
@@ -30,13 +31,14 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
 from xclp.v1.training import UPDATE_STEP
-from xclp.v1.xclp import HAMMING_STEP
+from xclp.v1.xclp import HAMMING_STEP, ROWSUMS_STEP
 
 # steps a restarted coordinator goes on with among the same parties (the module docstring says why)
-RESUMABLE_STEPS = (HAMMING_STEP, UPDATE_STEP)
-# how many times a round's update sum may go on among the same parties: as often as its coordinator
-# may restart in one round, not forever (a coordinator restarting it in a loop only costs the party work)
-MAX_SAME_SET_UPDATES = 3
+SAME_SET_SUMS = (UPDATE_STEP, ROWSUMS_STEP)
+RESUMABLE_STEPS = (HAMMING_STEP, *SAME_SET_SUMS)
+# how many times such a sum may go on among the same parties: as often as its coordinator may
+# restart in one sum, not forever (a coordinator restarting it in a loop only costs the party work)
+MAX_SAME_SET_SUMS = 3
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ class StepGuard:
     policy: PartyPolicy
     party_id: str
     last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (attempt, participants)
-    kept_sets: dict[str, int] = field(default_factory=dict)  # update step -> restarts among the same parties
+    kept_sets: dict[str, int] = field(default_factory=dict)  # SAME_SET_SUMS step -> restarts among the same parties
     finished: bool = False  # the job's result has arrived
     job_min_parties: int = 0  # what the job allows (its spec), to say which setting decided
 
@@ -176,9 +178,9 @@ class StepGuard:
                                     f"after "
                                     f"attempt {attempt} with {sorted(before)}: a restart must have a later attempt and "
                                     + ("no new participant" if resumable else "strictly fewer participants"))
-            if name == UPDATE_STEP and members == before:
+            if name in SAME_SET_SUMS and members == before:
                 kept = self.kept_sets[step.step] = self.kept_sets.get(step.step, 0) + 1
-                if kept > MAX_SAME_SET_UPDATES:
+                if kept > MAX_SAME_SET_SUMS:
                     raise ProtocolError(f"step {step.step!r} restarted among the same parties {kept} times (at most "
-                                        f"{MAX_SAME_SET_UPDATES}, as often as a coordinator may restart in one round)")
+                                        f"{MAX_SAME_SET_SUMS}, as often as a coordinator may restart in one sum)")
         self.last[step.step] = (step.round, members)

@@ -1,18 +1,22 @@
 """A run that survives the coordinator's crash (docs/operating.md "Resume after a crash").
 
 While a run is at a phase its job type can go on from (`CoordinatorJob.saved`: XCLP's
-SecureHamming), the coordinator writes a checkpoint at most every CHECKPOINT_SECONDS: the roster
-(every party's signed key bundle, data summary and capabilities, and a hash of its session token),
-who is in and who dropped, the step ledger, the preparation, and the job's own part (XCLP: the
-membership, the pairs' roles, each party's own nearest rows, the candidate schedule, and the
-graph's folded candidates with the pieces of each pair folded so far: O(n·k), never H). One file per
-run under the state directory's `runs/`, written whole and renamed into place, 0600; removed as
-soon as the run leaves that phase or ends, so a stale one is never read back.
+SecureHamming, and from its influence solve until SecureRowSums asks for reveals; a FedAvg round's
+update sum until it asks for reveals), the coordinator writes a checkpoint at most every
+CHECKPOINT_SECONDS: the roster (every party's signed key bundle, data summary and capabilities, and
+a hash of its session token), who is in and who dropped, the step ledger, the preparation, and the
+job's own part (XCLP: the membership, the pairs' roles, each party's own nearest rows, the
+candidate schedule, and the graph's folded candidates with the pieces of each pair folded so far,
+O(n·k), never H; past SecureHamming the graph W and the labeled rows; FedAvg: the round and its
+model). One file per run under the state directory's `runs/`, written whole and renamed into place,
+0600; removed as soon as the run leaves that phase, asks for reveals (`Run.checkpoint_stale`: a
+sum being opened is never asked for again) or ends, so a stale one is never read back.
 
 Killed and started again on the same state, the coordinator reads each running run's checkpoint
 back (`restore`): it checks every bundle again against its allow-list, this run's nonce and the
 job's spec, keeps each party's place for the job's `reconnect_seconds`, and starts the phase's next
-attempt (SecureHamming: every pair from its first piece not folded, under fresh mask seeds). The
+attempt (SecureHamming: every pair from its first piece not folded, under fresh mask seeds; past
+it, the solve again and SecureRowSums at a later attempt; a round again from its start). The
 parties' resumed Pull streams carry on from there; a party that does not come back is dropped as
 after any lost connection. A run with no checkpoint, or one that cannot be read back, ends as
 interrupted, as before. What goes on disk is what the coordinator holds anyway (the public roster,

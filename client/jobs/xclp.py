@@ -105,6 +105,7 @@ class XclpParty(PartyJob):
                 responses_name(epsilon, p.n_classes, p.hide_label_mask), draw)
         self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
         self.influence_digest = hashlib.sha256(b"xclp/influence")  # of the pieces received, in order
+        self.kept_zbar: tuple[bytes, np.ndarray | steps.NoisyRowSums] | None = None  # (digest, Z̄) before a resend
         self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
         self.started = time.monotonic()
@@ -255,6 +256,8 @@ class XclpParty(PartyJob):
                 raise ProtocolError("the coordinator sent the graph layout before this party's SecureHamming pairs "
                                     "were done")
             else:
+                if self.influence is not None:
+                    self._graph_again()
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
                 self.ctx.checkpoint()  # past SecureHamming: the run state goes
                 influence = self.influence = self._scores_of(self.y)
@@ -331,8 +334,24 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
         if self.influence_meter is not None:
             self.influence_meter.update(influence.received)
-        if influence.complete:
+        if influence.complete and self.kept_zbar is not None and self.kept_zbar[0] == self.influence_digest.digest():
+            self.zbar = self.kept_zbar[1]  # the same columns again: the same Z̄, label-DP noise included
+        elif influence.complete:
             self.zbar = influence.zbar if not self.params.label_dp else self._label_dp_release(influence)
+
+    def _graph_again(self) -> None:
+        """A restarted coordinator sends the graph layout again, and solves and sends the influence
+        columns again (server/resume.py), before this party revealed its row sums: the columns are
+        taken again from the first; if they are the same (their digest), the Z̄ made of them before
+        (label-DP noise included) is what SecureRowSums' next attempt masks, under fresh masks."""
+        if self.row_sums.self_masks.revealed:
+            raise ProtocolError("the coordinator sent the graph layout again after this party revealed its row "
+                                "sums: SecureRowSums is opened once")
+        if self.zbar is not None:
+            self.kept_zbar = (self.influence_digest.digest(), self.zbar)
+        self.zbar = None
+        self.influence_digest = hashlib.sha256(b"xclp/influence")
+        self.progress("the graph layout again (the coordinator restarted): its influence columns come again")
 
     def _scores_of(self, y: np.ndarray) -> steps.InfluenceScores:
         return steps.InfluenceScores(y, self.params.n_classes, sum(n for _, n in self.graph),

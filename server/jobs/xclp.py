@@ -98,8 +98,15 @@ def from_hamming(scope: Scope, state: XclpState, hamming: SecureHamming) -> Prog
     yield hamming
     if not state.params.hide_label_mask:
         yield LabeledSets(scope, state)
+    return (yield from from_graph(scope, state))
+
+
+def from_graph(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None = None,
+               attempt: int = 0) -> Program[tuple[str, ...]]:
+    """The run from the graph on: the influence solve and SecureRowSums, every party's row sums; a
+    restarted coordinator's sum among `going_on` (those still in it) from `attempt` on."""
     yield Distribute(scope, state)
-    total: SumResult = yield _row_sums(scope, state)
+    total: SumResult = yield _row_sums(scope, state, going_on, attempt)
     # less any lost before the sum; one lost while revealing is in it (its seed rebuilt) but gets nothing
     got = tuple(p for p in total.participants if p in scope.members)
     state.membership = dataclasses.replace(state.membership, labels=got)
@@ -183,22 +190,39 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
 
     def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """During SecureHamming, the state and the phase's folded pieces (server/resume.py); else None."""
-        phase = run.phase
-        if not isinstance(phase, SecureHamming) or phase.scope is not run.scope or self.xclp is None \
-                or phase.graph is None or phase.state is not self.xclp:
+        """What a restarted coordinator goes on from (server/resume.py): during SecureHamming, the state
+        and the phase's folded pieces; from the influence solve until SecureRowSums asks for reveals,
+        the state and the graph (the solve runs again, the sum at a later attempt); else None."""
+        phase, step, state = run.phase, run.step, self.xclp
+        if phase is None or phase.scope is not run.scope or state is None:
             return None
-        state, arrays = self.xclp.saved()
-        hamming, graph = phase.saved()
-        return {"state": state, "hamming": hamming}, arrays | {f"graph.{k}": v for k, v in graph.items()}
+        if isinstance(phase, SecureHamming) and phase.graph is not None and phase.state is state:
+            meta, arrays = state.saved()
+            hamming, graph = phase.saved()
+            return {"state": meta, "hamming": hamming}, arrays | {f"graph.{k}": v for k, v in graph.items()}
+        in_sum = isinstance(phase, MaskedSum) and phase.name == ROWSUMS_STEP and not phase.opening and step is not None
+        if not (isinstance(phase, Distribute) or in_sum):
+            return None
+        meta, arrays = state.saved()
+        graph_meta, graph = state.graph_saved()
+        going_on = {"attempt": step.attempt, "members": list(step.participants)} if in_sum and step else {}
+        return {"state": meta, "graph": graph_meta, "rowsums": going_on}, arrays | graph
 
     def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
         self.params = self.params.for_rows(sum(int(p.summary.rows) for p in run.parties.values()))
-        self.xclp = XclpState.restored(self.params, run.parties, meta["state"], arrays, self._dump)
-        graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}
-        hamming = SecureHamming.restored(run.scope, self.xclp, meta["hamming"], graph)
-        labelled = yield from from_hamming(run.scope, self.xclp, hamming)
-        return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
+        state = self.xclp = XclpState.restored(self.params, run.parties, meta["state"], arrays, self._dump)
+        if "hamming" in meta:
+            graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}
+            hamming = SecureHamming.restored(run.scope, state, meta["hamming"], graph)
+            labelled = yield from from_hamming(run.scope, state, hamming)
+        else:  # the solve again, and SecureRowSums past any attempt the parties can have seen since
+            state.graph_restored(meta["graph"], arrays)
+            sum_ = meta["rowsums"]
+            attempt = int(sum_["attempt"]) + len(run.parties) if sum_ else 0
+            log.warning("job %s: the influence columns are solved and sent again; SecureRowSums at attempt %d",
+                        self.config.job_id, attempt)
+            labelled = yield from from_graph(run.scope, state, tuple(sum_["members"]) if sum_ else None, attempt)
+        return f"labels propagated for {len(labelled)} parties over {state.frame(labelled).n} rows"
 
     def summary(self) -> dict[str, Any]:
         state, p = self.xclp, self.params
@@ -279,7 +303,7 @@ class Distribute(Work):
                  solver.stats.iterations, solver.stats.max_residual)
 
 
-def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:
+def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None = None, attempt: int = 0) -> MaskedSum:
     """SecureRowSums (paper 003 §3.2) as a masked sum whose contributions leave out the sender's rows.
     Its reveal digests bind the step's own name in every scope: in a training round the round's
     session id binds the round (client/jobs/xclp.py does the same; v0.1 parties did so)."""
@@ -296,5 +320,6 @@ def _row_sums(scope: Scope, state: XclpState) -> MaskedSum:
                 state.dump(f"rowsums-{pid}.npy", arr)
         return steps.sum_row_sums(state.frame(participants), opened, C)
 
-    return MaskedSum(scope, ROWSUMS_STEP, wire=shape, what="row sums", participants=state.membership.labels,
-                     combine=combine, digest_name=ROWSUMS_STEP)
+    members = state.membership.labels if going_on is None else tuple(p for p in going_on if p in scope.members)
+    return MaskedSum(scope, ROWSUMS_STEP, wire=shape, what="row sums", participants=members,
+                     combine=combine, digest_name=ROWSUMS_STEP, first_attempt=attempt)

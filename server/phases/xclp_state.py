@@ -109,6 +109,23 @@ class XclpState:
                 run.members[p] = membership(run.lists[p], state.sizes[p], run.probes)
         return state
 
+    def graph_saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """After SecureHamming and the labeled sets: the graph's rows, its kNN adjacency W (n·k entries)
+        and each party's labeled row numbers, what the influence solve starts from (server/resume.py)."""
+        assert self.W is not None and self.graph_layout is not None
+        meta = {"graph_layout": list(self.graph_layout.parties), "labeled": sorted(self.labeled)}
+        arrays = {f"W.{part}": getattr(self.W, part).copy() for part in ("data", "indices", "indptr")}
+        return meta, arrays | {f"labeled.{p}": idx.copy() for p, idx in self.labeled.items()}
+
+    def graph_restored(self, meta: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+        """What `graph_saved` wrote, checked against the roster's sizes."""
+        parties = tuple(meta["graph_layout"])
+        self.graph_layout = steps.RowLayout(parties, tuple(self.sizes[p] for p in parties))
+        n = self.graph_layout.n
+        self.W = sp.csr_matrix((arrays["W.data"], arrays["W.indices"], arrays["W.indptr"]), shape=(n, n))
+        self.W.check_format(full_check=True)  # ValueError: the restore fails, and the run is interrupted
+        self.labeled = {p: arrays[f"labeled.{p}"] for p in meta["labeled"]}
+
     def drop(self, parties: set[str], stage: steps.XclpStage) -> None:
         for pid in sorted(parties):
             self.membership = steps.drop_party(self.membership, pid, stage)  # PeerDropped: nobody left

@@ -129,10 +129,11 @@ def test_a_repeated_attempt_with_the_same_parties_is_refused(keys, paillier, mon
 
     attack(monkeypatch, target, on_complete=again)
     results, rec, _ = run_target(keys, target, paillier)
-    if target.step.endswith(".update"):
-        # a training round's update sum may go on among the same parties, as after its coordinator
-        # restarted (client/policy.py): each attempt masks the same update (noise included) under
-        # fresh masks and none is opened but the latest; in a loop, the parties stop at the fourth
+    if target.step.endswith(".update") or target.step == "rowsums":
+        # a training round's update sum and SecureRowSums may go on among the same parties, as after
+        # their coordinator restarted (client/policy.py): each attempt masks the same value (noise
+        # included) under fresh masks and none is opened but the latest; in a loop, the parties stop
+        # at the fourth
         for p in PARTIES:
             assert isinstance(results[p], ProtocolError), results[p]
             assert "restarted among the same parties 4 times (at most 3" in str(results[p]), results[p]
@@ -227,3 +228,32 @@ def test_the_liars_two_sums_do_not_difference_to_the_dropped_partys_counts(keys,
     attempt1 = ring_sum(np.asarray(rec.seen[("t", "sum", 1, p)]) for p in ("a", "b"))
     counts_c = flynn_counts(parse_params("flynn", FLYNN), datas["c"], seeds[0])
     assert np.mean((attempt0 - attempt1) == counts_c) < 0.01  # not even close
+
+
+def test_secure_row_sums_run_again_only_before_they_are_opened(keys, paillier, monkeypatch) -> None:
+    """Attack (posing as a coordinator that restarted after SecureHamming, server/resume.py): once
+    SecureRowSums is opened, the graph layout sent again and the sum asked for again among the same
+    parties. A second opening of Z̄ under fresh label-DP noise would average the noise away; each
+    party refuses the layout again, before any influence column or masked row sum."""
+    from xclp.server.jobs.xclp import XclpJob
+    from xclp.v1.xclp import GRAPH_MSG
+
+    target = TARGETS[2]
+    real_open = MaskedSum._open
+    again: list[int] = []
+
+    def open_(self: MaskedSum) -> None:
+        if self.name != "rowsums" or again:
+            return real_open(self)
+        state = self.run.job.xclp
+        assert isinstance(self.run.job, XclpJob) and state is not None
+        self.scope.broadcast(GRAPH_MSG, 0, state.rows(state.membership.graph))
+        self.scope.start_step(self.name, self.masked.participants, self.masked.attempt + 1)
+        again.append(self.masked.attempt + 1)
+
+    monkeypatch.setattr(MaskedSum, "_open", open_)
+    results, rec, _ = run_target(keys, target, paillier)
+    for p in PARTIES:
+        assert isinstance(results[p], ProtocolError), results[p]
+        assert "sent the graph layout again after this party revealed its row sums" in str(results[p])
+    assert again == [1] and pushed(rec, "rowsums", 1) == set()

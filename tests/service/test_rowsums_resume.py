@@ -1,0 +1,116 @@
+"""A coordinator killed with SIGKILL after SecureHamming — in the influence solve, or in SecureRowSums
+before anyone revealed — and started again on the same state goes on from the graph (issue 47 item
+4): it solves and sends the influence columns again, SecureRowSums runs at a later attempt among the
+same parties under fresh masks, and every party's scores are exactly the plaintext reference's.
+
+The coordinator is a real `xclp-server serve` process (small_pieces_server.py: a checkpoint as
+often as every 0.2 s; in the "solve" case its first process's solve never ends); the parties run on
+threads. In the "rowsums" case party a holds on to its masked row sums until the coordinator has
+been killed, so the kill lands with b's and c's in and a's not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.harness import allow_list, party_data, run_parties
+from tests.service.test_resume import PARTIES, XCLP, free_port, saved, wait_until
+from xclp.client.jobs.xclp import XclpParty
+from xclp.client.policy import PartyPolicy
+from xclp.client.run_config import JobResult
+from xclp.crypto import identity
+from xclp.crypto.paillier import PaillierKeypair
+from xclp.graph import GraphParams
+from xclp.reference import xclp_reference
+from xclp.v1 import secure_hamming_wire as shw
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["solve", "rowsums"])
+def test_a_coordinator_killed_after_securehamming_goes_on_from_the_graph(keys, tmp_path: Path, monkeypatch,
+                                                                        where: str) -> None:
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
+    allow = allow_list(keys)
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
+    (tmp_path / "x.toml").write_text(
+        'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
+        "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
+        f"[params]\n{params}")
+    port = free_port()
+    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
+               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
+               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
+               "--job", str(tmp_path / "x.toml"), "--exit-when-done"]
+    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
+    env = {**os.environ, "XCLP_TEST_SOLVE_HANGS": "1" if where == "solve" else "0"}
+    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path, env=env)
+
+    killed = threading.Event()
+    real = XclpParty._encoded_row_sums
+
+    def holds_on(self, members):  # a's first masked row sums: after the kill
+        if where == "rowsums" and self.party_id == "a" and not killed.is_set():
+            killed.wait(120)
+        return real(self, members)
+
+    monkeypatch.setattr(XclpParty, "_encoded_row_sums", holds_on)
+    datas = {p: party_data(90 + i, n=24) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    progress: dict[str, list[str]] = {}
+    outcome: dict[str, dict] = {}
+    parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
+        f"127.0.0.1:{port}", "x", keys, datas, paillier=paillier, progress=progress,
+        policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
+    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
+    try:
+        parties.start()
+
+        def past_hamming() -> bool:
+            got = saved(checkpoint)
+            return got is not None and "graph" in got.meta["job"] and bool(got.meta["job"]["rowsums"]) == (
+                where == "rowsums")
+
+        wait_until(past_hamming, 120, f"a checkpoint in the {where} phase", server)
+        before = saved(checkpoint)
+        assert before is not None
+        server.send_signal(signal.SIGKILL)
+        assert server.wait(30) == -signal.SIGKILL
+        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path, env={**env, "XCLP_TEST_SOLVE_HANGS": "0"})
+        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
+                   "the restarted coordinator to read the checkpoint back", server)
+        killed.set()
+        parties.join(180)
+        assert not parties.is_alive()
+        assert server.wait(60) == 0
+    finally:
+        killed.set()
+        if server.poll() is None:
+            server.kill()
+        for log in logs:
+            log.close()
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    said = (tmp_path / "coordinator1.log").read_text()
+    attempt = int(before.meta["job"]["rowsums"]["attempt"]) + len(PARTIES) if where == "rowsums" else 0
+    assert f"the influence columns are solved and sent again; SecureRowSums at attempt {attempt}" in said, said
+    assert f"step rowsums attempt {attempt} started with 3 parties" in said
+    assert "step secure_hamming" not in said and "step labels" not in said  # what came before stands
+    for p in PARTIES:
+        assert sum("the graph layout again (the coordinator restarted)" in line for line in progress[p]) == 1
+    assert not os.listdir(tmp_path / "state" / "runs")
+    seed = results["a"].seed  # type: ignore[union-attr]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], seed, 3, 64, GraphParams(k=4))
+    for j, p in enumerate(PARTIES):
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
