@@ -1,14 +1,14 @@
 """A run that survives the coordinator's crash (docs/operating.md "Resume after a crash").
 
 While a run is at a phase its job type can go on from (`CoordinatorJob.saved`: XCLP's
-SecureHamming, and from its influence solve until SecureRowSums asks for reveals; a FedAvg round's
-update sum until it asks for reveals), the coordinator writes a checkpoint at most every
+SecureHamming, and from its influence solve until SecureRowSums asks for reveals; a training
+round's update sum until it asks for reveals), the coordinator writes a checkpoint at most every
 CHECKPOINT_SECONDS: the roster (every party's signed key bundle, data summary and capabilities, and
 a hash of its session token), who is in and who dropped, the step ledger, the preparation, and the
 job's own part (XCLP: the membership, the pairs' roles, each party's own nearest rows, the
 candidate schedule, and the graph's folded candidates with the pieces of each pair folded so far,
-O(n·k), never H; past SecureHamming the graph W and the labeled rows; FedAvg: the round and its
-model). One file per run under the state directory's `runs/`, written whole and renamed into place,
+O(n·k), never H; past SecureHamming the graph W and the labeled rows; training: the round and its
+model, DBCL's with its optimiser state and round seed). One file per run under the state directory's `runs/`, written whole and renamed into place,
 0600; removed as soon as the run leaves that phase, asks for reveals (`Run.checkpoint_stale`: a
 sum being opened is never asked for again) or ends, so a stale one is never read back.
 

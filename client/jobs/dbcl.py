@@ -8,7 +8,9 @@ the round's masked sum. It never sees W, unless the job sends it at the end.
 
 What the party checks, beyond the rounds engine's checks:
 - every round's seed is new to this job: a repeated S_t would let parties difference W̃ across
-  rounds (paper 004 §4.4);
+  rounds (paper 004 §4.4); only the current round's own seed may come again, when a restarted
+  coordinator runs the round again from its start (with the same released model: the rounds
+  engine checks it);
 - the released parameters have exactly the shapes the job's public parameters give;
 - the final message is W, or empty when the job withholds W — nothing else.
 """
@@ -48,12 +50,14 @@ class DbclTrainer:
                                 "coordinator sends")
         if message.step != dbcl.SEED_MSG:
             raise ProtocolError(f"the coordinator sent an unknown {training.scoped(t, message.step)!r} message")
-        if t <= self.round or t in self.seeds:
-            raise ProtocolError(f"the seed of round {t} came after round {self.round} had started")
         try:
             seed = dbcl.round_seed_payload(message.payload, t)
         except InvalidInput as exc:
             raise ProtocolError(str(exc)) from None
+        if t >= self.round and self.seeds.get(t) == seed:
+            return  # the round again from its start (a restarted coordinator): its model must be the same too
+        if t <= self.round or t in self.seeds:
+            raise ProtocolError(f"the seed of round {t} came after round {self.round} had started")
         if seed in self.seeds.values():
             raise ProtocolError(f"round {t} reuses the sketch seed of an earlier round: a repeated sketch would "
                                 "not hide the change of the model (paper 004 §4.4), so this party stops")

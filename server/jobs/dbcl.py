@@ -39,6 +39,8 @@ class DbclTrainer:
         self.net: Network | None = None
         self.sizes: dict[int, int] = {}
         self.sketches: dict[int, Sketch] = {}  # this round's S_t
+        self.seed = b""  # this round's seed_t
+        self.replay: bytes | None = None  # a restarted coordinator's round: the seed it had (its parties hold it)
 
     def check_start(self, parties: Mapping[str, Party]) -> None:
         """Every check is the schema's (labels, sketch sizes): nothing more."""
@@ -51,7 +53,8 @@ class DbclTrainer:
     def round(self, scope: Scope, t: int) -> Program[tuple[str, ...]]:
         yield from ()  # no phase of its own before the update
         assert self.net is not None
-        seed = self.fresh_seed(t)
+        seed = self.seed = self.fresh_seed(t) if self.replay is None else self.replay
+        self.replay = None
         self.sketches = draw_sketches(self.net.arch, self.params.layers, self.params.sketch, self.sizes, seed)
         released = RoundView.release(self.net, self.sketches).flat()
         for pid in scope.members:
@@ -77,12 +80,21 @@ class DbclTrainer:
         assert self.net is not None
         return np.empty(0) if self.params.withhold_model else self.net.flat
 
-    def saved(self, t: int) -> None:
-        """None: a round's view, its sketches and the optimiser's state are not saved (a crash interrupts the run)."""
-        return None
+    def saved(self, t: int) -> dict[str, np.ndarray]:
+        """W, the optimiser's state and round t's seed: the round again releases the same view, which
+        its parties hold already (the seed is theirs to see; W and the state are the coordinator's)."""
+        assert self.net is not None
+        state = self.optimiser.state
+        return {"theta": self.net.flat.copy(), "seed": np.frombuffer(self.seed, dtype=np.uint8).copy(),
+                "optimiser": np.zeros(0) if state is None else state.copy()}
 
     def restored(self, dim: int, arrays: Mapping[str, np.ndarray]) -> None:
-        raise InvalidInput("a DBCL run does not go on from a checkpoint")
+        self.begin(dim)
+        self.net = Network(self.params.architecture(dim), arrays["theta"])  # checks its shape and values
+        seed, state = bytes(np.asarray(arrays["seed"], dtype=np.uint8)), np.asarray(arrays["optimiser"])
+        if len(seed) != dbcl.SEED_BYTES or state.shape not in ((0,), self.net.flat.shape):
+            raise InvalidInput("the saved round seed or optimiser state does not fit this job's network")
+        self.replay, self.optimiser.state = seed, (state.astype(np.float64) if state.size else None)
 
 
 def dbcl_job(config: JobConfig) -> RoundsJob:

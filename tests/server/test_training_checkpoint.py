@@ -11,11 +11,12 @@ import numpy as np
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.policy import PartyPolicy
+from xclp.dbcl import RoundView, draw_sketches
 from xclp.fedavg import initial_network
 from xclp.server.phases.masked_sum import MaskedSum
 from xclp.server.resume import Saved, restore, snapshot
 from xclp.server.run import Run
-from xclp.v1 import training, wire
+from xclp.v1 import dbcl, training, wire
 from xclp.v1.registry import parse_params
 
 FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_size": 8}
@@ -77,7 +78,24 @@ def test_a_round_is_saved_until_its_sum_is_opened_and_goes_on_from_its_start(key
         assert (start.step, start.round) == ("r0.update", len(PARTIES))
 
 
-def test_a_dbcl_round_is_not_saved(keys, monkeypatch) -> None:
-    """Its round's view, sketches and optimiser state are not in a checkpoint: a crash interrupts it."""
-    taken, _, _ = checkpoints_of_round_0(keys, monkeypatch, "dbcl", DBCL)
-    assert taken and all(saved is None for saved in taken.values())
+def test_a_dbcl_round_goes_on_with_its_own_seed_and_view(keys, monkeypatch) -> None:
+    """W, the optimiser's state and the round's seed are saved; the round again sends the same seed
+    and so the same released view (the parties refuse any other)."""
+    taken, stale, config = checkpoints_of_round_0(keys, monkeypatch, "dbcl", {**DBCL, "optimiser": "rmsprop"})
+    saved = taken[("r0.update", 0)]
+    assert saved is not None and taken[("r0.update_reveal", 0)] is None and "r0.update_confirm" in stale
+    assert saved.arrays["seed"].shape == (dbcl.SEED_BYTES,) and saved.arrays["optimiser"].size == 0  # no step yet
+    run, _ = restore(saved, config, allow_list(keys), clock=lambda: 0.0)
+    assert (run.step.wire, run.step.attempt) == ("r0.update", len(PARTIES))  # type: ignore[union-attr]
+    trainer = run.job.trainer
+    p = parse_params("dbcl", DBCL)
+    net0 = initial_network(p.architecture(8), p.seed)
+    np.testing.assert_array_equal(trainer.net.flat, net0.flat)
+    view = RoundView.release(net0, draw_sketches(net0.arch, p.layers, p.sketch, p.sizes(8),
+                                                 bytes(saved.arrays["seed"]))).flat()
+    mailbox = run.parties["a"].mailbox
+    items = [mailbox.get(0) for _ in range(4)]
+    messages = {m.step: m.payload for i in items if i is not None and i.HasField("frame")
+                and (m := wire.Assembler().add(i.frame)) is not None}
+    assert bytes(messages[training.scoped(0, dbcl.SEED_MSG)]) == bytes(saved.arrays["seed"])
+    np.testing.assert_array_equal(messages[training.scoped(0, training.MODEL_MSG)], view)

@@ -1,7 +1,8 @@
-"""A coordinator killed with SIGKILL in the middle of a FedAvg round and started again on the same
+"""A coordinator killed with SIGKILL in the middle of a FedAvg or DBCL round and started again on the same
 state goes on at that round (issue 47 item 4: "training resumes at the round"): the rounds before
 stand, the round runs again from its start with the same model, its update sum at a later attempt
-among the same parties under fresh masks, and the trained model is exactly the simulation's.
+among the same parties under fresh masks (DBCL: the round's view again, from the same seed), and the
+trained model is exactly the simulation's.
 
 The coordinator is a real `xclp-server serve` process (small_pieces_server.py: a checkpoint as often
 as every 0.2 s); the parties run on threads. Party a holds on to its round-1 training until the
@@ -23,25 +24,31 @@ import pytest
 from tests.harness import PARTIES, allow_list, run_parties
 from tests.helpers import blobs
 from tests.service.test_resume import free_port, saved, wait_until
+from xclp.client.jobs.dbcl import DbclTrainer
 from xclp.client.jobs.fedavg import FedavgTrainer
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.crypto import identity
-from xclp.simulation import run_fedavg
+from xclp.simulation import run_dbcl, run_fedavg
+from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 
 FEDAVG = {"n_classes": 3, "hidden": [8], "rounds": 3, "local_epochs": 2, "batch_size": 8, "learning_rate": 0.1,
           "momentum": 0.5, "pseudo_label": "none"}
+DBCL = {"n_classes": 3, "hidden": [8], "rounds": 3, "batch_size": 6, "learning_rate": 0.05, "sketch": "countsketch",
+        "optimiser": "sgd", "momentum": 0.5}
 
 
 @pytest.mark.slow
-def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("job_type", ["fedavg", "dbcl"])
+def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Path, monkeypatch, job_type) -> None:
     allow = allow_list(keys)
     (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
         f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
-    params = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in FEDAVG.items())
+    job = FEDAVG if job_type == "fedavg" else DBCL
+    params = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in job.items())
     (tmp_path / "t.toml").write_text(
-        'job_id = "t"\ntype = "fedavg"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
+        f'job_id = "t"\ntype = "{job_type}"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
         "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
         f"[params]\n{params}")
     port = free_port()
@@ -53,19 +60,21 @@ def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Pa
     server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
 
     killed = threading.Event()
-    real = FedavgTrainer.train
+    trainer = FedavgTrainer if job_type == "fedavg" else DbclTrainer
+    real = trainer.train
 
     def holds_on(self, t, started):  # a's round-1 update: after the kill
         if self.ctx.party_id == "a" and t == 1:
             killed.wait(120)
         return real(self, t, started)
 
-    monkeypatch.setattr(FedavgTrainer, "train", holds_on)
+    monkeypatch.setattr(trainer, "train", holds_on)
     datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
     progress: dict[str, list[str]] = {}
     outcome: dict[str, dict] = {}
     parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
-        f"127.0.0.1:{port}", "t", keys, datas, progress=progress, policy=PartyPolicy(min_parties=2))), daemon=True)
+        f"127.0.0.1:{port}", "t", keys, datas, progress=progress,
+        policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))), daemon=True)
     checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
     try:
         parties.start()
@@ -105,8 +114,15 @@ def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Pa
         assert [r.round for r in results[p].rounds] == [0, 1, 2]  # type: ignore[union-attr]
     assert not os.listdir(tmp_path / "state" / "runs")
     seed = results["a"].seed  # type: ignore[union-attr]
-    sim = run_fedavg({q: (d.X, d.y) for q, d in datas.items()}, FedavgJobParams.parse(FEDAVG), seed=seed)
+    pooled = {q: (d.X, d.y) for q, d in datas.items()}
     resolution = 3 * 2.0 ** -24  # each of 3 parties' update is rounded once to 2^-frac_bits
+    if job_type == "fedavg":
+        model, atol = run_fedavg(pooled, FedavgJobParams.parse(job), seed=seed).model.flat, 4 * resolution
+    else:  # the round's seed again: the same sketches, the same view, the same W at the end
+        seeds = [r.seed for r in results["a"].rounds]  # type: ignore[union-attr]
+        assert len(set(seeds)) == 3 and all([r.seed for r in results[p].rounds] == seeds  # type: ignore[union-attr]
+                                            for p in PARTIES)
+        sim = run_dbcl(pooled, DbclJobParams.parse(job), seed=seed, round_seeds=seeds)
+        model, atol = sim.model.flat, DBCL["learning_rate"] / (1 - DBCL["momentum"]) * resolution * 5
     for p in PARTIES:
-        np.testing.assert_allclose(results[p].aggregate, sim.model.flat, rtol=0,  # type: ignore[union-attr]
-                                   atol=4 * resolution)
+        np.testing.assert_allclose(results[p].aggregate, model, rtol=0, atol=atol)  # type: ignore[union-attr]
