@@ -54,7 +54,6 @@ from xclp.client.session import DataLoader, PartySession, stderr_progress
 from xclp.client.validate import HeldOut
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
-from xclp.crypto.paillier import PaillierKeypair
 from xclp.data import tables
 from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, InvalidInput, XclpError
@@ -214,17 +213,14 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                                   client_key=_path(client_key), server_name=server_name, insecure=insecure)
     if insecure:
         say("WARNING: insecure: talking plaintext gRPC to the coordinator")
-    paillier = None
-    if paillier_bits:
-        say(f"generating a {paillier_bits}-bit Paillier key for this run")
-        paillier = PaillierKeypair.generate(int(paillier_bits), allow_insecure_test_size=insecure_test_keys)
     policy = PartyPolicy.from_settings({
         "min_parties": min_parties, "min_share_threshold": min_share_threshold, "require_dp": require_dp,
         "require_label_dp": require_label_dp, "allow_hide_label_mask": allow_hide_label_mask,
         "allow_unsketched_layers": allow_unsketched_layers, "allow_non_dp_dbcl": allow_non_dp_dbcl,
         "insecure_test_keys": insecure_test_keys})
     config = RunConfig(job_id=job, party_id=party, identity=key, connection=connection,
-                       join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout), paillier=paillier,
+                       join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout),
+                       paillier_bits=int(paillier_bits or 0),
                        workers=worker_spec, peers=allow,
                        max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
                        max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,

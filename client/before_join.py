@@ -15,6 +15,7 @@ does not wait its join deadline for it. The party itself prints the numbers.
 from __future__ import annotations
 
 from concurrent.futures import Executor
+from dataclasses import replace
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -25,8 +26,9 @@ from xclp.client.ledger import RunAccount, job_spends
 from xclp.client.run_config import RunConfig
 from xclp.client.workers import worker_count
 from xclp.crypto import identity, masking
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.data.party_table import PartyData
-from xclp.errors import PolicyRefused, ResourceExhausted
+from xclp.errors import InvalidInput, PolicyRefused, ResourceExhausted
 from xclp.v1 import registry
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -100,3 +102,18 @@ def join_request(config: RunConfig, challenge: pb.ChallengeResponse, params: Job
                              capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES],
                              bundle=pb.SignedBundle(bundle=signed.bundle, signature=signed.signature))
     return signed, request
+
+
+def with_paillier_key(config: RunConfig, params: JobParams, progress: Progress) -> RunConfig:
+    """`config` with its Paillier key, made now (`paillier_bits`) if the job needs one and none was
+    given: after the Challenge, so that a restarted party, which rejoins with the key it had, makes
+    none. InvalidInput if the job needs a key and the party was started without one."""
+    keys = params.paillier
+    if keys is None or config.paillier is not None:
+        return config
+    if not config.paillier_bits:
+        raise InvalidInput(f"job {config.job_id!r} runs XCLP: start the party with a Paillier key "
+                           f"(--paillier-bits {keys.bits})")
+    progress(f"generating a {config.paillier_bits}-bit Paillier key for this run")
+    return replace(config, paillier=PaillierKeypair.generate(
+        config.paillier_bits, allow_insecure_test_size=config.policy.insecure_test_keys))

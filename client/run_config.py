@@ -45,6 +45,7 @@ class RunConfig:
     idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
     roster_wait_seconds: float | None = None  # give up if the roster has not come this long after Join
     paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
+    paillier_bits: int = 0  # without `paillier`: a key of this size is made when a job that needs one is joined
     # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
     # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
     peers: Mapping[str, bytes] | None = None

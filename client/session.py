@@ -27,7 +27,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from xclp.client import run_state
-from xclp.client.before_join import account_for, check_job_fits, join_request
+from xclp.client.before_join import account_for, check_job_fits, join_request, with_paillier_key
 from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.heartbeat import Heartbeat
@@ -160,9 +160,7 @@ class PartySession:
             return self._serve(conn, restarted=True)
         self.account = account_for(self.config, conn, challenge, params, self.data, self.data_digest, self.progress)
         keys = params.paillier
-        if keys is not None and self.config.paillier is None:
-            raise InvalidInput(f"job {self.config.job_id!r} runs XCLP: start the party with a Paillier key "
-                               f"(--paillier-bits {keys.bits})")
+        self.config = with_paillier_key(self.config, params, self.progress)  # a rejoin has its own (above)
         # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
         self._executor = make_executor(self.config.workers) if keys is not None else None
         if isinstance(self._executor, DaskWorkers):

@@ -141,3 +141,27 @@ def test_a_refused_run_raises_the_projects_exception_before_joining(keys) -> Non
         xclp.client.run(job="api-dp", coordinator=address, insecure=True, identity=keys["a"], peers=allow_list(keys),
                         data=frames["a"], id_column="row_id", require_dp=1.0, connect_timeout=5,
                         progress=lambda line: None)
+
+
+def test_a_paillier_key_is_made_at_the_join_only_for_a_job_that_needs_one(keys) -> None:
+    """`paillier_bits` makes the key after the Challenge (a restarted party rejoins with the one it
+    had and makes none: tests/service/test_party_restart.py), only for a job that runs XCLP."""
+    from xclp.client.before_join import with_paillier_key
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.policy import PartyPolicy
+    from xclp.client.run_config import RunConfig
+    from xclp.v1.registry import parse_params
+
+    said: list[str] = []
+    config = RunConfig("x", "a", keys["a"], ConnectionConfig("localhost:1", insecure=True), paillier_bits=512,
+                       policy=PartyPolicy(insecure_test_keys=True))
+    flynn = parse_params("flynn", {"n_classes": 3, "m": 64, "s": 3, "rho": 8})
+    assert with_paillier_key(config, flynn, said.append) is config and not said  # no key for FlyNN
+    xclp = parse_params("xclp", {"n_classes": 3, "key_bits": 512, "insecure_test_keys": True})
+    made = with_paillier_key(config, xclp, said.append)
+    assert made.paillier is not None and made.paillier.public.n.bit_length() == 512
+    assert said == ["generating a 512-bit Paillier key for this run"]
+    assert with_paillier_key(made, xclp, said.append) is made and len(said) == 1  # one key, once
+    with pytest.raises(InvalidInput, match=r"runs XCLP: start the party with a Paillier key \(--paillier-bits 512\)"):
+        with_paillier_key(RunConfig("x", "a", keys["a"], ConnectionConfig("localhost:1", insecure=True)), xclp,
+                          said.append)

@@ -145,6 +145,8 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
     said = (tmp_path / "a1.log").read_text()
     assert code == 0, said
     assert "restarted: rejoining run" in said, said
+    assert "generating a 512-bit Paillier key" in (tmp_path / "a0.log").read_text()
+    assert "Paillier key" not in said  # it rejoins with the key it had, and makes none (it used to)
     assert "pieces of others kept from before" in said, said
     assert not state.path.exists()  # deleted once the run was past SecureHamming
     assert not os.listdir(tmp_path / "state" / RUNS_DIR)
@@ -186,7 +188,7 @@ def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(ke
         run = coord.jobs["x"]
     assert "a" in run.dropped
     assert f"its process restarted in {LABELS_STEP!r}" in run.drop_reasons["a"], run.drop_reasons
-    assert "only SecureHamming resumes" in run.drop_reasons["a"]
+    assert "only SecureHamming and update sums do" in run.drop_reasons["a"]
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
     assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
 
