@@ -11,7 +11,10 @@ run; the parties reconnect (the job's reconnect_seconds) and go on. In the crash
 coordinator is killed once SecureHamming has run half as long as in the clean run and started again
 at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs").
 In the party run, party b is killed the same way and its command run again at once: it rejoins
-from its sealed run state (docs/operating.md "A party killed and restarted").
+from its sealed run state (docs/operating.md "A party killed and restarted"). In the solve run the
+coordinator is killed after SecureHamming, once its checkpoint holds the graph (in the influence
+solve), and started again: it solves again and runs SecureRowSums from there (docs/operating.md
+"A coordinator killed after SecureHamming").
 Each run's predictions are checked against the same protocol run in one process on that run's
 common seed (the runs draw different seeds, so their predictions differ from each other by design).
 
@@ -22,7 +25,7 @@ kept and redid (its SecureHamming seconds and attempts are those after the resta
 flight at the crash was never recorded); for the party's crash, the pieces the coordinator kept
 for the restarted party's attempt; and wall_ratio = faulty / clean for each (goal <= 1.2).
 
-Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,party]
+Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,party,solve]
 (--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
 """
 
@@ -47,7 +50,9 @@ from _service import deployment, run_command, serve
 from xclp_e2e import GRAPH, N_CLASSES, PARTIES, job_toml, read_labels, split, write_party_csv
 
 from xclp.crypto.pool import process_pool
+from xclp.errors import InvalidInput
 from xclp.seeding import public_rng
+from xclp.server.resume import Saved
 from xclp.simulation import run_xclp_inprocess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -60,17 +65,17 @@ def say(message: str) -> None:
 
 def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int, key_bits: int,
             cut_after: float | None, kill_after: float | None = None,
-            party_after: float | None = None) -> dict[str, Any]:
+            party_after: float | None = None, kill_in_solve: bool = False) -> dict[str, Any]:
     """A whole run through the CLIs; with `cut_after`, every connection is cut that many seconds
     into SecureHamming; with `kill_after`, the coordinator is killed then and started again; with
-    `party_after`, party b is."""
+    `party_after`, party b is; with `kill_in_solve`, the coordinator is killed in the influence solve."""
     insecure = key_bits < 2048
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
         write_party_csv(work / f"{p}.csv", X, y)
     (work / "job.toml").write_text(job_toml("faults", lsh_bits, key_bits, "reconnect_seconds = 60\n"))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
-    server, port = serve(work, env, free_port() if kill_after is not None else 0)
+    server, port = serve(work, env, free_port() if kill_after is not None or kill_in_solve else 0)
     proxy = Proxy(f"127.0.0.1:{port}") if cut_after is not None else None
     dial = int(proxy.address.rsplit(":", 1)[1]) if proxy is not None else port
     started = time.perf_counter()
@@ -87,6 +92,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     if kill_after is not None:
         threading.Thread(target=kill_in_secure_hamming, args=(work, env, port, servers, kill_after, cut_at),
                          daemon=True).start()
+    if kill_in_solve:
+        threading.Thread(target=kill_in_the_solve, args=(work, env, port, servers, cut_at), daemon=True).start()
     killer = None
     if party_after is not None:
         killer = threading.Thread(target=kill_party_in_secure_hamming,
@@ -105,7 +112,7 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     summary = json.loads((work / "summary.json").read_text())
     hamming = summary["steps"]["secure_hamming"]
     fault = ("coordinator killed" if kill_after is not None else "party b killed" if party_after is not None
-             else "connections cut")
+             else "coordinator killed after SecureHamming, at" if kill_in_solve else "connections cut")
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
         + (f", {fault} {cut_at[0]:.1f}s into it"
            if cut_at else ""))
@@ -128,6 +135,12 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
                       "pieces_done_after_restart": int(attempt.group(1)) if attempt else None,
                       "pairs_kept_whole": int(attempt.group(2) or 0) if attempt else 0,
                       "pieces_kept": int(attempt.group(3) or 0) if attempt else 0}
+    if kill_in_solve:
+        restarted = (work / "coordinator-restarted.log").read_text() if cut_at else ""
+        return out | {"killed_seconds_after_secure_hamming": round(cut_at[0], 3) if cut_at else None,
+                      "went_on_from_checkpoint": "goes on from its checkpoint" in restarted,
+                      "solved_again": "influence columns are solved and sent again" in restarted,
+                      "secure_hamming_run_again": "step secure_hamming" in restarted}
     if kill_after is None:
         return out | {"cut_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None}
     restarted = (work / "coordinator-restarted.log").read_text()
@@ -158,6 +171,32 @@ def kill_in_secure_hamming(work: Path, env: dict[str, str], port: int, servers: 
     servers[0].wait(30)
     killed_at.append(time.perf_counter() - began)
     say(f"coordinator killed {killed_at[0]:.1f}s into SecureHamming; starting it again")
+    servers.append(serve(work, env, port, "coordinator-restarted.log")[0])
+
+
+def kill_in_the_solve(work: Path, env: dict[str, str], port: int, servers: list[subprocess.Popen],
+                      killed_at: list[float]) -> None:
+    """Once the coordinator's checkpoint holds the graph (SecureHamming is over: the influence solve
+    runs), SIGKILL it and start it again on the same state and port; nothing if the run ends first.
+    `killed_at`: seconds from the end of SecureHamming (as this thread saw it in the log) to the kill."""
+    log, over = work / "coordinator.log", None
+    while servers[0].poll() is None:
+        if over is None and re.search(r"secure_hamming attempt \d+ complete", log.read_text(errors="replace")):
+            over = time.perf_counter()
+        try:
+            saved = Saved.from_bytes((work / "runs" / "1.ckpt").read_bytes())
+        except (OSError, InvalidInput):  # none yet, or being replaced
+            saved = None
+        if saved is not None and "graph" in saved.meta["job"]:
+            break
+        time.sleep(0.05)
+    else:
+        say("the run ended before a checkpoint of its influence solve: nothing killed")
+        return
+    servers[0].send_signal(signal.SIGKILL)
+    servers[0].wait(30)
+    killed_at.append(time.perf_counter() - (over or time.perf_counter()))
+    say(f"coordinator killed in its influence solve, {killed_at[0]:.1f}s after SecureHamming; starting it again")
     servers.append(serve(work, env, port, "coordinator-restarted.log")[0])
 
 
@@ -194,13 +233,13 @@ def main() -> None:
                     "xclp_scale.py does)")
     ap.add_argument("--lsh-bits", type=int, help="L (default 1024, 256 with --quick)")
     ap.add_argument("--cases", default="cut,crash,party",
-                    help="faulty runs beside the clean one: cut, crash, party (default all three)")
+                    help="faulty runs beside the clean one: cut, crash, party, solve (default the first three)")
     args = ap.parse_args()
     rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
     rows, lsh_bits = args.rows or rows, args.lsh_bits or lsh_bits
     cases = {c.strip() for c in args.cases.split(",") if c.strip()}
-    if cases - {"cut", "crash", "party"}:
-        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash', 'party'}))}")
+    if cases - {"cut", "crash", "party", "solve"}:
+        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash', 'party', 'solve'}))}")
     X, y = load_digits_data()
     rng = public_rng(7, "benchmark/xclp-e2e/split")
     if rows * len(PARTIES) > y.size:  # more rows than digits has: jittered repeats
@@ -227,6 +266,10 @@ def main() -> None:
     if "party" in cases:
         party = out["party_killed_mid_secure_hamming"] = one_run("party", data, lsh_bits, key_bits, None, None, half)
         out["wall_ratio_party_killed"] = round(party["wall_seconds"] / clean["wall_seconds"], 3)
+    if "solve" in cases:
+        solve = out["coordinator_killed_in_influence_solve"] = one_run("solve", data, lsh_bits, key_bits, None,
+                                                                       kill_in_solve=True)
+        out["wall_ratio_killed_in_solve"] = round(solve["wall_seconds"] / clean["wall_seconds"], 3)
     out["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out))
 

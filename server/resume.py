@@ -8,9 +8,10 @@ a hash of its session token), who is in and who dropped, the step ledger, the pr
 job's own part (XCLP: the membership, the pairs' roles, each party's own nearest rows, the
 candidate schedule, and the graph's folded candidates with the pieces of each pair folded so far,
 O(n·k), never H; past SecureHamming the graph W and the labeled rows; training: the round and its
-model, DBCL's with its optimiser state and round seed). One file per run under the state directory's `runs/`, written whole and renamed into place,
-0600; removed as soon as the run leaves that phase, asks for reveals (`Run.checkpoint_stale`: a
-sum being opened is never asked for again) or ends, so a stale one is never read back.
+model, DBCL's with its optimiser state and round seed). One file per run under the state
+directory's `runs/`, written whole and renamed into place, 0600; removed as soon as the run leaves
+that phase, asks for reveals (`Run.checkpoint_stale`: a sum being opened is never asked for again)
+or ends, so a stale one is never read back.
 
 Killed and started again on the same state, the coordinator reads each running run's checkpoint
 back (`restore`): it checks every bundle again against its allow-list, this run's nonce and the
@@ -199,7 +200,7 @@ class Saver(threading.Thread):
     def __init__(self, checkpoints: Checkpoints, live: Callable[[], list[Saveable]], stop: threading.Event) -> None:
         super().__init__(name="xclp-checkpoints", daemon=True)
         self.checkpoints, self.live, self.stop = checkpoints, live, stop
-        self._written: dict[str, tuple[float, str]] = {}  # run id -> (when, what its meta said)
+        self._written: dict[str, tuple[float, str, int]] = {}  # run id -> (when, what its meta said, generation)
         self._failed: set[str] = set()  # runs whose checkpoint failed: said once, not every second
 
     def run(self) -> None:
@@ -214,10 +215,13 @@ class Saver(threading.Thread):
                                       "on, and a crash would interrupt it)", job.config.job_id, job.run_id)
 
     def save(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str], *, force: bool = False) -> bool:
-        """Write `job`'s checkpoint if one is due and something changed (`force`: now); whether it did."""
+        """Write `job`'s checkpoint if one is due and something changed (`force`: now); whether it did.
+        The first of a phase (its file was removed since the last write) is due at once: a crash
+        early in a phase goes on from it too."""
         now = time.monotonic()
-        when, last = self._written.get(job.run_id, (-CHECKPOINT_SECONDS, ""))
-        if (now - when < CHECKPOINT_SECONDS and not force) or not definition[0]:
+        when, last, written = self._written.get(job.run_id, (-CHECKPOINT_SECONDS, "", -1))
+        if not definition[0] or (now - when < CHECKPOINT_SECONDS and not force
+                                 and self.checkpoints.generation(job.run_id) == written):
             return False
         with job.lock:
             if job.stage.ended:
@@ -227,7 +231,7 @@ class Saver(threading.Thread):
         if saved is None:
             return False
         said = json.dumps({k: v for k, v in saved.meta.items() if k != "elapsed"}, sort_keys=True)
-        if said == last or not self.checkpoints.write(job.run_id, saved, generation):
+        if (said == last and generation == written) or not self.checkpoints.write(job.run_id, saved, generation):
             return False
-        self._written[job.run_id] = (now, said)
+        self._written[job.run_id] = (now, said, generation)
         return True

@@ -331,3 +331,23 @@ def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes
     ends = [item for item in iter(lambda: d.mailbox.get(0), None) if item.HasField("end")]
     assert [(e.end.outcome, e.end.reason) for e in ends] == [
         (pb.JobEnd.DROPPED, "disconnected, and did not reconnect within 1 s")]
+
+
+def test_the_first_checkpoint_of_a_phase_is_written_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Within CHECKPOINT_SECONDS of the last write, a checkpoint of the same phase waits (only when
+    due), but the first of a new phase (its predecessor's file removed since) is written at the
+    next poll: before, a phase shorter than CHECKPOINT_SECONDS after a long one was never saved."""
+    checkpoints = Checkpoints(tmp_path / "runs")
+    job = SimpleNamespace(run_id="5", lock=threading.Lock(), stage=Stage.RUNNING, phase="hamming", n=0)
+    monkeypatch.setattr(resume, "snapshot", lambda run, tokens, definition: Saved(
+        {"format": 1, "phase": run.phase, "n": run.n, "elapsed": 0}, {}))
+    saver = resume.Saver(checkpoints, list, threading.Event())
+    assert saver.save(job, {}, ("text", "source"))
+    job.n = 1  # something changed, in the same phase: not due yet
+    assert not saver.save(job, {}, ("text", "source"))
+    checkpoints.remove("5")  # the phase ended (Run.checkpoint_stale); the next one began
+    job.phase = "rowsums"
+    assert saver.save(job, {}, ("text", "source"))
+    assert checkpoints.read("5").meta["phase"] == "rowsums"  # type: ignore[union-attr]
+    job.n = 2
+    assert not saver.save(job, {}, ("text", "source"))  # and then it waits again

@@ -63,26 +63,82 @@ def saved(path: Path) -> Saved | None:
         return None
 
 
+class KillableCoordinator:
+    """A real `xclp-server serve` (small_pieces_server.py) for one job file on `tmp_path`'s state,
+    to be killed with SIGKILL and started again on the same state and port; its two processes'
+    logs are coordinator0.log and coordinator1.log."""
+
+    def __init__(self, tmp_path: Path, keys, job_text: str, env: dict[str, str] | None = None) -> None:
+        allow = allow_list(keys)
+        (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+            f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+        (tmp_path / "job.toml").write_text(job_text)
+        self.tmp, self.port = tmp_path, free_port()
+        self.command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
+                        "--listen", f"127.0.0.1:{self.port}", "--insecure", "--allow-list",
+                        str(tmp_path / "allow.toml"), "--state", str(tmp_path / "state" / "state.db"),
+                        "--admin-listen", "off", "--job", str(tmp_path / "job.toml"), "--exit-when-done"]
+        self.logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
+        self.process = subprocess.Popen(self.command, stderr=self.logs[0], cwd=tmp_path, env=env)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def checkpoint(self) -> Saved | None:
+        """The run's checkpoint as it is on disk now (None: none, or one being replaced)."""
+        return saved(self.tmp / "state" / "runs" / "1.ckpt")
+
+    def kill_once(self, condition, what: str, env: dict[str, str] | None = None) -> Saved:
+        """Once `condition(checkpoint)` holds, SIGKILL the coordinator and start it again; the
+        checkpoint it goes on from, once it has read it back."""
+        wait_until(lambda: (got := self.checkpoint()) is not None and condition(got), 120, what, self.process)
+        before = self.checkpoint()
+        assert before is not None
+        self.process.send_signal(signal.SIGKILL)  # no goodbye: the parties see their connections drop
+        assert self.process.wait(30) == -signal.SIGKILL
+        self.process = subprocess.Popen(self.command, stderr=self.logs[1], cwd=self.tmp, env=env)
+        wait_until(lambda: "goes on from its checkpoint" in self.said(), 60,
+                   "the restarted coordinator to read the checkpoint back", self.process)
+        return before
+
+    def crash_once(self, parties: threading.Thread, release: threading.Event, condition, what: str,
+                   env: dict[str, str] | None = None) -> Saved:
+        """Start `parties` (a thread running them), kill and start the coordinator again once
+        `condition(checkpoint)` holds (`kill_once`), then set `release` and let the run finish: the
+        parties' thread ends, and so does the coordinator, with 0. The checkpoint it went on from."""
+        try:
+            parties.start()
+            before = self.kill_once(condition, what, env)
+            release.set()
+            parties.join(180)
+            assert not parties.is_alive()
+            assert self.process.wait(60) == 0
+        finally:
+            release.set()
+            self.close()
+        return before
+
+    def said(self) -> str:
+        """What the restarted coordinator logged."""
+        return (self.tmp / "coordinator1.log").read_text()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        for log in self.logs:
+            log.close()
+
+
 @pytest.mark.slow
 def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys, tmp_path: Path,
                                                                              monkeypatch) -> None:
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
-    allow = allow_list(keys)
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
     params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
-    (tmp_path / "x.toml").write_text(
+    server = KillableCoordinator(tmp_path, keys, (
         'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
-        f"[params]\n{params}")
-    port = free_port()
-    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
-               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
-               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
-               "--job", str(tmp_path / "x.toml"), "--exit-when-done"]
-    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
-    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
-
+        f"[params]\n{params}"))
     killed = threading.Event()
     real = SecureHammingParty._as_a
 
@@ -97,37 +153,15 @@ def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys
     progress: dict[str, list[str]] = {}
     outcome: dict[str, dict] = {}
     parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
-        f"127.0.0.1:{port}", "x", keys, datas, paillier=paillier, progress=progress,
+        server.address, "x", keys, datas, paillier=paillier, progress=progress,
         policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
-    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
-    try:
-        parties.start()
+    def mid_pair(got) -> bool:  # the pair (a, c) has pieces folded, and not all: a holds the rest
+        return any(f > 0 for f in got.meta["job"]["hamming"]["folded"].values())
 
-        def partly_folded() -> bool:  # the pair (a, c) has pieces folded, and not all: a holds the rest
-            got = saved(checkpoint)
-            return got is not None and any(f > 0 for f in got.meta["job"]["hamming"]["folded"].values())
-
-        wait_until(partly_folded, 120, "a checkpoint with pieces folded", server)
-        before = saved(checkpoint)
-        assert before is not None
-        server.send_signal(signal.SIGKILL)  # no goodbye: the parties see their connections drop
-        assert server.wait(30) == -signal.SIGKILL
-        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
-        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
-                   "the restarted coordinator to read the checkpoint back", server)
-        killed.set()
-        parties.join(180)
-        assert not parties.is_alive()
-        assert server.wait(60) == 0
-    finally:
-        killed.set()
-        if server.poll() is None:
-            server.kill()
-        for log in logs:
-            log.close()
+    before = server.crash_once(parties, killed, mid_pair, "a checkpoint with pieces folded")
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
-    said = (tmp_path / "coordinator1.log").read_text()
+    said = server.said()
     assert "run 1 goes on from its checkpoint" in said
     folded = {int(i): f for i, f in before.meta["job"]["hamming"]["folded"].items()}
     attempt = int(before.meta["job"]["hamming"]["attempt"]) + len(PARTIES)

@@ -12,21 +12,17 @@ been killed, so the kill lands with b's and c's in and a's not.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.harness import allow_list, party_data, run_parties
-from tests.service.test_resume import PARTIES, XCLP, free_port, saved, wait_until
+from tests.harness import party_data, run_parties
+from tests.service.test_resume import PARTIES, XCLP, KillableCoordinator
 from xclp.client.jobs.xclp import XclpParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
-from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
@@ -38,23 +34,12 @@ from xclp.v1 import secure_hamming_wire as shw
 def test_a_coordinator_killed_after_securehamming_goes_on_from_the_graph(keys, tmp_path: Path, monkeypatch,
                                                                         where: str) -> None:
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
-    allow = allow_list(keys)
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
     params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
-    (tmp_path / "x.toml").write_text(
+    env = {**os.environ, "XCLP_TEST_SOLVE_HANGS": "1" if where == "solve" else "0"}
+    server = KillableCoordinator(tmp_path, keys, (
         'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
         "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
-        f"[params]\n{params}")
-    port = free_port()
-    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
-               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
-               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
-               "--job", str(tmp_path / "x.toml"), "--exit-when-done"]
-    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
-    env = {**os.environ, "XCLP_TEST_SOLVE_HANGS": "1" if where == "solve" else "0"}
-    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path, env=env)
-
+        f"[params]\n{params}"), env)
     killed = threading.Event()
     real = XclpParty._encoded_row_sums
 
@@ -69,38 +54,16 @@ def test_a_coordinator_killed_after_securehamming_goes_on_from_the_graph(keys, t
     progress: dict[str, list[str]] = {}
     outcome: dict[str, dict] = {}
     parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
-        f"127.0.0.1:{port}", "x", keys, datas, paillier=paillier, progress=progress,
+        server.address, "x", keys, datas, paillier=paillier, progress=progress,
         policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
-    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
-    try:
-        parties.start()
+    def in_phase(got) -> bool:  # past SecureHamming, and in SecureRowSums or not
+        return "graph" in got.meta["job"] and bool(got.meta["job"]["rowsums"]) == (where == "rowsums")
 
-        def past_hamming() -> bool:
-            got = saved(checkpoint)
-            return got is not None and "graph" in got.meta["job"] and bool(got.meta["job"]["rowsums"]) == (
-                where == "rowsums")
-
-        wait_until(past_hamming, 120, f"a checkpoint in the {where} phase", server)
-        before = saved(checkpoint)
-        assert before is not None
-        server.send_signal(signal.SIGKILL)
-        assert server.wait(30) == -signal.SIGKILL
-        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path, env={**env, "XCLP_TEST_SOLVE_HANGS": "0"})
-        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
-                   "the restarted coordinator to read the checkpoint back", server)
-        killed.set()
-        parties.join(180)
-        assert not parties.is_alive()
-        assert server.wait(60) == 0
-    finally:
-        killed.set()
-        if server.poll() is None:
-            server.kill()
-        for log in logs:
-            log.close()
+    before = server.crash_once(parties, killed, in_phase, f"a checkpoint in the {where} phase",
+                               {**env, "XCLP_TEST_SOLVE_HANGS": "0"})
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
-    said = (tmp_path / "coordinator1.log").read_text()
+    said = server.said()
     attempt = int(before.meta["job"]["rowsums"]["attempt"]) + len(PARTIES) if where == "rowsums" else 0
     assert f"the influence columns are solved and sent again; SecureRowSums at attempt {attempt}" in said, said
     assert f"step rowsums attempt {attempt} started with 3 parties" in said

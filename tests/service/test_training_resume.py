@@ -12,23 +12,19 @@ coordinator has been killed, so the kill lands with b's and c's masked updates i
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.harness import PARTIES, allow_list, run_parties
+from tests.harness import PARTIES, run_parties
 from tests.helpers import blobs
-from tests.service.test_resume import free_port, saved, wait_until
+from tests.service.test_resume import KillableCoordinator
 from xclp.client.jobs.dbcl import DbclTrainer
 from xclp.client.jobs.fedavg import FedavgTrainer
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
-from xclp.crypto import identity
 from xclp.simulation import run_dbcl, run_fedavg
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
@@ -42,23 +38,12 @@ DBCL = {"n_classes": 3, "hidden": [8], "rounds": 3, "batch_size": 6, "learning_r
 @pytest.mark.slow
 @pytest.mark.parametrize("job_type", ["fedavg", "dbcl"])
 def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Path, monkeypatch, job_type) -> None:
-    allow = allow_list(keys)
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
     job = FEDAVG if job_type == "fedavg" else DBCL
     params = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in job.items())
-    (tmp_path / "t.toml").write_text(
+    server = KillableCoordinator(tmp_path, keys, (
         f'job_id = "t"\ntype = "{job_type}"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
         "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
-        f"[params]\n{params}")
-    port = free_port()
-    command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
-               "--listen", f"127.0.0.1:{port}", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
-               "--state", str(tmp_path / "state" / "state.db"), "--admin-listen", "off",
-               "--job", str(tmp_path / "t.toml"), "--exit-when-done"]
-    logs = [open(tmp_path / f"coordinator{i}.log", "w") for i in range(2)]
-    server = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
-
+        f"[params]\n{params}"))
     killed = threading.Event()
     trainer = FedavgTrainer if job_type == "fedavg" else DbclTrainer
     real = trainer.train
@@ -73,37 +58,13 @@ def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Pa
     progress: dict[str, list[str]] = {}
     outcome: dict[str, dict] = {}
     parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
-        f"127.0.0.1:{port}", "t", keys, datas, progress=progress,
+        server.address, "t", keys, datas, progress=progress,
         policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))), daemon=True)
-    checkpoint = tmp_path / "state" / "runs" / "1.ckpt"
-    try:
-        parties.start()
-
-        def in_round_one() -> bool:
-            got = saved(checkpoint)
-            return got is not None and got.meta["job"]["round"] == 1
-
-        wait_until(in_round_one, 120, "a checkpoint of round 1's update sum", server)
-        before = saved(checkpoint)
-        assert before is not None
-        server.send_signal(signal.SIGKILL)
-        assert server.wait(30) == -signal.SIGKILL
-        server = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
-        wait_until(lambda: "goes on from its checkpoint" in (tmp_path / "coordinator1.log").read_text(), 60,
-                   "the restarted coordinator to read the checkpoint back", server)
-        killed.set()
-        parties.join(180)
-        assert not parties.is_alive()
-        assert server.wait(60) == 0
-    finally:
-        killed.set()
-        if server.poll() is None:
-            server.kill()
-        for log in logs:
-            log.close()
+    before = server.crash_once(parties, killed, lambda got: got.meta["job"]["round"] == 1,
+                               "a checkpoint of round 1's update sum")
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
-    said = (tmp_path / "coordinator1.log").read_text()
+    said = server.said()
     attempt = int(before.meta["job"]["attempt"]) + len(PARTIES)
     assert f"round 1 goes on from its start, its update sum at attempt {attempt}" in said, said
     assert f"step r1.update attempt {attempt} started with 3 parties" in said
