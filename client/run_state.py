@@ -1,14 +1,15 @@
-"""A party's durable run state: what a party whose process was killed in SecureHamming needs to
-rejoin its run when started again with the same command (docs/operating.md "A party killed and
-restarted").
+"""A party's durable run state: what a party whose process was killed in SecureHamming, or in a
+training round, needs to rejoin its run when started again with the same command
+(docs/operating.md "A party killed and restarted").
 
 At every SecureHamming attempt it starts (before it encrypts its bit slices, and again once it
-has them), the party writes one file under its state directory's `runs/` (next to its privacy
-ledger): the run (id, session token, nonce, job spec), its own signed
-key bundle and the roster (verified again when read back), its X25519 key (the pairwise secrets
-and masks follow from it), the common seed, its step guard and transcript, its ledger account, its
-Paillier key pair, and the job's own part (XCLP: the row layout, the pairs, its encrypted bit
-slices and, on candidate pairs, the opened probe table). It is sealed with AES-256-GCM under a key
+has them), and in training at every round's model, update, reveal and model-chain link, the party
+writes one file under its state directory's `runs/` (next to its privacy ledger): the run (id,
+session token, nonce, job spec), its own signed key bundle and the roster (verified again when read
+back), its X25519 key (the pairwise secrets and masks follow from it), the common seed, its step
+guard and transcript, its ledger account, its Paillier key pair if it has one, and the job's own
+part (XCLP: the row layout, the pairs, its encrypted bit slices and, on candidate pairs, the opened
+probe table; training: client/jobs/rounds_state.py). It is sealed with AES-256-GCM under a key
 derived by HKDF from the party's identity key, bound to the party and the job, written whole and
 renamed into place, 0600; it is deleted when the run ends (or leaves SecureHamming), whatever the
 outcome, and kept only when the process is stopped (SIGTERM, Ctrl-C) or killed, so that the same
@@ -17,7 +18,8 @@ command can rejoin within the job's `reconnect_seconds`.
 Started again, the party asks the coordinator for the job's run as always; if it is the run its
 state names, it reads the state back (its data must be the same table: the digest is checked),
 opens its Pull stream with `restarted`, and the coordinator starts the next SecureHamming attempt
-with it, every pair from its first piece not folded. A state that names another run, or that
+with it, every pair from its first piece not folded (training: it sends the round's model again and
+starts the round's update sum again with it, unless that sum is being opened). A state that names another run, or that
 cannot be opened with this identity key, is deleted and the party joins afresh.
 """
 
@@ -89,7 +91,7 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
     """What `session` needs to rejoin its run, or None where its job cannot go on from here."""
     job, roster, seed, signed = session.job, session.roster, session.seed, session.signed
     keypair, account = session.config.paillier, session.account
-    if job is None or roster is None or seed is None or seed.seed is None or signed is None or keypair is None:
+    if job is None or roster is None or seed is None or seed.seed is None or signed is None:
         return None
     part = job.saved()
     if part is None:
@@ -103,8 +105,9 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
         "seed_participants": list(seed.participants), "participants": list(session.participants),
         "guard": {step: [attempt, sorted(members)] for step, (attempt, members) in session.guard.last.items()},
         "transcript": session.transcript.state(), "data": session.data_digest.hex(),
-        "paillier": {"n": str(keypair.public.n), "h_s": str(keypair.public.h_s),
-                     "exponent_bits": keypair.public.exponent_bits, "p": str(keypair.p), "q": str(keypair.q)},
+        "paillier": None if keypair is None else {
+            "n": str(keypair.public.n), "h_s": str(keypair.public.h_s), "exponent_bits": keypair.public.exponent_bits,
+            "p": str(keypair.p), "q": str(keypair.q)},
         "job": job_meta}
     if account is not None:
         meta["account"] = {"run": account.run, "charged": account.charged,
@@ -114,8 +117,10 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
     return with_scaling(Saved(meta, arrays), session.prep.scaling if session.prep is not None else None)
 
 
-def paillier_of(meta: dict[str, Any]) -> PaillierKeypair:
+def paillier_of(meta: dict[str, Any]) -> PaillierKeypair | None:
     k = meta["paillier"]
+    if k is None:  # a job without XCLP
+        return None
     public = PaillierPublicKey(mpz(k["n"]), mpz(k["h_s"]), int(k["exponent_bits"]))
     return PaillierKeypair(public, mpz(k["p"]), mpz(k["q"]))
 
@@ -237,8 +242,9 @@ def saved_for(session: PartySession, challenge: pb.ChallengeResponse) -> Saved |
 
 
 def rejoin(session: PartySession, saved: Saved) -> bytes:
-    """Rebuild `session` at its run's SecureHamming from `saved` (PartySession._run) and return
-    its session token. A friend of the session: it sets what the session's Join would have."""
+    """Rebuild `session` where its run's state was saved (XCLP: SecureHamming; training: a round)
+    from `saved` (PartySession._run) and return its session token. A friend of the session: it
+    sets what the session's Join would have."""
     from dataclasses import replace
 
     from xclp.client.phases.prepare import Preparation

@@ -210,7 +210,7 @@ class Run:
         if party_id in self.active and (refused or step is None or phase is None or step.ended or party_id not in
                                         step.participants or not phase.on_restarted(step, party_id)):
             self._drop({party_id}, refused or f"its process restarted in {step.wire if step else self.stage.value!r}, "
-                                              "which a party cannot rejoin (only SecureHamming resumes)")
+                                              "which a party cannot rejoin (only SecureHamming and update sums do)")
 
     def tick(self, now: float) -> None:
         with self.lock:

@@ -18,6 +18,7 @@ What the party checks, beyond the rounds engine's checks:
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,13 @@ class DbclTrainer:
     def initial_model(self) -> None:
         return None  # the party never sees W: only DP defends DBCL across rounds (client/policy.py)
 
+    def state(self) -> dict[str, Any]:
+        """Every seed this job sent (a restarted process refuses a repeated one all the same)."""
+        return {"seeds": {str(t): seed.hex() for t, seed in self.seeds.items()}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.seeds = {int(t): bytes.fromhex(seed) for t, seed in state["seeds"].items()}
+
     def describe(self, record: RoundRecord) -> str:
         return f"sketched gradient on {record.rows} labeled rows in {record.train_seconds:.2f}s"
 
@@ -134,5 +142,7 @@ class DbclTrainer:
         return final
 
 
-def dbcl_party(ctx: PartyContext) -> RoundsParty:
-    return RoundsParty(ctx, DbclTrainer(ctx))
+class DbclParty(RoundsParty):
+    def __init__(self, ctx: PartyContext) -> None:
+        super().__init__(ctx, DbclTrainer(ctx))
+

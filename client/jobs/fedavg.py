@@ -11,6 +11,7 @@ the round's masked sum.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -106,6 +107,13 @@ class FedavgTrainer:
         delta, rows = self.params.weighted_delta(total, self.arch.n_params)
         return server_update(self.model, delta, rows).flat
 
+    def state(self) -> dict[str, Any] | None:
+        """Nothing beyond the round's model; None in a round that runs XCLP (not rejoined)."""
+        return None if self.xclp is not None else {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Nothing to restore: the round's model opens the round again."""
+
     def initial_model(self) -> np.ndarray:
         """θ₀ as the coordinator draws it (server/jobs/fedavg.py), from the job's parameters."""
         return initial_network(self.arch, self.params.seed).flat
@@ -139,5 +147,7 @@ class FedavgTrainer:
             raise ProtocolError(str(exc)) from None
 
 
-def fedavg_party(ctx: PartyContext) -> RoundsParty:
-    return RoundsParty(ctx, FedavgTrainer(ctx))
+class FedavgParty(RoundsParty):
+    def __init__(self, ctx: PartyContext) -> None:
+        super().__init__(ctx, FedavgTrainer(ctx))
+

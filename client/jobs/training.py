@@ -133,6 +133,13 @@ class Trainer(Protocol):
         """θ₀ as this party computes it from the job's parameters: the head of the model chain
         (None where the party never sees the model)."""
 
+    def state(self) -> dict[str, Any] | None:
+        """What a restarted process needs of the trainer beyond the round's model (DBCL: the rounds'
+        seeds), as JSON; None where the round cannot be rejoined (one that runs XCLP)."""
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """`state` back, before the round is opened again."""
+
 
 class RoundsParty(PartyJob):
     def __init__(self, ctx: PartyContext, trainer: Trainer) -> None:
@@ -150,6 +157,7 @@ class RoundsParty(PartyJob):
         self.head_round = -1  # the round whose opened sum moved the head there (-1: θ₀)
         self.link: tuple[int, bytes, bytes] | None = None
         self.model_in: np.ndarray | None = None  # this round's model as released
+        self.model_payload: wire.Payload | None = None  # the same, as it came (DBCL: the released view)
         self.sample: frozenset[str] = frozenset()  # the round's sample of parties
         self.update_sum: MaskedSumParty | None = None
         self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
@@ -233,6 +241,7 @@ class RoundsParty(PartyJob):
         sent = self.update_sum.on_step(local)
         if name == self.update_sum.reveal_name:
             self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
+            self.ctx.checkpoint()  # revealed: a restarted process never masks this round again
         if name == training.UPDATE_STEP:
             record = self.history[-1]
             self.ctx.progress(f"round {t}: {self.trainer.describe(record)}; masked update sent ({sent} bytes, "
@@ -248,19 +257,24 @@ class RoundsParty(PartyJob):
             raise ProtocolError(f"round {t} started, but the job has {self.params.rounds} rounds")
         if self.samples is None:
             raise ProtocolError(f"round {t} started before the parties announced the rounds' samples")
-        self.sample = frozenset(self.samples[t])
+        self._open_round(t, payload)
+        self.ctx.progress(f"round {t}: model received")
+        self.ctx.checkpoint()  # what a restarted process rejoins the round with (client/run_state.py)
+
+    def _open_round(self, t: int, payload: wire.Payload) -> None:
+        self.sample = frozenset(self.samples[t])  # type: ignore[index]
         self._check_sample(t, [self.ctx.party_id])
         self.round, self.update, self.noise, self._round_started = t, None, None, time.monotonic()
         scope = self.ctx.round_scope(t)
         self._check_chain(payload, f"the model of round {t}")
         # θ, or DBCL's released view: one for every party (DESIGN §2.5)
         self.model_digest = scope.transcript.absorb("model", payload)
+        self.model_payload = payload
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
         self.update_sum = MaskedSumParty(scope, training.UPDATE_STEP, self._update, purpose=training.UPDATE_PURPOSE,
                                          on_opened=None if self.model_in is None else self._opened,
                                          releases=Noisy.DP if self.dp is not None else self._releases)
         self.trainer.open_round(scope, t, payload)
-        self.ctx.progress(f"round {t}: model received")
 
     def _round_again(self, t: int, payload: wire.Payload) -> None:
         """A restarted coordinator runs this round again from its start (server/resume.py): the same
@@ -284,6 +298,7 @@ class RoundsParty(PartyJob):
         if model is not None and self.model_in is not None:
             before, after = training.model_digest(self.model_in), training.model_digest(model)
             self.link, self.head, self.head_round = (self.round, before, after), after, self.round
+            self.ctx.checkpoint()  # the chain's new head, which the next round's model must be
 
     def _check_chain(self, payload: wire.Payload, what: str) -> None:
         """A released model (any round's, or the final one) must be the head of the model chain."""
@@ -327,6 +342,18 @@ class RoundsParty(PartyJob):
         if attested.before != self.head:
             raise ProtocolError(f"{what} starts from another model than the head of this party's model chain")
         self.head, self.head_round = attested.after, t
+        self.ctx.checkpoint()
+
+    # --- a restart (client/run_state.py; client/jobs/rounds_state.py) ---------------------------
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        from xclp.client.jobs.rounds_state import saved
+        return saved(self)
+
+    @classmethod
+    def restored(cls, ctx: PartyContext, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RoundsParty:
+        from xclp.client.jobs.rounds_state import restore
+        return restore(cls(ctx), meta, arrays)  # type: ignore[call-arg]
 
     def _check_model_reuse(self, t: int, members: frozenset[str]) -> None:
         earlier = self.released.get(self.model_digest)
@@ -360,17 +387,21 @@ class RoundsParty(PartyJob):
                         f"a training update from model {self.model_digest.hex()[:12]}")]
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
+        fresh = self.update is None
         if self.update is None:  # a restart sends the same update under fresh masks
             vector, rows, record = self.trainer.train(self.round, self._round_started)
             self.update = (vector, rows)
             self.history.append(record)
         vector, rows = self.update
-        if self.dp is None:
-            return training.encode_update(vector, rows, self.params.frac_bits, len(members))
-        if self.dp.distributed:  # the round's share, topped up if the sum restarted with fewer parties
+        # the round's noise share (distributed DP), topped up if the sum restarted with fewer parties
+        if self.dp is not None and self.dp.distributed:
             if self.noise is None:
                 self.noise = RoundNoise(self.dp, vector.shape[0])
             vector = vector + self.noise.for_members(len(members))
+        if fresh or self.dp is not None:  # the update and its noise, before any of it is masked
+            self.ctx.checkpoint()
+        if self.dp is None:
+            return training.encode_update(vector, rows, self.params.frac_bits, len(members))
         return training.encode_private_update(vector, rows)
 
     def _check_sample(self, t: int, members: Iterable[str]) -> None:

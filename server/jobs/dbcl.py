@@ -56,11 +56,15 @@ class DbclTrainer:
         seed = self.seed = self.fresh_seed(t) if self.replay is None else self.replay
         self.replay = None
         self.sketches = draw_sketches(self.net.arch, self.params.layers, self.params.sketch, self.sizes, seed)
-        released = RoundView.release(self.net, self.sketches).flat()
         for pid in scope.members:
-            scope.send(pid, dbcl.SEED_MSG, 0, seed)
-            scope.send(pid, training.MODEL_MSG, 0, released)
+            self.resend(scope, pid)
         return tuple(scope.members)
+
+    def resend(self, scope: Scope, party: str) -> None:
+        """The round's seed and view W̃ = S_tᵀW (the same, W has not moved in the round)."""
+        assert self.net is not None
+        scope.send(party, dbcl.SEED_MSG, 0, self.seed)
+        scope.send(party, training.MODEL_MSG, 0, RoundView.release(self.net, self.sketches).flat())
 
     def fresh_seed(self, t: int) -> bytes:
         """Round t's seed: fresh randomness every round (a repeated S would not hide W's difference)."""

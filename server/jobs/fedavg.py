@@ -77,6 +77,10 @@ class FedavgTrainer:
         assert self.net is not None
         return self.net.flat
 
+    def resend(self, scope: Scope, party: str) -> None:
+        assert self.net is not None
+        scope.send(party, training.MODEL_MSG, 0, self.net.flat)
+
     def saved(self, t: int) -> dict[str, np.ndarray] | None:
         """θ_t, unless round t runs XCLP before its update (those phases do not resume)."""
         if self.net is None or self.params.pseudo_labels_in(t) == "xclp":

@@ -79,6 +79,9 @@ class Trainer(Protocol):
     def final_payload(self) -> np.ndarray:
         """What every party gets after the last round."""
 
+    def resend(self, scope: Scope, party: str) -> None:
+        """The round's model (and what comes with it) again to `party`, whose process restarted."""
+
     def saved(self, t: int) -> dict[str, np.ndarray] | None:
         """What round t needs to run again from its start in a restarted coordinator (copies), or None
         where it cannot (its model is not all the round depends on)."""
@@ -174,10 +177,10 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
                 if len(scope.members) < scope.min_members:
                     raise PhaseFailed(f"only {len(scope.members)} of its sampled parties are left")
                 members = yield from self.trainer.round(scope, t)
-                total: SumResult = yield MaskedSum(scope, training.UPDATE_STEP, what="update", participants=members,
+                total: SumResult = yield UpdateSum(scope, training.UPDATE_STEP, what="update", participants=members,
                                                    wire=training.wire(self.trainer.update_size()),
                                                    verifiable=self.trainer.verifiable,
-                                                   first_attempt=attempt if t == first else 0)
+                                                   first_attempt=attempt if t == first else 0, trainer=self.trainer)
                 try:
                     rows = self.trainer.apply(total.value)
                 except InvalidInput as exc:
@@ -207,6 +210,24 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         done = self.params.rounds - len(self.skipped)
         return (f"{done} of {self.params.rounds} rounds trained" +
                 (f"; rounds {', '.join(map(str, self.skipped))} skipped" if self.skipped else ""))
+
+
+class UpdateSum(MaskedSum):
+    """A round's update sum. A member whose process restarted (it rejoins from its sealed run state,
+    client/jobs/rounds_state.py) gets the round's model again, and the sum starts its next attempt
+    among the same parties, where it masks the same update again; once the holders are asked to
+    reveal, no attempt follows, and the run drops it as after any lost connection."""
+
+    def __init__(self, scope: Scope, name: str, *, trainer: Trainer, **kw: Any) -> None:
+        super().__init__(scope, name, **kw)
+        self.trainer = trainer
+
+    def on_restarted(self, step: Step, party: str) -> bool:
+        if self.opening or step.name not in (self.name, self.confirm):
+            return False
+        self.trainer.resend(self.scope, party)
+        self.scope.start_step(self.name, step.participants, step.attempt + 1)
+        return True
 
 
 class Attest(Phase):

@@ -227,7 +227,7 @@ register(JobType(
     "fedavg", FedavgJobParams,
     "a small network trained by secure federated averaging, optionally on pseudo-labels from XCLP "
     "(Scott et al. 2023 Alg. 2, [protocols §6](protocol.md#training))",
-    coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:fedavg_party",
+    coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:FedavgParty",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.training:network_model"))
 register(JobType(
@@ -235,6 +235,6 @@ register(JobType(
     "a small network trained by double-blind collaborative learning: parties see only sketched "
     "parameters, the coordinator only the sum of sketched gradients (Zhang & Wang 2021, "
     "[protocols §6](protocol.md#training))",
-    coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:dbcl_party",
+    coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:DbclParty",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
     simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.training:network_model"))
