@@ -209,6 +209,8 @@ class DaskWorkers(Executor):
 
         self.client, self.address = client, address
         self._threads, self._asked = 1, -THREADS_SECONDS
+        self._lock = threading.Lock()
+        self._unfinished: dict[str, tuple[Any, Future[Any]]] = {}  # key -> (the cluster's future, ours)
         # what the cluster, not the task, raises: cancelled (scheduler lost), retried out, comm down
         self.lost: tuple[type[BaseException], ...] = (CancelledError, asyncio.CancelledError, KilledWorker,
                                                       CommClosedError, OSError, TimeoutError)
@@ -266,17 +268,40 @@ class DaskWorkers(Executor):
             done.set_exception(WorkersLost(f"the Dask scheduler {self.address} is gone: {_reason(exc)}"))
             return done
 
+        with self._lock:
+            self._unfinished[remote.key] = (remote, done)
+
         def settle(remote: Any) -> None:
+            with self._lock:  # whoever takes it out settles ours: this callback, or `abandon`
+                if self._unfinished.pop(remote.key, None) is None:
+                    return
             try:
-                done.set_result(remote.result())
+                value = remote.result()
             except self.lost as exc:
                 done.set_exception(WorkersLost(f"a Paillier task on the Dask scheduler {self.address} failed: "
                                                f"{_reason(exc)}"))
             except BaseException as exc:
                 done.set_exception(exc)
+            else:
+                done.set_result(value)
 
         remote.add_done_callback(settle)
         return done
+
+    def abandon(self) -> bool:
+        """The work in flight is for a step attempt that is over (LocalPool.abandon's reason): the
+        cluster drops its queued tasks (a task a worker runs now cannot be interrupted there and
+        finishes unread), and each task fails here at once with CancelledError. Whether anything was
+        abandoned."""
+        with self._lock:
+            unfinished, self._unfinished = list(self._unfinished.values()), {}
+        if not unfinished:
+            return False
+        with contextlib.suppress(Exception):  # a scheduler gone already has nothing left to run
+            self.client.cancel([remote for remote, _ in unfinished])
+        for _, done in unfinished:
+            done.set_exception(CancelledError("a later attempt began: this task's work is abandoned"))
+        return True
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with contextlib.suppress(Exception):  # the scheduler may be gone already; nothing to keep

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+from concurrent.futures import CancelledError
 
 import numpy as np
 import pytest
@@ -131,6 +133,32 @@ def test_a_large_argument_several_tasks_take_goes_to_the_cluster_once(tmp_path) 
             [SHARED_BYTES, SHARED_BYTES, SHARED_BYTES - 1, SHARED_BYTES - 1, SHARED_BYTES]
         held = w.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.task_prefixes["hold"].states)
     assert sum(held.values()) == 1  # big only: small is under the size, the last is taken once
+
+
+def test_abandoned_work_fails_at_once_and_the_cluster_drops_it(tmp_path) -> None:
+    """A later SecureHamming attempt began (client/phases/secure_hamming.py `superseded`): as the
+    local pool does, the cluster's tasks for the dead attempt are abandoned. Each fails here at once
+    with CancelledError (what the party takes for "work of a dead attempt"), the scheduler forgets
+    them (a task a worker runs cannot be interrupted and finishes unread), and the next task is
+    served. Before, a party on a cluster waited for every task of the dead attempt to finish."""
+    with cluster(tmp_path, workers=1) as running, DaskWorkers.connect(running.address) as w:
+        futures = [w.submit(time.sleep, 15) for _ in range(w.threads() + 3)]  # some run, the rest wait
+        began = time.monotonic()
+        assert w.abandon()
+        for future in futures:
+            with pytest.raises(CancelledError, match="a later attempt began"):
+                future.result(timeout=5)
+        assert time.monotonic() - began < 5 and not w.abandon()  # nothing left to abandon
+
+        def sleeping() -> int:
+            return int(w.client.run_on_scheduler(
+                lambda dask_scheduler: sum(1 for key in dask_scheduler.tasks if str(key).startswith("sleep"))))
+
+        deadline = time.monotonic() + 10
+        while sleeping() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sleeping() == 0
+        assert w.submit(abs, -3).result(timeout=40) == 3
 
 
 def test_a_scheduler_that_does_not_answer_refuses_the_job_before_join(keys, tmp_path, monkeypatch) -> None:
