@@ -90,7 +90,8 @@ class PartyContext:
     min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed (issue 25)
     # this run's account in the party's ledger (client/ledger.py; None: no ledger)
     account: RunAccount | None = None
-    # the party's sealed run state, written again (client/run_state.py): at each SecureHamming attempt
+    # the party's sealed run state, written again (client/run_state.py): at each SecureHamming attempt,
+    # and at each training round's model, update, reveal and model-chain link
     checkpoint: Callable[[], None] = lambda: None
 
     @property

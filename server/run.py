@@ -396,8 +396,7 @@ class Run:
         phase, step = self.phase, self.step
         if phase is None:
             return
-        scope = phase.scope
-        gone = parties & set(scope.members)
+        scope, gone = phase.scope, parties & set(phase.scope.members)
         if not gone:
             return
         if scope is not self._root:
@@ -446,5 +445,6 @@ class Run:
 
     def summary(self) -> dict[str, Any]:  # the run summary (DESIGN §9, server/jobs/summary.py): nothing sensitive
         return run_summary(self)
+
     def privacy(self) -> dict[str, Any]:  # the run's privacy report (server/jobs/summary.py)
         return run_summary(self, privacy_only=True)

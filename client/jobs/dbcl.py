@@ -145,4 +145,3 @@ class DbclTrainer:
 class DbclParty(RoundsParty):
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx, DbclTrainer(ctx))
-

@@ -150,4 +150,3 @@ class FedavgTrainer:
 class FedavgParty(RoundsParty):
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx, FedavgTrainer(ctx))
-

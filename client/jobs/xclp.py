@@ -104,7 +104,7 @@ class XclpParty(PartyJob):
             self.released_y = draw() if account is None else account.responses(
                 responses_name(epsilon, p.n_classes, p.hide_label_mask), draw)
         self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
-        self.influence_digest = hashlib.sha256(b"xclp/influence")  # of the pieces received, in order
+        self.influence_digest = _influence_digest()  # of the pieces received, in order
         self.kept_zbar: tuple[bytes, np.ndarray | steps.NoisyRowSums] | None = None  # (digest, Z̄) before a resend
         self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
@@ -350,7 +350,7 @@ class XclpParty(PartyJob):
         if self.zbar is not None:
             self.kept_zbar = (self.influence_digest.digest(), self.zbar)
         self.zbar = None
-        self.influence_digest = hashlib.sha256(b"xclp/influence")
+        self.influence_digest = _influence_digest()
         self.progress("the graph layout again (the coordinator restarted): its influence columns come again")
 
     def _scores_of(self, y: np.ndarray) -> steps.InfluenceScores:
@@ -443,3 +443,8 @@ class XclpParty(PartyJob):
         if self.result is None:
             raise ProtocolError("no scores yet")
         return steps.predict(self.result)
+
+
+def _influence_digest() -> hashlib._Hash:
+    """A running hash of a party's influence pieces, in order: what its row sums are a function of."""
+    return hashlib.sha256(b"xclp/influence")

@@ -40,6 +40,7 @@ class DbclTrainer:
         self.sizes: dict[int, int] = {}
         self.sketches: dict[int, Sketch] = {}  # this round's S_t
         self.seed = b""  # this round's seed_t
+        self.view = np.empty(0)  # this round's released view W̃ = S_tᵀW (and b), as every party gets it
         self.replay: bytes | None = None  # a restarted coordinator's round: the seed it had (its parties hold it)
 
     def check_start(self, parties: Mapping[str, Party]) -> None:
@@ -56,15 +57,15 @@ class DbclTrainer:
         seed = self.seed = self.fresh_seed(t) if self.replay is None else self.replay
         self.replay = None
         self.sketches = draw_sketches(self.net.arch, self.params.layers, self.params.sketch, self.sizes, seed)
+        self.view = RoundView.release(self.net, self.sketches).flat()
         for pid in scope.members:
             self.resend(scope, pid)
         return tuple(scope.members)
 
     def resend(self, scope: Scope, party: str) -> None:
-        """The round's seed and view W̃ = S_tᵀW (the same, W has not moved in the round)."""
-        assert self.net is not None
+        """The round's seed and view (W has not moved in the round)."""
         scope.send(party, dbcl.SEED_MSG, 0, self.seed)
-        scope.send(party, training.MODEL_MSG, 0, RoundView.release(self.net, self.sketches).flat())
+        scope.send(party, training.MODEL_MSG, 0, self.view)
 
     def fresh_seed(self, t: int) -> bytes:
         """Round t's seed: fresh randomness every round (a repeated S would not hide W's difference)."""

@@ -40,7 +40,7 @@ from xclp.runtime import write_atomic
 from xclp.server.config import JobConfig
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step
+from xclp.server.phases.base import Phase, PhaseFailed, Program, Scope, Step, attempt_after_restart
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
 from xclp.v1 import training, wire
 from xclp.v1.dbcl import DbclJobParams
@@ -156,8 +156,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         self.skipped, self.history = [int(t) for t in meta["skipped"]], list(meta["history"])
         t = int(meta["round"])
         run.closed_scopes.update(training.scoped(s, "") for s in range(t))  # what comes for them is late
-        # past any attempt the parties can have seen since (each restart after the checkpoint lost a party)
-        attempt = int(meta["attempt"]) + len(run.parties)
+        attempt = attempt_after_restart(int(meta["attempt"]), len(run.parties))
         log.warning("job %s: round %d goes on from its start, its update sum at attempt %d", self.config.job_id,
                     t, attempt)
         return (yield from self._rounds(run, t, tuple(meta["members"]), attempt))

@@ -57,7 +57,7 @@ from xclp.graph import InfluenceSolver, normalise
 from xclp.memory import default_max_memory, gib
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import PhaseFailed, Program, Scope, Work
+from xclp.server.phases.base import PhaseFailed, Program, Scope, Work, attempt_after_restart
 from xclp.server.phases.each_party import IntraHamming, LabeledSets, Probes
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
 from xclp.server.phases.secure_hamming import SecureHamming
@@ -218,7 +218,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         else:  # the solve again, and SecureRowSums past any attempt the parties can have seen since
             state.graph_restored(meta["graph"], arrays)
             sum_ = meta["rowsums"]
-            attempt = int(sum_["attempt"]) + len(run.parties) if sum_ else 0
+            attempt = attempt_after_restart(int(sum_["attempt"]), len(run.parties)) if sum_ else 0
             log.warning("job %s: the influence columns are solved and sent again; SecureRowSums at attempt %d",
                         self.config.job_id, attempt)
             labelled = yield from from_graph(run.scope, state, tuple(sum_["members"]) if sum_ else None, attempt)

@@ -98,6 +98,13 @@ class Step:
                                     f"in round {self.attempt}")
 
 
+def attempt_after_restart(saved: int, parties: int) -> int:
+    """The attempt a restarted coordinator starts a step at, from the one its checkpoint saved
+    (server/resume.py): past any the parties can have seen since, each restart after the checkpoint
+    having lost one of the step's `parties`; so no attempt's seeds or relays mix with another's."""
+    return saved + parties
+
+
 class Scope:
     """Where phases run: a step-name prefix, a session id, its members, what a late party loses."""
 

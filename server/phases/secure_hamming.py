@@ -20,7 +20,7 @@ import numpy as np
 from xclp.candidates import PairSchedule, a_slots, b_rows, folded
 from xclp.errors import InvalidInput, PeerDropped, ResourceExhausted, XclpError
 from xclp.progress import Meter
-from xclp.server.phases.base import Phase, Scope, Step
+from xclp.server.phases.base import Phase, Scope, Step, attempt_after_restart
 from xclp.server.phases.xclp_state import XclpState, step_meter
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
@@ -84,9 +84,8 @@ class SecureHamming(Phase):
     @classmethod
     def restored(cls, scope: Scope, state: XclpState, meta: dict[str, Any],
                  arrays: dict[str, np.ndarray]) -> SecureHamming:
-        """The phase `saved` wrote, to start its next attempt from what it had folded. The attempt is
-        past any the parties can have seen since (each restart after it dropped a party, and at most
-        all but two can drop), so no attempt's seeds or relays are ever mixed with another's."""
+        """The phase `saved` wrote, to start its next attempt from what it had folded, at the attempt
+        `attempt_after_restart` gives."""
         phase = cls(scope, state)
         parties = tuple(meta["parties"])
         graph = steps.NeighbourGraph(steps.RowLayout(parties, tuple(state.sizes[p] for p in parties)), None,
@@ -105,7 +104,7 @@ class SecureHamming(Phase):
             if len(stream.pieces) != int(meta["pieces"][str(i)]) or stream.first > len(stream.pieces):
                 raise InvalidInput(f"the checkpoint cuts pair {i} into {meta['pieces'][str(i)]} pieces, this "
                                    f"coordinator into {len(stream.pieces)}")
-        phase.attempt = int(meta["attempt"]) + len(parties)
+        phase.attempt = attempt_after_restart(int(meta["attempt"]), len(parties))
         return phase
 
     def start(self) -> None:
