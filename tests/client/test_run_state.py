@@ -67,11 +67,11 @@ def challenge(run_id: str = "7") -> pb.ChallengeResponse:
 def test_a_state_of_a_run_that_is_over_is_deleted_and_the_party_joins_afresh(keys, tmp_path: Path) -> None:
     session = session_at(keys, tmp_path)
     file = RunStateFile(tmp_path, "a", "x", keys["a"])
-    file.save(state({"data": data_digest(session.data).hex()}))
+    file.save(state({"data": session.data_digest.hex()}))
     assert run_state.saved_for(session, challenge("8")) is None
     assert not file.path.exists()
     assert any("that run is over" in line for line in session.said)  # type: ignore[attr-defined]
-    file.save(state({"data": data_digest(session.data).hex()}))
+    file.save(state({"data": session.data_digest.hex()}))
     got = run_state.saved_for(session, challenge("7"))  # its own run: read back
     assert got is not None and got.meta["run_id"] == "7"
 
@@ -88,7 +88,7 @@ def test_a_party_restarted_on_another_table_cannot_rejoin(keys, tmp_path: Path) 
 def test_a_state_sealed_under_another_identity_is_deleted_and_said(keys, tmp_path: Path) -> None:
     session = session_at(keys, tmp_path)
     other = RunStateFile(tmp_path, "a", "x", keys["b"])
-    other.save(state({"data": data_digest(session.data).hex()}))
+    other.save(state({"data": session.data_digest.hex()}))
     assert run_state.saved_for(session, challenge("7")) is None
     assert not other.path.exists()
     assert any("cannot be opened" in line and "joining afresh" in line

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,12 @@ import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
 from tests.helpers import save_identity, write_table
+from tests.service.test_resume import wait_until, write_allow_list
 from xclp import candidates as cd
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.client.run_state import RUNS_DIR, RunStateFile
-from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.graph import GraphParams
@@ -44,14 +43,56 @@ XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_
 N = 30
 
 
-def wait_until(condition, seconds: float, what: str, process: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"party a exited ({process.returncode}) while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
-        time.sleep(0.05)
+class KillableParty:
+    """Party a as a real `xclp-client run` process (`program`: the interpreter and script to run it
+    with, `extra`: its other options): its table, identity key and the allow-list written to
+    `tmp_path`, then killed with SIGKILL and started again with the same command; its two
+    processes' logs are a0.log and a1.log."""
+
+    def __init__(self, tmp_path: Path, keys, data, job_id: str, program: list[str], extra: list[str]) -> None:
+        write_table(tmp_path / "a.csv", data.X, data.y, data.ids)
+        save_identity(keys["a"], tmp_path / "a.key")
+        write_allow_list(tmp_path, keys)
+        self.tmp = tmp_path
+        self.command = [*program, "run", "--insecure", "--job", job_id, "--party", "a",
+                        "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
+                        "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", *extra]
+        self.logs = [open(tmp_path / f"a{i}.log", "w") for i in range(2)]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, address: str, again: bool = False) -> None:
+        self.process = subprocess.Popen([*self.command, "--coordinator", address], stderr=self.logs[int(again)])
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)  # no goodbye, no finally
+        assert self.process.wait(30) == -signal.SIGKILL
+
+    def wait_until(self, condition, seconds: float, what: str) -> None:
+        wait_until(condition, seconds, what, self.process, who="party a")
+
+    def finish(self, release: threading.Event, others: threading.Thread) -> str:
+        """Let the run go on (`release`), and wait for the restarted process to exit 0 and for the
+        other parties' thread to end; what the restarted process logged, which says it rejoined."""
+        release.set()
+        assert self.process is not None
+        code = self.process.wait(180)
+        others.join(60)
+        assert not others.is_alive()
+        said = self.said()
+        assert code == 0, said
+        assert "restarted: rejoining run" in said, said
+        return said
+
+    def said(self, first: bool = False) -> str:
+        """What the restarted process logged (`first`: the first one)."""
+        return (self.tmp / f"a{0 if first else 1}.log").read_text()
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        for log in self.logs:
+            log.close()
 
 
 def reference(datas, seed: bytes, params: dict):
@@ -79,12 +120,11 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
     """candidate-pairs: the restarted party reads back the opened probe table and recomputes its
     centre lists and schedules from it."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as party a's (small_pieces_client.py)
-    allow = allow_list(keys)
     datas = {p: party_data(70 + i, n=rows) for i, p in enumerate(PARTIES)}
-    write_table(tmp_path / "a.csv", datas["a"].X, datas["a"].y, datas["a"].ids)
-    save_identity(keys["a"], tmp_path / "a.key")
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    party = KillableParty(tmp_path, keys, datas["a"], "x",
+                          [sys.executable, str(Path(__file__).with_name("small_pieces_client.py"))],
+                          ["--out", str(tmp_path / "out.csv"), "--paillier-bits", "512", "--insecure-test-keys",
+                           "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")])
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
 
     killed = threading.Event()
@@ -100,18 +140,12 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
         return real(self, message)
 
     monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
-    command = [sys.executable, str(Path(__file__).with_name("small_pieces_client.py")), "run", "--insecure",
-               "--job", "x", "--party", "a", "--identity", str(tmp_path / "a.key"),
-               "--peers", str(tmp_path / "allow.toml"), "--data", str(tmp_path / "a.csv"), "--id-column", "row_id",
-               "--out", str(tmp_path / "out.csv"), "--paillier-bits", "512", "--insecure-test-keys",
-               "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")]
     config = job("x", "xclp", XCLP | params, min_parties=3, step_seconds=120, reconnect_seconds=60)
-    logs = [open(tmp_path / f"a{i}.log", "w") for i in range(2)]
     state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
     outcome: dict[str, dict] = {}
     progress: dict[str, list[str]] = {}
-    with coordinator(allow, [config]) as (coord, address):
-        party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[0])
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        party.start(address)
         others = threading.Thread(target=lambda: outcome.update(results=run_parties(
             address, "x", keys, {p: datas[p] for p in "bc"}, paillier=paillier, progress=progress,
             policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
@@ -124,28 +158,18 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
                 return state.path.exists() and isinstance(phase, SecureHamming) and any(
                     s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
 
-            wait_until(mid_pair, 120, "a's pairs to have pieces folded", party)
+            party.wait_until(mid_pair, 120, "a's pairs to have pieces folded")
             saved = state.load()
             assert saved is not None and saved.meta["run_id"]
             assert (state.path.stat().st_mode & 0o777) == 0o600
-            party.send_signal(signal.SIGKILL)  # no goodbye, no finally
-            assert party.wait(30) == -signal.SIGKILL
+            party.kill()
             assert state.path.exists()  # what the same command rejoins with
-            party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[1])
-            killed.set()
-            code = party.wait(180)
-            others.join(60)
-            assert not others.is_alive()
+            party.start(address, again=True)
+            said = party.finish(killed, others)
         finally:
             killed.set()
-            if party.poll() is None:
-                party.kill()
-            for log in logs:
-                log.close()
-    said = (tmp_path / "a1.log").read_text()
-    assert code == 0, said
-    assert "restarted: rejoining run" in said, said
-    assert "generating a 512-bit Paillier key" in (tmp_path / "a0.log").read_text()
+            party.close()
+    assert "generating a 512-bit Paillier key" in party.said(first=True)
     assert "Paillier key" not in said  # it rejoins with the key it had, and makes none (it used to)
     assert "pieces of others kept from before" in said, said
     assert not state.path.exists()  # deleted once the run was past SecureHamming
@@ -165,8 +189,9 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
 
 
 def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(keys, monkeypatch) -> None:
-    """Only SecureHamming resumes: a party whose process restarts in a later step (here: as the
-    labels step starts) is dropped at once, with why, rather than waited for; the run goes on."""
+    """Only SecureHamming and update sums resume: a party whose process restarts in another step
+    (here: as the labels step starts) is dropped at once, with why, rather than waited for; the run
+    goes on."""
     from xclp.client.jobs.xclp import XclpParty
     from xclp.server import liveness
     from xclp.v1.xclp import LABELS_STEP

@@ -12,8 +12,6 @@ kill lands with a's masked update of round 1 in and b's not.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -22,22 +20,16 @@ import numpy as np
 import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
-from tests.helpers import save_identity, write_table
-from tests.service.test_party_restart import PARTIES, wait_until
+from tests.service.test_party_restart import PARTIES, KillableParty
+from tests.service.test_training_resume import DBCL, FEDAVG
 from xclp.client.jobs.dbcl import DbclTrainer
 from xclp.client.jobs.fedavg import FedavgTrainer
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.client.run_state import RUNS_DIR, RunStateFile
-from xclp.crypto import identity
 from xclp.simulation import run_dbcl, run_fedavg
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
-
-FEDAVG = {"n_classes": 3, "hidden": [8], "rounds": 3, "local_epochs": 2, "batch_size": 8, "learning_rate": 0.1,
-          "momentum": 0.5, "pseudo_label": "none"}
-DBCL = {"n_classes": 3, "hidden": [8], "rounds": 3, "batch_size": 6, "learning_rate": 0.05, "sketch": "countsketch",
-        "optimiser": "sgd", "momentum": 0.5}
 
 
 @pytest.mark.slow
@@ -45,12 +37,10 @@ DBCL = {"n_classes": 3, "hidden": [8], "rounds": 3, "batch_size": 6, "learning_r
 def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_path: Path, monkeypatch,
                                                                     job_type: str) -> None:
     params = FEDAVG if job_type == "fedavg" else DBCL
-    allow = allow_list(keys)
     datas = {p: party_data(140 + i) for i, p in enumerate(PARTIES)}
-    write_table(tmp_path / "a.csv", datas["a"].X, datas["a"].y, datas["a"].ids)
-    save_identity(keys["a"], tmp_path / "a.key")
-    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+    party = KillableParty(tmp_path, keys, datas["a"], "t", [sys.executable, "-m", "xclp.client.cli"],
+                          ["--out", str(tmp_path / "out"), "--min-parties", "2", "--state", str(tmp_path / "state"),
+                           "--allow-non-dp-dbcl"])
     killed = threading.Event()
     trainer = FedavgTrainer if job_type == "fedavg" else DbclTrainer
     real = trainer.train
@@ -61,17 +51,12 @@ def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_pa
         return real(self, t, started)
 
     monkeypatch.setattr(trainer, "train", holds_on)
-    command = [sys.executable, "-m", "xclp.client.cli", "run", "--insecure", "--job", "t", "--party", "a",
-               "--identity", str(tmp_path / "a.key"), "--peers", str(tmp_path / "allow.toml"),
-               "--data", str(tmp_path / "a.csv"), "--id-column", "row_id", "--out", str(tmp_path / "out"),
-               "--min-parties", "2", "--state", str(tmp_path / "state"), "--allow-non-dp-dbcl"]
     config = job("t", job_type, params, min_parties=2, step_seconds=120, reconnect_seconds=60)
-    logs = [open(tmp_path / f"a{i}.log", "w") for i in range(2)]
     state = RunStateFile(tmp_path / "state", "a", "t", keys["a"])
     outcome: dict[str, dict] = {}
     progress: dict[str, list[str]] = {}
-    with coordinator(allow, [config]) as (coord, address):
-        party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[0])
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        party.start(address)
         others = threading.Thread(target=lambda: outcome.update(results=run_parties(
             address, "t", keys, {p: datas[p] for p in "bc"}, progress=progress,
             policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))), daemon=True)
@@ -86,25 +71,15 @@ def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_pa
                 saved = state.load()
                 return saved is not None and saved.meta["job"]["round"] == 1 and saved.meta["job"]["rows"] is not None
 
-            wait_until(masked_in_round_one, 120, "a's masked update of round 1", party)
-            party.send_signal(signal.SIGKILL)
-            assert party.wait(30) == -signal.SIGKILL
-            party = subprocess.Popen([*command, "--coordinator", address], stderr=logs[1])
-            wait_until(lambda: coord.jobs["t"].step is not None and coord.jobs["t"].step.attempt == 1, 60,
-                       "the round's sum to start again with a", party)
-            killed.set()
-            code = party.wait(180)
-            others.join(60)
-            assert not others.is_alive()
+            party.wait_until(masked_in_round_one, 120, "a's masked update of round 1")
+            party.kill()
+            party.start(address, again=True)
+            party.wait_until(lambda: coord.jobs["t"].step is not None and coord.jobs["t"].step.attempt == 1, 60,
+                             "the round's sum to start again with a")
+            said = party.finish(killed, others)
         finally:
             killed.set()
-            if party.poll() is None:
-                party.kill()
-            for log in logs:
-                log.close()
-    said = (tmp_path / "a1.log").read_text()
-    assert code == 0, said
-    assert "restarted: rejoining run" in said, said
+            party.close()
     assert "round 1: started again by the coordinator; the same model, and the same update under fresh masks" \
         in said, said
     assert "round 1: model received" not in said  # it did not train round 1 again

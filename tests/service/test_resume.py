@@ -46,14 +46,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(condition, seconds: float, what: str, server: subprocess.Popen | None = None) -> None:
+def wait_until(condition, seconds: float, what: str, process: subprocess.Popen | None = None,
+               who: str = "the coordinator") -> None:
     deadline = time.monotonic() + seconds
     while not condition():
-        if server is not None and server.poll() is not None:
-            raise AssertionError(f"the coordinator exited ({server.returncode}) while waiting for {what}")
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{who} exited ({process.returncode}) while waiting for {what}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
         time.sleep(0.05)
+
+
+def write_allow_list(tmp_path: Path, keys) -> None:
+    """The allow-list of the tests' parties as `allow.toml` in `tmp_path`, as both CLIs read it."""
+    (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
+        f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow_list(keys)))
 
 
 def saved(path: Path) -> Saved | None:
@@ -69,9 +76,7 @@ class KillableCoordinator:
     logs are coordinator0.log and coordinator1.log."""
 
     def __init__(self, tmp_path: Path, keys, job_text: str, env: dict[str, str] | None = None) -> None:
-        allow = allow_list(keys)
-        (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
-            f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
+        write_allow_list(tmp_path, keys)
         (tmp_path / "job.toml").write_text(job_text)
         self.tmp, self.port = tmp_path, free_port()
         self.command = [sys.executable, str(Path(__file__).with_name("small_pieces_server.py")), "serve",
