@@ -8,10 +8,12 @@ run; `restore` builds the run again as a restarted coordinator does.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from xclp.client.policy import PartyPolicy
 from xclp.dbcl import RoundView, draw_sketches
+from xclp.errors import InvalidInput
 from xclp.fedavg import initial_network
 from xclp.server.phases.masked_sum import MaskedSum
 from xclp.server.resume import Saved, restore, snapshot
@@ -99,3 +101,18 @@ def test_a_dbcl_round_goes_on_with_its_own_seed_and_view(keys, monkeypatch) -> N
                 and (m := wire.Assembler().add(i.frame)) is not None}
     assert bytes(messages[training.scoped(0, dbcl.SEED_MSG)]) == bytes(saved.arrays["seed"])
     np.testing.assert_array_equal(messages[training.scoped(0, training.MODEL_MSG)], view)
+
+
+def test_a_training_checkpoint_that_does_not_fit_the_job_is_refused(keys, monkeypatch) -> None:
+    """A checkpoint whose model, seed or optimiser state does not fit the job's network (another
+    version's, or a damaged file) is refused with a reason: the coordinator then marks the run
+    interrupted (tests/server/test_checkpoint.py), it never trains on it."""
+    taken, _, config = checkpoints_of_round_0(keys, monkeypatch, "dbcl", DBCL)
+    saved = taken[("r0.update", 0)]
+    assert saved is not None
+    for name, bad, why in [("seed", saved.arrays["seed"][:5], "the saved round seed or optimiser state does not fit"),
+                           ("optimiser", np.ones(3), "the saved round seed or optimiser state does not fit"),
+                           ("theta", saved.arrays["theta"][:-1], "the parameters of a .* network are float64"),
+                           ("theta", np.full_like(saved.arrays["theta"], np.nan), "NaN or infinity")]:
+        with pytest.raises(InvalidInput, match=why):
+            restore(Saved(saved.meta, {**saved.arrays, name: bad}), config, allow_list(keys), clock=lambda: 0.0)
