@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from xclp.errors import InvalidInput, NotAuthorized
 from xclp.server.mailbox import Party
-from xclp.server.phases.base import Phase, Step
+from xclp.server.phases.base import MAX_RESTARTS, Phase, Step
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.steps import ALIVE_MAX_BYTES, RESUMES, RUN_ALIVE
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xclp.server")
 NEWS_SECONDS = 60.0  # well inside a party's idle timeout (default 900 s)
-MAX_RESTARTS = 3  # times one party's process may restart and rejoin one run
 
 
 def report(party: Party, payload: wire.Payload, now: float) -> None:

@@ -98,11 +98,16 @@ class Step:
                                     f"in round {self.attempt}")
 
 
+MAX_RESTARTS = 3  # times one party's process may restart and rejoin one run (server/liveness.py)
+
+
 def attempt_after_restart(saved: int, parties: int) -> int:
     """The attempt a restarted coordinator starts a step at, from the one its checkpoint saved
-    (server/resume.py): past any the parties can have seen since, each restart after the checkpoint
-    having lost one of the step's `parties`; so no attempt's seeds or relays mix with another's."""
-    return saved + parties
+    (server/resume.py): past any the parties can have seen since, so that no attempt's seeds or
+    relays mix with another's. Since the checkpoint, each later attempt either lost one of the
+    step's `parties` (at most all of them) or took a restarted party back (at most MAX_RESTARTS
+    times each); the attempts in between are never used, which costs nothing."""
+    return saved + parties * (1 + MAX_RESTARTS)
 
 
 class Scope:

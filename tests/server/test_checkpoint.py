@@ -31,6 +31,7 @@ from xclp.server import resume
 from xclp.server.config import reread_job
 from xclp.server.coordinator import Coordinator
 from xclp.server.events import Stage
+from xclp.server.phases.base import attempt_after_restart
 from xclp.server.phases.secure_hamming import SecureHamming
 from xclp.server.phases.xclp_state import CandidateRun, XclpState
 from xclp.server.resume import Checkpoints, Saved, restore, snapshot
@@ -103,7 +104,7 @@ def test_a_checkpoint_goes_on_at_a_later_attempt_from_the_pieces_it_folded(held)
     assert sorted(tokens.values()) == list(PARTIES)
     assert run.stage is Stage.RUNNING and isinstance(run.phase, SecureHamming)
     phase = run.phase
-    assert phase.attempt == saved.meta["job"]["hamming"]["attempt"] + len(PARTIES)
+    assert phase.attempt == attempt_after_restart(saved.meta["job"]["hamming"]["attempt"], len(PARTIES))
     assert run.step is not None and run.step.attempt == phase.attempt
     assert {i: s.first for i, s in phase.streams.items() if s.first} == {i: f for i, f in folded.items() if f}
     # every party hears where each pair starts (uint64 per pair), then the step, in the attempt
@@ -216,10 +217,10 @@ def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_
     assert store.run(run_id).state == "running" and not store.runs(states=("queued",))
     again = checkpoints.read(run_id)
     assert again is not None
-    went_on = saved.meta["job"]["hamming"]["attempt"] + len(PARTIES)
+    went_on = attempt_after_restart(saved.meta["job"]["hamming"]["attempt"], len(PARTIES))
     assert again.meta["job"]["hamming"]["attempt"] == went_on == coord.runs[run_id].step.attempt
     later, _ = restore(again, config, allow, clock=lambda: 0.0)
-    assert later.step is not None and later.step.attempt == went_on + len(PARTIES)
+    assert later.step is not None and later.step.attempt == attempt_after_restart(went_on, len(PARTIES))
 
 
 def test_a_candidate_schedule_is_read_back_whole() -> None:
@@ -325,12 +326,61 @@ def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes
     assert isinstance(results["d"], BaseException) and taken and taken[0] is not None
     run, _ = restore(taken[0], config, allow_list(keys), clock=lambda: 0.0)
     assert run.active == ["a", "b", "c"] and run.step is not None and run.step.participants == ("a", "b", "c")
-    assert run.step.attempt == 1 + 3
+    assert run.step.attempt == attempt_after_restart(1, 3)
     d = run.parties["d"]
     assert d.ended
     ends = [item for item in iter(lambda: d.mailbox.get(0), None) if item.HasField("end")]
     assert [(e.end.outcome, e.end.reason) for e in ends] == [
         (pb.JobEnd.DROPPED, "disconnected, and did not reconnect within 1 s")]
+
+
+def test_a_restarted_coordinator_starts_past_the_attempts_that_restarted_parties_took(keys, tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """A checkpoint taken as SecureHamming's attempt 0 starts; then a's process restarts as often
+    as a run allows (each restart takes it back at the next attempt among the same parties), and
+    the coordinator dies before its next write. Read back, the checkpoint starts past every
+    attempt the parties saw: before, the saved attempt + 3 assumed each later attempt had lost a
+    party, and the restarted coordinator started an attempt (3) the parties had already masked,
+    which each would refuse ("a restart must have a later attempt"). Every party may restart so
+    (attempt_after_restart), and one is enough to show it."""
+    from xclp.server import liveness
+
+    text = JOB.replace('["a", "b", "c"]', '["a", "b", "c"]\nmin_parties = 2')
+    (tmp_path / "x.toml").write_text(text)
+    config = reread_job(text, str(tmp_path / "x.toml"))
+    taken: list[Saved] = []
+    started: list[int] = []
+    real_start, real_party = SecureHamming.start, SecureHammingParty.start
+
+    def start(self):
+        real_start(self)
+        started.append(self.attempt)
+        if self.attempt == 0:  # as the Saver would, under the run's lock
+            run = self.scope.run
+            tokens = {pid: h for h, (r, pid) in run.events._tokens.items() if r is run}
+            taken.append(snapshot(run, tokens, (text, str(tmp_path / "x.toml"))))
+
+    def restarts(self, attempt, members):  # a's process "restarts" as often as a run allows, once it is in
+        if attempt == 0 and self.ctx.party_id == "a":
+            for _ in range(liveness.MAX_RESTARTS):
+                liveness.attach(coordinator_run[0], "a", restarted=True)
+        return real_party(self, attempt, members)
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+    monkeypatch.setattr(SecureHammingParty, "start", restarts)
+    datas = {p: party_data(60 + i, n=30) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    coordinator_run: list = []
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        coordinator_run.append(coord.jobs["x"])
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    # a's process here did not restart: its stream, taken by the "new" one, closed, and it was dropped
+    assert all(not isinstance(results[p], BaseException) for p in "bc"), results
+    assert started[:liveness.MAX_RESTARTS + 1] == list(range(liveness.MAX_RESTARTS + 1))  # a restart, an attempt
+    seen = max(started)
+    run, _ = restore(taken[0], config, allow_list(keys), clock=lambda: 0.0)
+    assert run.step is not None and run.step.attempt > seen, (run.step.attempt, seen)
 
 
 def test_the_first_checkpoint_of_a_phase_is_written_at_once(tmp_path: Path, monkeypatch) -> None:
