@@ -80,7 +80,7 @@ from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
 from xclp.data import tables
-from xclp.errors import ConfigError, PolicyRefused, RunCancelled, XclpError
+from xclp.errors import ConfigError, PolicyRefused, RunCancelled, RunInterrupted, XclpError
 from xclp.runtime import check_keys, read_bytes, read_toml
 from xclp.v1 import calls, registry
 from xclp.v1 import xclp_pb2 as pb
@@ -352,7 +352,7 @@ class Agent:
             path = write_run_dir(self.config.out, job, run, result)
             self.say(f"run {run} of job {job} done: outputs in {path}")
             ok = True
-        except RunCancelled as exc:
+        except (RunCancelled, RunInterrupted) as exc:
             self.say(f"run {run} of job {job} stopped: {exc}; nothing written")
         except XclpError as exc:
             self.say(f"run {run} of job {job} failed: {exc}; nothing written")

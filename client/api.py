@@ -56,7 +56,7 @@ from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
 from xclp.data import tables
 from xclp.data.party_table import PartyData
-from xclp.errors import ConfigError, InvalidInput, XclpError
+from xclp.errors import ConfigError, InvalidInput, RunInterrupted, XclpError
 from xclp.race import Estimator
 from xclp.runtime import read_bytes, read_toml
 from xclp.v1 import registry
@@ -166,7 +166,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
         allow_unsketched_layers: bool = False, allow_non_dp_dbcl: bool = False, max_memory_gb: float | None = None,
         max_work_minutes: float | None = None, max_paillier_hours: float | None = None, state: PathLike | None = None,
         allow_rerun: bool = False, privacy_budget: str | float | Budget | None = None,
-        connect_timeout: float = 60.0, idle_timeout: float = 900.0, validate: float | None = None,
+        connect_timeout: float = 60.0, idle_timeout: float = 900.0, rejoins: int = 3, validate: float | None = None,
         progress: Progress | None = None) -> PartyResult:
     """Take part in one run of `job` on the coordinator at `coordinator` (host:port) with `data`.
 
@@ -191,7 +191,9 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       $XDG_STATE_HOME/xclp), `privacy_budget` (each data set's DP budget: ε, "ε,δ" or a Budget;
       default ε = 10, δ = 1e-5) and `allow_rerun`.
     - `connect_timeout`: how long to keep retrying an unreachable coordinator (with exponential
-      back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news.
+      back-off) before DeadlineExceeded; `idle_timeout`: give up after this long without news;
+      `rejoins`: how many times to join the job's next run when the coordinator stops or restarts
+      during this party's run and cannot go on with it (0: never; `take_part`).
     - `validate`: XCLP: hold out this fraction of the party's labeled rows locally (never sent)
       and compare, on them, XCLP's labels with its own rows alone (`PartyResult.validation`).
     - `progress`: called with each progress line (default: printed to stderr).
@@ -199,6 +201,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
     say = progress or stderr_progress
     if validate is not None:
         check_fraction(float(validate), "--validate")
+    if isinstance(rejoins, bool) or not isinstance(rejoins, int) or rejoins < 0:
+        raise ConfigError(f"--rejoins must be a whole number >= 0, got {rejoins!r}")
     worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers)  # before reading anything
     if worker_spec.scheduler is not None and worker_spec.scheduler.startswith("tcp://"):
         say(f"WARNING: insecure workers: Paillier tasks go to {worker_spec.scheduler} in the clear")
@@ -226,7 +230,7 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
                                      budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
-    result = take_part(config, source if held is None else held.loader(source), progress=say)
+    result = take_part(config, source if held is None else held.loader(source), progress=say, rejoins=rejoins)
     return replace(result, ids=_integer_ids(data, id_column),
                    validation=None if held is None else held.compare(result.job, result.data))
 
@@ -258,21 +262,33 @@ def as_budget(value: str | float | Budget | None) -> Budget:
 
 
 def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stderr_progress,
-              started: Callable[[PartySession], None] | None = None) -> PartyResult:
+              started: Callable[[PartySession], None] | None = None, rejoins: int = 0) -> PartyResult:
     """One run with a prepared `RunConfig` (the agent's way in): `data(params)` reads the table once
     the job's parameters are known; `started(session)` gets the session (to abort it from another
-    thread)."""
+    thread). `rejoins`: how many times to join the job's next run when the coordinator stopped or
+    restarted during this party's run and could not go on with it (RunInterrupted). Each joins
+    afresh: a new session, keys, masks and seeds, and the ledger decides what may be released again
+    (an exact release among the same parties, a DP release against the budget)."""
     loaded: list[PartyData] = []
 
     def load(params: JobParams) -> PartyData:
         loaded.append(data(params))  # as read: the session checks it (checked_table)
         return loaded[-1]
 
-    session = PartySession(config, load, progress=progress)
-    if started is not None:
-        started(session)
-    result = session.run()
-    return PartyResult(result, loaded[-1])
+    for joined in range(1 + max(rejoins, 0)):
+        session = PartySession(config, load, progress=progress)
+        if started is not None:
+            started(session)
+        try:
+            result = session.run()
+        except RunInterrupted as exc:
+            if joined == rejoins or config.run_id:  # a run named by the agent: it is offered the next one
+                raise
+            progress(f"{exc}; joining the job's next run ({joined + 1} of at most {rejoins} times; the coordinator "
+                     f"has {config.join_wait_seconds:g} s to answer, --connect-timeout)")
+            continue
+        return PartyResult(result, loaded[-1])
+    raise AssertionError("unreachable")
 
 
 def read_data(data: Any, *, label_column: str | None = tables.DEFAULT_LABEL, id_column: str | None = None,

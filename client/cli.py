@@ -40,9 +40,8 @@ from xclp.v1.status import EXIT_BAD_INPUT, EXIT_DROPPED, EXIT_OK, exit_code
 from xclp.validation import table as comparison_table
 
 RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
-            "ca_cert",
-            "client_cert", "client_key", "server_name", "insecure", "connect_timeout", "join_wait", "idle_timeout",
-            "paillier_bits",
+            "ca_cert", "client_cert", "client_key", "server_name", "insecure", "connect_timeout", "join_wait",
+            "idle_timeout", "rejoins", "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
             "min_share_threshold",
@@ -91,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds to keep retrying an unreachable coordinator, backing off exponentially (0.5 s "
                    "doubling to 30 s, with jitter), before giving up with exit code 5 (default 60)")
     r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
+    r.add_argument("--rejoins", type=int, metavar="N",
+                   help="join the job's next run, up to N times, when the coordinator stops or restarts during "
+                        "this party's run and cannot go on with it (default 3; 0: never; docs/operating.md)")
     r.add_argument("--paillier-bits", type=int, help="xclp jobs: publish a fresh Paillier key of this size "
                    "(the job's key_bits, normally 2048)")
     r.add_argument("--insecure-test-keys", action="store_true", default=None,

@@ -12,7 +12,8 @@
             --JobEnd FAILED/DROPPED, stream lost past the job's reconnect_seconds (client/connection.py
               resumes it until then), or nothing for `idle_seconds`--> error (the coordinator told why)
             --JobEnd REFUSED (the job cannot run with the parties' data)--> InvalidInput (exit 2)
-    any     --JobEnd CANCELLED (the operator cancelled the run, or the coordinator shut down)--> RunCancelled
+    any     --JobEnd CANCELLED (the operator cancelled the run)--> RunCancelled; --JobEnd INTERRUPTED (the
+              coordinator shut down), or its restart lost the run--> RunInterrupted (xclp.v1.status)
 
 Every StepStart passes the party's own step guard first (client/policy.py): enough participants,
 always this party, strictly shrinking restarts, nothing after the result.
@@ -42,12 +43,13 @@ from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
-from xclp.errors import DeadlineExceeded, InvalidInput, InvalidSignature, PeerDropped, ProtocolError, RunCancelled
+from xclp.errors import DeadlineExceeded, InvalidSignature, ProtocolError, RunCancelled
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec
+from xclp.v1.status import ended_early
 from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
@@ -393,19 +395,12 @@ class PartySession:
 
     def on_end(self, end: pb.JobEnd) -> None:
         self._ended = True  # the coordinator ended this party's run: nothing to tell it on the way out
-        if end.outcome == pb.JobEnd.DONE:
-            if self.job is None or self.job.result is None:
-                raise ProtocolError("the job ended without sending this party the aggregate")
-            self.stage = PartyStage.DONE
-            self.progress(f"job done: {end.reason}")
-        elif end.outcome == pb.JobEnd.REFUSED:
-            raise InvalidInput(f"the job cannot run with the parties' data: {end.reason}")
-        elif end.outcome == pb.JobEnd.CANCELLED:
-            raise RunCancelled(f"the run was cancelled: {end.reason}")
-        elif end.outcome == pb.JobEnd.DROPPED:
-            raise PeerDropped(f"the coordinator dropped this party: {end.reason}", frozenset({self.config.party_id}))
-        else:
-            raise PeerDropped(f"the job failed: {end.reason}")
+        if end.outcome != pb.JobEnd.DONE:
+            raise ended_early(end, self.config.party_id)
+        if self.job is None or self.job.result is None:
+            raise ProtocolError("the job ended without sending this party the aggregate")
+        self.stage = PartyStage.DONE
+        self.progress(f"job done: {end.reason}")
 
     def _seeded(self) -> None:
         if self.seed is not None and self.seed.seed is not None:

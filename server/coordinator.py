@@ -38,6 +38,7 @@ from xclp.errors import (
     PeerDropped,
     ProtocolError,
     RunCancelled,
+    RunInterrupted,
     XclpError,
 )
 from xclp.runtime import write_json_atomic
@@ -103,6 +104,8 @@ class Coordinator:
         for config, (text, name) in zip(jobs, list(job_texts) or [("", "in-process")] * len(jobs)):
             self.definitions[config.job_id] = config  # a job file given at start is the operator's latest word
             self.store.define_job(config.job_id, config.job_type, text or repr(config.params), name, replace=True)
+        self._interrupted = {job: last[0].run_id for job in self.definitions  # its latest, if a stop or crash cut it
+                             if (last := self.store.runs(job_id=job, limit=1)) and last[0].state == "interrupted"}
         for record in self.store.runs(states=("queued",), oldest_first=True):
             if record.job_id in self.definitions:
                 self._queued.setdefault(record.job_id, []).append(record.run_id)
@@ -202,10 +205,9 @@ class Coordinator:
     def _saveable(self) -> list[tuple[Run, dict[str, bytes], tuple[str, str]]]:
         """Each running run, its parties' token hashes and its job file (text, source), for the Saver."""
         with self._lock:
-            live = [job for job in self.runs.values() if job.stage is Stage.RUNNING]
-            return [(job, {pid: h for h, (r, pid) in self._tokens.items() if r is job}, self._texts.get(job.run_id,
-                                                                                                     ("", "")))
-                    for job in live]
+            tokens = [(r, pid, h) for h, (r, pid) in self._tokens.items()]
+            return [(job, {pid: h for r, pid, h in tokens if r is job}, self._texts.get(job.run_id, ("", "")))
+                    for job in self.runs.values() if job.stage is Stage.RUNNING]
 
     def _restore_runs(self) -> set[str]:
         """Runs a previous process left running with a checkpoint: each goes on (server/resume.py), or,
@@ -224,10 +226,8 @@ class Coordinator:
                 self._check_parties(config)
                 run, tokens = restore(saved, config, self.allow_list, clock=self._clock, observer=self.observer)
             except Exception as exc:  # a checkpoint this version cannot read back: the run is interrupted
-                if isinstance(exc, (XclpError, KeyError, TypeError, ValueError)):
-                    log.warning("run %s cannot go on from its checkpoint: %s", record.run_id, exc)
-                else:
-                    log.exception("run %s cannot go on from its checkpoint", record.run_id)
+                known = isinstance(exc, (XclpError, KeyError, TypeError, ValueError))  # else: with the traceback
+                log.warning("run %s cannot go on from its checkpoint: %s", record.run_id, exc, exc_info=not known)
                 self.checkpoints.remove(record.run_id)
                 continue
             run.events = self
@@ -250,7 +250,7 @@ class Coordinator:
             live = [job for job in self.runs.values() if not job.stage.ended]
         for job in live:
             with contextlib.suppress(InvalidInput):  # it ended meanwhile
-                job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted (submit it again)")
+                job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted", interrupted=True)
         self._stop.set()
 
     def all_finished(self) -> bool:
@@ -362,27 +362,24 @@ class Coordinator:
             raise InvalidSignature("missing session token: call Join first and send x-xclp-token-bin")
         with self._lock:
             entry = self._tokens.get(token_hash(token))
+        if entry is None and job_id in self._interrupted:  # issued before this process started, and lost
+            raise RunInterrupted(f"run {self._interrupted[job_id]} of job {job_id!r} was interrupted: the "
+                                 "coordinator stopped while it was in flight, and restarted")
         if entry is None or not hmac.compare_digest(entry[0].config.job_id.encode(), job_id.encode()):
-            raise InvalidSignature(f"the session token is not valid for job {job_id!r}"
-                                   + self._interrupted_hint(job_id))
+            raise InvalidSignature(f"the session token is not valid for job {job_id!r}")
         job, party_id = entry
         party = job.parties.get(party_id)
         if party is not None and party.end_delivered and job.stage in (Stage.CANCELLED, Stage.FAILED):
             # a call racing the JobEnd of a run that ended early: say how it ended, as the JobEnd does
             # (issue 49: after `job cancel` two of three parties said "session token has expired")
             if job.stage is Stage.CANCELLED:
+                if self._shutting_down:
+                    raise RunInterrupted(job.outcome_reason)
                 raise RunCancelled(f"the run was cancelled: {job.outcome_reason}")
             raise PeerDropped(f"the job failed: {job.outcome_reason}")
         if party is None or party.end_delivered:  # tokens expire with the party's place in the job
             raise InvalidSignature(f"the session token for job {job_id!r} has expired: the job is over for this party")
         return job, party_id
-
-    def _interrupted_hint(self, job_id: str) -> str:
-        """Why an old token is unknown: the coordinator restarted and its run was interrupted."""
-        last = self.store.runs(job_id=job_id, limit=1)
-        if last and last[0].state == "interrupted":
-            return f" (run {last[0].run_id} of it was interrupted: {last[0].reason})"
-        return ""
 
     # --- RunEvents: what the jobs report, recorded in the store -------------------------------
 

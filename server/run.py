@@ -13,8 +13,7 @@ validated payload from an authenticated party), `disconnected` (its Pull stream 
 and the ledger of seconds and bytes; what a step means belongs to the phase that started it. A
 party that disconnects is dropped from the job; one that misses a deadline is dropped too, or,
 in a scope that says so (a training round), only leaves that scope. It relays peer-addressed
-payloads of phases that carry them without reading them, and logs sizes and timings, never
-payloads or keys.
+payloads of phases that carry them without reading them, and logs sizes and timings, never payloads or keys.
 """
 
 from __future__ import annotations
@@ -240,12 +239,13 @@ class Run:
                 reason = f"sent nothing for {self.config.step_seconds:g} s in step {self.step.wire!r}, which waited"
                 (self._leave if self.phase.scope.leave_on_deadline else self._drop)(late, reason)
 
-    def cancel(self, reason: str) -> None:
-        """End the run now (the operator's `job cancel`, or the coordinator shutting down)."""
+    def cancel(self, reason: str, *, interrupted: bool = False) -> None:
+        """End the run now (the operator's `job cancel`, or, `interrupted`, the coordinator shutting down)."""
         with self.lock:
             if self.stage.ended:
                 raise InvalidInput(f"run {self.run_id or self.config.job_id} is already {self.stage.value}")
-            self._settle(Stage.CANCELLED, reason, pb.JobEnd.CANCELLED, self.parties)
+            self._settle(Stage.CANCELLED, reason, pb.JobEnd.INTERRUPTED if interrupted else pb.JobEnd.CANCELLED,
+                         self.parties)
             log.warning("job %s: run %s cancelled: %s", self.config.job_id, self.run_id, reason)
 
     def payload_limit(self, sender: str, step: str, recipient: str, attempt: int | None = None) -> int:

@@ -23,11 +23,10 @@ from xclp.server.config import TlsFiles
 from xclp.server.coordinator import Coordinator
 from xclp.server.health import serving_health
 from xclp.server.mailbox import MAX_PUSH_STREAMS, Superseded
-from xclp.server.status import abort_on_error
+from xclp.server.status import abort, abort_on_error
 from xclp.v1 import calls, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
-from xclp.v1.status import status_code
 from xclp.v1.transport import JOB_METADATA, RECEIVED_METADATA, SERVER_OPTIONS, TOKEN_METADATA
 
 log = logging.getLogger("xclp.server")
@@ -96,7 +95,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
             party, stream = liveness.attach(job, party_id, resume=request.resume, received=request.received,
                                             restarted=request.restarted)
         except XclpError as exc:
-            context.abort(status_code(exc), str(exc))
+            abort(context, exc)
         # The RPC ending for any reason other than our JobEnd is a disconnect: a dropout, or, for a
         # party that can resume, a lost connection it has reconnect_seconds to come back from.
         context.add_callback(lambda: job.disconnected(party_id, stream))
@@ -162,7 +161,7 @@ class CoordinatorService(pb_grpc.CoordinatorServicer):
                     mailbox.pushes -= 1
         except XclpError as exc:
             log.warning("Push refused: %s", exc)
-            context.abort(status_code(exc), str(exc))
+            abort(context, exc)
         except grpc.RpcError:  # the transport ended the call (e.g. a frame over the message size limit)
             log.warning("a Push stream was ended by the transport (a frame over the size limit, or the party left)")
             return pb.PushAck()

@@ -10,10 +10,19 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from xclp.errors import XclpError
-from xclp.v1.status import status_code
+from xclp.v1.status import status_code, trailing_metadata
 
 log = logging.getLogger("xclp.server")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def abort(context: grpc.ServicerContext, exc: XclpError) -> None:
+    """End the call with `exc`'s status code and message (and, where the code alone cannot say it,
+    its class: xclp/v1/status.py); raises, as `context.abort` does."""
+    named = trailing_metadata(exc)
+    if named:
+        context.set_trailing_metadata(named)
+    context.abort(status_code(exc), str(exc))
 
 
 def abort_on_error(method: F) -> F:
@@ -28,7 +37,7 @@ def abort_on_error(method: F) -> F:
             return method(self, request, context)
         except XclpError as exc:
             log.warning("%s refused: %s", method.__name__, exc)
-            context.abort(status_code(exc), str(exc))
+            abort(context, exc)
         except Exception:
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "internal error on the coordinator (see its log)")

@@ -66,6 +66,11 @@ class RunCancelled(PeerDropped):
     """The coordinator's operator cancelled the run (or the coordinator shut down during it)."""
 
 
+class RunInterrupted(PeerDropped):
+    """The coordinator stopped or restarted while the run was in flight and could not go on with it:
+    the run is over. The job's next run, if the coordinator opens one, starts from the beginning."""
+
+
 def why_leaving(exc: BaseException) -> str:
     """What a party tells the coordinator when an error ends its part in a run: xclp's own message,
     written to name no data (a refusal, a protocol error, a deadline), or only the type of any other

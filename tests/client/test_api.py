@@ -5,6 +5,8 @@ coordinator, getting what `xclp.simulation.simulate` gives for the same seed."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -165,3 +167,11 @@ def test_a_paillier_key_is_made_at_the_join_only_for_a_job_that_needs_one(keys) 
     with pytest.raises(InvalidInput, match=r"runs XCLP: start the party with a Paillier key \(--paillier-bits 512\)"):
         with_paillier_key(RunConfig("x", "a", keys["a"], ConnectionConfig("localhost:1", insecure=True)), xclp,
                           said.append)
+
+
+@pytest.mark.parametrize("rejoins", [-1, 1.5, "3", True])
+def test_rejoins_that_are_not_a_count_are_refused_before_anything(keys, rejoins) -> None:
+    """Before the data is read or the coordinator dialled (there is none at this address)."""
+    with pytest.raises(ConfigError, match=re.escape(f"--rejoins must be a whole number >= 0, got {rejoins!r}")):
+        xclp.client.run(job="f", coordinator="127.0.0.1:9", insecure=True, identity=keys["a"], peers=allow_list(keys),
+                        data="no-such-file.csv", rejoins=rejoins, progress=lambda line: None)

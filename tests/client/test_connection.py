@@ -143,3 +143,36 @@ def test_a_push_refused_unavailable_is_sent_again_only_within_the_reconnect_wind
     first, again = conn.stub.calls  # type: ignore[attr-defined]
     assert first == again  # the same message ids: the coordinator takes the message once
     conn.close()
+
+
+class Aborted(grpc.RpcError):
+    """A failed call as gRPC raises it, with the trailing metadata the coordinator sent."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple = ()) -> None:
+        self._code, self._details, self._trailing = code, details, trailing
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple:
+        return self._trailing
+
+
+def test_an_interrupted_run_comes_back_as_itself_and_a_named_class_never_widens_the_status_code() -> None:
+    """The coordinator names RunInterrupted in the trailing metadata (a party rejoins only on it);
+    ABORTED alone is any dropped run, and a name that does not fit the code, or is unknown, is not
+    taken: the party never raises a class the code does not allow."""
+    from xclp.errors import InvalidInput, PeerDropped, RunInterrupted
+    from xclp.v1.status import error_from_rpc, trailing_metadata
+
+    named = trailing_metadata(RunInterrupted("run 1 of job 'f' was interrupted"))
+    got = error_from_rpc(Aborted(grpc.StatusCode.ABORTED, "run 1 of job 'f' was interrupted", named))
+    assert type(got) is RunInterrupted and str(got) == "run 1 of job 'f' was interrupted"
+    assert exit_code(got) == EXIT_DROPPED
+    assert type(error_from_rpc(Aborted(grpc.StatusCode.ABORTED, "dropped"))) is PeerDropped
+    assert type(error_from_rpc(Aborted(grpc.StatusCode.INVALID_ARGUMENT, "bad", named))) is InvalidInput
+    assert type(error_from_rpc(Aborted(grpc.StatusCode.ABORTED, "x", (("xclp-error", "SystemExit"),)))) is PeerDropped
+    assert trailing_metadata(PeerDropped("x")) == () and trailing_metadata(InvalidInput("x")) == ()

@@ -290,7 +290,8 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
     assert {p["party_id"] for p in after[run1]["parties"]} == {"a", "b", "c", "d"}
     assert {s["name"] for s in after[run1]["steps"]} >= {"seed", "secure_hamming", "rowsums"}
     for party in "bc":  # b and c had joined the interrupted run: they heard why, and kept running
-        assert "the run was cancelled: the coordinator is shutting down" in stack.agent_log(party)
+        assert (f"run {missing['run_id']} of job flynn-missing stopped: the coordinator is shutting down; run "
+                f"{missing['run_id']} is interrupted; nothing written") in stack.agent_log(party)
         assert stack.agents[party].poll() is None
 
 

@@ -95,27 +95,34 @@ class KillableCoordinator:
         """The run's checkpoint as it is on disk now (None: none, or one being replaced)."""
         return saved(self.tmp / "state" / "runs" / "1.ckpt")
 
-    def kill_once(self, condition, what: str, env: dict[str, str] | None = None) -> Saved:
-        """Once `condition(checkpoint)` holds, SIGKILL the coordinator and start it again; the
-        checkpoint it goes on from, once it has read it back."""
+    def kill_once(self, condition, what: str, env: dict[str, str] | None = None,
+                  sig: signal.Signals = signal.SIGKILL) -> Saved:
+        """Once `condition(checkpoint)` holds, SIGKILL the coordinator (or stop it with `sig`) and start
+        it again; the checkpoint it goes on from, once it has read it back."""
         wait_until(lambda: (got := self.checkpoint()) is not None and condition(got), 120, what, self.process)
         before = self.checkpoint()
         assert before is not None
-        self.process.send_signal(signal.SIGKILL)  # no goodbye: the parties see their connections drop
-        assert self.process.wait(30) == -signal.SIGKILL
-        self.process = subprocess.Popen(self.command, stderr=self.logs[1], cwd=self.tmp, env=env)
+        self.restart(sig, env)
         wait_until(lambda: "goes on from its checkpoint" in self.said(), 60,
                    "the restarted coordinator to read the checkpoint back", self.process)
         return before
 
+    def restart(self, sig: signal.Signals, env: dict[str, str] | None = None) -> None:
+        """Stop the coordinator with `sig` (SIGKILL: no goodbye, the parties see their connections
+        drop) and start it again on the same state and port."""
+        self.process.send_signal(sig)
+        code = self.process.wait(30)
+        assert code == -signal.SIGKILL if sig == signal.SIGKILL else code >= 0, code
+        self.process = subprocess.Popen(self.command, stderr=self.logs[1], cwd=self.tmp, env=env)
+
     def crash_once(self, parties: threading.Thread, release: threading.Event, condition, what: str,
-                   env: dict[str, str] | None = None) -> Saved:
+                   env: dict[str, str] | None = None, sig: signal.Signals = signal.SIGKILL) -> Saved:
         """Start `parties` (a thread running them), kill and start the coordinator again once
         `condition(checkpoint)` holds (`kill_once`), then set `release` and let the run finish: the
         parties' thread ends, and so does the coordinator, with 0. The checkpoint it went on from."""
         try:
             parties.start()
-            before = self.kill_once(condition, what, env)
+            before = self.kill_once(condition, what, env, sig)
             release.set()
             parties.join(180)
             assert not parties.is_alive()
@@ -137,8 +144,13 @@ class KillableCoordinator:
 
 
 @pytest.mark.slow
-def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys, tmp_path: Path,
-                                                                             monkeypatch) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL], ids=["killed"])
+def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys, tmp_path: Path, monkeypatch,
+                                                                             sig) -> None:
+    """Killed, or stopped (SIGTERM: a service manager's restart), mid-SecureHamming: the restarted
+    coordinator goes on from the checkpoint. Stopped, it writes the run's checkpoint as it stands
+    and leaves the parties to reconnect (before, a stop interrupted the run and removed the
+    checkpoint, so that a graceful restart lost what a crash kept)."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
     params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
     server = KillableCoordinator(tmp_path, keys, (
@@ -164,11 +176,14 @@ def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys
     def mid_pair(got) -> bool:  # the pair (a, c) has pieces folded, and not all: a holds the rest
         return any(f > 0 for f in got.meta["job"]["hamming"]["folded"].values())
 
-    before = server.crash_once(parties, killed, mid_pair, "a checkpoint with pieces folded")
+    before = server.crash_once(parties, killed, mid_pair, "a checkpoint with pieces folded", sig=sig)
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
     said = server.said()
     assert "run 1 goes on from its checkpoint" in said
+    stopped = (tmp_path / "coordinator0.log").read_text()
+    assert ("run 1 is saved, and goes on when the coordinator starts again on this state" in stopped) == \
+        (sig == signal.SIGTERM), stopped
     folded = {int(i): f for i, f in before.meta["job"]["hamming"]["folded"].items()}
     attempt = attempt_after_restart(int(before.meta["job"]["hamming"]["attempt"]), len(PARTIES))
     assert f"step secure_hamming attempt {attempt} started" in said

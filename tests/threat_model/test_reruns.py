@@ -17,7 +17,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.harness import Recorder, allow_list, coordinator, job, party_data, run_parties
+from tests.harness import Recorder, allow_list, coordinator, job, on_threads, party_data, run_parties
 from xclp.client.ledger import Budget, Ledger, Release, Spend, data_digest, function_id
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
@@ -237,3 +237,58 @@ def test_a_party_whose_budget_is_spent_declines_and_the_operator_hears_that_not_
         assert info.state == "failed" and info.reason == f"d ({why}): at most 3 of the 4 required parties can join"
         for p in "abc":
             assert why in str(results[p]), results[p]
+
+
+def test_a_coordinator_that_interrupts_every_run_gets_at_most_rejoins_more_and_each_is_charged(
+        keys, tmp_path, monkeypatch) -> None:
+    """Attack: the coordinator interrupts every run of a DP job once all three noisy arrays are
+    masked (it could open them first: each run draws fresh noise, and K draws average down as
+    1/√K) and opens the job's next run, for the parties to join again. Each party joins at most
+    --rejoins (2 here) more runs, then stops with the interruption; its ledger charged every run
+    it joined, so the budget bounds what no rejoin limit would. With the limit not applied the
+    parties followed all six runs."""
+    import threading
+
+    from xclp.client.api import take_part
+    from xclp.client.connection import ConnectionConfig
+    from xclp.client.run_config import RunConfig
+    from xclp.errors import RunInterrupted
+    from xclp.server.phases.masked_sum import MaskedSum
+
+    datas = {p: party_data(300 + i) for i, p in enumerate("abc")}
+    said: dict[str, list[str]] = {p: [] for p in "abc"}
+    interrupted: list[str] = []
+    config = job("dp", "race", DP_RACE, parties=("a", "b", "c"), min_parties=2, join_seconds=30)
+    real = MaskedSum.on_step_complete
+
+    def cut(self, step) -> None:  # every run's sum masked by all: the run is cut, and the next one opened
+        if step.name != self.name or step.wire != "sum" or len(interrupted) >= 6:
+            return real(self, step)
+        run = self.scope.run
+        interrupted.append(run.run_id)
+
+        def next_run() -> None:  # off the run's lock, as a stop would
+            run.cancel("the coordinator is shutting down", interrupted=True)
+            coord._queue_run("dp", "")
+            coord._advance("dp")
+        threading.Thread(target=next_run, daemon=True).start()
+
+    monkeypatch.setattr(MaskedSum, "on_step_complete", cut)
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        def party(p: str):
+            run_config = RunConfig("dp", p, keys[p], ConnectionConfig(address, insecure=True), join_wait_seconds=10,
+                                   idle_seconds=60, peers=allow_list(keys), workers=0,
+                                   policy=PartyPolicy(min_parties=2, require_dp=1.0),
+                                   ledger=Ledger(tmp_path / p, identity=keys[p]))
+            return take_part(run_config, lambda params: datas[p], progress=said[p].append, rejoins=2)
+
+        results = on_threads("abc", party, 120)
+    assert len(interrupted) == 3, interrupted  # the first run and two rejoined; nobody joined a fourth
+    run = [dp_moments.plan(0.05, 1e-8, 8, noisy_counts=False).rdp, pure_rdp(0.05)]  # the DP moments, DP RACE
+    for p in "abc":
+        assert isinstance(results[p], RunInterrupted), (p, results[p])
+        assert sum("joined job dp" in line for line in said[p]) == 3
+        assert [line for line in said[p] if "joining the job's next run" in line][-1].endswith(
+            "(2 of at most 2 times; the coordinator has 10 s to answer, --connect-timeout)")
+        spent, _ = Ledger(tmp_path / p).spent(data_digest(datas[p]))
+        assert spent == pytest.approx(composed_epsilon(run * 3, 1e-5), rel=1e-9)

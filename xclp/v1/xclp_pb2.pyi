@@ -302,12 +302,14 @@ class JobEnd(_message.Message):
         DROPPED: _ClassVar[JobEnd.Outcome]
         REFUSED: _ClassVar[JobEnd.Outcome]
         CANCELLED: _ClassVar[JobEnd.Outcome]
+        INTERRUPTED: _ClassVar[JobEnd.Outcome]
     OUTCOME_UNSPECIFIED: JobEnd.Outcome
     DONE: JobEnd.Outcome
     FAILED: JobEnd.Outcome
     DROPPED: JobEnd.Outcome
     REFUSED: JobEnd.Outcome
     CANCELLED: JobEnd.Outcome
+    INTERRUPTED: JobEnd.Outcome
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     outcome: JobEnd.Outcome
