@@ -244,13 +244,17 @@ class Coordinator:
         return restored
 
     def stop(self) -> None:
-        """Stop the deadline clock; runs still in flight end as interrupted, and their parties hear why."""
+        """Stop the deadline clock; a run at a step it can go on from is saved to go on at the next start
+        (its parties reconnect, as after a crash); the others end as interrupted, and their parties hear why."""
         with self._lock:
             self._shutting_down = True
             live = [job for job in self.runs.values() if not job.stage.ended]
+        saver = self._saver
+        kept = {job for job, tokens, text in self._saveable() if saver is not None and saver.keep(job, tokens, text)}
         for job in live:
             with contextlib.suppress(InvalidInput):  # it ended meanwhile
-                job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted", interrupted=True)
+                if job not in kept:
+                    job.cancel(f"the coordinator is shutting down; run {job.run_id} is interrupted", interrupted=True)
         self._stop.set()
 
     def all_finished(self) -> bool:

@@ -214,6 +214,18 @@ class Saver(threading.Thread):
                         log.exception("job %s: run %s: its checkpoint cannot be written (said once; the run goes "
                                       "on, and a crash would interrupt it)", job.config.job_id, job.run_id)
 
+    def keep(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str]) -> bool:
+        """At a graceful stop: the run's checkpoint as it stands now, written; False where it cannot go
+        on from here (its phase is not saved, or the write failed), and it is to be interrupted."""
+        with job.lock:
+            saved = None if job.stage.ended or not definition[0] else snapshot(job, tokens, definition)
+            generation = self.checkpoints.generation(job.run_id)
+        if saved is None or not self.checkpoints.write(job.run_id, saved, generation):
+            return False
+        log.warning("job %s: run %s is saved, and goes on when the coordinator starts again on this state; its "
+                    "parties wait %g s for it", job.config.job_id, job.run_id, job.config.reconnect_seconds)
+        return True
+
     def save(self, job: Run, tokens: dict[str, bytes], definition: tuple[str, str], *, force: bool = False) -> bool:
         """Write `job`'s checkpoint if one is due and something changed (`force`: now); whether it did.
         The first of a phase (its file was removed since the last write) is due at once: a crash

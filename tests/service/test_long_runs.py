@@ -75,15 +75,18 @@ def test_while_the_coordinator_solves_a_push_returns_and_a_party_lost_meanwhile_
 
 @pytest.mark.slow
 def test_sigterm_stops_a_coordinator_in_the_middle_of_its_influence_solve(keys, tmp_path: Path) -> None:
-    """A real `xclp-server serve` whose influence solve never ends gets SIGTERM there: it cancels
-    the run (the parties hear it), and exits 0 at once. On the code before, the solve held the run's
-    lock and the shutdown's cancel waited for that lock: the coordinator never exited."""
+    """A real `xclp-server serve` whose influence solve never ends gets SIGTERM there: it saves the
+    run to go on at its next start (the solve is a step a run goes on from) and exits 0 at once;
+    the parties, with no coordinator back within the job's reconnect_seconds, stop. On the code
+    before, the solve held the run's lock and the shutdown waited for that lock: the coordinator
+    never exited."""
     allow = allow_list(keys)
     (tmp_path / "allow.toml").write_text("[parties]\n" + "".join(
         f'{p} = "{identity.public_key_text(keys[p])}"\n' for p in allow))
     params = "".join(f"{k} = {str(v).lower() if isinstance(v, bool) else v}\n" for k, v in XCLP.items())
     (tmp_path / "x.toml").write_text(f'job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
-                                     f'[deadlines]\njoin_seconds = 120\nstep_seconds = 120\n[params]\n{params}')
+                                     f'[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 3\n'
+                                     f'[params]\n{params}')
     server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_solve_server.py")), "serve",
                                "--listen", "127.0.0.1:0", "--insecure", "--allow-list", str(tmp_path / "allow.toml"),
                                "--state", str(tmp_path / "state.db"), "--port-file", str(tmp_path / "port"),
@@ -111,14 +114,16 @@ def test_sigterm_stops_a_coordinator_in_the_middle_of_its_influence_solve(keys, 
                 break
         assert said and "SOLVING" in said[-1], "".join(said)
         server.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=60)  # it exits at once (a second here); before, never
+        rest = server.communicate(timeout=60)[1]  # it exits at once (a second here); before, never
+        code = server.returncode
         parties.join(60)
     finally:
         if server.poll() is None:
             server.kill()
     assert code == 0
     results = outcome["results"]
-    assert all("coordinator is shutting down" in str(results[p]) for p in PARTIES), results
+    assert all("cannot reach the coordinator" in str(results[p]) for p in PARTIES), results
+    assert "run 1 is saved, and goes on when the coordinator starts again on this state" in "".join(said) + rest
 
 
 FLYNN = {"n_classes": 3, "m": 64, "s": 3, "rho": 8}

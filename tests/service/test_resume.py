@@ -144,7 +144,7 @@ class KillableCoordinator:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGKILL], ids=["killed"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 def test_a_coordinator_killed_mid_securehamming_goes_on_from_its_checkpoint(keys, tmp_path: Path, monkeypatch,
                                                                              sig) -> None:
     """Killed, or stopped (SIGTERM: a service manager's restart), mid-SecureHamming: the restarted
