@@ -18,9 +18,11 @@ and the session checks the coordinator still offers the same run with the same s
 Challenge's spec must be the Offer's the policy accepted, DESIGN §2.5). Outputs go to
 `<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
 nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
-its runs (their partial outputs are removed) and exits 0. With `runs = N` (`--runs N`: demos and
-tests) it stops by itself once it has taken part in N runs, and then exits 0 only if all of them
-were done (5 otherwise).
+its runs (their partial outputs are removed) and exits 0. An agent killed in a run (SIGKILL, a
+crash) and started again on the same `state` within the job's reconnect_seconds is offered that run
+back (Offer.rejoin) and rejoins it from its saved state where `xclp-client run` would. With
+`runs = N` (`--runs N`: demos and tests) it stops by itself once it has taken part in N runs, and
+then exits 0 only if all of them were done (5 otherwise).
 
 agent.toml:
 
@@ -75,6 +77,7 @@ from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import RunConfig
+from xclp.client.run_state import RunStateFile
 from xclp.client.session import PartySession
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
@@ -294,8 +297,13 @@ class Agent:
         except XclpError as exc:
             self.say(f"refused run {offer.run_id} of job {job}: {exc}")
             return
-        self.say(f"taking part in run {offer.run_id} of job {job} ({offer.spec.job_type}) with data set "
-                 f"{offer.spec.datasets[self.config.party]!r}")
+        if offer.rejoin and (self.ledger is None or not RunStateFile(
+                self.ledger.directory, self.config.party, job, self.key).path.exists()):
+            self.say(f"run {offer.run_id} of job {job} keeps this party's place, but this agent has no saved state "
+                     "of it: it cannot rejoin, and the coordinator drops it after the job's reconnect_seconds")
+            return
+        self.say(f"{'rejoining' if offer.rejoin else 'taking part in'} run {offer.run_id} of job {job} "
+                 f"({offer.spec.job_type}) with data set {offer.spec.datasets[self.config.party]!r}")
         active = _Active(job)
         active.thread = threading.Thread(target=self._run, args=(offer, params, dataset, active),
                                          name=f"xclp-run-{offer.run_id}", daemon=True)
@@ -334,7 +342,7 @@ class Agent:
         ok = False
         try:
             paillier, keys = None, params.paillier
-            if keys is not None:
+            if keys is not None and not offer.rejoin:  # a rejoin has the key of its saved state
                 paillier = PaillierKeypair.generate(keys.bits,
                                                     allow_insecure_test_size=self.config.policy.insecure_test_keys)
             config = RunConfig(job_id=job, party_id=self.config.party, identity=self.key,

@@ -120,8 +120,7 @@ class Coordinator:
     # --- definitions and runs ---------------------------------------------------------------
 
     def _check_parties(self, config: JobConfig) -> None:
-        unknown = sorted(set(config.expected_parties) - set(self.allow_list))
-        if unknown:
+        if unknown := sorted(set(config.expected_parties) - set(self.allow_list)):
             raise ConfigError(f"job {config.job_id!r} expects parties not on the allow-list: {', '.join(unknown)}")
 
     def _restore(self, job_id: str, text: str, source: str) -> None:
@@ -191,11 +190,12 @@ class Coordinator:
         job.cancel(reason)
 
     def offers(self, party_id: str) -> list[pb.Offer]:
-        """Runs open for joining that expect `party_id` and that it has not joined."""
+        """Runs open for joining that expect `party_id` and that it has not joined; `rejoin`: its place kept."""
         with self._lock:
-            open_runs = [job for job in self.jobs.values() if job.stage is Stage.JOINING]
-        return [pb.Offer(run_id=job.run_id, spec=party_view(job.config.spec(), party_id)) for job in open_runs
-                if party_id in job.config.expected_parties and party_id not in job.parties]
+            live = [(job, job.parties.get(party_id)) for job in self.jobs.values() if not job.stage.ended]
+        return [pb.Offer(run_id=job.run_id, spec=party_view(job.config.spec(), party_id), rejoin=party is not None)
+                for job, party in live if party_id in job.config.expected_parties and (
+                    job.stage is Stage.JOINING if party is None else party.lost_at is not None and not party.ended)]
 
     def start(self) -> None:
         self._ticker.start()

@@ -243,3 +243,90 @@ def test_a_party_that_keeps_restarting_is_dropped_after_the_third_time(keys, mon
     assert run.drop_reasons.get("a") == "its process restarted 4 times in the run (at most 3)", run.drop_reasons
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
     assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_an_agent_killed_mid_securehamming_and_started_again_rejoins_the_run_it_was_in(keys, tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """The same for `xclp-client agent` (a's always-on party, a real process): killed with SIGKILL
+    in SecureHamming and started again with the same configuration, it is offered the run back
+    (Offer.rejoin: its place is kept for reconnect_seconds), finds its saved state and rejoins; its
+    predictions, written by the restarted agent, are the reference's. Before, a restarted agent
+    was never offered a run it had joined, and the coordinator dropped it after reconnect_seconds."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as party a's (small_pieces_client.py)
+    datas = {p: party_data(110 + i, n=N) for i, p in enumerate(PARTIES)}
+    write_table(tmp_path / "a.csv", datas["a"].X, datas["a"].y, datas["a"].ids)
+    save_identity(keys["a"], tmp_path / "a.key")
+    write_allow_list(tmp_path, keys)
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    killed = threading.Event()
+    heard: dict[str, int] = {"b": 0, "c": 0}
+    real = SecureHammingParty.on_message
+
+    def holds_on(self, message):  # b and c: a's fifth message of the first attempt waits for the kill
+        me = self.ctx.party_id
+        if message.sender == "a" and message.round == 0 and me in heard:
+            heard[me] += 1
+            if heard[me] == 5:
+                killed.wait(120)
+        return real(self, message)
+
+    monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
+    config = replace(job("x", "xclp", XCLP, min_parties=3, step_seconds=120, reconnect_seconds=60),
+                     datasets=dict.fromkeys(PARTIES, "demo"))
+    state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
+    outcome: dict[str, dict] = {}
+    logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]
+    agent: subprocess.Popen | None = None
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        (tmp_path / "agent.toml").write_text(
+            f'party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "{address}"\ninsecure = true\n'
+            'out = "out"\nstate = "state"\npoll_seconds = 0.2\nworkers = 0\n[policy]\nmin_parties = 3\n'
+            'insecure_test_keys = true\njob_types = ["xclp"]\n[datasets.demo]\npath = "a.csv"\nid_column = "row_id"\n')
+        command = [sys.executable, str(Path(__file__).with_name("small_pieces_client.py")), "agent", "--config",
+                   str(tmp_path / "agent.toml"), "--runs", "1"]
+        agent = subprocess.Popen(command, stderr=logs[0], cwd=tmp_path)
+        others = threading.Thread(target=lambda: outcome.update(results=run_parties(
+            address, "x", keys, {p: datas[p] for p in "bc"}, paillier=paillier,
+            policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
+        try:
+            others.start()
+
+            def mid_pair() -> bool:  # a's state is saved, and a pair of a's has pieces folded
+                run = coord.jobs.get("x")
+                phase = run.phase if run is not None else None
+                return state.path.exists() and isinstance(phase, SecureHamming) and any(
+                    s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
+
+            wait_until(mid_pair, 120, "a's pairs to have pieces folded", agent, who="a's agent")
+            agent.send_signal(signal.SIGKILL)
+            assert agent.wait(30) == -signal.SIGKILL and state.path.exists()
+            agent = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
+            wait_until(lambda: "rejoining run" in (tmp_path / "agent1.log").read_text(), 60,
+                       "the restarted agent to rejoin", agent, who="a's agent")
+            killed.set()
+            code = agent.wait(180)
+            others.join(60)
+        finally:
+            killed.set()
+            if agent is not None and agent.poll() is None:
+                agent.kill()
+            for log in logs:
+                log.close()
+    said = (tmp_path / "agent1.log").read_text()
+    assert code == 0, said
+    run_id = coord.jobs["x"].run_id
+    assert f"rejoining run {run_id} of job x (xclp)" in said and "restarted: rejoining run" in said, said
+    assert "pieces of others kept from before" in said, said
+    assert not state.path.exists() and not os.listdir(tmp_path / "state" / RUNS_DIR)
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in "bc"), results
+    assert results["b"].participants == PARTIES  # type: ignore[union-attr]
+    ref = reference(datas, results["b"].seed, {})  # type: ignore[union-attr]
+    with open(tmp_path / "out" / "x" / run_id / "predictions.csv", newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
+    unlabeled = np.flatnonzero(datas["a"].y == -1)
+    assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows

@@ -64,12 +64,14 @@ class OffersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Offer(_message.Message):
-    __slots__ = ("run_id", "spec")
+    __slots__ = ("run_id", "spec", "rejoin")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     spec: JobSpec
-    def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+    rejoin: bool
+    def __init__(self, run_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rejoin: _Optional[bool] = ...) -> None: ...
 
 class OfferList(_message.Message):
     __slots__ = ("offers",)
