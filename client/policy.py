@@ -14,8 +14,9 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
   with them: each SecureHamming attempt releases, under fresh masks, only distances the coordinator
   learns in any case; each attempt of those two sums masks the same value, noise included, under
   fresh masks, and the party opens one attempt only, the latest it masked, never after revealing
-  (client/phases/masked_sum.py), so the attempts it left are dead to it; at most 3 times per sum);
-  nothing after the result.
+  (client/phases/masked_sum.py), so the attempts it left are dead to it; at most 3 times per sum;
+  and XCLP's labeled rows, the same row numbers sent again, which tell nothing new); nothing after
+  the result.
   (An attempt travels in the wire's `round` field.)
 """
 
@@ -31,10 +32,11 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.double_masking import MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
 from xclp.v1.training import UPDATE_STEP
-from xclp.v1.xclp import HAMMING_STEP, ROWSUMS_STEP
+from xclp.v1.xclp import HAMMING_STEP, LABELS_STEP, ROWSUMS_STEP
 
-# steps a restarted coordinator goes on with among the same parties (the module docstring says why)
-SAME_SET_SUMS = (UPDATE_STEP, ROWSUMS_STEP)
+# steps a restarted coordinator goes on with among the same parties (the module docstring says why);
+# the labeled rows, which are no sum, are sent again as they were
+SAME_SET_SUMS = (UPDATE_STEP, ROWSUMS_STEP, LABELS_STEP)
 RESUMABLE_STEPS = (HAMMING_STEP, *SAME_SET_SUMS)
 # how many times such a sum may go on among the same parties: as often as its coordinator may
 # restart in one sum, not forever (a coordinator restarting it in a loop only costs the party work)

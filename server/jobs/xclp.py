@@ -96,8 +96,14 @@ def xclp_phases(scope: Scope, state: XclpState) -> Program[tuple[str, ...]]:
 def from_hamming(scope: Scope, state: XclpState, hamming: SecureHamming) -> Program[tuple[str, ...]]:
     """The run from SecureHamming on (`hamming`: its phase, new or as a restarted coordinator read it back)."""
     yield hamming
+    return (yield from from_labels(scope, state))
+
+
+def from_labels(scope: Scope, state: XclpState, attempt: int = 0) -> Program[tuple[str, ...]]:
+    """The run from the graph SecureHamming folded on: each party's labeled rows (at `attempt`: a
+    restarted coordinator's), then `from_graph`."""
     if not state.params.hide_label_mask:
-        yield LabeledSets(scope, state)
+        yield LabeledSets(scope, state, attempt)
     return (yield from from_graph(scope, state))
 
 
@@ -191,8 +197,9 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
 
     def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
         """What a restarted coordinator goes on from (server/resume.py): during SecureHamming, the state
-        and the phase's folded pieces; from the influence solve until SecureRowSums asks for reveals,
-        the state and the graph (the solve runs again, the sum at a later attempt); else None."""
+        and the phase's folded pieces; in the labels step, the state and the graph (the labeled rows
+        are asked again); from the influence solve until SecureRowSums asks for reveals, the state
+        and the graph (the solve runs again, the sum at a later attempt); else None."""
         phase, step, state = run.phase, run.step, self.xclp
         if phase is None or phase.scope is not run.scope or state is None:
             return None
@@ -201,10 +208,14 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
             hamming, graph = phase.saved()
             return {"state": meta, "hamming": hamming}, arrays | {f"graph.{k}": v for k, v in graph.items()}
         in_sum = isinstance(phase, MaskedSum) and phase.name == ROWSUMS_STEP and not phase.opening and step is not None
-        if not (isinstance(phase, Distribute) or in_sum):
+        labels = isinstance(phase, LabeledSets) and step is not None
+        if not (isinstance(phase, Distribute) or in_sum or labels):
             return None
         meta, arrays = state.saved()
         graph_meta, graph = state.graph_saved()
+        if labels and step is not None:  # the labeled sets are asked again: those in so far are not kept
+            return {"state": meta, "graph": {**graph_meta, "labeled": []}, "labels": {"attempt": step.attempt}}, \
+                arrays | {k: v for k, v in graph.items() if k.startswith("W.")}
         going_on = {"attempt": step.attempt, "members": list(step.participants)} if in_sum and step else {}
         return {"state": meta, "graph": graph_meta, "rowsums": going_on}, arrays | graph
 
@@ -215,6 +226,12 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
             graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}
             hamming = SecureHamming.restored(run.scope, state, meta["hamming"], graph)
             labelled = yield from from_hamming(run.scope, state, hamming)
+        elif "labels" in meta:  # the labeled sets again, past any attempt the parties can have seen since
+            state.graph_restored(meta["graph"], arrays)
+            attempt = attempt_after_restart(int(meta["labels"]["attempt"]), len(run.parties))
+            log.warning("job %s: the graph stands; the labeled rows are asked again at attempt %d",
+                        self.config.job_id, attempt)
+            labelled = yield from from_labels(run.scope, state, attempt)
         else:  # the solve again, and SecureRowSums past any attempt the parties can have seen since
             state.graph_restored(meta["graph"], arrays)
             sum_ = meta["rowsums"]

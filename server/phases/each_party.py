@@ -27,9 +27,9 @@ class EachParty(Phase):
     step_name = ""
     stage = steps.XclpStage.SETUP
 
-    def __init__(self, scope: Scope, state: XclpState) -> None:
+    def __init__(self, scope: Scope, state: XclpState, attempt: int = 0) -> None:
         super().__init__(scope)
-        self.state = state
+        self.state, self.attempt = state, attempt  # a later attempt: a restarted coordinator's
 
     def participants(self) -> tuple[str, ...]:
         return self.state.membership.graph
@@ -39,7 +39,7 @@ class EachParty(Phase):
         raise NotImplementedError
 
     def start(self) -> None:
-        self.scope.start_step(self.step_name, self.participants())
+        self.scope.start_step(self.step_name, self.participants(), self.attempt)
 
     def on_step_complete(self, step: Step) -> None:
         self.done()

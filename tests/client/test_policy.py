@@ -91,3 +91,19 @@ def test_securehamming_may_go_on_with_the_same_parties_but_never_a_new_one(name)
     guard.check_step(pb.StepStart(step="secure_hamming_sum", round=0, participants=["a", "b", "c"]))
     with pytest.raises(ProtocolError, match="strictly fewer"):
         guard.check_step(pb.StepStart(step="secure_hamming_sum", round=1, participants=["a", "b", "c"]))
+
+
+def test_the_labeled_rows_may_be_asked_again_among_the_same_parties_three_times_never_with_a_new_one() -> None:
+    """A coordinator restarted in XCLP's labels step asks again at a later attempt among the same
+    parties (the same row numbers go out: nothing new); a loop of it is refused at the fourth, and a
+    party that was not in it never joins it."""
+    guard = StepGuard(PartyPolicy(min_parties=2), "a")
+    guard.check_step(pb.StepStart(step="labeled_sets", round=0, participants=["a", "b", "c"]))
+    for attempt in (12, 24, 36):
+        guard.check_step(pb.StepStart(step="labeled_sets", round=attempt, participants=["a", "b", "c"]))
+    with pytest.raises(ProtocolError, match="restarted among the same parties 4 times"):
+        guard.check_step(pb.StepStart(step="labeled_sets", round=48, participants=["a", "b", "c"]))
+    other = StepGuard(PartyPolicy(min_parties=2), "a")
+    other.check_step(pb.StepStart(step="labeled_sets", round=0, participants=["a", "b"]))
+    with pytest.raises(ProtocolError, match="later attempt and no new participant"):
+        other.check_step(pb.StepStart(step="labeled_sets", round=12, participants=["a", "b", "c"]))
