@@ -112,6 +112,42 @@ def reference(datas, seed: bytes, params: dict):
     return xclp_reference(parties, seed, 3, 64, GraphParams(k=4), candidates=mask)
 
 
+def hold_a_mid_securehamming(monkeypatch) -> threading.Event:
+    """b and c: a's fifth message of the first attempt waits for the event (set once a is killed),
+    so that the kill lands with a's pairs folded in part, whatever the machine's speed."""
+    killed = threading.Event()
+    heard: dict[str, int] = {"b": 0, "c": 0}
+    real = SecureHammingParty.on_message
+
+    def holds_on(self, message):
+        me = self.ctx.party_id
+        if message.sender == "a" and message.round == 0 and me in heard:
+            heard[me] += 1
+            if heard[me] == 5:
+                killed.wait(120)
+        return real(self, message)
+
+    monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
+    return killed
+
+
+def mid_pair(coord, state: RunStateFile) -> bool:
+    """a's state is saved, and a pair of a's has pieces folded on the coordinator."""
+    run = coord.jobs.get("x")
+    phase = run.phase if run is not None else None
+    return state.path.exists() and isinstance(phase, SecureHamming) and any(
+        s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
+
+
+def assert_predictions_of_a(path: Path, datas, ref) -> None:
+    """a's predictions file: the reference's label on each of a's unlabeled rows."""
+    with open(path, newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
+    unlabeled = np.flatnonzero(datas["a"].y == -1)
+    assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("params, rows", [({}, N), ({"pair_budget": 0.9, "centres": 4, "probes": 1}, 4 * N)],
                          ids=["all-pairs", "candidate-pairs"])
@@ -127,19 +163,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
                            "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")])
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
 
-    killed = threading.Event()
-    heard: dict[str, int] = {"b": 0, "c": 0}
-    real = SecureHammingParty.on_message
-
-    def holds_on(self, message):  # b and c: a's fifth message of the first attempt waits for the kill
-        me = self.ctx.party_id
-        if message.sender == "a" and message.round == 0 and me in heard:
-            heard[me] += 1
-            if heard[me] == 5:
-                killed.wait(120)
-        return real(self, message)
-
-    monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
+    killed = hold_a_mid_securehamming(monkeypatch)
     config = job("x", "xclp", XCLP | params, min_parties=3, step_seconds=120, reconnect_seconds=60)
     state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
     outcome: dict[str, dict] = {}
@@ -152,13 +176,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
         try:
             others.start()
 
-            def mid_pair() -> bool:  # a's state is saved, and a pair of a's has pieces folded
-                run = coord.jobs.get("x")
-                phase = run.phase if run is not None else None
-                return state.path.exists() and isinstance(phase, SecureHamming) and any(
-                    s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
-
-            party.wait_until(mid_pair, 120, "a's pairs to have pieces folded")
+            party.wait_until(lambda: mid_pair(coord, state), 120, "a's pairs to have pieces folded")
             saved = state.load()
             assert saved is not None and saved.meta["run_id"]
             assert (state.path.stat().st_mode & 0o777) == 0o600
@@ -181,11 +199,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
         unlabeled = datas[p].y == -1
         got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
         np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
-    with open(tmp_path / "out.csv", newline="") as f:  # a's own predictions, from the restarted process
-        rows = {r["id"]: r for r in csv.DictReader(f)}
-    expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
-    unlabeled = np.flatnonzero(datas["a"].y == -1)
-    assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows
+    assert_predictions_of_a(tmp_path / "out.csv", datas, ref)  # from the restarted process
 
 
 def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(keys, monkeypatch) -> None:
@@ -261,19 +275,7 @@ def test_an_agent_killed_mid_securehamming_and_started_again_rejoins_the_run_it_
     save_identity(keys["a"], tmp_path / "a.key")
     write_allow_list(tmp_path, keys)
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
-    killed = threading.Event()
-    heard: dict[str, int] = {"b": 0, "c": 0}
-    real = SecureHammingParty.on_message
-
-    def holds_on(self, message):  # b and c: a's fifth message of the first attempt waits for the kill
-        me = self.ctx.party_id
-        if message.sender == "a" and message.round == 0 and me in heard:
-            heard[me] += 1
-            if heard[me] == 5:
-                killed.wait(120)
-        return real(self, message)
-
-    monkeypatch.setattr(SecureHammingParty, "on_message", holds_on)
+    killed = hold_a_mid_securehamming(monkeypatch)
     config = replace(job("x", "xclp", XCLP, min_parties=3, step_seconds=120, reconnect_seconds=60),
                      datasets=dict.fromkeys(PARTIES, "demo"))
     state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
@@ -294,13 +296,7 @@ def test_an_agent_killed_mid_securehamming_and_started_again_rejoins_the_run_it_
         try:
             others.start()
 
-            def mid_pair() -> bool:  # a's state is saved, and a pair of a's has pieces folded
-                run = coord.jobs.get("x")
-                phase = run.phase if run is not None else None
-                return state.path.exists() and isinstance(phase, SecureHamming) and any(
-                    s.folded > 0 and "a" in (s.task.a, s.task.b) for s in phase.streams.values())
-
-            wait_until(mid_pair, 120, "a's pairs to have pieces folded", agent, who="a's agent")
+            wait_until(lambda: mid_pair(coord, state), 120, "a's pairs to have pieces folded", agent, who="a's agent")
             agent.send_signal(signal.SIGKILL)
             assert agent.wait(30) == -signal.SIGKILL and state.path.exists()
             agent = subprocess.Popen(command, stderr=logs[1], cwd=tmp_path)
@@ -325,8 +321,4 @@ def test_an_agent_killed_mid_securehamming_and_started_again_rejoins_the_run_it_
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
     assert results["b"].participants == PARTIES  # type: ignore[union-attr]
     ref = reference(datas, results["b"].seed, {})  # type: ignore[union-attr]
-    with open(tmp_path / "out" / "x" / run_id / "predictions.csv", newline="") as f:
-        rows = {r["id"]: r for r in csv.DictReader(f)}
-    expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
-    unlabeled = np.flatnonzero(datas["a"].y == -1)
-    assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows
+    assert_predictions_of_a(tmp_path / "out" / "x" / run_id / "predictions.csv", datas, ref)
