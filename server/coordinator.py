@@ -271,11 +271,11 @@ class Coordinator:
         if job is None or (job.stage.ended and not queued):
             if job_id not in self.definitions:
                 raise InvalidInput(f"no job {job_id!r} on this coordinator")
-            last = job.run_id if job is not None else "none"
-            state = (job.stage.value + (f": {job.outcome_reason}" if job.outcome_reason else "")
-                     if job is not None else "-")
-            raise ProtocolError(f"job {job_id!r} has no run open for joining (its last run, {last}, is {state}); "
-                                "the operator starts one with `xclp-server job submit`")
+            last = self.store.runs(job_id=job_id, limit=1)  # of this process or an earlier one
+            said = f"its last run, {last[0].run_id}, is {last[0].state}" + (f": {last[0].reason}" if last[0].reason
+                                                                            else "") if last else "it has had no run"
+            raise ProtocolError(f"job {job_id!r} has no run open for joining ({said}); the operator starts one with "
+                                "`xclp-server job submit`")
         return job
 
     # --- what the operator sees ----------------------------------------------------------------

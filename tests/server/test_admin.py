@@ -239,3 +239,27 @@ def test_the_admin_commands_help_loads_neither_the_coordinator_nor_the_numerics(
     heavy = {"scipy", "numba", "grpc", "xclp.server.coordinator", "xclp.v1.registry", "xclp.flynn"} & loaded
     assert heavy == set()
     assert (cli.EXIT_OK, cli.EXIT_UNEXPECTED) == (status.EXIT_OK, status.EXIT_UNEXPECTED)
+
+
+def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_a_party_what_became_of_the_job(
+        keys, tmp_path):
+    """A submitted run interrupted by the coordinator's stop: the next process on the same state
+    answers the old run's token with RunInterrupted (a party then joins the next run; issue 47), and,
+    the job not submitted again, a Challenge with what its last run became. Before, both said only
+    "not valid" and "(its last run, none, is -)"."""
+    from xclp.server.coordinator import Coordinator
+
+    store = StateStore(tmp_path / "state.db")
+    first = Coordinator(allow_list(keys), store=store)
+    run_id = first.submit(flynn("f"), "f.toml", "alice")
+    first.stop()
+    assert store.run(run_id).state == "interrupted"
+    again = Coordinator(allow_list(keys), store=store)
+    with pytest.raises(errors.RunInterrupted, match=f"run {run_id} of job 'f' was interrupted: the coordinator "
+                                                    "stopped while it was in flight, and restarted"):
+        again.authenticate(b"x" * 32, "f")
+    with pytest.raises(errors.InvalidSignature, match="not valid for job 'g'"):
+        again.authenticate(b"x" * 32, "g")
+    with pytest.raises(errors.ProtocolError, match=f"its last run, {run_id}, is interrupted: the coordinator is "
+                                                   f"shutting down; run {run_id} is interrupted"):
+        again.job("f")
