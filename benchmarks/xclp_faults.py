@@ -9,7 +9,8 @@ faulty run the parties reach the coordinator through a TCP proxy (tests/proxy.py
 every connection through it once SecureHamming has run for half as long as it took in the clean
 run; the parties reconnect (the job's reconnect_seconds) and go on. In the crash run the
 coordinator is killed once SecureHamming has run half as long as in the clean run and started again
-at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs").
+at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs");
+the stop run does the same with SIGTERM, which saves the run as it stands ("A graceful stop").
 In the party run, party b is killed the same way and its command run again at once: it rejoins
 from its sealed run state (docs/operating.md "A party killed and restarted"). In the solve run the
 coordinator is killed after SecureHamming, once its checkpoint holds the graph (in the influence
@@ -25,7 +26,7 @@ kept and redid (its SecureHamming seconds and attempts are those after the resta
 flight at the crash was never recorded); for the party's crash, the pieces the coordinator kept
 for the restarted party's attempt; and wall_ratio = faulty / clean for each (goal <= 1.2).
 
-Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,party,solve]
+Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,stop,party,solve]
 (--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
 """
 
@@ -65,10 +66,12 @@ def say(message: str) -> None:
 
 def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int, key_bits: int,
             cut_after: float | None, kill_after: float | None = None,
-            party_after: float | None = None, kill_in_solve: bool = False) -> dict[str, Any]:
+            party_after: float | None = None, kill_in_solve: bool = False,
+            kill_signal: signal.Signals = signal.SIGKILL) -> dict[str, Any]:
     """A whole run through the CLIs; with `cut_after`, every connection is cut that many seconds
-    into SecureHamming; with `kill_after`, the coordinator is killed then and started again; with
-    `party_after`, party b is; with `kill_in_solve`, the coordinator is killed in the influence solve."""
+    into SecureHamming; with `kill_after`, the coordinator is killed (`kill_signal`: or stopped) then
+    and started again; with `party_after`, party b is; with `kill_in_solve`, the coordinator is
+    killed in the influence solve."""
     insecure = key_bits < 2048
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
@@ -90,8 +93,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
         threading.Thread(target=cut_in_secure_hamming, args=(work / "coordinator.log", proxy, cut_after, cut_at),
                          daemon=True).start()
     if kill_after is not None:
-        threading.Thread(target=kill_in_secure_hamming, args=(work, env, port, servers, kill_after, cut_at),
-                         daemon=True).start()
+        threading.Thread(target=kill_in_secure_hamming, args=(work, env, port, servers, kill_after, cut_at,
+                                                              kill_signal), daemon=True).start()
     if kill_in_solve:
         threading.Thread(target=kill_in_the_solve, args=(work, env, port, servers, cut_at), daemon=True).start()
     killer = None
@@ -111,7 +114,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
         raise SystemExit(f"{name}: a party failed ({codes}); logs in {work}")
     summary = json.loads((work / "summary.json").read_text())
     hamming = summary["steps"]["secure_hamming"]
-    fault = ("coordinator killed" if kill_after is not None else "party b killed" if party_after is not None
+    stopped = "killed" if kill_signal == signal.SIGKILL else "stopped"
+    fault = (f"coordinator {stopped}" if kill_after is not None else "party b killed" if party_after is not None
              else "coordinator killed after SecureHamming, at" if kill_in_solve else "connections cut")
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
         + (f", {fault} {cut_at[0]:.1f}s into it"
@@ -148,6 +152,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     total = re.search(r"SecureHamming: (\d+) pieces folded in", restarted)
     return out | {"killed_seconds_into_secure_hamming": round(cut_at[0], 3) if cut_at else None,
                   "went_on_from_checkpoint": "goes on from its checkpoint" in restarted,
+                  "saved_at_stop": "is saved, and goes on when the coordinator starts again" in (
+                      work / "coordinator.log").read_text(errors="replace"),
                   "pairs_kept_whole": int(kept.group(1)) if kept else 0,
                   "pieces_kept": int(kept.group(2)) if kept else 0,
                   "pieces_folded_after_restart": int(total.group(1)) if total else None}
@@ -160,17 +166,18 @@ def free_port() -> int:
 
 
 def kill_in_secure_hamming(work: Path, env: dict[str, str], port: int, servers: list[subprocess.Popen],
-                           after: float, killed_at: list[float]) -> None:
-    """Once the coordinator's log says SecureHamming started, wait `after` seconds, SIGKILL it and
-    start it again on the same state and port."""
+                           after: float, killed_at: list[float], sig: signal.Signals = signal.SIGKILL) -> None:
+    """Once the coordinator's log says SecureHamming started, wait `after` seconds, SIGKILL it (or
+    stop it with `sig`) and start it again on the same state and port."""
     while "step secure_hamming attempt 0 started" not in (work / "coordinator.log").read_text(errors="replace"):
         time.sleep(0.2)
     began = time.perf_counter()
     time.sleep(after)
-    servers[0].send_signal(signal.SIGKILL)
+    servers[0].send_signal(sig)
     servers[0].wait(30)
     killed_at.append(time.perf_counter() - began)
-    say(f"coordinator killed {killed_at[0]:.1f}s into SecureHamming; starting it again")
+    say(f"coordinator {'killed' if sig == signal.SIGKILL else 'stopped'} {killed_at[0]:.1f}s into SecureHamming; "
+        "starting it again")
     servers.append(serve(work, env, port, "coordinator-restarted.log")[0])
 
 
@@ -233,13 +240,15 @@ def main() -> None:
                     "xclp_scale.py does)")
     ap.add_argument("--lsh-bits", type=int, help="L (default 1024, 256 with --quick)")
     ap.add_argument("--cases", default="cut,crash,party",
-                    help="faulty runs beside the clean one: cut, crash, party, solve (default the first three)")
+                    help="faulty runs beside the clean one: cut, crash, stop, party, solve (default cut, crash, "
+                         "party)")
     args = ap.parse_args()
     rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
     rows, lsh_bits = args.rows or rows, args.lsh_bits or lsh_bits
     cases = {c.strip() for c in args.cases.split(",") if c.strip()}
-    if cases - {"cut", "crash", "party", "solve"}:
-        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - {'cut', 'crash', 'party', 'solve'}))}")
+    known = {"cut", "crash", "stop", "party", "solve"}
+    if cases - known:
+        raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - known))}")
     X, y = load_digits_data()
     rng = public_rng(7, "benchmark/xclp-e2e/split")
     if rows * len(PARTIES) > y.size:  # more rows than digits has: jittered repeats
@@ -263,6 +272,10 @@ def main() -> None:
     if "crash" in cases:
         crash = out["coordinator_killed_mid_secure_hamming"] = one_run("crash", data, lsh_bits, key_bits, None, half)
         out["wall_ratio_coordinator_killed"] = round(crash["wall_seconds"] / clean["wall_seconds"], 3)
+    if "stop" in cases:
+        stop = out["coordinator_stopped_mid_secure_hamming"] = one_run("stop", data, lsh_bits, key_bits, None, half,
+                                                                       kill_signal=signal.SIGTERM)
+        out["wall_ratio_coordinator_stopped"] = round(stop["wall_seconds"] / clean["wall_seconds"], 3)
     if "party" in cases:
         party = out["party_killed_mid_secure_hamming"] = one_run("party", data, lsh_bits, key_bits, None, None, half)
         out["wall_ratio_party_killed"] = round(party["wall_seconds"] / clean["wall_seconds"], 3)

@@ -6,26 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from tests.helpers import chi2_vs_skellam
 from xclp.errors import InvalidInput
 from xclp.privacy.accounting import ORDERS, skellam_epsilon, skellam_rdp
 from xclp.privacy.noise import skellam_share
 
 N = 20_000
 ALPHA = 1e-3  # a correct sampler fails with this probability for an unlucky seed
-
-
-def chi2_vs_skellam(samples: np.ndarray, variance: float) -> float:
-    """χ² p-value of integer samples against symmetric Skellam of `variance`, tails lumped."""
-    tail = int(5 * np.sqrt(variance)) + 3
-    ks = np.arange(-tail, tail + 1)
-    probs = stats.skellam.pmf(ks, variance / 2, variance / 2)
-    beyond = (1 - probs.sum()) / 2
-    probs[0] += beyond
-    probs[-1] += beyond
-    observed = np.bincount(np.clip(samples, -tail, tail) + tail, minlength=ks.size)
-    return float(stats.chisquare(observed, probs * samples.size).pvalue)
 
 
 @pytest.mark.parametrize(("tau", "variance"), [(1, 9.0), (2, 9.0), (3, 16.0), (5, 25.0)])

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.helpers import chi2_vs_skellam
 from xclp.dbcl import RoundView, draw_sketches, pack
 from xclp.errors import ConfigError, InvalidInput
 from xclp.nn import Architecture, Network
@@ -120,15 +121,6 @@ def test_bad_plans_and_parameters_are_refused() -> None:
 
 def small_plan(variance: float) -> DpPlan:
     return DpPlan(1.0, 1e-6, 1.0, 1, 1, True, 0, variance)
-
-
-def chi2_vs_skellam(samples: np.ndarray, variance: float) -> float:
-    tail = int(5 * math.sqrt(variance)) + 3
-    ks = np.arange(-tail, tail + 1)
-    probs = stats.skellam.pmf(ks, variance / 2, variance / 2)
-    probs[[0, -1]] += (1 - probs.sum()) / 2
-    observed = np.bincount(np.clip(samples, -tail, tail) + tail, minlength=ks.size)
-    return float(stats.chisquare(observed, probs * samples.size).pvalue)
 
 
 def test_a_restart_with_fewer_parties_tops_the_same_share_up() -> None:
