@@ -31,6 +31,10 @@ from xclp.v1.steps import ALIVE_MAX_BYTES, LEAVE_MSG
 from xclp.v1.transport import CHANNEL_OPTIONS, JOB_METADATA, RECEIVED_METADATA, TOKEN_METADATA
 from xclp.v1.wire import Outgoing
 
+# a call the transport lost: the coordinator unreachable, or stopping (a server that stops cancels
+# the calls in flight); the coordinator itself never aborts with CANCELLED (xclp/v1/status.py)
+LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
 
 @dataclass
 class Backoff:
@@ -95,9 +99,10 @@ class PullReader:
     """Items of the Pull stream, read on a background thread; errors surface on `next`.
 
     With `reconnect_seconds` > 0, a stream lost to the transport (UNAVAILABLE: a connection reset,
-    a coordinator behind a restarted proxy) is resumed: the thread dials again with `Backoff` for
-    up to that long, asking for what came after the last item it has (PullRequest.resume), and the
-    items go on in order, none twice. `say` hears of the loss and of the return.
+    a coordinator behind a restarted proxy; CANCELLED: a coordinator that stops) is resumed: the
+    thread dials again with `Backoff` for up to that long, asking for what came after the last item
+    it has (PullRequest.resume), and the items go on in order, none twice. `say` hears of the loss
+    and of the return.
     """
 
     _END = object()
@@ -131,7 +136,7 @@ class PullReader:
                     self._queue.put(item)
             except grpc.RpcError as exc:
                 now = time.monotonic()
-                if self._closed.is_set() or exc.code() != grpc.StatusCode.UNAVAILABLE or self.reconnect_seconds <= 0 \
+                if self._closed.is_set() or exc.code() not in LOST or self.reconnect_seconds <= 0 \
                         or (lost_at is not None and now - lost_at > self.reconnect_seconds):
                     self._queue.put(exc)
                     break
@@ -305,7 +310,7 @@ class Connection:
                     # (the ack was lost) and the run went on to its JobEnd, which the Pull stream brings
                     return 0
                 lost_at = lost_at or now
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or now - lost_at >= self.reconnect_seconds:
+                if exc.code() not in LOST or now - lost_at >= self.reconnect_seconds:
                     raise error_from_rpc(exc) from None
                 time.sleep(backoff.next())
                 continue

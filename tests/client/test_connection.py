@@ -116,10 +116,12 @@ def test_a_party_leaving_on_an_error_tells_xclp_s_own_message_and_only_the_type_
     assert why_leaving(ValueError("could not convert '38.2 mmol/L' in /data/patients.csv")) == "ValueError"
 
 
-def test_a_push_refused_unavailable_is_sent_again_only_within_the_reconnect_window() -> None:
+@pytest.mark.parametrize("code", [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED])
+def test_a_push_refused_unavailable_is_sent_again_only_within_the_reconnect_window(code) -> None:
     """reconnect_seconds = 0 (a coordinator of a version before resumes sends no window): the first
     UNAVAILABLE is the error, no retry; with a window, the same frames go again and the second try
-    is taken."""
+    is taken. CANCELLED too: a coordinator that stops cancels the calls in flight (a party cut so
+    in a stop that kept its run failed, where it should have reconnected to the restarted one)."""
     class PushStub:
         def __init__(self, failures: int) -> None:
             self.failures, self.calls = failures, []
@@ -128,7 +130,7 @@ def test_a_push_refused_unavailable_is_sent_again_only_within_the_reconnect_wind
             self.calls.append([f.message_id for f in frames])
             if self.failures:
                 self.failures -= 1
-                raise Unavailable("Socket closed")
+                raise Aborted(code, "Socket closed")
             return pb.PushAck(frames=len(self.calls[-1]), bytes=3)
 
     conn = Connection(ConnectionConfig("127.0.0.1:1", insecure=True), "j")

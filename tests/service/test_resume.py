@@ -120,7 +120,9 @@ class KillableCoordinator:
         """Start `parties` (a thread running them), kill and start the coordinator again once
         `condition(checkpoint)` holds (`kill_once`), then set `release` and let the run finish: the
         parties' thread ends, and so does the coordinator, with 0. The checkpoint it went on from."""
-        try:
+        try:  # the parties dial for 10 s: on a loaded machine the coordinator can take longer to start
+            wait_until(lambda: "listening on port" in (self.tmp / "coordinator0.log").read_text(), 120,
+                       "the coordinator to listen", self.process)
             parties.start()
             before = self.kill_once(condition, what, env, sig)
             release.set()
