@@ -178,3 +178,18 @@ def test_an_interrupted_run_comes_back_as_itself_and_a_named_class_never_widens_
     assert type(error_from_rpc(Aborted(grpc.StatusCode.INVALID_ARGUMENT, "bad", named))) is InvalidInput
     assert type(error_from_rpc(Aborted(grpc.StatusCode.ABORTED, "x", (("xclp-error", "SystemExit"),)))) is PeerDropped
     assert trailing_metadata(PeerDropped("x")) == () and trailing_metadata(InvalidInput("x")) == ()
+
+
+def test_each_early_job_end_is_its_own_error_and_an_interrupted_run_is_the_one_a_party_rejoins_after() -> None:
+    from xclp.errors import InvalidInput, PeerDropped, RunCancelled, RunInterrupted
+    from xclp.v1.status import ended_early
+
+    def end(outcome) -> Exception:
+        return ended_early(pb.JobEnd(outcome=outcome, reason="why"), "a")
+
+    assert type(end(pb.JobEnd.INTERRUPTED)) is RunInterrupted and str(end(pb.JobEnd.INTERRUPTED)) == "why"
+    assert type(end(pb.JobEnd.CANCELLED)) is RunCancelled
+    assert type(end(pb.JobEnd.REFUSED)) is InvalidInput
+    dropped = end(pb.JobEnd.DROPPED)
+    assert type(dropped) is PeerDropped and dropped.dropped == frozenset({"a"})  # type: ignore[attr-defined]
+    assert type(end(pb.JobEnd.FAILED)) is PeerDropped
