@@ -35,12 +35,12 @@ from xclp.v1.training import UPDATE_STEP
 from xclp.v1.xclp import HAMMING_STEP, LABELS_STEP, ROWSUMS_STEP
 
 # steps a restarted coordinator goes on with among the same parties (the module docstring says why);
-# the labeled rows, which are no sum, are sent again as they were
-SAME_SET_SUMS = (UPDATE_STEP, ROWSUMS_STEP, LABELS_STEP)
-RESUMABLE_STEPS = (HAMMING_STEP, *SAME_SET_SUMS)
-# how many times such a sum may go on among the same parties: as often as its coordinator may
+# the labeled rows, which are no sum, are sent again as they were (hence steps, not sums)
+SAME_SET_STEPS = (UPDATE_STEP, ROWSUMS_STEP, LABELS_STEP)
+RESUMABLE_STEPS = (HAMMING_STEP, *SAME_SET_STEPS)
+# how many times such a step may go on among the same parties: as often as its coordinator may
 # restart in one sum, not forever (a coordinator restarting it in a loop only costs the party work)
-MAX_SAME_SET_SUMS = 3
+MAX_SAME_SET = 3
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class StepGuard:
     policy: PartyPolicy
     party_id: str
     last: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)  # step -> (attempt, participants)
-    kept_sets: dict[str, int] = field(default_factory=dict)  # SAME_SET_SUMS step -> restarts among the same parties
+    kept_sets: dict[str, int] = field(default_factory=dict)  # SAME_SET_STEPS step -> restarts among the same parties
     finished: bool = False  # the job's result has arrived
     job_min_parties: int = 0  # what the job allows (its spec), to say which setting decided
 
@@ -180,9 +180,9 @@ class StepGuard:
                                     f"after "
                                     f"attempt {attempt} with {sorted(before)}: a restart must have a later attempt and "
                                     + ("no new participant" if resumable else "strictly fewer participants"))
-            if name in SAME_SET_SUMS and members == before:
+            if name in SAME_SET_STEPS and members == before:
                 kept = self.kept_sets[step.step] = self.kept_sets.get(step.step, 0) + 1
-                if kept > MAX_SAME_SET_SUMS:
+                if kept > MAX_SAME_SET:
                     raise ProtocolError(f"step {step.step!r} restarted among the same parties {kept} times (at most "
-                                        f"{MAX_SAME_SET_SUMS}, as often as a coordinator may restart in one sum)")
+                                        f"{MAX_SAME_SET}, as often as a coordinator may restart in one sum)")
         self.last[step.step] = (step.round, members)
