@@ -48,14 +48,14 @@ from xclp.server.events import Observer, Stage
 from xclp.server.metrics import Metrics
 from xclp.server.resume import Checkpoints, Saver, restore, token_hash
 from xclp.server.run import Run
-from xclp.server.store import RunRecord, StateStore
+from xclp.server.store import StateStore
+from xclp.server.views import run_info
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
 
 log = logging.getLogger("xclp.server")
 
 TICK_SECONDS = 0.2
-LIVE_LEDGER_WAIT_SECONDS = 0.5  # job show waits this long for a busy run's live ledger, then shows the stored one
 
 
 class Coordinator:
@@ -281,59 +281,12 @@ class Coordinator:
     # --- what the operator sees ----------------------------------------------------------------
 
     def run_info(self, run_id: str) -> pb.RunInfo:
-        return self._info(self.store.run(run_id))
+        record = self.store.run(run_id)
+        return run_info(record, self.runs.get(record.run_id), self.definitions.get(record.job_id))
 
     def list_runs(self, job_id: str = "", limit: int = 50) -> list[pb.RunInfo]:
-        return [self._info(r) for r in self.store.runs(job_id=job_id, limit=limit)]
-
-    def _info(self, record: RunRecord) -> pb.RunInfo:
-        """A stored run, with the live step and timings if this process runs it now."""
-        job = self.runs.get(record.run_id)
-        steps = record.steps
-        info = pb.RunInfo(run_id=record.run_id, job_id=record.job_id, job_type=record.job_type, state=record.state,
-                          reason=record.reason, created_at=record.created_at, started_at=record.started_at,
-                          ended_at=record.ended_at, submitted_by=record.submitted_by, privacy=record.privacy)
-        if not info.privacy:
-            info.privacy = self._budget(record.job_id)
-        if job is not None and record.state in ("joining", "running"):
-            activity = job.activity  # without the lock: a long coordinator computation holds it
-            info.step, info.round, info.progress = activity.step, activity.round, activity.progress()
-            if job.lock.acquire(timeout=LIVE_LEDGER_WAIT_SECONDS):  # the live ledger, or the stored one
-                try:
-                    steps = job.ledger.as_dict()
-                finally:
-                    job.lock.release()
-        for p in record.parties:
-            party = job.parties.get(p.party_id) if job is not None and record.state == "running" else None
-            live = {} if job is None or party is None or not party.heard_at else {  # its last sign of life
-                "silent_seconds": max(0.0, job.clock() - party.heard_at), "activity": party.activity}
-            if job is not None and party is not None and (lost := party.lost_at) is not None:
-                live["activity"] = (f"connection lost {job.clock() - lost:.0f} s ago; its place is kept for "
-                                    f"{job.config.reconnect_seconds:g} s")
-            info.parties.add(party_id=p.party_id, state=p.state, rows=p.rows, joined_at=p.joined_at, reason=p.reason,
-                             **live)
-        for name, st in steps.items():
-            info.steps.add(name=name, rounds=int(st["rounds"]), seconds=float(st["seconds"]),
-                           bytes_in=int(st["bytes_in"]),
-                           bytes_relayed=int(st["bytes_relayed"]), bytes_out=int(st["bytes_out"]),
-                           recovered=[str(r) for r in st.get("recovered", [])])
-            info.bytes_total += int(st["bytes_in"]) + int(st["bytes_relayed"]) + int(st["bytes_out"])
-        return info
-
-    def _budget(self, job_id: str) -> str:
-        """A DP job's budget from its definition, for a run that has not reported what it spent."""
-        definition = self.definitions.get(job_id)
-        if definition is None:
-            return ""
-        params = definition.params
-        epsilon, labels = params.epsilon_total, params.label_epsilon_total
-        moments = f"DP moments ε = {params.moments_epsilon:g}" if params.moments_dp else ""
-        if epsilon is not None:
-            with_moments = " and its moments" if moments else ""
-            return f"DP budget ε = {epsilon:g} over the job's releases{with_moments} (not yet spent)"
-        parts = [f"label-DP budget ε = {labels:g} per label" if labels else "", moments]
-        budget = "; ".join(p for p in parts if p)
-        return f"{budget} (not yet spent)" if budget else ""
+        return [run_info(r, self.runs.get(r.run_id), self.definitions.get(r.job_id))
+                for r in self.store.runs(job_id=job_id, limit=limit)]
 
     # --- the parties' calls -------------------------------------------------------------------
 
@@ -404,6 +357,7 @@ class Coordinator:
 
     def dropped(self, job: Run, party_id: str, reason: str) -> None:
         self.store.party(job.run_id, party_id, "dropped", reason=reason)
+        self.phase_over(job)  # a checkpoint with the party in is untrue: gone before the next attempt goes out
 
     def step_done(self, job: Run, name: str, seconds: float, bytes_in: int, bytes_relayed: int) -> None:
         if self.metrics is not None:

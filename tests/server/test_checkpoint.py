@@ -43,7 +43,7 @@ from xclp.v1.xclp import PAIRS_FROM_MSG, XclpJobParams
 from xclp.v1.xclp_layout import PairTask
 
 PARTIES = ("a", "b", "c")
-JOB = ('job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\n'
+JOB = ('job_id = "x"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
        "[deadlines]\njoin_seconds = 60\nstep_seconds = 60\nreconnect_seconds = 30\n"
        '[params]\nn_classes = 3\nk = 4\nlsh_bits = 64\nkey_bits = 512\ninsecure_test_keys = true\n')
 
@@ -79,7 +79,7 @@ def held(keys, tmp_path_factory):
         with coordinator(allow, [config]) as (coord, address):
             parties = threading.Thread(target=run_parties, args=(address, "x", keys, datas), daemon=True,
                                        kwargs={"paillier": paillier,
-                                               "policy": PartyPolicy(min_parties=3, insecure_test_keys=True)})
+                                               "policy": PartyPolicy(min_parties=2, insecure_test_keys=True)})
             parties.start()
             assert holding.wait(60)
             run = coord.jobs["x"]
@@ -223,6 +223,35 @@ def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_
     assert later.step is not None and later.step.attempt == attempt_after_restart(went_on, len(PARTIES))
 
 
+def test_a_dropout_takes_the_checkpoint_down_before_the_next_attempt_goes_out(held, tmp_path: Path) -> None:
+    """c is dropped; the next attempt, among a and b, goes out at once. A checkpoint taken before
+    the drop, read back after a crash in the second before the Saver's next write, would restart the
+    step with c in it, and a and b refuse any restart that does not strictly shrink their set: the
+    run would fail where it can go on. So the drop removes the checkpoint (under the run's lock,
+    with the drop), and the next one says a and b."""
+    saved, config, allow, _ = held
+    store = StateStore(tmp_path / "state.db")
+    store.define_job("x", "xclp", JOB, saved.meta["definition"][1])
+    run_id = store.create_run("x", b"")
+    store.set_state(run_id, "running")
+    checkpoints = Checkpoints(tmp_path / "runs")
+    checkpoints.write(run_id, Saved({**saved.meta, "run_id": run_id}, saved.arrays), 0)
+    coord = Coordinator(allow, [config], store=store, checkpoints=checkpoints)
+    run = coord.runs[run_id]
+    before = checkpoints.read(run_id)
+    assert before is not None and before.meta["active"] == list(PARTIES)
+    with run.lock:
+        run._drop({"c"}, "missed the step deadline")
+        assert run.step is not None and run.step.participants == ("a", "b")  # its StepStart is queued
+        left = checkpoints.read(run_id)
+    assert left is None or "c" not in left.meta["active"], left.meta["active"]
+    [(job, tokens, definition)] = coord._saveable()
+    assert coord._saver is not None and coord._saver.save(job, tokens, definition)
+    after = checkpoints.read(run_id)
+    assert after is not None and after.meta["active"] == ["a", "b"] and after.meta["dropped"] == ["c"]
+    assert after.meta["job"]["hamming"]["attempt"] == run.step.attempt
+
+
 def test_a_candidate_schedule_is_read_back_whole() -> None:
     """On candidate pairs the checkpoint holds every party's budgets and centre lists (public sizes,
     and what the coordinator holds anyway); read back, the lists and the centre sets they give are
@@ -291,7 +320,7 @@ def test_a_party_dropped_before_the_crash_stays_dropped_and_hears_so_if_it_comes
     from tests.service.test_hamming_restart import hold_a_pair_until_d_is_dropped
 
     monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)
-    text = JOB.replace('["a", "b", "c"]', '["a", "b", "c", "d"]\nmin_parties = 2').replace(
+    text = JOB.replace('["a", "b", "c"]', '["a", "b", "c", "d"]').replace(
         "reconnect_seconds = 30", "reconnect_seconds = 1")
     (tmp_path / "x.toml").write_text(text)
     config = reread_job(text, str(tmp_path / "x.toml"))
@@ -345,7 +374,7 @@ def test_a_restarted_coordinator_starts_past_the_attempts_that_restarted_parties
     (attempt_after_restart), and one is enough to show it."""
     from xclp.server import liveness
 
-    text = JOB.replace('["a", "b", "c"]', '["a", "b", "c"]\nmin_parties = 2')
+    text = JOB
     (tmp_path / "x.toml").write_text(text)
     config = reread_job(text, str(tmp_path / "x.toml"))
     taken: list[Saved] = []
