@@ -96,7 +96,7 @@ class Coordinator:
             self._check_parties(config)
         restored = self._restore_runs()
         interrupted = self.store.interrupt_in_flight(
-            "the coordinator stopped while the run was in flight; submit the job again to rerun it", keep=restored)
+            "the coordinator stopped while the run was in flight", keep=restored)
         if interrupted:
             log.warning("runs interrupted by the coordinator's restart: %s", ", ".join(interrupted))
         for job_id, text, source in self.store.definitions():
@@ -114,6 +114,11 @@ class Coordinator:
         for config in jobs:
             if config.job_id not in self.jobs:  # a run of it going on from a checkpoint is this start's run
                 self._queue_run(config.job_id, "")
+        for job_id, cut in self._interrupted.items():  # a submitted job a stop or crash cut runs again, as
+            if not self._queued.get(job_id) and job_id not in self.jobs:  # a job file given at start does
+                again = self._queue_run(job_id, self.store.run(cut).submitted_by)
+                log.warning("job %s: run %s queued in place of run %s, which the restart interrupted", job_id,
+                            again, cut)
         for job_id in list(self._queued):
             self._advance(job_id)
 

@@ -241,13 +241,15 @@ def test_the_admin_commands_help_loads_neither_the_coordinator_nor_the_numerics(
     assert (cli.EXIT_OK, cli.EXIT_UNEXPECTED) == (status.EXIT_OK, status.EXIT_UNEXPECTED)
 
 
-def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_a_party_what_became_of_the_job(
-        keys, tmp_path):
+def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_the_submitted_job_runs_again(keys, tmp_path):
     """A submitted run interrupted by the coordinator's stop: the next process on the same state
-    answers the old run's token with RunInterrupted (a party then joins the next run; issue 47), and,
-    the job not submitted again, a Challenge with what its last run became. Before, both said only
-    "not valid" and "(its last run, none, is -)"."""
+    answers the old run's token with RunInterrupted (a party then joins the next run; issue 47), and
+    queues the job again, as its operator's, as a job file given at start runs again. Before, the
+    parties' rejoin found "no run open for joining" until the operator submitted it again. After a
+    crash (nothing marked), the same; a job whose last run was cancelled does not run again, and a
+    Challenge for it says what became of that run."""
     from xclp.server.coordinator import Coordinator
+    from xclp.server.events import Stage
 
     store = StateStore(tmp_path / "state.db")
     first = Coordinator(allow_list(keys), store=store)
@@ -260,6 +262,15 @@ def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_a_party_
         again.authenticate(b"x" * 32, "f")
     with pytest.raises(errors.InvalidSignature, match="not valid for job 'g'"):
         again.authenticate(b"x" * 32, "g")
-    with pytest.raises(errors.ProtocolError, match=f"its last run, {run_id}, is interrupted: the coordinator is "
-                                                   f"shutting down; run {run_id} is interrupted"):
-        again.job("f")
+    rerun = again.job("f")
+    assert rerun.run_id != run_id and rerun.stage is Stage.JOINING
+    assert (store.run(rerun.run_id).state, store.run(rerun.run_id).submitted_by) == ("joining", "alice")
+    # crashed: the run left joining is interrupted by the next start, and runs again once
+    third = Coordinator(allow_list(keys), store=store)
+    assert store.run(rerun.run_id).state == "interrupted"
+    [queued] = [r for r in store.runs(job_id="f") if r.state == "joining"]
+    assert third.job("f").run_id == queued.run_id and queued.submitted_by == "alice"
+    third.cancel(queued.run_id, "alice", "not now")
+    fourth = Coordinator(allow_list(keys), store=store)
+    with pytest.raises(errors.ProtocolError, match=f"its last run, {queued.run_id}, is cancelled: not now"):
+        fourth.job("f")

@@ -293,6 +293,11 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         assert (f"run {missing['run_id']} of job flynn-missing stopped: the coordinator is shutting down; run "
                 f"{missing['run_id']} is interrupted; nothing written") in stack.agent_log(party)
         assert stack.agents[party].poll() is None
+    # the submitted job the stop cut runs again, as alice's; cancelled here, as a would refuse it again
+    [rerun] = [r for r in after.values() if r["job_id"] == "flynn-missing" and r["run_id"] != missing["run_id"]]
+    assert rerun["state"] == "joining" and rerun["submitted_by"] == "alice", rerun
+    assert stack.job("cancel", rerun["run_id"]).returncode == 0
+    stack.wait(rerun["run_id"], lambda i: i["state"] == "cancelled")
 
 
 def test_the_agents_ledgers_refuse_the_moments_again_among_fewer_under_another_job(stack):
