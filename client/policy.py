@@ -10,7 +10,8 @@ say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec 
   recover step, whose sum is over the attempt's larger set), always including this party; a later
   attempt of a step only with a strictly smaller participant set (a restart after a dropout; a
   repeated or grown set could be used to difference sums), but SecureHamming's, a training round's
-  update sum and SecureRowSums, which may also keep their set (a coordinator that restarted goes on
+  update sum and SecureRowSums (with their confirm steps), which may also keep their set (a
+  coordinator that restarted, or a member whose process restarted, goes on
   with them: each SecureHamming attempt releases, under fresh masks, only distances the coordinator
   learns in any case; each attempt of those two sums masks the same value, noise included, under
   fresh masks, and the party opens one attempt only, the latest it masked, never after revealing
@@ -29,7 +30,7 @@ from typing import Any
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
+from xclp.v1.double_masking import CONFIRM_SUFFIX, MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
 from xclp.v1.training import UPDATE_STEP
 from xclp.v1.xclp import HAMMING_STEP, LABELS_STEP, ROWSUMS_STEP
@@ -172,7 +173,7 @@ class StepGuard:
         previous = self.last.get(step.step)
         if previous is not None:
             attempt, before = previous
-            name = step.step.split(".")[-1]
+            name = step.step.split(".")[-1].removesuffix(CONFIRM_SUFFIX)  # a sum's confirm step goes with it
             resumable = name in RESUMABLE_STEPS  # may go on with the same parties
             same = members <= before if resumable else members < before
             if step.round <= attempt or not same:

@@ -205,11 +205,11 @@ class Run:
 
     def restarted(self, party_id: str, refused: str = "") -> None:
         """The party's process restarted (liveness.attach): its step again with it (Phase.on_restarted), or a drop."""
-        step, phase = self.step, self.phase
+        step, phase, where = self.step, self.phase, self.step.wire if self.step else self.stage.value
         if party_id in self.active and (refused or step is None or phase is None or step.ended or party_id not in
                                         step.participants or not phase.on_restarted(step, party_id)):
-            self._drop({party_id}, refused or f"its process restarted in {step.wire if step else self.stage.value!r}, "
-                                              "which a party cannot rejoin (only SecureHamming and update sums do)")
+            self._drop({party_id}, refused or f"its process restarted in {where!r}, which a party cannot rejoin "
+                                              "(only SecureHamming, update sums and SecureRowSums do)")
 
     def tick(self, now: float) -> None:
         with self.lock:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from xclp.client.context import PartyContext, Progress
+from xclp.client.jobs import xclp_state
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import WorkLimits, check_memory, check_work, party_bytes
 from xclp.client.ledger import Release, function_id, responses_name
@@ -51,7 +52,7 @@ from xclp.v1.xclp import (
     XclpJobParams,
     influence_piece_columns,
 )
-from xclp.v1.xclp_layout import RowLayout, pairs_table
+from xclp.v1.xclp_layout import RowLayout
 
 T = TypeVar("T")
 
@@ -105,6 +106,7 @@ class XclpParty(PartyJob):
                 responses_name(epsilon, p.n_classes, p.hide_label_mask), draw)
         self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
         self.influence_digest = _influence_digest()  # of the pieces received, in order
+        self.block: bytes | None = None  # its digest once they are all in: what Z̄ is a function of
         self.kept_zbar: tuple[bytes, np.ndarray | steps.NoisyRowSums] | None = None  # (digest, Z̄) before a resend
         self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
@@ -126,38 +128,13 @@ class XclpParty(PartyJob):
     # --- a restart (client/run_state.py) ------------------------------------------------------
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """In SecureHamming (from its pairs until the graph layout): the row layout, the attempt, the
-        pairs, this party's encrypted bit slices once it has them and, on candidate pairs, the
-        opened probe table; everything else is recomputed from the data and the seed."""
-        hamming = self.hamming
-        if not hamming.pairs or self.graph:
-            return None
-        arrays = {"pairs": pairs_table(hamming.pairs, self.roster.party_ids)}
-        if hamming.slices is not None:
-            arrays["slices"] = np.frombuffer(hamming.slices, dtype=np.uint8)
-        meta: dict[str, Any] = {"sizes": self.sizes, "attempt": hamming.attempt}
-        if self.candidates is not None:
-            table = self.candidates.opened
-            if table is None:
-                return None
-            meta["table_members"] = list(table[1])
-            arrays["table"] = table[0]
-        return meta, arrays
+        """In SecureHamming, or with Z̄ whole until it reveals (client/jobs/xclp_state.py)."""
+        return xclp_state.saved(self)
 
     @classmethod
     def restored(cls, ctx: PartyContext, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> XclpParty:
-        """The job `saved` described, waiting for the SecureHamming attempt its restart starts."""
-        job = cls(ctx)
-        job.sizes = {str(p): int(n) for p, n in meta["sizes"].items()}
-        hamming = job.hamming
-        hamming.codes = steps.lsh_step(job.X, ctx.seed, job.params.lsh_bits)
-        hamming.on_pairs(arrays["pairs"])
-        hamming.attempt = None if meta["attempt"] is None else int(meta["attempt"])
-        if "slices" in arrays:
-            hamming.slices = arrays["slices"].tobytes()
-        if job.candidates is not None:
-            job.candidates.reopen(arrays["table"], tuple(meta["table_members"]))
-        return job
+        """The job `saved` described, waiting for the attempt its restart starts."""
+        return xclp_state.restored(cls(ctx), ctx, meta, arrays)
 
     def _check_size(self) -> None:
         """Estimate this party's memory and Paillier work from the layout, before any of it
@@ -210,6 +187,8 @@ class XclpParty(PartyJob):
             if step.step == ROWSUMS_STEP:
                 self._need(self.zbar, "the influence block")
             self.row_sums.on_step(step)
+            if self.row_sums.self_masks.revealed:
+                self.ctx.checkpoint()  # revealed: a restarted process cannot rejoin this sum (its state goes)
             if step.step == ROWSUMS_STEP:
                 self.progress(f"SecureRowSums attempt {step.round}: masked row sums sent ({len(members)} parties)")
         else:
@@ -256,7 +235,7 @@ class XclpParty(PartyJob):
                 raise ProtocolError("the coordinator sent the graph layout before this party's SecureHamming pairs "
                                     "were done")
             else:
-                if self.influence is not None:
+                if self.influence is not None or self.zbar is not None:  # (a restarted process holds only Z̄)
                     self._graph_again()
                 self.graph = tuple((p, n) for p, n in rows.items() if n)
                 self.ctx.checkpoint()  # past SecureHamming: the run state goes
@@ -334,10 +313,14 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
         if self.influence_meter is not None:
             self.influence_meter.update(influence.received)
-        if influence.complete and self.kept_zbar is not None and self.kept_zbar[0] == self.influence_digest.digest():
+        if not influence.complete:
+            return
+        block = self.block = self.influence_digest.digest()
+        if self.kept_zbar is not None and self.kept_zbar[0] == block:
             self.zbar = self.kept_zbar[1]  # the same columns again: the same Z̄, label-DP noise included
-        elif influence.complete:
+        else:
             self.zbar = influence.zbar if not self.params.label_dp else self._label_dp_release(influence)
+        self.ctx.checkpoint()  # what a restarted process rejoins SecureRowSums with (client/jobs/xclp_state.py)
 
     def _graph_again(self) -> None:
         """A restarted coordinator sends the graph layout again, and solves and sends the influence
@@ -347,9 +330,9 @@ class XclpParty(PartyJob):
         if self.row_sums.self_masks.revealed:
             raise ProtocolError("the coordinator sent the graph layout again after this party revealed its row "
                                 "sums: SecureRowSums is opened once")
-        if self.zbar is not None:
-            self.kept_zbar = (self.influence_digest.digest(), self.zbar)
-        self.zbar = None
+        if self.zbar is not None and self.block is not None:
+            self.kept_zbar = (self.block, self.zbar)
+        self.zbar = self.block = None
         self.influence_digest = _influence_digest()
         self.progress("the graph layout again (the coordinator restarted): its influence columns come again")
 
@@ -396,7 +379,7 @@ class XclpParty(PartyJob):
     def _row_sum_releases(self, members: tuple[str, ...]) -> list[Release]:
         """Without label-DP the row sums are exact: Z̄ = S_L Y_L under the influence the coordinator
         sent (its digest names the function; the labels are the data's)."""
-        block = self.influence_digest.digest()
+        block = self._need(self.block, "every influence column")
         return [Release(function_id("row-sums", block, self.params.label_norm, str(self.params.n_classes)),
                         "XCLP's row sums of its labels under one influence block")]
 

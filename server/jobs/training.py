@@ -218,15 +218,11 @@ class UpdateSum(MaskedSum):
     reveal, no attempt follows, and the run drops it as after any lost connection."""
 
     def __init__(self, scope: Scope, name: str, *, trainer: Trainer, **kw: Any) -> None:
-        super().__init__(scope, name, **kw)
+        super().__init__(scope, name, rejoinable=True, **kw)
         self.trainer = trainer
 
-    def on_restarted(self, step: Step, party: str) -> bool:
-        if self.opening or step.name not in (self.name, self.confirm):
-            return False
+    def resend(self, party: str) -> None:
         self.trainer.resend(self.scope, party)
-        self.scope.start_step(self.name, step.participants, step.attempt + 1)
-        return True
 
 
 class Attest(Phase):

@@ -338,5 +338,8 @@ def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None =
         return steps.sum_row_sums(state.frame(participants), opened, C)
 
     members = state.membership.labels if going_on is None else tuple(p for p in going_on if p in scope.members)
+    # a party restarted in it rejoins with its Z̄ (client/jobs/xclp_state.py); not in a training round's
+    # XCLP, whose run state a party keeps only between rounds
     return MaskedSum(scope, ROWSUMS_STEP, wire=shape, what="row sums", participants=members,
-                     combine=combine, digest_name=ROWSUMS_STEP, first_attempt=attempt)
+                     combine=combine, digest_name=ROWSUMS_STEP, first_attempt=attempt,
+                     rejoinable=scope is scope.run.scope)

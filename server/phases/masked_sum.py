@@ -98,8 +98,12 @@ class MaskedSum(Phase):
 
     def __init__(self, scope: Scope, name: str, *, wire: WireSpec | tuple[np.dtype[Any], tuple[int, ...]],
                  what: str = "array", participants: Sequence[str] | None = None, combine: Combine = ring_total,
-                 digest_name: str | None = None, verifiable: bool = False, first_attempt: int = 0) -> None:
+                 digest_name: str | None = None, verifiable: bool = False, first_attempt: int = 0,
+                 rejoinable: bool = False) -> None:
         super().__init__(scope)
+        # a member whose process restarted may rejoin it: it masks the same value again (its run
+        # state keeps it), and the sum starts its next attempt among the same parties
+        self.rejoinable = rejoinable
         self.first_attempt = first_attempt  # past any the parties saw, when a restarted coordinator goes on
         self.name = name
         self.confirm = confirm_step(name)
@@ -128,6 +132,18 @@ class MaskedSum(Phase):
         """Whether the holders have been asked to reveal: past that, no restart of the sum is possible
         (a party that revealed takes part in no later attempt), so no checkpoint may hold it."""
         return self.commitments != {} or bool(self.seeds)
+
+    def on_restarted(self, step: Step, party: str) -> bool:
+        """A rejoinable sum starts its next attempt with the restarted party, until the holders are
+        asked to reveal: then no attempt follows, and the run drops it as after any lost connection."""
+        if not self.rejoinable or self.opening or step.name not in (self.name, self.confirm):
+            return False
+        self.resend(party)
+        self.scope.start_step(self.name, step.participants, step.attempt + 1)
+        return True
+
+    def resend(self, party: str) -> None:
+        """What the restarted `party` needs again before the next attempt (a round's model)."""
 
     def _committed(self, party: str, seed: bytes, attempt: int) -> bool:
         expected = self.commitments.get(party)

@@ -93,6 +93,26 @@ def test_securehamming_may_go_on_with_the_same_parties_but_never_a_new_one(name)
         guard.check_step(pb.StepStart(step="secure_hamming_sum", round=1, participants=["a", "b", "c"]))
 
 
+@pytest.mark.parametrize("name", ["rowsums", "r2.update"])
+def test_a_same_set_sum_confirms_again_among_the_same_parties_but_another_sum_never(name) -> None:
+    """SecureRowSums and a round's update sum restart among the same parties (a restarted
+    coordinator, or a member whose process restarted): their confirm step comes again with them,
+    at the later attempt. Before, the masked step was let through and its confirm refused, so a
+    restart that came during the confirm step failed the run. A confirm of any other sum still
+    needs strictly fewer parties, and a same-set confirm never takes a new one."""
+    guard = StepGuard(PartyPolicy(min_parties=2), "a")
+    three = ["a", "b", "c"]
+    for attempt in (0, 1):
+        guard.check_step(pb.StepStart(step=name, round=attempt, participants=three))
+        guard.check_step(pb.StepStart(step=f"{name}_confirm", round=attempt, participants=three))
+    guard.check_step(pb.StepStart(step=f"{name}_confirm", round=2, participants=["a", "b"]))
+    with pytest.raises(ProtocolError, match="later attempt and no new participant"):
+        guard.check_step(pb.StepStart(step=f"{name}_confirm", round=3, participants=three))
+    guard.check_step(pb.StepStart(step="sum_confirm", round=0, participants=three))
+    with pytest.raises(ProtocolError, match="strictly fewer"):
+        guard.check_step(pb.StepStart(step="sum_confirm", round=1, participants=three))
+
+
 def test_the_labeled_rows_may_be_asked_again_among_the_same_parties_three_times_never_with_a_new_one() -> None:
     """A coordinator restarted in XCLP's labels step asks again at a later attempt among the same
     parties (the same row numbers go out: nothing new); a loop of it is refused at the fourth, and a

@@ -108,3 +108,42 @@ def test_the_pooled_scaling_goes_through_a_checkpoint_whole() -> None:
         np.testing.assert_array_equal(getattr(back, part), getattr(scaling, part))
     assert back.kept.dtype == bool
     assert scaling_of(Saved.from_bytes(with_scaling(state(), None).to_bytes())) is None
+
+
+@pytest.mark.parametrize("noisy", [False, True], ids=["exact", "label-dp"])
+def test_xclps_row_sums_state_gives_back_the_same_zbar_and_none_once_revealed(keys, tmp_path: Path, noisy) -> None:
+    """What an XCLP party keeps for SecureRowSums (client/jobs/xclp_state.py), sealed and read back:
+    the graph layout, the influence digest and Z̄ as released — with label-DP the noisy release as
+    drawn and its plan, so a restarted party masks the same values and draws no fresh noise (a
+    second draw would be a second release of its labels). Once it revealed, nothing is kept."""
+    from types import SimpleNamespace
+
+    from xclp.client.jobs import xclp_state
+    from xclp.client.steps import xclp as steps
+    from xclp.privacy import label_dp
+
+    rng = np.random.default_rng(3)
+    graph = (("a", 10), ("b", 15), ("c", 15))
+    exact = rng.random((40, 3))
+    plan = label_dp.LabelDpPlan(1.0, 1e-6, 1.7, 2.4, 30, 20, 3.5)
+    zbar = steps.NoisyRowSums(rng.integers(0, 2**63, size=(40, 3), dtype=np.uint64), plan) if noisy else exact
+    privacy = {"mechanism": "skellam", "epsilon_spent": 1.0} if noisy else None
+    revealed = SimpleNamespace(revealed=False)
+    job = SimpleNamespace(graph=graph, zbar=zbar, block=b"\x07" * 32, sizes={"a": 10, "b": 15, "c": 15},
+                          label_privacy=privacy, row_sums=SimpleNamespace(self_masks=revealed))
+    meta, arrays = xclp_state.saved(job)  # type: ignore[arg-type, misc]
+    file = RunStateFile(tmp_path, "a", "x", keys["a"])
+    file.save(Saved({"format": run_state.FORMAT, "job": meta}, arrays))
+    back = file.load()
+    assert back is not None
+    fresh = SimpleNamespace(hamming=SimpleNamespace(done=False))
+    xclp_state.restored(fresh, None, back.meta["job"], back.arrays)  # type: ignore[arg-type]
+    assert fresh.graph == graph and fresh.block == job.block and fresh.sizes == job.sizes
+    assert fresh.label_privacy == privacy and fresh.hamming.done
+    if noisy:
+        assert isinstance(fresh.zbar, steps.NoisyRowSums) and fresh.zbar.plan == plan
+        np.testing.assert_array_equal(fresh.zbar.encoded, zbar.encoded)  # type: ignore[union-attr]
+    else:
+        np.testing.assert_array_equal(fresh.zbar, exact)
+    revealed.revealed = True
+    assert xclp_state.saved(job) is None  # type: ignore[arg-type]

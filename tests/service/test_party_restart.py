@@ -202,6 +202,72 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
     assert_predictions_of_a(tmp_path / "out.csv", datas, ref)  # from the restarted process
 
 
+@pytest.mark.slow
+def test_a_party_killed_in_securerowsums_and_started_again_rejoins_the_sum(keys, tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    """a's process is killed once its Z̄ is whole and SecureRowSums has started (b and c hold their
+    masked row sums until then); started again, it reads back its graph layout and Z̄ (no influence
+    column is sent again), the sum starts its next attempt among the same three, and every party's
+    scores are exactly the reference's. Before, a was dropped ("which a party cannot rejoin") and b
+    and c finished without it."""
+    from xclp.client.jobs.xclp import XclpParty
+    from xclp.v1.xclp import ROWSUMS_STEP
+
+    datas = {p: party_data(50 + i, n=N) for i, p in enumerate(PARTIES)}
+    party = KillableParty(tmp_path, keys, datas["a"], "x", [sys.executable, "-m", "xclp.client.cli"],
+                          ["--out", str(tmp_path / "out.csv"), "--paillier-bits", "512", "--insecure-test-keys",
+                           "--workers", "0", "--min-parties", "3", "--state", str(tmp_path / "state")])
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"}
+    killed, held = threading.Event(), threading.Semaphore(0)
+    real = XclpParty._encoded_row_sums
+
+    def holds_on(self, members):  # b's and c's first masked row sums: after a is killed
+        if not killed.is_set():
+            held.release()
+            killed.wait(120)
+        return real(self, members)
+
+    monkeypatch.setattr(XclpParty, "_encoded_row_sums", holds_on)
+    config = job("x", "xclp", XCLP, min_parties=3, step_seconds=120, reconnect_seconds=60)
+    state = RunStateFile(tmp_path / "state", "a", "x", keys["a"])
+    outcome: dict[str, dict] = {}
+    with coordinator(allow_list(keys), [config]) as (coord, address):
+        party.start(address)
+        others = threading.Thread(target=lambda: outcome.update(results=run_parties(
+            address, "x", keys, {p: datas[p] for p in "bc"}, paillier=paillier,
+            policy=PartyPolicy(min_parties=3, insecure_test_keys=True))), daemon=True)
+        try:
+            others.start()
+            for _ in "bc":
+                assert held.acquire(timeout=120), "b and c to start SecureRowSums"
+
+            def in_sum() -> bool:
+                saved = state.load()
+                return saved is not None and "graph" in saved.meta["job"]
+
+            party.wait_until(in_sum, 60, "a's run state with its Z̄")
+            assert coord.jobs["x"].step.name == ROWSUMS_STEP
+            party.kill()
+            party.start(address, again=True)
+            said = party.finish(killed, others)
+        finally:
+            killed.set()
+            party.close()
+        run = coord.jobs["x"]
+    assert not run.dropped, run.drop_reasons
+    assert run.ledger.steps[ROWSUMS_STEP].rounds >= 2  # attempt 0, and the one a rejoined
+    assert "influence columns received" not in said  # Z̄ read back, not received again
+    assert not os.listdir(tmp_path / "state" / RUNS_DIR)  # deleted once a revealed
+    results = outcome["results"]
+    assert all(isinstance(results[p], JobResult) for p in "bc"), results
+    ref = reference(datas, results["b"].seed, {})  # type: ignore[union-attr]
+    for j, p in enumerate(PARTIES[1:], start=1):
+        unlabeled = datas[p].y == -1
+        got = results[p].aggregate[unlabeled]  # type: ignore[union-attr]
+        np.testing.assert_allclose(got, ref.scores[ref.party_rows(j)][unlabeled], rtol=0, atol=1e-6)
+    assert_predictions_of_a(tmp_path / "out.csv", datas, ref)  # from the restarted process
+
+
 def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(keys, monkeypatch) -> None:
     """Only SecureHamming and update sums resume: a party whose process restarts in another step
     (here: as the labels step starts) is dropped at once, with why, rather than waited for; the run
@@ -227,7 +293,7 @@ def test_a_party_restarted_past_securehamming_is_dropped_and_the_others_go_on(ke
         run = coord.jobs["x"]
     assert "a" in run.dropped
     assert f"its process restarted in {LABELS_STEP!r}" in run.drop_reasons["a"], run.drop_reasons
-    assert "only SecureHamming and update sums do" in run.drop_reasons["a"]
+    assert "only SecureHamming, update sums and SecureRowSums do" in run.drop_reasons["a"]
     assert all(isinstance(results[p], JobResult) for p in "bc"), results
     assert results["b"].participants == ("b", "c")  # type: ignore[union-attr]
 
