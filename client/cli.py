@@ -121,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="allow a tcp:// Dask scheduler (Paillier tasks then cross the network in the clear)")
     r.add_argument("--state", type=Path, help="the directory of this party's privacy ledger: what it released about "
                                               "each data set, among whom, and the DP budget spent; and, while a "
-                                              "run is in SecureHamming, its sealed run state, which the same "
-                                              "command rejoins the run with if the process is killed (default: "
+                                              "run is in SecureHamming, SecureRowSums or a training round, its "
+                                              "sealed run state, which the same command rejoins the run with if "
+                                              "the process is killed (default: "
                                               "$XDG_STATE_HOME/xclp; docs/privacy.md, docs/operating.md)")
     r.add_argument("--privacy-budget", metavar="EPS[,DELTA]",
                    help="the most all DP releases about one data set may spend, over every run (default 10,1e-5; "

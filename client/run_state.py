@@ -1,26 +1,27 @@
-"""A party's durable run state: what a party whose process was killed in SecureHamming, or in a
-training round, needs to rejoin its run when started again with the same command
-(docs/operating.md "A party killed and restarted").
+"""A party's durable run state: what a party whose process was killed in SecureHamming, in XCLP's
+SecureRowSums, or in a training round, needs to rejoin its run when started again with the same
+command (docs/operating.md "A party killed and restarted").
 
 At every SecureHamming attempt it starts (before it encrypts its bit slices, and again once it
-has them), and in training at every round's model, update, reveal and model-chain link, the party
-writes one file under its state directory's `runs/` (next to its privacy ledger): the run (id,
-session token, nonce, job spec), its own signed key bundle and the roster (verified again when read
-back), its X25519 key (the pairwise secrets and masks follow from it), the common seed, its step
-guard and transcript, its ledger account, its Paillier key pair if it has one, and the job's own
-part (XCLP: the row layout, the pairs, its encrypted bit slices and, on candidate pairs, the opened
-probe table; training: client/jobs/rounds_state.py). It is sealed with AES-256-GCM under a key
-derived by HKDF from the party's identity key, bound to the party and the job, written whole and
-renamed into place, 0600; it is deleted when the run ends (or leaves SecureHamming), whatever the
-outcome, and kept only when the process is stopped (SIGTERM, Ctrl-C) or killed, so that the same
-command can rejoin within the job's `reconnect_seconds`.
+has them), once its Z̄ for SecureRowSums is whole, and in training at every round's model, update,
+reveal and model-chain link, the party writes one file under its state directory's `runs/` (next
+to its privacy ledger): the run (id, session token, nonce, job spec), its own signed key bundle and
+the roster (verified again when read back), its X25519 key (the pairwise secrets and masks follow
+from it), the common seed, its step guard and transcript, its ledger account, its Paillier key
+pair if it has one, and the job's own part (XCLP: client/jobs/xclp_state.py; training:
+client/jobs/rounds_state.py). It is sealed with AES-256-GCM under a key derived by HKDF from the
+party's identity key, bound to the party and the job, written whole and renamed into place, 0600;
+it is deleted when the run ends (or reaches a step it cannot be rejoined in), whatever the outcome,
+and kept only when the process is stopped (SIGTERM, Ctrl-C) or killed, so that the same command
+can rejoin within the job's `reconnect_seconds`.
 
 Started again, the party asks the coordinator for the job's run as always; if it is the run its
 state names, it reads the state back (its data must be the same table: the digest is checked),
 opens its Pull stream with `restarted`, and the coordinator starts the next SecureHamming attempt
-with it, every pair from its first piece not folded (training: it sends the round's model again and
-starts the round's update sum again with it, unless that sum is being opened). A state that names another run, or that
-cannot be opened with this identity key, is deleted and the party joins afresh.
+with it, every pair from its first piece not folded (SecureRowSums: the sum's next attempt among
+the same parties; training: it sends the round's model again and starts the round's update sum
+again with it), unless the sum is being opened. A state that names another run, or that cannot be
+opened with this identity key, is deleted and the party joins afresh.
 """
 
 from __future__ import annotations
