@@ -63,11 +63,16 @@ class Transcript:
     def restored(cls, parent: bytes, state: dict[str, object], scope: str = "job") -> Transcript:
         """The transcript `state` describes, checked to start from `parent` in `scope`."""
         out = cls(parent, scope)
-        values = state.get("values")
-        if state.get("base") != out._base.hex() or not isinstance(values, dict):
-            raise ProtocolError("a saved transcript of another session")
-        out._values = {str(k): bytes.fromhex(v) for k, v in values.items()}
+        out.take(state)
         return out
+
+    def take(self, state: dict[str, object]) -> None:
+        """The values `state` held, checked to be of this transcript's session and scope (a training
+        round opened again by a restarted process: what its XCLP absorbed before its update)."""
+        values = state.get("values")
+        if state.get("base") != self._base.hex() or not isinstance(values, dict):
+            raise ProtocolError("a saved transcript of another session")
+        self._values = {str(k): bytes.fromhex(v) for k, v in values.items()}
 
     @property
     def digest(self) -> bytes:

@@ -108,7 +108,8 @@ class FedavgTrainer:
         return server_update(self.model, delta, rows).flat
 
     def state(self) -> dict[str, Any] | None:
-        """Nothing beyond the round's model; None in a round that runs XCLP (not rejoined)."""
+        """Nothing beyond the round's model; None in a round that runs XCLP (rejoined only once the
+        party has its update, which client/jobs/rounds_state.py keeps)."""
         return None if self.xclp is not None else {}
 
     def restore(self, state: dict[str, Any]) -> None:

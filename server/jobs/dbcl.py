@@ -51,8 +51,8 @@ class DbclTrainer:
         self.sizes = self.params.sizes(dim)
         return self.net
 
-    def round(self, scope: Scope, t: int) -> Program[tuple[str, ...]]:
-        yield from ()  # no phase of its own before the update
+    def round(self, scope: Scope, t: int, *, again: bool = False) -> Program[tuple[str, ...]]:
+        yield from ()  # no phase of its own before the update (again: the seed `restored` kept)
         assert self.net is not None
         seed = self.seed = self.fresh_seed(t) if self.replay is None else self.replay
         self.replay = None

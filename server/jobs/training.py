@@ -65,9 +65,11 @@ class Trainer(Protocol):
     def begin(self, dim: int) -> Network:
         """The initial model for data of `dim` features."""
 
-    def round(self, scope: Scope, t: int) -> Program[tuple[str, ...]]:
+    def round(self, scope: Scope, t: int, *, again: bool = False) -> Program[tuple[str, ...]]:
         """Release round t's model to the scope's members, run what the round needs before the
-        update, and return the parties that go on to the update."""
+        update, and return the parties that go on to the update. `again`: a restarted coordinator
+        goes on with the round's update sum among the scope's members, who hold their updates: the
+        model (and what comes with it) again, and nothing else before the update."""
 
     def update_size(self) -> int:
         """Values in one party's update before its row count."""
@@ -136,9 +138,10 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         return (yield from self._rounds(run, 0))
 
     def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """In round t's update sum, until its holders are asked to reveal: round t to run again from its
-        start, its sum at a later attempt among the same parties (server/resume.py); else None (a sum
-        that may have been opened is never asked for again, and the trainer's own phases do not resume)."""
+        """In round t's update sum, until its holders are asked to reveal: round t's model again, its
+        sum at a later attempt among the same parties (server/resume.py); else None (a sum that may
+        have been opened is never asked for again, and the trainer's own phases, such as a round's
+        XCLP, do not resume: the parties hold what came of them once they are in the sum)."""
         phase, step = run.phase, run.step
         if not isinstance(phase, MaskedSum) or self.scope is None or phase.scope is not self.scope or \
                 phase.name != training.UPDATE_STEP or phase.opening or step is None:
@@ -157,8 +160,8 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
         t = int(meta["round"])
         run.closed_scopes.update(training.scoped(s, "") for s in range(t))  # what comes for them is late
         attempt = attempt_after_restart(int(meta["attempt"]), len(run.parties))
-        log.warning("job %s: round %d goes on from its start, its update sum at attempt %d", self.config.job_id,
-                    t, attempt)
+        log.warning("job %s: round %d goes on with its model again, its update sum at attempt %d",
+                    self.config.job_id, t, attempt)
         return (yield from self._rounds(run, t, tuple(meta["members"]), attempt))
 
     def _rounds(self, run: Run, first: int, going_on: tuple[str, ...] | None = None, attempt: int = 0) \
@@ -175,7 +178,7 @@ class RoundsJob(CoordinatorJob[FedavgJobParams | DbclJobParams]):
             try:
                 if len(scope.members) < scope.min_members:
                     raise PhaseFailed(f"only {len(scope.members)} of its sampled parties are left")
-                members = yield from self.trainer.round(scope, t)
+                members = yield from self.trainer.round(scope, t, again=going_on is not None and t == first)
                 total: SumResult = yield UpdateSum(scope, training.UPDATE_STEP, what="update", participants=members,
                                                    wire=training.wire(self.trainer.update_size()),
                                                    verifiable=self.trainer.verifiable,

@@ -21,26 +21,34 @@ import pytest
 
 from tests.harness import allow_list, coordinator, job, party_data, run_parties
 from tests.service.test_party_restart import PARTIES, KillableParty
-from tests.service.test_training_resume import DBCL, FEDAVG
+from tests.service.test_training_resume import DBCL, FEDAVG, FEDAVG_XCLP
 from xclp.client.jobs.dbcl import DbclTrainer
 from xclp.client.jobs.fedavg import FedavgTrainer
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
 from xclp.client.run_state import RUNS_DIR, RunStateFile
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.simulation import run_dbcl, run_fedavg
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job_type", ["fedavg", "dbcl"])
+@pytest.mark.parametrize("job_type", ["fedavg", "dbcl", "fedavg-xclp"])
 def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_path: Path, monkeypatch,
                                                                     job_type: str) -> None:
-    params = FEDAVG if job_type == "fedavg" else DBCL
+    """fedavg-xclp: round 1 ran XCLP before its update; a's state, kept once it has its update
+    (its pseudo-labels are not kept), rejoins the update sum. Before, a party in such a round kept
+    no state, and its restart was a drop."""
+    params = {"fedavg": FEDAVG, "dbcl": DBCL, "fedavg-xclp": FEDAVG_XCLP}[job_type]
+    xclp = job_type == "fedavg-xclp"
+    job_type = job_type.split("-")[0]
     datas = {p: party_data(140 + i) for i, p in enumerate(PARTIES)}
+    keys_512 = ["--paillier-bits", "512", "--insecure-test-keys"] if xclp else []
     party = KillableParty(tmp_path, keys, datas["a"], "t", [sys.executable, "-m", "xclp.client.cli"],
                           ["--out", str(tmp_path / "out"), "--min-parties", "2", "--state", str(tmp_path / "state"),
-                           "--allow-non-dp-dbcl"])
+                           "--allow-non-dp-dbcl", *keys_512])
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "bc"} if xclp else None
     killed = threading.Event()
     trainer = FedavgTrainer if job_type == "fedavg" else DbclTrainer
     real = trainer.train
@@ -58,8 +66,8 @@ def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_pa
     with coordinator(allow_list(keys), [config]) as (coord, address):
         party.start(address)
         others = threading.Thread(target=lambda: outcome.update(results=run_parties(
-            address, "t", keys, {p: datas[p] for p in "bc"}, progress=progress,
-            policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))), daemon=True)
+            address, "t", keys, {p: datas[p] for p in "bc"}, progress=progress, paillier=paillier,
+            policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True, insecure_test_keys=xclp))), daemon=True)
         try:
             others.start()
 
@@ -91,7 +99,8 @@ def test_a_party_killed_mid_round_and_started_again_rejoins_its_run(keys, tmp_pa
     seed = results["b"].seed  # type: ignore[union-attr]
     resolution = 3 * 2.0 ** -24
     if job_type == "fedavg":
-        model, atol = run_fedavg(pooled, FedavgJobParams.parse(params), seed=seed).model.flat, 4 * resolution
+        sim = run_fedavg(pooled, FedavgJobParams.parse(params), seed=seed, xclp="secure" if xclp else "reference")
+        model, atol = sim.model.flat, 4 * resolution
     else:
         seeds = [r.seed for r in results["b"].rounds]  # type: ignore[union-attr]
         model = run_dbcl(pooled, DbclJobParams.parse(params), seed=seed, round_seeds=seeds).model.flat

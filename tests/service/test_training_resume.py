@@ -11,6 +11,7 @@ coordinator has been killed, so the kill lands with b's and c's masked updates i
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -25,22 +26,33 @@ from xclp.client.jobs.dbcl import DbclTrainer
 from xclp.client.jobs.fedavg import FedavgTrainer
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.server.phases.base import attempt_after_restart
 from xclp.simulation import run_dbcl, run_fedavg
+from xclp.v1 import secure_hamming_wire as shw
 from xclp.v1.dbcl import DbclJobParams
 from xclp.v1.fedavg import FedavgJobParams
 
 FEDAVG = {"n_classes": 3, "hidden": [8], "rounds": 3, "local_epochs": 2, "batch_size": 8, "learning_rate": 0.1,
           "momentum": 0.5, "pseudo_label": "none"}
+# round 0 on labeled rows, rounds 1 and 2 with XCLP pseudo-labels among the round's parties
+FEDAVG_XCLP = {**FEDAVG, "pseudo_label": "xclp", "warmup_rounds": 1, "k": 4, "lsh_bits": 64, "key_bits": 512,
+               "insecure_test_keys": True}
 DBCL = {"n_classes": 3, "hidden": [8], "rounds": 3, "batch_size": 6, "learning_rate": 0.05, "sketch": "countsketch",
         "optimiser": "sgd", "momentum": 0.5}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job_type", ["fedavg", "dbcl"])
+@pytest.mark.parametrize("job_type", ["fedavg", "dbcl", "fedavg-xclp"])
 def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Path, monkeypatch, job_type) -> None:
-    job = FEDAVG if job_type == "fedavg" else DBCL
-    params = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in job.items())
+    """fedavg-xclp: round 1 ran XCLP among its parties before its update sum; the round goes on with
+    its update sum, XCLP not run again (the parties hold their pseudo-labels and updates). Before,
+    such a round was never saved, and the crash interrupted the run."""
+    job = {"fedavg": FEDAVG, "dbcl": DBCL, "fedavg-xclp": FEDAVG_XCLP}[job_type]
+    xclp = job_type == "fedavg-xclp"
+    monkeypatch.setattr(shw, "PIECE_BYTES", 2 * 128)  # as the coordinator's (small_pieces_server.py)
+    job_type = job_type.split("-")[0]
+    params = "".join(f"{k} = {json.dumps(v)}\n" for k, v in job.items())
     server = KillableCoordinator(tmp_path, keys, (
         f'job_id = "t"\ntype = "{job_type}"\nexpected_parties = ["a", "b", "c"]\nmin_parties = 2\n'
         "[deadlines]\njoin_seconds = 120\nstep_seconds = 120\nreconnect_seconds = 60\n"
@@ -58,18 +70,21 @@ def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Pa
     datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
     progress: dict[str, list[str]] = {}
     outcome: dict[str, dict] = {}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES} if xclp else None
     parties = threading.Thread(target=lambda: outcome.update(results=run_parties(
-        server.address, "t", keys, datas, progress=progress,
-        policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True))), daemon=True)
+        server.address, "t", keys, datas, progress=progress, paillier=paillier,
+        policy=PartyPolicy(min_parties=2, allow_non_dp_dbcl=True, insecure_test_keys=xclp))), daemon=True)
     before = server.crash_once(parties, killed, lambda got: got.meta["job"]["round"] == 1,
                                "a checkpoint of round 1's update sum")
     results = outcome["results"]
     assert all(isinstance(results[p], JobResult) for p in PARTIES), results
     said = server.said()
     attempt = attempt_after_restart(int(before.meta["job"]["attempt"]), len(PARTIES))
-    assert f"round 1 goes on from its start, its update sum at attempt {attempt}" in said, said
+    assert f"round 1 goes on with its model again, its update sum at attempt {attempt}" in said, said
     assert f"step r1.update attempt {attempt} started with 3 parties" in said
     assert "step r0." not in said  # round 0 stands: it is not run again
+    assert "step r1.secure_hamming" not in said and "step r1.rowsums" not in said  # nor round 1's XCLP
+    assert ("step r2.secure_hamming" in said) == xclp
     for p in PARTIES:
         again = [line for line in progress[p] if line.startswith("round 1: started again by the coordinator")]
         assert len(again) == 1, progress[p]
@@ -79,7 +94,8 @@ def test_a_coordinator_killed_mid_round_goes_on_at_that_round(keys, tmp_path: Pa
     pooled = {q: (d.X, d.y) for q, d in datas.items()}
     resolution = 3 * 2.0 ** -24  # each of 3 parties' update is rounded once to 2^-frac_bits
     if job_type == "fedavg":
-        model, atol = run_fedavg(pooled, FedavgJobParams.parse(job), seed=seed).model.flat, 4 * resolution
+        sim = run_fedavg(pooled, FedavgJobParams.parse(job), seed=seed, xclp="secure" if xclp else "reference")
+        model, atol = sim.model.flat, 4 * resolution
     else:  # the round's seed again: the same sketches, the same view, the same W at the end
         seeds = [r.seed for r in results["a"].rounds]  # type: ignore[union-attr]
         assert len(set(seeds)) == 3 and all([r.seed for r in results[p].rounds] == seeds  # type: ignore[union-attr]
