@@ -5,7 +5,8 @@ values (its transcript), and, once trained, the round's update with its DP noise
 runs XCLP before its update nothing is kept until the party has its update (its pseudo-labels are
 not kept); from then on the update is all the round needs. A restarted process rejoins the
 round's update sum with them and masks the same update again under fresh masks (or, if the
-round's sum was opened here, waits for the next round). Past rounds keep their numbers in the party's result, not their models.
+round's sum was opened here, waits for the next round). Past rounds keep their numbers in the
+party's result, not their models.
 """
 
 from __future__ import annotations
