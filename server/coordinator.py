@@ -276,9 +276,11 @@ class Coordinator:
         if job is None or (job.stage.ended and not queued):
             if job_id not in self.definitions:
                 raise InvalidInput(f"no job {job_id!r} on this coordinator")
-            last = self.store.runs(job_id=job_id, limit=1)  # of this process or an earlier one
-            said = f"its last run, {last[0].run_id}, is {last[0].state}" + (f": {last[0].reason}" if last[0].reason
-                                                                            else "") if last else "it has had no run"
+            last = [(r.run_id, r.state, r.reason) for r in self.store.runs(job_id=job_id, limit=1)]  # any process's
+            if job is not None and last and last[0][0] == job.run_id and last[0][1] in ("joining", "running"):
+                last = [(job.run_id, job.stage.value, job.outcome_reason)]  # ended, and not stored yet
+            said = f"its last run, {last[0][0]}, is {last[0][1]}" + (f": {last[0][2]}" if last[0][2]
+                                                                     else "") if last else "it has had no run"
             raise ProtocolError(f"job {job_id!r} has no run open for joining ({said}); the operator starts one with "
                                 "`xclp-server job submit`")
         return job

@@ -274,3 +274,17 @@ def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_the_subm
     fourth = Coordinator(allow_list(keys), store=store)
     with pytest.raises(errors.ProtocolError, match=f"its last run, {queued.run_id}, is cancelled: not now"):
         fourth.job("f")
+
+
+def test_a_challenge_racing_a_runs_end_hears_how_it_ended_before_the_store_does(keys, tmp_path):
+    """The run fails under its lock and is stored just after; a Challenge in between used to say
+    "its last run, 1, is joining" (a loaded CI run saw it): it says how the run ended."""
+    from xclp.server.coordinator import Coordinator
+    from xclp.server.events import Stage
+
+    coord = Coordinator(allow_list(keys), store=StateStore(tmp_path / "state.db"))
+    run_id = coord.submit(flynn("f"), "f.toml", "alice")
+    run = coord.jobs["f"]
+    run.stage, run.outcome_reason = Stage.FAILED, "at most 1 of the 2 required parties can join"
+    with pytest.raises(errors.ProtocolError, match=f"its last run, {run_id}, is failed: at most 1 of the 2 required"):
+        coord.job("f")
