@@ -39,12 +39,12 @@ def attack(keys, monkeypatch, raw: dict) -> tuple[np.ndarray, np.ndarray, DbclJo
     opened: list[np.ndarray] = []
     real_round = DbclTrainer.round
 
-    def round_(self, scope, t):
+    def round_(self, scope, t, **kw):
         assert self.net is not None
         flat = np.zeros(self.net.arch.n_params)
         flat[-C:] = 1e-6 * (t + 1)  # the output bias: a new view every round
         self.net = Network(self.net.arch, flat)
-        members = yield from real_round(self, scope, t)
+        members = yield from real_round(self, scope, t, **kw)
         return tuple(p for p in members if p != "c") if t == 1 else members
 
     def keep(self, total):

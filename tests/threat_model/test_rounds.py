@@ -75,8 +75,8 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
     if seeds == "withheld":  # nobody could attest the round: the attacker asks no one to
         monkeypatch.setattr(Attest, "start", lambda self: self.done())
 
-    def round_(self, scope, t):
-        members = yield from real_round(self, scope, t)
+    def round_(self, scope, t, **kw):
+        members = yield from real_round(self, scope, t, **kw)
         return tuple(p for p in members if p != "c") if t == 1 else members
 
     def keep(self, total):
@@ -185,14 +185,14 @@ def test_a_skipped_round_cannot_bring_back_a_model_a_hair_from_an_opened_one(key
     opened: list[np.ndarray] = []
     real_round = FedavgTrainer.round
 
-    def round_(self, scope, t):
+    def round_(self, scope, t, **kw):
         if t == 1:
             raise PhaseFailed("skipped by the attacker")
         if t == 2:  # round 0's θ, one bias nudged: a new digest, the same model to a hair
             theta = opened_at[0].copy()
             theta[-1] = np.nextafter(theta[-1], np.inf)
             self.net = Network(self.net.arch, theta)
-        members = yield from real_round(self, scope, t)
+        members = yield from real_round(self, scope, t, **kw)
         return tuple(p for p in members if p != "d") if t == 2 else members
 
     def keep(self, total):
