@@ -202,9 +202,8 @@ def test_a_checkpoint_written_after_its_phase_ended_is_not_put_in_place(held, tm
     assert checkpoints.path("7").stat().st_mode & 0o777 == 0o600
 
 
-def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_once(held, tmp_path: Path) -> None:
-    """Should the restarted coordinator die too before its first checkpoint, the next one must still
-    start an attempt past the one the parties heard from this one."""
+def started_on_the_checkpoint(held, tmp_path: Path) -> tuple[Coordinator, StateStore, Checkpoints, str]:
+    """A coordinator started on a state whose running run has `held`'s checkpoint, as after a crash."""
     saved, config, allow, _ = held
     store = StateStore(tmp_path / "state.db")
     store.define_job("x", "xclp", JOB, saved.meta["definition"][1])
@@ -212,7 +211,14 @@ def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_
     store.set_state(run_id, "running")
     checkpoints = Checkpoints(tmp_path / "runs")
     checkpoints.write(run_id, Saved({**saved.meta, "run_id": run_id}, saved.arrays), 0)
-    coord = Coordinator(allow, [config], store=store, checkpoints=checkpoints)
+    return Coordinator(allow, [config], store=store, checkpoints=checkpoints), store, checkpoints, run_id
+
+
+def test_a_coordinator_started_on_a_checkpoint_goes_on_and_saves_the_attempt_at_once(held, tmp_path: Path) -> None:
+    """Should the restarted coordinator die too before its first checkpoint, the next one must still
+    start an attempt past the one the parties heard from this one."""
+    saved, config, allow, _ = held
+    coord, store, checkpoints, run_id = started_on_the_checkpoint(held, tmp_path)
     assert list(coord.runs) == [run_id] and coord.jobs["x"] is coord.runs[run_id]  # no second run of x queued
     assert store.run(run_id).state == "running" and not store.runs(states=("queued",))
     again = checkpoints.read(run_id)
@@ -229,14 +235,7 @@ def test_a_dropout_takes_the_checkpoint_down_before_the_next_attempt_goes_out(he
     step with c in it, and a and b refuse any restart that does not strictly shrink their set: the
     run would fail where it can go on. So the drop removes the checkpoint (under the run's lock,
     with the drop), and the next one says a and b."""
-    saved, config, allow, _ = held
-    store = StateStore(tmp_path / "state.db")
-    store.define_job("x", "xclp", JOB, saved.meta["definition"][1])
-    run_id = store.create_run("x", b"")
-    store.set_state(run_id, "running")
-    checkpoints = Checkpoints(tmp_path / "runs")
-    checkpoints.write(run_id, Saved({**saved.meta, "run_id": run_id}, saved.arrays), 0)
-    coord = Coordinator(allow, [config], store=store, checkpoints=checkpoints)
+    coord, _, checkpoints, run_id = started_on_the_checkpoint(held, tmp_path)
     run = coord.runs[run_id]
     before = checkpoints.read(run_id)
     assert before is not None and before.meta["active"] == list(PARTIES)
