@@ -12,7 +12,10 @@ coordinator is killed once SecureHamming has run half as long as in the clean ru
 at once on the same state and port; it goes on from its checkpoint (docs/operating.md "Long runs");
 the stop run does the same with SIGTERM, which saves the run as it stands ("A graceful stop").
 In the party run, party b is killed the same way and its command run again at once: it rejoins
-from its sealed run state (docs/operating.md "A party killed and restarted"). In the solve run the
+from its sealed run state (docs/operating.md "A party killed and restarted"); in the rowsums run,
+party b is killed the moment it has sent its masked row sums in SecureRowSums (before it can
+reveal anything) and its command run again: it rejoins with the Z̄ its run state keeps, and the sum
+goes on at its next attempt among the same parties ("A party killed in SecureRowSums"). In the solve run the
 coordinator is killed after SecureHamming, once its checkpoint holds the graph (in the influence
 solve), and started again: it solves again and runs SecureRowSums from there (docs/operating.md
 "A coordinator killed after SecureHamming").
@@ -26,7 +29,7 @@ kept and redid (its SecureHamming seconds and attempts are those after the resta
 flight at the crash was never recorded); for the party's crash, the pieces the coordinator kept
 for the restarted party's attempt; and wall_ratio = faulty / clean for each (goal <= 1.2).
 
-Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,stop,party,solve]
+Usage: python benchmarks/xclp_faults.py [--quick] [--cases cut,crash,stop,party,rowsums,solve]
 (--quick: 3 x 150 rows, L = 256, 1024-bit test keys)
 """
 
@@ -67,11 +70,11 @@ def say(message: str) -> None:
 def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits: int, key_bits: int,
             cut_after: float | None, kill_after: float | None = None,
             party_after: float | None = None, kill_in_solve: bool = False,
-            kill_signal: signal.Signals = signal.SIGKILL) -> dict[str, Any]:
+            kill_signal: signal.Signals = signal.SIGKILL, party_in_row_sums: bool = False) -> dict[str, Any]:
     """A whole run through the CLIs; with `cut_after`, every connection is cut that many seconds
     into SecureHamming; with `kill_after`, the coordinator is killed (`kill_signal`: or stopped) then
     and started again; with `party_after`, party b is; with `kill_in_solve`, the coordinator is
-    killed in the influence solve."""
+    killed in the influence solve; with `party_in_row_sums`, party b once it masked its row sums."""
     insecure = key_bits < 2048
     work = deployment(f"xclp-faults-{name}-", PARTIES)
     for p, (X, y) in data.items():
@@ -102,6 +105,10 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
         killer = threading.Thread(target=kill_party_in_secure_hamming,
                                   args=(work, env, procs, commands, party_after, cut_at), daemon=True)
         killer.start()
+    if party_in_row_sums:
+        killer = threading.Thread(target=kill_party_in_row_sums, args=(work, env, procs, commands, cut_at),
+                                  daemon=True)
+        killer.start()
     codes = [proc.wait() for proc in procs]
     if killer is not None:  # the party killed, then its command again: wait for that one
         killer.join()
@@ -116,7 +123,8 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     hamming = summary["steps"]["secure_hamming"]
     stopped = "killed" if kill_signal == signal.SIGKILL else "stopped"
     fault = (f"coordinator {stopped}" if kill_after is not None else "party b killed" if party_after is not None
-             else "coordinator killed after SecureHamming, at" if kill_in_solve else "connections cut")
+             else "coordinator killed after SecureHamming, at" if kill_in_solve
+             else "party b killed in SecureRowSums, at" if party_in_row_sums else "connections cut")
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
         + (f", {fault} {cut_at[0]:.1f}s into it"
            if cut_at else ""))
@@ -139,6 +147,13 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
                       "pieces_done_after_restart": int(attempt.group(1)) if attempt else None,
                       "pairs_kept_whole": int(attempt.group(2) or 0) if attempt else 0,
                       "pieces_kept": int(attempt.group(3) or 0) if attempt else 0}
+    if party_in_row_sums:
+        said = (work / "b-restarted.log").read_text() if cut_at else ""
+        rowsums = summary["steps"]["rowsums"]
+        return out | {"killed_seconds_after_secure_hamming": round(cut_at[0], 3) if cut_at else None,
+                      "rejoined": "restarted: rejoining run" in said,
+                      "influence_columns_received_again": "influence columns received" in said,
+                      "rowsums_attempts": rowsums["rounds"], "rowsums_seconds": round(rowsums["seconds"], 3)}
     if kill_in_solve:
         restarted = (work / "coordinator-restarted.log").read_text() if cut_at else ""
         return out | {"killed_seconds_after_secure_hamming": round(cut_at[0], 3) if cut_at else None,
@@ -215,11 +230,35 @@ def kill_party_in_secure_hamming(work: Path, env: dict[str, str], procs: list[su
         time.sleep(0.2)
     began = time.perf_counter()
     time.sleep(after)
+    restart_party_b(work, env, procs, commands)
+    killed_at.append(time.perf_counter() - began)
+    say(f"party b killed {killed_at[0]:.1f}s into SecureHamming; its command runs again")
+
+
+def kill_party_in_row_sums(work: Path, env: dict[str, str], procs: list[subprocess.Popen],
+                           commands: dict[str, list[str]], killed_at: list[float]) -> None:
+    """Once party b's log says it sent its masked row sums (its run state holds its Z̄), SIGKILL it
+    and run its command again at once; nothing if it ends first. `killed_at`: seconds from the end
+    of SecureHamming (as this thread saw it in the coordinator's log) to the kill."""
+    log, over, at = work / "coordinator.log", None, PARTIES.index("b")
+    while "masked row sums sent" not in (work / "b.log").read_text(errors="replace"):
+        if procs[at].poll() is not None:
+            say("party b ended before it masked its row sums: nothing killed")
+            return
+        if over is None and re.search(r"secure_hamming attempt \d+ complete", log.read_text(errors="replace")):
+            over = time.perf_counter()
+        time.sleep(0.02)
+    restart_party_b(work, env, procs, commands)
+    killed_at.append(time.perf_counter() - (over or time.perf_counter()))
+    say(f"party b killed in SecureRowSums, {killed_at[0]:.1f}s after SecureHamming; its command runs again")
+
+
+def restart_party_b(work: Path, env: dict[str, str], procs: list[subprocess.Popen],
+                    commands: dict[str, list[str]]) -> None:
+    """SIGKILL party b, and run its command again at once (its log: b-restarted.log)."""
     at = PARTIES.index("b")
     procs[at].send_signal(signal.SIGKILL)
     procs[at].wait(30)
-    killed_at.append(time.perf_counter() - began)
-    say(f"party b killed {killed_at[0]:.1f}s into SecureHamming; running its command again")
     procs[at] = subprocess.Popen(commands["b"], stderr=open(work / "b-restarted.log", "w"), env=env)
 
 
@@ -240,13 +279,13 @@ def main() -> None:
                     "xclp_scale.py does)")
     ap.add_argument("--lsh-bits", type=int, help="L (default 1024, 256 with --quick)")
     ap.add_argument("--cases", default="cut,crash,party",
-                    help="faulty runs beside the clean one: cut, crash, stop, party, solve (default cut, crash, "
-                         "party)")
+                    help="faulty runs beside the clean one: cut, crash, stop, party, rowsums, solve (default cut, "
+                         "crash, party)")
     args = ap.parse_args()
     rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
     rows, lsh_bits = args.rows or rows, args.lsh_bits or lsh_bits
     cases = {c.strip() for c in args.cases.split(",") if c.strip()}
-    known = {"cut", "crash", "stop", "party", "solve"}
+    known = {"cut", "crash", "stop", "party", "rowsums", "solve"}
     if cases - known:
         raise SystemExit(f"--cases: unknown {', '.join(sorted(cases - known))}")
     X, y = load_digits_data()
@@ -279,6 +318,10 @@ def main() -> None:
     if "party" in cases:
         party = out["party_killed_mid_secure_hamming"] = one_run("party", data, lsh_bits, key_bits, None, None, half)
         out["wall_ratio_party_killed"] = round(party["wall_seconds"] / clean["wall_seconds"], 3)
+    if "rowsums" in cases:
+        rowsums = out["party_killed_in_secure_rowsums"] = one_run("rowsums", data, lsh_bits, key_bits, None,
+                                                                 party_in_row_sums=True)
+        out["wall_ratio_party_killed_in_rowsums"] = round(rowsums["wall_seconds"] / clean["wall_seconds"], 3)
     if "solve" in cases:
         solve = out["coordinator_killed_in_influence_solve"] = one_run("solve", data, lsh_bits, key_bits, None,
                                                                        kill_in_solve=True)
