@@ -122,12 +122,13 @@ def one_run(name: str, data: dict[str, tuple[np.ndarray, np.ndarray]], lsh_bits:
     summary = json.loads((work / "summary.json").read_text())
     hamming = summary["steps"]["secure_hamming"]
     stopped = "killed" if kill_signal == signal.SIGKILL else "stopped"
-    fault = (f"coordinator {stopped}" if kill_after is not None else "party b killed" if party_after is not None
-             else "coordinator killed after SecureHamming, at" if kill_in_solve
-             else "party b killed in SecureRowSums, at" if party_in_row_sums else "connections cut")
+    fault = (f"coordinator {stopped} {{:.1f}}s into it" if kill_after is not None
+             else "party b killed {:.1f}s into it" if party_after is not None
+             else "coordinator killed {:.1f}s after it (in the influence solve)" if kill_in_solve
+             else "party b killed {:.1f}s after it (in SecureRowSums)" if party_in_row_sums
+             else "connections cut {:.1f}s into it")
     say(f"{name}: {wall:.1f}s wall, SecureHamming {hamming['seconds']:.1f}s in {hamming['rounds']} attempt(s)"
-        + (f", {fault} {cut_at[0]:.1f}s into it"
-           if cut_at else ""))
+        + (", " + fault.format(cut_at[0]) if cut_at else ""))
     seed = (work / "a.seed").read_bytes()
     with process_pool() as pool:
         inproc = run_xclp_inprocess(data, N_CLASSES, seed=seed, L=lsh_bits, key_bits=key_bits, params=GRAPH,
