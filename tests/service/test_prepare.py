@@ -122,7 +122,9 @@ def test_class_names_map_by_the_declared_order_and_an_undeclared_name_lists_the_
                          labels)
     datas = {p: named(i) for i, p in enumerate(PARTIES)}
     params = {"m": 256, "s": 2, "rho": 8, "classes": ["benign", "malignant"]}
-    with coordinator(allow_list(keys), [job("f", "flynn", params), job("g", "flynn", params)]) as (_, addr):
+    # g: c refuses before Join, and a and b wait out a short join deadline (not the harness's 30 s)
+    with coordinator(allow_list(keys), [job("f", "flynn", params), job("g", "flynn", params, join_seconds=3)]) \
+            as (_, addr):
         results = run_parties(addr, "f", keys, datas)
         assert all(not isinstance(r, BaseException) for r in results.values()), results
         assert results["a"].params.n_classes == 2
