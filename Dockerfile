@@ -55,6 +55,11 @@ print("\n".join(p["dependencies"] + [r for e in os.environ["EXTRAS"].split() for
         [ ! -d "$site/$pkg" ] || find "$site/$pkg" -depth -type d \( -name tests -o -name test \) -exec rm -rf {} +; \
     done
 
+# The container health check (see HEALTHCHECK below): a coordinator must answer the gRPC health
+# service (docker/healthcheck.py says how it finds the port and the CA); a container that runs no
+# `xclp-server serve` (a party, an agent) reports healthy. Before the sources: it rarely changes.
+COPY docker/healthcheck.py /opt/xclp/healthcheck.py
+
 # The package itself. pip's isolated build environment honours PIP_NO_INDEX/PIP_FIND_LINKS, so in
 # offline mode setuptools and wheel come from the wheelhouse too.
 COPY pyproject.toml README.md /src/
@@ -75,10 +80,6 @@ RUN set -eu; \
 assert (hamming_matrix(np.array([[0], [7]], dtype=np.uint64)) == [[0, 3], [3, 0]]).all()'; \
     rm -rf /tmp/numba-smoke
 
-# The container health check (see HEALTHCHECK below): a coordinator must answer the gRPC health
-# service (docker/healthcheck.py says how it finds the port and the CA); a container that runs no
-# `xclp-server serve` (a party, an agent) reports healthy.
-COPY docker/healthcheck.py /opt/xclp/healthcheck.py
 
 
 FROM ${BASE_IMAGE}
@@ -92,15 +93,13 @@ RUN groupadd --gid 10001 xclp \
  && useradd --uid 10001 --gid 10001 --home-dir /home/xclp --create-home --shell /usr/sbin/nologin xclp \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/xclp
 
-COPY --from=builder /opt/xclp /opt/xclp
-
 # No keys, certificates or job files are baked in: mount them (e.g. at /var/lib/xclp).
 # site-packages is read-only for xclp, so numba's on-disk JIT cache goes to /tmp.
+# (Everything but the venv comes first, so that a change of the sources rebuilds one layer here.)
 ENV PATH="/opt/xclp/venv/bin:${PATH}" \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     NUMBA_CACHE_DIR=/tmp/numba-cache
-
 USER 10001:10001
 WORKDIR /var/lib/xclp
 EXPOSE 50051
@@ -108,3 +107,5 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["/opt/xclp/venv/bin/python", "/opt/xclp/healthcheck.py"]
 # No ENTRYPOINT: the command is the whole invocation, `xclp-server ...` or `xclp-client ...`.
 CMD ["xclp-server", "--help"]
+
+COPY --from=builder /opt/xclp /opt/xclp
