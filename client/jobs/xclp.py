@@ -187,7 +187,7 @@ class XclpParty(PartyJob):
             if step.step == ROWSUMS_STEP:
                 self._need(self.zbar, "the influence block")
             self.row_sums.on_step(step)
-            if self.row_sums.self_masks.revealed:
+            if step.step == self.row_sums.reveal_name:
                 self.ctx.checkpoint()  # revealed: a restarted process cannot rejoin this sum (its state goes)
             if step.step == ROWSUMS_STEP:
                 self.progress(f"SecureRowSums attempt {step.round}: masked row sums sent ({len(members)} parties)")
