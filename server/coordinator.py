@@ -48,7 +48,7 @@ from xclp.server.events import Observer, Stage
 from xclp.server.metrics import Metrics
 from xclp.server.resume import Checkpoints, Saver, restore, token_hash
 from xclp.server.run import Run
-from xclp.server.store import StateStore
+from xclp.server.store import RunRecord, StateStore
 from xclp.server.views import run_info
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
@@ -276,11 +276,12 @@ class Coordinator:
         if job is None or (job.stage.ended and not queued):
             if job_id not in self.definitions:
                 raise InvalidInput(f"no job {job_id!r} on this coordinator")
-            last = [(r.run_id, r.state, r.reason) for r in self.store.runs(job_id=job_id, limit=1)]  # any process's
-            if job is not None and last and last[0][0] == job.run_id and last[0][1] in ("joining", "running"):
-                last = [(job.run_id, job.stage.value, job.outcome_reason)]  # ended, and not stored yet
-            said = f"its last run, {last[0][0]}, is {last[0][1]}" + (f": {last[0][2]}" if last[0][2]
-                                                                     else "") if last else "it has had no run"
+            said = "it has had no run"
+            for last in self.store.runs(job_id=job_id, limit=1):  # of this process or an earlier one
+                state, reason = last.state, last.reason
+                if job is not None and last.run_id == job.run_id and state in ("joining", "running"):
+                    state, reason = job.stage.value, job.outcome_reason  # ended, and not stored yet
+                said = f"its last run, {last.run_id}, is {state}" + (f": {reason}" if reason else "")
             raise ProtocolError(f"job {job_id!r} has no run open for joining ({said}); the operator starts one with "
                                 "`xclp-server job submit`")
         return job
@@ -288,12 +289,13 @@ class Coordinator:
     # --- what the operator sees ----------------------------------------------------------------
 
     def run_info(self, run_id: str) -> pb.RunInfo:
-        record = self.store.run(run_id)
-        return run_info(record, self.runs.get(record.run_id), self.definitions.get(record.job_id))
+        return self._info(self.store.run(run_id))
 
     def list_runs(self, job_id: str = "", limit: int = 50) -> list[pb.RunInfo]:
-        return [run_info(r, self.runs.get(r.run_id), self.definitions.get(r.job_id))
-                for r in self.store.runs(job_id=job_id, limit=limit)]
+        return [self._info(r) for r in self.store.runs(job_id=job_id, limit=limit)]
+
+    def _info(self, record: RunRecord) -> pb.RunInfo:  # server/views.py, with this process's run if it has it
+        return run_info(record, self.runs.get(record.run_id), self.definitions.get(record.job_id))
 
     # --- the parties' calls -------------------------------------------------------------------
 
