@@ -14,15 +14,18 @@ does not wait its join deadline for it. The party itself prints the numbers.
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Executor
 from dataclasses import replace
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from xclp.client import ledger_v1, responses
+from xclp.client.budget import job_spends
 from xclp.client.connection import Connection
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
-from xclp.client.ledger import RunAccount, job_spends
+from xclp.client.ledger import Ledger, RunAccount
 from xclp.client.run_config import RunConfig
 from xclp.client.workers import worker_count
 from xclp.crypto import identity, masking
@@ -50,14 +53,36 @@ def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResp
     notice = ledger.legacy_notice()
     if notice:
         progress(f"WARNING: {notice}")
+    if ledger.adopt_legacy(digest, ledger_v1.legacy_digest(data)):
+        progress(f"privacy ledger: data set {digest.hex()[:16]} takes over what the previous ledger format recorded "
+                 "of this table")
+    check_exact_sets(ledger, params, len(challenge.spec.expected_parties))
     account = RunAccount(ledger, digest, config.job_id, challenge.run_id or challenge.run_nonce.hex(),
-                         job_spends(params, data.X.shape[1]))
+                         job_spends(params, data.X.shape[1], ledger.response_draw(digest)))
     try:
+        for kind, epsilon, _ in params.dp_releases:
+            if kind == "responses":
+                responses.check(ledger, digest, epsilon, params.hides_labeled_rows)
         ledger.check_budget(digest, account.spends, config.job_id)
     except PolicyRefused:
         _decline(config, conn, challenge.run_nonce, pb.DeclineRequest.PRIVACY_BUDGET, progress)
         raise
     return account
+
+
+def check_exact_sets(ledger: Ledger, params: JobParams, expected: int) -> None:
+    """A training job that samples a fraction of the parties each round, without DP, releases exact
+    updates among a different set of parties round after round, which the ledger refuses at the
+    first sample other than the data set's set (docs/privacy.md): refused before Join instead."""
+    fraction = getattr(params, "fraction", 1.0)
+    if ledger.allow_rerun or fraction >= 1.0 or getattr(params, "private", False):
+        return
+    if min(expected, max(1, math.ceil(fraction * expected - 1e-9))) >= expected:  # xclp.fedavg.sample_parties
+        return
+    raise PolicyRefused(f"the job samples a fraction {fraction:g} of its {expected} parties each round without DP, so "
+                        "each round would release exact updates among another set of parties; this party releases "
+                        "a data set exactly among one set only (docs/privacy.md): not joining (ask for fraction = 1 "
+                        "or DP training; --allow-rerun to take part anyway)")
 
 
 def check_job_fits(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,

@@ -184,12 +184,15 @@ def _parser() -> argparse.ArgumentParser:
                         "set (the digest of its table as read), every exact release (which function, among which "
                         "parties, in which job and run) and every DP charge, with the budget spent and left. It "
                         "holds no value of the data.")
-    lg.add_argument("action", choices=("show", "export", "forget"),
+    lg.add_argument("action", choices=("show", "export", "forget", "move"),
                     help="show: a summary; export: the whole ledger as JSON on stdout; forget: drop one data set "
-                         "(or --all), which re-opens everything it guarded")
-    lg.add_argument("dataset", nargs="?", help="forget: the data set's digest (or a unique prefix of it)")
+                         "(or --all), which re-opens everything it guarded; move: let one data set release exactly "
+                         "among another set of parties from now on (--to)")
+    lg.add_argument("dataset", nargs="?", help="forget, move: the data set's digest (or a unique prefix of it)")
+    lg.add_argument("--to", metavar="PARTIES", help="move: the new set of parties, comma-separated (e.g. a,b,c,e)")
     lg.add_argument("--all", action="store_true", help="forget: every data set")
-    lg.add_argument("--yes", action="store_true", help="forget: do it (without it, only say what it would re-open)")
+    lg.add_argument("--yes", action="store_true", help="forget, move: do it (without it, only say what it would "
+                    "re-open)")
     lg.add_argument("--state", type=Path, help="the state directory (default: $XDG_STATE_HOME/xclp)")
     lg.add_argument("--privacy-budget", metavar="EPS[,DELTA]", help="the budget to report what is left against "
                     "(default 10,1e-5)")
@@ -360,15 +363,20 @@ def ledger_command(args: argparse.Namespace) -> int:
             for charge in entry["dp"]:
                 print(f"  DP    ε = {charge['epsilon']:<8g} δ = {charge['delta']:<8g} {charge['what']} "
                       f"(job {charge['job']}, run {charge['run']}, {charge['at']})")
-            groups: dict[tuple[str, str, str, tuple[str, ...]], list[str]] = {}
+            if entry["among"]:
+                print(f"  exact releases only among {', '.join(entry['among'])}")
+            if entry["declined"]:
+                print(f"  declines every DP job since job {entry['declined']['job']} ({entry['declined']['at']}) "
+                      "went past its budget")
             for release in entry["exact"]:
-                key = (release["at"], release["job"], release["run"], tuple(release["parties"]))
-                groups.setdefault(key, []).append(release["what"])
-            for (at, job, run, parties), whats in groups.items():
-                whats.sort()
+                whats = release["what"]
                 listed = "; ".join(whats[:3]) + (f"; and {len(whats) - 3} more" if len(whats) > 3 else "")
-                print(f"  exact among {', '.join(parties)} (job {job}, run {run}, {at}): {listed}")
+                state = " (retired by a move)" if release.get("retired") else ""
+                print(f"  exact among {', '.join(release['parties'])} (job {release['job']}, run {release['run']}, "
+                      f"{release['at']}){state}: {listed}")
         return EXIT_OK
+    if args.action == "move":
+        return _ledger_move(book, summary, args)
     if bool(args.dataset) == bool(args.all):
         raise ConfigError("ledger forget takes a data set's digest (or a unique prefix) or --all")
     chosen = [d for d in summary if args.all or d.startswith(args.dataset)]
@@ -381,6 +389,28 @@ def ledger_command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     gone = book.forget(None if args.all else args.dataset)
     print(f"forgot {len(gone)} data set(s): {', '.join(d[:16] for d in gone) or 'none'}")
+    return EXIT_OK
+
+
+def _ledger_move(book: Any, summary: dict[str, Any], args: argparse.Namespace) -> int:
+    """`ledger move DIGEST --to a,b,c,e`: the institution's explicit choice of another set of parties."""
+    if not args.dataset or not args.to:
+        raise ConfigError("ledger move takes a data set's digest (or a unique prefix) and --to PARTIES, e.g. "
+                          "`xclp-client ledger move 3f2a --to a,b,c,e`")
+    chosen = [d for d in summary if d.startswith(args.dataset)]
+    parties = sorted({p.strip() for p in args.to.split(",") if p.strip()})
+    if len(chosen) == 1 and not args.yes:
+        before = summary[chosen[0]]["among"] or []
+        joined, left = sorted(set(parties) - set(before)), sorted(set(before) - set(parties))
+        print(f"data set {chosen[0][:16]} releases exactly among {', '.join(before) or 'no set yet'}; moving it to "
+              f"{', '.join(parties)} lets a coordinator that holds a sum of each difference them: into what "
+              + " and ".join(x for x in (f"{', '.join(joined)} released" if joined else "",
+                                         f"{', '.join(left)} released before" if left else "") if x)
+              + " (docs/privacy.md)")
+        print("nothing moved: add --yes to move it")
+        return EXIT_BAD_INPUT
+    moved = book.move(args.dataset, parties)
+    print(f"data set {moved[:16]} now releases exactly among {', '.join(parties)}")
     return EXIT_OK
 
 

@@ -87,7 +87,8 @@ class PartyContext:
     # signature (what a masked sum signs before any reveal)
     transcript: Transcript = field(default_factory=lambda: Transcript(b""))
     sign: Callable[[bytes], bytes] = _unsigned
-    min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed (issue 25)
+    min_share_threshold: int = 2  # the party's policy: fewest shares that may rebuild its seed
+    min_parties: int = 3  # the party's policy: the smallest set it masks with, or follows a model chain link of
     # this run's account in the party's ledger (client/ledger.py; None: no ledger)
     account: RunAccount | None = None
     # the party's sealed run state, written again (client/run_state.py): at each SecureHamming attempt,

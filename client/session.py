@@ -261,8 +261,9 @@ class PartySession:
         if self.loader is not None:
             self.data = self.loader(params)
             self.columns = self.data.columns
-        self.data = checked_table(self.data, params)
-        self.data_digest = data_digest(self.data) if self.config.ledger is not None else b""
+        read = self.data  # the data set is the table as read, before the job prepares it (xclp.data.identity)
+        self.data = checked_table(read, params)
+        self.data_digest = data_digest(read) if self.config.ledger is not None else b""
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -417,7 +418,8 @@ class PartySession:
                                               else self.config.max_memory_bytes), transcript=self.transcript,
                             sign=self.config.identity.sign, account=self.account,
                             checkpoint=lambda: run_state.checkpoint(self),
-                            min_share_threshold=self.config.policy.min_share_threshold)
+                            min_share_threshold=self.config.policy.min_share_threshold,
+                            min_parties=self.config.policy.min_parties)
 
     def _preparation(self) -> Preparation:
         """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""

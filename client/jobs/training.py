@@ -21,16 +21,15 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
   sums over one model and different sets difference to the updates of the parties between);
 - the model chain (fedavg, xclp.v1.training): every model released, in any round, and the final
   model must be the head of the chain: θ₀ as this party computes it, moved only by an opened sum
-  this party recomputed or by a round's attestation from the head, signed by members of that
-  round's sample. So no model a hair from one whose sum opened can be released after skipped
-  rounds or rounds without this party;
+  this party recomputed or by a round's attestation from the head, signed by every member of
+  that round's sample (a sample at least this party's min_parties). So no model a hair from one
+  whose sum opened can be released after skipped rounds or rounds without this party;
 - the masked-sum rules of DESIGN §6.1 within each round.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -57,12 +56,6 @@ from xclp.v1.training import TrainingParams, private_training
 
 if TYPE_CHECKING:
     from xclp.client.models import ModelFile
-
-# what, with the model it starts from, defines a training update (client/ledger.py)
-UPDATE_SETTINGS = ("learning_rate", "momentum", "local_epochs", "batch_size", "optimiser", "frac_bits",
-                   "pseudo_label", "pseudo_label_space", "sketch", "sketch_ratio", "local_steps", "k", "alpha",
-                   "lsh_bits")
-
 
 @dataclass(frozen=True)
 class RoundRecord:
@@ -341,6 +334,14 @@ class RoundsParty(PartyJob):
             return  # this party recomputed that link itself
         if attested.before != self.head:
             raise ProtocolError(f"{what} starts from another model than the head of this party's model chain")
+        missing = sorted(set(self.samples[t]) - set(attested.signatures))
+        if missing or len(self.samples[t]) < self.ctx.min_parties:
+            # one signer of a sample that colludes with the coordinator could move every head it passed by
+            raise ProtocolError(
+                f"{what} is not signed by every member of that round's sample ({', '.join(self.samples[t])}"
+                + (f"; {', '.join(missing)} did not sign" if missing else
+                   f", fewer than this party's minimum of {self.ctx.min_parties}")
+                + "): this party follows only a link every member recomputed; its model chain stays where it is")
         self.head, self.head_round = attested.after, t
         self.ctx.checkpoint()
 
@@ -373,18 +374,12 @@ class RoundsParty(PartyJob):
         self.ctx.push(payload, training.SAMPLES_STEP, step.round)
 
     def _releases(self, members: tuple[str, ...]) -> list[Release]:
-        """An exact update: a function of the data fixed by the model it starts from and the training
-        settings (not by the round, the job or its rounds: a rerun from the same model is the same).
-        Only an update from the job's initial model is recorded: a later model of a FedAvg run is the
-        head of its chain, moved by sums among that run's sets, so no other run releases it again
-        (and recording every round would rewrite the ledger thousands of times). DBCL's views are
-        the coordinator's to choose; DBCL without DP is the party's own risk (--allow-non-dp-dbcl)."""
-        if self.head_round >= 0 or self.head is None:
-            return []
-        settings = json.dumps({k: getattr(self.params, k) for k in UPDATE_SETTINGS if hasattr(self.params, k)},
-                              sort_keys=True, default=str)
-        return [Release(function_id("update", registry.of(self.ctx.params).name, self.model_digest, settings),
-                        f"a training update from model {self.model_digest.hex()[:12]}")]
+        """An exact update, of every round: the ledger keeps the data set's exact releases among one
+        set of parties, so no descriptor of "which update" (the model, the settings) is trusted to
+        tell two updates apart (a full batch is the same update at any larger batch size, an update
+        is linear in the learning rate, a chain can be replayed). DBCL's views are the coordinator's
+        to choose; DBCL without DP is the party's own risk (--allow-non-dp-dbcl)."""
+        return [Release(function_id("update", registry.of(self.ctx.params).name), "training updates")]
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
         fresh = self.update is None

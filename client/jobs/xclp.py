@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from xclp.client import responses
 from xclp.client.context import PartyContext, Progress
 from xclp.client.jobs import xclp_state
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import WorkLimits, check_memory, check_work, party_bytes
-from xclp.client.ledger import Release, function_id, responses_name
+from xclp.client.ledger import Release, function_id
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.client.phases.secure_hamming import SecureHammingParty
@@ -91,8 +92,8 @@ class XclpParty(PartyJob):
         # Z̄ once every influence column is in; with label-DP its noisy release, drawn once
         self.zbar: np.ndarray | steps.NoisyRowSums | None = None
         self.influence: steps.InfluenceScores | None = None
-        # label-DP by randomised response (xclp.privacy.label_dp): the labels as released, drawn once per data
-        # set and ε and kept sealed in the ledger, so that every later run releases the same ones
+        # label-DP by randomised response (xclp.privacy.label_dp): the labels as released, drawn once per row
+        # of the data set and kept sealed in the ledger, so that every later job releases the same ones
         p = self.params
         self.released_y: np.ndarray | None = None
         if p.label_dp_epsilon is not None and p.label_dp_mechanism == "response":
@@ -102,8 +103,8 @@ class XclpParty(PartyJob):
                 return label_dp.randomised_response(self.y, p.n_classes, epsilon, hide_unlabeled=p.hide_label_mask)
 
             account = ctx.account
-            self.released_y = draw() if account is None else account.responses(
-                responses_name(epsilon, p.n_classes, p.hide_label_mask), draw)
+            self.released_y = draw() if account is None else responses.released_labels(
+                account.ledger, account.data, ctx.data.ids, responses.class_names(p), epsilon, p.hide_label_mask, draw)
         self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
         self.influence_digest = _influence_digest()  # of the pieces received, in order
         self.block: bytes | None = None  # its digest once they are all in: what Z̄ is a function of

@@ -160,9 +160,9 @@ class MaskedSumParty:
     def __init__(self, ctx: PartyContext, name: str, contribution: Contribution, *, purpose: str | None = None,
                  withhold: Withhold | None = None, digest_name: str | None = None, releases: Releases | Noisy,
                  on_opened: Opened | None = None) -> None:
-        """releases: what the sum releases of the party's data, which every sum must say: the
-        functions of the data an exact sum releases, which the ledger checks before masking and
-        records before revealing (client/ledger.py), or Noisy.DP for a sum with DP noise, which the
+        """releases: what the sum releases of the party's data, which every sum must say: what
+        an exact sum releases, which the ledger reserves before masking, among the data set's one
+        set of parties (client/ledger.py), or Noisy.DP for a sum with DP noise, which the
         job's DP spends pay for (charged before the first masked push of any sum). on_opened: the sum is
         verifiable, and this is told the sum as this party recomputed it from every member's masked
         vector and seed."""
@@ -232,7 +232,7 @@ class MaskedSumParty:
             self._check_confirmations(attempt, members)
             self._advance(attempt, SumStage.CONFIRMED, SumStage.REVEALED, "to reveal")
             if self.ctx.account is not None and attempt in self.released:  # recorded first: a ledger that
-                self.ctx.account.record_exact(self.released[attempt], members)  # cannot be written stops us
+                self.ctx.account.revealing()  # cannot be written stops us
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
@@ -249,13 +249,14 @@ class MaskedSumParty:
         previous = self.self_masks.latest
         self.shares.check_attempt(attempt, members, None if previous is None else
                                   (previous, self.self_masks.attempts[previous][1]), previous in self.confirmed)
+        shrunk = previous is not None and previous < attempt  # this party left an attempt among more parties
         self._leave_earlier(attempt)
         values = self.contribution(members)
-        if self.ctx.account is not None:  # before anything of the data is masked and sent
+        if self.ctx.account is not None:  # reserved in the ledger before anything of the data is masked and sent
             self.ctx.account.charge()
             if not isinstance(self.releases, Noisy):
                 self.released[attempt] = tuple(self.releases(members))
-                self.ctx.account.check_exact(self.released[attempt], members)
+                self.ctx.account.reserve_exact(self.released[attempt], members, shrunk=shrunk)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
                                        transcript=transcript)

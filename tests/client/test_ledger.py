@@ -23,10 +23,10 @@ DATA = bytes(range(32))
 
 def filled(tmp_path) -> Ledger:
     book = Ledger(tmp_path, budget=Budget(2.0, 1e-5))
-    book.record_exact(DATA, [Release(function_id("moments", "age", "count"), "the count of column 'age'")], "abcd",
-                      "std", "1")
-    book.charge(DATA, Spend(0.5, 1e-6, "run:dp:1:release", "the job's DP releases"), "dp", "1")
-    book.charge(DATA, Spend(0.5, 1e-6, "run:dp:1:release", "the job's DP releases"), "dp", "1")  # once per key
+    book.reserve_exact(DATA, [Release(function_id("moments", "age", "count"), "the count of column 'age'")], "abcd",
+                       "std", "1")
+    book.charge(DATA, [Spend(0.5, 1e-6, "run:dp:1:release", "the job's DP releases")], "dp", "1")
+    book.charge(DATA, [Spend(0.5, 1e-6, "run:dp:1:release", "the job's DP releases")], "dp", "1")  # once per key
     return book
 
 
@@ -64,7 +64,7 @@ def test_the_release_log_of_earlier_versions_is_named_not_silently_dropped(tmp_p
     (tmp_path / "releases.json").write_text("{}")
     book = Ledger(tmp_path)
     assert "releases.json (the release log of xclp before the privacy ledger) is not read" in book.legacy_notice()
-    book.record_exact(DATA, [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")], "ab", "j", "1")
+    book.reserve_exact(DATA, [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")], "ab", "j", "1")
     assert book.legacy_notice() == ""  # said until the ledger has started
 
 
@@ -75,10 +75,10 @@ def test_many_pure_releases_compose_by_rdp_below_the_advanced_composition_theore
     is tighter there)."""
     book = Ledger(tmp_path, budget=Budget(10.0, 1e-5))
     one = Spend(0.1, 0.0, "run:0:release", "x", "release", pure_rdp(0.1))
-    book.charge(DATA, one, "j", "0")
+    book.charge(DATA, [one], "j", "0")
     assert book.standing(DATA)["composition"] == "basic" and book.spent(DATA) == (0.1, 0.0)
     for k in range(1, 100):
-        book.charge(DATA, Spend(0.1, 0.0, f"run:{k}:release", "x", "release", pure_rdp(0.1)), "j", str(k))
+        book.charge(DATA, [Spend(0.1, 0.0, f"run:{k}:release", "x", "release", pure_rdp(0.1))], "j", str(k))
     advanced = math.sqrt(2 * 100 * math.log(1e5)) * 0.1 + 100 * 0.1 * math.expm1(0.1)
     eps, delta = book.spent(DATA)
     assert eps < advanced < 10 and delta == 1e-5, (eps, advanced)

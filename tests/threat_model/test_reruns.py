@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from tests.harness import Recorder, allow_list, coordinator, job, on_threads, party_data, run_parties
+from xclp.client import responses
 from xclp.client.ledger import Budget, Ledger, Release, Spend, data_digest, function_id
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult
@@ -66,7 +67,8 @@ def test_the_moments_released_among_four_are_not_released_again_among_three_unde
     second, rec = run_once(keys, tmp_path, ("a", "b", "c"), join_seconds=1.0, **VARIANTS[variant])
     for p in "abc":
         assert isinstance(second[p], PolicyRefused), (p, second[p])
-        assert "released the count of column '#1' of this data exactly among a, b, c, d (job 'std'" in str(second[p])
+        assert ("this party released this data set exactly among a, b, c, d (job 'std', run 1: the count of "
+                "column '#1'") in str(second[p])
     assert not [k for k in rec.seen if k[1] in ("moments", "sum")]  # nothing masked, so nothing to open
 
 
@@ -139,8 +141,8 @@ def test_label_dp_reruns_reuse_the_same_randomised_responses_and_spend_nothing_n
     for p in "abc":
         ledger = Ledger(tmp_path / p, identity=keys[p])
         assert ledger.spent(data_digest(datas[p])) == (1.0, 0.0)  # one charge, not three
-        again = ledger.responses(data_digest(datas[p]), "responses:epsilon=1.0:classes=3:hide_unlabeled=False",
-                                 lambda: np.zeros(1, np.int64))
+        again = responses.released_labels(ledger, data_digest(datas[p]), datas[p].ids, ("0", "1", "2"), 1.0, False,
+                                          lambda: np.zeros(1, np.int64))
         assert any(np.array_equal(again, d) for d in drawn)
         sealed = next((tmp_path / p / "responses").iterdir()).read_bytes()
         assert again.tobytes() not in sealed  # sealed at rest
@@ -150,7 +152,7 @@ def test_the_ledger_survives_a_crash_mid_write_and_refuses_a_corrupted_file(keys
     ledger = Ledger(tmp_path, identity=keys["a"])
     data = b"\x01" * 32
     moments = Release(function_id("moments", "age", "sum"), "the sum of column 'age'")
-    ledger.record_exact(data, [moments], "abc", "j", "1")
+    ledger.reserve_exact(data, [moments], "abc", "j", "1")
     before = (tmp_path / "ledger.json").read_bytes()
     assert (tmp_path / "ledger.json").stat().st_mode & 0o777 == 0o600
 
@@ -159,18 +161,18 @@ def test_the_ledger_survives_a_crash_mid_write_and_refuses_a_corrupted_file(keys
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="lost power"):
-        ledger.record_exact(data, [Release(function_id("moments", "age", "count"), "x")], "abd", "j", "2")
+        ledger.reserve_exact(data, [Release(function_id("moments", "age", "count"), "x")], "abc", "j", "2")
     monkeypatch.undo()
     assert (tmp_path / "ledger.json").read_bytes() == before  # the old ledger, whole
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ledger.json.") and p.suffix != ".lock"] == []
-    with pytest.raises(PolicyRefused, match="released the sum of column 'age' of this data exactly among a, b, c"):
-        ledger.check_exact(data, [moments], "abd")
+    with pytest.raises(PolicyRefused, match="released this data set exactly among a, b, c .*: the sum of column 'age'"):
+        ledger.reserve_exact(data, [moments], "abd", "j", "3")
     (tmp_path / "ledger.json").write_text('{"version": 1, "datasets": ')
     with pytest.raises(ConfigError, match="cannot be read .* it is not reset silently"):
-        ledger.check_exact(data, [moments], "abd")
+        ledger.reserve_exact(data, [moments], "abc", "j", "3")
     assert (tmp_path / "ledger.json").read_text() == '{"version": 1, "datasets": '  # left as it was
     (tmp_path / "ledger.json").write_text(json.dumps({"version": 7, "datasets": {}}))
-    with pytest.raises(ConfigError, match="is not a version 1 ledger"):
+    with pytest.raises(ConfigError, match="is not a version 2 ledger"):
         ledger.spent(data)
 
 
@@ -202,7 +204,7 @@ def test_a_fedavg_update_from_the_same_initial_model_is_not_released_again_among
                            params={**FEDAVG, "rounds": 3}, join_seconds=1.0)
     for p in "abc":
         assert isinstance(second[p], PolicyRefused), (p, second[p])
-        assert "released a training update from model" in str(second[p]) and "(job 'fa'" in str(second[p])
+        assert "released this data set exactly among a, b, c, d (job 'fa', run 1: training updates" in str(second[p])
     assert not [k for k in rec.seen if k[1] == "r0.update"]
 
 
@@ -216,7 +218,7 @@ def test_a_party_whose_budget_is_spent_declines_and_the_operator_hears_that_not_
     run waited the whole deadline."""
     datas = {p: party_data(300 + i) for i, p in enumerate(PARTIES4)}
     budget = Budget(0.15, 1e-5)
-    Ledger(tmp_path / "d", budget=budget).charge(data_digest(datas["d"]), Spend(0.1, 0.0, "run:x:release", "x"),
+    Ledger(tmp_path / "d", budget=budget).charge(data_digest(datas["d"]), [Spend(0.1, 0.0, "run:x:release", "x")],
                                                 "earlier", "1")
     ledgers = {p: {"ledger": Ledger(tmp_path / p, budget=budget, identity=keys[p])} for p in PARTIES4}
     config = job("dp", "race", DP_RACE, parties=PARTIES4, min_parties=min_parties, join_seconds=60.0)

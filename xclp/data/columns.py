@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xclp.data.identity import LABEL, table_digest
 from xclp.data.party_table import Labels, Locator, PartyData
 from xclp.data.validation import check_features
 from xclp.errors import InvalidInput
@@ -93,6 +95,7 @@ class Collector:
         self.values: dict[str, int] = {}
         self.ids: list[str] = []
         self.blank: list[np.ndarray] = []  # bool per batch: rows with every cell empty
+        self.levels: dict[str, list[np.ndarray]] = {}  # a categorical column: its category per row (−1 empty)
 
     def add(self, batch: Any) -> None:  # a pyarrow.RecordBatch (pyarrow has no type information)
         import pyarrow.compute as pc
@@ -120,6 +123,7 @@ class Collector:
                 onehot = (level[:, None] == np.arange(len(categories))).astype(np.float64)
                 onehot[level == -1] = np.nan
                 self.X[rows, j: j + len(categories)] = onehot
+                self.levels.setdefault(name, []).append(level)
                 j += len(categories)
             empty &= column.is_null().to_numpy(zero_copy_only=False)
         if self.label is not None:
@@ -157,7 +161,25 @@ class Collector:
             ids = tuple(str(i) for i in range(X.shape[0]))
         check_unique_ids(ids, self.where)
         y = labels.numbers(self.where) if labels is not None and labels.are_numbers else None
-        return PartyData(X, y, ids, tuple(self.columns), labels, self.where)
+        table = PartyData(X, y, ids, tuple(self.columns), labels, self.where)
+        return replace(table, dataset_digest=self._digest(table, keep))
+
+    def _digest(self, table: PartyData, keep: np.ndarray) -> bytes:
+        """The table's name in the ledger (xclp.data.identity): a categorical column by its cells as
+        written, not by the job's one-hot encoding of them."""
+        columns: dict[str, Any] = {}
+        j = 0
+        for _, name, categories in self.features:
+            if categories is None:
+                columns[name] = table.X[:, j]
+                j += 1
+            else:
+                level = np.concatenate(self.levels[name])[keep] if self.levels.get(name) else np.zeros(0, np.int64)
+                columns[name] = list(np.array([*categories, None], dtype=object)[level])
+                j += len(categories)
+        if table.labels is not None:
+            columns[LABEL] = list(np.array([*table.labels.values, None], dtype=object)[table.labels.codes])
+        return table_digest(columns, table.ids)
 
 
 def _encode(pc: Any, column: Any) -> tuple[np.ndarray, list[str]]:  # pyarrow.compute, a pyarrow array
