@@ -51,7 +51,7 @@ agent.toml:
     max_key_bits = 4096
     max_memory_gb = 16
     max_work_minutes = 600               # Paillier work estimated longer is refused (default 1440)
-    allow_rerun = false                  # true: release a function of the data exactly again among others
+    allow_rerun = false                  # true: release a data set exactly among another set of parties
     privacy_budget = [10.0, 1e-5]        # each data set's DP budget (ε, δ) over every run
 
     [datasets.train]
@@ -139,7 +139,7 @@ class AgentConfig:
     max_work_seconds: float = DEFAULT_MAX_WORK_MINUTES * 60
     state: Path | None = None  # the directory of its privacy ledger (client/ledger.py); None: no ledger
     privacy_budget: Budget = DEFAULT_BUDGET  # each data set's DP budget over every run
-    allow_rerun: bool = False  # release a function of the data exactly again among other parties
+    allow_rerun: bool = False  # release a data set exactly among another set of parties than before
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:

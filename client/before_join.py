@@ -50,7 +50,7 @@ def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResp
     ledger = config.ledger
     if ledger is None:
         return None
-    notice = ledger.legacy_notice()
+    notice = ledger_v1.release_log_notice(ledger.directory)
     if notice:
         progress(f"WARNING: {notice}")
     if ledger.adopt_legacy(digest, ledger_v1.legacy_digest(data)):

@@ -129,8 +129,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the most all DP releases about one data set may spend, over every run (default 10,1e-5; "
                         "docs/privacy.md); --require-dp stays a limit per job")
     r.add_argument("--allow-rerun", action="store_true", default=None,
-                   help="release a function of the data exactly again among other parties (lets the coordinator "
-                        "difference the two sums; docs/privacy.md)")
+                   help="release the data exactly among another set of parties than its earlier exact releases "
+                        "(lets the coordinator difference the sums; `xclp-client ledger move` is the lasting "
+                        "choice; docs/privacy.md)")
     r.add_argument("--validate", type=float, metavar="FRACTION",
                    help="xclp: hold out this fraction of the labeled rows locally (their labels never sent) and "
                         "print, on them, the accuracy of XCLP's labels next to this party's rows alone "
@@ -180,15 +181,18 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--id-column", help="the row id column (default: row numbers)")
 
     lg = sub.add_parser("ledger", help="what this party released about each data set, and its DP budget",
-                        description="Show, export or forget this party's privacy ledger (docs/privacy.md): per data "
-                        "set (the digest of its table as read), every exact release (which function, among which "
-                        "parties, in which job and run) and every DP charge, with the budget spent and left. It "
-                        "holds no value of the data.")
-    lg.add_argument("action", choices=("show", "export", "forget", "move"),
+                        description="Show, export, move or forget this party's privacy ledger (docs/privacy.md): "
+                        "per data set (the digest of its table as read, before any job prepares it), the one set of "
+                        "parties its exact releases are among, each run's exact releases (what, among which parties, "
+                        "in which job and run) and every DP charge, with the budget spent and left. It holds no value "
+                        "of the data.")
+    lg.add_argument("action", choices=("show", "export", "forget", "move", "reopen"),
                     help="show: a summary; export: the whole ledger as JSON on stdout; forget: drop one data set "
                          "(or --all), which re-opens everything it guarded; move: let one data set release exactly "
-                         "among another set of parties from now on (--to)")
-    lg.add_argument("dataset", nargs="?", help="forget, move: the data set's digest (or a unique prefix of it)")
+                         "among another set of parties from now on (--to); reopen: weigh DP jobs on a data set that "
+                         "declined one for its budget against what is left again")
+    lg.add_argument("dataset", nargs="?", help="forget, move, reopen: the data set's digest (or a unique prefix of "
+                    "it)")
     lg.add_argument("--to", metavar="PARTIES", help="move: the new set of parties, comma-separated (e.g. a,b,c,e)")
     lg.add_argument("--all", action="store_true", help="forget: every data set")
     lg.add_argument("--yes", action="store_true", help="forget, move: do it (without it, only say what it would "
@@ -370,13 +374,19 @@ def ledger_command(args: argparse.Namespace) -> int:
                       "went past its budget")
             for release in entry["exact"]:
                 whats = release["what"]
-                listed = "; ".join(whats[:3]) + (f"; and {len(whats) - 3} more" if len(whats) > 3 else "")
+                listed = "; ".join(whats[:3]) + ("; and more" if len(whats) > 3 or release.get("more") else "")
                 state = " (retired by a move)" if release.get("retired") else ""
                 print(f"  exact among {', '.join(release['parties'])} (job {release['job']}, run {release['run']}, "
                       f"{release['at']}){state}: {listed}")
         return EXIT_OK
     if args.action == "move":
         return _ledger_move(book, summary, args)
+    if args.action == "reopen":
+        if not args.dataset:
+            raise ConfigError("ledger reopen takes a data set's digest (or a unique prefix)")
+        print(f"data set {book.reopen(args.dataset)[:16]} weighs DP jobs against what is left of its budget again "
+              "(an operator can learn one more crossing: docs/privacy.md)")
+        return EXIT_OK
     if bool(args.dataset) == bool(args.all):
         raise ConfigError("ledger forget takes a data set's digest (or a unique prefix) or --all")
     chosen = [d for d in summary if args.all or d.startswith(args.dataset)]
@@ -401,12 +411,10 @@ def _ledger_move(book: Any, summary: dict[str, Any], args: argparse.Namespace) -
     parties = sorted({p.strip() for p in args.to.split(",") if p.strip()})
     if len(chosen) == 1 and not args.yes:
         before = summary[chosen[0]]["among"] or []
-        joined, left = sorted(set(parties) - set(before)), sorted(set(before) - set(parties))
-        print(f"data set {chosen[0][:16]} releases exactly among {', '.join(before) or 'no set yet'}; moving it to "
-              f"{', '.join(parties)} lets a coordinator that holds a sum of each difference them: into what "
-              + " and ".join(x for x in (f"{', '.join(joined)} released" if joined else "",
-                                         f"{', '.join(left)} released before" if left else "") if x)
-              + " (docs/privacy.md)")
+        changed = sorted(set(before) ^ set(parties))
+        print(f"data set {chosen[0][:16]} releases exactly among {', '.join(before) or 'no set yet'}. Moved to "
+              f"{', '.join(parties)}, a coordinator that holds a sum over each set can difference the two into what "
+              f"{', '.join(changed) or 'nobody'} released: a choice for the whole consortium (docs/privacy.md)")
         print("nothing moved: add --yes to move it")
         return EXIT_BAD_INPUT
     moved = book.move(args.dataset, parties)

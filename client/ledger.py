@@ -1,5 +1,5 @@
 """What this party has released about each of its data sets: the ledger (docs/privacy.md,
-docs/design.md §2.9–2.10).
+docs/threat-model.md, "Every release is accounted against the data").
 
 A coordinator that can rerun a job under another job id, another type or one changed parameter
 gets the same data released among another set of parties, and the difference of the two sums is
@@ -58,7 +58,6 @@ from xclp.client.budget import spent as spent_of
 from xclp.crypto import aead
 from xclp.crypto.kdf import hkdf_sha256
 from xclp.data.identity import data_set_digest
-from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, PolicyRefused
 from xclp.privacy.accounting import ORDERS
 from xclp.runtime import write_atomic
@@ -67,7 +66,6 @@ __all__ = ["DEFAULT_BUDGET", "Budget", "Ledger", "LedgerCorrupt", "Release", "Ru
            "function_id"]
 
 LEDGER_FILE = "ledger.json"
-LEGACY_FILE = "releases.json"  # the release log of earlier versions
 RESPONSES_DIR = "responses"
 VERSION = 2
 _LOCK = threading.Lock()  # the runs of one process; the file lock covers other processes
@@ -107,16 +105,6 @@ class Ledger:
         self.budget = budget
         self.allow_rerun = allow_rerun
         self._identity = identity
-
-    def legacy_notice(self) -> str:
-        """What to tell the user when the release log of earlier versions sits beside a ledger that
-        has not started yet (its entries, keyed on whole job definitions, cannot be carried over)."""
-        legacy = self.directory / LEGACY_FILE
-        if legacy.exists() and not self.path.exists():
-            return (f"{legacy} (the release log of xclp before the privacy ledger) is not read: the ledger in "
-                    f"{self.path} starts empty, so the sums that log recorded are no longer guarded against a "
-                    "rerun among other parties (docs/privacy.md)")
-        return ""
 
     # --- the file -------------------------------------------------------------------------------
 
@@ -208,8 +196,11 @@ class Ledger:
             if not self.allow_rerun:
                 this["parties"] = mine
             for release in releases:
-                if release.what not in this["what"] and len(this["what"]) < MAX_WHATS:
-                    this["what"].append(release.what)
+                if release.what not in this["what"]:
+                    if len(this["what"]) < MAX_WHATS:
+                        this["what"].append(release.what)
+                    else:
+                        this["more"] = True
 
     def _refusal(self, entry: dict[str, Any], mine: list[str], data: bytes) -> str:
         among = entry["among"]
@@ -246,6 +237,14 @@ class Ledger:
                 release["retired"] = True
             entry["among"] = {"parties": parties, "job": "(ledger move)", "run": "-", "at": _now()}
             entry.setdefault("moves", []).append({"from": before, "to": parties, "at": _now()})
+        return digest
+
+    def reopen(self, data: str) -> str:
+        """Clear a data set's budget refusal (`check_budget`): DP jobs are weighed against what is left
+        again, and an operator can learn one more crossing. Returns the digest."""
+        with self._changing() as doc:
+            digest = self._one(doc, data)
+            doc["datasets"][digest].pop("declined", None)
         return digest
 
     def _one(self, doc: dict[str, Any], prefix: str) -> str:
@@ -401,10 +400,8 @@ class Ledger:
 MAX_WHATS = 8  # a run's exact releases named in the ledger (the rest are counted by the set alone)
 
 
-def data_digest(data: PartyData) -> bytes:
-    """A data set's name in the ledger: the table as read, before any job's preparation
-    (xclp.data.identity), or the data set it names (`PartyData.dataset_digest`)."""
-    return data_set_digest(data)
+# A data set's name in the ledger: the table as read, before any job's preparation (xclp.data.identity)
+data_digest = data_set_digest
 
 
 def default_directory() -> Path:

@@ -18,6 +18,7 @@ A legacy entry no run has claimed stays in the file and in `xclp-client ledger e
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,19 @@ import numpy as np
 from xclp.data.party_table import PartyData
 
 VERSION = 1
+RELEASE_LOG = "releases.json"  # the release log of the versions before the ledger
+
+
+def release_log_notice(directory: Path) -> str:
+    """What to tell the user when the release log of versions before the ledger sits beside a
+    ledger that has not started yet (its entries, keyed on whole job definitions, cannot be
+    carried over)."""
+    log, ledger = directory / RELEASE_LOG, directory / "ledger.json"
+    if log.exists() and not ledger.exists():
+        return (f"{log} (the release log of xclp before the privacy ledger) is not read: the ledger in {ledger} "
+                "starts empty, so the sums that log recorded are no longer guarded against a rerun among other "
+                "parties (docs/privacy.md)")
+    return ""
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:

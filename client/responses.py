@@ -1,5 +1,5 @@
 """Randomised responses drawn once per row of a data set (XCLP's label-DP by randomised response;
-docs/privacy.md, docs/design.md §2.10).
+docs/privacy.md, docs/threat-model.md).
 
 A fresh draw per run lets a coordinator average draws into the labels (41 runs gave a majority
 vote 97 % of a party's labels), and a draw keyed by what a job says gives it fresh draws for the

@@ -21,8 +21,8 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
   sums over one model and different sets difference to the updates of the parties between);
 - the model chain (fedavg, xclp.v1.training): every model released, in any round, and the final
   model must be the head of the chain: θ₀ as this party computes it, moved only by an opened sum
-  this party recomputed or by a round's attestation from the head, signed by every member of
-  that round's sample (a sample at least this party's min_parties). So no model a hair from one
+  this party recomputed or by a round's attestation from the head, signed by members of that
+  round's sample, at least this party's min_parties of them. So no model a hair from one
   whose sum opened can be released after skipped rounds or rounds without this party;
 - the masked-sum rules of DESIGN §6.1 within each round.
 """
@@ -334,14 +334,13 @@ class RoundsParty(PartyJob):
             return  # this party recomputed that link itself
         if attested.before != self.head:
             raise ProtocolError(f"{what} starts from another model than the head of this party's model chain")
-        missing = sorted(set(self.samples[t]) - set(attested.signatures))
-        if missing or len(self.samples[t]) < self.ctx.min_parties:
-            # one signer of a sample that colludes with the coordinator could move every head it passed by
+        if len(attested.signatures) < self.ctx.min_parties:
+            # one colluding member of the sample could otherwise move every head the round passed by; a
+            # link signed by this party's minimum has an honest signer, who signs only what it recomputed
             raise ProtocolError(
-                f"{what} is not signed by every member of that round's sample ({', '.join(self.samples[t])}"
-                + (f"; {', '.join(missing)} did not sign" if missing else
-                   f", fewer than this party's minimum of {self.ctx.min_parties}")
-                + "): this party follows only a link every member recomputed; its model chain stays where it is")
+                f"{what} is signed by {', '.join(sorted(attested.signatures))} only, of that round's sample "
+                f"({', '.join(self.samples[t])}): this party follows a link only when at least its minimum of "
+                f"{self.ctx.min_parties} members signed it (--min-parties); its model chain stays where it is")
         self.head, self.head_round = attested.after, t
         self.ctx.checkpoint()
 

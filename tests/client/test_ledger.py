@@ -12,8 +12,10 @@ import pytest
 
 from tests.client.test_phases import contexts
 from xclp.client.cli import main
-from xclp.client.ledger import Budget, Ledger, Release, RunAccount, Spend, function_id
+from xclp.client.ledger import Budget, Ledger, Release, RunAccount, Spend, data_digest, function_id
+from xclp.client.ledger_v1 import release_log_notice
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
+from xclp.data.party_table import PartyData
 from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.privacy import dpsgd
 from xclp.privacy.accounting import ORDERS, composed_epsilon, pure_rdp
@@ -63,9 +65,10 @@ def test_ledger_show_export_and_forget(tmp_path, capsys) -> None:
 def test_the_release_log_of_earlier_versions_is_named_not_silently_dropped(tmp_path) -> None:
     (tmp_path / "releases.json").write_text("{}")
     book = Ledger(tmp_path)
-    assert "releases.json (the release log of xclp before the privacy ledger) is not read" in book.legacy_notice()
+    assert "releases.json (the release log of xclp before the privacy ledger) is not read" in \
+        release_log_notice(tmp_path)
     book.reserve_exact(DATA, [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")], "ab", "j", "1")
-    assert book.legacy_notice() == ""  # said until the ledger has started
+    assert release_log_notice(tmp_path) == ""  # said until the ledger has started
 
 
 def test_many_pure_releases_compose_by_rdp_below_the_advanced_composition_theorem(tmp_path) -> None:
@@ -125,3 +128,129 @@ def test_a_sum_that_says_it_is_noisy_in_a_job_that_charges_nothing_is_refused(tm
     charged = dataclasses.replace(ctx, account=RunAccount(Ledger(tmp_path), DATA, "j", "1",
                                                           (Spend(1.0, 0.0, "run:1:release", "x", "release"),)))
     MaskedSumParty(charged, "total", lambda members: np.ones(2, np.uint64), releases=Noisy.DP)
+
+
+MOMENTS = [Release(function_id("moments", "x", "sum"), "the sum of column 'x'")]
+
+
+def test_a_data_sets_exact_releases_stay_among_one_set_of_parties_whatever_the_function(tmp_path) -> None:
+    book = Ledger(tmp_path)
+    book.reserve_exact(DATA, MOMENTS, "abcd", "std", "1")
+    book.reserve_exact(DATA, [Release(function_id("update"), "training updates")], "dcba", "train", "2")  # one set
+    with pytest.raises(PolicyRefused, match=r"exactly among a, b, c, d \(job 'std', run 1: the sum of column 'x'\); "
+                                            r"every exact release .* not releasing it among a, b, c \(`xclp-client "
+                                            rf"ledger move {DATA.hex()[:16]} --to PARTIES`"):
+        book.reserve_exact(DATA, [Release(function_id("other"), "something else")], "abc", "other", "3")
+    Ledger(tmp_path, allow_rerun=True).reserve_exact(DATA, MOMENTS, "abc", "other", "3")  # the named escape
+    assert Ledger(tmp_path).summary()[DATA.hex()]["among"] == ["a", "b", "c", "d"]
+
+
+def test_a_dropout_before_anything_opened_takes_the_smaller_set_and_after_is_refused(tmp_path) -> None:
+    """The run's first sum restarted among fewer (the party left attempt 0, which is dead to it):
+    the data set's set becomes the smaller one. Once a sum of the run opened, or another run
+    holds the set, a smaller set is refused."""
+    book = Ledger(tmp_path)
+    account = RunAccount(book, DATA, "j", "1")
+    account.reserve_exact(MOMENTS, "abcd")
+    account.reserve_exact(MOMENTS, "abc", shrunk=True)
+    assert book.summary()[DATA.hex()]["among"] == ["a", "b", "c"]
+    account.revealing()
+    with pytest.raises(PolicyRefused, match="exactly among a, b, c "):
+        account.reserve_exact(MOMENTS, "ab", shrunk=True)
+    other = Ledger(tmp_path / "other")
+    RunAccount(other, DATA, "j", "2").reserve_exact(MOMENTS, "abcd")
+    RunAccount(other, DATA, "k", "3").reserve_exact(MOMENTS, "abcd")  # another run holds the set too
+    with pytest.raises(PolicyRefused, match="exactly among a, b, c, d "):
+        RunAccount(other, DATA, "j", "2").reserve_exact(MOMENTS, "abc", shrunk=True)
+    grown = RunAccount(Ledger(tmp_path / "x"), DATA, "j", "4")
+    grown.reserve_exact(MOMENTS, "abcd")
+    with pytest.raises(PolicyRefused):  # a "restart" among more parties is no dropout
+        grown.reserve_exact(MOMENTS, "abcde", shrunk=True)
+
+
+def test_moving_a_data_set_is_explicit_and_named(tmp_path, capsys) -> None:
+    book = Ledger(tmp_path)
+    book.reserve_exact(DATA, MOMENTS, "abcd", "std", "1")
+    state = ["--state", str(tmp_path)]
+    assert main(["ledger", "move", DATA.hex()[:8], "--to", "a,b,c,e", *state]) == 2  # says, moves nothing
+    said = capsys.readouterr().out
+    assert "difference the two into what d, e released" in said and "nothing moved" in said
+    assert main(["ledger", "move", DATA.hex()[:8], "--to", "a,b,c,e", "--yes", *state]) == 0
+    book.reserve_exact(DATA, MOMENTS, "eabc", "new", "2")
+    summary = book.summary()[DATA.hex()]
+    assert summary["among"] == ["a", "b", "c", "e"] and summary["moves"][0]["from"] == ["a", "b", "c", "d"]
+    assert summary["exact"][0]["retired"] and not summary["exact"][1].get("retired")
+    assert main(["ledger", "show", *state]) == 0
+    assert "exact releases only among a, b, c, e" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="at least two"):
+        book.move(DATA.hex(), ["a"])
+
+
+def test_a_budget_refusal_is_kept_until_the_data_set_is_reopened(tmp_path, capsys) -> None:
+    book = Ledger(tmp_path, budget=Budget(1.0, 1e-5))
+    with pytest.raises(PolicyRefused, match="would spend ε = 2"):
+        book.check_budget(DATA, [Spend(2.0, 0.0, "run:x:release", "x")], "big")
+    with pytest.raises(PolicyRefused, match="declined job 'big' for its privacy budget"):
+        book.check_budget(DATA, [Spend(0.1, 0.0, "run:y:release", "x")], "small")
+    assert main(["ledger", "reopen", DATA.hex()[:8], "--state", str(tmp_path)]) == 0
+    book.check_budget(DATA, [Spend(0.1, 0.0, "run:y:release", "x")], "small")
+
+
+def test_a_charge_is_checked_again_under_the_lock_at_masking(tmp_path) -> None:
+    """Two runs each fit the budget at Join; the second to mask finds the first's charge."""
+    book = Ledger(tmp_path, budget=Budget(1.0, 1e-5))
+    first, second = (RunAccount(book, DATA, "j", r, (Spend(0.6, 0.0, f"run:{r}:release", "x"),)) for r in "12")
+    for account in (first, second):
+        book.check_budget(DATA, account.spends, "j")
+    first.charge()
+    with pytest.raises(PolicyRefused, match="not releasing \\(another run charged the data set since this one"):
+        second.charge()
+    assert book.spent(DATA) == (0.6, 0.0)
+
+
+def test_a_version_1_ledger_is_migrated_never_reset(tmp_path) -> None:
+    """A format 1 ledger's data set, named after one job's label mapping, is kept as legacy and
+    carried over when a run reads the table it describes; a file of no known format is refused."""
+    from xclp.client.ledger_v1 import legacy_digest
+
+    table = PartyData(np.arange(6.0).reshape(3, 2), np.array([0, 1, -1]), ("r1", "r2", "r3"))
+    old = legacy_digest(table).hex()
+    (tmp_path / "ledger.json").write_text(json.dumps({"version": 1, "datasets": {old: {
+        "exact": {"f1": {"what": "the sum of column '#1'", "parties": ["a", "b", "c", "d"], "job": "std", "run": "1",
+                         "at": "2026-11-01T00:00:00Z"}},
+        "dp": {"run:r:release": {"epsilon": 0.5, "delta": 0.0, "what": "x", "job": "dp", "run": "2",
+                                 "at": "2026-11-02T00:00:00Z"}}}}}))
+    book = Ledger(tmp_path)
+    new = data_digest(table)
+    assert book.spent(new) == (0.0, 0.0) and old in book.load()["legacy"]  # not claimed yet, not lost
+    assert book.adopt_legacy(new, legacy_digest(table))
+    assert book.spent(new) == (0.5, 0.0)
+    with pytest.raises(PolicyRefused, match=r"exactly among a, b, c, d \(job 'std', run v1:std:1: the sum of"):
+        book.reserve_exact(new, MOMENTS, "abc", "j", "3")
+    assert json.loads((tmp_path / "ledger.json").read_text())["version"] == 2
+    assert not book.adopt_legacy(new, legacy_digest(table))  # once
+    (tmp_path / "ledger.json").write_text(json.dumps({"version": 1, "datasets": []}))
+    with pytest.raises(ConfigError, match="not a version 2 ledger \\(nor one of version 1, which is migrated\\)"):
+        book.spent(new)
+
+
+def test_randomised_responses_are_reused_by_row_id_and_label_value(tmp_path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from xclp.client import responses
+
+    book = Ledger(tmp_path, identity=Ed25519PrivateKey.generate())
+    ids = ("r1", "r2", "r3", "r4")
+    drawn = np.array([2, -1, 0, 1])  # in the first job's numbering of ("no", "maybe", "yes")
+    first = responses.released_labels(book, DATA, ids, ("no", "maybe", "yes"), 1.0, False, lambda: drawn)
+    np.testing.assert_array_equal(first, drawn)
+    # another job: classes reordered, rows in another order, a larger ε: the same responses by value
+    again = responses.released_labels(book, DATA, ("r3", "r1", "r4", "r2"), ("yes", "no", "maybe"), 2.0, False,
+                                      lambda: pytest.fail("drawn twice"))
+    assert [("yes", "no", "maybe")[v] if v >= 0 else None for v in again] == ["no", "yes", "maybe", None]
+    with pytest.raises(PolicyRefused, match="drawn once, at ε = 1, .* cannot give this job's ε = 0.5"):
+        responses.check(book, DATA, 0.5, False)
+    with pytest.raises(PolicyRefused, match="drawn without hide_label_mask"):
+        responses.check(book, DATA, 1.0, True)
+    with pytest.raises(PolicyRefused, match="drawn over the classes maybe, no, yes .* classes are maybe, no"):
+        responses.released_labels(book, DATA, ids, ("no", "maybe"), 1.0, False, lambda: drawn)

@@ -54,6 +54,10 @@ def free_port() -> int:
 
 
 def job_file(root: Path, job_id: str, body: str, *, parties: str = '["a", "b", "c", "d"]', join: float = 4.0) -> Path:
+    """A job file; a job with d reads the agents' "four" tables, one without it their "demo" tables,
+    so that each table is released exactly among one set of parties (the ledger refuses another)."""
+    if '"d"' in parties:
+        body = body.replace('dataset = "demo"', 'dataset = "four"')
     path = root / f"{job_id}.toml"
     head, params = body.split("[params]")
     path.write_text(f'job_id = "{job_id}"\nexpected_parties = {parties}\nmin_parties = 3\n{head}'
@@ -156,7 +160,10 @@ def stack(tmp_path_factory):
             f'party = "{party}"\nidentity = "keys/{party}.key"\npeers = "allow.toml"\n'
             f'coordinator = "localhost:{s.port}"\nca_cert = "ca/ca.pem"\nout = "out-{party}"\npoll_seconds = 0.3\n'
             f'workers = 0\n[policy]\nmin_parties = 3\ninsecure_test_keys = true\njob_types = ["xclp", "flynn"]\n'
-            f'[datasets.demo]\npath = "{party}.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n')
+            f'[datasets.demo]\npath = "{party}.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n'
+            f'[datasets.four]\npath = "{party}-four.csv"\nlabel_column = "diagnosis"\nid_column = "row_id"\n')
+        write_table(root / f"{party}-four.csv", *make_data(10 + i, 40, D, unlabeled=4),
+                    [f"{party}{k}" for k in range(40)], label_column="diagnosis")
     write_table(root / "d.csv", *make_data(3, 40, D, unlabeled=4), [f"d{k}" for k in range(40)],
                 label_column="diagnosis")
     s.data = data
@@ -300,12 +307,13 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
     stack.wait(rerun["run_id"], lambda i: i["state"] == "cancelled")
 
 
-def test_the_agents_ledgers_refuse_the_moments_again_among_fewer_under_another_job(stack):
-    """Issue 46 through the agents: the operator runs a standardising FlyNN job among a, b, c and d,
-    then another job (another id, one parameter changed, d left out) among a, b, c. The second
-    run's pooled moments minus the first's would be d's exact count, sum and sum of squares per
-    feature; each agent's ledger names the moments of each column, not the job, and refuses
-    before masking: the run fails, nothing of it is revealed, and each agent says why."""
+def test_the_agents_ledgers_refuse_the_moments_again_among_fewer_under_reordered_classes(stack):
+    """Through the agents: the operator runs a standardising FlyNN job among a, b, c and d, then
+    another job (another id, `classes` declared in another order, d left out) among a, b, c. The
+    second run's pooled moments minus the first's would be d's exact count, sum and sum of squares
+    per feature. The agents' ledgers name the data set by the table as read, before the job's
+    label mapping, and keep its exact releases among one set of parties: each refuses before
+    masking, the run fails, nothing of it is revealed, and each agent says why."""
     root = stack.root
     std = FLYNN + "\nstandardise = true"
     first = stack.submit(job_file(root, "std-four", std, join=600))
@@ -314,13 +322,15 @@ def test_the_agents_ledgers_refuse_the_moments_again_among_fewer_under_another_j
     d = stack.party_d("std-four")
     assert d.wait(timeout=180) == 0, d.stderr.read()
     stack.wait(first["run_id"], lambda i: i["state"] == "done")
-    second = stack.submit(job_file(root, "std-three", std.replace("m = 128", "m = 129"), parties='["a", "b", "c"]'))
+    reordered = std.replace("n_classes = 3", 'classes = ["1", "0", "2"]').replace('"demo"', '"four"')
+    second = stack.submit(job_file(root, "std-three", reordered, parties='["a", "b", "c"]'))
     info = stack.wait(second["run_id"], lambda i: i["state"] in ("failed", "done"))
     assert info["state"] == "failed", info
     assert not [s for s in info["steps"] if s["name"].startswith("moments_")], info["steps"]  # nothing confirmed
     for party in PARTIES:
-        assert ("released the count of column 'f0' of this data exactly among a, b, c, d (job 'std-four'"
-                in stack.agent_log(party)), stack.agent_log(party)[-2000:]
+        log = stack.agent_log(party)
+        assert "this party released this data set exactly among a, b, c, d (job '" in log, log[-2000:]
+        assert "not releasing it among a, b, c (`xclp-client ledger move" in log, log[-2000:]
 
 
 def test_a_run_cancelled_mid_secure_hamming_stops_the_agents_cleanly_and_leaves_nothing(stack):

@@ -1,6 +1,6 @@
 """Identities the coordinator cannot steer: which data set a release is of, and whether two releases
 may be differenced, are the party's to say (client/ledger.py, xclp.data.identity,
-client/responses.py; docs/design.md §2.9–2.10).
+client/responses.py; docs/threat-model.md).
 
 The ledger before held against the attacks it was built for, and these got through, because its
 idea of *which data set* and *which function* was computed from parameters the coordinator
@@ -141,7 +141,8 @@ def test_randomised_responses_are_drawn_once_whatever_the_jobs_epsilon_or_classe
     monkeypatch.setattr(XclpParty, "__init__", init)
     paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in "abc"}
     datas = {p: named(400 + i) for i, p in enumerate("abc")}
-    runs = [(1.0, ["0", "1", "2"]), (1.0 + 1e-9, ["1", "0", "2"]), (1.0, ["2", "0", "1"]), (1.0 - 1e-9, ["0", "1", "2"])]
+    runs = [(1.0, ["0", "1", "2"]), (1.0 + 1e-9, ["1", "0", "2"]), (1.0, ["2", "0", "1"]),
+            (1.0 - 1e-9, ["0", "1", "2"])]
     results = [run(keys, tmp_path, "abc", f"x{k}", "xclp", {**XCLP, "label_dp_epsilon": eps, "classes": order}, datas,
                    expected=("a", "b", "c"), min_parties=2, join_seconds=1.0, paillier=paillier)
                for k, (eps, order) in enumerate(runs)]
@@ -231,8 +232,9 @@ def test_two_runs_masked_at_once_cannot_both_release_among_different_sets(tmp_pa
 def test_one_colluding_signer_cannot_move_the_model_chain_of_a_party_the_round_passed_by(keys, monkeypatch) -> None:
     """Attack: round 0 samples a and b, and b colludes. An attestation θ₀ → θ₀ + 1 ulp signed by b
     alone moved c's head (its signers were members of the sample and verified), so round 1 could
-    release a model a hair from θ₀ and isolate an update. c now follows only a link every member
-    of the round's sample signed, and refuses it."""
+    release a model a hair from θ₀ and isolate an update. c now follows only a link signed by at
+    least its --min-parties members of the sample (so by one honest member, who signs only what it
+    recomputed), and refuses it."""
     from tests.threat_model.test_rounds import two_of_three_samples
     from xclp.v1 import training
 
@@ -267,8 +269,8 @@ def test_one_colluding_signer_cannot_move_the_model_chain_of_a_party_the_round_p
             coordinator(allow_list(keys), [job("t", "fedavg", {**FEDAVG, "fraction": 0.6})], observer=rec) as (_, a):
         results = run_parties(a, "t", keys, datas, policy=PartyPolicy(min_parties=2))
     assert isinstance(results["c"], ProtocolError), results["c"]
-    assert ("the attestation of round 0's model is not signed by every member of that round's sample (a, b; a did "
-            "not sign)") in str(results["c"])
+    assert ("the attestation of round 0's model is signed by b only, of that round's sample (a, b): this party "
+            "follows a link only when at least its minimum of 2 members signed it") in str(results["c"])
     assert ("t", "r1.update", 0, "c") not in rec.seen
 
 

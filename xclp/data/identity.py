@@ -1,5 +1,5 @@
 """Which data set a party's table is: its name in the party's privacy ledger (docs/privacy.md,
-"What makes two files one data set"; docs/design.md §2.10).
+"What makes two files one data set"; docs/threat-model.md).
 
 The name is a SHA-256 over the table *as read*, before any job touches it: no job's `classes`,
 categorical encoding, standardisation or imputation enters it, so that a coordinator cannot make
