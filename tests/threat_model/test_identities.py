@@ -295,3 +295,18 @@ def test_declining_for_the_budget_is_no_oracle_of_what_was_spent(tmp_path) -> No
     with pytest.raises(PolicyRefused, match="declines every later job with a DP release"):
         book.check_budget(data, [Spend(1e-3, 0.0, "run:tiny:release", "x")], "tiny")
     assert book.spent(data) == (3.7, 0.0)  # the offers charged nothing
+
+
+def test_sampled_rounds_without_dp_are_refused_before_join(keys, tmp_path) -> None:
+    """FedAvg that samples 3 of 4 parties a round without DP releases exact updates among another
+    set each round, which the ledger would refuse at the first such round: refused before Join,
+    saying what would do (fraction = 1, or DP)."""
+    datas = {p: party_data(340 + i) for i, p in enumerate(PARTIES4)}
+    rec = Recorder()
+    results = run(keys, tmp_path, PARTIES4, "sampled", "fedavg", {**FEDAVG, "fraction": 0.75}, datas,
+                  join_seconds=1.0, observer=rec)
+    for p in PARTIES4:
+        assert isinstance(results[p], PolicyRefused), (p, results[p])
+        assert "samples a fraction 0.75 of its 4 parties each round without DP" in str(results[p])
+        assert "ask for fraction = 1 or DP training" in str(results[p])
+    assert not rec.seen
