@@ -7,14 +7,18 @@ leave it at the first step. Two checks:
 - the job type's own (`before_join` on its party class; XCLP: the memory of its own part and its
   Paillier work against this party's `--max-work-minutes` and the job's `max_run_seconds`,
   client/jobs/estimate.py).
-Either refusal is said to the coordinator with a Decline (a signed call naming the run): the
-operator's `job show` says the party declined and why in words, never the numbers, and the run
-does not wait its join deadline for it. The party itself prints the numbers.
+Every refusal before Join — these two, and the session's own checks of the job against its policy
+and of its table against the job — is said to the coordinator with a Decline (a signed call naming
+the run and one reason: budget, resources, data or policy): the operator's `job show` says the
+party declined and why in words, never the numbers, and the run does not wait its join deadline
+for it. The party itself prints the details.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import replace
 
@@ -40,7 +44,7 @@ from xclp.v1.spec import spec_digest
 from xclp.v1.steps import RESUMES, RUN_ALIVE
 from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
 
-__all__ = ["account_for", "check_job_fits", "join_request"]
+__all__ = ["account_for", "check_job_fits", "decline", "declining", "join_request"]
 
 
 def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResponse, params: JobParams,
@@ -56,16 +60,20 @@ def account_for(config: RunConfig, conn: Connection, challenge: pb.ChallengeResp
     if ledger.adopt_legacy(digest, ledger_v1.legacy_digest(data)):
         progress(f"privacy ledger: data set {digest.hex()[:16]} takes over what the previous ledger format recorded "
                  "of this table")
-    check_exact_sets(ledger, params, len(challenge.spec.expected_parties))
-    account = RunAccount(ledger, digest, config.job_id, challenge.run_id or challenge.run_nonce.hex(),
-                         job_spends(params, data.X.shape[1], ledger.response_draw(digest)))
     try:
+        check_exact_sets(ledger, params, len(challenge.spec.expected_parties))
         for kind, epsilon, _ in params.dp_releases:
             if kind == "responses":
                 responses.check(ledger, digest, epsilon, params.hides_labeled_rows)
+    except PolicyRefused:
+        decline(config, conn, challenge.run_nonce, pb.DeclineRequest.POLICY, progress)
+        raise
+    account = RunAccount(ledger, digest, config.job_id, challenge.run_id or challenge.run_nonce.hex(),
+                         job_spends(params, data.X.shape[1], ledger.response_draw(digest)))
+    try:
         ledger.check_budget(digest, account.spends, config.job_id)
     except PolicyRefused:
-        _decline(config, conn, challenge.run_nonce, pb.DeclineRequest.PRIVACY_BUDGET, progress)
+        decline(config, conn, challenge.run_nonce, pb.DeclineRequest.PRIVACY_BUDGET, progress)
         raise
     return account
 
@@ -97,15 +105,28 @@ def check_job_fits(config: RunConfig, conn: Connection, challenge: pb.ChallengeR
                     work_limits=work_limits,
                     parties=len(challenge.spec.expected_parties), workers=worker_count(executor), progress=progress)
     except ResourceExhausted:
-        _decline(config, conn, challenge.run_nonce, pb.DeclineRequest.RESOURCES, progress)
+        decline(config, conn, challenge.run_nonce, pb.DeclineRequest.RESOURCES, progress)
         raise
 
 
-def _decline(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.DeclineRequest.Reason,
-             progress: Progress) -> None:
+def decline(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.DeclineRequest.Reason,
+            progress: Progress) -> None:
+    """Tell the coordinator this party will not join the run, and why in one word (never the numbers
+    or the rows: what exactly is said only on `progress`, to this party's own user)."""
     unsaid = conn.decline(config.identity, config.party_id, nonce, reason)
     if unsaid:
         progress(f"could not tell the coordinator that this party declines ({unsaid})")
+
+
+@contextlib.contextmanager
+def declining(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.DeclineRequest.Reason,
+              refused: type[BaseException], *, progress: Progress) -> Iterator[None]:
+    """The block's `refused` errors are declined with `reason` (`decline`), then raised."""
+    try:
+        yield
+    except refused:
+        decline(config, conn, nonce, reason, progress)
+        raise
 
 
 def join_request(config: RunConfig, challenge: pb.ChallengeResponse, params: JobParams, data: PartyData,

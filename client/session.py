@@ -21,6 +21,7 @@ always this party, strictly shrinking restarts, nothing after the result.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -28,7 +29,7 @@ from concurrent.futures import Executor
 import numpy as np
 
 from xclp.client import run_state
-from xclp.client.before_join import account_for, check_job_fits, join_request, with_paillier_key
+from xclp.client.before_join import account_for, check_job_fits, declining, join_request, with_paillier_key
 from xclp.client.connection import Connection
 from xclp.client.context import PartyContext, Progress, RelayedPhase
 from xclp.client.heartbeat import Heartbeat
@@ -43,7 +44,7 @@ from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
-from xclp.errors import DeadlineExceeded, InvalidSignature, ProtocolError, RunCancelled
+from xclp.errors import DeadlineExceeded, InvalidInput, InvalidSignature, PolicyRefused, ProtocolError, RunCancelled
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
@@ -148,12 +149,15 @@ class PartySession:
         if accepted is not None and canonical_spec(accepted) != canonical_spec(challenge.spec):
             raise ProtocolError(f"the coordinator's challenge for run {challenge.run_id} names another job spec than "
                                 "the offer this party's policy accepted: not joining")
-        self.config.policy.check_job(challenge.spec, params)
+        refusing = functools.partial(declining, self.config, conn, challenge.run_nonce, progress=self.progress)
+        with refusing(pb.DeclineRequest.POLICY, PolicyRefused):  # the coordinator hears at once, not at its deadline
+            self.config.policy.check_job(challenge.spec, params)
         self.guard.job_min_parties = challenge.spec.min_parties
         if challenge.spec.min_parties < self.config.policy.min_parties:
             self.progress(f"note: the job goes on with {challenge.spec.min_parties} parties (its min_parties); this "
                           f"party stops below {self.config.policy.min_parties} (--min-parties, default 3)")
-        self._load_data(params)
+        with refusing(pb.DeclineRequest.BAD_DATA, InvalidInput):
+            self._load_data(params)
         self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)
         saved = run_state.saved_for(self, challenge)
         if saved is not None:  # this party's process restarted in the run: it rejoins (client/run_state.py)

@@ -30,7 +30,11 @@ STATUS_SECONDS = 60.0  # how often waiting parties hear how the join is going
 # why an expected party may decline a run, as `job show` says it (fixed texts: a party's reasons
 # carry nothing of what it released)
 DECLINE_REASONS = {pb.DeclineRequest.PRIVACY_BUDGET: "declined: its privacy budget for this data set is spent",
-                   pb.DeclineRequest.RESOURCES: "declined: the job needs more time or memory than it allows"}
+                   pb.DeclineRequest.RESOURCES: "declined: the job needs more time or memory than it allows",
+                   pb.DeclineRequest.BAD_DATA: "declined: its data does not fit the job (the party's own output "
+                                               "says where)",
+                   pb.DeclineRequest.POLICY: "declined: the job is outside its policy (the party's own output says "
+                                             "which rule)"}
 
 
 class Lobby:

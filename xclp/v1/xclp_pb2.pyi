@@ -241,9 +241,13 @@ class DeclineRequest(_message.Message):
         REASON_UNSPECIFIED: _ClassVar[DeclineRequest.Reason]
         PRIVACY_BUDGET: _ClassVar[DeclineRequest.Reason]
         RESOURCES: _ClassVar[DeclineRequest.Reason]
+        BAD_DATA: _ClassVar[DeclineRequest.Reason]
+        POLICY: _ClassVar[DeclineRequest.Reason]
     REASON_UNSPECIFIED: DeclineRequest.Reason
     PRIVACY_BUDGET: DeclineRequest.Reason
     RESOURCES: DeclineRequest.Reason
+    BAD_DATA: DeclineRequest.Reason
+    POLICY: DeclineRequest.Reason
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_NONCE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
