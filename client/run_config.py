@@ -97,6 +97,7 @@ def checked_table(data: PartyData, params: JobParams) -> PartyData:
     cells only if the job imputes, a width the job can use."""
     if data.X.shape[0] == 0:
         raise InvalidInput("the party's data has no rows")
+    check_schema(data, params)
     data = data.with_classes(params.classes)
     data.check_missing(impute=params.impute == "mean")
     n_classes = params.label_classes
@@ -107,6 +108,26 @@ def checked_table(data: PartyData, params: JobParams) -> PartyData:
             raise InvalidInput(f"label {int(data.y[row])} at row {row} is out of range for a {n_classes}-class job")
     params.check_table(data.X.shape[1])
     return data
+
+
+def check_schema(data: PartyData, params: JobParams) -> None:
+    """InvalidInput if the table's feature columns are not the job's schema (`columns`), saying
+    which are missing, which the job does not list, or that the order differs."""
+    want = params.feature_columns
+    if want is None or data.columns == want:
+        return
+    if not data.columns:
+        raise InvalidInput(f"the job lists its feature columns ({', '.join(params.columns or ())}), but this party's "
+                           "table has no column names (arrays, or a .npz without 'columns'): give it as a CSV, "
+                           "Parquet or DataFrame with named columns")
+    missing = [c for c in want if c not in data.columns]
+    extra = [c for c in data.columns if c not in want]
+    said = "; ".join(x for x in (f"missing {', '.join(map(repr, missing))}" if missing else "",
+                                 f"not in the job {', '.join(map(repr, extra))}" if extra else "") if x)
+    raise InvalidInput(f"this party's feature columns are not the job's (columns = [...] in the job file): "
+                       f"{said or 'the same names in another order'}; the job's are {', '.join(want)} (every "
+                       "column but the label and id columns is a feature: drop or rename columns, or name the "
+                       "label and id columns with --label-column and --id-column)")
 
 
 def privacy_report(privacy: dict[str, Any] | None, prep: Any, account: Any,

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping
 
 from xclp.crypto.identity import KeyBundle, SignedBundle, session_id, verify_bundle
+from xclp.data.party_table import schema_digest
 from xclp.errors import InvalidInput, InvalidSignature, NotAuthorized, ProtocolError, ReplayRefused, ResourceExhausted
 from xclp.server.config import JobConfig
 from xclp.server.mailbox import Party
@@ -198,6 +199,13 @@ def check_summary(config: JobConfig, summary: pb.DataSummary, joined: Iterable[t
         raise InvalidInput(f"job {config.job_id!r} cannot use data of {summary.dim} columns: {exc}") from None
     if summary.labeled_rows > summary.rows:
         raise InvalidInput("the data summary reports more labeled rows than rows")
+    want = config.params.feature_columns
+    if want is not None:  # the job's schema: each party against it, whoever joined first
+        if len(want) != summary.dim or summary.schema != schema_digest(want):
+            raise InvalidInput(f"this party's feature columns are not those job {config.job_id!r} lists (columns = "
+                               f"[...], {len(want)} of them; this party has {summary.dim}): every party needs the "
+                               "job's columns, in its order")
+        return
     for pid, other in joined:
         if other.dim != summary.dim:
             raise InvalidInput(f"data has {summary.dim} columns but {pid!r} has {other.dim}; all parties must agree")

@@ -12,8 +12,8 @@ commands and a hand-written allow-list made before (issue 49, like `flwr new`):
     DIR/README.md           the exact command for each process
 
 With `--data`, the tables are read first (every party's, one per party, in --parties order) and
-the job is written from them: the same feature columns on every party, the label column's
-classes, the number of classes. Without, the job names a placeholder class count to edit.
+the job is written from them: the same feature columns on every party (written into the job as
+its schema, `columns`), the label column's classes, the number of classes. Without, the job names a placeholder class count to edit.
 Every party goes on with two (min_parties = 2, the job's and each party's alike).
 
 `allow add NAME PUBKEY` puts a party's public key (its `xclp-client keygen` line) into an
@@ -22,6 +22,7 @@ allow-list, for federations where each institution makes its own key.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -123,6 +124,8 @@ def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: s
     lines = [f"n_classes = {count}" + ("" if data else "   # the number of classes of your label column")]
     if classes:
         lines.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
+    if columns:  # the job's schema: every party is checked against it, not against the first to join
+        lines.append(f"columns = {json.dumps(list(columns), ensure_ascii=False)}")
     lines += [f"{k} = {v}" for k, v in values.items() if k not in ("n_classes", "classes")]
     keys = parsed.paillier
     return "\n".join(lines) + "\n", keys.bits if keys is not None else 0

@@ -52,6 +52,7 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
     assert (fed / "ca" / "ca-key.pem").stat().st_mode & 0o777 == 0o600
     job = (fed / "coordinator" / "xclp.toml").read_text()
     assert "n_classes = 3" in job and "min_parties = 2" in job
+    assert 'columns = ["f0", "f1", "f2", "f3", "f4", "f5"]' in job  # the job's schema
     # 2048-bit keys are the scaffold's default; a test uses small ones, as the docs' quick trials do
     (fed / "coordinator" / "xclp.toml").write_text(job.replace("key_bits = 2048", "key_bits = 512\n"
                                                                "insecure_test_keys = true"))

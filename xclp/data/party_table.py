@@ -173,9 +173,12 @@ class PartyData:
     def schema_digest(self) -> bytes:
         """SHA-256 of the feature column names in order (empty when unnamed): parties whose
         columns differ are refused at Join without anyone seeing the names."""
-        if not self.columns:
-            return b""
-        return hashlib.sha256(json.dumps(list(self.columns)).encode()).digest()
+        return schema_digest(self.columns) if self.columns else b""
+
+
+def schema_digest(columns: Sequence[str]) -> bytes:
+    """SHA-256 of feature column names in order (a party's DataSummary.schema; a job's `columns`)."""
+    return hashlib.sha256(json.dumps(list(columns)).encode()).digest()
 
 
 def csv_records(path: Path, sep: str) -> Iterator[tuple[int, list[str]]]:

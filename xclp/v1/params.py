@@ -30,7 +30,7 @@ from xclp.privacy.dp_moments import plan as plan_moments
 IMPUTE = ("none", "mean")
 # the parameters every job type has (JobParams' own fields)
 DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold", "moments_epsilon",
-                       "moments_delta", "moments_bounds"})
+                       "moments_delta", "moments_bounds", "columns"})
 MAX_CLASSES = 4096
 MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; docs/privacy.md: take 1/n² for n rows
 # Parameters that were renamed: a job file naming the old one hears the new name.
@@ -78,6 +78,11 @@ class JobParams:
         "text columns as a table `[params.categorical]` of column = [categories]: each becomes one 0/1 "
         "column per category, in the declared order, on every party (CSV and Parquet)",
         "distinct, non-empty", "docs/data.md", default=None, kw_only=True)
+    columns: tuple[str, ...] | None = param(
+        "the job's schema: the feature columns of every party's table, in order, as its file names them (a "
+        "categorical column by its own name); each party checks its table against it before joining, and the "
+        "coordinator each party's (unset: the first party to join sets them)", "distinct, non-empty",
+        "docs/data.md", default=None, kw_only=True)
     share_threshold: int = param(
         "t of the t-of-n Shamir shares of every self-mask seed: a party lost while revealing is recovered from "
         "t of the others' shares (0: a majority of each attempt's parties, ⌊n/2⌋ + 1)",
@@ -94,6 +99,15 @@ class JobParams:
         "docs/privacy.md", default=None, kw_only=True)
 
     # --- what both ends ask of any job ----------------------------------------------------------
+
+    @property
+    def feature_columns(self) -> tuple[str, ...] | None:
+        """The job's schema as a party's matrix has it: `columns`, a categorical one as one column
+        per category ("colour=red"), as xclp.data.tables reads it; None without a schema."""
+        if self.columns is None:
+            return None
+        cats = self.categorical or {}
+        return tuple(n for c in self.columns for n in ([f"{c}={v}" for v in cats[c]] if c in cats else [c]))
 
     @classmethod
     def parse(cls: type[T], raw: Mapping[str, Any]) -> T:
@@ -245,6 +259,12 @@ class JobParams:
             if n_classes != len(self.classes):
                 raise ConfigError(f"n_classes = {n_classes} but classes names {len(self.classes)}; "
                                   "leave n_classes out, it follows from classes")
+        if self.columns is not None:
+            if not self.columns or any(not c for c in self.columns) or len(set(self.columns)) != len(self.columns):
+                raise ConfigError(f"columns must list distinct, non-empty column names, got {list(self.columns)}")
+            unknown = sorted(set(self.categorical or {}) - set(self.columns))
+            if unknown:
+                raise ConfigError(f"categorical names {', '.join(unknown)}, which columns does not list")
         for column, categories in (self.categorical or {}).items():
             if (not column or not categories or any(not c for c in categories)
                     or len(set(categories)) != len(categories)):
@@ -359,7 +379,12 @@ def data_params(raw: Mapping[str, Any]) -> dict[str, Any]:
                 isinstance(v, (list, tuple)) and all(isinstance(c, str) for c in v) for v in categorical.values()):
             raise ConfigError("job parameter 'categorical' must be a table of column = [category names]")
         categorical = {str(k): tuple(c.strip() for c in v) for k, v in categorical.items()}
-    return {"classes": classes, "standardise": bool_param(raw, "standardise"), "impute": impute,
+    columns = raw.get("columns")
+    if columns is not None:
+        if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
+            raise ConfigError(f"job parameter 'columns' must be a list of column names, got {columns!r}")
+        columns = tuple(c.strip() for c in columns)
+    return {"classes": classes, "columns": columns, "standardise": bool_param(raw, "standardise"), "impute": impute,
             "categorical": categorical, "share_threshold": int_param(raw, "share_threshold", 0, low=0),
             "moments_epsilon": optional_float(raw, "moments_epsilon"),
             "moments_delta": optional_float(raw, "moments_delta"), "moments_bounds": _bounds_param(raw)}
