@@ -13,7 +13,8 @@ commands and a hand-written allow-list made before (issue 49, like `flwr new`):
 
 With `--data`, the tables are read first (every party's, one per party, in --parties order) and
 the job is written from them: the same feature columns on every party (written into the job as
-its schema, `columns`), the label column's classes, the number of classes. Without, the job names a placeholder class count to edit.
+its schema, `columns`), the label column's classes, the number of classes. Without, the job names
+a placeholder class count to edit.
 Every party goes on with two (min_parties = 2, the job's and each party's alike).
 
 `allow add NAME PUBKEY` puts a party's public key (its `xclp-client keygen` line) into an
