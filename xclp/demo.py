@@ -57,6 +57,7 @@ class DemoOptions:
     lsh_bits: int = 1024
     data_dir: Path | None = None
     keep: Path | None = None
+    party_flags: tuple[str, ...] = ()  # more `xclp-client run` flags for every party (a benchmark's opt-ins)
 
     def __post_init__(self) -> None:
         if self.key_bits < 2048 and not self.insecure_test_keys:
@@ -152,7 +153,7 @@ def _party_cmd(work: Path, port: int, party: str, options: DemoOptions) -> list[
            "--min-parties", "2",  # the demo job goes on with two institutions if one is lost
            "--data", str(options.data / f"{party}.csv"),
            "--id-column", "row_id", "--paillier-bits", str(options.key_bits), "--out", str(work / "out" / party)]
-    return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else [])
+    return cmd + (["--insecure-test-keys"] if options.insecure_test_keys else []) + list(options.party_flags)
 
 
 def truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
