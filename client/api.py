@@ -231,12 +231,12 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
                                      budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
     result = take_part(config, source if held is None else held.loader(source), progress=say, rejoins=rejoins)
-    return replace(result, ids=_integer_ids(data, id_column),
+    return replace(result, ids=integer_ids(data, id_column),
                    validation=None if held is None else held.compare(result.job, result.data))
 
 
-def _integer_ids(data: Any, id_column: str | None) -> tuple[Any, ...] | None:
-    """A DataFrame's or Arrow table's id column, when it holds integers (issue 49: they came back as
+def integer_ids(data: Any, id_column: str | None) -> tuple[Any, ...] | None:
+    """A DataFrame's or Arrow table's id column, when it holds integers (they used to come back as
     text); None otherwise (a CSV's ids are text; without an id column the ids are row numbers)."""
     if id_column is None:
         return None

@@ -138,3 +138,20 @@ def test_a_partys_bad_table_is_named() -> None:
     data["b"] = (data["b"][0], np.where(data["b"][1] == 2, 7, data["b"][1]))
     with pytest.raises(InvalidInput, match="party 'b': label 7 at row .* out of range for a 3-class job"):
         simulate(XCLP, data, secure=False)
+
+
+def test_integer_ids_come_back_as_integers_as_xclp_client_run_gives_them() -> None:
+    """A DataFrame's integer id column: `predictions().id` holds the same integers as the column
+    (as `xclp.client.run` gives them), so a user can merge the two; before, the simulation gave
+    them as text and the merge failed."""
+    frames = {}
+    for p, (X, y) in parties().items():
+        frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+        frame["label"] = pd.array(np.where(y < 0, None, y), dtype="Int64")
+        frame["row_id"] = np.arange(len(y)) + 1000 * (ord(p) - ord("a"))
+        frames[p] = frame
+    sim = simulate(XCLP, frames, id_column="row_id", seed=SEED, secure=False)
+    for p, frame in frames.items():
+        got = sim[p].predictions()
+        assert got["id"].dtype.kind == "i" and got["id"].tolist() == frame["row_id"].tolist()
+        assert len(got.merge(frame, left_on="id", right_on="row_id")) == len(frame)

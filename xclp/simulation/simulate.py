@@ -86,7 +86,7 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
       FlyHash, RACE hashes and batch orders: the same seed gives the same result.
     Raises InvalidInput or ConfigError with what is wrong.
     """
-    from xclp.client.api import PartyResult
+    from xclp.client.api import PartyResult, integer_ids
     from xclp.client.run_config import JobResult
 
     started = time.perf_counter()
@@ -110,7 +110,8 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
     members = tuple(sorted(data))
     aggregates, details = _runner(params)(params, data, seed, secure)
     results = {p: PartyResult(JobResult(job_type, params, dim, seed, aggregates[p], members, scaling,
-                                        read[p].columns), read[p]) for p in parties}
+                                        read[p].columns), read[p], integer_ids(parties[p], id_column))
+               for p in parties}  # ids of the same type as xclp.client.run gives, so the two can be merged
     learns = _learns(params, data, scaling, details)
     return Simulation(job_type, params, secure, results, learns, time.perf_counter() - started, details)
 
