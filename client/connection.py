@@ -231,11 +231,12 @@ class Connection:
                 untrusted = untrusted_certificate(why, self.config.address)
                 if untrusted:  # no retry fixes that (issue 49: it retried for the whole timeout)
                     raise ConfigError(untrusted) from None
-                delay = backoff.next()
-                if clock() + delay > give_up:
+                left = give_up - clock()
+                if left <= 0:  # the last try was at the timeout: the message's seconds are the timeout's
                     raise DeadlineExceeded(f"the coordinator at {self.config.address} was not reachable for "
                                            f"{clock() - started:.0f} s (connect timeout {wait_seconds:g} s); last "
                                            f"error: {why}") from None
+                delay = min(backoff.next(), left)
                 if say is not None and why != reason:
                     say(f"the coordinator at {self.config.address} is not reachable ({why}); retrying with back-off "
                         f"for up to {wait_seconds:g} s")
