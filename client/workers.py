@@ -30,6 +30,7 @@ import logging
 import multiprocessing
 import os
 import select
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -171,7 +172,10 @@ def die_with_party(party: int) -> None:
     with SIGKILL runs no `finally`; its workers, children of its forkserver, then stayed under init
     for good (blocked on a task queue whose writer they hold themselves, and keeping the forkserver
     and the resource tracker alive with them). A thread waits on the party's pidfd (Linux 5.3+) and
-    ends the worker the moment the party is gone, mid-task or idle."""
+    ends the worker the moment the party is gone, mid-task or idle. Ctrl-C in the party's terminal
+    reaches its workers too: they leave it to the party, which ends them (each printed a bare
+    "Process ForkServerProcess-1:" traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         handle = os.pidfd_open(party)
     except ProcessLookupError:  # gone before the worker started

@@ -90,3 +90,25 @@ def test_abandoned_work_ends_now_and_the_next_task_gets_a_new_pool() -> None:
         assert not pool.abandon()  # done: nothing in flight
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+def _interrupted() -> int:
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in the party's terminal sends every process of it
+    return 7
+
+
+def test_ctrl_c_is_the_partys_to_handle_not_its_workers(capfd) -> None:
+    """A worker that gets SIGINT goes on (the party ends it): before, each worker died with a bare
+    "Process ForkServerProcess-1:" traceback on the terminal, and the pool broke."""
+    pool = make_executor(WorkerSpec(processes=1))
+    try:
+        try:
+            assert pool.submit(_interrupted).result(timeout=60) == 7
+        except KeyboardInterrupt:  # the worker's own, sent back as the task's error
+            pytest.fail("the pool worker took the Ctrl-C meant for the party")
+    finally:
+        pool.shutdown(wait=True)
+    assert "ForkServerProcess" not in capfd.readouterr().err
