@@ -112,6 +112,7 @@ class XclpParty(PartyJob):
         self.label_privacy: dict[str, Any] | None = None
         self.influence_meter: Meter | None = None
         self.started = time.monotonic()
+        self.since = "since the seed"  # what `started` is, in progress lines
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
         # training round too; the round's session id binds the round)
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
@@ -419,7 +420,7 @@ class XclpParty(PartyJob):
         return value
 
     def _elapsed(self) -> str:
-        return f"{time.monotonic() - self.started:.1f}s since the seed"
+        return f"{time.monotonic() - self.started:.1f}s {self.since}"
 
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:

@@ -67,6 +67,7 @@ def restored(job: XclpParty, ctx: PartyContext, meta: dict[str, Any], arrays: di
     """`job`, new, as `saved` described it: waiting for the SecureHamming attempt, or the
     SecureRowSums attempt, that its restart starts."""
     job.sizes = {str(p): int(n) for p, n in meta["sizes"].items()}
+    job.since = "since this process rejoined the run"  # not the seed, which an earlier process took
     hamming = job.hamming
     if "graph" in meta:  # Z̄ whole: SecureHamming and the influence columns are behind it
         job.graph = tuple((str(p), int(n)) for p, n in meta["graph"])

@@ -190,6 +190,7 @@ def test_a_party_killed_mid_securehamming_and_started_again_rejoins_its_run(keys
     assert "generating a 512-bit Paillier key" in party.said(first=True)
     assert "Paillier key" not in said  # it rejoins with the key it had, and makes none (it used to)
     assert "pieces of others kept from before" in said, said
+    assert "s since this process rejoined the run)" in said and "since the seed" not in said, said  # not the seed's
     assert not state.path.exists()  # deleted once the run was past SecureHamming
     assert not os.listdir(tmp_path / "state" / RUNS_DIR)
     results = outcome["results"]
