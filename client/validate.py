@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from xclp.baselines import per_client_lp
+from xclp.baselines import logistic_baseline, per_client_lp
 from xclp.client.ledger import data_digest
 from xclp.client.run_config import JobResult
 from xclp.client.session import DataLoader
@@ -73,5 +73,6 @@ class HeldOut:
         X = data.X if job.scaling is None else job.scaling.apply(data.X)
         alone = per_client_lp(X, data.y, params.n_classes, params.graph_params, params.normalise_labels).labels
         federated, _ = predict(job.aggregate)
+        local = logistic_baseline(X, data.y, params.n_classes)
         return Comparison(self.party, int(self.rows.size), accuracy(alone[self.rows], self.truth),
-                          accuracy(federated[self.rows], self.truth))
+                          accuracy(federated[self.rows], self.truth), baseline=accuracy(local[self.rows], self.truth))

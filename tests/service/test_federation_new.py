@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from tests.helpers import make_data, write_table
-from xclp.baselines import per_client_lp
+from xclp.baselines import logistic_baseline, per_client_lp
 from xclp.crypto import identity
 from xclp.errors import ConfigError, InvalidInput
 from xclp.server.config import load_job
 from xclp.server.federation import allow_add, new_federation
-from xclp.validation import hold_out
+from xclp.validation import hold_out, wilson
 
 BIN = Path(sys.executable).parent
 PARTIES = ("north", "south", "east")
@@ -100,8 +100,14 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
     alone = per_client_lp(X, hidden, params.n_classes, params.graph_params, params.normalise_labels).labels
     rows = [line.split(",") for line in (fed / PARTIES[0] / "out" / "predictions.csv").read_text().splitlines()[1:]]
     federated = np.array([int(r[1]) for r in rows])
-    expected = f"{PARTIES[0]:<16}{held.size:>9}{np.mean(alone[held] == y[held]):>9.3f}" \
-               f"{np.mean(federated[held] == y[held]):>11.3f}"
+    local = logistic_baseline(X, hidden, params.n_classes)
+
+    def cell(hits: np.ndarray) -> str:  # an accuracy and its 95 % Wilson interval, as the table prints it
+        low, high = wilson(float(np.mean(hits)), hits.size)
+        return f"{np.mean(hits):.3f} [{low:.2f}, {high:.2f}]"
+
+    expected = (f"{PARTIES[0]:<16}{held.size:>9}  {cell(alone[held] == y[held]):<20}"
+                f"{cell(federated[held] == y[held]):<20}{cell(local[held] == y[held])}")
     assert north.splitlines()[1] == expected, north
     assert held.size == 9 and "pooled" not in north
 

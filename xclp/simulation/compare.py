@@ -9,9 +9,14 @@ computation and only compared with at the end:
 - federated: the XCLP job simulated over every party (`simulate`, the plaintext reference, which
   the service's result equals);
 - pooled: the same propagation as alone on all the parties' rows in one table: the plaintext
-  reference a central data set would give, which no party can run.
-A party for which federating is worse than alone is warned (one it does not change, told): on a table where the parties'
-labels disagree, or whose columns do not carry the class, XCLP can do worse than each alone.
+  reference a central data set would give, which no party can run;
+- logistic: a logistic regression on the party's own labeled rows (`xclp.baselines.logistic_baseline`),
+  the plain supervised model it could fit without anyone.
+Each accuracy comes with its 95 % Wilson interval. A party for which federating is worse than alone
+beyond those intervals is warned; where they overlap it is told the held-out rows are too few to
+tell; and where the logistic regression beats federating beyond them, that a local model may serve
+it better. On a table where the parties' labels disagree, or whose columns do not carry the class,
+XCLP can do worse than each alone.
 
 `xclp-client simulate` runs this module in a process of its own (`python -m xclp.simulation.compare`
 with the request as JSON): a simulation drives the coordinator's steps too, and the party's
@@ -28,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from xclp.baselines import per_client_lp
+from xclp.baselines import logistic_baseline, per_client_lp
 from xclp.data import tables
 from xclp.errors import ConfigError, XclpError
 from xclp.propagation import predict
@@ -69,8 +74,9 @@ def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed:
         federated, _ = predict(sim[p].job.aggregate)
         mine = pooled[start: start + t.X.shape[0]]
         start += t.X.shape[0]
+        local = logistic_baseline(X[p], hidden[p].y, C)
         out.append(Comparison(p, int(rows.size), accuracy(alone[rows], truth), accuracy(federated[rows], truth),
-                              accuracy(mine[rows], truth)))
+                              accuracy(mine[rows], truth), accuracy(local[rows], truth)))
     return out
 
 
