@@ -301,7 +301,7 @@ def federation(args: argparse.Namespace) -> int:
         return EXIT_OK
     parties = [p.strip() for p in args.parties.split(",") if p.strip()]
     new_federation(args.dir, parties, args.data, job_type=args.type, label_column=args.label_column,
-                   id_column=args.id_column)
+                   id_column=args.id_column, say=lambda line: print(f"xclp-server: {line}", file=sys.stderr))
     print(f"xclp-server: a {args.type} federation of {', '.join(parties)} in {args.dir}; the commands to run are in "
           f"{args.dir / 'README.md'}:\n", file=sys.stderr)
     print((args.dir / "README.md").read_text().split("```sh\n", 1)[1].split("```", 1)[0].rstrip())

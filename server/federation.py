@@ -13,8 +13,10 @@ commands and a hand-written allow-list made before (issue 49, like `flwr new`):
 
 With `--data`, the tables are read first (every party's, one per party, in --parties order) and
 the job is written from them: the same feature columns on every party (written into the job as
-its schema, `columns`), the label column's classes, the number of classes. Without, the job names
-a placeholder class count to edit.
+its schema, `columns`), the label column's classes, the number of classes, and what the tables
+need, each said with its reason (xclp.data.survey): text columns declared categorical with their
+levels, `impute = "mean"` for empty cells, `standardise = true` for scales more than tenfold
+apart. Without, the job names a placeholder class count to edit.
 Every party goes on with two (min_parties = 2, the job's and each party's alike).
 
 `allow add NAME PUBKEY` puts a party's public key (its `xclp-client keygen` line) into an
@@ -25,12 +27,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from xclp.crypto import identity
 from xclp.data import tables
+from xclp.data.survey import MAX_LEVELS, STANDARDISE_RATIO, Survey, survey
 from xclp.errors import ConfigError, InvalidInput
 from xclp.runtime import read_toml, write_atomic, write_private
 from xclp.server import dev_ca
@@ -42,8 +45,11 @@ PORT = 50051
 
 
 def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = (), *, job_type: str = "xclp",
-                   label_column: str = tables.DEFAULT_LABEL, id_column: str | None = None) -> str:
-    """Write the federation (module docstring) under `root`; returns the README's text."""
+                   label_column: str = tables.DEFAULT_LABEL, id_column: str | None = None,
+                   say: Callable[[str], None] = lambda line: None) -> str:
+    """Write the federation (module docstring) under `root`; returns the README's text. What the
+    job proposes for the tables (categorical text columns, impute, standardise) is said on `say`,
+    each with its reason."""
     if len(parties) < 2 or len(set(parties)) != len(parties):
         raise ConfigError(f"--parties needs at least two distinct names, got {', '.join(parties) or 'none'}")
     for p in parties:
@@ -56,7 +62,9 @@ def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = ()
         raise ConfigError(f"--data names {len(data)} tables for {len(parties)} parties: one per party, in order")
     if root.exists() and any(root.iterdir()):
         raise ConfigError(f"{root} is not empty; give a new directory")
-    params, keys = _params(job_type, [Path(d).resolve() for d in data], label_column, id_column)
+    params, keys, proposals = _params(job_type, [Path(d).resolve() for d in data], label_column, id_column)
+    for proposal in proposals:
+        say(f"the job proposes: {proposal}")
 
     dev_ca.init_ca(root / "ca")
     coordinator = root / "coordinator"
@@ -95,22 +103,38 @@ def new_federation(root: Path, parties: Sequence[str], data: Sequence[Path] = ()
     return readme
 
 
-def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: str | None) -> tuple[str, int]:
-    """The job's [params], from the tables when there are some, checked; and its Paillier key size
-    (0: none)."""
+def _params(job_type: str, data: Sequence[Path], label_column: str,
+            id_column: str | None) -> tuple[str, int, list[str]]:
+    """The job's [params], from the tables when there are some, checked; its Paillier key size (0:
+    none); and what the tables need that the job proposes, each with its reason."""
+    found = survey(data, label_column, id_column) if data else Survey()
+    proposals, extra = [], []
+    for name, levels in found.levels.items():
+        if len(levels) > MAX_LEVELS:
+            raise InvalidInput(f"column {name!r} holds text with {len(levels)} distinct values, too many for a "
+                               f"category (at most {MAX_LEVELS}): drop it, or name it with --id-column if it is the "
+                               "row id")
+        proposals.append(f"column {name!r} holds text: declared categorical with its {len(levels)} levels "
+                         f"({', '.join(levels[:5])}{', ...' if len(levels) > 5 else ''}), one 0/1 column each")
+    categorical = {name: tuple(levels) for name, levels in found.levels.items()}
+    empty = {c: n for c, n in found.empty.items() if n}
+    if empty:
+        proposals.append(f"{sum(empty.values())} empty feature cells (in {', '.join(sorted(empty))}): impute = "
+                         '"mean" fills them with the pooled mean')
+        extra.append('impute = "mean"')
+    if found.scale_ratio > STANDARDISE_RATIO:
+        proposals.append(f"the columns' scales differ {found.scale_ratio:.0f}-fold (more than {STANDARDISE_RATIO:g}): "
+                         "standardise = true scales each by the pooled mean and standard deviation")
+        extra.append("standardise = true")
     classes: list[str] = []
     n_classes = 0
-    columns: tuple[str, ...] | None = None
     for path in data:
-        table = tables.load(path, label_column=label_column, id_column=id_column)
-        if columns is not None and table.columns != columns:
-            raise InvalidInput(f"{path} has the feature columns {', '.join(table.columns)}, not those of the "
-                               f"first table ({', '.join(columns)}): every party needs the same columns")
-        columns = table.columns
+        table = tables.load(path, label_column=label_column, id_column=id_column, categorical=categorical)
         if table.labels is not None:
             classes.extend(v for v in table.labels.values if v not in classes)
         elif table.y is not None and table.labeled.any():
             n_classes = max(n_classes, int(table.y.max()) + 1)
+        width = table.X.shape[1]
     if data and not classes and not n_classes:
         raise InvalidInput(f"no table has a labeled row in its {label_column!r} column (--label-column)")
     numeric = all(c.lstrip("-").isdigit() for c in classes)
@@ -120,16 +144,25 @@ def _params(job_type: str, data: Sequence[Path], label_column: str, id_column: s
     starter = registry.get(job_type).starter
     assert starter is not None
     values: dict[str, Any] = {"n_classes": count, **({"classes": classes} if classes else {}),
-                              **starter(len(columns) if columns else 5)}
-    parsed = registry.parse_params(job_type, values)  # what the coordinator will check, checked now
+                              **starter(width if data else 5)}
+    checked = {**values, **({"columns": list(found.columns)} if data else {}),
+               **({"categorical": {k: list(v) for k, v in categorical.items()}} if categorical else {}),
+               **({"impute": "mean"} if empty else {}), **({"standardise": True} if "standardise = true" in extra
+                                                              else {})}
+    parsed = registry.parse_params(job_type, checked)  # what the coordinator will check, checked now
     lines = [f"n_classes = {count}" + ("" if data else "   # the number of classes of your label column")]
     if classes:
         lines.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
-    if columns:  # the job's schema: every party is checked against it, not against the first to join
-        lines.append(f"columns = {json.dumps(list(columns), ensure_ascii=False)}")
+    if data:  # the job's schema: every party is checked against it, not against the first to join
+        lines.append(f"columns = {json.dumps(list(found.columns), ensure_ascii=False)}")
+    lines += extra
     lines += [f"{k} = {v}" for k, v in values.items() if k not in ("n_classes", "classes")]
+    if categorical:
+        lines.append("\n[params.categorical]")
+        lines += [f"{json.dumps(name, ensure_ascii=False)} = {json.dumps(list(levels), ensure_ascii=False)}"
+                  for name, levels in categorical.items()]
     keys = parsed.paillier
-    return "\n".join(lines) + "\n", keys.bits if keys is not None else 0
+    return "\n".join(lines) + "\n", keys.bits if keys is not None else 0, proposals
 
 
 def _readme(root: Path, parties: Sequence[str], job_type: str, job_id: str, with_data: bool) -> str:

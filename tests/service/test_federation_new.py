@@ -139,3 +139,35 @@ def test_allow_add_puts_a_keygen_line_in_the_allow_list_and_refuses_a_second_key
         allow_add(allow, "c", "rsa:AAAA")
     allow_add(allow, "a", identity.public_key_text(identity.generate_identity()), replace=True)
     assert len(tomllib.loads(allow.read_text())["parties"]) == 2
+
+
+def test_the_scaffold_proposes_what_the_tables_need_and_its_job_runs_without_edits(tmp_path, capsys) -> None:
+    """Scales a thousandfold apart, an empty cell and a text column: the scaffold wrote none of
+    `standardise`, `impute` or `[params.categorical]` (results then swung from seed to seed, the run
+    failed on the empty cell, and the text column's error named no fix). It now proposes each, says
+    why, and the job it writes runs on the tables as they are."""
+    from xclp.simulation import simulate
+
+    rng = np.random.default_rng(4)
+    paths = []
+    for i, p in enumerate(PARTIES):
+        y = rng.integers(0, 2, size=30)
+        lines = ["row_id,age,income,smoker,label"]
+        for k in range(30):
+            income = "" if (i, k) == (1, 3) else f"{50000 + 20000 * y[k] + rng.normal() * 5000:.0f}"
+            smoker = ["Yes", "No"][int(rng.random() < 0.3 + 0.4 * y[k])]
+            label = "" if k % 3 == 0 else str(int(y[k]))
+            lines.append(f"{p}-{k},{40 + 10 * y[k] + rng.normal() * 5:.1f},{income},{smoker},{label}")
+        paths.append(tmp_path / f"{p}.csv")
+        paths[-1].write_text("\n".join(lines) + "\n")
+    said: list[str] = []
+    new_federation(tmp_path / "fed", PARTIES, paths, label_column="label", id_column="row_id", say=said.append)
+    assert any("column 'smoker' holds text: declared categorical with its 2 levels (No, Yes)" in s for s in said)
+    assert any('1 empty feature cells (in income): impute = "mean"' in s for s in said)
+    assert any("scales differ" in s and "standardise = true" in s for s in said)
+    job_path = tmp_path / "fed" / "coordinator" / "xclp.toml"
+    job = load_job(job_path)
+    assert job.params.categorical == {"smoker": ("No", "Yes")} and job.params.impute == "mean"
+    assert job.params.standardise and job.params.columns == ("age", "income", "smoker")
+    sim = simulate(job_path, dict(zip(PARTIES, paths)), id_column="row_id", secure=False)  # no edits
+    assert all(len(sim[p].predictions()) == 30 for p in PARTIES)

@@ -194,7 +194,7 @@ def _sniff(header_line: str) -> str:
     return best if counts[best] else ","
 
 
-def _read_header(path: Path, delimiter: str | None) -> tuple[list[str], str, str]:
+def read_header(path: Path, delimiter: str | None) -> tuple[list[str], str, str]:
     """(column names, delimiter, a hint for messages when the delimiter looks wrong)."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -223,7 +223,7 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    header, sep, hint = _read_header(path, delimiter)
+    header, sep, hint = read_header(path, delimiter)
     try:
         features, label, ident = roles(header, path, label_column, id_column, hint, categorical)
     except InvalidInput:
