@@ -1,8 +1,8 @@
-"""Masked vs plain all-reduce through the real coordinator over localhost gRPC with TLS (DESIGN §6).
+"""Masked vs plain all-reduce through the real coordinator over localhost gRPC with TLS (docs/design.md §6).
 
 Three party processes each push a 10^6-element uint32 count array (shape 2 x 500000, job type
 flynn). "masked" is the product path: pairwise AES-CTR masks and the party's self mask added
-before the push, then the self-mask reveal round (double masking, DESIGN §6.1). "plain" is the
+before the push, then the self-mask reveal round (double masking, docs/design.md §6.1). "plain" is the
 same service, same session code, with the pairwise masks skipped (a baseline only; the self mask
 and its reveal round stay, as the protocol has them). Each run's time is the slowest party's
 sum-step latency: from the coordinator's StepStart("sum") to the JobEnd after the aggregate came

@@ -1,4 +1,4 @@
-"""DBCL against unsketched federated SGD, and the property inference probe (paper 004; DESIGN §7).
+"""DBCL against unsketched federated SGD, and the property inference probe (Zhang & Wang 2021; docs/design.md §7).
 
 Accuracy (`xclp.simulation.run_dbcl`, the oracle the secure job equals): digits and breast cancer
 (sklearn, bundled), a held-out test set of 20 %, the rest split IID over 5 parties, features
@@ -14,7 +14,7 @@ the rounds, and "rounds to 95 %" the first evaluation reaching 95 % of the conve
 Communication: floats a party receives (and returns) per round for the sketched layers' weights,
 sketched over unsketched (`bytes_ratio`), and for the whole message (`round_bytes_ratio`).
 
-Probe (Melis et al. 2019, paper 004 §3): two parties on digits, federated SGD (no momentum, so the
+Probe (Melis et al. 2019, Zhang & Wang 2021 §3): two parties on digits, federated SGD (no momentum, so the
 step can be inverted). Each round the victim's batch has the property ("holds 8 rows of class
 3") or not (32 rows without class 3), at random. The adversary sees what a party sees: the
 released parameters of rounds t and t+1 (and their seeds), its own gradient and the batch sizes.
@@ -201,7 +201,7 @@ def _difference(kind: str, arch, shapes, before_sk, before: np.ndarray, after_sk
     """The adversary's estimate of W_t − W_{t+1} from two released vectors. Unsketched parts are
     exact. CountSketch: S_t W̃_t − S_{t+1} W̃_{t+1}, the paper's unbiased estimate. Uniform
     sampling (dropout): exact on the input rows kept in both rounds (W̃[col(i)] / value_i), zero
-    elsewhere — the overlap attack of paper 004 §4.4."""
+    elsewhere — the overlap attack of Zhang & Wang 2021 §4.4."""
     zeros = Network(arch, np.zeros(arch.n_params))
     (wb, bb), (wa, ba) = unpack(shapes, before), unpack(shapes, after)
     out_w = []

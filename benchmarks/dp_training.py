@@ -1,4 +1,4 @@
-"""What record-level DP costs the training jobs (issue 29): DP-DBCL and DP-FedAvg against the
+"""What record-level DP costs the training jobs: DP-DBCL and DP-FedAvg against the
 same runs without DP.
 
 Data: sklearn's digits (pixels / 16) and breast cancer (standardised with the training rows' mean

@@ -1,4 +1,4 @@
-"""FedAvg+XCLP against the paper's baselines (paper 003 §4.2, Table 4; DESIGN §7).
+"""FedAvg+XCLP against the paper's baselines (Scott et al. 2023 §4.2, Table 4; docs/design.md §7).
 
 Digits (sklearn, bundled): a held-out test set of 20 %, the rest split over 5 parties with
 Dirichlet(0.3) label skew, 5 % and 10 % of each party's rows labeled, 3 seeds. Features are
@@ -13,7 +13,7 @@ Reports the test accuracy after the last round, mean and std over seeds, and sec
 Paillier keys for a few rounds of pseudo_label = "xclp", and reports seconds per round split into
 XCLP and training (from the parties' progress lines).
 
-The paper's regime (paper 003 §4.2, Table 4: many clients, only some holding labels, ~2 % of the
+The paper's regime (Scott et al. 2023 §4.2, Table 4: many clients, only some holding labels, ~2 % of the
 rows labelled), `paper_regime` in the JSON (with --quick too): m ∈ {20, 50} clients, m_L = m/2 and
 m_L = m of them labelled, 2 % of the training rows labelled in all (spread over the labelled
 clients in proportion to their rows, at least one each), i.i.d. (equal random shares) and non-i.i.d.

@@ -1,4 +1,4 @@
-"""FlyNN vs kNN on sklearn's digits, 5-fold CV, the paper's Digits settings (paper 000 Table 6).
+"""FlyNN vs kNN on sklearn's digits, 5-fold CV, the paper's Digits settings (Ram & Sinha 2022 Table 6).
 
     python benchmarks/flynn_accuracy.py [--quick]
 

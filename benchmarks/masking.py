@@ -1,4 +1,4 @@
-"""Benchmark pairwise masking (DESIGN §5.6, §6) against the raw AES-CTR keystream it is built on.
+"""Benchmark pairwise masking (docs/design.md §5.6, §6) against the raw AES-CTR keystream it is built on.
 
     python benchmarks/masking.py [--quick] [--elements N] [--peers P] [--repeats R]
 

@@ -7,7 +7,7 @@ perfect scaling over the same number of workers, which flatters it). The floor i
 alone of the same number of ciphertexts on the same pool (twice, averaged; see main). Progress goes to stderr; the last
 stdout line is one JSON object.
 
-`--workers` is the pool's size (default: the cores), or a Dask scheduler (DESIGN §10.4):
+`--workers` is the pool's size (default: the cores), or a Dask scheduler (docs/design.md §10.4):
 `tls://host:8786` (TLS configured the Dask way, docs/cluster.md), or `local` to start one here over
 mutual TLS with a throwaway CA and as many single-threaded worker processes as cores. With a scheduler the
 packed protocol also runs on the cluster, alternating with a process pool of as many processes as

@@ -1,4 +1,4 @@
-"""XCLP accuracy on label-skewed clients vs per-client LP and central exact LP (paper 003 §4.1).
+"""XCLP accuracy on label-skewed clients vs per-client LP and central exact LP (Scott et al. 2023 §4.1).
 
 Digits (sklearn, bundled), 10 % of each client's rows labeled, 5 clients with Dirichlet(0.3)
 label skew, several seeds. Reports the mean accuracy on unlabeled rows of

@@ -1,17 +1,17 @@
-"""Candidate pairs against all pairs (DESIGN §10.3), on the plaintext reference of the same schedule.
+"""Candidate pairs against all pairs (docs/design.md §10.3), on the plaintext reference of the same schedule.
 
 The secure run equals the plaintext reference on the same candidate schedule (the contract of
-DESIGN §10.3), so what candidates cost in accuracy and save in SecureHamming work is measured here
+docs/design.md §10.3), so what candidates cost in accuracy and save in SecureHamming work is measured here
 without Paillier: per data set, 3 parties with label skew (Dirichlet 0.5 over the classes), 10 %
 of each party's rows labelled, the features standardised on the pooled moments (as the service's
 preparation does), L = 1024, k = 10, 2048-bit keys' K = 186 slots per ciphertext. Each party lists
 8 probes per row, and for each pair_budget the probes per row are the most that stay within it
-(choose_probes). Three centre designs side by side (issue 45, DESIGN §10.3), on the same split:
+(choose_probes). Three centre designs side by side (docs/design.md §10.3), on the same split:
 
 - `seed`: the centres the service uses, C directions drawn from the common seed and never moved
   (xclp.candidates.initial_centres): they depend on no one's data, so nothing is released before
   the probe table.
-- `kmeans`: exact federated spherical k-means, 8 rounds (the design before issue 45; a centre's sum
+- `kmeans`: exact federated spherical k-means, 8 rounds (the design before the seeded centres; a centre's sum
   pooled once 20 rows reached it). Consecutive rounds' exact sums differ by the rows that moved, so
   single rows can be read out of it: it is measured here as the baseline and no longer ships.
 - `dp-kmeans`: the same rounds with every count and sum noised, as distributed Skellam noise would
@@ -88,7 +88,7 @@ def next_centres(centres: np.ndarray, pooled_sums: np.ndarray, qualified: np.nda
 
 
 def kmeans_reference(parts: list[np.ndarray], C: int) -> np.ndarray:
-    """Exact federated spherical k-means as the service ran it before issue 45 (the baseline)."""
+    """Exact federated spherical k-means as the service ran it before the seeded centres (the baseline)."""
     c = cd.initial_centres(SEED, C, parts[0].shape[1])
     for _ in range(ROUNDS):
         qualified = np.sum([kmeans_counts(X, c) for X in parts], axis=0) >= MIN_ROWS

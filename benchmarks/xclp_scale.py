@@ -1,4 +1,4 @@
-"""XCLP at growing size through the real CLIs: time, distances/s and peak memory of every process (DESIGN §10).
+"""XCLP at growing size through the real CLIs: time, distances/s and peak memory of every process (docs/design.md §10).
 
 3 parties over gRPC + TLS on localhost (`xclp-server serve` and three `xclp-client run`), 2048-bit
 keys, L = 1024, k = 10, at 3 × 1 000, 3 × 2 000 and 3 × 4 000 rows (`--quick`: the first two).
@@ -10,7 +10,7 @@ For each size (JSON last line, one entry per size): wall_seconds (party processe
 all exited), secure_hamming_seconds and distances_per_second (cross distances / that step),
 coordinator_peak_mb and party_peak_mb (the largest of the three; VmHWM read from /proc while the
 process runs; each process's resident set every second goes to memory-<process>.tsv in the work
-dir) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of DESIGN §10.5,
+dir) beside coordinator_estimate_mb and party_estimate_mb (the before-work estimates of docs/design.md §10.5,
 which leave out the interpreter, its libraries and the party's table: compare them with the peak
 less coordinator_baseline_mb and party_baseline_mb, the resident sets of the coordinator and of the
 first party once that party has joined and waits for its peers), paillier_estimate_seconds (the
@@ -22,14 +22,14 @@ coordinator's graph (its test dump of W) equals the plaintext reference's kNN gr
 memory_growth compares the coordinator's peak at the largest size with the smallest against the
 row ratio and its square.
 
-With --candidates PAIR_BUDGET each size runs again on candidate pairs (DESIGN §10.3; --centres,
+With --candidates PAIR_BUDGET each size runs again on candidate pairs (docs/design.md §10.3; --centres,
 4 probes, 8 k-means rounds, centres of at least 20 rows) right after all pairs: its entries in
 candidate_pairs carry the probes and ciphertext fraction from the run summary, the speedup of
 SecureHamming and of the whole run against all pairs, and graph_equal_same_schedule (the
 coordinator's graph against the plaintext reference's on the same schedule).
 
 --candidates-only runs candidate pairs alone and --no-reference skips the plaintext graph (it
-holds the whole n × n H): the large run of issue 47 is
+holds the whole n × n H): the large run in docs/jobs/xclp.md is
 `--sizes 18000 --candidates 0.08 --centres 256 --standardise --candidates-only --no-reference`.
 
 Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
@@ -140,7 +140,7 @@ def graph_equal(work: Path, data: dict[str, np.ndarray], seed: bytes, key_bits: 
     mask = None if not candidates else schedule_mask(data, seed, candidates, SlotLayout(key_bits, lsh_bits).slots)
     reference = knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, lsh_bits, X.shape[1]))), lsh_bits,
                               GRAPH, mask)
-    if (work / "dump" / "H.npy").exists():  # a coordinator from before DESIGN §10.1 dumped its whole H
+    if (work / "dump" / "H.npy").exists():  # a coordinator from before docs/design.md §10.1 dumped its whole H
         held = knn_adjacency(np.load(work / "dump" / "H.npy"), lsh_bits, GRAPH)
         dumped = {part: getattr(held, part) for part in ("data", "indices", "indptr")}
     else:
@@ -196,7 +196,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     equal = graph_equal(work, data, seed, key_bits, lsh_bits, candidates) if reference else None
     secure = summary["steps"]["secure_hamming"]["seconds"]
     n = 3 * rows
-    # the before-work estimates (DESIGN §10.5) beside what was measured: the party's from its log
+    # the before-work estimates (docs/design.md §10.5) beside what was measured: the party's from its log
     # line, the coordinator's as check_start computes it (both leave out the interpreter and libraries)
     said = [re.search(r"estimated memory: ([\d.]+) GiB", (work / f"{p}.log").read_text()) for p in PARTIES]
     party_estimate = max(float(m.group(1)) * 1024 for m in said if m) if any(said) else None
@@ -218,7 +218,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
            "paillier_estimate_seconds": round(work_estimate, 1) if work_estimate is not None else None,
            "influence": summary.get("influence", {}),
-           # on candidate pairs, against the reference's graph on the same schedule (DESIGN §10.3)
+           # on candidate pairs, against the reference's graph on the same schedule (docs/design.md §10.3)
            ("graph_equal_same_schedule" if candidates else "graph_equal_all_pairs"): equal}
     if candidates:
         out["candidates"] = {**candidates, **summary.get("candidates", {})}
@@ -239,7 +239,7 @@ def main() -> None:
     ap.add_argument("--lsh-bits", type=int, default=1024)
     ap.add_argument("--candidates", type=budget, metavar="PAIR_BUDGET",
                     help="also run each size on candidate pairs within this pair_budget, or \"auto\" (one probe per "
-                         "row; DESIGN §10.3), side by side")
+                         "row; docs/design.md §10.3), side by side")
     ap.add_argument("--centres", type=int, default=64)
     ap.add_argument("--candidates-only", action="store_true",
                     help="with --candidates: candidate pairs alone (the sizes where all pairs would take days)")

@@ -9,13 +9,13 @@ the coordinator says:
 - the job type must be in `policy.job_types`;
 - the job must name, for this party, a data set of the agent's catalogue (`[datasets.<name>]`:
   path, label and id columns); jobs name data sets, never paths;
-- the party's policy (DESIGN §2.3) must accept the job: enough parties, DP if required, no
+- the party's policy (docs/design.md §2.3) must accept the job: enough parties, DP if required, no
   hidden label mask unless allowed, Paillier keys between `min_key_bits` and `max_key_bits`.
 
 A refused run is logged once, with the reason, and left alone. An accepted run runs on its own
 thread with a fresh Paillier key if the job needs one; every key bundle signs the run's nonce,
 and the session checks the coordinator still offers the same run with the same spec (the
-Challenge's spec must be the Offer's the policy accepted, DESIGN §2.5). Outputs go to
+Challenge's spec must be the Offer's the policy accepted, docs/design.md §2.5). Outputs go to
 `<out>/<job>/<run>/` atomically (client/outputs.py). A run that fails or is cancelled leaves
 nothing there; the agent logs why and goes on. SIGTERM or SIGINT: the agent stops polling, stops
 its runs (their partial outputs are removed) and exits 0. An agent killed in a run (SIGKILL, a
@@ -130,7 +130,7 @@ class AgentConfig:
     poll_seconds: float = 2.0
     join_wait: float = 60.0
     idle_timeout: float = 900.0
-    # issue 45: a coordinator could make an agent join 20 runs at once (a process pool and the data
+    # a coordinator could make an agent join 20 runs at once (a process pool and the data
     # each), and keep a joined run waiting for its roster forever with status messages
     max_runs: int = 2  # runs taken part in at once
     join_deadline: float = 1800.0  # seconds from Join to the roster

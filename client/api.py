@@ -323,7 +323,7 @@ def read_data(data: Any, *, label_column: str | None = tables.DEFAULT_LABEL, id_
         raise InvalidInput(f"cannot read {data}: no such file")
     try:
         early: PartyData | XclpError = read(None)
-    except tables.TextFeature as exc:  # said now, not only once the coordinator has answered (issue 49)
+    except tables.TextFeature as exc:  # said now, not only once the coordinator has answered
         early = exc
         say(f"WARNING: {exc}; this party can take part only in a job that declares that column categorical "
             "(it learns the job's parameters once connected)")

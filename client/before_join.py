@@ -131,7 +131,7 @@ def declining(config: RunConfig, conn: Connection, nonce: bytes, reason: pb.Decl
 
 def join_request(config: RunConfig, challenge: pb.ChallengeResponse, params: JobParams, data: PartyData,
                  x25519: X25519PrivateKey) -> tuple[identity.SignedBundle, pb.JoinRequest]:
-    """The party's signed key bundle for the run (DESIGN §4.1) and its Join: the bundle, its data
+    """The party's signed key bundle for the run (docs/design.md §4.1) and its Join: the bundle, its data
     summary and what its version understands."""
     keys = params.paillier
     # when the job hides the label mask the coordinator does not even learn how many rows are labeled

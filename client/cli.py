@@ -1,4 +1,4 @@
-"""`xclp-client`: one institution's party (DESIGN §9).
+"""`xclp-client`: one institution's party (docs/design.md §9).
 
     xclp-client keygen --party hospital-a --out keys/        # send keys/hospital-a.pub to the operator
     xclp-client run --coordinator coord.example.org:50051 --ca-cert ca.pem --job flynn-demo \\
@@ -233,7 +233,7 @@ def _read_party_toml(path: Path) -> dict[str, Any]:
 
 class Terminated(BaseException):
     """SIGTERM: unwind like Ctrl-C, so that every `finally` runs (the Paillier pool's processes end
-    with this one; issue 47: a SIGTERM'd party left its workers computing under init)."""
+    with this one; a SIGTERM'd party left its workers computing under init)."""
 
 
 def _terminated(signum: int, frame: object) -> None:

@@ -1,4 +1,4 @@
-"""The party's end of the wire: a TLS channel to the coordinator and the three calls (DESIGN §3).
+"""The party's end of the wire: a TLS channel to the coordinator and the three calls (docs/design.md §3).
 
 Parties only dial out. `Connection.challenge` retries while the coordinator is not reachable yet
 (institutions start in any order), backing off exponentially with jitter (`Backoff`) and saying
@@ -229,7 +229,7 @@ class Connection:
                     raise error_from_rpc(exc) from None
                 why = exc.details() or "unavailable"
                 untrusted = untrusted_certificate(why, self.config.address)
-                if untrusted:  # no retry fixes that (issue 49: it retried for the whole timeout)
+                if untrusted:  # no retry fixes that (it retried for the whole timeout)
                     raise ConfigError(untrusted) from None
                 left = give_up - clock()
                 if left <= 0:  # the last try was at the timeout: the message's seconds are the timeout's

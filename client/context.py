@@ -72,7 +72,7 @@ class ScopedPusher:
 class PartyContext:
     party_id: str
     params: JobParams
-    data: PartyData  # as prepared (DESIGN §8)
+    data: PartyData  # as prepared (docs/design.md §8)
     roster: Roster
     seed: bytes  # the scope's seed: the job's common seed, or a round's (xclp.fedavg.round_seed)
     masker: PairwiseMasker  # pairwise masks under the scope's session id
@@ -83,7 +83,7 @@ class PartyContext:
     executor: Executor | None = None  # where Paillier work runs (None: in this process)
     work_limits: WorkLimits = WorkLimits()  # refuse Paillier work estimated to take longer
     max_memory_bytes: int = 0  # refuse a layout whose estimated memory is larger (0: no limit)
-    # DESIGN §2.5: the public values this party accepted in the scope, and its identity key's
+    # docs/design.md §2.5: the public values this party accepted in the scope, and its identity key's
     # signature (what a masked sum signs before any reveal)
     transcript: Transcript = field(default_factory=lambda: Transcript(b""))
     sign: Callable[[bytes], bytes] = _unsigned

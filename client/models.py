@@ -1,9 +1,9 @@
-"""Model files a party writes after a job and `predict`/`query` read (DESIGN §9).
+"""Model files a party writes after a job and `predict`/`query` read (docs/design.md §9).
 
 A model file is an .npz (no pickles) holding the job type, its parameters (JSON), the data
 dimension, the job's common seed (so the party can rebuild the FlyHash / RACE hash functions —
 the file is as confidential as the model), the aggregate, and, when the job prepared the data
-(DESIGN §8), the pooled means, standard deviations and kept columns, so new rows are prepared
+(docs/design.md §8), the pooled means, standard deviations and kept columns, so new rows are prepared
 the same way, and the feature column names the model expects. Written atomically: a temp file in
 the same directory, then os.replace, so a reader never sees half a file.
 """

@@ -38,7 +38,7 @@ RUN_FILE = "run.json"
 
 
 def write_predictions(out: Path, data: PartyData, result: JobResult) -> Path:
-    """The XCLP output (DESIGN §5.7): id, label, confidence, score_<c>, atomically, own row ids.
+    """The XCLP output (docs/design.md §5.7): id, label, confidence, score_<c>, atomically, own row ids.
 
     `out` is a .csv file or a directory that gets predictions.csv.
     """

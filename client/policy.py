@@ -1,5 +1,5 @@
 """A party's own security policy, checked by the party whatever the coordinator or the job file
-say (DESIGN §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
+say (docs/design.md §2.3-2.4). The coordinator may be active: it may send any job spec and any schedule.
 
 - `check_job`, on the spec from the Challenge, before the party joins: enough parties, the DP the
   party requires (of its rows, --require-dp; of its labels, --require-label-dp), no hidden label
@@ -49,13 +49,13 @@ class PartyPolicy:
     min_parties: int = 3  # the smallest participant set this party masks with; never below 2
     require_dp: float | None = None  # if set: only DP jobs with epsilon <= this
     require_label_dp: float | None = None  # if set: only jobs whose labels spend epsilon <= this
-    allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (DESIGN §5.5)
+    allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (docs/design.md §5.5)
     insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
-    # the fewest shares of this party's self-mask seed that may rebuild it (never below 2, issue 25)
+    # the fewest shares of this party's self-mask seed that may rebuild it (never below 2)
     min_share_threshold: int = MIN_SHARE_THRESHOLD
     # DBCL layers released unsketched (the paper's output layer; plain federated SGD: all of them)
     allow_unsketched_layers: bool = False
-    # DBCL without record-level DP, whose rounds a coordinator can difference (issue 45)
+    # DBCL without record-level DP, whose rounds a coordinator can difference
     allow_non_dp_dbcl: bool = False
 
     def __post_init__(self) -> None:
@@ -91,7 +91,7 @@ class PartyPolicy:
             if epsilon is None and params.release_epsilon is not None:
                 raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes without DP, which releases the "
                                     "pooled mean and standard deviation of every feature exactly, outside the DP "
-                                    "guarantee that --require-dp asks for (DESIGN §8; the job can set "
+                                    "guarantee that --require-dp asks for (docs/design.md §8; the job can set "
                                     "moments_epsilon)")
             if epsilon is None:
                 labels_only = (" (its label-DP protects labels only, not the rows: see --require-label-dp)"
@@ -115,7 +115,7 @@ class PartyPolicy:
                                     f"requires epsilon <= {self.require_label_dp:g} (--require-label-dp)")
         if params.hides_labeled_rows and not self.allow_hide_label_mask:
             raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
-                                "of all its rows, from which peers can solve for labels (DESIGN §5.5); "
+                                "of all its rows, from which peers can solve for labels (docs/design.md §5.5); "
                                 "take part only with --allow-hide-label-mask")
         unsketched = params.unsketched_layers
         if unsketched and not self.allow_unsketched_layers:
@@ -150,7 +150,7 @@ def check_share_threshold(configured: int, holders: int, minimum: int, what: str
 
 @dataclass
 class StepGuard:
-    """What this party has answered so far, to refuse a schedule it must not follow (DESIGN §2.4)."""
+    """What this party has answered so far, to refuse a schedule it must not follow (docs/design.md §2.4)."""
 
     policy: PartyPolicy
     party_id: str

@@ -44,12 +44,12 @@ class RunConfig:
     join_wait_seconds: float = 60.0
     idle_seconds: float = 900.0  # give up if the coordinator sends nothing for this long
     roster_wait_seconds: float | None = None  # give up if the roster has not come this long after Join
-    paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (DESIGN §4.1)
+    paillier: PaillierKeypair | None = None  # published in the key bundle; XCLP jobs need one (docs/design.md §4.1)
     paillier_bits: int = 0  # without `paillier`: a key of this size is made when a job that needs one is joined
     # The pinned allow-list (party id -> Ed25519 identity key, `--peers`): the only keys this party
-    # accepts on a roster (DESIGN §2.1). Required: without it a coordinator could swap a peer's key.
+    # accepts on a roster (docs/design.md §2.1). Required: without it a coordinator could swap a peer's key.
     peers: Mapping[str, bytes] | None = None
-    policy: PartyPolicy = PartyPolicy()  # this party's own minimums (DESIGN §2.3)
+    policy: PartyPolicy = PartyPolicy()  # this party's own minimums (docs/design.md §2.3)
     workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (client/workers.py)
     # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
@@ -85,7 +85,7 @@ class JobResult:
     seed: bytes  # the job's common seed (secret from the coordinator)
     aggregate: np.ndarray
     participants: tuple[str, ...]
-    scaling: Scaling | None = None  # the pooled preparation (DESIGN §8), for predictions on new rows
+    scaling: Scaling | None = None  # the pooled preparation (docs/design.md §8), for predictions on new rows
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
     rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
     privacy: dict[str, Any] | None = None  # with DP: what its rows (privacy.dpsgd) or labels (privacy.label_dp) spent
@@ -93,7 +93,7 @@ class JobResult:
 
 def checked_table(data: PartyData, params: JobParams) -> PartyData:
     """A party's table as the job takes it, checked before joining (here and in xclp.simulation):
-    rows, labels as class numbers (DESIGN §8: names map by the declared order) in range, missing
+    rows, labels as class numbers (docs/design.md §8: names map by the declared order) in range, missing
     cells only if the job imputes, a width the job can use."""
     if data.X.shape[0] == 0:
         raise InvalidInput("the party's data has no rows")

@@ -1,11 +1,11 @@
-"""One party's run of one job: the party-side state machine (DESIGN §4, §6; docs/architecture.md).
+"""One party's run of one job: the party-side state machine (docs/design.md §4, §6; docs/architecture.md).
 
     (Challenge: the run nonce; a fresh bundle signing it; Join)
     JOINED  --Roster (every key pinned in --peers, every signature and nonce checked, own entry
               unmodified)--> KEYED
     KEYED   --StepStart "seed"--> the seed phase (client/phases/seed.py) --> SEEDED
     SEEDED  --StepStart "moments", message "moments_result" (a job that standardises or imputes,
-              DESIGN §8)--> the preparation (client/phases/prepare.py) prepares the table
+              docs/design.md §8)--> the preparation (client/phases/prepare.py) prepares the table
     SEEDED  every later step and message goes to the job type's PartyJob (xclp.v1.registry)
     any     --the job's result--> --JobEnd DONE--> DONE (result returned)
     JOINED  --JoinStatus--> tell the user who has joined and when the join deadline is
@@ -65,7 +65,7 @@ class PartySession:
     def __init__(self, config: RunConfig, data: PartyData | DataLoader, *,
                  progress: Progress = stderr_progress) -> None:
         self.config = config
-        # a loader reads the table once the job's parameters are known (categorical columns, DESIGN §8)
+        # a loader reads the table once the job's parameters are known (categorical columns, docs/design.md §8)
         self.loader: DataLoader | None = None if isinstance(data, PartyData) else data
         self.data = data if isinstance(data, PartyData) else _NOT_LOADED
         self.progress = progress
@@ -291,7 +291,7 @@ class PartySession:
             raise ProtocolError("the coordinator sent an empty item")
 
     def _payload_limit(self, frame: pb.Frame) -> int:
-        """What this party will buffer of a message of the frame's step (DESIGN §3): checked at its
+        """What this party will buffer of a message of the frame's step (docs/design.md §3): checked at its
         first frame; a step this party never gets a message of is refused there."""
         step, sender = frame.step, frame.sender
         if step == SEED_STEP:
@@ -317,14 +317,14 @@ class PartySession:
         signed = [identity.SignedBundle(b.bundle, b.signature) for b in roster.bundles]
         self.roster_signed = [(b.bundle, b.signature) for b in signed]
         assert self.signed is not None
-        # DESIGN §2.1: every key must be the one pinned in our own copy of the allow-list, and every
+        # docs/design.md §2.1: every key must be the one pinned in our own copy of the allow-list, and every
         # bundle must sign this run's nonce (no bundle of an earlier run comes back).
         self.roster = identity.verify_roster(signed, job_id=self.config.job_id, own=self.signed,
                                              allowed=self.config.peers)
         stale = [b.party_id for b in self.roster.bundles if b.nonce != self.run_nonce]
         if stale:
             raise InvalidSignature(f"the roster carries key bundles of another run for {', '.join(stale)}")
-        # DESIGN §2.5: one spec for all; a coordinator that showed parties different specs is caught here
+        # docs/design.md §2.5: one spec for all; a coordinator that showed parties different specs is caught here
         mine = self.roster.bundle(self.config.party_id).spec_digest
         other = [b.party_id for b in self.roster.bundles if b.spec_digest != mine]
         if other:
@@ -339,7 +339,7 @@ class PartySession:
             if bundle.party_id != self.config.party_id:
                 self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)
         self.masker = masking.PairwiseMasker(self.config.party_id, self.pair_secrets, self.roster.session_id)
-        # DESIGN §2.5: the session id hashes every signed bundle (spec digests, row counts, keys)
+        # docs/design.md §2.5: the session id hashes every signed bundle (spec digests, row counts, keys)
         self.transcript = Transcript(self.roster.session_id)
         self.seed = SeedParty(self.config.party_id, self.roster.session_id, self.pair_secrets, self, self.progress)
         self.stage = PartyStage.KEYED
@@ -353,7 +353,8 @@ class PartySession:
             raise ProtocolError(f"step {step.step!r} names participants outside the roster or without us")
         if members != sorted(set(members)):
             raise ProtocolError("step participants must be sorted and unique")
-        self.guard.check_step(step)  # DESIGN §2.3-2.4: minimum set, strictly shrinking restarts, nothing after a result
+        # docs/design.md §2.3-2.4: minimum set, strictly shrinking restarts, nothing after a result
+        self.guard.check_step(step)
         if step.step == SEED_STEP:  # again if the leader was lost: a new leader, a new seed for all
             if self.job is not None or self.prep is not None:
                 raise ProtocolError("the seed step started after the job's first step")
@@ -426,7 +427,7 @@ class PartySession:
                             min_parties=self.config.policy.min_parties)
 
     def _preparation(self) -> Preparation:
-        """The moments phase (DESIGN §8): only for a job that asks for it, before its first step."""
+        """The moments phase (docs/design.md §8): only for a job that asks for it, before its first step."""
         assert self.params is not None
         if not self.params.prepares:
             raise ProtocolError("the coordinator started the moments step of a job that neither standardises nor "
@@ -444,6 +445,7 @@ class PartySession:
                 raise ProtocolError("a job step started before this party had the common seed")
             assert self.params is not None
             if self.params.prepares and (self.prep is None or self.prep.scaling is None):
-                raise ProtocolError("the job's first step started before the pooled moments arrived (DESIGN §8)")
+                raise ProtocolError("the job's first step started before the pooled moments arrived "
+                                    "(docs/design.md §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job

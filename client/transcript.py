@@ -1,4 +1,4 @@
-"""What this party accepted as public, hashed (DESIGN §2.5): the party's transcript of a scope.
+"""What this party accepted as public, hashed (docs/design.md §2.5): the party's transcript of a scope.
 
 A coordinator that shows parties different public values (specs, layouts, models, seeds) can make
 their contributions mean different things, or cancel masks over rows that belong to nobody.

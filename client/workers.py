@@ -1,4 +1,4 @@
-"""Where a party's Paillier work runs (DESIGN §10.4): a local process pool by default, or the
+"""Where a party's Paillier work runs (docs/design.md §10.4): a local process pool by default, or the
 institution's own Dask distributed cluster (`--workers tls://scheduler:8786`).
 
 Every Paillier task (encrypt a batch of A's bit slices, evaluate a batch against some of B's rows,
@@ -100,7 +100,7 @@ def make_executor(spec: WorkerSpec | int | None) -> Executor | None:
 
 
 class LocalPool(Executor):
-    """A local process pool that starts at the first Paillier task, not at Join (issue 45): a
+    """A local process pool that starts at the first Paillier task, not at Join: a
     coordinator that gets an agent to join many runs, or a run that never reaches SecureHamming,
     costs no processes. Thread-safe; `shutdown` ends the processes if any started."""
 

@@ -1,3 +1,3 @@
 """Cryptographic primitives (`xclp.crypto`): Paillier and packed SecureHamming, pairwise masks, KDF,
-AEAD, fixed-point ring, identities and certificates (DESIGN §2, §4, §5.3, §5.6). No gRPC here;
+AEAD, fixed-point ring, identities and certificates (docs/design.md §2, §4, §5.3, §5.6). No gRPC here;
 DP noise, which the methods use, is `xclp.privacy.noise`."""

@@ -1,4 +1,4 @@
-"""AES-256-GCM sealing for small secrets relayed through the coordinator (DESIGN §4.3).
+"""AES-256-GCM sealing for small secrets relayed through the coordinator (docs/design.md §4.3).
 
 The leader's common seed travels to each peer sealed under that pair's "seed" key with
 AAD = session id, so the coordinator relays it without learning it. A sealed blob is

@@ -1,4 +1,4 @@
-"""A development certificate authority for TLS between the coordinator and the parties (DESIGN §2, §8).
+"""A development certificate authority for TLS between the coordinator and the parties (docs/design.md §2, §8).
 
 Keys are ECDSA P-256; the CA signs a server certificate (serverAuth, SANs = DNS names and IPs)
 and party client certificates (clientAuth, CN = party id) for optional mutual TLS. Everything here

@@ -1,4 +1,4 @@
-"""Fixed-point codec between float64 and the ring Z_{2^bits} (DESIGN §5.6).
+"""Fixed-point codec between float64 and the ring Z_{2^bits} (docs/design.md §5.6).
 
 x is encoded as v = round(x · 2^frac_bits) in two's complement (uint64 for 64 total bits, uint32
 for 32), so masked sums mod 2^bits decode to the sum of the inputs. Wrapping would silently turn a
@@ -129,7 +129,7 @@ LIMB_BITS = 32
 
 @dataclass(frozen=True)
 class WideFixedPoint:
-    """Fixed point wider than 64 bits, carried in 32-bit limbs of a Z_2^64 ring (DESIGN §8).
+    """Fixed point wider than 64 bits, carried in 32-bit limbs of a Z_2^64 ring (docs/design.md §8).
 
     x is encoded as v = round(x · 2^frac_bits), two's complement mod 2^(32·limbs), split into
     `limbs` 32-bit digits, each stored in a uint64: float64[...] -> uint64[..., limbs]. Summing

@@ -1,4 +1,4 @@
-"""Long-term Ed25519 identities, signed key bundles and the signed roster (DESIGN §2, §4.1).
+"""Long-term Ed25519 identities, signed key bundles and the signed roster (docs/design.md §2, §4.1).
 
 Each party owns an Ed25519 identity key; the coordinator's allow-list names its public key.
 For every job a party draws a fresh X25519 key (and, for XCLP, a Paillier key) and signs a
@@ -29,8 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from xclp.errors import ConfigError, InvalidInput, InvalidSignature, ProtocolError
 
 _PARTY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# v3: the masked sums share self-mask seeds for recovery (issue 25), which a v2 party neither
-# sends nor answers; v2: the bundle signs the job spec (DESIGN §2.5)
+# v3: the masked sums share self-mask seeds for recovery, which a v2 party neither
+# sends nor answers; v2: the bundle signs the job spec (docs/design.md §2.5)
 _BUNDLE_TAG = b"xclp/key-bundle/v3"
 _OLD_BUNDLE_TAGS = {b"xclp/key-bundle/v1": "which signs no job spec",
                     b"xclp/key-bundle/v2": "whose masked sums cannot recover a party lost while revealing"}
@@ -112,13 +112,13 @@ def verify_signature(public: bytes, signature: bytes, data: bytes) -> bool:
 
 @dataclass(frozen=True)
 class KeyBundle:
-    """What a party publishes for one job, signed by its identity key (DESIGN §4.1).
+    """What a party publishes for one job, signed by its identity key (docs/design.md §4.1).
 
     identity_public, x25519_public: 32 raw bytes each. nonce: 16 random bytes (fresh per run).
     paillier_n, paillier_hs: big-endian Paillier modulus N and h_s = h^N mod N² (XCLP only, else b"").
-    spec_digest: SHA-256 of the job spec as this party understood it (xclp.v1.spec, DESIGN §2.5);
+    spec_digest: SHA-256 of the job spec as this party understood it (xclp.v1.spec, docs/design.md §2.5);
     every party refuses a roster whose bundles sign different digests.
-    rows, labeled_rows, dim: the party's data summary (DESIGN §4.1), signed so that every peer
+    rows, labeled_rows, dim: the party's data summary (docs/design.md §4.1), signed so that every peer
     holds the same row counts (the XCLP layout is checked against them).
     """
 
@@ -288,7 +288,7 @@ def _peek_id(signed: SignedBundle) -> str:
         raise InvalidSignature(f"malformed key bundle in roster: {exc}") from None
 
 
-# --- allow-lists (the coordinator's, and each party's pinned copy, DESIGN §2.1) --------------
+# --- allow-lists (the coordinator's, and each party's pinned copy, docs/design.md §2.1) --------------
 
 
 def allow_list(table: object, *, source: str = "the allow-list") -> Mapping[str, bytes]:

@@ -1,14 +1,14 @@
-"""Key derivation for pairwise secrets (DESIGN §4.2).
+"""Key derivation for pairwise secrets (docs/design.md §4.2).
 
 Every key the protocols use is derived from a pairwise X25519 secret by HKDF-SHA256 (RFC 5869):
 
     key = HKDF-SHA256(ss_ij, salt=session_id, info=b"xclp/<purpose>/<attempt>/<digest>")
 
 where `digest` is the SHA-256 hex digest of the sorted participant ids joined by "\\n". Binding the
-purpose, the attempt (a step's retry number; DESIGN §4.2 calls it the round) and the participant
+purpose, the attempt (a step's retry number; docs/design.md §4.2 calls it the round) and the participant
 set into `info` gives a fresh key for every step and every restart: a step restarted without a
 dropped party has a different participant set, and a retry with the same set must use a new
-attempt, so no mask is ever reused (DESIGN §4.2, §5.6).
+attempt, so no mask is ever reused (docs/design.md §4.2, §5.6).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def participant_set_digest(participants: Iterable[str]) -> str:
 
 
 def key_info(purpose: str, attempt: int, participants: Iterable[str]) -> bytes:
-    """The HKDF `info` string b"xclp/<purpose>/<attempt>/<participant-set digest>" (DESIGN §4.2)."""
+    """The HKDF `info` string b"xclp/<purpose>/<attempt>/<participant-set digest>" (docs/design.md §4.2)."""
     if not isinstance(purpose, str) or not purpose:
         raise InvalidInput(f"purpose must be a non-empty string, got {purpose!r}")
     if "/" in purpose:
@@ -73,8 +73,8 @@ def derive_key(
     """A `length`-byte key for one (session, purpose, attempt, participant set) from a pairwise secret.
 
     Both ends of a pair derive the same key because the secret is symmetric and the participant
-    set is hashed in sorted order (DESIGN §4.2). `transcript`, if given, is the hash of the public
-    values the party accepted (DESIGN §2.5): two parties with different views get different keys.
+    set is hashed in sorted order (docs/design.md §4.2). `transcript`, if given, is the hash of the public
+    values the party accepted (docs/design.md §2.5): two parties with different views get different keys.
     """
     if not isinstance(shared_secret, (bytes, bytearray)) or len(shared_secret) == 0:
         raise InvalidInput("shared_secret must be non-empty bytes (the raw X25519 output)")

@@ -1,12 +1,12 @@
-"""Pairwise additive masks in Z_{2^32} / Z_{2^64} (DESIGN §4.2, §5.6, §6).
+"""Pairwise additive masks in Z_{2^32} / Z_{2^64} (docs/design.md §4.2, §5.6, §6).
 
 Party i adds M_i = Σ_{k≠i} ±PRG(key_ik) (+ if i < k in string order, − otherwise) to its array.
 Each pair's two terms cancel in the coordinator's sum mod 2^bits, so the coordinator learns the
 aggregate only, while each masked array on its own is uniform in the ring.
 
 - Key agreement: X25519 (`cryptography`); the public keys are signed elsewhere (crypto/identity.py).
-- Keys: `crypto.kdf.derive_key`, fresh per (purpose, attempt, participant set) (DESIGN §4.2).
-- PRG: AES-256-CTR keystream read little-endian as uint32/uint64 (DESIGN §5.6).
+- Keys: `crypto.kdf.derive_key`, fresh per (purpose, attempt, participant set) (docs/design.md §4.2).
+- PRG: AES-256-CTR keystream read little-endian as uint32/uint64 (docs/design.md §5.6).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _SWAP_WORDS = sys.byteorder != "little"
 
 
 def generate_x25519() -> X25519PrivateKey:
-    """A fresh X25519 key from the OS CSPRNG (DESIGN §2)."""
+    """A fresh X25519 key from the OS CSPRNG (docs/design.md §2)."""
     return X25519PrivateKey.generate()
 
 
@@ -72,7 +72,7 @@ def keystream(
 
     The initial counter block is zero by default. That is safe because every key is used for
     exactly one keystream: keys are derived per (session, purpose, round, participant set, pair)
-    and `PairwiseMasker` refuses to reuse a (purpose, attempt, participant set) (DESIGN §4.2).
+    and `PairwiseMasker` refuses to reuse a (purpose, attempt, participant set) (docs/design.md §4.2).
     `counter` exists for published test vectors (NIST SP 800-38A F.5.5).
     """
     dt = _ring_dtype(dtype)
@@ -88,12 +88,12 @@ def keystream(
 
 @dataclass(frozen=True)
 class PairwiseMasker:
-    """One party's pairwise masks for one session (DESIGN §5.6, §6).
+    """One party's pairwise masks for one session (docs/design.md §5.6, §6).
 
     `secrets` maps peer id -> raw X25519 shared secret (from `shared_secret`). The masker remembers
     every (purpose, attempt, participant set) it has produced a mask for and refuses a second use
     (`ReplayRefused`): publishing two different arrays under the same mask would reveal their
-    difference. A restarted step must therefore use a new attempt (DESIGN §5.6). `mask` and `apply`
+    difference. A restarted step must therefore use a new attempt (docs/design.md §5.6). `mask` and `apply`
     share that ledger: whoever obtains a mask may publish with it, so either call uses the slot up.
     The ledger lives in memory: a party process that restarts mid-session must join a new session.
     """
@@ -148,7 +148,7 @@ class PairwiseMasker:
               transcript: bytes = b"") -> np.ndarray:
         """values + M mod 2^bits as a new array (same dtype/shape; `values` is never mutated).
 
-        `transcript`: the hash of the public values this party accepted (DESIGN §2.5), bound into
+        `transcript`: the hash of the public values this party accepted (docs/design.md §2.5), bound into
         every pairwise key, so masks cancel only among parties that saw the same."""
         if not isinstance(values, np.ndarray):
             raise InvalidInput(f"values must be a numpy array, got {type(values).__name__}")
@@ -168,7 +168,7 @@ class PairwiseMasker:
                 continue
             key = derive_key(self.secrets[peer], session_id=self.session_id, purpose=purpose, attempt=attempt,
                              participants=members, transcript=transcript)
-            # DESIGN §5.6: + if my id sorts before the peer's, − otherwise, so each pair cancels.
+            # docs/design.md §5.6: + if my id sorts before the peer's, − otherwise, so each pair cancels.
             encryptors.append((self.my_id < peer, _encryptor(key, ZERO_COUNTER)))
         with self._lock:  # check-and-record is atomic, so two threads cannot both use a slot
             if slot in self._used:

@@ -1,4 +1,4 @@
-"""Paillier keys for SecureHamming: CRT secret-key operations and fixed-base randomness (DESIGN §5.3).
+"""Paillier keys for SecureHamming: CRT secret-key operations and fixed-base randomness (docs/design.md §5.3).
 
 Encryption is Enc(m) = (1 + m·N) · h_s^a mod N² (Damgård–Jurik–Nielsen, "A generalization of
 Paillier's public-key system", §4.1): instead of a fresh r^N with r uniform in Z*_N, the
@@ -10,7 +10,7 @@ Assumption (stated once, relied on everywhere):
   * Against anyone without the factorisation (party B): DCR plus the DJN short-exponent
     assumption — h_s^a with a uniform in [0, 2^exponent_bits) is computationally
     indistinguishable from a uniform element of the subgroup ⟨h_s⟩ of N-th residues.
-  * Against the key owner (party A, who knows p and q, DESIGN §5.3 "fresh randomness is
+  * Against the key owner (party A, who knows p and q, docs/design.md §5.3 "fresh randomness is
     mandatory"): D's randomness is h_s^(S_x + a') where S_x = Σ_l ±a_l is computable by A for
     any guess of x and a' is B's fresh exponent. This hiding is computational, not statistical
     (a' is shorter than the group order): testing one guess means deciding whether
@@ -23,12 +23,12 @@ Assumption (stated once, relied on everywhere):
   `allow_insecure_test_size=True`.
   h is not A's choice: x comes from a public hash of N (`derive_h`), so B recomputes h_s = h^N
   mod N² itself and refuses a key whose h_s differs (`PaillierPublicKey.check_h_s`); a malicious
-  A cannot pick a weak base (DESIGN §5.3). The signed key bundle binds h_s to A's identity.
+  A cannot pick a weak base (docs/design.md §5.3). The signed key bundle binds h_s to A's identity.
 
 Speed: h_s^a is a product of ⌈exponent_bits/window⌉ entries of a precomputed `FixedBaseTable`.
 The key owner keeps tables mod p² and mod q² and recombines by CRT (each half-size product is
 ~3x cheaper than one mod N², so ~1.4x overall); decryption is CRT too (two half-size powmods).
-Ciphertexts travel as fixed-width big-endian bytes, 2·|N|/8 each, concatenated (DESIGN §3).
+Ciphertexts travel as fixed-width big-endian bytes, 2·|N|/8 each, concatenated (docs/design.md §3).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _check_strength(modulus_bits: int, exponent_bits: int, allow_insecure: bool)
 
 
 def derive_h(n: mpz | int) -> mpz:
-    """h = −x² mod N with x = SHAKE-256("xclp/paillier/h" ‖ N) read as an integer mod N (DESIGN §5.3):
+    """h = −x² mod N with x = SHAKE-256("xclp/paillier/h" ‖ N) read as an integer mod N (docs/design.md §5.3):
     public, so both sides compute it, and a unit of Z_N for any N that is a product of two large primes."""
     n = mpz(n)
     width = (int(n).bit_length() + 7) // 8
@@ -108,9 +108,10 @@ class PaillierPublicKey:
 
     def check_h_s(self) -> None:
         """Refuse (ProtocolError) an h_s other than h^N mod N² for h from the hash of N: the key
-        owner must not choose the randomness base of the encryptions B makes (DESIGN §5.3)."""
+        owner must not choose the randomness base of the encryptions B makes (docs/design.md §5.3)."""
         if gmpy2.powmod(derive_h(self.n), self.n, self.nsquare) != self.h_s:
-            raise ProtocolError("the Paillier key's h_s is not derived from N (DESIGN §5.3): refusing a chosen base")
+            raise ProtocolError("the Paillier key's h_s is not derived from N (docs/design.md §5.3): refusing a "
+                                "chosen base")
 
     @cached_property
     def nsquare(self) -> mpz:
@@ -118,7 +119,7 @@ class PaillierPublicKey:
 
     @property
     def ciphertext_bytes(self) -> int:
-        """Fixed width of one serialised ciphertext: 2·|N|/8 (DESIGN §3)."""
+        """Fixed width of one serialised ciphertext: 2·|N|/8 (docs/design.md §3)."""
         return 2 * self.modulus_bits // 8
 
     def to_phe(self) -> phe.PaillierPublicKey:
@@ -312,7 +313,7 @@ class SecretKeyEncryptor:
 
 
 def ciphertexts_to_bytes(ciphertexts: Sequence[mpz], public: PaillierPublicKey) -> bytes:
-    """Fixed-width big-endian encoding, 2·|N|/8 bytes each, concatenated (DESIGN §3)."""
+    """Fixed-width big-endian encoding, 2·|N|/8 bytes each, concatenated (docs/design.md §3)."""
     width = public.ciphertext_bytes
     return b"".join(int(c).to_bytes(width, "big") for c in ciphertexts)
 

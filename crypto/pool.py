@@ -1,4 +1,4 @@
-"""A process pool for Paillier work (DESIGN §5.3 "all Paillier work runs in a process pool").
+"""A process pool for Paillier work (docs/design.md §5.3 "all Paillier work runs in a process pool").
 
 Callers create the pool once (`process_pool()`) and pass it as `executor` to the protocol steps;
 `run_tasks` also runs the same task functions in-process when `executor` is None (tests). Task

@@ -1,4 +1,4 @@
-"""Shamir's t-of-n secret sharing of 32-byte secrets over GF(p), p = 2^521 − 1 (issue 25: the
+"""Shamir's t-of-n secret sharing of 32-byte secrets over GF(p), p = 2^521 − 1 (the
 self-mask seeds of a masked sum, so that a party lost while revealing does not lose the sum).
 
 A secret s (32 bytes, read as an integer < 2^256 < p) is the constant term of a polynomial

@@ -4,10 +4,10 @@ This service plays the **evaluator**, a role no real institution has: it reads t
 (`<party>.truth.csv`, which no institution's container mounts) and every institution's results
 volume, and prints, for each institution, the accuracy on its unlabeled rows of
 
-- XCLP (together): its predictions.csv from the XCLP job (DESIGN §5.7);
+- XCLP (together): its predictions.csv from the XCLP job (docs/design.md §5.7);
 - alone (own LP): label propagation on its own rows only, same k, α, p (xclp.baselines);
 - FlyNN (together / alone): the federated FlyNN model it received, and one trained on its own
-  labeled rows with the same FlyHash (DESIGN §6; FlyNN trains on labeled rows only).
+  labeled rows with the same FlyHash (docs/design.md §6; FlyNN trains on labeled rows only).
 
 It also checks that every institution holds the same FlyNN model (FlyNN Theorem 4: the federated
 counts are the pooled counts) and shows the coordinator's XCLP run summary (steps, dropouts).

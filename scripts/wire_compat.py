@@ -76,7 +76,7 @@ for job in JOBS:
                 "--insecure-test-keys", "--workers", "0"]
         if job in ("xclp", "fedavg"):
             args += ["--paillier-bits", "512"]
-        if job == "dbcl":  # exact DBCL is opt-in (issue 45): the parties opt in here
+        if job == "dbcl":  # exact DBCL is opt-in: the parties opt in here
             args += ["--allow-non-dp-dbcl"]
         procs[p] = subprocess.Popen([str(party_bins[p] / args[0]), *args[1:]], stderr=subprocess.PIPE, text=True,
                                     cwd="/tmp")

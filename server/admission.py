@@ -1,4 +1,4 @@
-"""Who may join a run (DESIGN §2.1, §4.1): the checks of a party's signed key bundle and of its
+"""Who may join a run (docs/design.md §2.1, §4.1): the checks of a party's signed key bundle and of its
 data summary, and the lobby where joined parties wait for the others.
 
 The checks run in this order, so that a party that is not allowed at all hears that first,
@@ -40,13 +40,13 @@ DECLINE_REASONS = {pb.DeclineRequest.PRIVACY_BUDGET: "declined: its privacy budg
 
 class Lobby:
     """The parties that joined a run and wait for the others: admission, the join deadline, and
-    the JoinStatus every waiting party hears (DESIGN §9: no guessing why nothing happens)."""
+    the JoinStatus every waiting party hears (docs/design.md §9: no guessing why nothing happens)."""
 
     def __init__(self, config: JobConfig, allow_list: Mapping[str, bytes], clock: Callable[[], float],
                  check: Callable[[pb.DataSummary], None]) -> None:
         self.config, self.allow_list, self.check = config, allow_list, check
-        self.run_nonce = secrets.token_bytes(16)  # every key bundle of this run signs it (DESIGN §2.1)
-        self.spec_digest = spec_digest(config.spec(), self.run_nonce)  # and this (DESIGN §2.5)
+        self.run_nonce = secrets.token_bytes(16)  # every key bundle of this run signs it (docs/design.md §2.1)
+        self.spec_digest = spec_digest(config.spec(), self.run_nonce)  # and this (docs/design.md §2.5)
         self.parties: dict[str, Party] = {}
         self.declined: dict[str, str] = {}  # expected parties that said they will not join, and why
         self.deadline = clock() + config.join_seconds
@@ -75,7 +75,7 @@ class Lobby:
         return party
 
     def check_spec(self, bundle: KeyBundle) -> None:
-        """The bundle signs this run's spec as the coordinator sent it (DESIGN §2.5). The parties
+        """The bundle signs this run's spec as the coordinator sent it (docs/design.md §2.5). The parties
         check it among themselves; this check only tells an honest party early what went wrong."""
         if not hmac.compare_digest(bundle.spec_digest, self.spec_digest):
             raise InvalidInput(f"the key bundle of {bundle.party_id!r} signs another spec than job "
@@ -134,8 +134,8 @@ class Lobby:
 
 def authenticated(allow_list: Mapping[str, bytes], signed: SignedBundle) -> KeyBundle:
     """The bundle, if the allow-listed party it names signed it with its allowed identity key. A
-    caller who cannot sign as one hears one answer whether the party is unknown or the key another
-    (issue 45), before anything about jobs: nothing tells it who or what is known here."""
+    caller who cannot sign as one hears one answer whether the party is unknown or the key another,
+    before anything about jobs: nothing tells it who or what is known here."""
     try:
         claimed = KeyBundle.from_bytes(signed.bundle)
     except InvalidInput as exc:

@@ -1,4 +1,4 @@
-"""Coordinator settings: the allow-list of party identities and the job files (DESIGN §2, §8).
+"""Coordinator settings: the allow-list of party identities and the job files (docs/design.md §2, §8).
 
 allow-list TOML:                          job TOML:
     [parties]                                 job_id = "flynn-demo"

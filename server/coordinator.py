@@ -10,7 +10,7 @@ transition is recorded in the state store (server/store.py) as the job reports i
 (`RunEvents`); when the coordinator starts, runs a previous process left in flight become
 `interrupted`, and queued runs resume.
 
-Authentication choice (DESIGN §2, §3): a party proves who it is once, at Join, with a key bundle
+Authentication choice (docs/design.md §2, §3): a party proves who it is once, at Join, with a key bundle
 signed by its allow-listed Ed25519 identity key. The coordinator answers with a random 256-bit
 session token bound to that (run, party, bundle); every Pull and Push carries it as metadata and
 every frame's `sender` must be the party the token belongs to. Over TLS the token is as good as
@@ -337,7 +337,7 @@ class Coordinator:
         party = job.parties.get(party_id)
         if party is not None and party.end_delivered and job.stage in (Stage.CANCELLED, Stage.FAILED):
             # a call racing the JobEnd of a run that ended early: say how it ended, as the JobEnd does
-            # (issue 49: after `job cancel` two of three parties said "session token has expired")
+            # (after `job cancel` two of three parties said "session token has expired")
             if job.stage is Stage.CANCELLED:
                 if self._shutting_down:
                     raise RunInterrupted(job.outcome_reason)
@@ -389,7 +389,7 @@ class Coordinator:
         by = self._cancelled_by.get(job.run_id, "") if state == "cancelled" else ""
         self.store.set_steps(job.run_id, job.ledger.as_dict(), job.privacy().get("line", ""))
         self.store.set_state(job.run_id, state, job.outcome_reason, cancelled_by=by)
-        if job.config.summary_path is not None:  # the run summary the job file asks for (DESIGN §9)
+        if job.config.summary_path is not None:  # the run summary the job file asks for (docs/design.md §9)
             write_json_atomic(job.config.summary_path, job.summary(), mode=0o644)
         if self.metrics is not None:
             self.metrics.sent(job.config.job_type, sum(s.bytes_out for s in job.ledger.steps.values()))

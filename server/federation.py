@@ -2,7 +2,7 @@
 few CSVs, and the allow-list of a real one.
 
 `federation new DIR --parties a,b,c [--data a.csv b.csv c.csv] [--type xclp]` writes what ten
-commands and a hand-written allow-list made before (issue 49, like `flwr new`):
+commands and a hand-written allow-list made before (like `flwr new`):
 
     DIR/ca/                 a development CA (ca.pem; ca-key.pem, 0600, stays here)
     DIR/coordinator/        server.pem and server-key.pem (localhost, 127.0.0.1), allow.toml,

@@ -1,5 +1,5 @@
 """How many bytes one message may take, checked at its first frame before anything is buffered
-(DESIGN §3): a party's flood, or a message of a step that is not running, is refused there."""
+(docs/design.md §3): a party's flood, or a message of a step that is not running, is refused there."""
 
 from __future__ import annotations
 

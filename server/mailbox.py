@@ -1,5 +1,5 @@
 """What the coordinator keeps per party of a run: its signed bundle, its data summary, and the
-mailbox its Pull stream drains (DESIGN §3); and the post that fills the mailboxes."""
+mailbox its Pull stream drains (docs/design.md §3); and the post that fills the mailboxes."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ class Run:
         self.run_id = ""  # the coordinator's id of this run
         self.events: RunEvents | None = None
         self.ledger = StepLedger()  # seconds and bytes of every step, for the operator
-        self.scaling: Scaling | None = None  # DESIGN §8: the pooled preparation, if the job prepares
+        self.scaling: Scaling | None = None  # docs/design.md §8: the pooled preparation, if the job prepares
         self.outcome_reason = ""
         self.started_at = clock()
         self.done_event = threading.Event()
@@ -85,7 +85,7 @@ class Run:
 
     def challenge(self, party_id: str) -> pb.ChallengeResponse:
         """The run's nonce and spec for an expected party: nobody else learns the parameters, the
-        expected parties or any data set name (DESIGN §2.5)."""
+        expected parties or any data set name (docs/design.md §2.5)."""
         if party_id not in self.config.expected_parties:
             raise NotAuthorized(f"party {party_id!r} is not expected in job {self.config.job_id!r}")
         return pb.ChallengeResponse(run_nonce=self.run_nonce, spec=party_view(self.config.spec(), party_id),
@@ -443,7 +443,7 @@ class Run:
             party.ended = True
             party.mailbox.put(pb.PullItem(end=pb.JobEnd(outcome=outcome, reason=reason)))
 
-    def summary(self) -> dict[str, Any]:  # the run summary (DESIGN §9, server/jobs/summary.py): nothing sensitive
+    def summary(self) -> dict[str, Any]:  # the run summary (docs/design.md §9, server/jobs/summary.py)
         return run_summary(self)
 
     def privacy(self) -> dict[str, Any]:  # the run's privacy report (server/jobs/summary.py)

@@ -1,4 +1,4 @@
-"""The gRPC servicer: authenticate, validate and route; no protocol logic lives here (DESIGN §3).
+"""The gRPC servicer: authenticate, validate and route; no protocol logic lives here (docs/design.md §3).
 
 Join admits a party; Pull drains its mailbox; Push reassembles frames into validated messages
 and hands each to its job; Offers tells a party agent, by a call it signed, which runs wait for it.

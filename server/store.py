@@ -121,7 +121,7 @@ class StateStore:
         self.path = str(path)
         self.clock = clock
         self._lock = threading.RLock()
-        if self.path != ":memory:":  # its directory, made if need be, the coordinator's alone (issue 49)
+        if self.path != ":memory:":  # its directory, made if need be, the coordinator's alone
             parent = Path(self.path).parent
             try:
                 parent.mkdir(mode=0o700, parents=True, exist_ok=True)

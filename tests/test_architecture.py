@@ -1,4 +1,4 @@
-"""The arrows of DESIGN §1, checked on the source: who may import whom.
+"""The arrows of docs/design.md §1, checked on the source: who may import whom.
 
 Every module of the installed package is put in a layer by where it lives; every import it makes
 (top-level, lazy inside functions, relative) must point into a layer its own layer may use:
@@ -165,7 +165,7 @@ def test_only_the_registry_knows_the_job_types() -> None:
         assert isinstance(entry.coordinator, str) and layer(entry.coordinator.split(":")[0]) == "server", name
         assert isinstance(entry.party, str) and layer(entry.party.split(":")[0]) == "client", name
         assert callable(entry.coordinator_class()) and callable(entry.party_class())
-        # the simulation and a model file's loader, named the same way (issue 48)
+        # the simulation and a model file's loader, named the same way
         assert entry.simulation is None or callable(entry.simulation_runner()), name
         if entry.model_loader is not None:
             assert isinstance(entry.model_loader, str) and layer(entry.model_loader.split(":")[0]) == "client", name
@@ -178,7 +178,7 @@ SHARED = ("xclp.client.session", "xclp.client.api", "xclp.client.context", "xclp
 
 def params_dispatch(root: Path) -> list[str]:
     """isinstance over one job type's parameters (`XclpJobParams`, ...) in the modules every job
-    shares (issue 48): what differs by type is asked of the job type, through the registry."""
+    shares: what differs by type is asked of the job type, through the registry."""
     found = []
     for module, path in modules(root, PACKAGE_DIRS):
         if not any(module == s or (s.endswith(".") and module.startswith(s)) for s in SHARED):
@@ -215,7 +215,7 @@ def test_the_dispatch_checker_finds_a_comparison_and_a_list(tmp_path: Path) -> N
     assert found == ["xclp/a.py:1: compares a job_type", "client/b.py:1: lists job types ['fedavg', 'dbcl']"]
 
 
-MAX_MODULE_LINES = 450  # issue 48: a module a newcomer can read through
+MAX_MODULE_LINES = 450  # a module a newcomer can read through
 
 
 def test_no_installed_module_is_longer_than_a_newcomer_reads_through() -> None:

@@ -126,3 +126,49 @@ def test_search_finds_pages_in_the_site_opened_from_disk_without_a_network(site:
     assert re.fullmatch(r"\d+ matching documents", found[1].strip()), found[1]
     assert int(found[1].split()[0]) >= 3
     assert "operating.html" in done.stdout  # the operating page says how a lost connection is resumed
+
+
+# what a reader of the repository alone cannot follow: a design file outside it, a paper by its
+# number in a folder outside it, an issue of a tracker outside it
+UNFOLLOWABLE = re.compile(r"\bDESIGN\b|\bpaper 0\d\d\b|\b[Ii]ssues? \d+\b")
+DESIGN_SECTION = re.compile(r"docs/design\.md §(\d+)(?:\.(\d+))?")
+
+
+def _tracked_text() -> dict[str, str]:
+    listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    out = {}
+    for name in listed:
+        path = ROOT / name
+        if path.suffix in (".py", ".md", ".toml", ".yml", ".proto", ".pyi") or name == "Dockerfile":
+            if path.is_file() and not name.endswith(("_pb2.py", "_pb2_grpc.py")):
+                out[name] = path.read_text(errors="replace")
+    return out
+
+
+def test_every_reference_in_the_repository_can_be_followed_from_it() -> None:
+    """STYLE 7: the code, the docs and the tests cite the project's own design page
+    (docs/design.md §N.M, whose section N has an item M), papers by author and year as
+    docs/references.md lists them, and no issue numbers."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    sections = {int(m) for m in re.findall(r"^## (\d+)\. ", design, flags=re.M)}
+    found, dangling = [], []
+    for name, text in _tracked_text().items():
+        if name == "tests/test_docs.py":
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if UNFOLLOWABLE.search(line):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+            for section, _ in DESIGN_SECTION.findall(line):
+                if int(section) not in sections:
+                    dangling.append(f"{name}:{number}: docs/design.md §{section}")
+    assert found == [], "\n".join(found[:20])
+    assert dangling == [], "\n".join(dangling[:20])
+    references = (ROOT / "docs" / "references.md").read_text()
+    for cited in ("Scott et al. 2023", "Ram & Sinha 2022", "Coleman & Shrivastava 2021", "Zhang & Wang 2021"):
+        assert cited in references, cited
+
+
+def test_the_built_api_pages_cite_nothing_a_reader_cannot_follow(site: Path) -> None:
+    for page in site.rglob("*.html"):
+        text = html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+        assert not UNFOLLOWABLE.search(text), (page.relative_to(site), UNFOLLOWABLE.search(text))

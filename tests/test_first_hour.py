@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue 49): each paper cut as the command a user typed and what it
+"""A newcomer's first hour: each paper cut as the command a user typed and what it
 printed, now with what it prints instead."""
 
 from __future__ import annotations

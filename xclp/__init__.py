@@ -1,4 +1,4 @@
-"""xclp: secure multi-party label propagation, FlyNN and RACE for institutions (DESIGN §1).
+"""xclp: secure multi-party label propagation, FlyNN and RACE for institutions (docs/design.md §1).
 
 One import namespace. Its top-level modules are the methods as plain, network-free library code:
 LSH, Hamming matrices, the neighbour graph and influence matrix, label propagation, FlyNN, RACE,

@@ -1,4 +1,4 @@
-"""Plaintext baselines XCLP is compared with (paper 003 §4.1): per-client LP and central exact LP.
+"""Plaintext baselines XCLP is compared with (Scott et al. 2023 §4.1): per-client LP and central exact LP.
 
 Both run the same graph and propagation code as XCLP, on the exact cosine similarity
 max(⟨u, v⟩/‖u‖‖v‖, 0)^p instead of its LSH estimate:

@@ -1,8 +1,8 @@
-"""Candidate pairs for SecureHamming (DESIGN §10.3): evaluate only pairs of rows that can be neighbours.
+"""Candidate pairs for SecureHamming (docs/design.md §10.3): evaluate only pairs of rows that can be neighbours.
 
 All-pairs SecureHamming costs n_A·n_B distances per pair of parties; each row needs only its k
 nearest. The parties agree on C centres on the unit sphere, drawn from their common seed
-(`initial_centres`: they depend on no one's data, so nothing about them is released; issue 45
+(`initial_centres`: they depend on no one's data, so nothing about them is released;
 measured them against federated k-means, benchmarks/xclp_candidates.py), and each row lists its
 `probes` nearest centres (`nearest_centres`). A pair of rows of two parties is a **candidate** when both
 are on the list of a common centre:

@@ -44,7 +44,7 @@ class Saved:
 
 
 def with_scaling(saved: Saved, scaling: Scaling | None) -> Saved:
-    """`saved` with the pooled preparation (DESIGN §8), if any: how in `meta["scaling"]`, the
+    """`saved` with the pooled preparation (docs/design.md §8), if any: how in `meta["scaling"]`, the
     vectors as arrays "scaling.*" (copies: a checkpoint is taken under a lock and written after)."""
     if scaling is None:
         return saved

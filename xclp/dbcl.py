@@ -1,5 +1,5 @@
-"""Double-blind collaborative learning: the math of a round with sketched layers (paper 004 §2, §4.2;
-DESIGN §7).
+"""Double-blind collaborative learning: the math of a round with sketched layers (Zhang & Wang 2021 §2, §4.2;
+docs/design.md §7).
 
 Round t: the coordinator holds the network θ (xclp.nn) and draws, from the round's seed, a sketch
 S_ℓ ∈ R^{d_ℓ×s_ℓ} (xclp.sketch) for every sketched fully connected layer ℓ with d_ℓ inputs. It
@@ -45,7 +45,7 @@ def sketched_forward(X: np.ndarray, S: Sketch, W_sketched: np.ndarray, b: np.nda
 
 def sketched_backward(X: np.ndarray, S: Sketch, W_sketched: np.ndarray,
                       G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(∂ℓ/∂W̃ = (XS)ᵀG, ∂ℓ/∂b = Σ_rows G, ∂ℓ/∂X = G W̃ᵀ Sᵀ) for upstream G = ∂ℓ/∂Z (paper 004 §4.2)."""
+    """(∂ℓ/∂W̃ = (XS)ᵀG, ∂ℓ/∂b = Σ_rows G, ∂ℓ/∂X = G W̃ᵀ Sᵀ) for upstream G = ∂ℓ/∂Z (Zhang & Wang 2021 §4.2)."""
     dW, db, dXS = dense_backward(S.right(X), W_sketched, G)
     return dW, db, S.left(dXS.T).T
 
@@ -257,7 +257,7 @@ class ServerOptimiser:
     """The coordinator's step on θ from the mean unsketched gradient g.
 
     "sgd": v ← μ v + g, θ ← θ − η v (μ = 0: plain SGD).
-    "rmsprop": r ← ρ r + (1 − ρ) g², θ ← θ − η g / (√r + ε) (Tieleman and Hinton; paper 004 Fig. 2).
+    "rmsprop": r ← ρ r + (1 − ρ) g², θ ← θ − η g / (√r + ε) (Tieleman and Hinton; Zhang & Wang 2021 Fig. 2).
     """
 
     kind: str = "sgd"

@@ -1,4 +1,4 @@
-"""`xclp-client demo`: XCLP across three institutions on localhost, without Docker (DESIGN §5, §8).
+"""`xclp-client demo`: XCLP across three institutions on localhost, without Docker (docs/design.md §5, §8).
 
 What it does, as an operator and three institutions would (every role a real process):
 
@@ -71,7 +71,7 @@ class DemoOptions:
 
     def check_data(self) -> None:
         """Before anything starts: each institution's table and truth file, with the columns the demo
-        reads (issue 49: a --data-dir without row_id failed late, with a traceback)."""
+        reads (a --data-dir without row_id failed late, with a traceback)."""
         for party in PARTIES:
             for name, columns in ((f"{party}.csv", ("row_id", "label")),
                                   (f"{party}.truth.csv", ("row_id", "true_label"))):

@@ -53,7 +53,7 @@ class ReplayRefused(ProtocolError):
 
 
 class PolicyRefused(InvalidInput):
-    """The job asks for something this party's own policy refuses (DESIGN §2.3): too few parties,
+    """The job asks for something this party's own policy refuses (docs/design.md §2.3): too few parties,
     no or weaker DP than it requires, a hidden label mask it did not allow, small keys."""
 
 

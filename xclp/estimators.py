@@ -1,15 +1,15 @@
-"""scikit-learn estimators of xclp's methods, for local experiments (issue 32).
+"""scikit-learn estimators of xclp's methods, for local experiments.
 
 Before any institution is involved, a data scientist can try each method on pooled data with the
 conventions every Python ML user knows (`fit`, `predict`, `predict_proba`, `get_params`, pipelines,
 cross-validation):
 
-- `LSHLabelSpreading`: XCLP's method on one table (paper 003 Alg. 1 without the parties): LSH codes,
+- `LSHLabelSpreading`: XCLP's method on one table (Scott et al. 2023 Alg. 1 without the parties): LSH codes,
   the kNN graph on their Hamming distances, label propagation; `y = -1` marks unlabeled rows, as in
   sklearn.semi_supervised. What the federated job computes across parties, this computes on the
   rows it is given (the plaintext reference, xclp.reference, with one party).
-- `FlyNNClassifier`: FlyNN (paper 001): FlyHash and one Bloom filter per class.
-- `RaceDensity`: RACE (paper 002): a kernel density estimate from an LSH count sketch.
+- `FlyNNClassifier`: FlyNN (Ram & Sinha 2022): FlyHash and one Bloom filter per class.
+- `RaceDensity`: RACE (Coleman & Shrivastava 2021): a kernel density estimate from an LSH count sketch.
 
 `random_state` seeds the public structure (LSH projection, FlyHash, RACE's hashes) through
 xclp.seeding, so a fitted estimator's structure equals the federated job's for the same seed
@@ -132,7 +132,7 @@ class LSHLabelSpreading(_Classifier):
 
 
 class FlyNNClassifier(_Classifier):
-    """FlyNN (paper 001): m-dimensional FlyHash with s features per expansion row and rho winners,
+    """FlyNN (Ram & Sinha 2022): m-dimensional FlyHash with s features per expansion row and rho winners,
     one Bloom filter per class with decay gamma. s = None takes ⌈d/2⌉ (at least 1), and rho is
     capped at m. `predict_proba` is each class's familiarity (rho minus FlyNN's novelty score)
     over their sum; `predict` its argmax (exact ties: the first class, where the federated job
@@ -167,7 +167,7 @@ class FlyNNClassifier(_Classifier):
 
 
 class RaceDensity(BaseEstimator):
-    """RACE (paper 002): a kernel density estimate from an R × W sketch of LSH bucket counts
+    """RACE (Coleman & Shrivastava 2021): a kernel density estimate from an R × W sketch of LSH bucket counts
     (family "srp": the angular kernel (1 − θ/π)^p; "l2": p-stable with bucket width `bandwidth`).
     `score_samples(X)` is the log of the estimate per row (−inf where no sketched row shares a
     bucket), as sklearn.neighbors.KernelDensity's is of its density; `score(X)` their sum."""

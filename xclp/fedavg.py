@@ -1,4 +1,4 @@
-"""Federated averaging with pseudo-labels (paper 003 §4.2, Alg. 2; DESIGN §7): the math of one round.
+"""Federated averaging with pseudo-labels (Scott et al. 2023 §4.2, Alg. 2; docs/design.md §7): the math of one round.
 
 Round t (the coordinator holds θ):
 1. sample ⌈fraction · m⌉ of the m parties, a public seeded draw (`sample_parties`) that every
@@ -142,7 +142,7 @@ def training_set(X: np.ndarray, y: np.ndarray, pseudo: PseudoLabels | None) -> T
 
 def batches(data: TrainingSet, opt: SGD,
             rng: np.random.Generator) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """SGD batches of ClientUpdate (paper 003 §A.2): with pseudo-labels, each batch is b = min(batch,
+    """SGD batches of ClientUpdate (Scott et al. 2023 §A.2): with pseudo-labels, each batch is b = min(batch,
     labeled rows) labeled rows and b pseudo-labeled ones, |B_U| = |B_L|; an epoch passes once over
     the larger set while the smaller one cycles in fresh orders. Without, plain batches of rows."""
     n_l, n_u = data.y_labeled.shape[0], data.y_pseudo.shape[0]

@@ -1,13 +1,13 @@
 """FlyNN: FlyHash, Fly Bloom Filters and the federated, optionally private, count model.
 
-Paper 001 (Ram & Sinha, AAAI 2022) Algorithms 1 and 2, with DESIGN §6 fixing the details:
+Paper 001 (Ram & Sinha, AAAI 2022) Algorithms 1 and 2, with docs/design.md §6 fixing the details:
 
 - FlyHash h(x) = Γ_ρ(M·x) (paper eq. 2): M ∈ {0,1}^{m×d} has exactly s distinct ones per row, drawn
   from `public_rng(seed, "flyhash")`; Γ_ρ keeps the ρ largest of the m projections.
 - The model is the per-class count vectors c_l[i] = #{training points of class l whose hash has
   bit i}. Algorithm 1 stores FBFs w_l = γ^{c_l} instead; the counts are the log_γ of those and,
   unlike the FBFs, they are additive, so the federated model is the plain sum of the parties'
-  counts (Algorithm 2 line 10, Theorem 4) — what DESIGN §6's masked all-reduce computes.
+  counts (Algorithm 2 line 10, Theorem 4) — what docs/design.md §6's masked all-reduce computes.
 - Inference: argmin_l w_l·h(x) (Algorithm 1 line 12), ties broken by a seeded draw.
 
 Tie-breaking inside Γ_ρ is deterministic: when several projections equal the ρ-th largest value,
@@ -40,7 +40,7 @@ def _check_positive_int(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class FlyNNParams:
-    """FlyNN hyper-parameters (paper 001 Lemma 1; supplement Table 6 for the Digits values).
+    """FlyNN hyper-parameters (Ram & Sinha 2022 Lemma 1; supplement Table 6 for the Digits values).
 
     dim: data dimension d. m: FlyHash dimension (m ≫ d, e.g. 256·d). s: ones per row of M
     (s ≤ d, e.g. ⌊0.3·d⌋). rho: bits set in each hash (ρ ≤ m). gamma: FBF decay γ ∈ [0, 1);
@@ -116,7 +116,7 @@ def _winners(X: np.ndarray, indices: np.ndarray, rho: int, out: np.ndarray) -> N
     """out[p] = sorted indices of the ρ largest entries of M·X[p] (ties: smaller index wins).
 
     One pass over the m projections with a size-ρ heap whose root is the current worst winner:
-    O(m·s + m·log ρ) per row (paper 001 Lemma 1). Bits are scanned in increasing index, so a later
+    O(m·s + m·log ρ) per row (Ram & Sinha 2022 Lemma 1). Bits are scanned in increasing index, so a later
     bit with a projection equal to the root's never displaces it — the documented tie rule. Each
     projection is summed in increasing column order, so every party gets bit-identical hashes.
     """
@@ -150,7 +150,7 @@ class FlyHash:
     """The FlyHash h(x) = Γ_ρ(M·x), with M stored sparsely as `indices`: int32[m, s].
 
     Row i of `indices` lists (ascending) the s distinct columns where M[i] is one. Build it with
-    `from_seed` so every party derives the same M from the job's common seed (DESIGN §4.3).
+    `from_seed` so every party derives the same M from the job's common seed (docs/design.md §4.3).
     """
 
     params: FlyNNParams
@@ -170,7 +170,7 @@ class FlyHash:
 
     @classmethod
     def from_seed(cls, seed: Seed, params: FlyNNParams) -> FlyHash:
-        """Sample M (paper 001 Alg. 1 line 2) from `public_rng(seed, "flyhash")`."""
+        """Sample M (Ram & Sinha 2022 Alg. 1 line 2) from `public_rng(seed, "flyhash")`."""
         uniforms = public_rng(seed, "flyhash").random((params.m, params.s))
         indices = np.empty((params.m, params.s), dtype=np.int32)
         _sample_rows(uniforms, params.dim, indices)
@@ -201,7 +201,7 @@ def train_counts(flyhash: FlyHash, X: object, y: object, n_classes: int) -> np.n
     """Per-class counts c_l[i] = #{rows of class l whose hash has bit i}: uint32[C, m].
 
     The log_γ of Algorithm 1's FBFs; additive over any split of the rows (Theorem 4), which is
-    what lets the masked all-reduce of DESIGN §6 train the pooled model exactly.
+    what lets the masked all-reduce of docs/design.md §6 train the pooled model exactly.
     """
     data = check_features(X, d=flyhash.params.dim)
     labels = check_labels(y, n_classes, n=data.shape[0], allow_unlabeled=False)
@@ -292,7 +292,7 @@ def privatise_counts(
     *,
     discrete: bool = False,
 ) -> np.ndarray:
-    """One party's ε-DP release of its counts (paper 001 Alg. 2 lines 13–25, DESIGN §6).
+    """One party's ε-DP release of its counts (Ram & Sinha 2022 Alg. 2 lines 13–25, docs/design.md §6).
 
     Our reading of the paper: the mechanism acts on ONE vector per party — the party's own counts
     of all classes concatenated (m·L entries, Alg. 2 line 14), not per class — with the budget
@@ -311,7 +311,7 @@ def privatise_counts(
     Summing the parties' releases gives the DP federated counts (Alg. 2 line 10 in log space),
     which `FlyNNModel` accepts as they are. With `discrete=True` the noise is a two-sided
     geometric with the same scale (ε₀-DP for integer counts of sensitivity 1) and the result is
-    int64, so it fits the integer masked all-reduce of DESIGN §6 unchanged.
+    int64, so it fits the integer masked all-reduce of docs/design.md §6 unchanged.
 
     Noise is cryptographic unless a seeded `source` Generator is passed (tests only).
     """

@@ -1,6 +1,6 @@
 """The coordinator's graph step: H -> kNN graph -> normalised adjacency -> influence columns.
 
-Paper 003 Alg. 1 lines 4-8 with DESIGN §5.4's choices: similarity max(cos(π·H/L), 0)^p (p = 3 as in
+Paper 003 Alg. 1 lines 4-8 with docs/design.md §5.4's choices: similarity max(cos(π·H/L), 0)^p (p = 3 as in
 the authors' code), keep the k largest entries per row with ties broken by the smaller column
 index, W = B + Bᵀ with zero diagonal, 𝒲 = D^{-½} W D^{-½} (zero degrees read as 1), and
 S_L = (I − α𝒲)^{-1}[:, labeled], never forming a dense inverse.
@@ -51,7 +51,7 @@ InfluenceMethod = Literal["auto", "dense", "sparse", "cg"]
 
 @dataclass(frozen=True)
 class GraphParams:
-    """Graph and propagation parameters (DESIGN §5 defaults).
+    """Graph and propagation parameters (docs/design.md §5 defaults).
 
     k: neighbours kept per row; alpha: propagation weight in (0, 1); power: exponent p applied to
     the clipped cosine (p = 1 is the paper's text, p = 3 the authors' code).
@@ -81,7 +81,7 @@ def similarity(H: np.ndarray, lsh_bits: int, power: float) -> np.ndarray:
 
 
 def clipped_power(cosine: np.ndarray, power: float) -> np.ndarray:
-    """max(cosine, 0)^p: negative similarities carry no edge weight (DESIGN §5.4)."""
+    """max(cosine, 0)^p: negative similarities carry no edge weight (docs/design.md §5.4)."""
     return np.maximum(np.asarray(cosine, dtype=np.float64), 0.0) ** power
 
 
@@ -208,7 +208,7 @@ def influence_columns(
 
 @dataclass
 class SolveStats:
-    """What `InfluenceSolver` reports (DESIGN §10.2): the method, columns and blocks solved, the most
+    """What `InfluenceSolver` reports (docs/design.md §10.2): the method, columns and blocks solved, the most
     CG iterations a block took (0 for a factorisation), the largest relative residual ‖M x − e‖ / ‖e‖,
     the seconds of the whole solve (set-up included), and for the sparse LU its nonzeros over the
     matrix's (`fill`) and the seconds its factorisation took."""
@@ -232,7 +232,7 @@ class SolveStats:
 
 
 class InfluenceSolver:
-    """S[:, columns] = (I − α𝒲)^{-1}[:, columns] block by block of columns (DESIGN §10.2): the caller
+    """S[:, columns] = (I − α𝒲)^{-1}[:, columns] block by block of columns (docs/design.md §10.2): the caller
     sends each block on and drops it, so all of S_L is never held. Each column's CG recurrence is its
     own, so a column comes out bit for bit as `influence_columns` gives it, in any block; so does a
     column of the sparse LU, solved alone (`_lu_columns`)."""
@@ -364,7 +364,7 @@ def _multi_cg(M: sp.csr_matrix, rhs: np.ndarray, *, rtol: float, max_iter: int) 
 
 @dataclass(frozen=True)
 class Influence:
-    """Everything the coordinator derives from H (DESIGN §5.4).
+    """Everything the coordinator derives from H (docs/design.md §5.4).
 
     W: float64 csr[n, n] symmetric kNN adjacency; Wn: its normalisation 𝒲; labeled: int64[l] global
     row indices of labeled rows (ascending as given); S_L: float64[n, l] influence columns.

@@ -1,4 +1,4 @@
-"""Hamming distance matrices between packed LSH codes (DESIGN §5.2: intra-party block in the clear).
+"""Hamming distance matrices between packed LSH codes (docs/design.md §5.2: intra-party block in the clear).
 
 The coordinator learns the full n×n matrix H; each party computes its own n_j×n_j block with
 `hamming_matrix(codes)`, and tests compare SecureHamming's cross blocks with

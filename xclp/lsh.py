@@ -1,11 +1,11 @@
-"""Signed random projections: the LSH step of XCLP (paper 003 Alg. 1 lines 2-3, DESIGN §5.1).
+"""Signed random projections: the LSH step of XCLP (Scott et al. 2023 Alg. 1 lines 2-3, docs/design.md §5.1).
 
 Every party draws the same Gaussian projection Π ∈ R^{L×d} from the common seed and turns each
 feature row v into L bits b_l = [Π_l·v >= 0]. For two rows at angle θ each bit differs with
 probability θ/π, so the Hamming distance H between two codes estimates the cosine similarity as
 cos(π·H/L) (Charikar's SimHash).
 
-Bit order of packed codes (a wire contract, DESIGN §3): bit l of a row lives in uint64 word l // 64
+Bit order of packed codes (a wire contract, docs/design.md §3): bit l of a row lives in uint64 word l // 64
 at bit position l % 64 (least-significant bit first). Words are little-endian on the wire.
 """
 
@@ -38,7 +38,7 @@ def check_lsh_bits(lsh_bits: object) -> int:
 def lsh_projection(seed: Seed, lsh_bits: int, dim: int) -> np.ndarray:
     """The public projection Π: float64[L, d] with i.i.d. N(0, 1) entries from `public_rng(seed, "lsh")`.
 
-    Every party calls this with the common seed (DESIGN §4.3) and gets the same Π.
+    Every party calls this with the common seed (docs/design.md §4.3) and gets the same Π.
     """
     lsh_bits = check_lsh_bits(lsh_bits)
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
@@ -50,7 +50,7 @@ def lsh_codes(X: object, projection: np.ndarray) -> np.ndarray:
     """Packed LSH codes of the rows of `X`: uint64[n, L/64] (bit order in the module docstring).
 
     X: float[n, d] features; projection: float64[L, d] from `lsh_projection`. Rows are
-    L2-normalised first (DESIGN §5.1: signs do not change, numerics stay tame); an all-zero row
+    L2-normalised first (docs/design.md §5.1: signs do not change, numerics stay tame); an all-zero row
     stays zero, so every projection is 0 and its code is all ones.
     """
     projection = np.asarray(projection, dtype=np.float64)

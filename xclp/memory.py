@@ -1,4 +1,4 @@
-"""How much memory this machine has, for the before-work estimates of parties and coordinator (DESIGN §10.5)."""
+"""How much memory this machine has, for the before-work estimates of parties and coordinator (docs/design.md §10.5)."""
 
 from __future__ import annotations
 

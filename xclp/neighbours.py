@@ -1,6 +1,7 @@
-"""Each row's k nearest neighbours, folded block by block: the kNN graph without the n × n matrix (DESIGN §10.1).
+"""Each row's k nearest neighbours, folded block by block: the kNN graph without the n × n matrix
+(docs/design.md §10.1).
 
-The graph of DESIGN §5.4 keeps, per row i, the k largest similarities max(cos(π·H_ij/L), 0)^p over
+The graph of docs/design.md §5.4 keeps, per row i, the k largest similarities max(cos(π·H_ij/L), 0)^p over
 j ≠ i, ties going to the smaller column index, and drops picks of weight 0. Those k are also the k
 best of the union of any partition of the columns, each part cut to its own k best first; so the
 coordinator keeps per row only the k best candidates seen so far (`TopK`, O(n·k) memory), folds
@@ -127,7 +128,7 @@ class TopK:
 
 
 def own_top_k(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> tuple[np.ndarray, np.ndarray]:
-    """A party's own k nearest rows per row (DESIGN §10.1), by the graph's rule, without its n × n block.
+    """A party's own k nearest rows per row (docs/design.md §10.1), by the graph's rule, without its n × n block.
 
     Returns (candidates uint32[n, k'], distances hamming_dtype[n, k']) with k' = min(k, n − 1), each
     row's best first, in the party's own row numbering.

@@ -1,17 +1,17 @@
-"""A small fully connected network in numpy: the model of federated training (DESIGN §7).
+"""A small fully connected network in numpy: the model of federated training (docs/design.md §7).
 
     x → ReLU(x W₁ + b₁) → … → ReLU(· W_h + b_h) → (· W_out + b_out) = logits → softmax
 
 Loss: softmax cross-entropy with a weight per example, averaged over the batch,
 ℓ = (1/B) Σ_i w_i · (−log softmax(z_i)[y_i]). Forward and backward are written out per layer
-(paper 004 §2): for a dense layer Z = X W + b with upstream G = ∂ℓ/∂Z,
+(Zhang & Wang 2021 §2): for a dense layer Z = X W + b with upstream G = ∂ℓ/∂Z,
 ∂ℓ/∂W = Xᵀ G, ∂ℓ/∂b = Σ_rows G, ∂ℓ/∂X = G Wᵀ; ReLU passes G where its input was > 0.
 `dense_forward` / `dense_backward` take the layer's weights as arguments, so a sketched layer
-(paper 004 §4.2: Z = (X S) W̃) can wrap them without touching the rest.
+(Zhang & Wang 2021 §4.2: Z = (X S) W̃) can wrap them without touching the rest.
 
 All parameters live in one float64 vector (`Network.flat`, W then b for each layer in order);
 the layers are views into it. The last hidden layer's output is the feature extractor f_φ of
-paper 003 Alg. 2 (`embed`). Training is plain mini-batch SGD with optional momentum, the
+Scott et al. 2023 Alg. 2 (`embed`). Training is plain mini-batch SGD with optional momentum, the
 ClientUpdate of FedAvg; every random draw comes from a Generator the caller passes (STYLE §5).
 """
 
@@ -33,7 +33,7 @@ def dense_forward(X: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def dense_backward(X: np.ndarray, W: np.ndarray, G: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(∂ℓ/∂W = XᵀG, ∂ℓ/∂b = Σ_rows G, ∂ℓ/∂X = G Wᵀ) for upstream G = ∂ℓ/∂Z (paper 004 §2)."""
+    """(∂ℓ/∂W = XᵀG, ∂ℓ/∂b = Σ_rows G, ∂ℓ/∂X = G Wᵀ) for upstream G = ∂ℓ/∂Z (Zhang & Wang 2021 §2)."""
     return X.T @ G, G.sum(axis=0), G @ W.T
 
 
@@ -160,7 +160,7 @@ class Network:
         return G @ self.layers[i][0].T
 
     def embed(self, X: np.ndarray) -> np.ndarray:
-        """f_φ(X): the last hidden layer's ReLU output, float64[n, h_k] (paper 003 Alg. 2 line 3)."""
+        """f_φ(X): the last hidden layer's ReLU output, float64[n, h_k] (Scott et al. 2023 Alg. 2 line 3)."""
         A = self._check(X)
         for W, b in self.layers[:-1]:
             A = np.maximum(dense_forward(A, W, b), 0.0)

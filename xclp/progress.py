@@ -1,4 +1,4 @@
-"""How far a long step has got, and how long it has left (DESIGN §10, issue 26).
+"""How far a long step has got, and how long it has left (docs/design.md §10).
 
 A `Meter` counts a step's units of work (SecureHamming pieces, influence columns) and reports
 them with an ETA from the rate so far: redrawn in place as a bar when it speaks to an interactive

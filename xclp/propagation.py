@@ -1,6 +1,6 @@
-"""The party side of label propagation: label matrices, scores and predictions (DESIGN §5.6-5.7).
+"""The party side of label propagation: label matrices, scores and predictions (docs/design.md §5.6-5.7).
 
-Z = Σ_j S_L^{(j)} Y_L^{(j)} (paper 003 §3.1 Phase 3); a party turns its rows of Z into a label
+Z = Σ_j S_L^{(j)} Y_L^{(j)} (Scott et al. 2023 §3.1 Phase 3); a party turns its rows of Z into a label
 ŷ = argmax_c Z_ic and a confidence ω = 1 − entropy(Z_i⁺ / Σ Z_i⁺) / log C (Alg. 1 lines 12-13).
 """
 
@@ -19,7 +19,7 @@ LabelNorm = Literal["none", "party", "pooled"]
 def label_norm_mode(normalise: bool | str) -> LabelNorm:
     """Canonical label normalisation: False -> "none", True -> "party"; "none"/"party"/"pooled" pass.
 
-    "party": each party divides by its own class counts (all it can compute alone, DESIGN §5.6);
+    "party": each party divides by its own class counts (all it can compute alone, docs/design.md §5.6);
     "pooled": everyone divides by the class counts over all parties' labeled rows (the authors'
     pooled code; federated, it needs the total counts from a secure sum).
     """

@@ -1,10 +1,10 @@
 """RACE: LSH count sketches for kernel sums, their merge by addition and their private release.
 
-Paper 002 (Coleman & Shrivastava) Algorithms 1 and 2, with DESIGN §6 fixing the details:
+Paper 002 (Coleman & Shrivastava) Algorithms 1 and 2, with docs/design.md §6 fixing the details:
 
 - R independent LSH functions l_r, each mapping into W buckets; the sketch S ∈ Z^{R×W} counts,
   per row r, how many points fell into each bucket (Alg. 1). Sketches of disjoint data sets add
-  up to the sketch of their union, so the masked all-reduce of DESIGN §6 builds the pooled sketch.
+  up to the sketch of their union, so the masked all-reduce of docs/design.md §6 builds the pooled sketch.
 - Query (Alg. 2): S[r, l_r(q)]/N is an unbiased estimate of the KDE (1/N)·Σ_x k(x, q) for the LSH
   kernel k = collision probability (Theorem 2.5); we average the R rows, or take the
   median of group means (Lemma 3.3).
@@ -13,7 +13,7 @@ Paper 002 (Coleman & Shrivastava) Algorithms 1 and 2, with DESIGN §6 fixing the
   L2 LSH h = ⌊(a·x + b)/r⌋ (Datar et al.), mapped into W buckets by a seeded universal hash
   ((A·(h mod P) + B) mod P) mod W, P = 2^31 − 1, which is defined for negative h. The universal
   hash adds false collisions with probability ≈ 1/W to the L2 kernel.
-- Private release: Laplace noise of scale R/ε on the raw counts (DESIGN §6).
+- Private release: Laplace noise of scale R/ε on the raw counts (docs/design.md §6).
 
 All hash functions derive from `public_rng(seed, "race")` so every party builds the same ones.
 """
@@ -51,7 +51,7 @@ def _positive_int(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class RaceParams:
-    """RACE sketch shape and LSH family (paper 002 §2.4).
+    """RACE sketch shape and LSH family (Coleman & Shrivastava 2021 §2.4).
 
     rows: R repetitions. width: W buckets per row. family: "srp" (angular) or "l2" (p-stable).
     p: sign bits per row for "srp" (kernel (1 − θ/π)^p; needs width >= 2^p).
@@ -325,7 +325,7 @@ def private_release(S: object, epsilon: float, source: np.random.Generator | Non
     """ε-DP release of a raw-count sketch: S + Laplace(R/ε) per cell, float64[R, W].
 
     Adding or removing one point changes one cell in each of the R rows by 1, so the L1
-    sensitivity of the raw counts is R (paper 002 Alg. 1, DESIGN §6). The authors' code uses
+    sensitivity of the raw counts is R (Coleman & Shrivastava 2021 Alg. 1, docs/design.md §6). The authors' code uses
     scale R/(N·ε) on raw counts — N times too little noise, not ε-DP. We do not floor the
     noisy counts as Alg. 1 does: flooring is free post-processing but biases every cell by −½.
     Noise is cryptographic unless a seeded `source` is passed (tests only).
@@ -341,7 +341,7 @@ def private_release_share(
 ) -> np.ndarray:
     """One party's distributed-DP contribution: its own sketch + a noise share, int64[R, W].
 
-    The τ shares sum to a two-sided geometric of scale R/ε (DESIGN §6, distributed DP), the
+    The τ shares sum to a two-sided geometric of scale R/ε (docs/design.md §6, distributed DP), the
     integer counterpart of `private_release`, so the summed sketch is ε-DP while no party's sketch
     is ever released without noise. Each share alone is NOT an ε-DP release.
     """
@@ -369,7 +369,7 @@ def _check_release_args(arr: np.ndarray, epsilon: float) -> int:
 
 @dataclass(frozen=True, eq=False)
 class RaceClassifier:
-    """Max-likelihood classifier from one RACE sketch per class (paper 002 §5): sketches [C, R, W].
+    """Max-likelihood classifier from one RACE sketch per class (Coleman & Shrivastava 2021 §5): sketches [C, R, W].
 
     Score of class c at q: prior × likelihood = (N_c/N)·KDE_c(q) = mean_r S_c[r, l_r(q)] / N —
     the class sizes cancel, so the prediction is the class whose sketch counts the most

@@ -1,4 +1,4 @@
-"""The plaintext XCLP oracle the secure protocol is checked against (paper 003 Alg. 1, DESIGN §5).
+"""The plaintext XCLP oracle the secure protocol is checked against (Scott et al. 2023 Alg. 1, docs/design.md §5).
 
 `xclp_reference` runs every step of Algorithm 1 in one process, with no cryptography, on the same
 seeded public structure the parties use:
@@ -9,7 +9,7 @@ seeded public structure the parties use:
 4. each party's contribution Z̄^{(j)} = S_L^{(j)} Y_L^{(j)} and their sum Z  (§5.6)
 5. labels and confidences per row                                           (§5.7)
 
-Correctness contract (DESIGN §5): a secure run with the same common seed and parameters must give
+Correctness contract (docs/design.md §5): a secure run with the same common seed and parameters must give
 exactly `H` (integer equality) and the same labels, with scores equal to `scores` up to the
 fixed-point error of SecureRowSums. Rows are ordered party 0's rows, then party 1's, and so on;
 `party_rows(j)` gives party j's slice.
@@ -108,7 +108,7 @@ def xclp_reference(
 ) -> XclpResult:
     """Plaintext XCLP over parties [(X_j float[n_j, d], y_j int[n_j], -1 = unlabeled), ...].
 
-    seed: the common seed (DESIGN §4.3); lsh_bits: L, a positive multiple of 64; normalise_labels:
+    seed: the common seed (docs/design.md §4.3); lsh_bits: L, a positive multiple of 64; normalise_labels:
     False/"none", True/"party" or "pooled" (module docstring); candidates: bool[n, n], the pairs the
     graph may join (xclp.candidates.candidate_mask: SecureHamming on a candidate schedule), all
     pairs if None. Raises InvalidInput

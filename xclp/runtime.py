@@ -1,7 +1,7 @@
 """What both executables need from the machine they run on: atomic files, strict TOML, test hooks.
 
 - `write_atomic`: a temp file in the target's directory, fsync, chmod, rename — a reader sees the
-  old file or the whole new one, never half of it (DESIGN §5.7, §9). Mode 0600 unless asked.
+  old file or the whole new one, never half of it (docs/design.md §5.7, §9). Mode 0600 unless asked.
 - `write_private` / `read_bytes`: key files (the crypto layer takes and gives bytes only).
 - `read_toml` / `check_keys`: a settings file that does not parse, or names a key we do not know,
   is an error naming the file, never silently ignored.

@@ -1,4 +1,4 @@
-"""Public, seeded randomness derived from the job's common seed (DESIGN §2, §4.3).
+"""Public, seeded randomness derived from the job's common seed (docs/design.md §2, §4.3).
 
 Every public random structure (LSH projection, FlyHash matrix, RACE hash functions, tie-break
 draws) comes from `public_rng(seed, purpose)`: a numpy Generator keyed by SHA-256 of the common

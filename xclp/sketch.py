@@ -1,4 +1,4 @@
-"""Random sketches S ∈ R^{d×s} for DBCL (paper 004 §4.2, DESIGN §7), never materialised densely.
+"""Random sketches S ∈ R^{d×s} for DBCL (Zhang & Wang 2021 §4.2, docs/design.md §7), never materialised densely.
 
 - **CountSketch**: row i of S has a single ±1, in column h(i); h uniform over the s columns, the
   sign uniform. (S Sᵀ)_ii = 1 and (S Sᵀ)_ij = σ_i σ_j [h(i) = h(j)], so E[S Sᵀ] = I.

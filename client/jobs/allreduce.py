@@ -1,4 +1,4 @@
-"""A party's side of the masked all-reduce jobs, FlyNN and RACE (DESIGN §6): its local array in
+"""A party's side of the masked all-reduce jobs, FlyNN and RACE (docs/design.md §6): its local array in
 the masked sum "sum" (client/phases/masked_sum.py) and the aggregate it gets back.
 
 The arrays are pure functions of (parameters, data, common seed). Wire encodings (xclp.v1.allreduce):
@@ -42,7 +42,7 @@ def _labeled(data: PartyData) -> tuple[np.ndarray, np.ndarray]:
 
 
 def flynn_counts(params: FlynnJobParams, data: PartyData, seed: bytes) -> np.ndarray:
-    """The party's exact per-class counts, uint32[C, m], under the job's FlyHash (paper 001 Alg. 2)."""
+    """The party's exact per-class counts, uint32[C, m], under the job's FlyHash (Ram & Sinha 2022 Alg. 2)."""
     flyhash = FlyHash.from_seed(seed, params.method_params(data.X.shape[1]))
     X, y = _labeled(data)
     if X.shape[0] == 0:
@@ -71,7 +71,7 @@ class Release(Protocol):
 
 @dataclass(frozen=True)
 class FlynnRelease:
-    """FlyNN's per-class counts (paper 001 Alg. 2), or with ε the paper's per-party DP release."""
+    """FlyNN's per-class counts (Ram & Sinha 2022 Alg. 2), or with ε the paper's per-party DP release."""
 
     params: FlynnJobParams
 
@@ -99,7 +99,7 @@ class FlynnRelease:
 
 @dataclass(frozen=True)
 class RaceRelease:
-    """RACE sketches (paper 002), or with ε plus this party's share of the distributed noise."""
+    """RACE sketches (Coleman & Shrivastava 2021), or with ε plus this party's share of the distributed noise."""
 
     params: RaceJobParams
 
@@ -138,7 +138,7 @@ class AllReduceParty(PartyJob):
                                f"the {kind} counts under this run's hash functions")]
 
     def local_array(self, members: tuple[str, ...]) -> np.ndarray:
-        """This party's unmasked ring array for the sum among `members` (DESIGN §6)."""
+        """This party's unmasked ring array for the sum among `members` (docs/design.md §6)."""
         return self.release.contribution(self.ctx.data, self.ctx.seed, len(members))
 
     def phases(self) -> tuple[MaskedSumParty, ...]:

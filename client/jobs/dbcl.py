@@ -1,4 +1,4 @@
-"""Double-blind collaborative learning on the party's side (DESIGN §7, paper 004 §4.2): the
+"""Double-blind collaborative learning on the party's side (docs/design.md §7, Zhang & Wang 2021 §4.2): the
 trainer of the rounds engine (client/jobs/training.py); its counterpart is server/jobs/dbcl.py.
 
 Round t: "r<t>.seed" brings the round's seed and "r<t>.model" the released parameters (W̃ = S_tᵀW
@@ -8,7 +8,7 @@ the round's masked sum. It never sees W, unless the job sends it at the end.
 
 What the party checks, beyond the rounds engine's checks:
 - every round's seed is new to this job: a repeated S_t would let parties difference W̃ across
-  rounds (paper 004 §4.4); only the current round's own seed may come again, when a restarted
+  rounds (Zhang & Wang 2021 §4.4); only the current round's own seed may come again, when a restarted
   coordinator runs the round again from its start (with the same released model: the rounds
   engine checks it);
 - the released parameters have exactly the shapes the job's public parameters give;
@@ -61,7 +61,7 @@ class DbclTrainer:
             raise ProtocolError(f"the seed of round {t} came after round {self.round} had started")
         if seed in self.seeds.values():
             raise ProtocolError(f"round {t} reuses the sketch seed of an earlier round: a repeated sketch would "
-                                "not hide the change of the model (paper 004 §4.4), so this party stops")
+                                "not hide the change of the model (Zhang & Wang 2021 §4.4), so this party stops")
         self.seeds[t] = seed
 
     def open_round(self, scope: PartyContext, t: int, payload: wire.Payload) -> None:
@@ -69,7 +69,7 @@ class DbclTrainer:
         seed = self.seeds.get(t)
         if seed is None:
             raise ProtocolError(f"the parameters of round {t} came without the round's seed")
-        scope.transcript.absorb("seed", seed)  # public to the round's parties (DESIGN §2.5)
+        scope.transcript.absorb("seed", seed)  # public to the round's parties (docs/design.md §2.5)
         sketches = draw_sketches(self.arch, self.params.layers, self.params.sketch, self.sizes, seed)
         if not isinstance(payload, np.ndarray):
             raise ProtocolError(f"the released parameters of round {t} must be an array")

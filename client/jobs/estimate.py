@@ -1,4 +1,4 @@
-"""What an XCLP job will ask of this party, estimated before the work starts (DESIGN §5, §9, §10.5).
+"""What an XCLP job will ask of this party, estimated before the work starts (docs/design.md §5, §9, §10.5).
 
 A party that joins a job it cannot finish ends in a MemoryError or a week of Paillier work; so it
 estimates first and refuses, with the numbers and what to change:
@@ -48,7 +48,7 @@ def party_bytes(n: int, peers: Mapping[str, int], layout: SlotLayout, *, workers
                 slots: float = 1.0) -> int:
     """Peak bytes of this party's XCLP beyond its table (module docstring); `peers` may be empty
     (before the layout: this party's own part only); `slots`: its slots as A per row
-    (XclpJobParams.slots_per_row: more than one on candidate pairs, DESIGN §10.3)."""
+    (XclpJobParams.slots_per_row: more than one on candidate pairs, docs/design.md §10.3)."""
     ciphertext = layout.ciphertext_bytes
     # one wave: its ciphertexts as bytes, and per value a mask, a plaintext and a result as Python ints
     per_value = ciphertext + 3 * (ciphertext + INT_OVERHEAD)

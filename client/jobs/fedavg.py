@@ -1,4 +1,4 @@
-"""Federated averaging on the party's side (DESIGN §7, paper 003 Alg. 2): the trainer of the
+"""Federated averaging on the party's side (docs/design.md §7, Scott et al. 2023 Alg. 2): the trainer of the
 rounds engine (client/jobs/training.py); its counterpart is server/jobs/fedavg.py.
 
 Round t: "r<t>.model" brings θ; with pseudo_label = "xclp" the party embeds its rows with f_φ and

@@ -1,4 +1,4 @@
-"""Training rounds on the party's side (DESIGN §7): the engine fedavg and dbcl share; its
+"""Training rounds on the party's side (docs/design.md §7): the engine fedavg and dbcl share; its
 counterpart is server/jobs/training.py.
 
 Round t, in the round's scope ("r<t>.<name>", masks under the round's session id; the party's
@@ -8,9 +8,9 @@ one XCLP run), "r<t>.update" trains once from the model and pushes the update in
 (client/phases/masked_sum.py), "r<t>.update_reveal" opens it. "final_model" ends the job.
 
 Before the first round, "samples": the party announces every round's sample, drawn from the
-common seed the coordinator never sees (DESIGN §2.6), and keeps it in its transcript.
+common seed the coordinator never sees (docs/design.md §2.6), and keeps it in its transcript.
 
-What the party checks here, whatever the coordinator says (DESIGN §2):
+What the party checks here, whatever the coordinator says (docs/design.md §2):
 - every step of round t names only parties of its own sample of round t, so a coordinator
   cannot choose the sets it would difference; rounds only move forward, but a coordinator that
   restarted may run the current round again from its start with the same model, before this
@@ -24,7 +24,7 @@ What the party checks here, whatever the coordinator says (DESIGN §2):
   this party recomputed or by a round's attestation from the head, signed by members of that
   round's sample, at least this party's min_parties of them. So no model a hair from one
   whose sum opened can be released after skipped rounds or rounds without this party;
-- the masked-sum rules of DESIGN §6.1 within each round.
+- the masked-sum rules of docs/design.md §6.1 within each round.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Trainer(Protocol):
 
     @property
     def verifiable(self) -> bool:
-        """Whether the party sees the model, and so recomputes it from every sum it opens (DESIGN §2.7)."""
+        """Whether the party sees the model, and so recomputes it from every sum it opens (docs/design.md §2.7)."""
         ...
 
     def open_round(self, scope: PartyContext, t: int, payload: wire.Payload) -> None:
@@ -260,7 +260,7 @@ class RoundsParty(PartyJob):
         self.round, self.update, self.noise, self._round_started = t, None, None, time.monotonic()
         scope = self.ctx.round_scope(t)
         self._check_chain(payload, f"the model of round {t}")
-        # θ, or DBCL's released view: one for every party (DESIGN §2.5)
+        # θ, or DBCL's released view: one for every party (docs/design.md §2.5)
         self.model_digest = scope.transcript.absorb("model", payload)
         self.model_payload = payload
         self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None

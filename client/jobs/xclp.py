@@ -1,4 +1,4 @@
-"""A party's side of the XCLP job (DESIGN §5): reacts to the coordinator's steps and peer messages.
+"""A party's side of the XCLP job (docs/design.md §5): reacts to the coordinator's steps and peer messages.
 
 The math is in `client.steps.xclp`; this class keeps what the party holds between messages and
 moves payloads (dtypes and shapes as in server/jobs/xclp.py) to the phase that handles them:
@@ -118,7 +118,7 @@ class XclpParty(PartyJob):
         self.row_sums = MaskedSumParty(ctx, ROWSUMS_STEP, self._encoded_row_sums, purpose=ROWSUMS_PURPOSE,
                                        withhold=self._own_rows, digest_name=ROWSUMS_STEP,
                                        releases=Noisy.DP if self.params.label_dp else self._row_sum_releases)
-        # DESIGN §10.3: SecureHamming on candidate pairs only, around the common seed's centres
+        # docs/design.md §10.3: SecureHamming on candidate pairs only, around the common seed's centres
         self.candidates = CandidateCentres(ctx, self.params, self.X, lambda: self.sizes, SlotLayout.for_key(
             self.keypair.public, self.params.lsh_bits).slots) if self.params.candidates else None
         self.hamming = SecureHammingParty(ctx, self.params, self.keypair, self.X.shape[0], lambda: self.sizes,
@@ -169,7 +169,8 @@ class XclpParty(PartyJob):
         members = tuple(step.participants)
         if step.step == INTRA_STEP:
             self._need(self.sizes, "the row layout")
-            codes = self.hamming.codes = steps.lsh_step(self.X, self.ctx.seed, self.params.lsh_bits)  # DESIGN §5.1
+            # docs/design.md §5.1
+            codes = self.hamming.codes = steps.lsh_step(self.X, self.ctx.seed, self.params.lsh_bits)
             nearest = steps.own_nearest(codes, self.params.lsh_bits, self.params.graph_params)
             self._push(nearest, INTRA_STEP, step.round)
             self.progress(f"LSH ({self.params.lsh_bits} bits) and own {nearest.shape[1]} nearest rows per row sent "
@@ -181,7 +182,7 @@ class XclpParty(PartyJob):
             self.hamming.start(step.round, members)
             self.ctx.checkpoint()  # ... and with its slices
         elif step.step == LABELS_STEP:
-            if self.params.hide_label_mask:  # DESIGN §5.5: the coordinator was not to learn them
+            if self.params.hide_label_mask:  # docs/design.md §5.5: the coordinator was not to learn them
                 raise ProtocolError("the coordinator asked for the labeled rows of a job that hides the label mask")
             self._push(steps.labeled_rows(self.y, self.params.n_classes), LABELS_STEP, step.round)
             self.progress("labeled row numbers sent")
@@ -205,7 +206,7 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"{message.sender!r} sent a {message.step!r} message, which peers never send")
 
     def payload_limit(self, step: str, sender: str) -> int:
-        """What a message of `step` can need (DESIGN §3), from the roster, the layout, the graph and
+        """What a message of `step` can need (docs/design.md §3), from the roster, the layout, the graph and
         the Paillier slot layout; a message an XCLP party never gets is refused."""
         m, n_self = len(self.roster.party_ids), self.X.shape[0]
         if sender == "":
@@ -213,7 +214,7 @@ class XclpParty(PartyJob):
                 return 8 * m
             if step in (PAIRS_MSG, KEPT_PAIRS_MSG, PAIRS_FROM_MSG):
                 return 16 * m * m
-            if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (DESIGN §10.2)
+            if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (docs/design.md §10.2)
                 influence = self._need(self.influence, "the graph layout")
                 n = influence.zbar.shape[0]
                 return 8 * n * min(influence_piece_columns(n), influence.expected)
@@ -272,7 +273,7 @@ class XclpParty(PartyJob):
         if rows[self.party_id] != self.X.shape[0]:
             raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not "
                                 f"{self.X.shape[0]}")
-        # DESIGN §2.5: every party signed its row count in its key bundle; a layout with other counts
+        # docs/design.md §2.5: every party signed its row count in its key bundle; a layout with other counts
         # would give some rows to nobody in somebody's view (rows every party masks and nobody owns)
         signed = {p: n for p, n in rows.items() if n and n != self.roster.bundle(p).rows}
         if signed:
@@ -284,12 +285,12 @@ class XclpParty(PartyJob):
                 raise ProtocolError(f"the {what} message changes the row count of {p!r}")
         return rows
 
-    # --- SecureHamming (DESIGN §5.3) ----------------------------------------------------------
+    # --- SecureHamming (docs/design.md §5.3) ----------------------------------------------------------
 
-    # --- influence and SecureRowSums (DESIGN §5.5-5.7) ------------------------------------------
+    # --- influence and SecureRowSums (docs/design.md §5.5-5.7) ------------------------------------------
 
     def _influence(self, payload: wire.Payload) -> None:
-        """One piece of this party's influence columns (DESIGN §5.5, §10.2), folded into Z̄ at once."""
+        """One piece of this party's influence columns (docs/design.md §5.5, §10.2), folded into Z̄ at once."""
         self._need(self.graph, "the graph layout")
         if not self.hamming.done:  # protocol order: no graph without this party's distances
             raise ProtocolError("the coordinator sent an influence block before this party's SecureHamming pairs "
@@ -386,7 +387,7 @@ class XclpParty(PartyJob):
                         "XCLP's row sums of its labels under one influence block")]
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
-        """Z̄ on the frame of this attempt's participants, in the ring (DESIGN §5.6)."""
+        """Z̄ on the frame of this attempt's participants, in the ring (docs/design.md §5.6)."""
         assert self.zbar is not None
         return steps.encode_row_sums(self.zbar, self.graph, members, self.fixed_point)
 
@@ -424,7 +425,7 @@ class XclpParty(PartyJob):
 
 
     def predictions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Labels int64[n_j] and confidences float64[n_j] (DESIGN §5.7)."""
+        """Labels int64[n_j] and confidences float64[n_j] (docs/design.md §5.7)."""
         if self.result is None:
             raise ProtocolError("no scores yet")
         return steps.predict(self.result)

@@ -1,4 +1,4 @@
-"""Candidate pairs' set-up on the party's side (DESIGN §10.3); its counterpart is
+"""Candidate pairs' set-up on the party's side (docs/design.md §10.3); its counterpart is
 server/jobs/xclp.py `_candidates`.
 
 The centres are drawn from the common seed and never moved (xclp.v1.centres: no value about them

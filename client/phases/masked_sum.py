@@ -1,9 +1,9 @@
-"""The one masked sum of the party (DESIGN §6.1); its counterpart is server/phases/masked_sum.py.
+"""The one masked sum of the party (docs/design.md §6.1); its counterpart is server/phases/masked_sum.py.
 
 Attempt a among participants P_a (the coordinator's StepStart names both):
 - step <name>: push x + Σ_{q∈P_a, q≠me} ±PRG(k_q) + PRG(b_a) in the ring of x, with pairwise keys
   for (purpose, a, P_a, T) and a fresh self-mask seed b_a (OS CSPRNG); T is the hash of the
-  public values this party accepted so far in the scope (its transcript, DESIGN §2.5);
+  public values this party accepted so far in the scope (its transcript, docs/design.md §2.5);
 - step <name>_confirm: push T ‖ C ‖ Sig(session, name, a, P_a, T, C) under this party's identity
   key, C the commitment to b_a; the coordinator then relays every member's confirmation to every
   member (a seed relayed later must open its member's C);
@@ -12,7 +12,7 @@ Attempt a among participants P_a (the coordinator's StepStart names both):
   for the latest attempt this party masked, only if the coordinator names exactly that attempt's
   participants (all of them contributed), and only once; after revealing, take part in no later
   attempt of the sum. A coordinator that showed parties different views opens nothing.
-A verifiable sum (FedAvg, DESIGN §2.7): before the confirm step the coordinator relays every
+A verifiable sum (FedAvg, docs/design.md §2.7): before the confirm step the coordinator relays every
 member's masked vector (<name>_vectors; this party's own must be there unchanged) and the
 confirmation signs them too; once the sum is opened it relays every self-mask seed
 (<name>_seeds), and the party recomputes the sum itself (`on_opened`).
@@ -368,7 +368,7 @@ class MaskedSumParty:
         return Confirmation(transcript, commitment, self.ctx.sign(message)).pack()
 
     def _check_confirmations(self, attempt: int, members: Members) -> None:
-        """Every member signed this party's transcript hash for this attempt (DESIGN §2.5)."""
+        """Every member signed this party's transcript hash for this attempt (docs/design.md §2.5)."""
         what = f"{self.ctx.prefix}{self.name} attempt {attempt}"
         relayed, mine = self.confirms.get(attempt), self.confirmed.get(attempt)
         if relayed is None or mine is None:

@@ -1,6 +1,6 @@
-"""Data preparation on the party's side (DESIGN §8); its counterpart is server/phases/prepare.py.
+"""Data preparation on the party's side (docs/design.md §8); its counterpart is server/phases/prepare.py.
 
-The party's local (n, Σx, Σx²) per feature goes into the masked sum "moments" (DESIGN §6.1);
+The party's local (n, Σx, Σx²) per feature goes into the masked sum "moments" (docs/design.md §6.1);
 the pooled moments come back as message "moments_result", and the party applies the resulting
 `Scaling` to its own table (impute, standardise, drop constant columns) before the job's first
 step. The coordinator learns the pooled moments only.
@@ -59,7 +59,7 @@ class Preparation:
 
     def _releases(self, members: tuple[str, ...]) -> list[Release]:
         """The exact moments release, per feature column, its count, sum and sum of squares: the
-        same functions of this data whatever job, type or parameters ask for them (issue 46)."""
+        same functions of this data whatever job, type or parameters ask for them."""
         names = self.data.columns or tuple(f"#{j + 1}" for j in range(self.data.X.shape[1]))
         return [Release(function_id("moments", name, statistic), f"the {statistic} of column {name!r}")
                 for name in names for statistic in ("count", "sum", "sum of squares")]
@@ -96,7 +96,7 @@ class Preparation:
         payload = message.payload
         if not isinstance(payload, np.ndarray) or payload.dtype != dtype or payload.shape != shape:
             raise ProtocolError(f"the pooled moments must be {dtype.str}{list(shape)}")
-        self.ctx.transcript.absorb("moments", payload)  # the pooled moments: one for all (DESIGN §2.5)
+        self.ctx.transcript.absorb("moments", payload)  # the pooled moments: one for all (docs/design.md §2.5)
         sums = moments.decode(payload)
         own = self.own_counts
         exact_counts = self.dp is None or not self.dp.noisy_counts

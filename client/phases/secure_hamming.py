@@ -1,4 +1,4 @@
-"""A party's side of SecureHamming (docs/protocol.md, paper 003 §3.1): its pairs as A and as B.
+"""A party's side of SecureHamming (docs/protocol.md, Scott et al. 2023 §3.1): its pairs as A and as B.
 
 Streamed (xclp.v1.secure_hamming_wire): as B this party evaluates A's slices one piece of A's
 batches at a time, a bounded window ahead of A's acknowledgements, and sends the coordinator only a
@@ -85,7 +85,7 @@ class _AsB:
     meter: Meter  # its pieces evaluated
     slices: EncryptedSlices | None = None
     a_key: PaillierPublicKey | None = None  # A's key, checked once with its slices
-    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what it evaluates
+    schedule: PairSchedule | None = None  # on candidate pairs (docs/design.md §10.3): what it evaluates
     first: int = 0  # the pieces before it were folded in an earlier attempt
     sent: int = 0
     acked: int = 0
@@ -213,14 +213,14 @@ class SecureHammingParty:
         if self.as_a:
             if self.slices is None:
                 t0 = time.monotonic()
-                if self.candidates is not None:  # its centre lists, padded, in full batches (DESIGN §10.3)
+                if self.candidates is not None:  # its centre lists, padded, in full batches (docs/design.md §10.3)
                     slots = self.candidates.slots_of(self.ctx.party_id)
                     schedule = self.candidates.schedule(self.ctx.party_id, self.ctx.party_id)  # its slots alone matter
                     codes = steps.slot_codes(codes, a_slots(schedule, self.candidates.lists()).ravel()[:slots])
                 self.slices = steps.hamming_encrypt(self.keypair, codes, self.params.lsh_bits, self.ctx.executor)
                 self.progress(f"encrypted {self.params.lsh_bits} bit slices of {self.rows} rows "
                               f"({len(self.slices)} bytes) in {time.monotonic() - t0:.1f}s")
-            # one B at a time (DESIGN §10.1): the next once this one answers with its first piece, so
+            # one B at a time (docs/design.md §10.1): the next once this one answers with its first piece, so
             # the coordinator holds one copy of the slices in its mailboxes, not one per peer
             self.slices_due = list(self.as_a)
             self._send_slices()
@@ -238,7 +238,7 @@ class SecureHammingParty:
         if not isinstance(message.payload, bytes):
             raise ProtocolError("SecureHamming ciphertexts must be opaque bytes")
         self._pair_with(message.sender)
-        # DESIGN §2.2: from that peer, for us, this attempt; kind and index authenticated with it
+        # docs/design.md §2.2: from that peer, for us, this attempt; kind and index authenticated with it
         kind, index, body = open_relay(self._open(message.payload, message.round, message.sender))
         self.at_work = True
         try:

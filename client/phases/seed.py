@@ -1,4 +1,4 @@
-"""The common seed on the party's side (DESIGN §4.3); its counterpart is server/phases/seed.py.
+"""The common seed on the party's side (docs/design.md §4.3); its counterpart is server/phases/seed.py.
 
 The leader (the smallest id of the step's participants) draws 32 bytes from the OS CSPRNG and
 seals them to each other participant under the pair's "seed" key (HKDF from the pairwise X25519
@@ -45,7 +45,7 @@ class SeedParty:
         self._try_open()
 
     def _relay(self, step: pb.StepStart, sender: str, recipient: str) -> Relay:
-        """The sealed seed's binding (xclp.v1.relay, DESIGN §2.2)."""
+        """The sealed seed's binding (xclp.v1.relay, docs/design.md §2.2)."""
         return Relay.of(SEED_PURPOSE, SEED_STEP, step.round, step.participants, sender, recipient)
 
     def _lead(self, step: pb.StepStart) -> None:

@@ -1,4 +1,4 @@
-"""This party's Shamir shares of the self-mask seeds of one masked sum (issue 25, DESIGN §6.1).
+"""This party's Shamir shares of the self-mask seeds of one masked sum (docs/design.md §6.1).
 
 With its masked vector of attempt a among P_a, a party deals its seed b: t-of-|P_a| shares
 (crypto/shamir.py), one per other member, each sealed with AES-256-GCM under the pair's key for

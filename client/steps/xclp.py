@@ -1,9 +1,9 @@
-"""A party's side of an XCLP job as pure steps (DESIGN §5, paper 003 Alg. 1).
+"""A party's side of an XCLP job as pure steps (docs/design.md §5, Scott et al. 2023 Alg. 1).
 
 Each function maps what the party holds (its data, keys, what arrived) to what it sends. What
 travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or opaque bytes):
 
-| step (DESIGN)            | function                    | sends                                  | to           |
+| docs/design.md step      | function                    | sends                                  | to           |
 |--------------------------|-----------------------------|----------------------------------------|--------------|
 | §5.1 LSH                 | `lsh_step`                  | —                                      |              |
 | §5.2, §10.1 own nearest  | `own_nearest`               | uint32[n_j, k', 2] (row, distance)     | coordinator  |
@@ -20,7 +20,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 Which side of a pair is A comes from the coordinator's task (`server.steps.xclp.secure_hamming_pairs`).
 R and t are one |N|-bit value per ciphertext D (⌈n_A/K⌉·n_B of them), travelling as
 uint8[⌈n_A/K⌉·n_B, |N|/8] big-endian rows (`crypto.secure_hamming.Residues`; whole-plaintext
-masks mod N, see that module's "Deviation from DESIGN §5.3").
+masks mod N, see that module's "Deviation from docs/design.md §5.3").
 """
 
 from __future__ import annotations
@@ -92,16 +92,16 @@ __all__ = [
 
 
 def lsh_step(X: object, seed: Seed, lsh_bits: int) -> np.ndarray:
-    """Packed LSH codes uint64[n_j, L/64] of the party's rows (Alg. 1 lines 2-3, DESIGN §5.1).
+    """Packed LSH codes uint64[n_j, L/64] of the party's rows (Alg. 1 lines 2-3, docs/design.md §5.1).
 
-    Π derives from the common seed (DESIGN §4.3), so every party projects with the same Π.
+    Π derives from the common seed (docs/design.md §4.3), so every party projects with the same Π.
     """
     X = check_features(X)
     return lsh_codes(X, lsh_projection(seed, check_lsh_bits(lsh_bits), X.shape[1]))
 
 
 def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.ndarray:
-    """The party's own k' = min(k, n_j − 1) nearest rows per row, by the graph's rule (DESIGN §10.1):
+    """The party's own k' = min(k, n_j − 1) nearest rows per row, by the graph's rule (docs/design.md §10.1):
     uint32[n_j, k', 2] of (own row number, Hamming distance), best first. Computed in row blocks,
     never the n_j × n_j matrix; the coordinator learns these distances, not the rest of the block.
     uint32 because the wire carries no uint16 (`server.steps.xclp.check_own_neighbours` narrows it).
@@ -112,19 +112,19 @@ def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.nda
 
 
 def labeled_rows(y: object, n_classes: int) -> np.ndarray:
-    """int64[l_j]: the party's labeled row numbers, ascending (what the coordinator learns, DESIGN §2)."""
+    """int64[l_j]: the party's labeled row numbers, ascending (what the coordinator learns, docs/design.md §2)."""
     return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(np.int64)
 
 
 def slot_layout(public_key: PaillierPublicKey, lsh_bits: int) -> SlotLayout:
-    """The packing both sides of a pair derive from A's modulus and L (DESIGN §5.3 "Slots")."""
+    """The packing both sides of a pair derive from A's modulus and L (docs/design.md §5.3 "Slots")."""
     return SlotLayout.for_key(public_key, check_lsh_bits(lsh_bits))
 
 
 def hamming_encrypt(
     keypair: PaillierKeypair, codes: np.ndarray, lsh_bits: int, executor: Executor | None = None
 ) -> bytes:
-    """Side A, message 1: the encrypted bit slices of A's codes, as bytes for B (DESIGN §5.3)."""
+    """Side A, message 1: the encrypted bit slices of A's codes, as bytes for B (docs/design.md §5.3)."""
     layout = slot_layout(keypair.public, lsh_bits)
     return encrypt_bit_slices(keypair, codes, layout, executor=executor).to_bytes()
 
@@ -149,7 +149,8 @@ def hamming_evaluate(
 def hamming_decrypt(
     keypair: PaillierKeypair, evaluated: bytes, lsh_bits: int, n_a: int, n_b: int, executor: Executor | None = None
 ) -> np.ndarray:
-    """Side A, last step: t = (packed H + R) mod N, uint8[⌈n_A/K⌉·n_B, |N|/8], for the coordinator (DESIGN §5.3)."""
+    """Side A, last step: t = (packed H + R) mod N, uint8[⌈n_A/K⌉·n_B, |N|/8], for the coordinator
+    (docs/design.md §5.3)."""
     layout = slot_layout(keypair.public, lsh_bits)
     received = EvaluatedDistances.from_bytes(evaluated)
     if received.n_B != n_b:
@@ -170,7 +171,7 @@ def received_slices(a_public: PaillierPublicKey, slices: bytes, lsh_bits: int, n
 
 def evaluate_piece(a_public: PaillierPublicKey, slices: EncryptedSlices, codes: np.ndarray, batches: range,
                    first: int, seed: bytes, executor: Executor | None = None, *, split: int = 1) -> bytes:
-    """Side B, pieces of the streamed SecureHamming (DESIGN §10.1): D for A's `batches`, each against
+    """Side B, pieces of the streamed SecureHamming (docs/design.md §10.1): D for A's `batches`, each against
     the rows whose `codes` are given, masked with the pair's seeded masks from mask `first` on, as
     bytes for A, batch-major."""
     masks = masks_from_seed(seed, int(a_public.n), first, len(batches) * len(codes))
@@ -214,7 +215,7 @@ def decrypt_piece(keypair: PaillierKeypair, ciphertexts: bytes, count: int, exec
 
 
 def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:
-    """S_L^{(j)}: float64[n, l_j], the influence columns of the party's labeled rows (DESIGN §5.5).
+    """S_L^{(j)}: float64[n, l_j], the influence columns of the party's labeled rows (docs/design.md §5.5).
 
     With `hide_label_mask` the coordinator sent the columns of all n_j rows (float64[n, n_j]) and
     the party keeps its labeled ones here, so the coordinator never learns which rows are labeled.
@@ -229,7 +230,7 @@ def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label
 
 class InfluenceScores:
     """Z̄^{(j)} = S_L^{(j)} Y_L^{(j)} accumulated over the influence pieces as they arrive, in column
-    order (DESIGN §10.2): the party never holds all of S_L. With `hide_label_mask` the pieces cover
+    order (docs/design.md §10.2): the party never holds all of S_L. With `hide_label_mask` the pieces cover
     all its rows and it keeps its labeled ones (`select_influence`'s choice, piece by piece)."""
 
     def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
@@ -372,7 +373,7 @@ def mask_row_sums(
     attempt: int,
     fixed_point: FixedPoint = FixedPoint(),
 ) -> MaskedRowSums:
-    """Party j's SecureRowSums message (paper 003 §3.2, DESIGN §5.6) without the self mask, as the
+    """Party j's SecureRowSums message (Scott et al. 2023 §3.2, docs/design.md §5.6) without the self mask, as the
     in-process simulation sends it: `encode_row_sums`, the pairwise masks M^{(j)} = Σ_{k≠j}
     ±PRG(key_jk) for (ROWSUMS_PURPOSE, attempt, participants), then `split_own_rows`. (The service's
     parties do the same through their masked-sum phase, client/phases/masked_sum.py.) The masker
@@ -387,7 +388,7 @@ def mask_row_sums(
 
 
 def returned_rows(y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:
-    """int64[m]: the party's rows whose scores the coordinator returns (DESIGN §5.5): its unlabeled
+    """int64[m]: the party's rows whose scores the coordinator returns (docs/design.md §5.5): its unlabeled
     rows only, so that no party learns Z for its labeled rows, which (S being symmetric) would let
     it solve for other parties' labels; all rows under `hide_label_mask`, where the coordinator does
     not know which are labeled (every party must opt in to that)."""
@@ -406,7 +407,7 @@ def party_scores(y: object, n_classes: int, rows: np.ndarray, Z_rows: np.ndarray
 
 
 def unmask_row_sums(returned: np.ndarray, kept: np.ndarray, fixed_point: FixedPoint = FixedPoint()) -> np.ndarray:
-    """Z[R_j] = Ẑ[R_j] + Z̃^{(j)}[R_j] decoded: float64[n_j, C] (paper 003 §3.2 last step).
+    """Z[R_j] = Ẑ[R_j] + Z̃^{(j)}[R_j] decoded: float64[n_j, C] (Scott et al. 2023 §3.2 last step).
 
     returned: uint64[n_j, C] from the coordinator (untrusted: shape and dtype checked).
     """
@@ -423,5 +424,5 @@ def check_party_data(X: object, y: object, n_classes: int) -> tuple[np.ndarray, 
 
 
 def graph_rows_of(sizes: Mapping[str, int], graph: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    """[(party, rows)] for the graph's parties in sorted order (H's row order, DESIGN §5.2)."""
+    """[(party, rows)] for the graph's parties in sorted order (H's row order, docs/design.md §5.2)."""
     return tuple((p, int(sizes[p])) for p in sorted(graph))

@@ -1,4 +1,4 @@
-"""Packed Paillier SecureHamming: A's bit slices, B's masked evaluation, A's CRT decryption (DESIGN §5.3).
+"""Packed Paillier SecureHamming: A's bit slices, B's masked evaluation, A's CRT decryption (docs/design.md §5.3).
 
 A packs bit l of K of its vectors into one plaintext of K slots of w bits; B turns the identity
 h(x, y) = |x| + Σ_l (1 − 2x_l)·y_l into one ciphertext per (x, batch),

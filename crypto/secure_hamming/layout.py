@@ -1,4 +1,4 @@
-"""SecureHamming's slot layout and wire formats (DESIGN §5.3): what A, B and the coordinator agree on.
+"""SecureHamming's slot layout and wire formats (docs/design.md §5.3): what A, B and the coordinator agree on.
 
 `SlotLayout` fixes w and K from |N| and L; `EncryptedSlices` (A → B), `EvaluatedDistances`
 (B → A) and `Residues` (t and R, to the coordinator) are the three messages, each parsed from
@@ -229,7 +229,7 @@ def _pack_slots(values: np.ndarray, width: int) -> list[int]:
 
 
 def slice_plaintexts(bits: np.ndarray, layout: SlotLayout) -> list[int]:
-    """uint8[k_b, L] bits of one batch → L plaintexts P_l = Σ_s b_{s,l}·2^(w·s) (DESIGN §5.3)."""
+    """uint8[k_b, L] bits of one batch → L plaintexts P_l = Σ_s b_{s,l}·2^(w·s) (docs/design.md §5.3)."""
     k_b, L = bits.shape
     slots = np.zeros((L, layout.slots), dtype=np.uint64)
     slots[:, :k_b] = bits.T

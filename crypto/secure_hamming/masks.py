@@ -1,4 +1,4 @@
-"""B's masks R from one seed per pair (DESIGN §5.3, §10.1), so that R never has to travel or wait.
+"""B's masks R from one seed per pair (docs/design.md §5.3, §10.1), so that R never has to travel or wait.
 
 In the streamed SecureHamming B does not send its masks: it draws a 32-byte seed per pair from the
 OS CSPRNG and sends only the seed to the coordinator. Mask i of the pair (one per ciphertext D, in

@@ -1,4 +1,4 @@
-"""SecureHamming role A (DESIGN §5.3): encrypt bit slices with the secret key, CRT-decrypt B's evaluation.
+"""SecureHamming role A (docs/design.md §5.3): encrypt bit slices with the secret key, CRT-decrypt B's evaluation.
 
 A never unpacks what it decrypts: t = (packed H + R) mod N is uniform in [0, N) (docs/secure_hamming.md).
 The secret key reaches A's pool workers as ints over the pool's local pipes (same host, same

@@ -1,4 +1,4 @@
-"""SecureHamming role B (DESIGN §5.3): evaluate masked encrypted distances under A's public key.
+"""SecureHamming role B (docs/design.md §5.3): evaluate masked encrypted distances under A's public key.
 
 For each of its vectors x and each of A's batches, B multiplies A's slice ciphertexts by
 "four Russians" subset tables of batch-inverted squares and one fresh randomised encryption of
@@ -106,7 +106,7 @@ def _evaluate_batch(
             if d:
                 acc = t_mod(acc * t[d], n2)
         # The fresh randomised encryption is mandatory: without it D carries only A's own
-        # randomness and A could test guesses of x (DESIGN §5.3).
+        # randomness and A could test guesses of x (docs/design.md §5.3).
         fresh = t_mod((1 + mpz(m) * pub.n) * table.power_digits(digits), n2)
         out.append(t_mod(acc * fresh, n2))
     return ciphertexts_to_bytes(out, pub)

@@ -1,4 +1,4 @@
-"""SecureHamming's last step, on the coordinator (DESIGN §5.3): H from A's t and B's R, validated.
+"""SecureHamming's last step, on the coordinator (docs/design.md §5.3): H from A's t and B's R, validated.
 
 (t − R) mod N is the packed Σ_s h_s·2^(ws) of each ciphertext D; everything an honest run cannot
 produce (a value not below N, bits above the last slot, a non-zero padding slot, a distance above

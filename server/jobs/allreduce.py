@@ -1,4 +1,4 @@
-"""Masked all-reduce jobs, FlyNN and RACE (DESIGN §6), on the coordinator.
+"""Masked all-reduce jobs, FlyNN and RACE (docs/design.md §6), on the coordinator.
 
 One masked sum "sum" of every party's array (uint32 for exact counts, uint64 for DP variants;
 shape from the job parameters, xclp.v1.allreduce), then the aggregate to every participant as

@@ -50,7 +50,7 @@ class CoordinatorJob(Generic[P]):
         raise NotImplementedError
 
     def summary(self) -> dict[str, Any]:
-        """What the job adds to the run summary (DESIGN §9); nothing sensitive."""
+        """What the job adds to the run summary (docs/design.md §9); nothing sensitive."""
         return {}
 
     def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:

@@ -1,4 +1,4 @@
-"""Double-blind collaborative learning (`type = "dbcl"`, DESIGN §7, paper 004 §4.2) on the
+"""Double-blind collaborative learning (`type = "dbcl"`, docs/design.md §7, Zhang & Wang 2021 §4.2) on the
 coordinator: the trainer of the rounds engine (server/jobs/training.py).
 
 Round t: 32 fresh random bytes seed_t, and from them S_t of each sketched layer

@@ -1,8 +1,8 @@
-"""Federated averaging (`type = "fedavg"`, DESIGN §7, paper 003 Alg. 2) on the coordinator: the
+"""Federated averaging (`type = "fedavg"`, docs/design.md §7, Scott et al. 2023 Alg. 2) on the coordinator: the
 trainer of the rounds engine (server/jobs/training.py).
 
 Round t: "r<t>.model" θ to the round's parties; with pseudo_label = "xclp" (from warmup_rounds
-on) one XCLP run among them on their embedded rows (server/jobs/xclp.py, every step of DESIGN §5
+on) one XCLP run among them on their embedded rows (server/jobs/xclp.py, every step of docs/design.md §5
 in the round's scope); the parties that got their row sums go on to the update; the opened sum
 moves θ ← θ + Σ n_jΔ_j / Σ n_j.
 """

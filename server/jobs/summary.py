@@ -1,4 +1,4 @@
-"""A run's summary (DESIGN §9): per-step seconds and bytes, who took part, who dropped and why.
+"""A run's summary (docs/design.md §9): per-step seconds and bytes, who took part, who dropped and why.
 
 Nothing sensitive goes in: no payloads, keys, labels or distances, only sizes and timings. The
 coordinator logs it when a job ends and, if the job file names `summary`, writes it as JSON.
@@ -101,7 +101,7 @@ def privacy_report(job: dict[str, Any], moments: MomentsPlan | None) -> dict[str
 
 
 def run_summary(run: Run, *, privacy_only: bool = False) -> dict[str, Any]:
-    """A run's summary (DESIGN §9): per-step seconds and bytes, who dropped and why, the job's own
+    """A run's summary (docs/design.md §9): per-step seconds and bytes, who dropped and why, the job's own
     summary and the privacy report; nothing sensitive. `privacy_only`: the privacy report alone."""
     job = run.job.summary()
     moments = run.config.params.moments_plan(run.table_dim) if run.scaling is not None else None

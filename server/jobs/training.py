@@ -1,7 +1,7 @@
-"""Training rounds on the coordinator (DESIGN §7): the engine fedavg and dbcl share.
+"""Training rounds on the coordinator (docs/design.md §7): the engine fedavg and dbcl share.
 
 After the seed (and the moments phase if the job prepares), the parties announce every round's
-sample, drawn from their common seed (step "samples"; the coordinator cannot choose them, DESIGN
+sample, drawn from their common seed (step "samples"; the coordinator cannot choose them, docs/design.md
 §2.6; all announcements must agree), then rounds t = 0 .. rounds − 1, each in its own scope (step
 names "r<t>.<name>", masks under the round's session id, xclp.v1.training):
 
@@ -57,7 +57,7 @@ class Trainer(Protocol):
     """What a training job does in its rounds."""
 
     net: Network | None  # the model as it stands
-    verifiable: bool  # whether the parties see the model and so recompute it from each opened sum (DESIGN §2.7)
+    verifiable: bool  # whether the parties see the model and so recompute it from each opened sum (docs/design.md §2.7)
 
     def check_start(self, parties: Mapping[str, Party]) -> None:
         """Refuse (InvalidInput) the joined parties' data before any work."""

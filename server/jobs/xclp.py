@@ -1,4 +1,4 @@
-"""The XCLP job on the coordinator (DESIGN §5, paper 003 Alg. 1): its phases and its program.
+"""The XCLP job on the coordinator (docs/design.md §5, Scott et al. 2023 Alg. 1): its phases and its program.
 
 The math lives in `server.steps.xclp`; the phases here move, check and route payloads. In order
 (payload dtype/shape per party j, n_j rows):
@@ -24,11 +24,11 @@ The math lives in `server.steps.xclp`; the phases here move, check and route pay
     rowsums (masked sum) j -> coordinator  uint64[n_frame − n_j, C] double-masked row sums (§5.6, §6.1)
     coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 
-The coordinator never holds H (DESIGN §10.1): it folds each party's own nearest rows and each
+The coordinator never holds H (docs/design.md §10.1): it folds each party's own nearest rows and each
 piece of each pair, unmasked as A's t of it arrives, into per-row top-k candidates
 (`steps.NeighbourGraph`), and builds the graph from those.
 
-Dropouts (DESIGN §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
+Dropouts (docs/design.md §5, end), as transitions of `server.steps.xclp.Membership`: a party lost in
 intra_hamming is as if it never joined; in secure_hamming its rows leave the graph and the step
 restarts among the others, every pair from its first piece not folded (roles stay as first drawn;
 server/phases/secure_hamming.py); in labeled_sets it shaped the graph but
@@ -118,7 +118,7 @@ def from_graph(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None 
     state.membership = dataclasses.replace(state.membership, labels=got)
     for pid in got:
         block = total.value[pid]
-        # DESIGN §5.5: Z only for the receiver's unlabeled rows (all rows if the mask is hidden)
+        # docs/design.md §5.5: Z only for the receiver's unlabeled rows (all rows if the mask is hidden)
         rows = slice(None) if state.params.hide_label_mask else steps.unlabeled_rows(state.sizes[pid],
                                                                                     state.labeled[pid])
         scope.send(pid, ROWSUMS_RESULT_MSG, total.attempt, np.ascontiguousarray(block[rows]))
@@ -131,7 +131,7 @@ def coordinator_memory_limit() -> int:
 
 
 def _candidates(scope: Scope, state: XclpState) -> Program[None]:
-    """Candidate pairs' set-up (DESIGN §10.3): the centres are drawn from the parties' common seed
+    """Candidate pairs' set-up (docs/design.md §10.3): the centres are drawn from the parties' common seed
     (nothing about them is released, xclp.v1.centres); the pooled probe table, a verifiable masked
     sum (every party recomputes it, so none takes a count on the coordinator's word), from which
     every side picks the same probes and budgets; then each party's probes. A party lost in the sum
@@ -264,7 +264,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
 
 
 class Distribute(Work):
-    """The graph layout, then each receiver's S_L^{(j)} (DESIGN §5.4-5.5) solved `solve_columns(n)`
+    """The graph layout, then each receiver's S_L^{(j)} (docs/design.md §5.4-5.5) solved `solve_columns(n)`
     columns at a time and sent on in pieces as each block is solved (§10.2), on the coordinator's
     own thread (a Work phase): a party lost meanwhile is dropped at once and gets nothing more."""
 
@@ -321,7 +321,7 @@ class Distribute(Work):
 
 
 def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None = None, attempt: int = 0) -> MaskedSum:
-    """SecureRowSums (paper 003 §3.2) as a masked sum whose contributions leave out the sender's rows.
+    """SecureRowSums (Scott et al. 2023 §3.2) as a masked sum whose contributions leave out the sender's rows.
     Its reveal digests bind the step's own name in every scope: in a training round the round's
     session id binds the round (client/jobs/xclp.py does the same; v0.1 parties did so)."""
     C = state.params.n_classes

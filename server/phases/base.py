@@ -55,7 +55,7 @@ class PhaseFailed(XclpError):
 
 @dataclass(frozen=True)
 class Activity:
-    """What a run is doing now, for `xclp-server job show` (DESIGN §10, issue 26): replaced whole, so
+    """What a run is doing now, for `xclp-server job show` (docs/design.md §10): replaced whole, so
     the operator's view reads it without the run's lock, which a long coordinator computation
     (the influence solve) holds. `describe` says how far it has got (a Meter's), "" if nobody says."""
 
@@ -84,7 +84,7 @@ class Step:
     received: dict[str, Payload] = field(default_factory=dict)
     bytes_in: int = 0
     bytes_relayed: int = 0
-    largest: int = 0  # the largest message of this step so far (bounds a late one, DESIGN §3)
+    largest: int = 0  # the largest message of this step so far (bounds a late one, docs/design.md §3)
     relays: Counter[tuple[str, str]] = field(default_factory=Counter)  # (sender, recipient): relays this attempt
     ended: bool = False  # complete, or abandoned for another step
 

@@ -61,7 +61,7 @@ class EachParty(Phase):
 
 
 class IntraHamming(EachParty):
-    """Every party's own k nearest rows (DESIGN §5.2, §10.1). A party lost here is as if it never joined."""
+    """Every party's own k nearest rows (docs/design.md §5.2, §10.1). A party lost here is as if it never joined."""
 
     step_name = INTRA_STEP
 
@@ -81,7 +81,7 @@ class IntraHamming(EachParty):
 
 
 class Probes(EachParty):
-    """Each party's first p probes per row (DESIGN §10.3): its centre lists and centre sets follow
+    """Each party's first p probes per row (docs/design.md §10.3): its centre lists and centre sets follow
     from them and the public budgets. A party lost here is as if it never joined."""
 
     step_name = PROBES_STEP
@@ -109,7 +109,7 @@ class Probes(EachParty):
 
 
 class LabeledSets(EachParty):
-    """Each party's labeled row numbers (DESIGN §5.5). A party lost here shaped the graph but
+    """Each party's labeled row numbers (docs/design.md §5.5). A party lost here shaped the graph but
     brings and gets no labels."""
 
     step_name, stage = LABELS_STEP, steps.XclpStage.GRAPH

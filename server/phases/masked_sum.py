@@ -1,4 +1,4 @@
-"""The one masked sum of the coordinator (DESIGN §6.1); every job's sums are this phase.
+"""The one masked sum of the coordinator (docs/design.md §6.1); every job's sums are this phase.
 
 Attempt a of the sum among participants P_a:
 
@@ -13,7 +13,7 @@ Attempt a of the sum among participants P_a:
                          (every b_p, revealed or rebuilt, must open C_p);
                          `combine` makes the result of them (the ring sum by default)
 
-A verifiable sum (FedAvg, DESIGN §2.7) also sends every member all masked vectors (message
+A verifiable sum (FedAvg, docs/design.md §2.7) also sends every member all masked vectors (message
 <name>_vectors, before the confirm step: they are in what the members confirm) and, once opened,
 all self-mask seeds (<name>_seeds): every member recomputes the sum, and the model from it.
 
@@ -255,7 +255,7 @@ class MaskedSum(Phase):
         why = ("a sum of two cannot rebuild a lost seed" if len(holders) < 3 else
                f"{len(holders)} parties share a seed t = {t} of n, and only {left} holders are left")
         self.fail(f"{', '.join(lost)} left while the {self.name!r} sum was opened, and it cannot be: {why} "
-                  "(DESIGN §6.1)")
+                  "(docs/design.md §6.1)")
 
     def _start_recovery(self, reveal: Step, missing: list[str]) -> None:
         """Holders `missing` revealed nothing: those that did give their shares of the lost seeds."""

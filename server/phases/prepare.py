@@ -1,4 +1,4 @@
-"""Data preparation before a job's first step (DESIGN §8): the pooled moments, as one masked sum.
+"""Data preparation before a job's first step (docs/design.md §8): the pooled moments, as one masked sum.
 
 Every participant pushes its (n, Σx, Σx²) per feature in wide fixed point (xclp.v1.moments) in
 the masked sum "moments"; the coordinator opens the sum, sends it back to every participant as

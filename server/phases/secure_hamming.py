@@ -1,4 +1,4 @@
-"""SecureHamming on the coordinator (docs/protocol.md, paper 003 §3.1): the phase that relays
+"""SecureHamming on the coordinator (docs/protocol.md, Scott et al. 2023 §3.1): the phase that relays
 every pair's sealed slices and evaluations, takes B's mask seeds and A's t piece by piece, and
 folds each piece into the neighbour graph as it arrives (the coordinator never holds H).
 
@@ -48,12 +48,12 @@ class _PairStream:
     first: int = 0  # pieces folded in an earlier attempt: this one starts at this piece
     seed: bytes | None = None  # B's mask seed (this attempt's)
     folded: int = 0  # pieces of t unmasked and folded, in order, counting the earlier attempts'
-    schedule: PairSchedule | None = None  # on candidate pairs (DESIGN §10.3): what B evaluates
+    schedule: PairSchedule | None = None  # on candidate pairs (docs/design.md §10.3): what B evaluates
     slots: np.ndarray | None = None  # ... and A's row in each slot (candidates.a_slots)
 
 
 class SecureHamming(Phase):
-    """Paillier SecureHamming of every pair (DESIGN §5.3), streamed in pieces (§10.1): each piece is
+    """Paillier SecureHamming of every pair (docs/design.md §5.3), streamed in pieces (§10.1): each piece is
     unmasked with B's seeded masks and folded into the graph as A's t arrives, then dropped."""
 
     relays = True
@@ -195,7 +195,7 @@ class SecureHamming(Phase):
         return min(len(stream.pieces) - stream.first, acked + MAX_IN_FLIGHT)
 
     def check_relay(self, step: Step, sender: str, recipient: str, payload: wire.Payload) -> None:
-        """Slices and acknowledgements go from A to B, pieces from B to A (DESIGN §5.3). A sends its
+        """Slices and acknowledgements go from A to B, pieces from B to A (docs/design.md §5.3). A sends its
         slices to one B at a time (§10.1): to the next once the last answered with a piece, so the
         mailboxes hold at most one copy of each party's slices."""
         stream = self._stream(sender, recipient)

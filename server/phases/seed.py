@@ -1,4 +1,4 @@
-"""The common seed (DESIGN §4.3), the first phase of every job.
+"""The common seed (docs/design.md §4.3), the first phase of every job.
 
 Step "seed": the leader (the smallest id) seals a fresh 32-byte seed to each other participant
 (relayed unread: only the leader may relay, 60 bytes each) and every participant acknowledges

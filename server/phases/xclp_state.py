@@ -31,7 +31,7 @@ Dump = Callable[[str, np.ndarray], None]  # test hook: what the coordinator saw,
 
 @dataclass
 class CandidateRun:
-    """Candidate pairs of one run (DESIGN §10.3): the probes per row the pooled table allows, every
+    """Candidate pairs of one run (docs/design.md §10.3): the probes per row the pooled table allows, every
     party's public budgets, and, as they arrive, each party's centre lists and centre sets."""
 
     probes: int
@@ -56,12 +56,12 @@ class XclpState:
     pairs: tuple[PairTask, ...] = ()  # roles drawn once, at the first secure_hamming attempt
     own: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # each party's nearest rows
     graph_layout: steps.RowLayout | None = None  # the rows of the graph, once SecureHamming is done
-    W: sp.csr_matrix | None = None  # the kNN adjacency (DESIGN §5.4): n·k entries, never H
-    solve: SolveStats | None = None  # how the influence columns were solved (DESIGN §10.2)
+    W: sp.csr_matrix | None = None  # the kNN adjacency (docs/design.md §5.4): n·k entries, never H
+    solve: SolveStats | None = None  # how the influence columns were solved (docs/design.md §10.2)
     labeled: dict[str, np.ndarray] = field(default_factory=dict)
     dump: Dump | None = None
     dim: int = 0  # the prepared features' dimension (candidate pairs' centres)
-    candidates: CandidateRun | None = None  # DESIGN §10.3, once the probe table is pooled
+    candidates: CandidateRun | None = None  # docs/design.md §10.3, once the probe table is pooled
 
     @classmethod
     def of(cls, params: XclpJobParams, parties: Mapping[str, Party], members: list[str],
@@ -133,7 +133,7 @@ class XclpState:
                  ", ".join(self.membership.graph), ", ".join(self.membership.labels))
 
     def frame(self, participants: tuple[str, ...]) -> steps.RowLayout:
-        """The rows of SecureRowSums among `participants`, in the graph's order (DESIGN §5.6)."""
+        """The rows of SecureRowSums among `participants`, in the graph's order (docs/design.md §5.6)."""
         assert self.graph_layout is not None
         return steps.rowsums_frame(self.graph_layout, participants)
 

@@ -1,4 +1,4 @@
-"""The coordinator's side of an XCLP job as pure steps (DESIGN §5, paper 003 Alg. 1).
+"""The coordinator's side of an XCLP job as pure steps (docs/design.md §5, Scott et al. 2023 Alg. 1).
 
 What the coordinator does, in order, and what each function here computes:
 
@@ -39,7 +39,7 @@ from xclp.v1.xclp_layout import RowLayout, check_party_ids, secure_hamming_pairs
 
 
 class XclpStage(enum.Enum):
-    """Where an XCLP job is when a party drops (DESIGN §5, end); the values name it in `drop=`."""
+    """Where an XCLP job is when a party drops (docs/design.md §5, end); the values name it in `drop=`."""
 
     SETUP = "setup"  # before SecureHamming: as if it never joined
     SECURE_HAMMING = "secure_hamming"  # its rows and columns leave H
@@ -53,7 +53,7 @@ class Membership:
 
     graph: sorted ids whose rows are in H; labels: sorted ids in SecureRowSums (a subset of
     `graph`: they contribute labels and receive their rows of Z); rowsums_attempt: the attempt number
-    of SecureRowSums (a restart uses a new attempt, so no mask is ever reused, DESIGN §4.2).
+    of SecureRowSums (a restart uses a new attempt, so no mask is ever reused, docs/design.md §4.2).
     """
 
     graph: tuple[str, ...]
@@ -77,7 +77,7 @@ def start_membership(party_ids: Sequence[str]) -> Membership:
 
 
 def drop_party(membership: Membership, party: str, stage: XclpStage) -> Membership:
-    """The membership after `party` missed a deadline in `stage` (DESIGN §5, paper 003 §3.3 Robustness).
+    """The membership after `party` missed a deadline in `stage` (docs/design.md §5, Scott et al. 2023 §3.3 Robustness).
 
     SETUP and SECURE_HAMMING remove it from everything (the coordinator then assembles H without
     its blocks, or cuts them out with `drop_party_from_H`); GRAPH removes it from SecureRowSums only
@@ -111,7 +111,7 @@ def rowsums_participants(membership: Membership) -> tuple[str, ...]:
 
 
 def check_own_neighbours(payload: np.ndarray, n_rows: int, k: int, lsh_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """A party's own k nearest rows (DESIGN §10.1), validated: (candidates int64[n_j, k'], distances).
+    """A party's own k nearest rows (docs/design.md §10.1), validated: (candidates int64[n_j, k'], distances).
 
     uint32[n_j, k', 2] of (own row number, Hamming distance), k' = min(k, n_j − 1): rows in range,
     never the row itself, distinct per row (InvalidInput), distances in [0, L] (OutOfRange).
@@ -133,7 +133,7 @@ def check_own_neighbours(payload: np.ndarray, n_rows: int, k: int, lsh_bits: int
 
 
 def cross_block(t: np.ndarray, r: np.ndarray, a_modulus: int, n_a: int, n_b: int, lsh_bits: int) -> np.ndarray:
-    """One pair's distances H[b rows, a rows] from A's t and B's masks R (DESIGN §5.3 last step), validated.
+    """One pair's distances H[b rows, a rows] from A's t and B's masks R (docs/design.md §5.3 last step), validated.
 
     t, r: uint8[⌈n_a/K⌉·n_b, |N|/8], one big-endian value per ciphertext D; a_modulus: A's
     Paillier N (from A's signed key bundle), which fixes |N|, K and the arithmetic mod N.
@@ -163,7 +163,7 @@ def check_piece_t(t: bytes, layout: SlotLayout, piece: Piece, n_a: int, what: st
 
 def cross_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, n_a: int, n_b: int,
                 lsh_bits: int) -> np.ndarray:
-    """One piece of a pair (DESIGN §10.1, xclp.v1.secure_hamming_wire): H[B's rows of the piece, A's
+    """One piece of a pair (docs/design.md §10.1, xclp.v1.secure_hamming_wire): H[B's rows of the piece, A's
     rows of its batches] from A's t of the piece and B's masks, regenerated from B's seed.
 
     t: |N|/8-byte big-endian values, one per ciphertext D of the piece, batch-major. Refuses a
@@ -203,7 +203,7 @@ def scheduled_piece(t: bytes, seed: bytes, a_modulus: int, piece: Piece, schedul
 
 
 class NeighbourGraph:
-    """What the coordinator keeps of H (DESIGN §10.1): per row of `layout`, the k best candidates,
+    """What the coordinator keeps of H (docs/design.md §10.1): per row of `layout`, the k best candidates,
     from every party's own nearest rows and every pair's cross block, folded as they arrive.
 
     Kept per source party (`tops[q]`: every row's k best among q's rows), and merged only in
@@ -252,7 +252,7 @@ class NeighbourGraph:
         self.pair_done(a, b)
 
     def fold_piece(self, a: str, b: str, a_first: int, b_first: int, block: np.ndarray) -> None:
-        """A piece of a pair (DESIGN §10.1): H[b's rows b_first.., a's rows a_first..] (from
+        """A piece of a pair (docs/design.md §10.1): H[b's rows b_first.., a's rows a_first..] (from
         `cross_piece`), folded both ways, then dropped."""
         if frozenset((a, b)) in self.pairs or a == b:
             raise ProtocolError(f"the pair ({a}, {b}) is already folded")
@@ -294,7 +294,7 @@ class NeighbourGraph:
         self.pairs.add(frozenset((a, b)))
 
     def adjacency(self) -> sp.csr_matrix:
-        """W (DESIGN §5.4) once every pair is folded; PeerDropped naming the parties of missing pairs."""
+        """W (docs/design.md §5.4) once every pair is folded; PeerDropped naming the parties of missing pairs."""
         missing = {p for task in secure_hamming_pairs(self.layout.parties)
                    if frozenset((task.a, task.b)) not in self.pairs for p in (task.a, task.b)}
         if missing:
@@ -307,7 +307,7 @@ class NeighbourGraph:
 
 def influence_columns_of(layout: RowLayout, receivers: Sequence[str], *,
                          labeled: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-    """Per receiver (in layout order), the global columns of S it gets (DESIGN §5.5): its labeled
+    """Per receiver (in layout order), the global columns of S it gets (docs/design.md §5.5): its labeled
     rows, or with `labeled=None` (hide_label_mask) all its rows. InvalidInput if nobody has a label."""
     out, wanted = {}, set(receivers)
     for p in layout.parties:
@@ -329,13 +329,13 @@ def influence_blocks(
     labeled: Mapping[str, np.ndarray] | None,
     method: InfluenceMethod = "auto",
 ) -> dict[str, np.ndarray]:
-    """What each receiver gets in DESIGN §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden.
+    """What each receiver gets in docs/design.md §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden.
 
     W: the kNN adjacency over `layout`'s rows (`NeighbourGraph.adjacency`). labeled[j]: int[l_j]
     party j's labeled rows in its own row numbering (the labeled-index sets the coordinator learns,
-    DESIGN §2). `labeled=None` is `hide_label_mask`: every receiver gets the influence columns of
+    docs/design.md §2). `labeled=None` is `hide_label_mask`: every receiver gets the influence columns of
     all its rows and picks its labeled ones itself. Only `receivers` (SecureRowSums participants)
-    get columns: a party dropped after the graph gets none (DESIGN §5 end).
+    get columns: a party dropped after the graph gets none (docs/design.md §5 end).
     """
     columns = influence_columns_of(layout, receivers, labeled=labeled)
     influence = influence_of(W, np.concatenate(list(columns.values())), params, method)
@@ -344,16 +344,16 @@ def influence_blocks(
 
 
 def rowsums_frame(graph: RowLayout, participants: Sequence[str]) -> RowLayout:
-    """The rows SecureRowSums aggregates: those of its participants, in graph order (DESIGN §5.6).
+    """The rows SecureRowSums aggregates: those of its participants, in graph order (docs/design.md §5.6).
 
     Rows of a party that left after H are outside the frame: nobody sends them, so the coordinator
-    never learns their (unmasked) sum and their owner gets none (DESIGN §5 end).
+    never learns their (unmasked) sum and their owner gets none (docs/design.md §5 end).
     """
     return graph.restrict(participants)
 
 
 def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_classes: int) -> dict[str, np.ndarray]:
-    """Ẑ[R_j] for every participant j: uint64[n_j, C] (paper 003 §3.2 SecureRowSums).
+    """Ẑ[R_j] for every participant j: uint64[n_j, C] (Scott et al. 2023 §3.2 SecureRowSums).
 
     contributions[k]: uint64[n_frame − n_k, C], party k's masked rows of every *other*
     participant in frame order (its own rows R_k never leave it). The coordinator sums mod 2^64;
@@ -383,7 +383,7 @@ INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party w
 
 
 def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int, slots: float = 1.0) -> int:
-    """Peak bytes of an XCLP run on the coordinator (DESIGN §10.5), linear in the rows but for the
+    """Peak bytes of an XCLP run on the coordinator (docs/design.md §10.5), linear in the rows but for the
     dense solve of a small graph: the graph, and the largest of its steps' working sets.
 
     - the graph: each party's own nearest rows (10 bytes per candidate), the top-k candidates
@@ -435,7 +435,7 @@ def _check_local(local: np.ndarray | None, rows: slice, party: str) -> np.ndarra
 
 
 def unlabeled_rows(n_rows: int, labeled: np.ndarray) -> np.ndarray:
-    """int64[u]: a party's rows outside its labeled set, the only rows whose Z it gets (DESIGN §5.5)."""
+    """int64[u]: a party's rows outside its labeled set, the only rows whose Z it gets (docs/design.md §5.5)."""
     keep = np.ones(int(n_rows), dtype=bool)
     keep[np.asarray(labeled, dtype=np.int64)] = False
     return np.flatnonzero(keep)

@@ -75,7 +75,7 @@ def test_an_offered_run_is_decided_once(agent):
 
 
 def test_run_1_of_another_job_is_another_run(agent):
-    """Issue 45: the agent remembered runs by run id alone, so run "1" of a second job was skipped."""
+    """The agent remembered runs by run id alone, so run "1" of a second job was skipped."""
     said: list[str] = []
     agent.check = lambda o: (_ for _ in ()).throw(PolicyRefused("no"))  # type: ignore[method-assign]
     agent.say = said.append
@@ -87,7 +87,7 @@ def test_run_1_of_another_job_is_another_run(agent):
 
 
 def test_the_agent_takes_part_in_at_most_max_runs_at_once_and_takes_the_rest_later(agent, monkeypatch):
-    """Attack (issue 45): a coordinator offered 20 runs and the agent joined them all at once (23
+    """Attack: a coordinator offered 20 runs and the agent joined them all at once (23
     processes of 0.5-1 GB). With max_runs = 2 the third waits, is said once, and is taken when a
     place frees up."""
     import threading
@@ -228,7 +228,7 @@ def test_the_agents_workers_are_processes_or_its_own_tls_scheduler(agent, tmp_pa
 
 
 def test_the_agents_runs_share_one_ledger_with_its_budget(tmp_path, monkeypatch):
-    """Issue 46, the agent path: every run an agent takes part in is accounted in one ledger (its
+    """The agent path: every run an agent takes part in is accounted in one ledger (its
     `state` directory), with the [policy] privacy_budget, and sealed under the agent's key."""
     import xclp.client.agent as agent_module
     from xclp.client.ledger import Budget

@@ -91,7 +91,7 @@ def _run_all(address: str, job_id: str, keys, frames: dict[str, pd.DataFrame], *
 
 
 def test_three_parties_run_xclp_from_dataframes_and_get_what_the_simulation_gives(keys, tmp_path) -> None:
-    """b's ids are integers: its predictions give them back as integers (issue 49: they came as text)."""
+    """b's ids are integers: its predictions give them back as integers (they came as text)."""
     frames = {p: frame(i, int_ids=p == "b") for i, p in enumerate(PARTIES)}
     params = {"n_classes": 3, "lsh_bits": 256, "k": 4, "key_bits": 512, "insecure_test_keys": True}
     with coordinator(allow_list(keys), [job("api-xclp", "xclp", params)]) as (_, address):

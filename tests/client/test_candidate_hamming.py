@@ -1,4 +1,4 @@
-"""SecureHamming of one pair on a candidate schedule (DESIGN §10.3, xclp.candidates), the three
+"""SecureHamming of one pair on a candidate schedule (docs/design.md §10.3, xclp.candidates), the three
 roles' steps with real Paillier (512-bit test key, L = 64): A encrypts its slots (its centre lists,
 padded, in full batches), B evaluates each batch against its padded lists of the batch's centres,
 A decrypts, and the coordinator unmasks each batch with B's seeded masks and folds what

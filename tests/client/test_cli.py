@@ -1,4 +1,4 @@
-"""The party's settings files fail loudly with what to fix (DESIGN §9)."""
+"""The party's settings files fail loudly with what to fix (docs/design.md §9)."""
 
 from __future__ import annotations
 

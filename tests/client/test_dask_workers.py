@@ -1,4 +1,4 @@
-"""A party's Paillier work on the institution's own Dask cluster (DESIGN §10.4, client/workers.py):
+"""A party's Paillier work on the institution's own Dask cluster (docs/design.md §10.4, client/workers.py):
 a real `dask scheduler` and two `dask worker` processes over mutual TLS, with certificates from a
 CA of the test's own (an institution's). An in-process coordinator and three party sessions run
 XCLP (512-bit test keys) where party a sends its Paillier tasks to the cluster: its scores equal
@@ -93,7 +93,7 @@ def test_a_party_on_its_own_dask_cluster_over_tls_gets_the_reference_scores(keys
     assert {"encrypt_batch", "decrypt_chunk"} <= seen or "evaluate_batch" in seen, seen
     said = [line for line in progress["a"] if "Dask scheduler" in line]
     assert said == [f"Paillier work on the Dask scheduler {running.address}: 2 workers, 2 threads"]
-    # the before-work estimate counts the cluster's threads (DESIGN §10.5)
+    # the before-work estimate counts the cluster's threads (docs/design.md §10.5)
     assert any(line.startswith("estimated Paillier work: ") and " on 2 workers " in line for line in progress["a"])
 
 
@@ -112,7 +112,7 @@ def test_a_worker_killed_mid_secure_hamming_is_survived_by_daskss_retry(keys, tm
 def test_a_lost_scheduler_fails_the_partys_step_and_the_others_finish_without_it(keys, tmp_path, monkeypatch) -> None:
     """The scheduler is killed at party a's third Paillier task: a's step fails with WorkersLost
     naming the scheduler (within the client's reconnect timeout), the coordinator drops a, and b
-    and c finish SecureHamming among themselves (DESIGN §5's dropout rules)."""
+    and c finish SecureHamming among themselves (docs/design.md §5's dropout rules)."""
     monkeypatch.setattr(workers_module, "CONNECT_SECONDS", 3.0)
     with cluster(tmp_path) as running:
         kill_at_third_task(monkeypatch, running.procs[0])  # the scheduler

@@ -21,7 +21,7 @@ LAYOUT = SlotLayout(2048, 1024)  # K = 186 slots of 11 bits
 
 
 def test_the_memory_estimate_is_linear_in_the_rows_of_every_party() -> None:
-    """Streamed SecureHamming (DESIGN §10.1): no n × n block anywhere, so twice the rows of every
+    """Streamed SecureHamming (docs/design.md §10.1): no n × n block anywhere, so twice the rows of every
     party is about twice the memory (the old estimate was 4 · n²: 566.6 GiB at 390 000 rows)."""
     small = party_bytes(20_000, {"b": 20_000, "c": 20_000}, LAYOUT, workers=2, n_classes=2)
     large = party_bytes(40_000, {"b": 40_000, "c": 40_000}, LAYOUT, workers=2, n_classes=2)
@@ -57,7 +57,7 @@ def test_the_paillier_estimate_grows_with_the_product_of_the_rows():
 
 
 def test_on_candidate_pairs_the_estimates_are_the_bounds_the_budget_and_the_slots_set() -> None:
-    """DESIGN §10.3, §10.5: the ciphertexts are at most pair_budget of all pairs'; a party's slots
+    """docs/design.md §10.3, §10.5: the ciphertexts are at most pair_budget of all pairs'; a party's slots
     as A at most probes × budget_slack times its rows (XclpJobParams.slots_per_row)."""
     from xclp.v1.xclp import XclpJobParams
 

@@ -1,4 +1,4 @@
-"""The party's privacy ledger on its own and through `xclp-client ledger` (client/ledger.py, issue 46)."""
+"""The party's privacy ledger on its own and through `xclp-client ledger` (client/ledger.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The party's local Paillier pool starts at its first task, not at Join (issue 45, client/workers.py).
+"""The party's local Paillier pool starts at its first task, not at Join (client/workers.py).
 
 A hostile coordinator made an agent join 20 runs at once, each starting its process pool at Join
 (23 processes of 0.5-1 GB). A pool now costs nothing until a Paillier task is submitted."""

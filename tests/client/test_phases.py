@@ -155,7 +155,7 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
 
 
 def test_a_party_reveals_nothing_to_a_coordinator_that_showed_another_party_another_view() -> None:
-    """Attack (DESIGN §2.5): c was sent another model than a and b. c's transcript differs, and so
+    """Attack (docs/design.md §2.5): c was sent another model than a and b. c's transcript differs, and so
     do its pairwise keys: the masks would not even cancel. a and b refuse to reveal, and so does c;
     a forged or missing confirmation is refused too."""
     ctxs = contexts(transcripts={"c": b"another theta"})

@@ -1,4 +1,4 @@
-"""A party's own policy (client/policy.py, DESIGN §2.3-2.4): the jobs it refuses before joining,
+"""A party's own policy (client/policy.py, docs/design.md §2.3-2.4): the jobs it refuses before joining,
 and the schedules its step guard refuses. The attacks these refusals defeat, run end to end against
 every masked sum, are in tests/threat_model/.
 """

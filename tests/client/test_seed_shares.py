@@ -1,4 +1,4 @@
-"""The party's Shamir shares of its self-mask seeds (client/phases/seed_shares.py, issue 25):
+"""The party's Shamir shares of its self-mask seeds (client/phases/seed_shares.py):
 dealt sealed with every masked vector, kept, checked before confirming, given only under the rules."""
 
 from __future__ import annotations

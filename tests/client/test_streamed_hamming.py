@@ -1,4 +1,4 @@
-"""The streamed SecureHamming between two real parties (DESIGN §10.1, xclp.v1.secure_hamming_wire).
+"""The streamed SecureHamming between two real parties (docs/design.md §10.1, xclp.v1.secure_hamming_wire).
 
 The test plays the coordinator: it carries the sealed relays between party a (A of the pair) and
 party b (B), takes their uploads, and unmasks each piece as the coordinator does
@@ -211,7 +211,7 @@ def test_on_a_terminal_a_bar_for_the_whole_and_one_line_per_pair(pair) -> None:
 
 
 def test_a_sends_its_slices_to_one_b_at_a_time(keys, monkeypatch) -> None:
-    """DESIGN §10.1: a, A of (a, b) and (a, c), sends its slices to c only once b has answered with
+    """docs/design.md §10.1: a, A of (a, b) and (a, c), sends its slices to c only once b has answered with
     its first piece, so the coordinator's mailboxes never hold two copies of a's slices. Every
     distance still comes out exact."""
     monkeypatch.setattr(shw, "PIECE_BYTES", 5 * 128)

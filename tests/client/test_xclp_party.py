@@ -1,4 +1,4 @@
-"""The party does not trust what the coordinator sends in an XCLP job (DESIGN §2, §5).
+"""The party does not trust what the coordinator sends in an XCLP job (docs/design.md §2, §5).
 
 Each malformed coordinator message — a row layout of the wrong type or that changes a row count,
 a pair table that repeats a pair or names a stranger, an influence block of the wrong shape or
@@ -85,7 +85,7 @@ def test_party_refuses_a_malformed_layout(party: XclpParty, payload, message: st
 
 
 def test_party_refuses_a_layout_other_than_the_row_counts_its_peers_signed(party: XclpParty) -> None:
-    """Attack (DESIGN §2.5): a is told b has 3 rows, while b signed 2 and hears 2; the row a
+    """Attack (docs/design.md §2.5): a is told b has 3 rows, while b signed 2 and hears 2; the row a
     places after b's would belong to nobody in a's view, and a would mask it."""
     with pytest.raises(ProtocolError, match="gives 'b' 3 rows, but 'b' signed 2 in its key bundle"):
         from_coordinator(party, "layout", rows(3, 3, 4))
@@ -125,7 +125,7 @@ def test_party_refuses_a_malformed_pair_table(party: XclpParty, table: np.ndarra
 
 
 def test_party_refuses_a_pair_with_a_party_the_layout_gives_no_rows(party: XclpParty) -> None:
-    """Issue 45: b has no rows in the layout, and the pairs message pairs a with b (it crashed the
+    """B has no rows in the layout, and the pairs message pairs a with b (it crashed the
     party with a KeyError)."""
     from_coordinator(party, "layout", rows(3, 0, 4))
     from_coordinator(party, "pairs", np.array([[0, 1], [0, 2]], dtype=np.uint64))
@@ -154,7 +154,7 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     for value in (-0.01, 1 / (1 - PARAMS.alpha) + 0.01):  # S is non-negative and at most 1/(1 − α)
         with pytest.raises(ProtocolError, match="values outside"):
             from_coordinator(party, "influence", np.full((9, 2), value))
-    from_coordinator(party, "influence", np.full((9, 1), 0.1))  # in pieces (DESIGN §10.2): Z̄ once all are in
+    from_coordinator(party, "influence", np.full((9, 1), 0.1))  # in pieces (docs/design.md §10.2): Z̄ once all are in
     assert party.zbar is None
     from_coordinator(party, "influence", np.full((9, 1), 0.2))
     assert party.zbar is not None and party.zbar.shape == (9, 2)
@@ -172,7 +172,7 @@ def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(p
     with pytest.raises(ProtocolError, match="attempt 0, which this party never sent"):
         from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
     party.on_step(pb.StepStart(step="rowsums", round=0, participants=list(IDS)))
-    # Z comes back for a's one unlabeled row only (DESIGN §5.5), never for all its rows
+    # Z comes back for a's one unlabeled row only (docs/design.md §5.5), never for all its rows
     with pytest.raises(ProtocolError, match=r"must be uint64\[1, 2\]"):
         from_coordinator(party, "rowsums_result", np.zeros((3, 2), np.uint64))
     with pytest.raises(ProtocolError, match=r"must be uint64\[1, 2\]"):
@@ -186,7 +186,7 @@ def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(p
 
 def test_party_refuses_a_repeated_rowsums_attempt(party: XclpParty) -> None:
     """Attack (mask reuse): the same SecureRowSums attempt twice would let the coordinator difference
-    two arrays under the same pairwise masks; the masker refuses the second (DESIGN §4.2)."""
+    two arrays under the same pairwise masks; the masker refuses the second (docs/design.md §4.2)."""
     from_coordinator(party, "layout", rows(3, 2, 4))
     party.hamming.done = True  # (its SecureHamming pairs done)
     from_coordinator(party, "graph", rows(3, 2, 4))
@@ -221,7 +221,7 @@ def test_party_refuses_unknown_messages_and_peer_messages_outside_secure_hamming
 def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evaluation(keypair: PaillierKeypair) -> None:
     """Attack (decryption oracle): the coordinator relays A's own bit-slice ciphertexts back to A,
     repackaged as B's evaluation; A would decrypt them and its t would hand the coordinator A's code
-    bits. Relays are sealed end to end (DESIGN §2.2): what the coordinator makes does not open."""
+    bits. Relays are sealed end to end (docs/design.md §2.2): what the coordinator makes does not open."""
     from xclp.client.steps import xclp as steps
     from xclp.crypto.secure_hamming import EncryptedSlices, EvaluatedDistances
     from xclp.v1.xclp_layout import PairTask
@@ -244,7 +244,7 @@ def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evalua
 @pytest.mark.parametrize("hide", [False, True], ids=["labeled-columns", "hidden-mask"])
 @pytest.mark.parametrize("normalise", [False, True], ids=["one-hot", "class-normalised"])
 def test_influence_in_pieces_gives_the_scores_of_the_whole_block(hide: bool, normalise: bool) -> None:
-    """DESIGN §10.2: Z̄ accumulated piece by piece equals select_influence + local_scores on the whole S_L."""
+    """docs/design.md §10.2: Z̄ accumulated piece by piece equals select_influence + local_scores on the whole S_L."""
     from xclp.client.steps import xclp as steps
 
     rng = np.random.default_rng(4)

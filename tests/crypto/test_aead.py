@@ -1,4 +1,4 @@
-"""AES-256-GCM sealing of the common seed (crypto/aead.py, DESIGN §4.3)."""
+"""AES-256-GCM sealing of the common seed (crypto/aead.py, docs/design.md §4.3)."""
 
 from __future__ import annotations
 

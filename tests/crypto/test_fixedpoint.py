@@ -1,4 +1,4 @@
-"""Fixed-point ring codec (DESIGN §5.6): round trips, sums, overflow refusal."""
+"""Fixed-point ring codec (docs/design.md §5.6): round trips, sums, overflow refusal."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_sum_of_encodings_decodes_to_the_sum(x: np.ndarray) -> None:
 
 
 def test_masked_fixed_point_sum_decodes_to_the_sum() -> None:
-    # SecureRowSums in miniature (DESIGN §5.6): encode, mask, sum mod 2^64, decode.
+    # SecureRowSums in miniature (docs/design.md §5.6): encode, mask, sum mod 2^64, decode.
     rng = np.random.default_rng(3)
     ids = ["p1", "p2", "p3"]
     secrets = {(a, b): rng.bytes(32) for a in ids for b in ids if a < b}
@@ -153,7 +153,7 @@ def test_decode_refuses_wrong_dtype() -> None:
         FixedPoint(16, 32).decode(np.zeros(3, dtype=np.uint64))
 
 
-# ---- WideFixedPoint: the moments codec (DESIGN §8) ----------------------------------------------
+# ---- WideFixedPoint: the moments codec (docs/design.md §8) ----------------------------------------------
 
 WIDE = WideFixedPoint()
 wide_floats = st.floats(min_value=-1e30, max_value=1e30, allow_nan=False, allow_infinity=False)

@@ -1,4 +1,4 @@
-"""Identity keys, signed key bundles and roster verification (crypto/identity.py, DESIGN §4.1)."""
+"""Identity keys, signed key bundles and roster verification (crypto/identity.py, docs/design.md §4.1)."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_bundle_parsing_refuses_trailing_and_truncated_bytes(keys):
 @pytest.mark.parametrize("old, why", [(b"xclp/key-bundle/v1", "which signs no job spec"),
                                       (b"xclp/key-bundle/v2", "cannot recover a party lost while revealing")])
 def test_a_bundle_of_an_older_xclp_is_refused_with_what_to_do(keys, old: bytes, why: str):
-    """A v2 party neither deals nor gives self-mask shares (issue 25): its peers would refuse to
+    """A v2 party neither deals nor gives self-mask shares: its peers would refuse to
     confirm its sums, so it is named at the roster instead, with what to do."""
     data = bundle_for(keys["a"], "a").canonical_bytes()
     assert data.startswith(b"xclp/key-bundle/v3")

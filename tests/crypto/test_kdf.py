@@ -1,4 +1,4 @@
-"""HKDF key derivation (DESIGN §4.2): RFC 5869 vectors, binding of purpose/attempt/participants."""
+"""HKDF key derivation (docs/design.md §4.2): RFC 5869 vectors, binding of purpose/attempt/participants."""
 
 from __future__ import annotations
 

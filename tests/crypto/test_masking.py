@@ -1,4 +1,4 @@
-"""Pairwise masks (DESIGN §4.2, §5.6, §6): cancellation, uniformity, key freshness, replay refusal,
+"""Pairwise masks (docs/design.md §4.2, §5.6, §6): cancellation, uniformity, key freshness, replay refusal,
 keystream against AES-CTR and NIST SP 800-38A."""
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def test_masks_cancel_mod_2_bits(dtype: type, n_parties: int) -> None:
 def test_masks_cancel_over_a_subset_after_a_dropout() -> None:
     ids = ["a", "b", "c", "d"]
     ms = maskers(ids)
-    survivors = ["a", "c", "d"]  # b dropped; the step restarts without it (DESIGN §5.6)
+    survivors = ["a", "c", "d"]  # b dropped; the step restarts without it (docs/design.md §5.6)
     raw = {i: np.full(8, ord(i), dtype=np.uint64) for i in survivors}
     masked = [ms[i].apply(raw[i], purpose="rowsums", attempt=1, participants=survivors) for i in survivors]
     np.testing.assert_array_equal(ring_sum(masked), np.full(8, sum(map(ord, survivors)), dtype=np.uint64))

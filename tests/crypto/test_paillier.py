@@ -172,7 +172,7 @@ def test_malformed_ciphertext_bytes_are_refused(keypair: PaillierKeypair) -> Non
 
 
 def test_h_s_is_derived_from_N_and_a_chosen_base_is_refused(keypair) -> None:  # type: ignore[no-untyped-def]
-    """DESIGN §5.3: h = −x² mod N with x from a public hash of N, so B recomputes h_s; a malicious A
+    """docs/design.md §5.3: h = −x² mod N with x from a public hash of N, so B recomputes h_s; a malicious A
     could otherwise pick a weak base (e.g. one of small order) for B's encryption randomness."""
     from xclp.crypto.paillier import PaillierPublicKey, derive_h
     from xclp.errors import ProtocolError

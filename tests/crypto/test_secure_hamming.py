@@ -85,7 +85,7 @@ def test_layout_numbers(modulus_bits: int, L: int, width: int, slots: int) -> No
     assert (lay.width, lay.slots, lay.value_bytes) == (width, slots, modulus_bits // 8)
     assert 2 ** (width - 1) <= L < 2**width  # w = ⌈log2(L+1)⌉: the smallest width that holds L
     assert slots * width <= modulus_bits - 2 < (slots + 1) * width  # packed value < 2^(|N|−2) < N, K maximal
-    # ~4.8x more slots than the per-slot σ = 40 masks of DESIGN §5.3 (w = 52, K = 39 for 2048/1024)
+    # ~4.8x more slots than the per-slot σ = 40 masks of docs/design.md §5.3 (w = 52, K = 39 for 2048/1024)
     if (modulus_bits, L) == (2048, 1024):
         assert slots / ((2048 - 2) // 52) > 4.7
 
@@ -210,7 +210,7 @@ def test_t_minus_R_is_exactly_the_packed_distances_with_zero_padding(keypair) ->
 
 
 def test_evaluation_carries_fresh_randomness(keypair) -> None:  # type: ignore[no-untyped-def]
-    """A knows its ciphertexts; given x and R it must not be able to rebuild D (DESIGN §5.3)."""
+    """A knows its ciphertexts; given x and R it must not be able to rebuild D (docs/design.md §5.3)."""
     rng = np.random.default_rng(13)
     L = 64
     layout = SlotLayout.for_key(keypair.public, L)
@@ -401,7 +401,7 @@ def test_bad_codes_are_refused(keypair) -> None:  # type: ignore[no-untyped-def]
         encrypt_bit_slices(keypair, np.zeros((1, 2), dtype=np.uint64), other)
 
 
-# ---- B's masks from a seed (streamed SecureHamming, DESIGN §10.1) ---------------------------------
+# ---- B's masks from a seed (streamed SecureHamming, docs/design.md §10.1) ---------------------------------
 
 
 def _bucket_pvalue(masks: list[int], modulus: int, buckets: int = 16) -> float:

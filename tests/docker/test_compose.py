@@ -1,6 +1,6 @@
 """The compose demo (docker-compose.yml, docker/): a coordinator service, three institutions'
 agents and the one-shot `submit` service in real containers, on the real engine, with real faults
-(DESIGN §5 dropouts).
+(docs/design.md §5 dropouts).
 
 Each Docker test runs its own compose project (unique `-p` name, so its containers, network and
 volumes are its own) and takes it down with `down -v` afterwards, also when it fails. The fault
@@ -259,7 +259,7 @@ def test_compose_up_runs_the_demo_and_every_service_exits_0(project: Project) ->
     labeled = sum(labeled_rows(p) for p in PARTIES)
     assert re.search(rf"identical everywhere;\n(\S+\s*\| )?  trained on {labeled} labeled rows in all", out)
     assert "dropped: none" in out
-    # XCLP's point (paper 003 §4): propagating across institutions beats each one alone. The demo's
+    # XCLP's point (Scott et al. 2023 §4): propagating across institutions beats each one alone. The demo's
     # data were chosen so that XCLP beats every institution's own LP for every common seed tried.
     assert sum(float(table[p][1]) for p in PARTIES) > sum(float(table[p][2]) for p in PARTIES)
     run_summary = json.loads(project.read("coordinator", "state/jobs/xclp-demo/xclp-demo.summary.json") or "{}")
@@ -301,7 +301,7 @@ def _fault_run(project: Project, tmp_path: Path, fault: Callable[[str], None]) -
     assert table["hospital-b"][1] == "-"
     run_summary: dict[str, object] = json.loads(
         project.read("coordinator", "state/jobs/xclp-demo/xclp-demo.summary.json") or "{}")
-    # DESIGN §5: dropped during SecureHamming = its rows and columns leave H; the others go on.
+    # docs/design.md §5: dropped during SecureHamming = its rows and columns leave H; the others go on.
     assert run_summary["outcome"] == "done"
     assert run_summary["graph_parties"] == run_summary["label_parties"] == ["hospital-a", "hospital-c"]
     assert list(run_summary["dropped"]) == ["hospital-b"]  # type: ignore[call-overload]

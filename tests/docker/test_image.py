@@ -237,7 +237,7 @@ def test_healthcheck_passes_in_a_party_container_which_has_no_port(image: str) -
 @pytest.mark.docker
 def test_a_build_that_cannot_reach_the_package_index_says_to_run_docker_prepare(image: str, tmp_path) -> None:
     """`docker compose up` without the image builds it from the package index; offline that failed
-    after 30 lines with no word of scripts/docker-prepare (issue 49). The base image is the one the
+    after 30 lines with no word of scripts/docker-prepare. The base image is the one the
     `image` fixture made; the build has no network."""
     from pathlib import Path
 

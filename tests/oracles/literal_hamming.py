@@ -4,7 +4,7 @@ Paper 003 §3 "PHE-based secure Hamming distance", with only `phe`'s own arithme
 every bit y_l of every vector with `phe` (one ciphertext per bit); for each pair B computes
 Π_l Enc(y_l)^(1−2x_l) · Enc(|x| + r) (phe's `*` by ±1 and `+`), and A decrypts every pair.
 
-Masking as in the packed protocol (crypto/secure_hamming.py, "Deviation from DESIGN §5.3"): one
+Masking as in the packed protocol (crypto/secure_hamming.py, "Deviation from docs/design.md §5.3"): one
 mask r per ciphertext, uniform in [0, N) from `secrets`, so A's t = (h + r) mod N is uniform and
 `literal_unmask` recovers h = (t − r) mod N — not the paper's r in [0, L−1], which would not hide h.
 Use the packed protocol in the service: this one costs ~L ciphertexts per vector and one
@@ -40,7 +40,7 @@ def literal_evaluate(
         weight = sum(x)
         row = []
         for y_enc, r in zip(encrypted, mask_row):
-            # fresh encryption of |x| + r (DESIGN §5.3); raw: phe's encode refuses values above N/3
+            # fresh encryption of |x| + r (docs/design.md §5.3); raw: phe's encode refuses values above N/3
             acc = phe.EncryptedNumber(public, public.raw_encrypt((weight + r) % public.n))
             for x_l, c in zip(x, y_enc):
                 acc = acc + c * (1 - 2 * x_l)  # paper's identity h = |x| + Σ_l (1 − 2x_l)·y_l

@@ -1,4 +1,4 @@
-"""What a party of a secure XCLP run should end with, from the plaintext reference (DESIGN §5.5, §5.7).
+"""What a party of a secure XCLP run should end with, from the plaintext reference (docs/design.md §5.5, §5.7).
 
 The coordinator returns Z only for a party's unlabeled rows (all rows under hide_label_mask); on its
 labeled rows the party keeps its own label, as one-hot scores with confidence 1.

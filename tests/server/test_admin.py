@@ -162,7 +162,7 @@ def test_job_show_tells_how_far_secure_hamming_and_the_influence_solve_have_got_
     """`xclp-server job show` during an XCLP run of four parties: the current step, its pieces
     folded or columns solved so far, with an ETA. The operator's call is answered on another thread
     while the run holds its lock (it folds a piece, it solves an influence block): it must not wait
-    for that. The run also shows the streaming bounds of DESIGN §10: a party A of two pairs sends
+    for that. The run also shows the streaming bounds of docs/design.md §10: a party A of two pairs sends
     its slices to one B at a time, and the next influence block is solved while the last one is sent
     and queued only once that one has left the coordinator's mailboxes (no backlog allowed here):
     never more than two blocks wait, the receiver's and the last of the receiver before it."""
@@ -243,7 +243,7 @@ def test_the_admin_commands_help_loads_neither_the_coordinator_nor_the_numerics(
 
 def test_after_a_restart_a_lost_token_hears_its_run_was_interrupted_and_the_submitted_job_runs_again(keys, tmp_path):
     """A submitted run interrupted by the coordinator's stop: the next process on the same state
-    answers the old run's token with RunInterrupted (a party then joins the next run; issue 47), and
+    answers the old run's token with RunInterrupted (a party then joins the next run), and
     queues the job again, as its operator's, as a job file given at start runs again. Before, the
     parties' rejoin found "no run open for joining" until the operator submitted it again. After a
     crash (nothing marked), the same; a job whose last run was cancelled does not run again, and a

@@ -221,7 +221,7 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
     seeds = {"a": bytes([1]) * 32, "b": bytes([2]) * 32}
     j.message("a", msg("sum", 1, "a", ones + self_mask(seeds["a"], ones.shape, ones.dtype)))
     j.message("b", msg("sum", 1, "b", 2 * ones + self_mask(seeds["b"], ones.shape, ones.dtype)))
-    # DESIGN §2.5, §6.1: complete, so both confirm their transcripts, then reveal their seeds of round 1
+    # docs/design.md §2.5, §6.1: complete, so both confirm their transcripts, then reveal their seeds of round 1
     assert j.stage is Stage.RUNNING
     assert (j.step.name, j.step.attempt, j.step.participants) == ("sum_confirm", 1, ("a", "b"))
     for p in "ab":
@@ -240,7 +240,7 @@ def test_dropout_restarts_the_sum_in_a_new_round_and_old_uploads_are_ignored(key
 
 
 def test_a_party_lost_while_revealing_is_recovered_from_shares_never_by_another_attempt(keys):
-    """The others revealed their seeds and mask no other attempt (DESIGN §6.1): the lost seed is rebuilt."""
+    """The others revealed their seeds and mask no other attempt (docs/design.md §6.1): the lost seed is rebuilt."""
     j, _ = started(keys)
     for p in "abc":
         j.message(p, msg("seed", 0, p, b""))

@@ -102,7 +102,7 @@ def test_a_restart_keeps_history_interrupts_runs_in_flight_and_resumes_queued_on
 
 
 def test_the_state_directory_is_made_if_need_be_and_kept_to_the_coordinator(tmp_path):
-    """Issue 49: the docs' `state = "state/xclp.db"` failed on a fresh directory ("directory state
+    """The docs' `state = "state/xclp.db"` failed on a fresh directory ("directory state
     does not exist"); the coordinator now makes it, readable by itself alone."""
     store = StateStore(tmp_path / "state" / "nested" / "xclp.db")
     store.close()

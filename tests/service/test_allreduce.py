@@ -1,4 +1,4 @@
-"""Masked all-reduce jobs through a real gRPC coordinator in-process, parties on threads (DESIGN §6)."""
+"""Masked all-reduce jobs through a real gRPC coordinator in-process, parties on threads (docs/design.md §6)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_flynn_aggregate_is_pooled_counts_and_masked_uploads_reveal_nothing(keys
     for p, masked in uploads.items():
         own = flynn_counts(params, datas[p], seed)
         total += masked  # wraps mod 2^32
-        # Each upload is uniform in Z_2^32 and independent of the party's counts (DESIGN §2).
+        # Each upload is uniform in Z_2^32 and independent of the party's counts (docs/design.md §2).
         flat = masked.ravel().astype(np.float64)
         assert abs(stats.pearsonr(flat, own.ravel().astype(np.float64)).statistic) < 5 / np.sqrt(flat.size)
         top_nibbles = np.bincount((masked.ravel() >> 28).astype(np.int64), minlength=16)
@@ -133,13 +133,13 @@ def test_dp_flynn_releases_noisy_fixed_point_counts(keys):
     assert all(np.array_equal(r.aggregate, agg) for r in results.values())
     assert agg.dtype == np.float64 and np.all(agg >= 0)
     assert np.array_equal(agg, np.round(agg))  # discrete Laplace: integer noise (no float leakage, Mironov 2012)
-    assert np.count_nonzero(agg) <= 3 * 50  # each party releases at most T entries (paper 001 Alg. 2)
+    assert np.count_nonzero(agg) <= 3 * 50  # each party releases at most T entries (Ram & Sinha 2022 Alg. 2)
     assert not np.array_equal(agg, pooled_flynn(results["a"].seed, datas))
 
 
 def test_dp_race_shares_sum_to_a_noised_sketch(keys):
     """The released sketch carries τ = 3 parties' shares, any two of which are the two-sided
-    geometric of scale R/ε (DESIGN §6): τ/(τ−1) = 1.5 times its variance in all. 16 × 1024 cells pin
+    geometric of scale R/ε (docs/design.md §6): τ/(τ−1) = 1.5 times its variance in all. 16 × 1024 cells pin
     the variance within ±10 % (≈ 6 standard errors), so shares sized for any other τ fail it."""
     datas = {p: party_data(40 + i) for i, p in enumerate(PARTIES)}
     params = {**RACE, "width": 1024, "epsilon": 4.0}
@@ -276,7 +276,7 @@ def test_a_waiting_party_says_who_it_waits_for_and_when_the_join_deadline_is(key
 
 
 def test_a_joined_party_gives_up_at_its_roster_deadline_whatever_statuses_keep_coming(keys, monkeypatch):
-    """Attack (issue 45): a coordinator keeps a joined party waiting for a roster that never comes,
+    """Attack: a coordinator keeps a joined party waiting for a roster that never comes,
     with a status now and then, so that --idle-timeout never fires (an agent held a pool and the
     data for each such run). An agent's join_deadline (RunConfig.roster_wait_seconds) bounds it."""
     import time

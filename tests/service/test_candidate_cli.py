@@ -1,4 +1,4 @@
-"""XCLP on candidate pairs end to end through the CLIs (DESIGN §10.3): three `xclp-client run`
+"""XCLP on candidate pairs end to end through the CLIs (docs/design.md §10.3): three `xclp-client run`
 processes against a coordinator over TLS (512-bit test keys, L = 64, 3 × 240 rows). Every party's
 predictions.csv is the plaintext reference's on the same schedule; the summary says how much of
 all pairs' ciphertexts the schedule cost."""

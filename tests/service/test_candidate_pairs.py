@@ -1,4 +1,4 @@
-"""XCLP on candidate pairs through the service (DESIGN §10.3): an in-process coordinator, three
+"""XCLP on candidate pairs through the service (docs/design.md §10.3): an in-process coordinator, three
 party sessions over gRPC, 512-bit test keys. The common seed's centres, the probe table (a
 verifiable masked sum), the probes, then SecureHamming on the schedule: every party's scores equal
 the plaintext reference's on the same schedule, and the schedule did leave pairs out."""

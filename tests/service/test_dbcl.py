@@ -1,4 +1,4 @@
-"""DBCL jobs (DESIGN §7, paper 004 §4.2): the secure service against the in-process simulation,
+"""DBCL jobs (docs/design.md §7, Zhang & Wang 2021 §4.2): the secure service against the in-process simulation,
 round by round; dropouts; a withheld model; what a hostile coordinator cannot make a party do."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, variant: dict) ->
 def test_a_party_refuses_layers_released_unsketched_unless_it_opts_in(keys) -> None:
     """By default every layer is sketched and parties take part; the paper's setting (output layer
     unsketched) and plain federated SGD are refused before Join by a party's default policy, with
-    the layers and the way out (issue 30)."""
+    the layers and the way out."""
     datas = {p: blobs(i) for i, p in enumerate(PARTIES)}
     strict = PartyPolicy(min_parties=2, allow_non_dp_dbcl=True)  # strict about layers (DP: test_dp_differencing)
     results, _ = secure_run(keys, "dbcl-default", params(), datas, policy=strict)

@@ -1,4 +1,4 @@
-"""Record-level DP in the training jobs through the service (issue 29, xclp.privacy.dpsgd): the noise the
+"""Record-level DP in the training jobs through the service (xclp.privacy.dpsgd): the noise the
 coordinator's opened sums carry, the verifiable FedAvg model with DP, the accountant's report to
 the parties and the operator, and --require-dp by the job's total ε."""
 

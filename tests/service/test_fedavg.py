@@ -1,4 +1,4 @@
-"""Federated training jobs (DESIGN §7): the secure service against the in-process simulation,
+"""Federated training jobs (docs/design.md §7): the secure service against the in-process simulation,
 round by round; dropouts; what a hostile coordinator cannot make a party do."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_secure_run_equals_the_simulation_round_by_round(keys, paillier, pseudo_
             for r in results[party].rounds:
                 assert r.pseudo is not None
                 np.testing.assert_array_equal(r.pseudo.labels, alone.labels)
-    if pseudo_label == "xclp":  # DESIGN §7: the secure pseudo-labels are the plaintext XCLP reference's
+    if pseudo_label == "xclp":  # docs/design.md §7: the secure pseudo-labels are the plaintext XCLP reference's
         ref = run_fedavg({q: (d.X, d.y) for q, d in datas.items()}, FedavgJobParams.parse(p), seed=seed)
         for mine, theirs in zip(sim.rounds, ref.rounds):
             for party in PARTIES:

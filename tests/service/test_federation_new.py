@@ -1,4 +1,4 @@
-"""`xclp-server federation new` (issue 49): the scaffold plus four commands — the coordinator and
+"""`xclp-server federation new`: the scaffold plus four commands — the coordinator and
 three parties, as its README says — run a real XCLP job on three CSVs this test writes, and every
 party gets its predictions; one of them with `--validate`, whose comparison an independent computation
 confirms. And `allow add`, for real federations."""

@@ -1,4 +1,4 @@
-"""A dropout in SecureHamming costs the pieces in flight, not every pair (issue 47: "a restart after
+"""A dropout in SecureHamming costs the pieces in flight, not every pair ("a restart after
 a dropout redoes every SecureHamming pair"; "SecureHamming redoes at most the pieces in flight").
 
 d dies in the middle of SecureHamming, once the coordinator has folded at least one pair among

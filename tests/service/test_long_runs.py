@@ -1,4 +1,4 @@
-"""Long runs that survive (issue 47; docs/operating.md "Long runs"): the coordinator's own long work
+"""Long runs that survive (docs/operating.md "Long runs"): the coordinator's own long work
 runs off the RPC threads and outside the run's lock.
 
 At 54 000 rows the coordinator solved the influence block inside the Push handler of the party

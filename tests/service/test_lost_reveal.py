@@ -1,4 +1,4 @@
-"""A party lost while revealing its self mask, with real processes (issue 25, DESIGN §6.1).
+"""A party lost while revealing its self mask, with real processes (docs/design.md §6.1).
 
 One coordinator (in this process, so the test reads its ledger) serves one job of every type that
 sums under masks; in each, party c is a real `xclp-client run` process that SIGKILLs itself when
@@ -6,7 +6,7 @@ the reveal of one sum starts (tests/service/reveal_dying_party.py): its masked c
 held and confirmed, its seed never revealed. a and b give their Shamir shares of c's seed (t = 2
 of 3), the coordinator rebuilds it and opens the sum over all three, and the job completes for a
 and b with exactly the plaintext reference's result over all three tables (c's counts, moments,
-row sums, update are in it). On the code before issue 25 each of these sums failed instead.
+row sums, update are in it). Before seed shares each of these sums failed instead.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A party whose process is killed with SIGKILL in the middle of SecureHamming, and started again
-with the same command, rejoins its run (issue 47 item 4, "Resume"): it reads its sealed run state
+with the same command, rejoins its run (docs/operating.md, "Resume"): it reads its sealed run state
 back, the coordinator starts the next attempt with it, every pair goes on from its first piece not
 folded, and every party's prediction is exactly the plaintext reference's.
 

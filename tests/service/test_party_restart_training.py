@@ -1,5 +1,5 @@
 """A party whose process is killed with SIGKILL in the middle of a training round, and started again
-with the same command, rejoins its run (issue 47 item 4): it reads its sealed run state back (the
+with the same command, rejoins its run (docs/operating.md): it reads its sealed run state back (the
 round, its model, its update and DP noise), the coordinator sends it the round's model again and
 starts the round's update sum again with it among the same parties, it masks the same update under
 fresh masks, and the trained model is exactly the simulation's.

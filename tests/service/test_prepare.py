@@ -1,4 +1,4 @@
-"""Data preparation through a real coordinator (DESIGN §8): the masked moments step, federated
+"""Data preparation through a real coordinator (docs/design.md §8): the masked moments step, federated
 standardisation and imputation, class names, and the bad tables it refuses."""
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def test_a_party_requiring_dp_refuses_a_job_that_releases_exact_moments():
 
 
 def test_a_party_vanishing_in_the_moments_step_leaves_the_others_a_scaling_of_their_own_rows(keys):
-    """The moments sum restarts among the rest under fresh masks (DESIGN §6.1): the scaling and the
+    """The moments sum restarts among the rest under fresh masks (docs/design.md §6.1): the scaling and the
     model are those of the two parties left, as if the third had never come."""
     from xclp.client.session import PartySession
 

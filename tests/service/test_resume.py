@@ -1,5 +1,5 @@
 """A coordinator killed with SIGKILL in the middle of SecureHamming and started again on the same
-state goes on with the run (issue 47 item 4, "Resume"): the parties reconnect with their backoff,
+state goes on with the run (docs/operating.md, "Resume"): the parties reconnect with their backoff,
 the pairs go on from the pieces its checkpoint had folded, and every prediction is exactly the
 plaintext reference's.
 

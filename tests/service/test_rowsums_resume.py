@@ -1,6 +1,6 @@
 """A coordinator killed with SIGKILL after SecureHamming — in the labels step, in the influence solve,
 or in SecureRowSums before anyone revealed — and started again on the same state goes on from the
-graph (issue 47 item 4): it asks for the labeled rows again, or solves and sends the influence
+graph (docs/operating.md): it asks for the labeled rows again, or solves and sends the influence
 columns again and SecureRowSums runs at a later attempt among the same parties under fresh masks;
 SecureHamming is never run again, and every party's scores are exactly the plaintext reference's.
 

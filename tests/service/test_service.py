@@ -1,4 +1,4 @@
-"""The coordinator refuses what it must and keeps serving everyone else (DESIGN §2, §3)."""
+"""The coordinator refuses what it must and keeps serving everyone else (docs/design.md §2, §3)."""
 
 from __future__ import annotations
 

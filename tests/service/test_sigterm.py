@@ -1,4 +1,4 @@
-"""A party or an agent stopped by SIGTERM leaves no process behind, at once (issue 47, item 5).
+"""A party or an agent stopped by SIGTERM leaves no process behind, at once (item 5).
 
 `kill -TERM` of an `xclp-client run` in SecureHamming used to leave its forkserver, resource
 tracker and pool workers alive under init (in one run still computing 40 minutes later): the

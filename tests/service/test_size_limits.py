@@ -38,7 +38,7 @@ def fixed_costs(monkeypatch) -> None:
 
 
 def test_a_party_whose_estimate_passes_its_limit_declines_before_joining_with_both_numbers(keys, monkeypatch):
-    """Issue 47: parties estimated 55-63 min of Paillier work and joined a job that could not give
+    """Parties estimated 55-63 min of Paillier work and joined a job that could not give
     them that, without a word. A party now compares before Join (its peers' rows unknown yet, each
     taken to hold as many as its own) and declines; the operator hears why in words."""
     fixed_costs(monkeypatch)
@@ -120,7 +120,7 @@ def test_the_coordinator_refuses_at_join_the_party_that_would_pass_its_row_cap(k
 
 
 def test_the_coordinator_refuses_before_any_work_an_xclp_run_its_memory_cannot_hold(keys, monkeypatch):
-    """DESIGN §10.5: the coordinator estimates its own peak (server.steps.xclp.coordinator_bytes)
+    """docs/design.md §10.5: the coordinator estimates its own peak (server.steps.xclp.coordinator_bytes)
     from the joined rows and refuses the run, with the estimate and what to change, before the seed."""
     import xclp.server.jobs.xclp as coordinator_xclp
 

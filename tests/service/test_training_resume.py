@@ -1,5 +1,5 @@
 """A coordinator killed with SIGKILL in the middle of a FedAvg or DBCL round and started again on the same
-state goes on at that round (issue 47 item 4: "training resumes at the round"): the rounds before
+state goes on at that round ("training resumes at the round"): the rounds before
 stand, the round runs again from its start with the same model, its update sum at a later attempt
 among the same parties under fresh masks (DBCL: the round's view again, from the same seed), and the
 trained model is exactly the simulation's.

@@ -1,4 +1,4 @@
-"""XCLP over the service (DESIGN §5): real party processes over localhost TLS, checked against the oracle.
+"""XCLP over the service (docs/design.md §5): real party processes over localhost TLS, checked against the oracle.
 
 One coordinator (in this process, so the test can read what it learned: its H and, through the
 observer hook, every SecureRowSums payload it received) serves three XCLP jobs at once; every
@@ -6,7 +6,7 @@ party is a real `xclp-client run` process (512-bit test keys, L = 64, 3 × 40 ro
 
 - "exact":   all three finish; H and predictions are checked against `xclp_reference`;
 - "kill-sh": party c kills itself mid-SecureHamming: H and the labels of a and b are those of a
-             run without c (DESIGN §5: "its rows and columns are removed");
+             run without c (docs/design.md §5: "its rows and columns are removed");
 - "kill-rs": party b (hide_label_mask, per-party label normalisation) kills itself in SecureRowSums:
              it stays in H but brings and gets no labels; the step restarts under fresh masks.
 
@@ -159,7 +159,7 @@ def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> Non
         np.testing.assert_allclose(confidence, want_confidence, rtol=0, atol=1e-6)
 
 
-# ---- correctness contract (DESIGN §5) ------------------------------------------------------------
+# ---- correctness contract (docs/design.md §5) ------------------------------------------------------------
 
 
 def assert_same_graph(W, ref) -> None:
@@ -169,7 +169,7 @@ def assert_same_graph(W, ref) -> None:
 
 
 def test_coordinator_graph_equals_the_plaintext_graph_and_it_never_held_H(run) -> None:
-    """DESIGN §10.1: the graph folded from own nearest rows and cross blocks as they arrived is the
+    """docs/design.md §10.1: the graph folded from own nearest rows and cross blocks as they arrived is the
     reference's graph on the whole H; what the coordinator keeps is n·k candidates, not H."""
     state = run["coord"].jobs["exact"].job.xclp
     assert_same_graph(state.W, reference(run, "exact").influence.W)
@@ -187,7 +187,7 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
     summary = json.loads((run["root"] / "exact.summary.json").read_text())
     assert summary["outcome"] == "done" and summary["graph_parties"] == list(PARTIES)
     labeled = sum(int((run["data"][p][1] >= 0).sum()) for p in PARTIES)
-    solve = summary["influence"]  # DESIGN §10.2: solved in blocks of columns, the residual reported
+    solve = summary["influence"]  # docs/design.md §10.2: solved in blocks of columns, the residual reported
     assert (solve["method"], solve["columns"], solve["blocks"]) == ("dense", labeled, 3)
     assert solve["max_relative_residual"] <= 1e-6
     cg = json.loads((run["root"] / "cg.summary.json").read_text())["influence"]
@@ -199,7 +199,7 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
     batches = math.ceil(N / slots)
     # three pairs of one piece each (xclp.v1.secure_hamming_wire): the slices (a 20-byte header and one
     # ciphertext per (batch, bit)) and the piece (one per (batch, B row)), each relay framed (5 bytes) and
-    # sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, DESIGN §2.2); no acknowledgement
+    # sealed end to end (AES-GCM: 12-byte nonce and 16-byte tag, docs/design.md §2.2); no acknowledgement
     relayed = 3 * (5 + 20 + batches * L * ct) + 3 * (5 + batches * N * ct) + 6 * (12 + 16)
     assert summary["steps"]["secure_hamming"]["bytes_relayed"] == relayed
     # per pair B's mask seed and A's t, one 512-bit value per ciphertext D, each upload with a 16-byte header;
@@ -209,7 +209,7 @@ def test_run_summary_has_step_durations_and_bytes(run) -> None:
                                          for s in summary["steps"].values())
 
 
-# ---- dropouts (DESIGN §5, end) -------------------------------------------------------------------
+# ---- dropouts (docs/design.md §5, end) -------------------------------------------------------------------
 
 
 def test_conjugate_gradient_solver_gives_the_reference_predictions_through_the_service(run) -> None:
@@ -432,7 +432,7 @@ def test_malformed_secure_hamming_uploads_are_refused_and_the_step_goes_on() -> 
 
 
 def test_a_party_that_stops_reading_its_influence_columns_is_sent_no_more(monkeypatch) -> None:
-    """DESIGN §10.2: the next influence block is solved while the last one is on its way to its
+    """docs/design.md §10.2: the next influence block is solved while the last one is on its way to its
     owner and queued once that one has left. A party that stops reading (here b; a and c read) is
     waited for once, a step's deadline, and then the block solved meanwhile is dropped and the rest
     of its columns are neither solved nor queued: the coordinator holds at most one block queued for
@@ -505,7 +505,7 @@ def test_b_cannot_flood_a_through_the_coordinator_past_its_window(monkeypatch) -
 
 
 def test_a_sends_its_slices_to_one_b_at_a_time_and_is_not_blamed_for_the_next(monkeypatch) -> None:
-    """DESIGN §10.1: A's slices wait in the coordinator's mailboxes for one B at a time. A party
+    """docs/design.md §10.1: A's slices wait in the coordinator's mailboxes for one B at a time. A party
     that is A of two pairs may not relay its slices to the second B before the first answered with
     a piece (what a party that ignores the rule would do, doubling the coordinator's memory), and
     while it waits it is not the one a deadline blames for the second pair."""

@@ -1,4 +1,4 @@
-"""XCLP protocol steps with real cryptography, checked against the plaintext oracle (DESIGN §5).
+"""XCLP protocol steps with real cryptography, checked against the plaintext oracle (docs/design.md §5).
 
 Small on purpose: 3 parties × 22–30 rows, L = 64, 512-bit Paillier test keys.
 """
@@ -85,7 +85,7 @@ def assert_outputs_match(
         np.testing.assert_allclose(out.confidence, confidence, rtol=0, atol=1e-6)
 
 
-# ---- correctness contract (DESIGN §5) -------------------------------------------------------------
+# ---- correctness contract (docs/design.md §5) -------------------------------------------------------------
 
 
 def assert_same_graph(W, ref) -> None:
@@ -145,7 +145,7 @@ def test_secure_hamming_bytes_are_ciphertexts_of_the_packed_slices() -> None:
     assert result.bytes_sent["secure_hamming"] == expected
 
 
-# ---- dropouts (DESIGN §5, end) --------------------------------------------------------------------
+# ---- dropouts (docs/design.md §5, end) --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stage", ["setup", "secure_hamming"])
@@ -226,7 +226,7 @@ def test_drop_names_unknown_stage_or_party_helpfully() -> None:
         run_xclp_inprocess(dataset(), C, seed=SEED, L=L, drop={"party-z": "setup"})
 
 
-# ---- SecureRowSums (paper 003 §3.2) ---------------------------------------------------------------
+# ---- SecureRowSums (Scott et al. 2023 §3.2) ---------------------------------------------------------------
 
 
 def fixed_maskers(ids: tuple[str, ...], seed: int) -> dict[str, PairwiseMasker]:
@@ -338,7 +338,7 @@ def test_sum_row_sums_refuses_bad_contributions() -> None:
         party.unmask_row_sums(np.zeros((2, 2), np.int64), np.zeros((2, 2), np.uint64))
 
 
-# ---- SecureHamming roles and the coordinator's checks (DESIGN §5.2-5.3) ----------------------------
+# ---- SecureHamming roles and the coordinator's checks (docs/design.md §5.2-5.3) ----------------------------
 
 
 @pytest.mark.parametrize("n_parties", range(2, 9))
@@ -427,7 +427,7 @@ def test_select_influence_picks_labeled_columns_with_hidden_mask() -> None:
         party.select_influence(S, y, C, hide_label_mask=False)
 
 
-# ---- what a curious party can solve for (DESIGN §5.5) ---------------------------------------------
+# ---- what a curious party can solve for (docs/design.md §5.5) ---------------------------------------------
 
 
 def test_a_curious_party_cannot_solve_its_outputs_for_another_partys_labels() -> None:

@@ -1,4 +1,4 @@
-"""A hostile coordinator for the threat model's tests (DESIGN §2): the real coordinator over real
+"""A hostile coordinator for the threat model's tests (docs/design.md §2): the real coordinator over real
 gRPC, serving real PartySessions, with the transitions an attacker changes replaced.
 
 Each attack is a keyword of `hostile(...)`; the honest code runs where no attack is named. The

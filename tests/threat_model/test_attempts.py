@@ -1,4 +1,4 @@
-"""Attacks across the attempts of one masked sum (issue 45: an attempt a party has left is dead to
+"""Attacks across the attempts of one masked sum (an attempt a party has left is dead to
 it), and on the seeds a verifiable sum relays.
 
 The real coordinator with its masked-sum transitions replaced, as an attacker would replace them,
@@ -104,7 +104,7 @@ FEDAVG = {"n_classes": 3, "hidden": [4], "rounds": 2, "local_epochs": 1, "batch_
                          ids=["probe-table", "fedavg-update"])
 def test_a_forged_seed_in_a_verifiable_sums_relay_is_refused_before_it_is_used(keys, monkeypatch, job_type, params,
                                                                               relay) -> None:
-    """Attack (issue 45): a verifiable sum is recomputed by every member from all masked vectors and
+    """Attack: a verifiable sum is recomputed by every member from all masked vectors and
     seeds. The coordinator relays party a a random seed in place of b's: a's sum, and what it does
     with it (which probes it sends and how many, k-means centres that qualify in its view only; the
     next model), differs from everyone else's. Every member signed a commitment to its seed in its

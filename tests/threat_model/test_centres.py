@@ -1,4 +1,4 @@
-"""Candidate pairs' centres release no row (issue 45, DESIGN §10.3), as the coordinator sees it.
+"""Candidate pairs' centres release no row (docs/design.md §10.3), as the coordinator sees it.
 
 Federated k-means opened the centres' exact counts and sums every round; consecutive rounds'
 sums differed by the rows that changed centre, so a single row that moved was read exactly (10 of
@@ -20,7 +20,7 @@ from xclp.server.phases.masked_sum import MaskedSum
 
 def test_over_a_whole_job_the_coordinator_opens_one_value_about_the_centres_the_probe_table(keys,
                                                                                             monkeypatch) -> None:
-    """Issue 45, as the coordinator sees it: federated k-means opened the centres' exact sums every
+    """As the coordinator sees it: federated k-means opened the centres' exact sums every
     round, and consecutive rounds differed by the rows that moved (a single row, read exactly). Now
     the centres come from the common seed, and the only value about them the coordinator opens in a
     whole job, with a party lost while masking it, is one probe table: a count per centre, no

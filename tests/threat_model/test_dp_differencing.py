@@ -1,4 +1,4 @@
-"""Differencing DBCL's sums across rounds (DESIGN §2 point 7; issue 29): what DP buys where the
+"""Differencing DBCL's sums across rounds (docs/design.md §2 point 7): what DP buys where the
 parties cannot check the model.
 
 The attack: a coordinator releases a degenerate network (every weight 0, a bias that differs by
@@ -8,7 +8,7 @@ deadline"). With zero weights a party's gradient is its batch's label histogram 
 bias (n·softmax(b) − counts) and nothing else; a and b give the same gradient both rounds (their
 batch is all their labeled rows), so sum₀ − sum₁ is c's gradient, and c's label counts follow.
 Parties cannot see W (DBCL), so no check of theirs stops it: only noise on the contributions does.
-So a party on its default policy refuses DBCL without record-level DP before it joins (issue 45);
+So a party on its default policy refuses DBCL without record-level DP before it joins;
 the attack below runs on parties that opted in (--allow-non-dp-dbcl).
 """
 

@@ -1,5 +1,5 @@
-"""A crafted influence block routes one party's labels into a colluding party's scores (DESIGN §2,
-"what a crafted computation can still do"; issue 29): what label-DP buys.
+"""A crafted influence block routes one party's labels into a colluding party's scores (docs/design.md §2,
+"what a crafted computation can still do"): what label-DP buys.
 
 The attack: the coordinator, colluding with party c, sends a an influence block whose column i
 (a's i-th labeled row) is 1 on c's unlabeled row i and 0 everywhere else, and b and c blocks of

@@ -1,4 +1,4 @@
-"""Attacks on the masked sums (DESIGN §2.4, §6.1), tried on every masked step of every job type.
+"""Attacks on the masked sums (docs/design.md §2.4, §6.1), tried on every masked step of every job type.
 
 Every masked sum of the service is one phase on each side (server/phases/masked_sum.py,
 client/phases/masked_sum.py), so each attack here is the real coordinator with one transition of
@@ -163,7 +163,7 @@ def test_a_party_lost_while_revealing_is_rebuilt_from_shares_and_no_attempt_foll
                                                                                       target: Target) -> None:
     """The honest coordinator: c dies as the reveal starts. a and b revealed their seeds, so no later
     attempt may run (its difference with this one would be c's values): the coordinator asks a and b
-    (t = 2 of 3) for their shares of c's seed and opens the sum over all three (issue 25). The job
+    (t = 2 of 3) for their shares of c's seed and opens the sum over all three. The job
     goes on among a and b; FlyNN's counts are the pooled counts of all three tables."""
     class DiesRevealing(PartySession):
         def on_step(self, step: pb.StepStart) -> None:

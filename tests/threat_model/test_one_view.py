@@ -1,4 +1,4 @@
-"""One view for every party (DESIGN §2.5): a coordinator that shows parties different job specs.
+"""One view for every party (docs/design.md §2.5): a coordinator that shows parties different job specs.
 
 Each attack is the real coordinator with the spec it shows some parties rewritten
 (tests/threat_model/hostile.py), run against real parties. Before the spec was signed in every
@@ -156,7 +156,7 @@ def shifted_sum(moments: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("attack", sorted(FORGED_VIEWS))
 def test_a_sum_over_different_views_is_never_opened(keys, monkeypatch, attack: str) -> None:
-    """Attack (DESIGN §2.5): one party is sent another public value than the others (a model, the
+    """Attack (docs/design.md §2.5): one party is sent another public value than the others (a model, the
     pooled moments). Every party signs the hash of what it accepted before it reveals; the
     coordinator must relay all signatures, and they differ, so nobody reveals its self mask."""
     job_type, params, step, forge = FORGED_VIEWS[attack]
@@ -173,7 +173,7 @@ def test_a_sum_over_different_views_is_never_opened(keys, monkeypatch, attack: s
 
 
 def test_a_party_shown_another_model_refuses_it_before_training(keys, monkeypatch) -> None:
-    """Attack (DESIGN §2.5): c is sent another θ in round 0 than a and b (e.g. one that isolates its
+    """Attack (docs/design.md §2.5): c is sent another θ in round 0 than a and b (e.g. one that isolates its
     update in the sum). It used to train on it, and the sum's confirmations caught the different
     views; now c refuses the model itself: θ₀ is the head of its model chain, computed from the
     job's parameters (xclp.v1.training), and c sends nothing of the round."""

@@ -1,4 +1,4 @@
-"""A stranger probing the coordinator (issue 45): who is allow-listed, which jobs exist.
+"""A stranger probing the coordinator: who is allow-listed, which jobs exist.
 
 Anyone who reaches the port can call Challenge and Join. Before a caller has proven it holds an
 allow-listed party's identity key, every refusal is the same: an unknown party id, a known id with

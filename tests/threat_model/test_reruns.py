@@ -1,4 +1,4 @@
-"""Releases accounted against the data, across runs and job definitions (issue 46, client/ledger.py).
+"""Releases accounted against the data, across runs and job definitions (client/ledger.py).
 
 The release log this replaces was keyed on the whole job definition: a coordinator that changed
 the job id, the expected parties, one unrelated parameter or the job type got the same moments
@@ -6,7 +6,7 @@ released again among one party fewer, and the difference was that party's exact 
 variance per feature. A DP job rerun many times averaged its noise away; XCLP's randomised
 responses, drawn afresh each run, gave most labels to a majority vote. Each test drives the real
 party code through the real coordinator, and each attack was seen to work on the code before the
-ledger (the note of issue 46 says how).
+ledger.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Attacks on training rounds (DESIGN §2.6-2.7): who is sampled, and two sums over one model.
+"""Attacks on training rounds (docs/design.md §2.6-2.7): who is sampled, and two sums over one model.
 
 Each is the real coordinator with the transitions an attacker changes replaced, against real
 parties: the coordinator choosing a round's parties, and releasing the same θ twice with
@@ -62,7 +62,7 @@ def test_a_party_opens_one_sum_per_model(keys, monkeypatch, seeds: str) -> None:
     """Attack (the one-view issue): round 0 among a, b, c; the coordinator keeps θ (round 1
     releases θ₀ again) and runs round 1's update among a and b only. sum₀ − sum₁ would be c's
     update. If it relays round 0's seeds as a FedAvg sum must, a and b recompute θ₁ and refuse θ₀
-    (DESIGN §2.7); if it withholds them ("round 0 was not opened"), θ₀ is what they expect, but
+    (docs/design.md §2.7); if it withholds them ("round 0 was not opened"), θ₀ is what they expect, but
     they opened round 0's sum on θ₀ among a, b, c and refuse a second one among others."""
     real_round, real_send = FedavgTrainer.round, Run.send
 
@@ -115,7 +115,7 @@ def test_honest_rounds_run_on_the_parties_samples(keys, fraction: float) -> None
 
 
 def test_every_member_recomputes_theta_and_refuses_another(keys, monkeypatch) -> None:
-    """Attack (DESIGN §2.7): the coordinator opens round 0 and moves θ by another amount than the
+    """Attack (docs/design.md §2.7): the coordinator opens round 0 and moves θ by another amount than the
     mean update (here twice the mean: a model of its making). Every member got every masked
     vector and, once opened, every seed; it recomputes θ₁ itself and refuses the one it is sent."""
     from xclp.fedavg import server_update
@@ -176,7 +176,7 @@ FULL_BATCH = {**FEDAVG, "rounds": 3, "batch_size": 64}  # 60 rows: one step, so 
 
 
 def test_a_skipped_round_cannot_bring_back_a_model_a_hair_from_an_opened_one(keys, monkeypatch) -> None:
-    """Attack (issue 45, a skipped round): round 0 opens among a, b, c, d; round 1 is skipped; round
+    """Attack (a skipped round): round 0 opens among a, b, c, d; round 1 is skipped; round
     2 releases round 0's θ with one bias moved by one ulp, among a, b, c. The one-sum-per-model rule
     matches exact digests and the old model check compared consecutive rounds only, so both sums
     opened and sum₀ − sum₂ was d's update n_d·Δ_d (to 3e-8). Every party now follows the model chain:

@@ -1,5 +1,5 @@
 """Attacks on the self-mask seed shares that let a masked sum survive a holder lost while revealing
-(issue 25, client/phases/seed_shares.py, server/phases/masked_sum.py).
+(client/phases/seed_shares.py, server/phases/masked_sum.py).
 
 The real coordinator with one transition of its masked-sum phase changed, as an attacker would
 change it, against the real parties of a FlyNN job: claiming a live holder vanished (it gets that

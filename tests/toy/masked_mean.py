@@ -3,7 +3,7 @@ of every feature over all parties' rows, through one masked sum. Nothing outside
 registry entry knows it exists.
 
     coordinator                               party j
-    MaskedSum "mean_sum"            <--       Σ_rows x (fixed point) ‖ n_j, masked (DESIGN §6.1)
+    MaskedSum "mean_sum"            <--       Σ_rows x (fixed point) ‖ n_j, masked (docs/design.md §6.1)
     "mean" (the opened sum)         -->       mean = Σ x / Σ n
 """
 

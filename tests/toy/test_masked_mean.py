@@ -35,7 +35,7 @@ def test_a_plug_in_job_type_runs_end_to_end_and_gives_the_pooled_mean(keys, mask
         assert isinstance(result, JobResult), result
         np.testing.assert_allclose(result.aggregate, pooled, rtol=0, atol=3 * 2.0**-24)
     assert run.stage.value == "done" and run.outcome_reason == "the mean of 3 parties"
-    # the masked-sum phase brings its checks along: the transcript confirmation before the reveal (DESIGN §2.5)
+    # the masked-sum phase brings its checks along: the transcript confirmation before the reveal (docs/design.md §2.5)
     assert list(run.ledger.steps)[:4] == ["seed", "mean_sum", "mean_sum_confirm", "mean_sum_reveal"]
 
 

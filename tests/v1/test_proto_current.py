@@ -1,4 +1,4 @@
-"""The committed generated modules match proto/ exactly (DESIGN §1)."""
+"""The committed generated modules match proto/ exactly (docs/design.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One sealed relay for every peer-to-peer payload (xclp.v1.relay, issue 48): the coordinator can
+"""One sealed relay for every peer-to-peer payload (xclp.v1.relay): the coordinator can
 drop one, never read, forge, replay, redirect or reflect it."""
 
 from __future__ import annotations

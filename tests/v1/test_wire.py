@@ -1,4 +1,4 @@
-"""Chunking, reassembly and validation of payloads on the wire (xclp/v1/wire.py, DESIGN §3)."""
+"""Chunking, reassembly and validation of payloads on the wire (xclp/v1/wire.py, docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_payload_limit_is_configurable():
 
 
 def test_a_senders_incomplete_messages_over_all_its_streams_stay_within_twice_the_steps_limit():
-    """Attack (issue 45, memory): one admitted party opens many messages on each of its Push streams
+    """Attack (memory): one admitted party opens many messages on each of its Push streams
     and never finishes them; the coordinator held 4 streams × 64 messages × the step's limit. Now
     its partial bytes over all its streams are one budget: within 2 × the limit, then refused."""
     from xclp.errors import ResourceExhausted

@@ -1,4 +1,4 @@
-"""Distributed Skellam noise and the privacy it buys over rounds (issue 29; xclp.privacy.noise
+"""Distributed Skellam noise and the privacy it buys over rounds (xclp.privacy.noise
 `skellam_share`, xclp.privacy.accounting): any τ − 1 shares are the whole noise, and the accountant's ε is
 the Skellam mechanism's Rényi DP composed and converted by dp-accounting."""
 

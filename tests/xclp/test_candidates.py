@@ -1,4 +1,4 @@
-"""Candidate pairs (xclp.candidates, DESIGN §10.3): the schedule evaluates what the reference says,
+"""Candidate pairs (xclp.candidates, docs/design.md §10.3): the schedule evaluates what the reference says,
 each pair once, from public numbers only; k-means pools no centre of fewer rows than the minimum."""
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ def test_bad_dbcl_parameters_are_refused_with_the_reason(params: dict, message: 
 
 
 def test_dbcl_params_default_to_every_layer_at_half_size_and_say_which_go_unsketched() -> None:
-    """The output layer too, by default (issue 30): the paper's setting leaves it unsketched, and a
+    """The output layer too, by default: the paper's setting leaves it unsketched, and a
     property probe reads it (README)."""
     p = DbclJobParams.parse({"n_classes": 4, "hidden": [20, 10]})
     assert p.layers == (0, 1, 2) and p.sizes(30) == {0: 15, 1: 10, 2: 5} and p.unsketched_layers == ()

@@ -1,4 +1,4 @@
-"""DP moments (issue 29, xclp.privacy.dp_moments): the sensitivity of the clipped integer sums, the plan
+"""DP moments (xclp.privacy.dp_moments): the sensitivity of the clipped integer sums, the plan
 the accountant gives, the release's shares, the post-processing every side applies, and the job
 parameters and policy around them."""
 

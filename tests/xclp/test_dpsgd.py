@@ -1,4 +1,4 @@
-"""Record-level DP of the training jobs (issue 29, xclp.privacy.dpsgd): clipping that bounds what one row
+"""Record-level DP of the training jobs (xclp.privacy.dpsgd): clipping that bounds what one row
 moves, the integer release, the plan's noise against the accountant, each round's noise share,
 and the exact Poisson sampler the Skellam noise is drawn with."""
 

@@ -103,7 +103,7 @@ def test_counts_follow_their_definition() -> None:
 
 
 def test_counts_of_a_three_way_split_sum_to_pooled_counts_and_predict_identically() -> None:
-    # FlyNN Theorem 4 / DESIGN §6 parity: federated aggregate == pooled computation, bit for bit.
+    # FlyNN Theorem 4 / docs/design.md §6 parity: federated aggregate == pooled computation, bit for bit.
     X, y = blobs(90, 2)
     Xq, _ = blobs(40, 3)
     fh = FlyHash.from_seed(9, PARAMS)
@@ -225,7 +225,7 @@ def test_bad_flyhash_indices_are_refused() -> None:
         FlyHash(params, np.array([[1, 4], [0, 2]]))
 
 
-# --- differential privacy (paper 001 Alg. 2, DESIGN §6) ---------------------------------------
+# --- differential privacy (Ram & Sinha 2022 Alg. 2, docs/design.md §6) ---------------------------------------
 
 
 def test_release_keeps_at_most_T_non_negative_entries() -> None:

@@ -28,7 +28,7 @@ def random_H(seed: int, n: int, lsh_bits: int = 256) -> np.ndarray:
 
 
 def naive_knn(H: np.ndarray, lsh_bits: int, params: GraphParams) -> np.ndarray:
-    """Dense W by a per-row stable sort (ties to the smaller index), the definition in DESIGN §5.4."""
+    """Dense W by a per-row stable sort (ties to the smaller index), the definition in docs/design.md §5.4."""
     n = H.shape[0]
     A = similarity(H, lsh_bits, params.power)
     B = np.zeros((n, n))
@@ -212,7 +212,7 @@ def test_build_influence_chains_the_steps() -> None:
 
 @pytest.mark.parametrize("method", ["dense", "sparse", "cg"])
 def test_influence_in_column_blocks_equals_all_columns_at_once_and_reports_its_residual(method: str) -> None:
-    """DESIGN §10.2: S_L solved a few columns at a time (each block sent on and dropped) is the S_L
+    """docs/design.md §10.2: S_L solved a few columns at a time (each block sent on and dropped) is the S_L
     of one solve, and the solver reports its iterations and its largest relative residual."""
     H = random_H(6, 300)
     Wn = normalise(knn_adjacency(H, 256, GraphParams(k=10)))

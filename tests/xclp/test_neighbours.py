@@ -1,4 +1,4 @@
-"""The kNN graph folded block by block (xclp/neighbours.py, DESIGN §10.1) against the dense graph of
+"""The kNN graph folded block by block (xclp/neighbours.py, docs/design.md §10.1) against the dense graph of
 `xclp.graph.knn_adjacency` on the whole H: exactly equal, ties included."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pooled moments and the preparation every party applies (xclp.data.prep, xclp.v1.moments, DESIGN §8)."""
+"""Pooled moments and the preparation every party applies (xclp.data.prep, xclp.v1.moments, docs/design.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DP samplers (DESIGN §6) match their distributions: seeded KS / χ² tests, plus parameter checks."""
+"""DP samplers (docs/design.md §6) match their distributions: seeded KS / χ² tests, plus parameter checks."""
 
 from __future__ import annotations
 
@@ -102,12 +102,12 @@ def test_discrete_laplace_keeps_shape() -> None:
     assert discrete_laplace(1.0, (3, 4, 5), source=np.random.default_rng(0)).shape == (3, 4, 5)
 
 
-# --- distributed shares (DESIGN §6) --------------------------------------------------------------
+# --- distributed shares (docs/design.md §6) --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("n_parties", "scale"), [(1, 2.0), (2, 2.0), (3, 2.0), (5, 4.0)])
 def test_any_tau_minus_one_shares_sum_to_two_sided_geometric_chi2(n_parties: int, scale: float) -> None:
-    """DESIGN §6: a party that subtracts its own share from the release still sees ε-DP noise."""
+    """docs/design.md §6: a party that subtracts its own share from the release still sees ε-DP noise."""
     rng = np.random.default_rng(100 + n_parties)
     others = max(n_parties - 1, 1)
     total = sum(discrete_laplace_share(scale, n_parties, (N,), source=rng) for _ in range(others))

@@ -137,7 +137,7 @@ def test_private_release_adds_laplace_R_over_epsilon() -> None:
 
 
 def test_distributed_shares_sum_to_two_sided_geometric_of_scale_R_over_epsilon() -> None:
-    """Any τ − 1 of the τ shares carry the geometric of scale R/ε (DESIGN §6); all τ, τ/(τ−1) of it."""
+    """Any τ − 1 of the τ shares carry the geometric of scale R/ε (docs/design.md §6); all τ, τ/(τ−1) of it."""
     S = np.zeros((20, 100), dtype=np.int64)
     rng = np.random.default_rng(1)
     eps, tau = 4.0, 3

@@ -1,5 +1,5 @@
 """Party tables (xclp.data.tables): CSV and .npz as real tools export them, and every bad input refused
-with the file, line, column and value, and what to do (DESIGN §8, §9)."""
+with the file, line, column and value, and what to do (docs/design.md §8, §9)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_the_cli_delimiter_flag_spells_tab_as_a_word(tmp_path):
         assert d.ids == ("a",) and d.X.shape == (1, 1)
 
 
-# ---- pyarrow reading, Parquet, missing cells, class names (DESIGN §8) ---------------------------
+# ---- pyarrow reading, Parquet, missing cells, class names (docs/design.md §8) ---------------------------
 
 
 def test_empty_and_na_feature_cells_read_as_missing_and_are_refused_naming_the_line_unless_imputed(tmp_path):

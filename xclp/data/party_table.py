@@ -1,4 +1,4 @@
-"""A party's table once read (DESIGN §9): its features, labels as written, row ids, and where each
+"""A party's table once read (docs/design.md §9): its features, labels as written, row ids, and where each
 row came from, for messages. Reading is xclp.data.tables; the job's own preparation is xclp.data.prep.
 
 - X is float64[n, d] with NaN for a missing cell (filled by `impute = "mean"`, else refused).

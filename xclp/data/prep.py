@@ -1,4 +1,4 @@
-"""Data preparation every job may ask for (DESIGN §8): pooled moments, standardisation, imputation.
+"""Data preparation every job may ask for (docs/design.md §8): pooled moments, standardisation, imputation.
 
 Each party computes, per feature j over its non-missing cells, the moments (n_j, Σx, Σx²); the
 masked sum of all parties' moments (the "moments" step) gives the pooled mean and the pooled

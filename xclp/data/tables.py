@@ -1,4 +1,4 @@
-"""Reading a party's table: CSV, Parquet or .npz into an xclp.data.party_table.PartyData (DESIGN §9).
+"""Reading a party's table: CSV, Parquet or .npz into an xclp.data.party_table.PartyData (docs/design.md §9).
 
 - CSV and Parquet go through pyarrow's streaming readers (multi-threaded CSV parsing, typed
   columns): batches are written straight into one preallocated float64 matrix, so memory stays

@@ -1,4 +1,4 @@
-"""Privacy spent over rounds (issue 29): the Rényi DP of the Skellam mechanism, composed over a
+"""Privacy spent over rounds: the Rényi DP of the Skellam mechanism, composed over a
 job's releases and converted to (ε, δ) by Google's `dp-accounting`.
 
 The Skellam mechanism (Agarwal, Kairouz and Liu, "The Skellam Mechanism for Differentially

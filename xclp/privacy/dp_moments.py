@@ -1,4 +1,4 @@
-"""DP for the pooled moments (issue 29, fourth piece; DESIGN §8): `moments_epsilon`.
+"""DP for the pooled moments (fourth piece; docs/design.md §8): `moments_epsilon`.
 
 A job that standardises or imputes releases every feature's pooled mean and standard deviation.
 Without DP these are exact, and a coordinator differencing two runs (or rounds of parties) learns

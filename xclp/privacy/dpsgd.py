@@ -1,4 +1,4 @@
-"""Record-level differential privacy for the training jobs (issue 29; DESIGN §2 point 7, §7):
+"""Record-level differential privacy for the training jobs (docs/design.md §2 point 7, §7):
 per-example clipping, the integer release, the noise plan and its accountant.
 
 The unit is one row of one party. In a round a party contributes the sum of its batch's

@@ -1,6 +1,6 @@
-"""Label-DP for XCLP's SecureRowSums (issue 29; DESIGN §2, "what a crafted computation can still do").
+"""Label-DP for XCLP's SecureRowSums (docs/design.md §2, "what a crafted computation can still do").
 
-Party j's contribution to SecureRowSums is Z̄ = S_L Y_L over the graph rows (DESIGN §5.6): S_L its
+Party j's contribution to SecureRowSums is Z̄ = S_L Y_L over the graph rows (docs/design.md §5.6): S_L its
 influence columns as the coordinator sent them, Y_L its one-hot labels. The coordinator computes
 S, and a coordinator colluding with party k can craft it so that k's scores carry j's labels
 (a column of S that is 1 on one of k's rows and 0 elsewhere hands k one label of j). Label-DP

@@ -1,7 +1,7 @@
 """Differential-privacy noise: Laplace, discrete Laplace and Skellam with their distributed shares,
 exponential mechanism.
 
-Used by FlyNN's per-party DP training and RACE's private release (DESIGN §6).
+Used by FlyNN's per-party DP training and RACE's private release (docs/design.md §6).
 
 Randomness: by default every draw starts from cryptographic uniforms — 53 random bits from
 `os.urandom` per double, u = (k + ½)·2^−53 ∈ (0, 1) (never 0 or 1, so logarithms are finite) —
@@ -73,7 +73,7 @@ def discrete_laplace_share(
     scale: float, n_parties: int, shape: Shape, *, source: np.random.Generator | None = None
 ) -> np.ndarray:
     """int64[shape]: one of `n_parties` = τ shares, sized so that ANY τ − 1 of them already sum to
-    exactly `discrete_laplace(scale)` (DESIGN §6).
+    exactly `discrete_laplace(scale)` (docs/design.md §6).
 
     Share = NB(1/(τ−1), p) − NB(1/(τ−1), p) with p = 1 − exp(−1/scale) (NB counts failures before
     the r-th success). NB is infinitely divisible: a sum of τ − 1 i.i.d. NB(1/(τ−1), p) is NB(1, p),
@@ -99,7 +99,7 @@ def skellam_share(
     variance: float, n_parties: int, shape: Shape, *, source: np.random.Generator | None = None
 ) -> np.ndarray:
     """int64[shape]: one of `n_parties` = τ shares of symmetric Skellam noise, sized so that ANY
-    τ − 1 of them already sum to exactly Skellam of `variance` per cell (issue 29; the DP sums of
+    τ − 1 of them already sum to exactly Skellam of `variance` per cell (the DP sums of
     DBCL and FedAvg).
 
     Share = Poisson(λ) − Poisson(λ), λ = variance / (2(τ − 1)). Poisson is infinitely divisible,
@@ -178,7 +178,7 @@ def exponential_mechanism_select(
     """int64[count] distinct indices of float[m] `scores`, picked one after another without
     replacement, each time with probability ∝ exp(epsilon_per_unit · score) among those left.
 
-    FlyNN's DP step (paper 001 Alg. 1 lines 15-18; DESIGN §6) passes epsilon_per_unit = ε/(4Tτ).
+    FlyNN's DP step (Ram & Sinha 2022 Alg. 1 lines 15-18; docs/design.md §6) passes epsilon_per_unit = ε/(4Tτ).
     Gumbel-top-k: adding i.i.d. Gumbel(0, 1) noise to epsilon_per_unit·score and taking the
     `count` largest in decreasing order has exactly the law of the sequential mechanism, and needs
     no exponentials of large scores (the log-sum-exp problem disappears).

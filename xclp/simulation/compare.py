@@ -20,7 +20,7 @@ XCLP can do worse than each alone.
 
 `xclp-client simulate` runs this module in a process of its own (`python -m xclp.simulation.compare`
 with the request as JSON): a simulation drives the coordinator's steps too, and the party's
-command line never loads the coordinator's code (DESIGN §1's arrows).
+command line never loads the coordinator's code (docs/design.md §1's arrows).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Double-blind collaborative learning (DESIGN §7, paper 004 §4.2) with every party in one process.
+"""Double-blind collaborative learning (docs/design.md §7, Zhang & Wang 2021 §4.2) with every party in one process.
 
 `run_dbcl` runs the rounds of a `type = "dbcl"` job as the service does — the same public sample
 of parties, the same W₀, each party's batches from the same generator, the same sketches from

@@ -1,4 +1,4 @@
-"""Federated training (DESIGN §7, paper 003 Alg. 2) with every party in one process.
+"""Federated training (docs/design.md §7, Scott et al. 2023 Alg. 2) with every party in one process.
 
 `run_fedavg` runs the rounds of a `type = "fedavg"` job as the service does — the same public
 sample of parties, the same θ₀, each party's batch order from the same generator, the same

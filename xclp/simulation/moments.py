@@ -1,4 +1,4 @@
-"""The moments phase (DESIGN §8) with every party in one process: each party's contribution as it
+"""The moments phase (docs/design.md §8) with every party in one process: each party's contribution as it
 encodes it (exact wide fixed point, or with moments_epsilon its clipped sums and its Skellam share,
 xclp.privacy.dp_moments), summed as the coordinator opens the masked sum, decoded as both ends decode it."""
 

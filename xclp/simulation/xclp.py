@@ -1,4 +1,4 @@
-"""An XCLP job with every party and the coordinator in one process (DESIGN §4-§5).
+"""An XCLP job with every party and the coordinator in one process (docs/design.md §4-§5).
 
 `run_xclp_inprocess` runs the party steps (`client.steps.xclp`) and the coordinator steps
 (`server.steps.xclp`) in protocol order with real cryptography — Paillier SecureHamming, X25519
@@ -9,7 +9,7 @@ wiring, the oracle of tests/service/test_xclp_steps.py, and what benchmarks time
 `in_process_seconds`.
 
 Not modelled here: signatures on key bundles (crypto/identity.py) and the sealed distribution
-of the common seed (DESIGN §4.3) — `seed` is taken as already agreed; deadlines are modelled by
+of the common seed (docs/design.md §4.3) — `seed` is taken as already agreed; deadlines are modelled by
 `drop` (a party that drops in a stage sends nothing from that stage on).
 """
 
@@ -63,7 +63,7 @@ class RowSumsAttempt:
 @dataclass(frozen=True)
 class InProcessResult:
     """outputs: per party that received labels; W: the coordinator's kNN adjacency (it never holds H,
-    DESIGN §10.1) over `layout`'s rows; membership: who ended in the graph / in SecureRowSums;
+    docs/design.md §10.1) over `layout`'s rows; membership: who ended in the graph / in SecureRowSums;
     seconds and bytes_sent: per step."""
 
     outputs: Mapping[str, PartyOutput]
@@ -131,7 +131,7 @@ def run_xclp_inprocess(
 
     drop = {id: stage} makes that party miss its deadline in the stage named by an
     `server.steps.xclp.XclpStage` value ("setup", "secure_hamming", "graph", "secure_rowsums");
-    the job then goes on as DESIGN §5 (end) says. `insecure_test_keys` allows Paillier keys below
+    the job then goes on as docs/design.md §5 (end) says. `insecure_test_keys` allows Paillier keys below
     2048 bits (tests only). Rows of H are in sorted-id order. `label_dp_epsilon`, `_mechanism`,
     `_delta`: each party releases its row sums with label-DP, as the job parameters of those names
     (xclp.privacy.label_dp).
@@ -145,7 +145,7 @@ def run_xclp_inprocess(
             membership = coord.drop_party(membership, pid, stage)
     sizes = {pid: data[pid][0].shape[0] for pid in membership.graph}
 
-    with wire.timed("setup"):  # DESIGN §4.1-4.2: key bundles travel; secrets are pairwise
+    with wire.timed("setup"):  # docs/design.md §4.1-4.2: key bundles travel; secrets are pairwise
         session_id = secrets.token_bytes(16)
         x_keys = {pid: generate_x25519() for pid in membership.graph}
         x_public = {pid: wire.send("setup", public_bytes(sk)) for pid, sk in x_keys.items()}
@@ -168,13 +168,13 @@ def run_xclp_inprocess(
             for pid, kp in paillier.items()
         }
 
-    with wire.timed("lsh"):  # DESIGN §5.1-5.2
+    with wire.timed("lsh"):  # docs/design.md §5.1-5.2
         codes = {pid: party.lsh_step(data[pid][0], seed, L) for pid in membership.graph}
         own = {pid: coord.check_own_neighbours(wire.send("intra_hamming", party.own_nearest(codes[pid], L, params)),
                                                sizes[pid], params.k, L)
                for pid in membership.graph}
 
-    with wire.timed("secure_hamming"):  # DESIGN §5.3, one pair at a time
+    with wire.timed("secure_hamming"):  # docs/design.md §5.3, one pair at a time
         gone = {pid for pid, stage in drops.items() if stage is coord.XclpStage.SECURE_HAMMING}
         cross: list[tuple[str, str, np.ndarray]] = []
         encrypted: dict[str, bytes] = {}  # A encrypts its slices once and sends them to each of its B's
@@ -189,7 +189,7 @@ def run_xclp_inprocess(
             evaluated = wire.send("secure_hamming", evaluated)
             r = wire.send("secure_hamming", masks)
             t = wire.send("secure_hamming", party.hamming_decrypt(paillier[task.a], evaluated, L, n_a, n_b, executor))
-            # The coordinator knows A's N from A's key bundle (DESIGN §4.1); it unmasks mod N.
+            # The coordinator knows A's N from A's key bundle (docs/design.md §4.1); it unmasks mod N.
             cross.append((task.a, task.b, coord.cross_block(t, r, int(paillier_public[task.a].n), n_a, n_b, L)))
         for pid in sorted(gone):
             membership = coord.drop_party(membership, pid, coord.XclpStage.SECURE_HAMMING)
@@ -199,7 +199,7 @@ def run_xclp_inprocess(
             graph.fold_pair(a, b, block)
         W = graph.adjacency()
 
-    with wire.timed("graph"):  # DESIGN §5.4-5.5
+    with wire.timed("graph"):  # docs/design.md §5.4-5.5
         for pid, stage in drops.items():
             if stage is coord.XclpStage.GRAPH:
                 membership = coord.drop_party(membership, pid, stage)
@@ -211,7 +211,7 @@ def run_xclp_inprocess(
         blocks = coord.influence_blocks(W, layout, membership.labels, params, labeled=labeled)
         received = {pid: wire.send("influence", block) for pid, block in blocks.items()}
 
-    with wire.timed("rowsums"):  # DESIGN §5.6, restarted without a party that misses it
+    with wire.timed("rowsums"):  # docs/design.md §5.6, restarted without a party that misses it
         Zbar: dict[str, np.ndarray | party.NoisyRowSums] = {}
         graph_rows = party.graph_rows_of(sizes, membership.graph)
         plans = {}
@@ -246,7 +246,7 @@ def run_xclp_inprocess(
                 )
                 for pid in participants
             }
-            pushed = {  # double masking (DESIGN §6.1): each payload also carries its sender's self mask
+            pushed = {  # double masking (docs/design.md §6.1): each payload also carries its sender's self mask
                 pid: wire.send("rowsums", self_masks[pid].add(m.payload, rnd, participants))
                 for pid, m in masked.items()
                 if drops.get(pid) is not coord.XclpStage.ROW_SUMS
@@ -264,12 +264,12 @@ def run_xclp_inprocess(
             sums = coord.sum_row_sums(frame, opened, n_classes)
             attempts.append(RowSumsAttempt(rnd, participants, pushed, completed=True))
             rows = {pid: party.returned_rows(data[pid][1], n_classes, hide_label_mask=hide_label_mask)
-                    for pid in sums}  # the coordinator's choice (DESIGN §5.5): the unlabeled rows
+                    for pid in sums}  # the coordinator's choice (docs/design.md §5.5): the unlabeled rows
             returned = {pid: wire.send("rowsums", np.ascontiguousarray(block[rows[pid]]))
                         for pid, block in sums.items()}
             break
 
-    with wire.timed("output"):  # DESIGN §5.7
+    with wire.timed("output"):  # docs/design.md §5.7
         outputs = {}
         for pid, block in returned.items():
             Z = party.party_scores(data[pid][1], n_classes, rows[pid],

@@ -1,10 +1,10 @@
-"""The masked all-reduce jobs, FlyNN and RACE (DESIGN §6): their parameters and their one sum.
+"""The masked all-reduce jobs, FlyNN and RACE (docs/design.md §6): their parameters and their one sum.
 
 After the seed (and the moments phase if the job prepares) every party pushes one array in the
 masked step "sum" (dtype and shape from `wire`), reveals its self mask in "sum_reveal" once the
 coordinator holds every array, and gets the aggregate as message "result".
 
-Ring choice (DESIGN §6): exact counts travel in Z_2^32 (uint32); DP variants in Z_2^64 (uint64):
+Ring choice (docs/design.md §6): exact counts travel in Z_2^32 (uint32); DP variants in Z_2^64 (uint64):
 FlyNN's per-party release is real-valued (Laplace noise), so it is encoded in fixed point
 (crypto/fixedpoint.py, two's complement, `frac_bits` fractional bits); RACE's distributed
 discrete-Laplace shares are signed integers, encoded as int64 two's complement.
@@ -39,7 +39,7 @@ SUM_PURPOSE = SUM_STEP  # the pairwise-mask purpose (HKDF info) of the sum
 RESULT_MSG = "result"
 
 
-COUNT_RING = 2**32  # exact counts travel as uint32, summed mod 2^32 (DESIGN §6: 32 bits where 32 suffice)
+COUNT_RING = 2**32  # exact counts travel as uint32, summed mod 2^32 (docs/design.md §6: 32 bits where 32 suffice)
 
 
 def check_count_ring(private: bool, most: int, what: str) -> None:
@@ -52,7 +52,7 @@ def check_count_ring(private: bool, most: int, what: str) -> None:
 
 @dataclass(frozen=True)
 class FlynnJobParams(JobParams):
-    """FlyNN (DESIGN §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
+    """FlyNN (docs/design.md §6): m, s, rho, gamma as in xclp.flynn.FlyNNParams; tie_seed for predictions.
 
     DP (Ram & Sinha 2022 Alg. 2) when `epsilon` is set: each party releases T noisy entries.
     """
@@ -131,7 +131,7 @@ class FlynnJobParams(JobParams):
 
 @dataclass(frozen=True)
 class RaceJobParams(JobParams):
-    """RACE (DESIGN §6): rows R, width W, family "srp"|"l2", p, bandwidth as in xclp.race.RaceParams.
+    """RACE (docs/design.md §6): rows R, width W, family "srp"|"l2", p, bandwidth as in xclp.race.RaceParams.
 
     n_classes = 0 builds one KDE sketch of all rows; n_classes >= 2 one sketch per class from the
     labeled rows (RaceClassifier). With `epsilon`, every party adds a distributed discrete-Laplace

@@ -1,4 +1,4 @@
-"""The Paillier part of a signed key bundle (DESIGN §4.1, §5.3): its codec and its checks.
+"""The Paillier part of a signed key bundle (docs/design.md §4.1, §5.3): its codec and its checks.
 
 An XCLP party publishes N (|N|/8 bytes, big-endian) and h_s = h^N mod N² (2·|N|/8 bytes) in the
 key bundle it signs. The coordinator checks the size when the party joins (so a party started

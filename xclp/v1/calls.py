@@ -63,7 +63,7 @@ class CallVerifier:
         """Verify `signed` as a call of `method`; parse its body into `body`; return the signer."""
         if len(signed.call) > MAX_CALL_BYTES:
             raise InvalidInput(f"the signed call has {len(signed.call)} bytes; at most {MAX_CALL_BYTES}")
-        # One answer whether the signer is unknown or the key is another (issue 45): a caller who
+        # One answer whether the signer is unknown or the key is another: a caller who
         # cannot sign learns nothing of who is known here.
         public = self.keys.get(signed.signer)
         try:

@@ -1,8 +1,8 @@
-"""Candidate pairs' set-up on the wire (DESIGN §10.3): the centres, the probe table, the probes.
+"""Candidate pairs' set-up on the wire (docs/design.md §10.3): the centres, the probe table, the probes.
 
 The centres are C directions drawn from the parties' common seed (xclp.candidates.initial_centres)
-and never moved: they depend on no one's data, so no value about them is ever released. (Until
-issue 45 they were moved by federated k-means, whose exact per-round sums differed by the rows
+and never moved: they depend on no one's data, so no value about them is ever released. (Before
+this design they were moved by federated k-means, whose exact per-round sums differed by the rows
 that changed centre, so a single row could be read off two consecutive rounds.) The set-up then
 pools one verifiable masked sum, the probe table (uint64[probes, C]: rows having each centre among
 their first p probes), from which every side picks the same probes per row and the same public

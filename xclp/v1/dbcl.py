@@ -1,4 +1,4 @@
-"""The dbcl job on the wire (DESIGN §7, Zhang & Wang 2021 §4.2): its parameters, the round's seed and
+"""The dbcl job on the wire (docs/design.md §7, Zhang & Wang 2021 §4.2): its parameters, the round's seed and
 released parameters.
 
 Rounds are scoped and masked as in the fedavg job (xclp.v1.training: "r<t>.<name>", masks under
@@ -54,7 +54,7 @@ def round_seed_payload(payload: object, round: int) -> bytes:
 
 @dataclass(frozen=True)
 class DbclJobParams(PrivateTraining):
-    """Double-blind collaborative learning of a small network (DESIGN §7, Zhang & Wang 2021 §4.2; xclp.dbcl).
+    """Double-blind collaborative learning of a small network (docs/design.md §7, Zhang & Wang 2021 §4.2; xclp.dbcl).
 
     Each round the coordinator draws a fresh seed, sketches each layer in `sketched_layers` with
     S_t ∈ R^{d×s} (s = ⌈sketch_ratio · d⌉) and releases W̃ = S_tᵀW with the seed; every sampled

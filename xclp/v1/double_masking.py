@@ -1,4 +1,4 @@
-"""Double masking (DESIGN §6.1): what parties and coordinator agree on for every masked sum.
+"""Double masking (docs/design.md §6.1): what parties and coordinator agree on for every masked sum.
 
 In attempt a of a masked step with participant set P_a, party i sends
     y_i = x_i + PRG(b_i) + Σ_{j∈P_a, j≠i} ±PRG(k_ij)
@@ -26,7 +26,7 @@ open attempt a among P_a beside attempt a + 1 among P_{a+1} ⊊ P_a, the parties
 revealing their seeds of a (it is their latest) and rebuilding the others' from their shares: the
 difference of the two sums is the exact sum of P_a − P_{a+1}.
 
-A holder lost while revealing (issue 25, Bonawitz et al. 2017 §4): with its masked vector each
+A holder lost while revealing (Bonawitz et al. 2017 §4): with its masked vector each
 party i sends every other member j a Shamir share of b_i (t-of-|P_a|, crypto/shamir.py, index =
 position in sorted P_a + 1), sealed for that member as every peer-to-peer payload is
 (xclp.v1.relay: the pair's key for SHARE_PURPOSE, a and P_a; session, step, sender and recipient
@@ -57,7 +57,7 @@ DIGEST_BYTES = 32
 REVEAL_BYTES = DIGEST_BYTES + SEED_BYTES
 REVEAL_SUFFIX = "_reveal"
 CONFIRM_SUFFIX = "_confirm"
-# a verifiable sum (FedAvg, DESIGN §2.7): every member gets every masked vector before it
+# a verifiable sum (FedAvg, docs/design.md §2.7): every member gets every masked vector before it
 # confirms, and every self-mask seed once the sum is opened, and recomputes the sum itself
 VECTORS_SUFFIX = "_vectors"
 SEEDS_SUFFIX = "_seeds"

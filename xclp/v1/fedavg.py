@@ -1,4 +1,4 @@
-"""The fedavg job's parameters (DESIGN §7, Scott et al. 2023 §4.2): secure FedAvg, optionally with XCLP
+"""The fedavg job's parameters (docs/design.md §7, Scott et al. 2023 §4.2): secure FedAvg, optionally with XCLP
 pseudo-labels. Its rounds, their steps and messages, the update codec and the model chain are the
 training contract both training jobs share (xclp.v1.training)."""
 
@@ -34,13 +34,13 @@ from xclp.v1.xclp import XclpJobParams
 
 @dataclass(frozen=True)
 class FedavgJobParams(PrivateTraining):
-    """Secure FedAvg of a small network (DESIGN §7, Scott et al. 2023 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
+    """Secure FedAvg of a small network (docs/design.md §7, Scott et al. 2023 §4.2 Alg. 2; xclp.fedavg, xclp.nn).
 
     Each round samples ⌈fraction · parties⌉ parties, drawn from the parties' common seed and
     announced by them (the coordinator cannot choose it; every party checks each step), trains
     `local_epochs` of SGD on each and adds n_j·(θ_j − θ) under double masking.
     pseudo_label picks what the unlabeled rows are trained on: "none", "local_lp", "network" or
-    "xclp" (one secure XCLP run among the round's parties on the embeddings, DESIGN §5), from
+    "xclp" (one secure XCLP run among the round's parties on the embeddings, docs/design.md §5), from
     round `warmup_rounds` on. lsh_bits, k, alpha, power, key_bits and insecure_test_keys are the
     XCLP (and local LP) parameters of the xclp job type.
     """

@@ -1,5 +1,5 @@
-"""The "moments" step on the wire (DESIGN §8): every party's (n_j, Σx_j, Σx_j²) per feature in
-wide fixed point (crypto/fixedpoint.py WideFixedPoint), masked like every sum (DESIGN §6.1).
+"""The "moments" step on the wire (docs/design.md §8): every party's (n_j, Σx_j, Σx_j²) per feature in
+wide fixed point (crypto/fixedpoint.py WideFixedPoint), masked like every sum (docs/design.md §6.1).
 
 Payload: uint64[3, d, LIMBS], each element one 32-bit digit of a 384-bit two's complement value
 with 128 fractional bits. The coordinator sums the arrays mod 2^64, removes the self masks and

@@ -1,7 +1,7 @@
 """What every job's parameters are made of, as they travel in `JobSpec.params_json`.
 
 `JobParams` is the base of every job type's schema (xclp.v1.registry lists them): the data
-preparation every job may ask for (DESIGN §8) and the questions both ends ask of any job without
+preparation every job may ask for (docs/design.md §8) and the questions both ends ask of any job without
 knowing its type — does it publish Paillier keys, does it need labeled rows, what DP does it
 promise. A schema answers them by overriding a property; nothing outside the registry asks
 "which job type is this".
@@ -47,7 +47,7 @@ def param(meaning: str, range_: str, see: str = "", *, default: Any = _REQUIRED,
 
 @dataclass(frozen=True)
 class KeySpec:
-    """The Paillier keys a job needs from every party (DESIGN §4.1): their size, whether sizes
+    """The Paillier keys a job needs from every party (docs/design.md §4.1): their size, whether sizes
     below 2048 bits are allowed (tests only), and why the job needs them (for error messages)."""
 
     bits: int
@@ -58,10 +58,10 @@ class KeySpec:
 @dataclass(frozen=True)
 class JobParams:
     """The parameters every job has: how each party prepares its table before the job's first
-    step (DESIGN §8), and what both ends need to know of any job type.
+    step (docs/design.md §8), and what both ends need to know of any job type.
 
     classes: label cells hold these names, numbered by their order here on every party.
-    standardise / impute: one masked sum of (n, Σx, Σx²) per feature (the "moments" phase, DESIGN
+    standardise / impute: one masked sum of (n, Σx, Σx²) per feature (the "moments" phase, docs/design.md
     §6.1); every party scales with the pooled mean and standard deviation and/or fills missing
     cells with the pooled mean; features constant everywhere are dropped by every party alike.
     """
@@ -116,7 +116,7 @@ class JobParams:
 
     @property
     def prepares(self) -> bool:
-        """Whether the job runs the "moments" phase before its first step (DESIGN §8)."""
+        """Whether the job runs the "moments" phase before its first step (docs/design.md §8)."""
         return self.standardise or self.impute == "mean"
 
     @property
@@ -131,7 +131,7 @@ class JobParams:
 
     @property
     def paillier(self) -> KeySpec | None:
-        """The Paillier keys every party publishes in its bundle, or None (DESIGN §4.1)."""
+        """The Paillier keys every party publishes in its bundle, or None (docs/design.md §4.1)."""
         return None
 
     @property

@@ -5,7 +5,7 @@ Each `JobType` names what both ends and the tools need to know of a type: its pa
 promises DP), its title for the reference, what a party writes when it is done, and the classes
 that run it — the coordinator's (a `CoordinatorJob`: admission checks and the list of phases) and
 the party's (a `PartyJob`). The classes are named as "module:attribute" and imported only when a
-run needs them, so `xclp.v1` imports neither the server nor the client (DESIGN §1).
+run needs them, so `xclp.v1` imports neither the server nor the client (docs/design.md §1).
 
 The CLI's choices, the coordinator's config validation, the agent's policy, the party's outputs,
 `predict` and `query`, and the parameter reference (docs/job-parameters.md) all read this registry; nothing else

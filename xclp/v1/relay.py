@@ -1,4 +1,4 @@
-"""A payload one party seals for another, relayed by the coordinator (DESIGN §2.2): one key schedule
+"""A payload one party seals for another, relayed by the coordinator (docs/design.md §2.2): one key schedule
 and one AAD for every peer-to-peer payload of the protocol (the common seed, the self-mask seed
 shares, SecureHamming's slices and evaluations).
 

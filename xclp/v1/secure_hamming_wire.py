@@ -1,4 +1,4 @@
-"""The streamed SecureHamming on the wire (DESIGN §5.3, §10.1): pieces, uploads and relay frames.
+"""The streamed SecureHamming on the wire (docs/design.md §5.3, §10.1): pieces, uploads and relay frames.
 
 A pair (A, B) travels in pieces: piece p covers some of A's ⌈n_A/K⌉ batches and some of the rows
 B evaluates them against (`Piece`: all of B's n_B rows, or a candidate schedule's), so that its

@@ -1,4 +1,4 @@
-"""The job spec every party must see alike (DESIGN §2.5): its canonical bytes and its digest.
+"""The job spec every party must see alike (docs/design.md §2.5): its canonical bytes and its digest.
 
 A coordinator that shows parties different specs (another `classes` order, another learning
 rate, another set of expected parties) could make their masked contributions mean different
@@ -9,7 +9,7 @@ What is bound: the job id, the job type, the parameters in canonical form (parse
 type's schema and written back by `registry.params_json`, so spelling, key order and defaults
 cannot differ), the expected parties, the minimum number of parties and the run nonce. Not
 bound: the step deadline and max_run_seconds (coordinator choices with no effect on what is
-released) and the data set names (each party sees only its own, DESIGN §9).
+released) and the data set names (each party sees only its own, docs/design.md §9).
 """
 
 from __future__ import annotations

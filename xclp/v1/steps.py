@@ -1,4 +1,4 @@
-"""Step and message names of the phases every job runs before its own (DESIGN §4.3, §8), and the
+"""Step and message names of the phases every job runs before its own (docs/design.md §4.3, §8), and the
 mask purposes they key.
 
 Both ends import these; nothing here is copied anywhere else. A *step* is something the
@@ -10,7 +10,7 @@ in its contract module (xclp.v1.allreduce, xclp.v1.xclp, xclp.v1.training, xclp.
 
 from __future__ import annotations
 
-# Every job (DESIGN §4.3): the leader relays the sealed common seed, every party acknowledges.
+# Every job (docs/design.md §4.3): the leader relays the sealed common seed, every party acknowledges.
 SEED_STEP = "seed"
 # a party's progress report during long local work, at any time after Join (server/liveness.py):
 # a line of UTF-8 text saying what it is doing
@@ -28,7 +28,7 @@ SEED_RELAY_MAX_BYTES = 1024  # a sealed 32-byte seed is 60 bytes; both ends boun
 SEED_BYTES = 32
 SEED_PURPOSE = SEED_STEP
 
-# Data preparation before any job's first step (DESIGN §8): masked (n, Σx, Σx²) per feature.
+# Data preparation before any job's first step (docs/design.md §8): masked (n, Σx, Σx²) per feature.
 MOMENTS_STEP = "moments"
 MOMENTS_PURPOSE = MOMENTS_STEP
 MOMENTS_RESULT_MSG = "moments_result"

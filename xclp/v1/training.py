@@ -1,22 +1,22 @@
-"""The training rounds on the wire (DESIGN §7), which fedavg and dbcl share: round scopes, the
+"""The training rounds on the wire (docs/design.md §7), which fedavg and dbcl share: round scopes, the
 samples, the update codec, the model chain, record-level DP (`PrivateTraining`).
 
 Every step and message of training round t is named in the round's scope, "r<t>.<name>"
 (`scoped`), and every mask and relay key of round t is derived under the round's session id
 (`round_session`: SHA-256 of the job's session id and t). So round t's XCLP, its SecureRowSums
 and its update sum are each new steps with fresh masks; a party's restart rules (client/policy.py)
-and its one-reveal-per-step rule (DESIGN §6.1) hold within each round, and the steps of the
+and its one-reveal-per-step rule (docs/design.md §6.1) hold within each round, and the steps of the
 XCLP job (§5) run in a round unchanged.
 
 Before the first round, every party announces every round's sample, drawn from the parties'
-common seed (which the coordinator never sees, DESIGN §2.6):
+common seed (which the coordinator never sees, docs/design.md §2.6):
     samples            j -> coordinator      uint8[rounds, m] 1 where party i (roster order) is in P_t
 The coordinator goes on only if all announcements agree, and every party refuses a step of round
 t naming a party outside P_t.
 
 Round t, for its sampled parties P_t:
     coordinator -> j   "r<t>.model"          float64[n_params]   θ
-    (pseudo_label = "xclp": the steps and messages of DESIGN §5 from "layout" on, scoped)
+    (pseudo_label = "xclp": the steps and messages of docs/design.md §5 from "layout" on, scoped)
     r<t>.update        j -> coordinator      uint64[n_params + 1] double-masked: n_j·(θ_j − θ) in
                                              fixed point (2^frac_bits, two's complement), then n_j
     r<t>.update_reveal j -> coordinator      bytes: the round digest ‖ j's self-mask seed
@@ -26,7 +26,7 @@ Round t, for its sampled parties P_t:
                                              ‖ their signatures, to every party of the job
 After the last round, to every party: "final_model" float64[n_params] θ.
 
-The model chain (issue 45, docs/threat-model.md). Every FedAvg party holds the head of the chain:
+The model chain (docs/threat-model.md). Every FedAvg party holds the head of the chain:
 the digest of the one model it will accept next. It starts at θ₀, which every party computes from
 the job's parameters; it moves to θ_{t+1} when the party recomputes round t's opened sum itself,
 or when it receives round t's attestation from H(head), signed by members of the round's sample.
@@ -221,7 +221,7 @@ MAX_DP_PARTIES = 4096  # the ring's headroom is checked for this many parties in
 
 @dataclass(frozen=True)
 class PrivateTraining(JobParams):
-    """Record-level DP of a training job (issue 29, xclp.privacy.dpsgd), off unless dp_epsilon is set: each
+    """Record-level DP of a training job (xclp.privacy.dpsgd), off unless dp_epsilon is set: each
     party's rows enter every round as a sum of per-example gradients clipped to clip_norm, released
     as integers with Skellam noise sized so that all the job's rounds spend at most (ε, δ); with
     one local step each round's noise is shared among its parties (any m − 1 shares make it), with

@@ -1,4 +1,4 @@
-"""How both ends talk gRPC (DESIGN §3): call metadata and channel options.
+"""How both ends talk gRPC (docs/design.md §3): call metadata and channel options.
 
 Frames stay under `wire.GRPC_MAX_MESSAGE_BYTES`; keepalives notice dead peers on idle
 connections (institutions sit behind NATs and firewalls).

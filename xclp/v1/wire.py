@@ -1,4 +1,4 @@
-"""Arrays and byte blobs on the wire: chunking, reassembly and validation (DESIGN §3).
+"""Arrays and byte blobs on the wire: chunking, reassembly and validation (docs/design.md §3).
 
 A payload is either a numpy array (raw little-endian bytes + dtype + shape) or opaque bytes
 (dtype ""), e.g. an AES-GCM sealed seed. It travels as one or more `Frame`s of at most
@@ -22,7 +22,7 @@ import numpy as np
 from xclp.errors import InvalidInput, ResourceExhausted
 from xclp.v1 import xclp_pb2 as pb
 
-# gRPC messages stay under 4 MiB (DESIGN §3); 3 MiB of data leaves room for the header.
+# gRPC messages stay under 4 MiB (docs/design.md §3); 3 MiB of data leaves room for the header.
 CHUNK_BYTES = 3 * 1024 * 1024
 GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # One reassembled payload; XCLP ciphertext blocks are tens of MB, counts a few MB.
@@ -30,7 +30,7 @@ DEFAULT_MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 MAX_NDIM = 8
 MAX_DIM = 2**31 - 1  # no axis longer than this: a shape like [0, 2**63] is refused, not a crash
 # Only these dtypes may travel (all fixed-size, little-endian); "" means opaque bytes.
-# "<u2" carries XCLP Hamming distances (L <= 65535, DESIGN §5.2) at half the bytes of uint32.
+# "<u2" carries XCLP Hamming distances (L <= 65535, docs/design.md §5.2) at half the bytes of uint32.
 ARRAY_DTYPES = frozenset({"|u1", "<u2", "<u4", "<u8", "<i4", "<i8", "<f8"})
 MAX_ID_CHARS = 128
 
@@ -141,8 +141,8 @@ class _Partial:
 
 
 class PartialBudget:
-    """The bytes of incomplete messages one sender has buffered at a receiver, over all its streams
-    (issue 45): a message may be buffered only while the sender's partial bytes stay within twice
+    """The bytes of incomplete messages one sender has buffered at a receiver, over all its streams:
+    a message may be buffered only while the sender's partial bytes stay within twice
     the limit of the step it is for. Without it, one admitted party could open 64 messages on each
     of its Push streams and make the coordinator hold 4 × 64 × the step's limit. Thread-safe."""
 

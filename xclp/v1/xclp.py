@@ -1,4 +1,4 @@
-"""The XCLP job on the wire (DESIGN §5, Scott et al. 2023 Alg. 1): its parameters and its step and
+"""The XCLP job on the wire (docs/design.md §5, Scott et al. 2023 Alg. 1): its parameters and its step and
 message names, in the order they happen. Dtypes and shapes of every payload are listed in
 server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
 
@@ -62,7 +62,7 @@ INFLUENCE_MSG = "influence"
 ROWSUMS_STEP = "rowsums"
 ROWSUMS_PURPOSE = ROWSUMS_STEP  # the pairwise-mask purpose (HKDF info) of SecureRowSums
 ROWSUMS_RESULT_MSG = "rowsums_result"
-# DESIGN §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
+# docs/design.md §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
 # INFLUENCE_PIECE_BYTES (at least one column each), in the receiver's column order
 SOLVE_COLUMNS = 256
 SOLVE_BYTES = 256 << 20
@@ -70,7 +70,7 @@ INFLUENCE_PIECE_BYTES = 4 << 20
 
 
 def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
-    """A party's own k nearest rows on the wire (DESIGN §10.1): uint32[n_j, min(k, n_j − 1), 2] of
+    """A party's own k nearest rows on the wire (docs/design.md §10.1): uint32[n_j, min(k, n_j − 1), 2] of
     (own row number, Hamming distance)."""
     return (n_rows, max(0, min(k, n_rows - 1)), 2)
 
@@ -91,16 +91,16 @@ SOLVERS = ("auto", "dense", "sparse", "cg")
 
 @dataclass(frozen=True)
 class XclpJobParams(JobParams):
-    """XCLP (DESIGN §5, Scott et al. 2023 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
+    """XCLP (docs/design.md §5, Scott et al. 2023 Alg. 1): L = lsh_bits LSH bits, graph (k, alpha, power), Paillier
     key size, SecureRowSums fixed point and what the coordinator may learn.
 
     key_bits below 2048 only with `insecure_test_keys = true` (tests and quick local trials).
     SecureHamming masks are uniform mod N (perfect hiding, crypto/secure_hamming.py), so there is
     no statistical-security parameter σ; a job file naming "sigma" is refused as an unknown key.
     label_norm: "none" = one-hot Y_L (the paper), "party" = each party divides each class column by
-    its own count of that class (the authors' code, per party; DESIGN §5.6). hide_label_mask: the
+    its own count of that class (the authors' code, per party; docs/design.md §5.6). hide_label_mask: the
     coordinator sends every party the influence columns of all its rows, so it never learns which
-    rows are labeled (DESIGN §5.5). solver: "auto" = dense Cholesky for small n, else a sparse LU
+    rows are labeled (docs/design.md §5.5). solver: "auto" = dense Cholesky for small n, else a sparse LU
     if its fill stays small, else conjugate gradients (xclp.graph); frac_bits: SecureRowSums
     fixed-point scale 2^frac_bits.
     """
@@ -255,7 +255,7 @@ class XclpJobParams(JobParams):
 
     @property
     def candidates(self) -> bool:
-        """SecureHamming on candidate pairs (DESIGN §10.3) rather than all pairs (of resolved
+        """SecureHamming on candidate pairs (docs/design.md §10.3) rather than all pairs (of resolved
         parameters, `for_rows`)."""
         return self.budget == AUTO or float(self.budget) < 1.0
 
@@ -286,7 +286,7 @@ class XclpJobParams(JobParams):
 
     @property
     def needs_labels(self) -> bool:
-        # under a hidden label mask the coordinator does not know who has labels (DESIGN §5.5)
+        # under a hidden label mask the coordinator does not know who has labels (docs/design.md §5.5)
         return not self.hide_label_mask
 
     @property

@@ -1,4 +1,4 @@
-"""What both ends of an XCLP job agree on about rows and pairs (DESIGN §5.2-5.6).
+"""What both ends of an XCLP job agree on about rows and pairs (docs/design.md §5.2-5.6).
 
 - `secure_hamming_pairs`: every pair of the graph's parties once, with its A (key holder) and B.
 - `parts_of`: which pairs' values a party sends in its one secure_hamming contribution, in
@@ -19,14 +19,14 @@ from xclp.errors import InvalidInput
 
 @dataclass(frozen=True)
 class PairTask:
-    """One SecureHamming pair: `a` holds the Paillier key and decrypts, `b` evaluates (DESIGN §5.3)."""
+    """One SecureHamming pair: `a` holds the Paillier key and decrypts, `b` evaluates (docs/design.md §5.3)."""
 
     a: str
     b: str
 
 
 def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
-    """Every pair of the sorted roster once, with balanced roles (DESIGN §5.3 "roles alternate").
+    """Every pair of the sorted roster once, with balanced roles (docs/design.md §5.3 "roles alternate").
 
     For sorted positions i < j the A side is i when i + j is even, else j. Each party meets every
     other once, and along its row of the pair table the parity alternates, so a party is A in

@@ -71,7 +71,7 @@ class CoordinatorServicer:
 
     def Challenge(self, request, context):
         """Before Join: the job's spec and this run's nonce, which the party's key bundle must sign
-        (DESIGN §2.1, §2.5), so a bundle from an earlier run of the same job id is refused. A call
+        (docs/design.md §2.1, §2.5), so a bundle from an earlier run of the same job id is refused. A call
         signed by an expected party (body: ChallengeRequest); the spec names only its data set.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
