@@ -353,8 +353,7 @@ class PartySession:
             raise ProtocolError(f"step {step.step!r} names participants outside the roster or without us")
         if members != sorted(set(members)):
             raise ProtocolError("step participants must be sorted and unique")
-        # docs/design.md §2.3-2.4: minimum set, strictly shrinking restarts, nothing after a result
-        self.guard.check_step(step)
+        self.guard.check_step(step)  # docs/design.md §2.3-2.4: minimum set, shrinking restarts, none after a result
         if step.step == SEED_STEP:  # again if the leader was lost: a new leader, a new seed for all
             if self.job is not None or self.prep is not None:
                 raise ProtocolError("the seed step started after the job's first step")
@@ -445,7 +444,6 @@ class PartySession:
                 raise ProtocolError("a job step started before this party had the common seed")
             assert self.params is not None
             if self.params.prepares and (self.prep is None or self.prep.scaling is None):
-                raise ProtocolError("the job's first step started before the pooled moments arrived "
-                                    "(docs/design.md §8)")
+                raise ProtocolError("the job's first step came before the pooled moments (docs/design.md §8)")
             self.job = registry.get(self.job_type).party_class()(self._context())
         return self.job
