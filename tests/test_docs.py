@@ -139,9 +139,9 @@ def _tracked_text() -> dict[str, str]:
     out = {}
     for name in listed:
         path = ROOT / name
-        if path.suffix in (".py", ".md", ".toml", ".yml", ".proto", ".pyi") or name == "Dockerfile":
-            if path.is_file() and not name.endswith(("_pb2.py", "_pb2_grpc.py")):
-                out[name] = path.read_text(errors="replace")
+        text = path.suffix in (".py", ".md", ".toml", ".yml", ".proto", ".pyi") or name == "Dockerfile"
+        if text and path.is_file() and not name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            out[name] = path.read_text(errors="replace")
     return out
 
 
