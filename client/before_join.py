@@ -17,7 +17,6 @@ for it. The party itself prints the details.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import replace
@@ -36,6 +35,7 @@ from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.data.party_table import PartyData
 from xclp.errors import InvalidInput, PolicyRefused, ResourceExhausted
+from xclp.fedavg import sample_size
 from xclp.v1 import registry
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.bundles import paillier_fields
@@ -85,7 +85,7 @@ def check_exact_sets(ledger: Ledger, params: JobParams, expected: int) -> None:
     fraction = getattr(params, "fraction", 1.0)
     if ledger.allow_rerun or fraction >= 1.0 or getattr(params, "private", False):
         return
-    if min(expected, max(1, math.ceil(fraction * expected - 1e-9))) >= expected:  # xclp.fedavg.sample_parties
+    if sample_size(fraction, expected) >= expected:
         return
     raise PolicyRefused(f"the job samples a fraction {fraction:g} of its {expected} parties each round without DP, so "
                         "each round would release exact updates among another set of parties; this party releases "

@@ -53,12 +53,17 @@ def initial_network(arch: Architecture, seed: Seed) -> Network:
     return Network.init(arch, public_rng(seed, "fedavg/init"))
 
 
+def sample_size(fraction: float, parties: int) -> int:
+    """How many of `parties` a round samples: ⌈fraction · parties⌉, at least one."""
+    if not 0.0 < fraction <= 1.0:
+        raise InvalidInput(f"fraction must be in (0, 1], got {fraction}")
+    return min(parties, max(1, math.ceil(fraction * parties - 1e-9)))
+
+
 def sample_parties(seed: Seed, round: int, parties: Sequence[str], fraction: float) -> tuple[str, ...]:
     """The ⌈fraction · m⌉ parties of round `round`, sorted: a public draw from the job's seed."""
     ordered = sorted(parties)
-    if not 0.0 < fraction <= 1.0:
-        raise InvalidInput(f"fraction must be in (0, 1], got {fraction}")
-    count = min(len(ordered), max(1, math.ceil(fraction * len(ordered) - 1e-9)))
+    count = sample_size(fraction, len(ordered))
     chosen = public_rng(seed, f"fedavg/sample/{round}").choice(len(ordered), size=count, replace=False)
     return tuple(sorted(ordered[int(i)] for i in chosen))
 
