@@ -61,7 +61,7 @@ def test_a_file_and_the_same_table_in_memory_are_one_data_set(tmp_path) -> None:
     table = pa.table({"id": ["r1", "r2", "r3", "r4"], "x": [1.5, 2.0, None, -0.0], "label": [0, 1, None, 2]})
     in_memory = tables.from_arrow(table, id_column="id")
     built = PartyData(from_file.X, from_file.y, from_file.ids, from_file.columns)  # numbers, no names
-    assert from_file.dataset_digest == in_memory.dataset_digest == data_set_digest(built)
+    assert data_set_digest(from_file) == data_set_digest(in_memory) == data_set_digest(built)
 
 
 @settings(max_examples=40, deadline=None)

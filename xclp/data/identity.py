@@ -100,7 +100,8 @@ def data_set_digest(data: PartyData) -> bytes:
     """The name of a table given as a PartyData (arrays, or one built by hand), the same as
     reading it from a file would give: its features by name (or by position, "#1", ... when
     unnamed), its labels as written (class names, or numbers with −1 unlabeled) and its ids. A
-    table read from a file with categorical columns carries its name from the reading
+    table read from a file is named here too, when asked (a party without a ledger never asks),
+    but one with categorical columns carries its name from the reading
     (`PartyData.dataset_digest`), since its matrix holds the job's encoding of those columns."""
     if data.dataset_digest is not None:
         return data.dataset_digest
