@@ -1,12 +1,14 @@
 # One image for both roles: the coordinator (`xclp-server ...`) and a party (`xclp-client ...`).
 #
 #   normal:   docker build -t xclp .                      (pip installs from the package index)
-#   offline:  scripts/docker-prepare                       (base image from Debian packages, a local
-#             wheelhouse/, then: docker build --build-arg WHEELHOUSE=1 -t xclp:dev .)
+#   offline:  scripts/docker-prepare                       (base image xclp-base:bookworm from Debian
+#             packages, a wheelhouse in its cache, then: docker build --build-arg WHEELHOUSE=1
+#             --build-arg BASE_IMAGE=xclp-base:bookworm -t xclp:dev on a copy of the sources)
 #
 # The base must be Debian bookworm with python3 (3.11) and its venv module: the official
-# python:3.11-slim-bookworm (python at /usr/local/bin) or the one scripts/docker-prepare imports
-# from debootstrap (python at /usr/bin). Everything below goes through `python3 -m venv`, so both work.
+# python:3.11-slim-bookworm (python at /usr/local/bin) or xclp-base:bookworm, which
+# scripts/docker-prepare imports from debootstrap under a name of its own (python at /usr/bin).
+# Everything below goes through `python3 -m venv`, so both work.
 #
 # Two stages: the builder holds the wheelhouse, pip's build backends and the sources; the final
 # stage gets only the finished virtualenv, so none of those (nor any file of the build context)
@@ -43,9 +45,8 @@ RUN set -eu; \
 print("\n".join(p["dependencies"] + [r for e in os.environ["EXTRAS"].split() for r in p["optional-dependencies"][e]]))' \
         > /build/requirements.txt; \
     /opt/xclp/venv/bin/pip install --requirement /build/requirements.txt || { \
-        echo "xclp: installing the dependencies from the package index failed. Offline, or without the image" >&2; \
-        echo "xclp: (docker compose up builds it when xclp:dev is missing), run scripts/docker-prepare: it builds" >&2; \
-        echo "xclp: xclp:dev from Debian packages and a local wheelhouse (docs/docker.md)." >&2; \
+        echo "xclp: installing the dependencies from the package index failed. Offline, run scripts/docker-prepare:" >&2; \
+        echo "xclp: it builds xclp:dev from Debian packages and a local wheelhouse (docs/docker.md)." >&2; \
         exit 1; }; \
     # The bundled test suites of numpy, scipy, numba and the dask extra's packages (~50 MB) are
     # never imported at run time; tornado's holds a test private key, which no image may carry.

@@ -129,7 +129,7 @@ def xclp_accuracy(party: str, predictions_csv: str) -> float:
         unlabeled = {r["row_id"] for r in csv.DictReader(fh) if r["label"] == ""}
     with open(DEMO_DATA / f"{party}.truth.csv", newline="") as fh:
         truth = {r["row_id"]: int(r["true_label"]) for r in csv.DictReader(fh)}
-    predicted = {r["id"]: int(r["label"]) for r in csv.DictReader(predictions_csv.splitlines())}
+    predicted = {r["row_id"]: int(r["label"]) for r in csv.DictReader(predictions_csv.splitlines())}
     return sum(predicted[i] == truth[i] for i in unlabeled) / len(unlabeled)
 
 
@@ -138,8 +138,8 @@ def check_predictions(project: Project, party: str) -> str:
     text = project.read(f"{party}-results", "runs/xclp-demo/*/predictions.csv")
     assert text is not None, f"{party} has no predictions.csv:\n{project.logs(party)[-3000:]}"
     rows = list(csv.DictReader(text.splitlines()))
-    assert list(rows[0])[:3] == ["id", "label", "confidence"]
-    assert [r["id"] for r in rows] == own_row_ids(party)
+    assert list(rows[0])[:3] == ["row_id", "label", "confidence"]  # the id column as the hospital's CSV names it
+    assert [r["row_id"] for r in rows] == own_row_ids(party)
     assert all(0 <= int(r["label"]) < 10 and 0.0 <= float(r["confidence"]) <= 1.0 for r in rows)
     return text
 
