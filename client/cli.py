@@ -27,7 +27,7 @@ from typing import Any
 from xclp.client import api
 from xclp.client.ledger import default_directory
 from xclp.client.models import ModelFile
-from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, write_columns
+from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, with_id_name, write_columns
 from xclp.client.session import stderr_progress
 from xclp.crypto import identity
 from xclp.data import party_table, tables
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
     r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
     r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
-                   f"{PREDICTIONS_FILE}) or a .csv file: id, label, confidence, score_<c>")
+                   f"{PREDICTIONS_FILE}) or a .csv file: id (named as in --data), label, confidence, score_<c>")
     r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: "
                                                 "system roots)")
     r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires "
@@ -179,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     sm.add_argument("--holdout", type=float, default=0.2, help="fraction of each party's labeled rows held out "
                     "(default 0.2; the same rows every time)")
     sm.add_argument("--label-column", default="label", help="the label column (default label)")
-    sm.add_argument("--id-column", help="the row id column (default: row numbers)")
+    sm.add_argument("--id-column", help="the row id column (default: the job's id_column, else row numbers)")
 
     lg = sub.add_parser("ledger", help="what this party released about each data set, and its DP budget",
                         description="Show, export, move or forget this party's privacy ledger (docs/privacy.md): "
@@ -252,11 +252,10 @@ def run(args: argparse.Namespace) -> int:
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     out = Path(cfg.pop("out"))
-    cfg["label_column"] = cfg.get("label_column", tables.DEFAULT_LABEL) or None
     if "join_wait" in cfg:  # the old name of connect_timeout
         cfg.setdefault("connect_timeout", cfg.pop("join_wait"))
-    cfg["id_column"] = cfg.get("id_column") or None
-    cfg["state"] = cfg.get("state") or default_directory()
+    cfg.update(label_column=cfg.get("label_column", tables.DEFAULT_LABEL) or None,
+               id_column=cfg.get("id_column") or None, state=cfg.get("state") or default_directory())
     result = api.run(**cfg)
     if seed_path:
         write_atomic(seed_path, result.job.seed)
@@ -329,17 +328,18 @@ def keygen(args: argparse.Namespace) -> int:
 
 def predict(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    columns = predict_columns(model, _table(args, model))
-    write_columns(args.out, columns)
-    stderr_progress(f"wrote {len(columns['id'])} predictions of the {model.job_type} model to {args.out}")
+    table = _table(args, model)
+    write_columns(args.out, with_id_name(predict_columns(model, table), table))
+    stderr_progress(f"wrote {len(table.ids)} predictions of the {model.job_type} model to {args.out}")
     return EXIT_OK
 
 
 def query(args: argparse.Namespace) -> int:
     model = ModelFile.load(args.model)
-    columns = query_columns(model, _table(args, model), estimator=args.estimator, groups=args.groups)
-    write_columns(args.out, columns, float_format=lambda v: f"{v:.10g}")
-    stderr_progress(f"wrote {len(columns['id'])} estimates to {args.out}")
+    table = _table(args, model)
+    write_columns(args.out, with_id_name(query_columns(model, table, estimator=args.estimator, groups=args.groups),
+                                         table), float_format=lambda v: f"{v:.10g}")
+    stderr_progress(f"wrote {len(table.ids)} estimates to {args.out}")
     return EXIT_OK
 
 

@@ -38,13 +38,24 @@ RUN_FILE = "run.json"
 
 
 def write_predictions(out: Path, data: PartyData, result: JobResult) -> Path:
-    """The XCLP output (docs/design.md §5.7): id, label, confidence, score_<c>, atomically, own row ids.
+    """The XCLP output (docs/design.md §5.7): id, label, confidence, score_<c>, atomically, own row
+    ids; the id column under the name the party's table gave it (`with_id_name`).
 
     `out` is a .csv file or a directory that gets predictions.csv.
     """
     path = out if out.suffix == ".csv" else out / PREDICTIONS_FILE
-    write_columns(path, xclp_columns(data, result))
+    write_columns(path, with_id_name(xclp_columns(data, result), data))
     return path
+
+
+def with_id_name(columns: Columns, data: PartyData) -> Columns:
+    """`columns` with their "id" column named as the table's id column (`patient_id`), so that a
+    file joins back onto the user's table by that name; "id" for row numbers, or where the name is
+    another output column's ("label", "score_0")."""
+    name = data.id_column
+    if not name or name == "id" or name in columns:
+        return columns
+    return {(name if key == "id" else key): value for key, value in columns.items()}
 
 
 Columns = dict[str, Any]  # column name -> a list or a 1-D array, every column as long as the table

@@ -112,7 +112,12 @@ def checked_table(data: PartyData, params: JobParams) -> PartyData:
 
 def check_schema(data: PartyData, params: JobParams) -> None:
     """InvalidInput if the table's feature columns are not the job's schema (`columns`), saying
-    which are missing, which the job does not list, or that the order differs."""
+    which are missing, which the job does not list, or that the order differs; or if its ids were
+    not read from the job's `id_column`."""
+    if params.id_column is not None and data.id_column != params.id_column:
+        read = f"from {data.id_column!r}" if data.id_column else "as row numbers (no id column named)"
+        raise InvalidInput(f"the job names {params.id_column!r} as the id column, but this party read its ids {read}: "
+                           f"name it with --id-column {params.id_column} (id_column in run.toml or a catalogue)")
     want = params.feature_columns
     if want is None or data.columns == want:
         return

@@ -80,7 +80,9 @@ def _jobs(directory: Path) -> tuple[JobConfig, JobConfig | None]:
 def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     """int64[n] XCLP labels in the order of `ids`; every own row id must be there exactly once."""
     with open(path, newline="") as fh:
-        rows = {r["id"]: int(r["label"]) for r in csv.DictReader(fh)}
+        reader = csv.DictReader(fh)
+        ident = (reader.fieldnames or ["id"])[0]  # the id column comes first, under the table's name for it
+        rows = {r[ident]: int(r["label"]) for r in reader}
     if sorted(rows) != sorted(ids):
         raise ValueError(f"{path} does not hold exactly the institution's own row ids")
     return np.array([rows[i] for i in ids], dtype=np.int64)

@@ -146,6 +146,7 @@ def _params(job_type: str, data: Sequence[Path], label_column: str,
     values: dict[str, Any] = {"n_classes": count, **({"classes": classes} if classes else {}),
                               **starter(width if data else 5)}
     checked = {**values, **({"columns": list(found.columns)} if data else {}),
+               **({"id_column": id_column} if data and id_column else {}),
                **({"categorical": {k: list(v) for k, v in categorical.items()}} if categorical else {}),
                **({"impute": "mean"} if empty else {}), **({"standardise": True} if "standardise = true" in extra
                                                               else {})}
@@ -155,6 +156,8 @@ def _params(job_type: str, data: Sequence[Path], label_column: str,
         lines.append("classes = [" + ", ".join(f'"{c}"' for c in classes) + "]")
     if data:  # the job's schema: every party is checked against it, not against the first to join
         lines.append(f"columns = {json.dumps(list(found.columns), ensure_ascii=False)}")
+        if id_column:  # every party checks it reads its ids from it; simulate reads the tables by it
+            lines.append(f"id_column = {json.dumps(id_column, ensure_ascii=False)}")
     lines += extra
     lines += [f"{k} = {v}" for k, v in values.items() if k not in ("n_classes", "classes")]
     if categorical:

@@ -67,8 +67,8 @@ def test_the_example_simulates_then_runs_one_party_for_real_against_a_coordinato
     assert isinstance(b, xclp.client.PartyResult), b
     frames = {p: pd.read_csv(demo / f"{p}.csv") for p in PARTIES}
     want = simulate({"type": "xclp", "params": PARAMS}, frames, secure=False, seed=b.job.seed, id_column="row_id")
-    got = pd.read_csv(tmp_path / "a.csv", dtype={"id": str, "label": str})
-    assert got["id"].tolist() == frames["hospital-a"]["row_id"].tolist()
+    got = pd.read_csv(tmp_path / "a.csv", dtype={"row_id": str, "label": str})  # the id column keeps its name
+    assert got["row_id"].tolist() == frames["hospital-a"]["row_id"].tolist()
     assert got["label"].tolist() == want["hospital-a"].predictions()["label"].tolist()
 
 

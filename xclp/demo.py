@@ -171,7 +171,9 @@ def truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
 
 def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     with open(path, newline="") as fh:
-        rows = {r["id"]: int(r["label"]) for r in csv.DictReader(fh)}
+        reader = csv.DictReader(fh)
+        ident = (reader.fieldnames or ["id"])[0]  # the id column comes first, under the table's name for it
+        rows = {r[ident]: int(r["label"]) for r in reader}
     return np.array([rows[i] for i in ids], dtype=np.int64)
 
 

@@ -237,7 +237,7 @@ def test_agents_run_submitted_jobs_history_survives_a_restart_and_a_second_run_r
         assert sorted(p.name for p in out.iterdir()) == [run1], list(out.iterdir())
         rows = list(csv.DictReader(open(out / run1 / "predictions.csv")))
         y = stack.data[party][1]
-        assert [r["id"] for r in rows] == [f"{party}{i}" for i in range(len(y))]
+        assert [r["row_id"] for r in rows] == [f"{party}{i}" for i in range(len(y))]
         assert {r["label"] for r in rows} <= {"0", "1", "2"}
         meta = json.loads((out / run1 / "run.json").read_text())
         assert meta["run_id"] == run1 and meta["participants"] == ["a", "b", "c", "d"]

@@ -209,7 +209,8 @@ def test_federated_flynn_equals_pooled_model_bit_for_bit_and_predicts_identicall
     rows = list(csv.DictReader(open(out)))
     Xq, _ = make_data(99, n=30)
     expected = FlyNNModel(want, 0.0, flyhash).predict(Xq, tie_seed=7)
-    assert [r["id"] for r in rows] == [f"q{i}" for i in range(30)]
+    assert list(rows[0])[0] == "row_id"  # the id column keeps the name --data gave it
+    assert [r["row_id"] for r in rows] == [f"q{i}" for i in range(30)]
     assert [int(r["prediction"]) for r in rows] == expected.tolist()
 
 
@@ -316,7 +317,7 @@ def test_fedavg_with_xclp_pseudo_labels_trains_one_network_that_predict_uses(dep
     from xclp.data.tables import load
     queries = load(root / "queries.csv", label_column=None, id_column="row_id")
     want = models[0].loaded().network.predict(models[0].features(queries))
-    assert [r["id"] for r in rows] == list(queries.ids)
+    assert [r["row_id"] for r in rows] == list(queries.ids)
     assert [int(r["prediction"]) for r in rows] == want.tolist()
     race = cli("xclp-client", "predict", "--model", str(root / "race-tls-a.npz"), "--data", str(root / "queries.csv"),
                "--id-column", "row_id", "--out", str(root / "nope.csv"))

@@ -53,6 +53,7 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
     job = (fed / "coordinator" / "xclp.toml").read_text()
     assert "n_classes = 3" in job and "min_parties = 2" in job
     assert 'columns = ["f0", "f1", "f2", "f3", "f4", "f5"]' in job  # the job's schema
+    assert 'id_column = "row_id"' in job  # which every party checks, and simulate reads by
     # 2048-bit keys are the scaffold's default; a test uses small ones, as the docs' quick trials do
     (fed / "coordinator" / "xclp.toml").write_text(job.replace("key_bits = 2048", "key_bits = 512\n"
                                                                "insecure_test_keys = true"))
@@ -90,6 +91,7 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
     for p in PARTIES:
         predictions = (fed / p / "out" / "predictions.csv").read_text().splitlines()
         assert len(predictions) == 41 and predictions[1].startswith(f"{p}-0,")
+        assert predictions[0].startswith("row_id,label,confidence,")  # the table's name for its id column
     # --validate: its table, with numbers an independent computation gives on the same held-out rows
     north = next(out for i, out in outs.items() if i and "held out" in out[0])[0]
     X, y = make_data(0, n=40, d=6, unlabeled=10)

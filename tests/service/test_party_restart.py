@@ -142,7 +142,7 @@ def mid_pair(coord, state: RunStateFile) -> bool:
 def assert_predictions_of_a(path: Path, datas, ref) -> None:
     """a's predictions file: the reference's label on each of a's unlabeled rows."""
     with open(path, newline="") as f:
-        rows = {r["id"]: r for r in csv.DictReader(f)}
+        rows = {r["row_id"]: r for r in csv.DictReader(f)}
     expected = ref.scores[ref.party_rows(0)].argmax(axis=1)
     unlabeled = np.flatnonzero(datas["a"].y == -1)
     assert [int(rows[datas["a"].ids[i]]["label"]) for i in unlabeled] == expected[unlabeled].tolist(), rows

@@ -72,3 +72,22 @@ def test_a_schema_is_checked_when_the_job_is_read() -> None:
     with pytest.raises(ConfigError, match="categorical names colour, which columns does not list"):
         parse_params("flynn", {**FLYNN, "categorical": {"colour": ["red"]}})
     assert parse_params("flynn", {k: v for k, v in FLYNN.items() if k != "columns"}).feature_columns is None
+
+
+def test_the_job_names_the_id_column_and_a_party_reading_its_ids_elsewhere_is_told_what_to_pass() -> None:
+    """`id_column` in the job: a party that read its ids from another column, or as row numbers, is
+    refused before joining with the option to pass. The job never changes how a party reads its
+    table (that would rename its data set, docs/privacy.md), it only checks."""
+    from xclp.client.run_config import check_schema
+
+    params = parse_params("flynn", {**FLYNN, "id_column": "patient_id"})
+    check_schema(dataclasses.replace(named(0), id_column="patient_id"), params)
+    with pytest.raises(InvalidInput, match=r"names 'patient_id' as the id column, but this party read its ids from "
+                                           r"'row_id': name it with --id-column patient_id"):
+        check_schema(dataclasses.replace(named(0), id_column="row_id"), params)
+    with pytest.raises(InvalidInput, match="read its ids as row numbers"):
+        check_schema(named(0), params)
+    with pytest.raises(ConfigError, match="'age' is also in 'columns': the id column is not a feature"):
+        parse_params("flynn", {**FLYNN, "id_column": "age"})
+    with pytest.raises(ConfigError, match="'id_column' must be a column name"):
+        parse_params("flynn", {**FLYNN, "id_column": ""})

@@ -81,7 +81,8 @@ def read_predictions_any(path: Path) -> tuple[list[str], list[int], list[float],
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     n_classes = sum(k.startswith("score_") for k in rows[0])
-    return ([r["id"] for r in rows], [int(r["label"]) for r in rows], [float(r["confidence"]) for r in rows],
+    ident = next(iter(rows[0]))  # the id column, first, under the name the party's table gave it
+    return ([r[ident] for r in rows], [int(r["label"]) for r in rows], [float(r["confidence"]) for r in rows],
             [[float(r[f"score_{c}"]) for c in range(n_classes)] for r in rows])
 
 

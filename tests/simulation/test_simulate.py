@@ -155,3 +155,24 @@ def test_integer_ids_come_back_as_integers_as_xclp_client_run_gives_them() -> No
         got = sim[p].predictions()
         assert got["id"].dtype.kind == "i" and got["id"].tolist() == frame["row_id"].tolist()
         assert len(got.merge(frame, left_on="id", right_on="row_id")) == len(frame)
+
+
+def test_simulate_reads_the_tables_by_the_jobs_id_column(tmp_path) -> None:
+    """Without --id-column the id became a feature and the verdict changed; the job's `id_column`
+    (which `federation new` writes) is now how simulate reads the tables: the ids come back as the
+    predictions' ids, the features are the job's `columns`, and the result equals a run given the id
+    column by hand."""
+    from tests.helpers import write_table
+
+    paths = {}
+    for p, (X, y) in parties().items():
+        paths[p] = tmp_path / f"{p}.csv"
+        write_table(paths[p], X, y, [f"{p}-{k}" for k in range(len(y))])
+    job = XCLP + 'id_column = "row_id"\ncolumns = ["f0", "f1", "f2", "f3", "f4", "f5"]\n'
+    sim = simulate(job, paths, seed=SEED, secure=False)
+    by_hand = simulate(XCLP, paths, id_column="row_id", seed=SEED, secure=False)
+    for p in paths:
+        got = sim[p].predictions()
+        assert got["id"].tolist() == [f"{p}-{k}" for k in range(40)]
+        assert sim[p].job.dim == 6
+        np.testing.assert_array_equal(sim[p].job.aggregate, by_hand[p].job.aggregate)

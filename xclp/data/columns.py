@@ -85,8 +85,9 @@ class Collector:
     category), the labels as codes and the ids as strings."""
 
     def __init__(self, bound: int, features: list[Feature], label: str | None, ident: str | None,
-                 where: Locator) -> None:
+                 where: Locator, *, id_name: str | None = None) -> None:
         self.features, self.label, self.ident, self.where = features, label, ident, where
+        self.id_name = id_name  # the id column's name in the file (ident may be pyarrow's name for it)
         self.columns = [col for _, name, cats in features
                         for col in ([f"{name}={c}" for c in cats] if cats else [name])]
         self.X = np.empty((max(bound, 1), len(self.columns)), dtype=np.float64)
@@ -161,7 +162,7 @@ class Collector:
             ids = tuple(str(i) for i in range(X.shape[0]))
         check_unique_ids(ids, self.where)
         y = labels.numbers(self.where) if labels is not None and labels.are_numbers else None
-        table = PartyData(X, y, ids, tuple(self.columns), labels, self.where)
+        table = PartyData(X, y, ids, tuple(self.columns), labels, self.where, id_column=self.id_name)
         if not self.levels:  # the matrix holds the cells as read: xclp.data.identity names it when asked
             return table
         return replace(table, dataset_digest=self._digest(table, keep))

@@ -111,7 +111,9 @@ class Locator:
 @dataclass(frozen=True)
 class PartyData:
     """X: float64[n, d], NaN = a missing cell; y: int64[n] with −1 = unlabeled (None: no class
-    numbers yet, see `labels`); ids: str[n]; columns: the feature names (empty when unnamed)."""
+    numbers yet, see `labels`); ids: str[n]; columns: the feature names (empty when unnamed).
+
+    `id_column` is not part of the data set's name (xclp.data.identity takes the ids by their role)."""
 
     X: np.ndarray
     y: np.ndarray | None
@@ -122,6 +124,9 @@ class PartyData:
     # the data set this table is in a party's ledger when not the table itself (a table with some
     # labels held out by `xclp-client run --validate` is still the whole table's data set)
     dataset_digest: bytes | None = None
+    # the name of the column the ids were read from (None: row numbers, or a table without names);
+    # outputs name their id column after it, so that they join back onto the user's table
+    id_column: str | None = None
 
     def __post_init__(self) -> None:
         n = self.X.shape[0]

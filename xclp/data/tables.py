@@ -243,7 +243,7 @@ def _load_csv(path: Path, *, label_column: str | None, id_column: str | None, de
         where = Locator(str(path), "line", sep)
         table = Collector(_row_bound(path), [(names[i], header[i], categorical.get(header[i])) for i in features],
                            names[label] if label is not None else None, names[ident] if ident is not None else None,
-                           where)
+                           where, id_name=header[ident] if ident is not None else None)
         for batch in reader:
             table.add(batch)
     except OSError as exc:
@@ -336,7 +336,7 @@ def _arrow(schema: Any, rows: int, batches: Callable[[list[str]], Iterable[Any]]
     numeric = [n for n in names if n not in categorical]
     table = Collector(rows, [(n, n, categorical.get(n)) for n in names],
                        header[label] if label is not None else None, header[ident] if ident is not None else None,
-                       where)
+                       where, id_name=header[ident] if ident is not None else None)
     wanted = names + [header[i] for i in (label, ident) if i is not None]
     try:
         for batch in batches(wanted):

@@ -51,6 +51,7 @@ def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed:
     if not isinstance(params, XclpJobParams):
         raise ConfigError(f"simulate compares XCLP jobs (labels for a party's own rows); this job is {job_type!r}")
     check_fraction(holdout, "--holdout")
+    id_column = params.id_column if id_column is None else id_column
     read = {p: _checked(p, tables.read_any(d, label_column=label_column, id_column=id_column,
                                            categorical=params.categorical), params) for p, d in parties.items()}
     held, hidden = {}, {}
@@ -60,7 +61,7 @@ def compare(job: Any, parties: Mapping[str, Any], *, holdout: float = 0.2, seed:
         y = t.y.copy()
         y[held[p]] = -1
         hidden[p] = replace(t, y=y, labels=None)
-    sim = simulate(params, {p: (t.X, t.y, t.ids) for p, t in hidden.items()}, secure=False, seed=seed)
+    sim = simulate(params, hidden, secure=False, seed=seed)
     scaling = sim[next(iter(read))].job.scaling
     X = {p: t.X if scaling is None else scaling.apply(t.X) for p, t in read.items()}
     graph, norm, C = params.graph_params, params.normalise_labels, params.n_classes

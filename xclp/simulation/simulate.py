@@ -80,7 +80,7 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
       `[params]`; the parties are those given here), a mapping with "type" and "params", or a
       JobParams.
     - each table: a path, a pandas DataFrame, a pyarrow Table or arrays (X, y[, ids]), read as
-      `xclp.client.run` reads it (`label_column`, `id_column`).
+      `xclp.client.run` reads it (`label_column`; `id_column`, by default the job's `id_column`).
     - `secure`: real cryptography (module docstring) or the plaintext reference.
     - `seed`: the job's common seed (32 bytes; default fresh), which fixes the LSH projection,
       FlyHash, RACE hashes and batch orders: the same seed gives the same result.
@@ -96,6 +96,7 @@ def simulate(job: Any, parties: Mapping[str, Any], *, secure: bool = True, seed:
     seed = secrets.token_bytes(32) if seed is None else bytes(seed)
     if len(seed) != 32:
         raise InvalidInput(f"seed must be 32 bytes, got {len(seed)}")
+    id_column = params.id_column if id_column is None else id_column
     read = {p: tables.read_any(d, label_column=label_column, id_column=id_column, categorical=params.categorical)
             for p, d in parties.items()}
     data = {p: _checked(p, t, params) for p, t in read.items()}

@@ -30,7 +30,7 @@ from xclp.privacy.dp_moments import plan as plan_moments
 IMPUTE = ("none", "mean")
 # the parameters every job type has (JobParams' own fields)
 DATA_KEYS = frozenset({"classes", "standardise", "impute", "categorical", "share_threshold", "moments_epsilon",
-                       "moments_delta", "moments_bounds", "columns"})
+                       "moments_delta", "moments_bounds", "columns", "id_column"})
 MAX_CLASSES = 4096
 MAX_DP_DELTA = 0.01  # δ is the chance a DP guarantee fails outright; docs/privacy.md: take 1/n² for n rows
 # Parameters that were renamed: a job file naming the old one hears the new name.
@@ -83,6 +83,11 @@ class JobParams:
         "categorical column by its own name); each party checks its table against it before joining, and the "
         "coordinator each party's (unset: the first party to join sets them)", "distinct, non-empty",
         "docs/data.md", default=None, kw_only=True)
+    id_column: str | None = param(
+        "the column of every party's table that holds its row ids (not a feature): each party checks that it "
+        "reads its ids from it (a party still names its id column itself, --id-column: a job never changes how a "
+        "party reads its table); `xclp-client simulate` reads the tables by it (unset: not checked)",
+        "a column name, not in columns", "docs/data.md", default=None, kw_only=True)
     share_threshold: int = param(
         "t of the t-of-n Shamir shares of every self-mask seed: a party lost while revealing is recovered from "
         "t of the others' shares (0: a majority of each attempt's parties, ⌊n/2⌋ + 1)",
@@ -384,7 +389,16 @@ def data_params(raw: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
             raise ConfigError(f"job parameter 'columns' must be a list of column names, got {columns!r}")
         columns = tuple(c.strip() for c in columns)
-    return {"classes": classes, "columns": columns, "standardise": bool_param(raw, "standardise"), "impute": impute,
+    id_column = raw.get("id_column")
+    if id_column is not None:
+        if not isinstance(id_column, str) or not id_column.strip():
+            raise ConfigError(f"job parameter 'id_column' must be a column name, got {id_column!r}")
+        id_column = id_column.strip()
+        if columns is not None and id_column in columns:
+            raise ConfigError(f"job parameter 'id_column' {id_column!r} is also in 'columns': the id column is not "
+                              "a feature")
+    return {"classes": classes, "columns": columns, "id_column": id_column,
+            "standardise": bool_param(raw, "standardise"), "impute": impute,
             "categorical": categorical, "share_threshold": int_param(raw, "share_threshold", 0, low=0),
             "moments_epsilon": optional_float(raw, "moments_epsilon"),
             "moments_delta": optional_float(raw, "moments_delta"), "moments_bounds": _bounds_param(raw)}
