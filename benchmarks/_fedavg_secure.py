@@ -40,11 +40,13 @@ def job_text(options: DemoOptions, rounds: int) -> str:
 
 def secure_run(args: argparse.Namespace) -> dict[str, object]:
     rounds = args.rounds or 3
-    options = DemoOptions(key_bits=1024 if args.quick else 2048, insecure_test_keys=args.quick, lsh_bits=1024)
+    smoke = getattr(args, "smoke", False)
+    options = DemoOptions(key_bits=1024 if args.quick else 2048, insecure_test_keys=args.quick,
+                          lsh_bits=256 if smoke else 1024)
     X, y = load_digits_data()
     rng = public_rng(0, "benchmark/fedavg-xclp/secure")
-    rows = rng.permutation(len(y))[:1200]
-    test, train = rows[:300], rows[300:]
+    rows = rng.permutation(len(y))[:400 if smoke else 1200]
+    test, train = rows[:100 if smoke else 300], rows[100 if smoke else 300:]
     clients = dirichlet_split(y[train], 3, 0.3, rng)
     partial = subsample_labels(y[train], clients, 0.1, rng)
     work = Path(tempfile.mkdtemp(prefix="xclp-fedavg-bench-"))

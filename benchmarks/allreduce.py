@@ -13,7 +13,7 @@ bytes_on_wire_per_element: payload bytes moved through the coordinator per array
 party (upload + the aggregate's download; TLS/HTTP-2 framing not counted); upload_bytes_per_element:
 the upload alone (exact counts travel as uint32: 4 bytes each way).
 
-Usage: python benchmarks/allreduce.py [--quick] [--elements N] [--repeats K]
+Usage: python benchmarks/allreduce.py [--quick | --smoke] [--elements N] [--repeats K]
 Progress goes to stderr; the last stdout line is one JSON object.
 """
 
@@ -102,10 +102,15 @@ def party_main(address: str, ca: str, job_id: str, party: str, key_pem: bytes, e
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one run of each (default: 3)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest run through every part, for CI: proves the benchmark runs; "
+                    "its figures mean nothing")
     ap.add_argument("--elements", type=int, default=1_000_000, help="array elements per party (even)")
     ap.add_argument("--repeats", type=int, help="runs of each variant")
     args = ap.parse_args()
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (1 if args.quick or args.smoke else 3)
+    if args.smoke:
+        args.elements = 2000
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
     from cryptography.hazmat.primitives import serialization

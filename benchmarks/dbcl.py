@@ -28,7 +28,7 @@ adversary can estimate (`probe_auc_*`) and on the sketched layers' weights only
 Secure: 3 parties (digits) through the real CLIs over gRPC+TLS, a few DBCL rounds; seconds per
 round from the coordinator's log.
 
-Usage: python benchmarks/dbcl.py [--quick] [--no-secure]
+Usage: python benchmarks/dbcl.py [--quick | --smoke] [--no-secure]
 Progress goes to stderr; the last stdout line is one JSON object.
 """
 
@@ -106,7 +106,7 @@ def accuracy_table(args: argparse.Namespace) -> dict[str, dict]:
     for name, setting in SETTINGS.items():
         X, y = setting["load"]()
         n_classes = int(y.max()) + 1
-        rounds = setting["quick"] if args.quick else setting["rounds"]
+        rounds = 2 * EVAL_EVERY if args.smoke else setting["quick"] if args.quick else setting["rounds"]
         same = rounds // 4 // EVAL_EVERY * EVAL_EVERY
         per_variant: dict[str, dict[str, list[float]]] = {v: {"converged": [], "same": [], "to95": []}
                                                           for v in VARIANTS}
@@ -245,7 +245,7 @@ def probe_auc(F: np.ndarray, labels: np.ndarray, seed: int) -> float:
 
 def probe_table(args: argparse.Namespace) -> dict[str, list[float]]:
     seeds = [0] if args.quick else [0, 1, 2]
-    rounds = 200 if args.quick else 400
+    rounds = 10 if args.smoke else 200 if args.quick else 400
     out: dict[str, list[float]] = {}
     for sketch, name, layers in (("none", "plain", None), ("countsketch", "dbcl", None),
                                  ("countsketch", "dbcl_paper", [0, 1]), ("uniform", "dropout", None)):
@@ -268,7 +268,7 @@ def secure_seconds(args: argparse.Namespace) -> dict[str, object]:
     from xclp.demo import JOB_ID, DemoOptions, run_processes, setup
     from xclp.demo import PARTIES as NAMES
 
-    rounds = 5 if args.quick else 20
+    rounds = 2 if args.smoke else 5 if args.quick else 20
     X, y = load_digits_data()
     order = public_rng(0, "benchmark/dbcl/secure").permutation(len(y))[:900]
     work = Path(tempfile.mkdtemp(prefix="xclp-dbcl-bench-"))
@@ -308,8 +308,12 @@ def secure_seconds(args: argparse.Namespace) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, fewer rounds")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     parser.add_argument("--no-secure", action="store_true", help="skip the secure 3-party run over gRPC+TLS")
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     started = time.perf_counter()
     tables = accuracy_table(args)
     probe = probe_table(args)

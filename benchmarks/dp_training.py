@@ -31,7 +31,7 @@ exactly, against DP moments at moments_epsilon ∈ {1, 4} (δ = 1/n²; the job's
 DESCR) lists them. The moments phase is the in-process simulation (xclp.simulation.pooled_scaling:
 each party's clipped sums and Skellam share, decoded as both ends decode).
 
-Usage: python benchmarks/dp_training.py [--quick] [--seeds N] [--only training|xclp|moments]
+Usage: python benchmarks/dp_training.py [--quick | --smoke] [--seeds N] [--only training|xclp|moments]
 --quick: digits only, one seed (no moments part). --only: one of the three parts. Progress on
 stderr; the last stdout line is one JSON object.
 """
@@ -159,16 +159,23 @@ def run_xclp(label_dp: dict, seed: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="digits only, one seed")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest run through every part, for CI: proves the benchmark runs; "
+                    "its figures mean nothing")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--only", choices=("training", "xclp", "moments"), help="run one part only")
     args = ap.parse_args()
-    names = [] if args.only in ("xclp", "moments") else ["digits"] if args.quick else list(SETTINGS)
-    seeds = range(1 if args.quick else args.seeds)
+    if args.smoke:  # every part, each once: 3 rounds, one ε, two label-DP settings
+        for setting in SETTINGS.values():
+            setting["rounds"] = 3
+    epsilons = EPSILONS[:1] if args.smoke else EPSILONS
+    names = [] if args.only in ("xclp", "moments") else ["digits"] if args.quick or args.smoke else list(SETTINGS)
+    seeds = range(1 if args.quick or args.smoke else args.seeds)
     out: dict[str, object] = {"quick": args.quick, "seeds": len(seeds), "epsilons": list(EPSILONS), "results": {}}
     results: dict[str, dict[str, dict[str, float | None]]] = {}
     for name in names:
         for kind in ("dbcl", "fedavg"):
-            for epsilon in (None, *EPSILONS):
+            for epsilon in (None, *epsilons):
                 label = "nonprivate" if epsilon is None else f"eps{epsilon:g}"
                 runs = [run(kind, name, epsilon, s) for s in seeds]
                 acc = float(np.mean([r[0] for r in runs]))
@@ -178,7 +185,8 @@ def main() -> None:
                 results.setdefault(name, {})[f"{kind}_{label}"] = entry
                 print(f"{name} {kind} {label}: accuracy {acc:.3f} (ε spent {entry['epsilon_spent']}), "
                       f"{entry['seconds']}s", file=sys.stderr, flush=True)
-    for moments_epsilon in (None, 1.0, 4.0) if args.only in (None, "moments") and not args.quick else ():
+    moments = (None, 1.0) if args.smoke else (None, 1.0, 4.0)
+    for moments_epsilon in moments if args.only in (None, "moments") and not args.quick else ():
         label = "exact" if moments_epsilon is None else f"dp_moments_eps{moments_epsilon:g}"
         runs = [run("dbcl", "breast_cancer", 4.0, s, moments_epsilon) for s in seeds]
         entry = {"accuracy": round(float(np.mean([r[0] for r in runs])), 4),
@@ -189,7 +197,8 @@ def main() -> None:
               flush=True)
     for key, entry in results.get("moments", {}).items():
         out[key] = entry["accuracy"]
-    for label, options in LABEL_DP.items() if args.only not in ("training", "moments") else ():
+    label_dp = {k: v for k, v in LABEL_DP.items() if not args.smoke or k in ("nonprivate", "skellam_eps1")}
+    for label, options in label_dp.items() if args.only not in ("training", "moments") else ():
         runs = [run_xclp(options, s) for s in seeds]
         entry = {"accuracy": round(float(np.mean([r[0] for r in runs])), 4),
                  "accuracy_std": round(float(np.std([r[0] for r in runs])), 4),
@@ -200,7 +209,7 @@ def main() -> None:
     for key, entry in results.get("xclp_demo", {}).items():
         out[key] = entry["accuracy"]
     digits = results.get("digits")
-    if digits:
+    if digits and not args.smoke:
         for key in ("dbcl_nonprivate", "dbcl_eps8", "fedavg_nonprivate", "fedavg_eps8"):
             out[key] = digits[key]["accuracy"]
         out["epsilon_spent_dbcl"] = digits["dbcl_eps8"]["epsilon_spent"]

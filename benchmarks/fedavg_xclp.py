@@ -24,7 +24,7 @@ client holds as few as 6 rows), 30 rounds with 10 of warm-up. fedavg_xclp runs i
 spaces (pseudo_label_space "embedding", the paper's, and "input"); its figure is the better of
 the two, named. --quick: digits, m = 20, m_L = 10, non-i.i.d., one seed.
 
-Usage: python benchmarks/fedavg_xclp.py [--quick] [--secure] [--rounds N] [--no-regime]
+Usage: python benchmarks/fedavg_xclp.py [--quick | --smoke] [--secure] [--rounds N] [--no-regime]
 Progress goes to stderr; the last stdout line is one JSON object.
 """
 
@@ -195,7 +195,15 @@ def main() -> None:
     parser.add_argument("--secure", action="store_true", help="3 parties over gRPC+TLS with 2048-bit keys")
     parser.add_argument("--rounds", type=int, default=0, help="training rounds (default 40, quick 12)")
     parser.add_argument("--no-regime", action="store_true", help="leave out the paper's regime")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part (the simulation, the paper's regime and the "
+                             "secure run), for CI: proves the benchmark runs; its figures mean nothing")
     args = parser.parse_args()
+    if args.smoke:
+        from _fedavg_secure import secure_run
+        args.quick, args.rounds = True, 2
+        print(json.dumps({**simulate(args), **paper_regime(args), "secure": secure_run(args), "smoke": True}))
+        return
     if args.secure:
         from _fedavg_secure import secure_run
         out = secure_run(args)

@@ -1,6 +1,6 @@
 """FlyNN vs kNN on sklearn's digits, 5-fold CV, the paper's Digits settings (Ram & Sinha 2022 Table 6).
 
-    python benchmarks/flynn_accuracy.py [--quick]
+    python benchmarks/flynn_accuracy.py [--quick | --smoke]
 
 FlyNN: m = 256·d, s = ⌊0.3·d⌋, ρ = 32, γ = 0. Rows are L2-normalised and not centred: the paper
 does not state its preprocessing; the authors' experiment code applies sklearn's `normalize`
@@ -31,6 +31,9 @@ from xclp.flynn import FlyHash, FlyNNModel, FlyNNParams, train_counts
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="evaluate only 2 of the 5 folds")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     args = parser.parse_args()
 
     X, y = load_digits_data()
@@ -38,8 +41,8 @@ def main() -> None:
     d, n_classes = X.shape[1], int(y.max()) + 1
     params = FlyNNParams(dim=d, m=256 * d, s=int(0.3 * d), rho=32, gamma=0.0)
     folds = list(StratifiedKFold(n_splits=5, shuffle=True, random_state=0).split(X, y))
-    if args.quick:
-        folds = folds[:2]
+    if args.quick or args.smoke:
+        folds = folds[:1 if args.smoke else 2]
 
     FlyHash.from_seed(0, FlyNNParams(dim=d, m=64, s=2, rho=4)).active_bits(X[:2])  # numba warm-up
 

@@ -1,6 +1,6 @@
 """Benchmark pairwise masking (docs/design.md §5.6, §6) against the raw AES-CTR keystream it is built on.
 
-    python benchmarks/masking.py [--quick] [--elements N] [--peers P] [--repeats R]
+    python benchmarks/masking.py [--quick | --smoke] [--elements N] [--peers P] [--repeats R]
 
 Measures, best of R runs (the machine is shared, so the minimum is the honest estimate):
 - mask: `PairwiseMasker.apply` on a uint64[N] array for P peers (HKDF per peer, keystream, sum);
@@ -57,12 +57,15 @@ def raw_keystreams_into_cache(keys: list[bytes], n_bytes: int, chunk: int = 1 <<
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10^5 elements, 3 repeats")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     parser.add_argument("--elements", type=int, default=None, help="array length (default 10^6)")
     parser.add_argument("--peers", type=int, default=4, help="peers per party / parties summed (default 4)")
     parser.add_argument("--repeats", type=int, default=None, help="timing repeats (default 7)")
     args = parser.parse_args(argv)
-    n = args.elements or (10**5 if args.quick else 10**6)
-    repeats = args.repeats or (3 if args.quick else 7)
+    n = args.elements or (1000 if args.smoke else 10**5 if args.quick else 10**6)
+    repeats = args.repeats or (1 if args.smoke else 3 if args.quick else 7)
     peers = args.peers
     if n < 1 or peers < 1 or repeats < 1:
         parser.error("--elements, --peers and --repeats must be >= 1")

@@ -1,6 +1,6 @@
 """RACE angular-kernel KDE accuracy and sketch speed on a synthetic Gaussian mixture.
 
-    python benchmarks/race_kde.py [--quick]
+    python benchmarks/race_kde.py [--quick | --smoke]
 
 Data: 20 000 rows (10 000 with --quick) in R^16 from a 10-component Gaussian mixture (centres
 N(0, 3²·I), unit spread) — no download is possible and sklearn's bundled sets are all < 2 000 rows.
@@ -46,8 +46,12 @@ def best_of(times: int, work: object) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10 000 rows and 200 queries")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     args = parser.parse_args()
-    n, n_queries, dim, p = (10_000, 200, 16, 4) if args.quick else (20_000, 1000, 16, 4)
+    n, n_queries, dim, p = ((500, 20, 16, 4) if args.smoke else (10_000, 200, 16, 4) if args.quick
+                            else (20_000, 1000, 16, 4))
 
     rng = np.random.default_rng(0)
     centres = 3.0 * rng.standard_normal((10, dim))

@@ -179,6 +179,9 @@ def on_cluster(scheduler: str, keypair: PaillierKeypair, codes_A: np.ndarray, co
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="200 vectors, 1024-bit (test-size) key")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     parser.add_argument("--n", type=int, help="vectors per side (default 1000, quick 200)")
     parser.add_argument("--L", type=int, default=1024)
     parser.add_argument("--bits", type=int, help="modulus bits (default 2048, quick 1024)")
@@ -188,8 +191,10 @@ def main() -> None:
     args = parser.parse_args()
     scheduler = None if args.workers.isdigit() else args.workers
     args.workers = int(args.workers) if scheduler is None else default_workers()
-    n = args.n or (200 if args.quick else 1000)
-    bits = args.bits or (1024 if args.quick else 2048)
+    n = args.n or (20 if args.smoke else 200 if args.quick else 1000)
+    bits = args.bits or (512 if args.smoke else 1024 if args.quick else 2048)
+    if args.smoke:
+        args.L, args.literal_samples = 128, 1
 
     rng = public_rng(2024, "benchmarks/secure_hamming")
     codes_A, codes_B = random_codes(rng, n, args.L), random_codes(rng, n, args.L)

@@ -10,7 +10,7 @@ matrix is reported beside it as the floor, and what each child holds once its im
 (xclp.data.identity), which a party with a ledger asks for after the read, timed on its own. Progress on stderr; the
 last stdout line is JSON.
 
-Usage: python benchmarks/tables_reader.py [--quick] [--rows N] [--keep FILE]
+Usage: python benchmarks/tables_reader.py [--quick | --smoke] [--rows N] [--keep FILE]
 """
 
 from __future__ import annotations
@@ -83,10 +83,13 @@ def run(which: str, path: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a ~20 MB file")
+    p.add_argument("--smoke", action="store_true",
+                   help="the smallest run through every part, for CI: proves the benchmark runs; "
+                   "its figures mean nothing")
     p.add_argument("--rows", type=int, help="rows to generate (default 500 000, quick 50 000)")
     p.add_argument("--keep", type=Path, help="write the CSV here and keep it")
     args = p.parse_args()
-    rows = args.rows or (50_000 if args.quick else 500_000)
+    rows = args.rows or (2000 if args.smoke else 50_000 if args.quick else 500_000)
     with tempfile.TemporaryDirectory() as tmp:
         path = args.keep or Path(tmp) / "party.csv"
         log(f"writing {rows} rows to {path}")

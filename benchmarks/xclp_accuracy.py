@@ -6,7 +6,7 @@ label skew, several seeds. Reports the mean accuracy on unlabeled rows of
 - xclp_lsh_1024 / xclp_lsh_4096: the plaintext XCLP reference with L = 1024 / 4096 LSH bits,
 - central_exact: all data pooled, exact cosine (what XCLP approximates).
 
-Usage: python benchmarks/xclp_accuracy.py [--quick] [--k 10] [--power 3] [--label-norm none|party|pooled]
+Usage: python benchmarks/xclp_accuracy.py [--quick | --smoke] [--k 10] [--power 3] [--label-norm none|party|pooled]
 Progress goes to stderr; the last stdout line is one JSON object.
 
 Label normalisation matters under label skew (5 seeds, L = 1024): one-hot gives per-client 0.79 /
@@ -63,6 +63,9 @@ def run_seed(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds instead of 5")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     parser.add_argument("--seeds", type=int, default=None, help="number of seeds (overrides --quick)")
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--concentration", type=float, default=0.3, help="Dirichlet label-skew concentration")
@@ -78,7 +81,7 @@ def main() -> None:
         "(default pooled: the authors' code, and the stronger per-client baseline)",
     )
     args = parser.parse_args()
-    n_seeds = args.seeds if args.seeds is not None else (2 if args.quick else 5)
+    n_seeds = args.seeds if args.seeds is not None else (1 if args.smoke else 2 if args.quick else 5)
     params = GraphParams(k=args.k, alpha=args.alpha, power=args.power)
 
     X, y = load_digits_data()

@@ -31,7 +31,7 @@ Data: sklearn's digits (1 797 rows, 64 pixels, 10 classes); UCI's Statlog Satell
 classes), both from R's mlbench (Debian's r-cran-mlbench, read with Rscript); --rows of Zalando's
 Fashion-MNIST training set (784 pixels, 10 classes; Debian's dataset-fashion-mnist).
 
-Usage: python benchmarks/xclp_candidates.py [--quick] [--rows 6000] [--centres 16,32,64]
+Usage: python benchmarks/xclp_candidates.py [--quick | --smoke] [--rows 6000] [--centres 16,32,64]
        [--budgets 0.1,0.2,0.35] [--data digits,satellite,letters,fashion-mnist]
        [--designs seed,kmeans,dp-kmeans] [--kmeans-epsilon 1]
 """
@@ -175,6 +175,9 @@ def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="digits only, one centre count")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the smallest run through every part, for CI: proves the benchmark runs; "
+                        "its figures mean nothing")
     parser.add_argument("--rows", type=int, default=6000, help="Fashion-MNIST rows (all three parties)")
     parser.add_argument("--centres", default="16,32,64")
     parser.add_argument("--budgets", default="0.1,0.2,0.35")
@@ -183,6 +186,9 @@ def main() -> None:
     parser.add_argument("--designs", default="seed,kmeans,dp-kmeans", help="centre designs to compare")
     parser.add_argument("--kmeans-epsilon", type=float, default=1.0, help="dp-kmeans: epsilon over all its rounds")
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
+    if args.smoke:
+        args.centres, args.budgets = "8", "0.35"
     wanted = ["digits"] if args.quick else args.data.split(",")
     centre_counts = [int(c) for c in args.centres.split(",")][: 1 if args.quick else None]
     budgets = [float(b) for b in args.budgets.split(",")]

@@ -16,7 +16,7 @@ run without its key generation: the same steps), transport_overhead_ratio = prot
 in_process_seconds (goal <= 1.3), accuracy (xclp, per_client_lp on the unlabeled rows) and
 whether the networked predictions equal the in-process ones.
 
-Usage: python benchmarks/xclp_e2e.py [--quick]   (--quick: 3 × 150 rows, L = 256, 1024-bit test keys)
+Usage: python benchmarks/xclp_e2e.py [--quick | --smoke]   (--quick: 3 × 150 rows, L = 256, 1024-bit test keys)
 """
 
 from __future__ import annotations
@@ -88,8 +88,12 @@ def read_labels(path: Path) -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="3 x 150 rows, L = 256, 1024-bit test keys")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest run through every part, for CI: proves the benchmark runs; "
+                    "its figures mean nothing")
     args = ap.parse_args()
-    rows, lsh_bits, key_bits = (150, 256, 1024) if args.quick else (599, 1024, 2048)
+    rows, lsh_bits, key_bits = ((60, 128, 512) if args.smoke else (150, 256, 1024) if args.quick
+                                else (599, 1024, 2048))
     insecure = key_bits < 2048
 
     X, y = load_digits_data()

@@ -32,7 +32,7 @@ coordinator's graph against the plaintext reference's on the same schedule).
 holds the whole n × n H): the large run in docs/jobs/xclp.md is
 `--sizes 18000 --candidates 0.08 --centres 256 --standardise --candidates-only --no-reference`.
 
-Usage: python benchmarks/xclp_scale.py [--quick] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
+Usage: python benchmarks/xclp_scale.py [--quick | --smoke] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
        [--candidates 0.35] [--centres 64] [--candidates-only] [--no-reference]
 """
 
@@ -234,6 +234,8 @@ def budget(text: str) -> float | str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 x 1000 and 3 x 2000 rows only")
+    ap.add_argument("--smoke", action="store_true", help="3 x 100 rows, all pairs and \"auto\" candidate pairs, "
+                    "512-bit test keys, L = 128, for CI: proves the benchmark runs; its figures mean nothing")
     ap.add_argument("--sizes", help="rows per party, comma-separated (overrides --quick)")
     ap.add_argument("--key-bits", type=int, default=2048)
     ap.add_argument("--lsh-bits", type=int, default=1024)
@@ -249,6 +251,8 @@ def main() -> None:
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the plaintext reference's graph (it holds the whole n x n H): graph_equal_* is null")
     args = ap.parse_args()
+    if args.smoke:
+        args.sizes, args.key_bits, args.lsh_bits, args.candidates, args.centres = "100", 512, 128, "auto", 8
     if args.standardise and not args.no_reference:
         raise SystemExit("--standardise: the plaintext reference here works on the raw table; add --no-reference")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
