@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
                         "reference, which the service's result equals) and print, per party, the accuracy on a "
                         "held-out part of its labeled rows for the party alone (label propagation on its own rows), "
                         "federated, a logistic regression on its own labeled rows, and pooled (one central table, "
-                        "for reference), each with its 95%% interval; warn where federating is worse than alone "
+                        "for reference), each with its 95 % interval; warn where federating is worse than alone "
                         "beyond the intervals, and say where the held-out rows are too few to tell.")
     sm.add_argument("job", type=Path, help="the job file (its type and [params])")
     sm.add_argument("data", type=Path, nargs="+", help="one table per party (the party is named by the file's stem)")
