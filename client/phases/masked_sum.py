@@ -154,6 +154,24 @@ class SumStage(enum.Enum):
     RECOVERED = "gave shares"  # its shares of lost holders' seeds given
 
 
+@dataclass(eq=False)
+class Attempt:
+    """All this party holds of the one attempt of the sum it is in (the latest it masked). Masking a
+    later attempt replaces the record whole, so nothing of a left attempt stays reachable through
+    the party (its seed is SelfMasks', its shares SeedShares', both dropped there too)."""
+
+    number: int
+    stage: SumStage
+    transcript: bytes  # the transcript hash its masks were drawn under
+    released: Sequence[Release] | None  # what its contribution releases (an exact sum, with a ledger)
+    pushed: np.ndarray | None  # a verifiable sum: what this party pushed
+    kept: np.ndarray | None  # what `withhold` kept back of the masked array
+    confirmed: bytes | None = None  # the hash this party confirmed
+    confirms: bytes | None = None  # every member's confirmation, as the coordinator relayed them
+    vectors: np.ndarray | None = None  # a verifiable sum: every member's masked vector, as relayed
+    commitments: dict[str, bytes] | None = None  # member -> its signed seed commitment
+
+
 class MaskedSumParty:
     """This party's side of the masked sum `name` (the steps `name`, `name`_confirm, `name`_reveal)."""
 
@@ -171,18 +189,12 @@ class MaskedSumParty:
             raise ProtocolError(f"the masked sum {name!r} is noisy, but the job declares no DP release for the "
                                 "ledger to charge: not releasing it")
         self.releases = releases
-        self.released: dict[int, Sequence[Release]] = {}  # attempt -> the functions its contribution releases
+        self.attempt: Attempt | None = None  # the attempt this party is in (Attempt)
         self.name = name
         self.confirm_name = confirm_step(name)
         self.reveal_name = reveal_step(name)
         self.recover_name = recover_step(name)
-        self.transcripts: dict[int, bytes] = {}  # attempt -> the transcript hash its masks were drawn under
-        self.confirms: dict[int, bytes] = {}  # attempt -> every member's confirmation, as the coordinator relayed
         self.on_opened = on_opened
-        self.pushed: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> what this party pushed
-        self.vectors: dict[int, np.ndarray] = {}  # a verifiable sum: attempt -> every member's masked vector
-        self.confirmed: dict[int, bytes] = {}  # attempt -> the hash this party confirmed
-        self.commitments: dict[int, dict[str, bytes]] = {}  # attempt -> member -> its signed seed commitment
         # the coordinator's relays of this sum, and (on the masked step) peers' sealed seed shares
         self.relays = frozenset(ctx.prefix + relay for relay in (name, confirm_step(name), vectors_message(name),
                                                                  seeds_message(name)))
@@ -191,8 +203,6 @@ class MaskedSumParty:
         self.withhold = withhold
         self.self_masks = SelfMasks(ctx.prefix + name if digest_name is None else digest_name, ctx.session_id)
         self.shares = SeedShares(ctx, name, self.self_masks.step)
-        self.kept: dict[int, np.ndarray] = {}  # attempt -> what `withhold` kept back
-        self.stages: dict[int, SumStage] = {}  # attempt -> where it is (SumStage)
 
     def handles(self, step: str) -> bool:
         """Whether a step (named in the context's scope) is one of this sum's."""
@@ -202,23 +212,29 @@ class MaskedSumParty:
         """Whether a message's wire name is one of this sum's relays (RelayedPhase)."""
         return step in self.relays
 
+    def _at(self, attempt: int) -> Attempt | None:
+        """The record of `attempt` (None: this party never masked it, or has left it)."""
+        return self.attempt if self.attempt is not None and self.attempt.number == attempt else None
+
     def stage(self, attempt: int) -> SumStage | None:
         """Where `attempt` is here (None: this party never masked it, or has left it)."""
-        return self.stages.get(attempt)
+        record = self._at(attempt)
+        return None if record is None else record.stage
 
     def _advance(self, attempt: int, before: SumStage, after: SumStage, doing: str) -> None:
         """Move `attempt` from `before` to `after`, or refuse: each step once, in order."""
-        now = self.stages.get(attempt)
-        if now is not before:
+        record = self._at(attempt)
+        if record is None or record.stage is not before:
+            now = "not masked by this party" if record is None else record.stage.value
             raise ProtocolError(f"the coordinator asked this party {doing} {self.ctx.prefix}{self.name} attempt "
-                                f"{attempt}, which is {now.value if now else 'not masked by this party'} here "
-                                f"({before.value} expected)")
-        self.stages[attempt] = after
+                                f"{attempt}, which is {now} here ({before.value} expected)")
+        record.stage = after
 
     def withheld(self, attempt: int) -> np.ndarray | None:
         """What `withhold` kept back of this party's masked array in `attempt` (None: it masked no such
         attempt, or has left it)."""
-        return self.kept.get(attempt)
+        record = self._at(attempt)
+        return None if record is None else record.kept
 
     def on_step(self, step: pb.StepStart) -> int:
         """Push this party's part of `step` (named in the context's scope); returns the bytes pushed."""
@@ -231,8 +247,9 @@ class MaskedSumParty:
             self.self_masks.check(attempt, members)
             self._check_confirmations(attempt, members)
             self._advance(attempt, SumStage.CONFIRMED, SumStage.REVEALED, "to reveal")
-            if self.ctx.account is not None and attempt in self.released:  # recorded first: a ledger that
-                self.ctx.account.revealing()  # cannot be written stops us
+            record = self._at(attempt)
+            if self.ctx.account is not None and record is not None and record.released is not None:
+                self.ctx.account.revealing()  # recorded first: an unwritable ledger stops us
             sent = self.ctx.push(self.self_masks.reveal(attempt, members), self.reveal_name, attempt)
             self.ctx.progress(f"{self.ctx.prefix}{self.name} attempt {attempt} complete among {len(members)} parties: "
                               "self mask revealed")
@@ -247,37 +264,38 @@ class MaskedSumParty:
         if step.step != self.name:
             raise ProtocolError(f"step {step.step!r} is not part of the masked sum {self.name!r}")
         previous = self.self_masks.latest
+        left = self._at(previous) if previous is not None else None
         self.shares.check_attempt(attempt, members, None if previous is None else
-                                  (previous, self.self_masks.attempts[previous][1]), previous in self.confirmed)
+                                  (previous, self.self_masks.attempts[previous][1]),
+                                  left is not None and left.confirmed is not None)
         shrunk = previous is not None and previous < attempt  # this party left an attempt among more parties
         self._leave_earlier(attempt)
         values = self.contribution(members)
+        released = None
         if self.ctx.account is not None:  # reserved in the ledger before anything of the data is masked and sent
             self.ctx.account.charge()
             if not isinstance(self.releases, Noisy):
-                self.released[attempt] = tuple(self.releases(members))
-                self.ctx.account.reserve_exact(self.released[attempt], members, shrunk=shrunk)
+                released = tuple(self.releases(members))
+                self.ctx.account.reserve_exact(released, members, shrunk=shrunk)
         transcript = self.ctx.transcript.digest  # after the contribution: it may absorb what it used
         masked = self.ctx.masker.apply(values, purpose=self.purpose, attempt=attempt, participants=members,
                                        transcript=transcript)
+        kept = None
         if self.withhold is not None:
-            masked, self.kept[attempt] = self.withhold(masked, members)
+            masked, kept = self.withhold(masked, members)
         pushed = self.self_masks.add(masked, attempt, members)
-        self.transcripts[attempt] = transcript
-        if self.on_opened is not None:
-            self.pushed[attempt] = pushed
         shares = self.shares.deal(self.self_masks.live(attempt, "to deal shares of")[0], attempt, members)
-        self.stages[attempt] = SumStage.MASKED
+        self.attempt = Attempt(attempt, SumStage.MASKED, transcript, released,
+                               pushed if self.on_opened is not None else None, kept)
         return self.ctx.push_all([*shares, wire.Outgoing(pushed, self.name, attempt)])  # shares first, one round trip
 
     def _leave_earlier(self, attempt: int) -> None:
-        """Masking `attempt`: every earlier attempt is dead to this party. What it held of them (masked
-        vectors, what it withheld, others' vectors, shares of others' seeds) is dropped here, its seeds
-        by SelfMasks.add; which attempts it confirmed stays, for SeedShares.check_attempt."""
-        for held in (self.transcripts, self.confirms, self.pushed, self.vectors, self.kept, self.commitments,
-                     self.shares.held, self.released, self.stages):
-            for earlier in [a for a in held if a < attempt]:
-                del held[earlier]
+        """Masking `attempt`: every earlier attempt is dead to this party. Its record goes whole
+        (masked vectors, what it withheld, others' vectors and commitments), its shares of others'
+        seeds here, its seeds by SelfMasks.add."""
+        self.attempt = None
+        for earlier in [a for a in self.shares.held if a < attempt]:
+            del self.shares.held[earlier]
 
     def on_relay(self, message: wire.Message) -> None:
         """A peer's sealed seed share, or the coordinator's relay of every member's confirmation
@@ -293,13 +311,15 @@ class MaskedSumParty:
             return
         if not isinstance(message.payload, bytes):
             raise ProtocolError(f"the confirmations of {self.ctx.prefix}{self.name} must be opaque bytes")
-        if message.round in self.confirms:
+        record = self._at(message.round)
+        if record is not None and record.confirms is not None:
             raise ProtocolError(f"the coordinator relayed the confirmations of {self.ctx.prefix}{self.name} attempt "
                                 f"{message.round} twice")
-        if message.round != self.self_masks.latest:
+        if message.round != self.self_masks.latest or record is None:
+            dead = dead_attempt(message.round, self.self_masks.latest) or "which this party did not mask"
             raise ProtocolError(f"the coordinator relayed the confirmations of {self.ctx.prefix}{self.name} attempt "
-                                f"{message.round}, {dead_attempt(message.round, self.self_masks.latest)}")
-        self.confirms[message.round] = message.payload
+                                f"{message.round}, {dead}")
+        record.confirms = message.payload
 
     def payload_limit(self, step: str, sender: str) -> int:
         """A peer's seed share; the coordinator's relays of this sum: confirmations, masked vectors, seeds."""
@@ -310,12 +330,14 @@ class MaskedSumParty:
             return CONFIRM_BYTES * members
         if step.endswith(SEEDS_SUFFIX):
             return SEED_BYTES * members
-        return members * max((v.nbytes for v in self.pushed.values()), default=0)
+        pushed = None if self.attempt is None else self.attempt.pushed
+        return members * (0 if pushed is None else pushed.nbytes)
 
     def _on_vectors(self, message: wire.Message) -> None:
         attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
-        mine = self.pushed.get(attempt)
-        if self.on_opened is None or mine is None or attempt in self.vectors:
+        record = self._at(attempt)
+        mine = None if record is None else record.pushed
+        if self.on_opened is None or record is None or mine is None or record.vectors is not None:
             raise ProtocolError(f"the coordinator relayed masked vectors of {what}, which this party does not expect")
         members = self.self_masks.attempts[attempt][1]
         vectors = message.payload
@@ -324,11 +346,12 @@ class MaskedSumParty:
             raise ProtocolError(f"the masked vectors of {what} must be {mine.dtype.str}{[len(members), *mine.shape]}")
         if not np.array_equal(vectors[members.index(self.ctx.party_id)], mine):
             raise ProtocolError(f"the masked vectors of {what} carry another vector for this party than it sent")
-        self.vectors[attempt] = vectors
+        record.vectors = vectors
 
     def _on_seeds(self, message: wire.Message) -> None:
         attempt, what = message.round, f"{self.ctx.prefix}{self.name} attempt {message.round}"
-        vectors, commitments = self.vectors.get(attempt), self.commitments.get(attempt)
+        record = self._at(attempt)
+        vectors, commitments = (None, None) if record is None else (record.vectors, record.commitments)
         if (self.on_opened is None or vectors is None or commitments is None
                 or self.self_masks.revealed_attempt is None or self.self_masks.revealed_attempt[0] != attempt):
             raise ProtocolError(f"the coordinator relayed the seeds of {what}, which this party does not expect")
@@ -350,18 +373,19 @@ class MaskedSumParty:
         """T ‖ Sig(session, step, attempt, members, T) for the attempt this party masked; for a
         verifiable sum T also binds every member's masked vector as relayed to this party."""
         seed, mine = self.self_masks.live(attempt, "to confirm")
-        transcript = self.transcripts.get(attempt)
-        if transcript is None or mine != tuple(sorted(members)):
+        record = self._at(attempt)
+        if record is None or mine != tuple(sorted(members)):
             raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
                                 f"among {sorted(members)}, which this party never masked")
         self.shares.check_held(attempt, members)
+        transcript = record.transcript
         if self.on_opened is not None:
-            vectors = self.vectors.get(attempt)
+            vectors = record.vectors
             if vectors is None:
                 raise ProtocolError(f"the coordinator asked to confirm {self.ctx.prefix}{self.name} attempt {attempt} "
                                     "before relaying every member's masked vector")
             transcript = hashlib.sha256(transcript + payload_digest(vectors)).digest()
-        self.confirmed[attempt] = transcript
+        record.confirmed = transcript
         step = self.self_masks.step
         commitment = commit_seed(self.ctx.session_id, step, attempt, self.ctx.party_id, seed)
         message = confirm_message(self.ctx.session_id, step, attempt, sorted(members), transcript, commitment)
@@ -370,8 +394,9 @@ class MaskedSumParty:
     def _check_confirmations(self, attempt: int, members: Members) -> None:
         """Every member signed this party's transcript hash for this attempt (docs/design.md §2.5)."""
         what = f"{self.ctx.prefix}{self.name} attempt {attempt}"
-        relayed, mine = self.confirms.get(attempt), self.confirmed.get(attempt)
-        if relayed is None or mine is None:
+        record = self._at(attempt)
+        relayed, mine = (None, None) if record is None else (record.confirms, record.confirmed)
+        if record is None or relayed is None or mine is None:
             raise ProtocolError(f"the coordinator asked for this party's self mask of {what} without relaying every "
                                 "member's signed transcript first")
         ordered = sorted(members)
@@ -392,4 +417,4 @@ class MaskedSumParty:
             raise ProtocolError(f"the coordinator showed the parties different views before {what}: "
                                 f"{', '.join(other)} signed another transcript than {self.ctx.party_id!r} (a spec, "
                                 "layout, model, seed or set differs): not revealing this party's self mask")
-        self.commitments[attempt] = {p: c.commitment for p, c in zip(ordered, confirmations)}
+        record.commitments = {p: c.commitment for p, c in zip(ordered, confirmations)}

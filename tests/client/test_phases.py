@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import secrets
 
 import numpy as np
@@ -19,7 +20,7 @@ from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.allreduce import FlynnJobParams
-from xclp.v1.double_masking import reveal_digest, self_mask, unpack_reveal
+from xclp.v1.double_masking import Confirmation, reveal_digest, self_mask, unpack_reveal
 from xclp.v1.wire import Message
 
 IDS = ("a", "b", "c")
@@ -137,7 +138,7 @@ def test_a_party_reveals_only_its_latest_attempt_for_its_own_participants_and_on
     mask(sums, 1, ("a", "b"))
     # attempt 0 is dead to a: its seed, its masked vector and its shares of the others' seeds are gone,
     # and it confirms attempt 0 no more (a late confirmation would let c open attempt 0 beside attempt 1)
-    assert ones.self_masks.attempts[0][0] is None and 0 not in ones.shares.held and 0 not in ones.transcripts
+    assert ones.self_masks.attempts[0][0] is None and 0 not in ones.shares.held and ones.stage(0) is None
     with pytest.raises(ProtocolError, match="asked to confirm total attempt 0, which this party left for attempt 1"):
         ones.on_step(start("total_confirm", 0))
     confirm(sums, 1, ("a", "b"))
@@ -193,7 +194,7 @@ def test_withheld_rows_never_leave_the_party_and_come_back_for_the_result() -> N
     kept_back = MaskedSumParty(ctx, "rows", lambda members: np.arange(4, dtype=np.uint64),
                                withhold=lambda masked, members: (masked[1:], masked[:1]), releases=NOTHING)
     kept_back.on_step(start("rows", 0))
-    assert sink.pushed[-1][3].shape == (3,) and kept_back.kept[0].shape == (1,)
+    assert sink.pushed[-1][3].shape == (3,) and kept_back.withheld(0).shape == (1,)
 
 
 def test_in_a_round_the_digest_binds_the_scoped_name_unless_told_otherwise() -> None:
@@ -250,3 +251,42 @@ def test_each_attempt_moves_through_its_stages_once_and_in_order() -> None:
     mask(fresh, 0)
     mask(fresh, 1, ("a", "b"))
     assert fresh["a"].stage(0) is None and fresh["a"].stage(1) is SumStage.MASKED
+
+
+def reachable(root: object, skip: frozenset[str]) -> list[object]:
+    """Every object reachable from `root`'s attributes but those in `skip` (the context it shares
+    with the session, its callbacks), classes and modules aside."""
+    seen: dict[int, object] = {}
+    todo = [v for k, v in vars(root).items() if k not in skip]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type) or type(obj).__name__ in ("module", "function", "method"):
+            continue
+        seen[id(obj)] = obj
+        todo.extend(gc.get_referents(obj))
+    return list(seen.values())
+
+
+def test_nothing_of_a_left_attempt_is_reachable_through_the_party() -> None:
+    """Masking attempt 1 replaces attempt 0's record whole (client/phases/masked_sum.Attempt): not
+    cleared field by field, so no value of it can stay behind. Before, the transcript hash a party
+    had confirmed for attempt 0 stayed (`confirmed`), beside eight other per-attempt dicts."""
+    ctxs = contexts()
+    sums = {p: MaskedSumParty(ctx, "total", lambda members: np.ones(3, np.uint64), releases=NOTHING,
+                              withhold=lambda masked, members: (masked[1:], masked[:1].copy()))
+            for p, (ctx, _) in ctxs.items()}
+    a = sums["a"]
+    mask(sums, 0)
+    confirm(sums, 0)
+    confirmed = Confirmation.unpack(next(payload for step, attempt, to, payload in ctxs["a"][1].pushed
+                                         if step == "total_confirm" and attempt == 0)).transcript
+    withheld = a.withheld(0)
+    assert withheld is not None
+    skip = frozenset({"ctx", "contribution", "withhold", "on_opened", "releases"})
+    # the objects holding attempt 0's confirmed hash (attempt 1 draws the same hash anew: by identity)
+    of_attempt_0 = [o for o in reachable(a, skip) if isinstance(o, bytes) and o == confirmed] + [withheld]
+    assert len(of_attempt_0) > 1
+    mask(sums, 1, ("a", "b"))
+    held = {id(o) for o in reachable(a, skip)}
+    assert not [o for o in of_attempt_0 if id(o) in held]
+    assert a.stage(0) is None and a.withheld(0) is None and a.stage(1) is SumStage.MASKED
