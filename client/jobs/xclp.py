@@ -40,6 +40,7 @@ from xclp.v1.params import JobParams
 from xclp.v1.xclp import (
     GRAPH_MSG,
     HAMMING_STEP,
+    INFLUENCE_DTYPE,
     INFLUENCE_MSG,
     INTRA_STEP,
     KEPT_PAIRS_MSG,
@@ -47,6 +48,7 @@ from xclp.v1.xclp import (
     LAYOUT_MSG,
     PAIRS_FROM_MSG,
     PAIRS_MSG,
+    ROWS_DTYPE,
     ROWSUMS_PURPOSE,
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
@@ -80,8 +82,9 @@ class XclpParty(PartyJob):
 
     def __init__(self, ctx: PartyContext) -> None:
         super().__init__(ctx)
-        # an unset pair_budget, resolved from the roster's signed row counts (as the coordinator does)
-        self.params = ctx.params_as(XclpJobParams).for_rows(sum(b.rows for b in ctx.roster.bundles))
+        # resolved where the roster was verified (client/session.py: pair_budget from its signed row counts)
+        self.params = ctx.params_as(XclpJobParams)
+        assert self.params.pair_budget is not None, "pair_budget is resolved where the roster is verified"
         if ctx.keypair is None:
             raise InvalidInput(f"an xclp job needs this party's Paillier key (--paillier-bits {self.params.key_bits})")
         self.keypair: PaillierKeypair = ctx.keypair
@@ -267,8 +270,8 @@ class XclpParty(PartyJob):
 
     def _layout(self, payload: wire.Payload, what: str) -> dict[str, int]:
         ids = self.roster.party_ids
-        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.shape != (len(ids),):
-            raise ProtocolError(f"the {what} message must be uint64[{len(ids)}]")
+        if not isinstance(payload, np.ndarray) or payload.dtype != ROWS_DTYPE or payload.shape != (len(ids),):
+            raise ProtocolError(f"the {what} message must be {ROWS_DTYPE}[{len(ids)}]")
         rows = {p: int(n) for p, n in zip(ids, payload)}
         if rows[self.party_id] != self.X.shape[0]:
             raise ProtocolError(f"the {what} message gives this party {rows[self.party_id]} rows, not "
@@ -299,9 +302,9 @@ class XclpParty(PartyJob):
         n = influence.zbar.shape[0]
         if self.zbar is not None:  # (a party without labeled rows is complete with one empty piece)
             raise ProtocolError("the coordinator sent more influence columns than this party has")
-        if not isinstance(payload, np.ndarray) or payload.dtype != np.float64 or payload.ndim != 2 \
+        if not isinstance(payload, np.ndarray) or payload.dtype != INFLUENCE_DTYPE or payload.ndim != 2 \
                 or payload.shape[0] != n:
-            raise ProtocolError(f"an influence piece must be float64[{n}, ...]")
+            raise ProtocolError(f"an influence piece must be {INFLUENCE_DTYPE}[{n}, ...]")
         # S = (I − α𝒲)⁻¹ is entrywise non-negative and at most 1/(1 − α) (‖𝒲‖ ≤ 1)
         bound = 1.0 / (1.0 - self.params.alpha)
         if payload.min(initial=0.0) < 0 or payload.max(initial=0.0) > bound:

@@ -23,7 +23,7 @@ from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.v1.centres import PROBE_TABLE_STEP, PROBES_STEP
-from xclp.v1.xclp import XclpJobParams
+from xclp.v1.xclp import PROBE_TABLE_DTYPE, PROBES_DTYPE, XclpJobParams
 from xclp.v1.xclp_pb2 import StepStart
 
 Members = tuple[str, ...]
@@ -56,7 +56,7 @@ class CandidateCentres:
                 raise ProtocolError(f"the coordinator went on past the probe table: {self.refusal}")
             if self.probes is None or self.chosen is None:
                 raise ProtocolError("the coordinator asked for the probes before the probe table was opened")
-            self.ctx.push(self.probes[:, : self.chosen[0]].astype(np.uint16), PROBES_STEP, step.round)
+            self.ctx.push(self.probes[:, : self.chosen[0]].astype(PROBES_DTYPE), PROBES_STEP, step.round)
             self.ctx.progress(f"candidate pairs: {self.chosen[0]} probes per row sent "
                               f"({100 * self.chosen[2]:.1f}% of all pairs' ciphertexts)")
             return
@@ -66,7 +66,7 @@ class CandidateCentres:
 
     def _table(self, members: Members) -> np.ndarray:
         self.probes = cd.nearest_centres(self.unit, self.centres, self.params.probes)
-        return cd.probe_table(self.probes, self.params.centres).astype(np.uint64)
+        return cd.probe_table(self.probes, self.params.centres).astype(PROBE_TABLE_DTYPE)
 
     def reopen(self, total: np.ndarray, members: Members) -> None:
         """After a restart (client/run_state.py): the table as it was opened, and what follows from it."""

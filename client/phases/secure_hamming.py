@@ -49,7 +49,7 @@ from xclp.v1.secure_hamming_wire import (
     pieces,
     relay_bytes,
 )
-from xclp.v1.xclp import HAMMING_STEP, XclpJobParams
+from xclp.v1.xclp import HAMMING_STEP, PAIRS_DTYPE, PAIRS_KEPT_DTYPE, XclpJobParams
 from xclp.v1.xclp_layout import PairTask, parts_of
 
 T = TypeVar("T")
@@ -131,9 +131,9 @@ class SecureHammingParty:
         """The "pairs" message: uint64[m, 2] roster positions (A, B) of every pair, each pair of
         parties once."""
         ids = self.ctx.roster.party_ids
-        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.ndim != 2
+        if (not isinstance(payload, np.ndarray) or payload.dtype != PAIRS_DTYPE or payload.ndim != 2
                 or payload.shape[1] != 2):
-            raise ProtocolError("the pairs message must be uint64[m, 2]")
+            raise ProtocolError(f"the pairs message must be {PAIRS_DTYPE}[m, 2]")
         if payload.size and int(payload.max()) >= len(ids):
             raise ProtocolError("the pairs message names a party outside the roster")
         pairs = tuple(PairTask(ids[int(a)], ids[int(b)]) for a, b in payload)
@@ -145,18 +145,19 @@ class SecureHammingParty:
     def on_kept(self, payload: wire.Payload, attempt: int) -> None:
         """The kept-pairs message before restart `attempt`: uint8[m], 1 for the pairs it skips."""
         _need(self.pairs, "the SecureHamming pairs")
-        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint8 or payload.shape != (len(self.pairs),)
-                or int(payload.max(initial=0)) > 1 or attempt < 1):
-            raise ProtocolError(f"the kept-pairs message must be uint8[{len(self.pairs)}] of 0 and 1, before a restart")
+        if (not isinstance(payload, np.ndarray) or payload.dtype != PAIRS_KEPT_DTYPE
+                or payload.shape != (len(self.pairs),) or int(payload.max(initial=0)) > 1 or attempt < 1):
+            raise ProtocolError(f"the kept-pairs message must be {PAIRS_KEPT_DTYPE}[{len(self.pairs)}] of 0 and 1, "
+                                "before a restart")
         self.kept = (attempt, dict.fromkeys((int(i) for i in np.flatnonzero(payload)), None))
 
     def on_from(self, payload: wire.Payload, attempt: int) -> None:
         """The pairs-from message before restart `attempt`: uint64[m], per pair the piece it starts
         from (checked against the pair's pieces at the start)."""
         _need(self.pairs, "the SecureHamming pairs")
-        if (not isinstance(payload, np.ndarray) or payload.dtype != np.uint64 or payload.shape != (len(self.pairs),)
+        if (not isinstance(payload, np.ndarray) or payload.dtype != PAIRS_DTYPE or payload.shape != (len(self.pairs),)
                 or attempt < 1):
-            raise ProtocolError(f"the pairs-from message must be uint64[{len(self.pairs)}], before a restart")
+            raise ProtocolError(f"the pairs-from message must be {PAIRS_DTYPE}[{len(self.pairs)}], before a restart")
         self.kept = (attempt, {int(i): int(payload[i]) for i in np.flatnonzero(payload)})
 
     def start(self, attempt: int, members: tuple[str, ...]) -> None:

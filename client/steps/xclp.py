@@ -56,7 +56,7 @@ from xclp.privacy.label_dp import LabelDpPlan
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.v1.secure_hamming_wire import Piece
-from xclp.v1.xclp import ROWSUMS_PURPOSE, own_neighbours_shape
+from xclp.v1.xclp import LABELED_DTYPE, NEIGHBOURS_DTYPE, ROWSUMS_PURPOSE, own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout
 
 __all__ = [
@@ -106,14 +106,14 @@ def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.nda
     never the n_j × n_j matrix; the coordinator learns these distances, not the rest of the block.
     uint32 because the wire carries no uint16 (`server.steps.xclp.check_own_neighbours` narrows it).
     """
-    out = np.empty(own_neighbours_shape(len(codes), params.k), dtype=np.uint32)
+    out = np.empty(own_neighbours_shape(len(codes), params.k), dtype=NEIGHBOURS_DTYPE)
     out[:, :, 0], out[:, :, 1] = own_top_k(codes, lsh_bits, params)
     return out
 
 
 def labeled_rows(y: object, n_classes: int) -> np.ndarray:
     """int64[l_j]: the party's labeled row numbers, ascending (what the coordinator learns, docs/design.md §2)."""
-    return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(np.int64)
+    return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(LABELED_DTYPE)
 
 
 def slot_layout(public_key: PaillierPublicKey, lsh_bits: int) -> SlotLayout:

@@ -1,28 +1,7 @@
 """The XCLP job on the coordinator (docs/design.md §5, Scott et al. 2023 Alg. 1): its phases and its program.
 
-The math lives in `server.steps.xclp`; the phases here move, check and route payloads. In order
-(payload dtype/shape per party j, n_j rows):
-
-    coordinator -> all   "layout"          uint64[P]  rows per roster party (0 = not in the job)
-    intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
-                                           (row, distance) per row, never the n_j × n_j block (§10.1)
-    coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
-    coordinator -> all   "pairs_from"      uint64[m] before a restart (round = its attempt): per pair the
-                                           first piece it does ("pairs_kept", uint8[m], to older parties)
-    secure_hamming       streamed per pair in pieces of A's batches (§10.1, xclp.v1.secure_hamming_wire):
-                         A -> B (relayed)  sealed bytes: encrypted bit slices of A's codes; then an
-                                           acknowledgement per piece
-                         B -> coordinator  uint8[16 + 32]: the pair's mask seed (B's masks R derive from it)
-                         B -> A (relayed)  sealed bytes: the evaluated ciphertexts of one piece
-                         A -> coordinator  uint8[16 + |piece|·|N|/8]: t of one piece, one big-endian
-                                           value mod N per ciphertext
-    labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
-    coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
-    coordinator -> j     "influence"       float64[n, c] pieces of ≤ 4 MiB, in j's column order, making up
-                                           S_L^{(j)} float64[n, l_j] (float64[n, n_j] if hidden) (§5.5,
-                                           §10.2: solved in blocks of columns, never all S_L at once)
-    rowsums (masked sum) j -> coordinator  uint64[n_frame − n_j, C] double-masked row sums (§5.6, §6.1)
-    coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
+The math lives in `server.steps.xclp`; the phases here move, check and route payloads, whose
+names, dtypes and shapes are the contract's: xclp/v1/xclp.py lists them in the order they happen.
 
 The coordinator never holds H (docs/design.md §10.1): it folds each party's own nearest rows and each
 piece of each pair, unmasked as A's t of it arrives, into per-row top-k candidates
@@ -69,6 +48,8 @@ from xclp.v1.xclp import (
     GRAPH_MSG,
     INFLUENCE_MSG,
     LAYOUT_MSG,
+    PROBE_TABLE_DTYPE,
+    ROW_SUMS_DTYPE,
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
     XclpJobParams,
@@ -137,7 +118,7 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     every side picks the same probes and budgets; then each party's probes. A party lost in the sum
     leaves the run."""
     p = state.params
-    total: SumResult = yield MaskedSum(scope, PROBE_TABLE_STEP, wire=(np.dtype(np.uint64),
+    total: SumResult = yield MaskedSum(scope, PROBE_TABLE_STEP, wire=(PROBE_TABLE_DTYPE,
                                                                       table_shape(p.centres, p.probes)),
                                        what="probe table", participants=state.membership.graph, verifiable=True)
     lost = set(state.membership.graph) - set(total.participants)
@@ -329,7 +310,7 @@ def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None =
     def shape(sender: str, participants: tuple[str, ...]) -> tuple[np.dtype[Any], tuple[int, ...]]:
         frame = state.frame(participants)
         own = frame.rows(sender)
-        return np.dtype(np.uint64), (frame.n - (own.stop - own.start), C)
+        return ROW_SUMS_DTYPE, (frame.n - (own.stop - own.start), C)
 
     def combine(opened: Mapping[str, np.ndarray], participants: tuple[str, ...]) -> dict[str, np.ndarray]:
         if state.dump is not None:

@@ -16,7 +16,14 @@ from xclp.server.phases.xclp_state import XclpState
 from xclp.server.steps import xclp as steps
 from xclp.v1 import wire
 from xclp.v1.centres import PROBES_STEP
-from xclp.v1.xclp import INTRA_STEP, LABELS_STEP, own_neighbours_shape
+from xclp.v1.xclp import (
+    INTRA_STEP,
+    LABELED_DTYPE,
+    LABELS_STEP,
+    NEIGHBOURS_DTYPE,
+    PROBES_DTYPE,
+    own_neighbours_shape,
+)
 
 
 class EachParty(Phase):
@@ -69,7 +76,7 @@ class IntraHamming(EachParty):
         return (self.state.own,)
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
-        return wire.array_bytes(np.dtype(np.uint32),
+        return wire.array_bytes(NEIGHBOURS_DTYPE,
                                 own_neighbours_shape(self.state.sizes.get(sender, 0), self.state.params.k))
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
@@ -92,14 +99,14 @@ class Probes(EachParty):
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         assert self.state.candidates is not None
-        return wire.array_bytes(np.dtype(np.uint16), (self.state.sizes.get(sender, 0), self.state.candidates.probes))
+        return wire.array_bytes(PROBES_DTYPE, (self.state.sizes.get(sender, 0), self.state.candidates.probes))
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
         state, run = self.state, self.state.candidates
         assert run is not None
         n, want = state.sizes[sender], (state.sizes[sender], run.probes)
-        if not isinstance(payload, np.ndarray) or payload.dtype != np.uint16 or payload.shape != want:
-            raise InvalidInput(f"the probes of {sender!r} must be uint16{list(want)}")
+        if not isinstance(payload, np.ndarray) or payload.dtype != PROBES_DTYPE or payload.shape != want:
+            raise InvalidInput(f"the probes of {sender!r} must be {PROBES_DTYPE}{list(want)}")
         probes = payload.astype(np.int64)
         ordered = np.sort(probes, axis=1)
         if probes.size and (probes.max() >= state.params.centres or np.any(ordered[:, 1:] == ordered[:, :-1])):
@@ -129,7 +136,7 @@ class LabeledSets(EachParty):
 
     def accept(self, step: Step, sender: str, payload: wire.Payload) -> None:
         count, n = int(self.run.parties[sender].summary.labeled_rows), self.state.sizes[sender]
-        idx = ring_array(payload, np.dtype(np.int64), (count,), f"the labeled rows of {sender!r}")
+        idx = ring_array(payload, LABELED_DTYPE, (count,), f"the labeled rows of {sender!r}")
         if count and (idx[0] < 0 or idx[-1] >= n or np.any(np.diff(idx) <= 0)):
             raise InvalidInput(f"the labeled rows of {sender!r} must be ascending and in 0..{n - 1}")
         self.state.labeled[sender] = idx

@@ -33,7 +33,16 @@ from xclp.v1.secure_hamming_wire import (
     pieces,
     relay_bytes,
 )
-from xclp.v1.xclp import HAMMING_STEP, KEEPS_PAIRS, KEEPS_PIECES, KEPT_PAIRS_MSG, PAIRS_FROM_MSG, PAIRS_MSG
+from xclp.v1.xclp import (
+    HAMMING_STEP,
+    KEEPS_PAIRS,
+    KEEPS_PIECES,
+    KEPT_PAIRS_MSG,
+    PAIRS_DTYPE,
+    PAIRS_FROM_MSG,
+    PAIRS_KEPT_DTYPE,
+    PAIRS_MSG,
+)
 from xclp.v1.xclp_layout import PairTask, pairs_table
 
 log = logging.getLogger("xclp.server")
@@ -130,11 +139,11 @@ class SecureHamming(Phase):
             whole = len(among) - len(self.streams)
             if self.scope.capable(members, KEEPS_PIECES):
                 first = np.array([among[i].first if i in among else 0 for i in range(len(state.pairs))],
-                                 dtype=np.uint64)
+                                 dtype=PAIRS_DTYPE)
                 self.scope.broadcast(PAIRS_FROM_MSG, self.attempt, first, to=state.membership.graph)
             else:
                 flags = np.array([i in among and i not in self.streams for i in range(len(state.pairs))],
-                                 dtype=np.uint8)
+                                 dtype=PAIRS_KEPT_DTYPE)
                 self.scope.broadcast(KEPT_PAIRS_MSG, self.attempt, flags, to=state.membership.graph)
             log.info("XCLP: SecureHamming attempt %d keeps %d pairs folded whole and %d pieces of %d others",
                      self.attempt, whole, sum(s.first for s in self.streams.values()),

@@ -21,6 +21,7 @@ from xclp.server.mailbox import Party
 from xclp.server.phases.base import Scope
 from xclp.server.steps import xclp as steps
 from xclp.v1.xclp import (
+    ROWS_DTYPE,
     XclpJobParams,
 )
 from xclp.v1.xclp_layout import PairTask
@@ -139,7 +140,7 @@ class XclpState:
 
     def rows(self, parties: tuple[str, ...]) -> np.ndarray:
         """uint64[P] rows per roster party, 0 for those not in `parties` (messages "layout", "graph")."""
-        return np.array([self.sizes[p] if p in parties else 0 for p in self.roster], dtype=np.uint64)
+        return np.array([self.sizes[p] if p in parties else 0 for p in self.roster], dtype=ROWS_DTYPE)
 
 
 def step_meter(scope: Scope, what: str, total: int, unit: str, *, work: str = "") -> Meter:

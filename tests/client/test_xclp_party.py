@@ -41,7 +41,7 @@ class Sink:
                    for m in messages)
 
 
-PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True, pair_budget=1.0)
 DATA = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
 
 

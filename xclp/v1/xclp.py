@@ -1,21 +1,38 @@
-"""The XCLP job on the wire (docs/design.md §5, Scott et al. 2023 Alg. 1): its parameters and its step and
-message names, in the order they happen. Dtypes and shapes of every payload are listed in
-server/jobs/xclp.py; rows and pairs in xclp.v1.xclp_layout.
+"""The XCLP job on the wire (docs/design.md §5, Scott et al. 2023 Alg. 1): its parameters, its step
+and message names in the order they happen, and the dtype and shape of every payload (both ends
+build and check payloads with the dtypes below; rows and pairs in xclp.v1.xclp_layout). Per party
+j with n_j rows:
 
-    coordinator -> all   "layout", "pairs"
-    intra_hamming        j -> coordinator         (§5.2: each row's k nearest own rows, §10.1)
-    secure_hamming       A <-> B relayed, then j -> coordinator   (§5.3)
-    labeled_sets         j -> coordinator         (§5.5, skipped with hide_label_mask)
-    coordinator -> j     "graph", "influence" (pieces of ≤ 4 MiB, §10.2)
-    rowsums, rowsums_reveal, rowsums_recover   the masked sum of row sums (§5.6, §6.1)
-    coordinator -> j     "rowsums_result"
+    coordinator -> all   "layout"          uint64[P]  rows per roster party (0 = not in the job)
+    intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
+                                           (row, distance) per row, never the n_j × n_j block (§10.1)
+    coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
+    coordinator -> all   "pairs_from"      uint64[m] before a restart (round = its attempt): per pair the
+                                           first piece it does ("pairs_kept", uint8[m], to older parties)
+    secure_hamming       streamed per pair in pieces of A's batches (§10.1, xclp.v1.secure_hamming_wire):
+                         A -> B (relayed)  sealed bytes: encrypted bit slices of A's codes; then an
+                                           acknowledgement per piece
+                         B -> coordinator  uint8[16 + 32]: the pair's mask seed (B's masks R derive from it)
+                         B -> A (relayed)  sealed bytes: the evaluated ciphertexts of one piece
+                         A -> coordinator  uint8[16 + |piece|·|N|/8]: t of one piece, one big-endian
+                                           value mod N per ciphertext
+    (candidate pairs)    j -> coordinator  "probes" uint16[n_j, p]; the masked sum "probe_table"
+                                           uint64[probes, C] (xclp.v1.centres)
+    labeled_sets         j -> coordinator  int64[l_j] (skipped with hide_label_mask)    (§5.5)
+    coordinator -> j     "graph"           uint64[P]  rows per roster party in H (0 = left)
+    coordinator -> j     "influence"       float64[n, c] pieces of ≤ 4 MiB, in j's column order, making up
+                                           S_L^{(j)} float64[n, l_j] (float64[n, n_j] if hidden) (§5.5,
+                                           §10.2: solved in blocks of columns, never all S_L at once)
+    rowsums (masked sum) j -> coordinator  uint64[n_frame − n_j, C] double-masked row sums (§5.6, §6.1)
+    coordinator -> j     "rowsums_result"  uint64[u_j, C] for j's u_j unlabeled rows (uint64[n_j, C] if hidden)
 """
-
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
+
+import numpy as np
 
 from xclp.candidates import AUTO, spread_fraction
 from xclp.crypto.paillier import MIN_SECURE_BITS
@@ -62,6 +79,16 @@ INFLUENCE_MSG = "influence"
 ROWSUMS_STEP = "rowsums"
 ROWSUMS_PURPOSE = ROWSUMS_STEP  # the pairwise-mask purpose (HKDF info) of SecureRowSums
 ROWSUMS_RESULT_MSG = "rowsums_result"
+# The payloads' dtypes (the table above): the coordinator and the party build and check them from here.
+ROWS_DTYPE = np.dtype(np.uint64)  # "layout", "graph": rows per roster party
+NEIGHBOURS_DTYPE = np.dtype(np.uint32)  # intra_hamming: (own row, distance) per nearest own row
+PAIRS_DTYPE = np.dtype(np.uint64)  # "pairs", "pairs_from"
+PAIRS_KEPT_DTYPE = np.dtype(np.uint8)  # "pairs_kept"
+PROBES_DTYPE = np.dtype(np.uint16)  # "probes": a party's first probes per row (candidate pairs)
+PROBE_TABLE_DTYPE = np.dtype(np.uint64)  # "probe_table", a masked sum
+LABELED_DTYPE = np.dtype(np.int64)  # labeled_sets: labeled row numbers
+INFLUENCE_DTYPE = np.dtype(np.float64)  # "influence" pieces
+ROW_SUMS_DTYPE = np.dtype(np.uint64)  # rowsums, "rowsums_result" (fixed point in the ring)
 # docs/design.md §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
 # INFLUENCE_PIECE_BYTES (at least one column each), in the receiver's column order
 SOLVE_COLUMNS = 256
@@ -241,7 +268,7 @@ class XclpJobParams(JobParams):
         """The fraction of all pairs' ciphertexts to plan for (the parties' work estimates): the
         budget, or for "auto" AUTO_ESTIMATE times what one probe costs with rows spread evenly over
         the centres (real data crowd some centres: 1.0-1.5 times that on the data sets of docs/jobs/xclp.md)."""
-        budget = self.for_rows(sum(sizes.values())).budget
+        budget = self.budget
         if budget != AUTO:
             return float(budget)
         return min(1.0, AUTO_ESTIMATE * spread_fraction(sizes, K, self.centres, self.budget_slack))
