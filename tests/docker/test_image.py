@@ -247,10 +247,13 @@ def test_a_build_that_cannot_reach_the_package_index_says_to_run_docker_prepare(
     for name in ("Dockerfile", "pyproject.toml", "README.md"):
         (context / name).write_bytes((root / name).read_bytes())
     tag = f"xclp-offline-test-{uuid.uuid4().hex[:8]}"
-    done = docker("build", "--network", "none", "--target", "builder", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-                  "--build-arg", "WHEELHOUSE=0", "-t", tag, str(context), timeout=600,
+    done = docker("build", "--force-rm", "--network", "none", "--target", "builder", "--build-arg",
+                  f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", "WHEELHOUSE=0", "-t", tag, str(context), timeout=600,
                   check=False)
     docker("image", "rm", "-f", tag, check=False)
+    # the failed build's layers up to the failing step stay behind as untagged images (--force-rm
+    # removes its container): removed, so that the test leaves the engine as it found it
+    docker("image", "prune", "--force", "--filter", "label=io.xclp.build-stage=builder", check=False)
     said = done.stdout + done.stderr
     assert done.returncode != 0
     assert "run scripts/docker-prepare" in said and "from Debian packages and a local wheelhouse" in said, said[-3000:]
