@@ -125,7 +125,7 @@ def centres_of(design: str, unit: list[np.ndarray], C: int, epsilon: float, rng:
     return dp_kmeans(unit, C, epsilon, rng)
 
 
-def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float],
+def one_data_set(name: str, X: np.ndarray, y: np.ndarray, centre_counts: list[int], budgets: list[float | str],
                  designs: list[str], epsilon: float) -> dict:
     rng = public_rng(X.shape[0], f"benchmark/xclp-candidates/{name}")
     n_classes = int(y.max()) + 1
@@ -180,7 +180,8 @@ def main() -> None:
                         "its figures mean nothing")
     parser.add_argument("--rows", type=int, default=6000, help="Fashion-MNIST rows (all three parties)")
     parser.add_argument("--centres", default="16,32,64")
-    parser.add_argument("--budgets", default="0.1,0.2,0.35")
+    parser.add_argument("--budgets", default="0.1,0.2,0.35", help="pair_budgets, comma-separated; \"auto\": one "
+                        "probe per row, as the service's \"auto\"")
     parser.add_argument("--data", default="digits,satellite,letters,fashion-mnist",
                         help="the data sets to run, of those (--quick: digits)")
     parser.add_argument("--designs", default="seed,kmeans,dp-kmeans", help="centre designs to compare")
@@ -191,7 +192,7 @@ def main() -> None:
         args.centres, args.budgets = "8", "0.35"
     wanted = ["digits"] if args.quick else args.data.split(",")
     centre_counts = [int(c) for c in args.centres.split(",")][: 1 if args.quick else None]
-    budgets = [float(b) for b in args.budgets.split(",")]
+    budgets: list[float | str] = [cd.AUTO if b.strip() == cd.AUTO else float(b) for b in args.budgets.split(",")]
     data = []
     if "digits" in wanted:
         data.append(("digits", *load_digits_data()))

@@ -36,13 +36,13 @@ class CandidateCentres:
                  slots: int) -> None:
         self.ctx, self.params, self.sizes, self.slots = ctx, params, sizes, slots
         self.unit = cd.unit_rows(X)
-        self.centres = cd.initial_centres(ctx.seed, params.centres, self.unit.shape[1])  # no one's data
+        self.centres = cd.initial_centres(ctx.seed, params.centre_count, self.unit.shape[1])  # no one's data
         self.probes: np.ndarray | None = None  # int64[n, probes] nearest first
         self.chosen: tuple[int, dict[str, np.ndarray], float] | None = None  # probes, budgets, fraction
         self.own_lists: list[np.ndarray] | None = None  # its centre lists, cut to its budgets
         self.refusal = ""  # why the pooled table allows no schedule within the budget
         self.opened: tuple[np.ndarray, Members] | None = None  # the pooled table and its members, once opened
-        table = Release(function_id("probe-table", ctx.seed, str(params.centres), str(params.probes)),
+        table = Release(function_id("probe-table", ctx.seed, str(params.centre_count), str(params.probes)),
                         "the probe table of candidate pairs under this run's centres")
         self.table = MaskedSumParty(ctx, PROBE_TABLE_STEP, self._table, releases=lambda members: [table],
                                     on_opened=self._tabled)
@@ -66,7 +66,7 @@ class CandidateCentres:
 
     def _table(self, members: Members) -> np.ndarray:
         self.probes = cd.nearest_centres(self.unit, self.centres, self.params.probes)
-        return cd.probe_table(self.probes, self.params.centres).astype(PROBE_TABLE_DTYPE)
+        return cd.probe_table(self.probes, self.params.centre_count).astype(PROBE_TABLE_DTYPE)
 
     def reopen(self, total: np.ndarray, members: Members) -> None:
         """After a restart (client/run_state.py): the table as it was opened, and what follows from it."""

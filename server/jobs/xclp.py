@@ -119,7 +119,7 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     leaves the run."""
     p = state.params
     total: SumResult = yield MaskedSum(scope, PROBE_TABLE_STEP, wire=(PROBE_TABLE_DTYPE,
-                                                                      table_shape(p.centres, p.probes)),
+                                                                      table_shape(p.centre_count, p.probes)),
                                        what="probe table", participants=state.membership.graph, verifiable=True)
     lost = set(state.membership.graph) - set(total.participants)
     if lost:  # its rows leave the run as if it never joined
@@ -132,7 +132,7 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
         raise PhaseFailed(f"candidate pairs: {exc}", pb.JobEnd.REFUSED) from None
     state.candidates = CandidateRun(probes, budgets, fraction)
     log.info("job %s: candidate pairs: %d centres, %d probes per row, %.1f%% of all pairs' ciphertexts",
-             scope.run.config.job_id, p.centres, probes, 100 * fraction)
+             scope.run.config.job_id, p.centre_count, probes, 100 * fraction)
     yield Probes(scope, state)
 
 
@@ -154,7 +154,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         layout = SlotLayout(p.key_bits, p.lsh_bits)
         if p.candidates and p.pair_budget != AUTO:
             floor = budget_floor({q: int(party.summary.rows) for q, party in parties.items()}, layout.slots,
-                                 p.centres, p.budget_slack)
+                                 p.centre_count, p.budget_slack)
             if float(p.budget) < floor:
                 raise InvalidInput(f"pair_budget = {p.pair_budget:g} is below what these parties' rows allow: with "
                                    f"any data, candidate pairs cost at least {floor:.1%} of all pairs' ciphertexts "

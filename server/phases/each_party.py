@@ -109,8 +109,8 @@ class Probes(EachParty):
             raise InvalidInput(f"the probes of {sender!r} must be {PROBES_DTYPE}{list(want)}")
         probes = payload.astype(np.int64)
         ordered = np.sort(probes, axis=1)
-        if probes.size and (probes.max() >= state.params.centres or np.any(ordered[:, 1:] == ordered[:, :-1])):
-            raise InvalidInput(f"the probes of {sender!r} must be distinct centres below {state.params.centres}")
+        if probes.size and (probes.max() >= state.params.centre_count or np.any(ordered[:, 1:] == ordered[:, :-1])):
+            raise InvalidInput(f"the probes of {sender!r} must be distinct centres below {state.params.centre_count}")
         run.lists[sender] = centre_lists(probes, run.probes, run.budgets[sender])
         run.members[sender] = membership(run.lists[sender], n, run.probes)
 

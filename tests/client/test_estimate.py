@@ -84,11 +84,12 @@ def test_auto_is_planned_at_twice_the_even_spread_of_one_probe() -> None:
     from xclp.v1.xclp import XclpJobParams
 
     sizes = {"a": 6000, "b": 6000, "c": 6000}
-    auto = XclpJobParams.parse({"n_classes": 3, "pair_budget": "auto"})
+    auto = XclpJobParams.parse({"n_classes": 3, "pair_budget": "auto"}).for_rows(18_000)  # as the roster resolves it
     even = cd.spread_fraction(sizes, LAYOUT.slots, 64, 1.0)
     assert auto.work_budget(sizes, LAYOUT.slots) == pytest.approx(2 * even) and 0.02 < even < 0.1
     assert auto.work_budget({"a": 100, "b": 100}, LAYOUT.slots) == 1.0  # one batch per row is all pairs here
-    assert XclpJobParams.parse({"n_classes": 3, "pair_budget": 0.1}).work_budget(sizes, LAYOUT.slots) == 0.1
+    assert XclpJobParams.parse({"n_classes": 3, "pair_budget": 0.1}).for_rows(18_000).work_budget(sizes,
+                                                                                             LAYOUT.slots) == 0.1
     assert candidate_note(auto, 2 * even) == f"; candidate pairs, one probe per row: planned at {2 * even:.1%} of " \
         "all pairs' ciphertexts"
 

@@ -194,7 +194,7 @@ def test_the_coordinator_refuses_probes_a_party_could_not_have_sent() -> None:
     from xclp.server.phases.xclp_state import CandidateRun
 
     run = CandidateRun(2, {"a": np.array([3, 3, 2, 2])}, 0.5)
-    phase = Probes(None, SimpleNamespace(sizes={"a": 5}, candidates=run, params=SimpleNamespace(centres=4)))
+    phase = Probes(None, SimpleNamespace(sizes={"a": 5}, candidates=run, params=SimpleNamespace(centre_count=4)))
     good = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]], dtype=np.uint16)
     for payload, refusal in [(good.astype(np.int64), "must be uint16\\[5, 2\\]"), (good[:4], "must be uint16"),
                              (good[:, :1], "must be uint16"), (np.where(good == 3, 4, good).astype(np.uint16),

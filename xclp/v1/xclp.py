@@ -28,6 +28,7 @@ j with n_j rows:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -60,6 +61,10 @@ from xclp.v1.params import (
 # work passes hours on two cores)
 ALL_PAIRS_ROWS = 20_000
 AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
+# centres unset: about this many rows in all per centre, as a power of two in [MIN_AUTO_CENTRES,
+# MAX_CENTRES] (docs/jobs/xclp.md "How many centres": measured on Fashion-MNIST)
+AUTO_CENTRE_ROWS = 200
+MIN_AUTO_CENTRES, MAX_CENTRES = 64, 4096
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
 # coordinator -> each graph member before a SecureHamming restart (round = its attempt): uint8[m],
@@ -94,6 +99,15 @@ ROW_SUMS_DTYPE = np.dtype(np.uint64)  # rowsums, "rowsums_result" (fixed point i
 SOLVE_COLUMNS = 256
 SOLVE_BYTES = 256 << 20
 INFLUENCE_PIECE_BYTES = 4 << 20
+
+
+def auto_centres(rows: int) -> int:
+    """The centres of a run whose job leaves them unset: the power of two nearest rows /
+    AUTO_CENTRE_ROWS, within [MIN_AUTO_CENTRES, MAX_CENTRES]. More centres make each centre's lists
+    shorter, so each row is compared with fewer of a peer's rows, down to one batch of a ciphertext's
+    slots (docs/jobs/xclp.md "How many centres")."""
+    want = max(float(rows), 1.0) / AUTO_CENTRE_ROWS
+    return int(min(MAX_CENTRES, max(MIN_AUTO_CENTRES, 2 ** round(math.log2(max(want, 1.0))))))
 
 
 def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
@@ -163,8 +177,10 @@ class XclpJobParams(JobParams):
     all_pairs_rows: int = param("with pair_budget unset: the most rows in all (the parties' on the roster) that "
                                 "run SecureHamming on all pairs; above, candidate pairs with pair_budget = \"auto\"",
                                 "0 .. 10^9", "docs/jobs/xclp.md", default=ALL_PAIRS_ROWS)
-    centres: int = param("candidate pairs: directions drawn from the parties' common seed that the rows are "
-                         "grouped around (no one's data moves them)", "2 .. 4096", "docs/jobs/xclp.md", default=64)
+    centres: int | None = param("candidate pairs: directions drawn from the parties' common seed that the rows "
+                                "are grouped around (no one's data moves them); unset: a power of two near the "
+                                f"rows in all / {AUTO_CENTRE_ROWS}, from {MIN_AUTO_CENTRES} to {MAX_CENTRES}",
+                                f"2 .. {MAX_CENTRES}", "docs/jobs/xclp.md", default=None)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
                         "1 .. 16", "docs/jobs/xclp.md", default=4)
     budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
@@ -205,10 +221,11 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"pair_budget must be in (0, 1] (1.0: all pairs) or \"auto\", got {self.pair_budget!r}")
         if not 0 <= self.all_pairs_rows <= 10**9:
             raise ConfigError(f"all_pairs_rows must be in [0, 10^9], got {self.all_pairs_rows}")
-        for name, low, high in (("centres", 2, 4096), ("probes", 1, 16)):
-            if not low <= getattr(self, name) <= high:
-                raise ConfigError(f"{name} must be in [{low}, {high}], got {getattr(self, name)}")
-        if self.probes > self.centres:
+        for name, low, high in (("centres", 2, MAX_CENTRES), ("probes", 1, 16)):
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                raise ConfigError(f"{name} must be in [{low}, {high}], got {value}")
+        if self.probes > (self.centres or MIN_AUTO_CENTRES):
             raise ConfigError(f"probes ({self.probes}) cannot pass centres ({self.centres})")
         if self.budget_slack < 1.0:
             raise ConfigError(f"budget_slack must be >= 1, got {self.budget_slack}")
@@ -258,11 +275,20 @@ class XclpJobParams(JobParams):
 
     def for_rows(self, rows: int) -> XclpJobParams:
         """The parameters a run among parties of `rows` rows in all runs with: an unset pair_budget
-        becomes 1.0 (all pairs) up to all_pairs_rows, "auto" above. Both sides resolve it from the
-        roster's signed row counts, so they agree without a message."""
-        if self.pair_budget is not None:
+        becomes 1.0 (all pairs) up to all_pairs_rows, "auto" above; unset centres, `auto_centres`.
+        Both sides resolve them from the roster's signed row counts, so they agree without a message."""
+        budget = self.pair_budget if self.pair_budget is not None else AUTO if rows > self.all_pairs_rows else 1.0
+        centres = self.centres if self.centres is not None else auto_centres(rows)
+        if (budget, centres) == (self.pair_budget, self.centres):
             return self
-        return replace(self, pair_budget=AUTO if rows > self.all_pairs_rows else 1.0)
+        return replace(self, pair_budget=budget, centres=centres)
+
+    @property
+    def centre_count(self) -> int:
+        """The resolved number of centres (`for_rows`)."""
+        if self.centres is None:
+            raise AssertionError("centres is unset: resolve it for the run's rows first (for_rows)")
+        return self.centres
 
     def work_budget(self, sizes: Mapping[str, int], K: int) -> float:
         """The fraction of all pairs' ciphertexts to plan for (the parties' work estimates): the
@@ -271,7 +297,7 @@ class XclpJobParams(JobParams):
         budget = self.budget
         if budget != AUTO:
             return float(budget)
-        return min(1.0, AUTO_ESTIMATE * spread_fraction(sizes, K, self.centres, self.budget_slack))
+        return min(1.0, AUTO_ESTIMATE * spread_fraction(sizes, K, self.centre_count, self.budget_slack))
 
     @property
     def budget(self) -> float | str:
@@ -345,7 +371,7 @@ class XclpJobParams(JobParams):
             frac_bits=int_param(raw, "frac_bits", 32), insecure_test_keys=bool_param(raw, "insecure_test_keys"),
             pair_budget=AUTO if raw.get("pair_budget") == AUTO else optional_float(raw, "pair_budget"),
             all_pairs_rows=int_param(raw, "all_pairs_rows", ALL_PAIRS_ROWS, low=0),
-            centres=int_param(raw, "centres", 64),
+            centres=None if raw.get("centres") is None else int_param(raw, "centres", MIN_AUTO_CENTRES),
             probes=int_param(raw, "probes", 4), budget_slack=float_param(raw, "budget_slack", 1.0),
             label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
             label_dp_mechanism=str_param(raw, "label_dp_mechanism", "response"),
