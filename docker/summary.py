@@ -27,7 +27,6 @@ something is missing or disagrees — the table still shows what there is.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -40,6 +39,7 @@ import numpy as np
 from xclp.baselines import per_client_lp
 from xclp.client.models import ModelFile
 from xclp.data import tables as party_data
+from xclp.demo import predictions as read_predictions
 from xclp.demo import truth as read_truth
 from xclp.errors import XclpError
 from xclp.flynn import FlyNNModel
@@ -75,17 +75,6 @@ def _jobs(directory: Path) -> tuple[JobConfig, JobConfig | None]:
     if len(xclp) != 1 or len(flynn) > 1:
         raise SystemExit(f"summary: {directory} must hold one xclp job file and at most one flynn job file")
     return xclp[0], flynn[0] if flynn else None
-
-
-def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
-    """int64[n] XCLP labels in the order of `ids`; every own row id must be there exactly once."""
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        ident = (reader.fieldnames or ["id"])[0]  # the id column comes first, under the table's name for it
-        rows = {r[ident]: int(r["label"]) for r in reader}
-    if sorted(rows) != sorted(ids):
-        raise ValueError(f"{path} does not hold exactly the institution's own row ids")
-    return np.array([rows[i] for i in ids], dtype=np.int64)
 
 
 def run_dir(results: Path, party: str, run: dict | None, grace: float) -> tuple[Path | None, str]:
@@ -125,7 +114,7 @@ def evaluate(party: str, data_dir: Path, xclp_dir: tuple[Path | None, str],
         missing.append(f"no {PREDICTIONS}: {xclp_dir[1]}")
     else:
         try:
-            together = accuracy(_predictions(xclp_dir[0] / PREDICTIONS, data.ids))
+            together = accuracy(read_predictions(xclp_dir[0] / PREDICTIONS, data.ids))
         except (OSError, KeyError, ValueError) as exc:
             missing.append(f"unreadable {PREDICTIONS} ({exc})")
     graph = xclp.graph_params

@@ -169,11 +169,15 @@ def truth(path: Path, ids: tuple[str, ...]) -> np.ndarray:
     return np.array([table[i] for i in ids], dtype=np.int64)
 
 
-def _predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
+def predictions(path: Path, ids: tuple[str, ...]) -> np.ndarray:
+    """int64[n] XCLP labels of a party's predictions.csv in the order of `ids`; every own row id must
+    be there exactly once (ValueError, OSError or KeyError otherwise)."""
     with open(path, newline="") as fh:
         reader = csv.DictReader(fh)
         ident = (reader.fieldnames or ["id"])[0]  # the id column comes first, under the table's name for it
         rows = {r[ident]: int(r["label"]) for r in reader}
+    if sorted(rows) != sorted(ids):
+        raise ValueError(f"{path} does not hold exactly the institution's own row ids")
     return np.array([rows[i] for i in ids], dtype=np.int64)
 
 
@@ -185,7 +189,7 @@ def evaluate(options: DemoOptions, out_dir: Path) -> list[tuple[str, int, float,
         assert data.y is not None
         labels = truth(options.data / f"{party}.truth.csv", data.ids)
         unlabeled = ~data.labeled
-        xclp = _predictions(out_dir / party / "predictions.csv", data.ids)
+        xclp = predictions(out_dir / party / "predictions.csv", data.ids)
         alone = per_client_lp(data.X, data.y, N_CLASSES, GRAPH, LABEL_NORM).labels
         table.append((party, int(unlabeled.sum()), float(np.mean(xclp[unlabeled] == labels[unlabeled])),
                       float(np.mean(alone[unlabeled] == labels[unlabeled]))))
