@@ -31,14 +31,18 @@ coordinator's graph against the plaintext reference's on the same schedule).
 --candidates-only runs candidate pairs alone and --no-reference skips the plaintext graph (it
 holds the whole n × n H): the large run in docs/jobs/xclp.md is
 `--sizes 18000 --candidates 0.08 --centres 256 --standardise --candidates-only --no-reference`.
+With --influence-tolerances 0,1e-4 (with --candidates-only) each size runs once per
+influence_tolerance, side by side: every entry also has the accuracy of the parties' predictions on
+their unlabeled rows, the influence step's bytes and the graph step's seconds.
 
 Usage: python benchmarks/xclp_scale.py [--quick | --smoke] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
-       [--candidates 0.35] [--centres 64] [--candidates-only] [--no-reference]
+       [--candidates 0.35] [--centres 64] [--candidates-only] [--influence-tolerances 0,1e-4] [--no-reference]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
 import json
 import os
@@ -154,17 +158,32 @@ def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]
 
 
+def accuracy(work: Path, truth: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """The parties' predictions.csv on their unlabeled rows against the true labels, pooled."""
+    right = total = 0
+    for p, (y, seen) in truth.items():
+        with open(work / "out" / p / "predictions.csv", newline="") as fh:
+            labels = np.array([int(r["label"]) for r in csv.DictReader(fh)])
+        hidden = seen < 0
+        right += int((labels[hidden] == y[hidden]).sum())
+        total += int(hidden.sum())
+    return round(right / max(total, 1), 4)
+
+
 def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None, *,
-             reference: bool = True, standardise: bool = False) -> dict:
+             reference: bool = True, standardise: bool = False, tolerance: float | None = None) -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
     work = deployment(f"xclp-scale-{rows}-", PARTIES)
-    data = {}
+    data, truth = {}, {}
     for p in PARTIES:
         X, y = table(rows, rng)
         data[p] = X
-        write_party_csv(work / f"{p}.csv", "r", X, np.where(rng.random(rows) < 0.1, y, -1))
+        truth[p] = (y, np.where(rng.random(rows) < 0.1, y, -1))
+        write_party_csv(work / f"{p}.csv", "r", X, truth[p][1])
     insecure = key_bits < 2048
     pairs = candidates or {"pair_budget": 1.0}  # the job's pair parameters: all pairs unless candidates are given
+    if tolerance is not None:  # docs/design.md §10.7: 0 exact and dense, above 0 pushed and sparse
+        pairs = {**pairs, "influence_tolerance": tolerance}
     (work / "job.toml").write_text(
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
@@ -208,7 +227,9 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
     slots = XclpJobParams.parse({"n_classes": 10, **pairs}).slots_per_row
-    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots) / 2**20
+    resolved = XclpJobParams.parse({"n_classes": 10, **pairs}).for_rows(3 * rows).tolerance
+    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots,
+                                             resolved) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)
            "distances_per_second": round(3 * rows * rows / secure), "coordinator_peak_mb": server_memory.mb,
@@ -217,7 +238,10 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
            "coordinator_estimate_mb": round(coordinator_estimate, 1),
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
            "paillier_estimate_seconds": round(work_estimate, 1) if work_estimate is not None else None,
-           "influence": summary.get("influence", {}),
+           "influence": summary.get("influence", {}), "influence_tolerance": resolved,
+           "influence_bytes": summary["steps"].get("influence", {}).get("bytes_out"),
+           "graph_step_seconds": round(summary["steps"]["graph"]["seconds"], 1),
+           "accuracy": accuracy(work, truth),
            # on candidate pairs, against the reference's graph on the same schedule (docs/design.md §10.3)
            ("graph_equal_same_schedule" if candidates else "graph_equal_all_pairs"): equal}
     if candidates:
@@ -248,6 +272,9 @@ def main() -> None:
     ap.add_argument("--standardise", action="store_true",
                     help="the job standardises the features (pooled moments): the digits' raw pixels all point one "
                          "way, and on candidate pairs one centre then takes most rows")
+    ap.add_argument("--influence-tolerances", metavar="T[,T...]",
+                    help="run each size once per influence_tolerance, side by side (0: exact dense columns; "
+                         "docs/design.md §10.7); unset: the job leaves it to its default")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the plaintext reference's graph (it holds the whole n x n H): graph_equal_* is null")
     args = ap.parse_args()
@@ -261,8 +288,10 @@ def main() -> None:
     if args.candidates_only:
         if not args.candidates:
             raise SystemExit("--candidates-only needs --candidates PAIR_BUDGET")
+        tolerances = [float(t) for t in args.influence_tolerances.split(",")] if args.influence_tolerances \
+            else [None]
         results = [one_size(rows, args.key_bits, args.lsh_bits, params, reference=not args.no_reference,
-                            standardise=args.standardise) for rows in sizes]
+                            standardise=args.standardise, tolerance=t) for rows in sizes for t in tolerances]
         print(json.dumps({"benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits,
                           "lsh_bits": args.lsh_bits, "k": GRAPH.k, "cores": len(os.sched_getaffinity(0)),
                           "load_average": os.getloadavg(), "data": "sklearn digits, jittered repeats",

@@ -100,6 +100,13 @@ class PartyResult:
         return self.job.privacy
 
     @property
+    def approximation(self) -> dict[str, Any] | None:
+        """XCLP with sparse influence (influence_tolerance): the tolerance, the columns received and the
+        largest and mean share of a column's mass the push left out; every class column of this party's
+        Z̄ keeps at least 1 − dropped_max of its degree-weighted mass (docs/jobs/xclp.md). None if exact."""
+        return self.job.approximation
+
+    @property
     def output(self) -> Output:
         """PREDICTIONS (xclp: labels for this party's rows) or MODEL (the other job types)."""
         return registry.get(self.job_type).output

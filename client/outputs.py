@@ -167,7 +167,9 @@ def write_run_dir(out: Path, job_id: str, run_id: str, party: PartyResult) -> Pa
         write_atomic(partial / RUN_FILE, (json.dumps({
             "job_id": job_id, "run_id": run_id, "job_type": result.job_type, "participants": list(result.participants),
             "rows": int(data.X.shape[0]), "files": files, "finished_at": time.time(),
-            **({"privacy": result.privacy} if result.privacy is not None else {})}, indent=2) + "\n").encode())
+            **({"privacy": result.privacy} if result.privacy is not None else {}),
+            **({"approximation": result.approximation} if result.approximation is not None else {})},
+            indent=2) + "\n").encode())
         os.rename(partial, final)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

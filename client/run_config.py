@@ -89,6 +89,8 @@ class JobResult:
     columns: tuple[str, ...] = ()  # the table's feature columns, as read
     rounds: tuple[RoundRecord, ...] = ()  # fedavg, dbcl: what this party saw of each round it took part in
     privacy: dict[str, Any] | None = None  # with DP: what its rows (privacy.dpsgd) or labels (privacy.label_dp) spent
+    # xclp with sparse influence (docs/design.md §10.7): the tolerance and the share of a column's mass left out
+    approximation: dict[str, Any] | None = None
 
 
 def checked_table(data: PartyData, params: JobParams) -> PartyData:

@@ -236,7 +236,7 @@ class PartySession:
         return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed.seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
                          self.job.rounds(), privacy_report(self.job.privacy(), self.prep, self.account,
-                                                           self.progress))
+                                                           self.progress), self.job.approximation)
 
     def _peek(self, item: pb.PullItem) -> None:
         """An item as it arrives, before its turn (the stream's thread): a later attempt ends work on

@@ -28,6 +28,7 @@ import scipy.sparse.linalg as spl
 from xclp.errors import InvalidInput
 from xclp.lsh import check_lsh_bits, estimate_cosine
 from xclp.runtime import default_workers
+from xclp.sparse_influence import Pusher, SparseColumns
 
 # Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to a sparse one.
 DENSE_MAX_NODES = 3000
@@ -211,7 +212,8 @@ class SolveStats:
     """What `InfluenceSolver` reports (docs/design.md §10.2): the method, columns and blocks solved, the most
     CG iterations a block took (0 for a factorisation), the largest relative residual ‖M x − e‖ / ‖e‖,
     the seconds of the whole solve (set-up included), and for the sparse LU its nonzeros over the
-    matrix's (`fill`) and the seconds its factorisation took."""
+    matrix's (`fill`) and the seconds its factorisation took; for the push (xclp.sparse_influence) its
+    tolerance, the entries sent, and the largest and the summed share of a column's mass left out."""
 
     method: str
     columns: int = 0
@@ -221,6 +223,10 @@ class SolveStats:
     fill: float = 0.0
     factor_seconds: float = 0.0
     seconds: float = 0.0
+    tolerance: float = 0.0
+    nonzeros: int = 0
+    dropped_max: float = 0.0
+    dropped_sum: float = 0.0
 
     def as_dict(self) -> dict[str, float | int | str]:
         out: dict[str, float | int | str] = {
@@ -228,6 +234,11 @@ class SolveStats:
             "max_relative_residual": float(f"{self.max_residual:.3e}"), "seconds": round(self.seconds, 3)}
         if self.fill:
             out.update(fill=round(self.fill, 2), factor_seconds=round(self.factor_seconds, 3))
+        if self.tolerance:
+            out.update(tolerance=self.tolerance, nonzeros=self.nonzeros,
+                       dropped_max=round(self.dropped_max, 4),
+                       dropped_mean=round(self.dropped_sum / self.columns, 4) if self.columns else 0.0)
+            del out["iterations"], out["max_relative_residual"]
         return out
 
 
@@ -310,6 +321,27 @@ class InfluenceSolver:
         return X
 
 
+class PushSolver:
+    """The sparse solve (docs/design.md §10.7, xclp.sparse_influence) block by block, as InfluenceSolver's:
+    `stats` (method "push") adds up the columns, entries, seconds and the largest and summed share of
+    a column's mass left out, for the run summary."""
+
+    def __init__(self, W: sp.spmatrix, alpha: float, tolerance: float) -> None:
+        began = time.perf_counter()
+        self.pusher = Pusher(W, alpha, tolerance)
+        self.stats = SolveStats("push", seconds=time.perf_counter() - began, tolerance=tolerance)
+
+    def solve(self, columns: np.ndarray) -> SparseColumns:
+        began, out, stats = time.perf_counter(), self.pusher.solve(columns), self.stats
+        stats.columns, stats.blocks, stats.nonzeros = stats.columns + out.columns, stats.blocks + 1, \
+            stats.nonzeros + int(out.indices.size)
+        if out.columns:
+            stats.dropped_max = max(stats.dropped_max, float(out.dropped.max()))
+            stats.dropped_sum += float(out.dropped.sum())
+        stats.seconds += time.perf_counter() - began
+        return out
+
+
 def _sparse_lu(M: sp.csr_matrix, fill_max: float) -> spl.SuperLU | None:
     """SuperLU's factors of the SPD matrix M (symmetric mode: minimum degree on the pattern of
     M + Mᵀ, diagonal pivots), or None when they would pass `fill_max` times M's nonzeros: SuperLU's
@@ -383,15 +415,19 @@ def build_influence(
     params: GraphParams = GraphParams(),
     method: InfluenceMethod = "auto",
     candidates: np.ndarray | None = None,
+    tolerance: float = 0.0,
 ) -> Influence:
     """Pooled H (party blocks in party order) -> graph (among `candidates` only, if given) -> S_L
     (the plaintext reference's path)."""
-    return influence_of(knn_adjacency(H, lsh_bits, params, candidates), labeled_idx, params, method)
+    return influence_of(knn_adjacency(H, lsh_bits, params, candidates), labeled_idx, params, method, tolerance)
 
 
 def influence_of(W: sp.csr_matrix, labeled_idx: np.ndarray, params: GraphParams = GraphParams(),
-                 method: InfluenceMethod = "auto") -> Influence:
-    """The kNN adjacency W (from H, or folded without it: xclp.neighbours) -> 𝒲 -> S_L."""
+                 method: InfluenceMethod = "auto", tolerance: float = 0.0) -> Influence:
+    """The kNN adjacency W (from H, or folded without it: xclp.neighbours) -> 𝒲 -> S_L, exact, or with
+    a tolerance pushed (xclp.sparse_influence) and held dense here (the reference's, for small graphs)."""
     Wn = normalise(W)
     labeled = _check_labeled(labeled_idx, W.shape[0])
-    return Influence(W=W, Wn=Wn, labeled=labeled, S_L=influence_columns(Wn, labeled, params.alpha, method))
+    S_L = Pusher(W, params.alpha, tolerance).solve(labeled).dense() if tolerance else \
+        influence_columns(Wn, labeled, params.alpha, method)
+    return Influence(W=W, Wn=Wn, labeled=labeled, S_L=S_L)

@@ -105,13 +105,14 @@ def xclp_reference(
     normalise_labels: bool | LabelNorm = False,
     method: InfluenceMethod = "auto",
     candidates: np.ndarray | None = None,
+    influence_tolerance: float = 0.0,
 ) -> XclpResult:
     """Plaintext XCLP over parties [(X_j float[n_j, d], y_j int[n_j], -1 = unlabeled), ...].
 
     seed: the common seed (docs/design.md §4.3); lsh_bits: L, a positive multiple of 64; normalise_labels:
     False/"none", True/"party" or "pooled" (module docstring); candidates: bool[n, n], the pairs the
     graph may join (xclp.candidates.candidate_mask: SecureHamming on a candidate schedule), all
-    pairs if None. Raises InvalidInput
+    pairs if None; influence_tolerance: above 0 the columns are pushed (xclp.sparse_influence). Raises InvalidInput
     on NaN/inf features, parties with different d, labels outside 0..C−1, empty parties, no
     labeled rows at all, k >= n, or a bad L.
     """
@@ -123,7 +124,8 @@ def xclp_reference(
     offsets = np.concatenate([[0], np.cumsum([X.shape[0] for X in features])]).astype(np.int64)
     H = hamming_matrix(codes)  # the matrix SecureHamming delivers to the coordinator
     y = np.concatenate(labels)
-    influence = build_influence(H, lsh_bits, np.flatnonzero(y != UNLABELED), params, method, candidates)
+    influence = build_influence(H, lsh_bits, np.flatnonzero(y != UNLABELED), params, method, candidates,
+                                influence_tolerance)
 
     pooled_counts = np.bincount(y[influence.labeled], minlength=n_classes) if norm == "pooled" else None
     contributions = []

@@ -40,8 +40,8 @@ from xclp.v1.params import JobParams
 from xclp.v1.xclp import (
     GRAPH_MSG,
     HAMMING_STEP,
-    INFLUENCE_DTYPE,
     INFLUENCE_MSG,
+    INFLUENCE_PIECE_BYTES,
     INTRA_STEP,
     KEPT_PAIRS_MSG,
     LABELS_STEP,
@@ -84,7 +84,8 @@ class XclpParty(PartyJob):
         super().__init__(ctx)
         # resolved where the roster was verified (client/session.py: pair_budget from its signed row counts)
         self.params = ctx.params_as(XclpJobParams)
-        assert self.params.pair_budget is not None, "pair_budget is resolved where the roster is verified"
+        assert self.params.pair_budget is not None and self.params.influence_tolerance is not None, \
+            "pair_budget and influence_tolerance are resolved where the roster is verified"
         if ctx.keypair is None:
             raise InvalidInput(f"an xclp job needs this party's Paillier key (--paillier-bits {self.params.key_bits})")
         self.keypair: PaillierKeypair = ctx.keypair
@@ -220,6 +221,8 @@ class XclpParty(PartyJob):
             if step == INFLUENCE_MSG:  # float64[n, c]: a piece of this party's columns (docs/design.md §10.2)
                 influence = self._need(self.influence, "the graph layout")
                 n = influence.zbar.shape[0]
+                if self.params.tolerance:  # sparse: whole columns within the piece size, or one alone
+                    return max(INFLUENCE_PIECE_BYTES, 12 + 8 * n)
                 return 8 * n * min(influence_piece_columns(n), influence.expected)
             if step == ROWSUMS_RESULT_MSG:
                 return 8 * n_self * self.params.n_classes
@@ -302,19 +305,12 @@ class XclpParty(PartyJob):
         n = influence.zbar.shape[0]
         if self.zbar is not None:  # (a party without labeled rows is complete with one empty piece)
             raise ProtocolError("the coordinator sent more influence columns than this party has")
-        if not isinstance(payload, np.ndarray) or payload.dtype != INFLUENCE_DTYPE or payload.ndim != 2 \
-                or payload.shape[0] != n:
-            raise ProtocolError(f"an influence piece must be {INFLUENCE_DTYPE}[{n}, ...]")
-        # S = (I − α𝒲)⁻¹ is entrywise non-negative and at most 1/(1 − α) (‖𝒲‖ ≤ 1)
-        bound = 1.0 / (1.0 - self.params.alpha)
-        if payload.min(initial=0.0) < 0 or payload.max(initial=0.0) > bound:
-            raise ProtocolError(f"the influence block has values outside [0, 1/(1 - alpha)] = [0, {bound:g}]: not "
-                                "an influence matrix")
+        piece = steps.influence_piece(payload, n, self.params.alpha, self.params.tolerance)
         self.influence_digest.update(np.ascontiguousarray(payload).tobytes())  # the row sums' definition
         try:
-            influence.add(payload)
+            influence.add(piece)
             if self.released is not None:
-                self.released.add(payload)
+                self.released.add(piece)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
         if self.influence_meter is not None:
@@ -326,6 +322,10 @@ class XclpParty(PartyJob):
             self.zbar = self.kept_zbar[1]  # the same columns again: the same Z̄, label-DP noise included
         else:
             self.zbar = influence.zbar if not self.params.label_dp else self._label_dp_release(influence)
+        if self.params.tolerance:
+            self.approximation = {"influence_tolerance": self.params.tolerance, **influence.approximation}
+            self.progress(f"influence columns pushed to tolerance {self.params.tolerance:g}: each class of Z̄ keeps "
+                          f"at least {1 - influence.dropped[0]:.1%} of its degree-weighted mass")
         self.ctx.checkpoint()  # what a restarted process rejoins SecureRowSums with (client/jobs/xclp_state.py)
 
     def _graph_again(self) -> None:

@@ -56,7 +56,7 @@ def _row_sums_saved(job: XclpParty) -> tuple[dict[str, Any], dict[str, np.ndarra
     if zbar is None or job.block is None or job.row_sums.self_masks.revealed:
         return None
     meta: dict[str, Any] = {"sizes": job.sizes, "graph": [[p, n] for p, n in job.graph], "block": job.block.hex(),
-                            "label_privacy": job.label_privacy}
+                            "label_privacy": job.label_privacy, "approximation": job.approximation}
     if isinstance(zbar, steps.NoisyRowSums):
         meta["plan"] = asdict(zbar.plan)
         return meta, {"zbar": zbar.encoded}
@@ -73,6 +73,7 @@ def restored(job: XclpParty, ctx: PartyContext, meta: dict[str, Any], arrays: di
         job.graph = tuple((str(p), int(n)) for p, n in meta["graph"])
         job.block = bytes.fromhex(meta["block"])
         job.label_privacy = meta["label_privacy"]
+        job.approximation = meta.get("approximation")  # (a state written before sparse influence has none)
         zbar = arrays["zbar"]
         job.zbar = steps.NoisyRowSums(zbar, LabelDpPlan(**meta["plan"])) if "plan" in meta else zbar
         hamming.done = True

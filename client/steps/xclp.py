@@ -11,7 +11,7 @@ travels is always a wire payload (`xclp.v1.wire`: an array of a wire dtype, or o
 | §5.3 SecureHamming, B    | `hamming_evaluate`          | bytes: evaluated ciphertexts; masks R  | A; coord.    |
 | §5.3 SecureHamming, A    | `hamming_decrypt`           | masked packed distances t              | coordinator  |
 | §5.5 labeled sets        | `labeled_rows`              | int64[l_j] (not with hide_label_mask)  | coordinator  |
-| §5.5 influence received  | `InfluenceScores` (pieces, §10.2); `select_influence` (whole) | —    |              |
+| §5.5 influence received  | `influence_piece`, `InfluenceScores` (pieces, §10.2, §10.7); `select_influence` | — |  |
 | §5.6 SecureRowSums       | `local_scores`, `encode_row_sums`, | uint64[n_frame − n_j, C]           | coordinator  |
 |                          | `released_scores`, `label_dp_release` (label-DP) |                   |              |
 |                          | `split_own_rows`            |                                        |              |
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from xclp.candidates import DUMMY, PairSchedule, b_rows
+from xclp.client.steps.influence import InfluenceScores, influence_piece, labeled_rows, select_influence
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
@@ -56,7 +57,7 @@ from xclp.privacy.label_dp import LabelDpPlan
 from xclp.propagation import label_matrix, predict, scores
 from xclp.seeding import Seed
 from xclp.v1.secure_hamming_wire import Piece
-from xclp.v1.xclp import LABELED_DTYPE, NEIGHBOURS_DTYPE, ROWSUMS_PURPOSE, own_neighbours_shape
+from xclp.v1.xclp import NEIGHBOURS_DTYPE, ROWSUMS_PURPOSE, own_neighbours_shape
 from xclp.v1.xclp_layout import RowLayout
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "party_scores",
     "returned_rows",
     "select_influence",
+    "influence_piece",
     "slot_layout",
     "split_own_rows",
     "unmask_row_sums",
@@ -109,11 +111,6 @@ def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.nda
     out = np.empty(own_neighbours_shape(len(codes), params.k), dtype=NEIGHBOURS_DTYPE)
     out[:, :, 0], out[:, :, 1] = own_top_k(codes, lsh_bits, params)
     return out
-
-
-def labeled_rows(y: object, n_classes: int) -> np.ndarray:
-    """int64[l_j]: the party's labeled row numbers, ascending (what the coordinator learns, docs/design.md §2)."""
-    return np.flatnonzero(check_labels(y, n_classes) != UNLABELED).astype(LABELED_DTYPE)
 
 
 def slot_layout(public_key: PaillierPublicKey, lsh_bits: int) -> SlotLayout:
@@ -212,64 +209,6 @@ def decrypt_piece(keypair: PaillierKeypair, ciphertexts: bytes, count: int, exec
         raise ProtocolError(f"a SecureHamming piece must carry {count} ciphertexts of {size} bytes, got "
                             f"{len(ciphertexts)} bytes")
     return decrypt_ciphertexts(keypair, ciphertexts, executor).data
-
-
-def select_influence(block: np.ndarray, y: object, n_classes: int, *, hide_label_mask: bool) -> np.ndarray:
-    """S_L^{(j)}: float64[n, l_j], the influence columns of the party's labeled rows (docs/design.md §5.5).
-
-    With `hide_label_mask` the coordinator sent the columns of all n_j rows (float64[n, n_j]) and
-    the party keeps its labeled ones here, so the coordinator never learns which rows are labeled.
-    """
-    own = labeled_rows(y, n_classes)
-    S = np.asarray(block, dtype=np.float64)
-    expected = own.size if not hide_label_mask else np.asarray(y).shape[0]
-    if S.ndim != 2 or S.shape[1] != expected or not np.all(np.isfinite(S)):
-        raise InvalidInput(f"influence block must be finite float64[n, {expected}], got shape {S.shape}")
-    return S[:, own] if hide_label_mask else S
-
-
-class InfluenceScores:
-    """Z̄^{(j)} = S_L^{(j)} Y_L^{(j)} accumulated over the influence pieces as they arrive, in column
-    order (docs/design.md §10.2): the party never holds all of S_L. With `hide_label_mask` the pieces cover
-    all its rows and it keeps its labeled ones (`select_influence`'s choice, piece by piece)."""
-
-    def __init__(self, y: object, n_classes: int, n_graph: int, *, hide_label_mask: bool,
-                 normalise_labels: bool, own: slice | None = None) -> None:
-        labels = check_labels(y, n_classes)
-        self.labeled = labels != UNLABELED
-        self.position = np.cumsum(self.labeled) - 1  # a labeled row's row of Y_L
-        self.hide = hide_label_mask
-        self.expected = labels.size if hide_label_mask else int(self.labeled.sum())
-        self.Y = (label_matrix(labels[self.labeled], n_classes, normalise_labels) if self.labeled.any()
-                  else np.zeros((0, n_classes)))
-        self.zbar = np.zeros((n_graph, n_classes))
-        self.received = 0
-        # with `own` (this party's graph rows, which it keeps): (c₂, c₁) of the columns received so
-        # far on the other rows, for label-DP's Skellam noise (xclp.privacy.label_dp); no pass over them without
-        self.own = own
-        self.largest_columns = (0.0, 0.0)
-
-    @property
-    def complete(self) -> bool:
-        return self.received == self.expected
-
-    def add(self, piece: np.ndarray) -> None:
-        """One piece float64[n, c]: the next c of this party's columns."""
-        S = np.asarray(piece, dtype=np.float64)
-        if S.ndim != 2 or S.shape[0] != self.zbar.shape[0] or not np.all(np.isfinite(S)):
-            raise InvalidInput(f"an influence piece must be finite float64[{self.zbar.shape[0]}, c], got {S.shape}")
-        stop = self.received + S.shape[1]
-        if stop > self.expected:
-            raise InvalidInput(f"influence pieces for {stop} columns, but this party has {self.expected}")
-        if self.hide:  # columns are own rows received..stop; Y_L's rows are the labeled ones among them
-            labeled = self.labeled[self.received : stop]
-            self.zbar += S[:, labeled] @ self.Y[self.position[self.received : stop][labeled]]
-        else:
-            self.zbar += S @ self.Y[self.received : stop]
-        self.received = stop
-        if self.own is not None:
-            l2, l1 = label_dp.largest_columns(S, self.own)
-            self.largest_columns = (max(self.largest_columns[0], l2), max(self.largest_columns[1], l1))
 
 
 def local_scores(S_L: np.ndarray, y: object, n_classes: int, *, normalise_labels: bool) -> np.ndarray:

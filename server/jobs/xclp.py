@@ -32,7 +32,7 @@ import numpy as np
 from xclp.candidates import AUTO, budget_floor, choose_probes
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped
-from xclp.graph import InfluenceSolver, normalise
+from xclp.graph import InfluenceSolver, PushSolver, normalise
 from xclp.memory import default_max_memory, gib
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
@@ -44,6 +44,7 @@ from xclp.server.phases.xclp_state import CandidateRun, XclpState, step_meter
 from xclp.server.steps import xclp as steps
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.centres import PROBE_TABLE_STEP, table_shape
+from xclp.v1.influence import pack_pieces
 from xclp.v1.xclp import (
     GRAPH_MSG,
     INFLUENCE_MSG,
@@ -52,6 +53,8 @@ from xclp.v1.xclp import (
     ROW_SUMS_DTYPE,
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
+    SPARSE_INFLUENCE,
+    SPARSE_INFLUENCE_DTYPE,
     XclpJobParams,
     influence_piece_columns,
     label_dp_line,
@@ -148,6 +151,11 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         # an unset pair_budget from the joined parties' rows, as each party resolves it from the roster
         self.params = self.params.for_rows(sum(sizes))
         rows, p = sum(sizes), self.params
+        old = sorted(q for q, party in parties.items() if SPARSE_INFLUENCE not in party.capabilities)
+        if p.tolerance and old:
+            raise InvalidInput(f"this run sends sparse influence columns (influence_tolerance = {p.tolerance:g}, "
+                               f"{rows} rows in all), which the version of {', '.join(old)} does not read: upgrade "
+                               "it, or set influence_tolerance = 0 in the job file (exact, dense columns)")
         if p.k > rows - 1:
             raise InvalidInput(f"k = {p.k} neighbours need at least {p.k + 1} rows in all, but the "
                                f"{len(parties)} parties bring {rows}: lower k in the job file")
@@ -162,7 +170,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
                                    f"{layout.slots} of a peer's rows); raise pair_budget to {floor:.3g} or more, or "
                                    "set it to \"auto\" (one probe per row)")
         need, limit = steps.coordinator_bytes(sizes, layout, p.k, p.n_classes,
-                                              p.slots_per_row), \
+                                              p.slots_per_row, p.tolerance), \
             coordinator_memory_limit()
         log.info("XCLP: %d rows of %d parties; the coordinator's estimate is %s", rows, len(sizes), gib(need))
         if limit and need > limit:
@@ -232,7 +240,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
                 if state and state.candidates else {},
                 "params": {"lsh_bits": p.lsh_bits, "k": p.k, "key_bits": p.key_bits,
                            "hide_label_mask": p.hide_label_mask, "label_norm": p.label_norm,
-                           "pair_budget": p.pair_budget},
+                           "pair_budget": p.pair_budget, "influence_tolerance": p.influence_tolerance},
                 **({"privacy": {"label_dp_epsilon": p.label_dp_epsilon, "mechanism": p.label_dp_mechanism,
                                 "delta": p.label_dp_delta or 0.0, "line": label_dp_line(p)}} if p.label_dp else {})}
 
@@ -267,7 +275,9 @@ class Distribute(Work):
         started = scope.run.clock()
         labeled = None if p.hide_label_mask else state.labeled
         columns = steps.influence_columns_of(layout, membership.labels, labeled=labeled)
-        solver = InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
+        # exact: the columns of (I − α𝒲)^{-1}, dense; with a tolerance, pushed and sparse (§10.7)
+        solver = PushSolver(state.W, p.graph_params.alpha, p.tolerance) if p.tolerance else \
+            InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
         with self.locked:
             scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
             meter = step_meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved",
@@ -276,7 +286,8 @@ class Distribute(Work):
         for pid, cols in columns.items():
             if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
                 with self.locked:
-                    scope.broadcast(INFLUENCE_MSG, 0, np.zeros((layout.n, 0)), to=[pid])
+                    scope.broadcast(INFLUENCE_MSG, 0, np.zeros((layout.n, 0)) if not p.tolerance else
+                                    np.zeros(1, dtype=SPARSE_INFLUENCE_DTYPE), to=[pid])
             for start in range(0, cols.size, solve_columns(layout.n)):
                 if not self.live() or pid not in scope.members:  # cancelled, or the party is gone
                     break
@@ -290,15 +301,25 @@ class Distribute(Work):
                                 scope.run.config.job_id, pid)
                     break
                 with self.locked:
-                    for at in range(0, block.shape[1], piece):
-                        scope.broadcast(INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]), to=[pid])
-                meter.update(meter.done + block.shape[1])
+                    if isinstance(block, np.ndarray):
+                        for at in range(0, block.shape[1], piece):
+                            scope.broadcast(INFLUENCE_MSG, 0, np.ascontiguousarray(block[:, at : at + piece]),
+                                            to=[pid])
+                    else:
+                        for packed in pack_pieces(block):
+                            scope.broadcast(INFLUENCE_MSG, 0, packed, to=[pid])
+                meter.update(meter.done + (block.shape[1] if isinstance(block, np.ndarray) else block.columns))
         state.solve = solver.stats
         with self.locked:
             scope.run.ledger.record("graph", scope.run.clock() - started)
-        log.info("XCLP: %d influence columns solved in %.1f s (%s, %d blocks, at most %d iterations, residual "
-                 "%.1e)", solver.stats.columns, solver.stats.seconds, solver.stats.method, solver.stats.blocks,
-                 solver.stats.iterations, solver.stats.max_residual)
+        stats = solver.stats
+        if p.tolerance:
+            log.info("XCLP: %d influence columns pushed in %.1f s (tolerance %g, %d entries, a column's mass left "
+                     "out: at most %.3f)", stats.columns, stats.seconds, p.tolerance, stats.nonzeros, stats.dropped_max)
+        else:
+            log.info("XCLP: %d influence columns solved in %.1f s (%s, %d blocks, at most %d iterations, residual "
+                     "%.1e)", stats.columns, stats.seconds, stats.method, stats.blocks, stats.iterations,
+                     stats.max_residual)
 
 
 def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None = None, attempt: int = 0) -> MaskedSum:

@@ -328,8 +328,10 @@ def influence_blocks(
     *,
     labeled: Mapping[str, np.ndarray] | None,
     method: InfluenceMethod = "auto",
+    tolerance: float = 0.0,
 ) -> dict[str, np.ndarray]:
-    """What each receiver gets in docs/design.md §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden.
+    """What each receiver gets in docs/design.md §5.5: float64[n, l_j] S_L^{(j)}, or float64[n, n_j] when hidden
+    (with a tolerance, pushed: xclp.sparse_influence; held dense here, for small runs).
 
     W: the kNN adjacency over `layout`'s rows (`NeighbourGraph.adjacency`). labeled[j]: int[l_j]
     party j's labeled rows in its own row numbering (the labeled-index sets the coordinator learns,
@@ -338,7 +340,7 @@ def influence_blocks(
     get columns: a party dropped after the graph gets none (docs/design.md §5 end).
     """
     columns = influence_columns_of(layout, receivers, labeled=labeled)
-    influence = influence_of(W, np.concatenate(list(columns.values())), params, method)
+    influence = influence_of(W, np.concatenate(list(columns.values())), params, method, tolerance)
     cuts = np.cumsum([0, *(c.size for c in columns.values())])
     return {p: influence.S_L[:, cuts[k] : cuts[k + 1]] for k, p in enumerate(columns)}
 
@@ -380,9 +382,13 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
 
 
 INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
+# a pushed column's entries, times its tolerance: 0.06-0.1 measured (Fashion-MNIST and digits, 6 000 to
+# 54 000 rows, tolerances 10^-3 to 3·10^-5: benchmarks/sparse_influence.py)
+PUSH_ENTRIES = 0.1
 
 
-def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int, slots: float = 1.0) -> int:
+def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int, slots: float = 1.0,
+                      tolerance: float = 0.0) -> int:
     """Peak bytes of an XCLP run on the coordinator (docs/design.md §10.5), linear in the rows but for the
     dense solve of a small graph: the graph, and the largest of its steps' working sets.
 
@@ -400,6 +406,9 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
       to INFLUENCE_BACKLOG_BYTES in its mailbox (a party that stops reading is sent no more) and
       about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
       292 MB above the process's resident set before work, against 315 MB estimated);
+    - with a push tolerance instead (docs/design.md §10.7): each pushing thread's five n-long arrays
+      (33 bytes a row) and two blocks of `solve_columns(n)` columns of PUSH_ENTRIES / tolerance entries
+      each (at most n; 24 bytes an entry, as held and as packed), and the same backlog;
     - SecureRowSums: the participants' contributions and their sum, uint64[n, C] each.
 
     `slots`: a party's slots as A per row (XclpJobParams.slots_per_row: more than one on candidate pairs).
@@ -414,6 +423,9 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     lu = SPARSE_FILL_MAX * n * (2 * k + 1) * 12 + 16 * n * columns
     solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else max(64 * n * columns, lu)
     influence = solve + 2 * 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES  # a block queued, one solved
+    if tolerance:
+        entries = min(n, math.ceil(PUSH_ENTRIES / tolerance))
+        influence = 8 * 33 * n + 2 * 24 * solve_columns(n) * entries + parties * 2 * INFLUENCE_BACKLOG_BYTES
     rowsums = (parties + 2) * n * n_classes * 8
     return graph + max(hamming, influence, rowsums)
 

@@ -130,7 +130,8 @@ def test_xclps_row_sums_state_gives_back_the_same_zbar_and_none_once_revealed(ke
     privacy = {"mechanism": "skellam", "epsilon_spent": 1.0} if noisy else None
     revealed = SimpleNamespace(revealed=False)
     job = SimpleNamespace(graph=graph, zbar=zbar, block=b"\x07" * 32, sizes={"a": 10, "b": 15, "c": 15},
-                          label_privacy=privacy, row_sums=SimpleNamespace(self_masks=revealed))
+                          label_privacy=privacy, row_sums=SimpleNamespace(self_masks=revealed),
+                          approximation={"influence_tolerance": 1e-4, "columns": 4, "dropped_max": 0.5})
     meta, arrays = xclp_state.saved(job)  # type: ignore[arg-type, misc]
     file = RunStateFile(tmp_path, "a", "x", keys["a"])
     file.save(Saved({"format": run_state.FORMAT, "job": meta}, arrays))
@@ -140,6 +141,7 @@ def test_xclps_row_sums_state_gives_back_the_same_zbar_and_none_once_revealed(ke
     xclp_state.restored(fresh, None, back.meta["job"], back.arrays)  # type: ignore[arg-type]
     assert fresh.graph == graph and fresh.block == job.block and fresh.sizes == job.sizes
     assert fresh.label_privacy == privacy and fresh.hamming.done
+    assert fresh.approximation == job.approximation  # what a sparse influence left out, reported after a restart
     if noisy:
         assert isinstance(fresh.zbar, steps.NoisyRowSums) and fresh.zbar.plan == plan
         np.testing.assert_array_equal(fresh.zbar.encoded, zbar.encoded)  # type: ignore[union-attr]

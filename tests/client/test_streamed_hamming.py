@@ -33,7 +33,8 @@ from xclp.v1.xclp import PAIRS_FROM_MSG, XclpJobParams
 from xclp.v1.xclp_layout import PairTask
 
 L = 64
-PARAMS = XclpJobParams(n_classes=2, lsh_bits=L, key_bits=512, insecure_test_keys=True, pair_budget=1.0)
+PARAMS = XclpJobParams(n_classes=2, lsh_bits=L, key_bits=512, insecure_test_keys=True, pair_budget=1.0,
+                       influence_tolerance=0.0)
 ROWS = {"a": 160, "b": 5}  # K = 72 slots at L = 64 and |N| = 512: A's 160 rows are 3 batches
 
 

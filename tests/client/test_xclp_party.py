@@ -9,9 +9,11 @@ ProtocolError that says what was wrong, before the party acts on it.
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.xclp import XclpParty
@@ -20,7 +22,9 @@ from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.data.party_table import PartyData
 from xclp.errors import ProtocolError, ReplayRefused
+from xclp.sparse_influence import SparseColumns
 from xclp.v1 import xclp_pb2 as pb
+from xclp.v1.influence import pack_pieces
 from xclp.v1.wire import Message
 from xclp.v1.xclp import XclpJobParams
 
@@ -41,7 +45,8 @@ class Sink:
                    for m in messages)
 
 
-PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True, pair_budget=1.0)
+PARAMS = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True, pair_budget=1.0,
+                       influence_tolerance=0.0)
 DATA = PartyData(np.eye(3), np.array([0, -1, 1]), ("r0", "r1", "r2"))
 
 
@@ -162,6 +167,66 @@ def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
     np.testing.assert_allclose(party.zbar, np.hstack([np.full((9, 1), 0.1), np.full((9, 1), 0.2)]) @ np.eye(2)[labels])
     with pytest.raises(ProtocolError, match="more influence columns than this party has"):
         from_coordinator(party, "influence", np.full((9, 1), 0.1))
+
+
+def sparse_party(keypair: PaillierKeypair, tolerance: float = 1e-4) -> XclpParty:
+    party = XclpParty(context(keypair, replace(PARAMS, influence_tolerance=tolerance)))
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming.done = True  # (its SecureHamming pairs done)
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    return party
+
+
+def sparse(dense: np.ndarray, dropped: float = 0.25) -> SparseColumns:
+    S = sp.csc_matrix(dense)
+    return SparseColumns(n=dense.shape[0], indptr=S.indptr.astype(np.int64), indices=S.indices.astype(np.int64),
+                         values=S.data, dropped=np.full(dense.shape[1], dropped))
+
+
+def test_sparse_influence_pieces_fold_into_the_zbar_of_the_same_dense_columns(keypair: PaillierKeypair) -> None:
+    """docs/design.md §10.7: with influence_tolerance the columns come pushed and sparse; Z̄ is the one
+    the same columns would give dense, and the party reports what the push left out."""
+    columns = np.zeros((9, 2))
+    columns[[0, 4, 8], 0] = (0.5, 0.25, 0.125)
+    columns[[1, 2], 1] = (2.0, 0.75)
+    party = sparse_party(keypair)
+    for j in range(2):  # one column per piece
+        (piece,) = pack_pieces(sparse(columns[:, j : j + 1], dropped=0.25 * (j + 1)))
+        from_coordinator(party, "influence", piece)
+    labels = party.y[party.y >= 0]
+    assert isinstance(party.zbar, np.ndarray)
+    np.testing.assert_array_equal(party.zbar, columns @ np.eye(2)[labels])
+    assert party.approximation == {"influence_tolerance": 1e-4, "columns": 2, "dropped_max": 0.5,
+                                   "dropped_mean": 0.375}
+
+
+def test_party_refuses_a_malformed_sparse_influence_piece(keypair: PaillierKeypair) -> None:
+    """Attack: the coordinator sends dense columns where the job says sparse, rows beyond the graph,
+    values no influence matrix has, or more columns than the party has; each is refused."""
+    party = sparse_party(keypair)
+    with pytest.raises(ProtocolError, match="malformed influence piece: a sparse influence piece must be"):
+        from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    (beyond,) = pack_pieces(sparse(np.full((9, 1), 0.1)))
+    beyond[1 + 2 + 8] = 9  # the last row of the column: 9 is past the graph's 9 rows
+    with pytest.raises(ProtocolError, match="rows beyond the graph's 9"):
+        from_coordinator(party, "influence", beyond)
+    for value in (-0.01, 1 / (1 - PARAMS.alpha) + 0.01):
+        (bad,) = pack_pieces(sparse(np.full((9, 1), value)))
+        with pytest.raises(ProtocolError, match="values outside"):
+            from_coordinator(party, "influence", bad)
+    (three,) = pack_pieces(sparse(np.full((9, 3), 0.1)))
+    with pytest.raises(ProtocolError, match="influence pieces for 3 columns, but this party has 2"):
+        from_coordinator(party, "influence", three)
+    assert party.zbar is None and party.influence is not None and party.influence.received == 0
+
+
+def test_an_exact_job_refuses_sparse_pieces(party: XclpParty) -> None:
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming.done = True
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    (piece,) = pack_pieces(sparse(np.full((9, 2), 0.1)))
+    with pytest.raises(ProtocolError, match=r"influence piece must be float64\[9, \.\.\.\]"):
+        from_coordinator(party, "influence", piece)
 
 
 def test_party_refuses_a_result_for_a_round_it_never_sent_or_of_the_wrong_type(party: XclpParty) -> None:

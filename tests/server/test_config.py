@@ -139,7 +139,7 @@ def test_an_unset_pair_budget_is_all_pairs_up_to_all_pairs_rows_and_auto_above()
     assert unset.for_rows(20_001).pair_budget == "auto" and unset.for_rows(20_001).candidates
     small = parse_params("xclp", {"n_classes": 2, "all_pairs_rows": 0})
     assert small.for_rows(1).pair_budget == "auto"  # type: ignore[attr-defined]
-    given = parse_params("xclp", {"n_classes": 2, "pair_budget": 1.0, "centres": 32})
+    given = parse_params("xclp", {"n_classes": 2, "pair_budget": 1.0, "centres": 32, "influence_tolerance": 0.0})
     assert given.for_rows(10**6) is given  # a budget and centres the job file sets stand, whatever the size
     with pytest.raises(AssertionError, match="resolve it for the run's rows first"):
         _ = unset.candidates  # type: ignore[attr-defined]
@@ -147,6 +147,27 @@ def test_an_unset_pair_budget_is_all_pairs_up_to_all_pairs_rows_and_auto_above()
                       (10**9 + 1, "all_pairs_rows must be in [0, 10^9], got 1000000001")):
         with pytest.raises(ConfigError, match=re.escape(said)):
             parse_params("xclp", {"n_classes": 2, "all_pairs_rows": bad})
+
+
+def test_an_unset_influence_tolerance_is_exact_up_to_20_000_rows_and_pushed_above() -> None:
+    """docs/design.md §10.7: dense exact columns cost n floats each (2.3 GB over TLS at 3 x 18 000
+    rows); above EXACT_INFLUENCE_ROWS an unset tolerance is AUTO_INFLUENCE_TOLERANCE, resolved on both
+    sides from the roster's row counts; 0 keeps the exact path at any size."""
+    unset = parse_params("xclp", {"n_classes": 2})
+    assert unset.influence_tolerance is None  # type: ignore[attr-defined]
+    assert params_from_json("xclp", params_json(unset)) == unset  # unset on the wire too
+    assert unset.for_rows(20_000).tolerance == 0.0  # type: ignore[attr-defined]
+    assert unset.for_rows(20_001).tolerance == 1e-4  # type: ignore[attr-defined]
+    exact = parse_params("xclp", {"n_classes": 2, "influence_tolerance": 0})
+    assert exact.for_rows(10**6).tolerance == 0.0  # type: ignore[attr-defined]
+    given = parse_params("xclp", {"n_classes": 2, "influence_tolerance": 3e-5})
+    assert given.for_rows(100).tolerance == 3e-5  # type: ignore[attr-defined]
+    assert params_from_json("xclp", params_json(given)) == given
+    with pytest.raises(AssertionError, match="resolve it for the run's rows first"):
+        _ = unset.tolerance  # type: ignore[attr-defined]
+    for bad in (-1e-4, 0.5, "small", True):
+        with pytest.raises(ConfigError, match="influence_tolerance"):
+            parse_params("xclp", {"n_classes": 2, "influence_tolerance": bad})
 
 
 def test_unset_centres_grow_with_the_rows_as_both_sides_resolve_them() -> None:

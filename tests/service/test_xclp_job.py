@@ -8,7 +8,8 @@ party is a real `xclp-client run` process (512-bit test keys, L = 64, 3 × 40 ro
 - "kill-sh": party c kills itself mid-SecureHamming: H and the labels of a and b are those of a
              run without c (docs/design.md §5: "its rows and columns are removed");
 - "kill-rs": party b (hide_label_mask, per-party label normalisation) kills itself in SecureRowSums:
-             it stays in H but brings and gets no labels; the step restarts under fresh masks.
+             it stays in H but brings and gets no labels; the step restarts under fresh masks;
+- "push":    the influence columns pushed to a tolerance and sent sparse (docs/design.md §10.7).
 
 The common seed reaches the test only through the party's `--debug-dump-seed` test hook, which
 the client refuses unless XCLP_TESTING=1 (checked below).
@@ -56,6 +57,7 @@ JOBS = {
     "cg": {"solver": "cg"},  # conjugate gradients on the coordinator instead of dense Cholesky
     "lu": {"solver": "sparse"},  # a sparse LU (what "auto" picks above 3 000 rows)
     "big-k": {"k": 3 * N},  # more neighbours than rows: refused before any work
+    "push": {"influence_tolerance": 1e-3},  # sparse influence columns (docs/design.md §10.7)
 }
 DIES = {"kill-sh": ("c", "secure_hamming"), "kill-rs": ("b", "rowsums")}
 
@@ -138,7 +140,8 @@ def seed_of(run, job_id: str) -> bytes:
 
 def reference(run, job_id: str, ids=PARTIES, unlabeled=(), normalise="none") -> XclpResult:
     parties = [(run["data"][p][0], np.full(N, -1) if p in unlabeled else run["data"][p][1]) for p in ids]
-    return xclp_reference(parties, seed_of(run, job_id), C, L, GraphParams(k=K), normalise_labels=normalise)
+    return xclp_reference(parties, seed_of(run, job_id), C, L, GraphParams(k=K), normalise_labels=normalise,
+                          influence_tolerance=JOBS[job_id].get("influence_tolerance", 0.0))
 
 
 def assert_predictions(run, job_id: str, ref: XclpResult, ids, receivers) -> None:
@@ -182,6 +185,28 @@ def test_every_party_predicts_what_the_plaintext_reference_predicts(run) -> None
     ref = reference(run, "exact")
     assert len(np.unique(ref.labels)) == C  # not a degenerate answer
     assert_predictions(run, "exact", ref, PARTIES, PARTIES)
+
+
+def test_sparse_influence_through_the_service_equals_the_reference_pushed_alike(run) -> None:
+    """docs/design.md §10.7: with influence_tolerance the coordinator pushes each column and sends it
+    sparse; every party's predictions are the reference's with the same push (not the exact ones),
+    the summary and each party say what the push left out, and the columns cost fewer bytes."""
+    ref, exact = reference(run, "push"), reference(run, "exact")
+    assert not np.allclose(ref.scores, xclp_reference(
+        [run["data"][p] for p in PARTIES], seed_of(run, "push"), C, L, GraphParams(k=K)).scores)
+    assert_predictions(run, "push", ref, PARTIES, PARTIES)
+    summary = json.loads((run["root"] / "push.summary.json").read_text())
+    solve = summary["influence"]
+    labeled = sum(int((run["data"][p][1] >= 0).sum()) for p in PARTIES)
+    assert (solve["method"], solve["columns"], solve["tolerance"]) == ("push", labeled, 1e-3)
+    assert 0 < solve["dropped_max"] < 1 and 0 < solve["dropped_mean"] <= solve["dropped_max"]
+    assert 0 < solve["nonzeros"] < labeled * 3 * N and summary["params"]["influence_tolerance"] == 1e-3
+    dense = json.loads((run["root"] / "exact.summary.json").read_text())
+    assert summary["steps"]["influence"]["bytes_out"] < dense["steps"]["influence"]["bytes_out"] / 2
+    for p in PARTIES:  # each party's own account of the bound, from the pieces it received
+        assert "influence columns pushed to tolerance 0.001: each class of Z̄ keeps at least" in \
+            run["logs"][("push", p)]
+    assert exact.scores.shape == ref.scores.shape
 
 
 def test_run_summary_has_step_durations_and_bytes(run) -> None:

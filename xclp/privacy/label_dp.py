@@ -45,6 +45,7 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from xclp.data.validation import UNLABELED
 from xclp.errors import InvalidInput
@@ -91,9 +92,17 @@ def randomised_response(labels: np.ndarray, n_classes: int, epsilon: float, *, h
     return out
 
 
-def largest_columns(S: np.ndarray, own: slice) -> tuple[float, float]:
-    """(c₂, c₁): the largest L2 and L1 norm of a column of S (float64[n, c], n the graph rows)
-    over the rows released, every row but `own`."""
+def largest_columns(S: np.ndarray | sp.spmatrix, own: slice) -> tuple[float, float]:
+    """(c₂, c₁): the largest L2 and L1 norm of a column of S (float64[n, c], n the graph rows; dense
+    or sparse) over the rows released, every row but `own`."""
+    if sp.issparse(S):
+        if S.shape[1] == 0:
+            return 0.0, 0.0
+        kept = sp.csr_matrix(S)
+        others = sp.vstack([kept[: own.start], kept[own.stop :]]).tocsc()
+        squares = np.asarray(others.multiply(others).sum(axis=0)).ravel()
+        absolute = np.asarray(abs(others).sum(axis=0)).ravel()
+        return float(np.sqrt(squares.max())), float(absolute.max())
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[1] == 0:
         return 0.0, 0.0

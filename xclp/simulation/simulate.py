@@ -187,7 +187,8 @@ def run_xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
                                  hide_label_mask=params.hide_label_mask, normalise_labels=params.normalise_labels,
                                  insecure_test_keys=params.insecure_test_keys,
                                  label_dp_epsilon=params.label_dp_epsilon,
-                                 label_dp_mechanism=params.label_dp_mechanism, label_dp_delta=params.label_dp_delta)
+                                 label_dp_mechanism=params.label_dp_mechanism, label_dp_delta=params.label_dp_delta,
+                                 influence_tolerance=params.tolerance)
         missing = sorted(set(order) - set(run.outputs))
         if missing:
             raise InvalidInput(f"parties {', '.join(missing)} got no labels")
@@ -198,7 +199,8 @@ def run_xclp(params: Any, data: Mapping[str, PartyData], seed: bytes,
         raise InvalidInput("label-DP noise is drawn inside the protocol: simulate it with secure=True")
     pairs = _pairs(data)
     ref = xclp_reference([pairs[p] for p in order], seed, C, params.lsh_bits, params.graph_params,
-                         normalise_labels=params.normalise_labels, method=params.influence_method)
+                         normalise_labels=params.normalise_labels, method=params.influence_method,
+                         influence_tolerance=params.tolerance)
     out = {}
     for j, p in enumerate(order):
         y = data[p].y

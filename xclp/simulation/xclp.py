@@ -126,6 +126,7 @@ def run_xclp_inprocess(
     label_dp_epsilon: float | None = None,
     label_dp_mechanism: str = "response",
     label_dp_delta: float | None = None,
+    influence_tolerance: float = 0.0,
 ) -> InProcessResult:
     """Run one XCLP job; parties = {id: (X float[n_j, d], y int[n_j] with -1 = unlabeled)}.
 
@@ -134,7 +135,7 @@ def run_xclp_inprocess(
     the job then goes on as docs/design.md §5 (end) says. `insecure_test_keys` allows Paillier keys below
     2048 bits (tests only). Rows of H are in sorted-id order. `label_dp_epsilon`, `_mechanism`,
     `_delta`: each party releases its row sums with label-DP, as the job parameters of those names
-    (xclp.privacy.label_dp).
+    (xclp.privacy.label_dp). `influence_tolerance`: the influence columns pushed (xclp.sparse_influence).
     """
     data = {pid: party.check_party_data(X, y, n_classes) for pid, (X, y) in _check_parties(parties).items()}
     drops = _check_drop(drop, data)
@@ -208,7 +209,8 @@ def run_xclp_inprocess(
             labeled = {
                 pid: wire.send("labeled_sets", party.labeled_rows(data[pid][1], n_classes)) for pid in membership.labels
             }
-        blocks = coord.influence_blocks(W, layout, membership.labels, params, labeled=labeled)
+        blocks = coord.influence_blocks(W, layout, membership.labels, params, labeled=labeled,
+                                        tolerance=influence_tolerance)
         received = {pid: wire.send("influence", block) for pid, block in blocks.items()}
 
     with wire.timed("rowsums"):  # docs/design.md §5.6, restarted without a party that misses it

@@ -116,7 +116,7 @@ class FedavgJobParams(PrivateTraining):
         """The parameters of each round's XCLP run (on embeddings, already prepared)."""
         return XclpJobParams(n_classes=self.n_classes, lsh_bits=self.lsh_bits, k=self.k, alpha=self.alpha,
                              power=self.power, key_bits=self.key_bits, insecure_test_keys=self.insecure_test_keys,
-                             pair_budget=1.0)  # all pairs of each round's parties, as the reference
+                             pair_budget=1.0, influence_tolerance=0.0)  # all pairs, exact: as the reference
 
     def neighbour_space(self, net: Network, X: np.ndarray) -> np.ndarray:
         """The rows XCLP and local LP compare: f_φ(X), or the prepared X itself."""

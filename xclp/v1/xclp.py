@@ -65,6 +65,11 @@ AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times
 # MAX_CENTRES] (docs/jobs/xclp.md "How many centres": measured on Fashion-MNIST)
 AUTO_CENTRE_ROWS = 200
 MIN_AUTO_CENTRES, MAX_CENTRES = 64, 4096
+# influence_tolerance unset: exact dense columns up to this many rows in all, pushed to
+# AUTO_INFLUENCE_TOLERANCE above (docs/jobs/xclp.md "Sparse influence": measured on Fashion-MNIST and digits)
+EXACT_INFLUENCE_ROWS = 20_000
+AUTO_INFLUENCE_TOLERANCE = 1e-4
+MAX_INFLUENCE_TOLERANCE = 0.01
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
 # coordinator -> each graph member before a SecureHamming restart (round = its attempt): uint8[m],
@@ -92,7 +97,12 @@ PAIRS_KEPT_DTYPE = np.dtype(np.uint8)  # "pairs_kept"
 PROBES_DTYPE = np.dtype(np.uint16)  # "probes": a party's first probes per row (candidate pairs)
 PROBE_TABLE_DTYPE = np.dtype(np.uint64)  # "probe_table", a masked sum
 LABELED_DTYPE = np.dtype(np.int64)  # labeled_sets: labeled row numbers
-INFLUENCE_DTYPE = np.dtype(np.float64)  # "influence" pieces
+INFLUENCE_DTYPE = np.dtype(np.float64)  # "influence" pieces, exact: float64[n, c]
+# ... or, with influence_tolerance > 0, sparse: uint32[1 + 2c + 2·nnz] (xclp/v1/influence.py)
+SPARSE_INFLUENCE_DTYPE = np.dtype(np.uint32)
+# a party's version reads sparse influence pieces: a run whose resolved influence_tolerance is above 0
+# starts only when every party said so at Join
+SPARSE_INFLUENCE = "sparse-influence"
 ROW_SUMS_DTYPE = np.dtype(np.uint64)  # rowsums, "rowsums_result" (fixed point in the ring)
 # docs/design.md §10.2: influence columns are solved SOLVE_COLUMNS at a time and travel in pieces of at most
 # INFLUENCE_PIECE_BYTES (at least one column each), in the receiver's column order
@@ -186,6 +196,11 @@ class XclpJobParams(JobParams):
     budget_slack: float = param("candidate pairs: each party's rows per centre, as a multiple of its share of "
                                 "the centre's pooled rows (more: fewer rows cut, more padding)", ">= 1",
                                 "docs/jobs/xclp.md", default=1.0)
+    influence_tolerance: float | None = param(
+        "the influence columns pushed to this tolerance and sent sparse, each with the share of its mass left "
+        "out measured (docs/jobs/xclp.md \"Sparse influence\"); 0: exact and dense; unset: exact up to "
+        f"{EXACT_INFLUENCE_ROWS} rows in all, {AUTO_INFLUENCE_TOLERANCE:g} above",
+        f"0 .. {MAX_INFLUENCE_TOLERANCE:g}", "docs/jobs/xclp.md", default=None)
     label_dp_epsilon: float | None = param("label-DP: the ε each label of each party spends in its SecureRowSums "
                                            "contribution, whatever influence block the coordinator sends (off when "
                                            "unset)", "> 0", "docs/privacy.md", default=None)
@@ -229,6 +244,10 @@ class XclpJobParams(JobParams):
             raise ConfigError(f"probes ({self.probes}) cannot pass centres ({self.centres})")
         if self.budget_slack < 1.0:
             raise ConfigError(f"budget_slack must be >= 1, got {self.budget_slack}")
+        tolerance = self.influence_tolerance
+        if tolerance is not None and not 0.0 <= tolerance <= MAX_INFLUENCE_TOLERANCE:
+            raise ConfigError(f"influence_tolerance must be in [0, {MAX_INFLUENCE_TOLERANCE:g}] (0: exact), got "
+                              f"{tolerance!r}")
         method(lambda: self.graph_params)
         self._check_label_dp()
 
@@ -275,13 +294,23 @@ class XclpJobParams(JobParams):
 
     def for_rows(self, rows: int) -> XclpJobParams:
         """The parameters a run among parties of `rows` rows in all runs with: an unset pair_budget
-        becomes 1.0 (all pairs) up to all_pairs_rows, "auto" above; unset centres, `auto_centres`.
+        becomes 1.0 (all pairs) up to all_pairs_rows, "auto" above; unset centres, `auto_centres`; an
+        unset influence_tolerance 0 (exact) up to EXACT_INFLUENCE_ROWS, AUTO_INFLUENCE_TOLERANCE above.
         Both sides resolve them from the roster's signed row counts, so they agree without a message."""
         budget = self.pair_budget if self.pair_budget is not None else AUTO if rows > self.all_pairs_rows else 1.0
         centres = self.centres if self.centres is not None else auto_centres(rows)
-        if (budget, centres) == (self.pair_budget, self.centres):
+        tolerance = self.influence_tolerance if self.influence_tolerance is not None else \
+            AUTO_INFLUENCE_TOLERANCE if rows > EXACT_INFLUENCE_ROWS else 0.0
+        if (budget, centres, tolerance) == (self.pair_budget, self.centres, self.influence_tolerance):
             return self
-        return replace(self, pair_budget=budget, centres=centres)
+        return replace(self, pair_budget=budget, centres=centres, influence_tolerance=tolerance)
+
+    @property
+    def tolerance(self) -> float:
+        """The resolved influence_tolerance (`for_rows`): 0 for exact dense columns."""
+        if self.influence_tolerance is None:
+            raise AssertionError("influence_tolerance is unset: resolve it for the run's rows first (for_rows)")
+        return self.influence_tolerance
 
     @property
     def centre_count(self) -> int:
@@ -360,7 +389,7 @@ class XclpJobParams(JobParams):
                               "remove the key(s) (docs/jobs/xclp.md)")
         check_names(raw, frozenset({"n_classes", "lsh_bits", "k", "alpha", "power", "key_bits", "hide_label_mask",
                                     "label_norm", "solver", "frac_bits", "insecure_test_keys", "pair_budget",
-                                    "all_pairs_rows", "centres", "probes", "budget_slack",
+                                    "all_pairs_rows", "centres", "probes", "budget_slack", "influence_tolerance",
                                     "label_dp_epsilon", "label_dp_mechanism", "label_dp_delta"}),
                     "xclp")
         return cls(
@@ -373,6 +402,7 @@ class XclpJobParams(JobParams):
             all_pairs_rows=int_param(raw, "all_pairs_rows", ALL_PAIRS_ROWS, low=0),
             centres=None if raw.get("centres") is None else int_param(raw, "centres", MIN_AUTO_CENTRES),
             probes=int_param(raw, "probes", 4), budget_slack=float_param(raw, "budget_slack", 1.0),
+            influence_tolerance=optional_float(raw, "influence_tolerance"),
             label_dp_epsilon=optional_float(raw, "label_dp_epsilon"),
             label_dp_mechanism=str_param(raw, "label_dp_mechanism", "response"),
             label_dp_delta=optional_float(raw, "label_dp_delta"),
