@@ -250,7 +250,6 @@ def rejoin(session: PartySession, saved: Saved) -> bytes:
 
     from xclp.client.phases.prepare import Preparation
     from xclp.client.run_config import PartyStage
-    from xclp.client.workers import make_executor
     from xclp.v1 import registry
 
     meta = saved.meta
@@ -260,16 +259,16 @@ def rejoin(session: PartySession, saved: Saved) -> bytes:
     session.params = session.params.for_rows(sum(b.rows for b in session.roster.bundles))
     session.account = account_of(meta, session, session.data_digest)
     session.stage = PartyStage.SEEDED
-    session._executor = make_executor(session.config.workers) if session.params.paillier is not None else None
+    session.start_workers(session.params.paillier is not None)
     scaling = scaling_of(saved)
     if scaling is not None:
-        prep = session.prep = Preparation(session._context())
+        prep = session.prep = Preparation(session.context())
         prep.scaling = scaling
         session.data = prep.prepared()
     restored = getattr(registry.get(session.job_type).party_class(), "restored", None)
     if restored is None:
         raise ProtocolError(f"a {session.job_type} job does not resume")
-    session.job = restored(session._context(), meta["job"], saved.arrays)
+    session.job = restored(session.context(), meta["job"], saved.arrays)
     session.progress(f"restarted: rejoining run {session.run_id} of job {session.config.job_id} from its saved "
                      "state")
     return bytes.fromhex(meta["token"])

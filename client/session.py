@@ -120,6 +120,12 @@ class PartySession:
         if self._executor is not None:  # Paillier work in flight ends now: its thread wakes and unwinds
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    def start_workers(self, paillier: bool) -> None:
+        """Where this run's Paillier work goes (client/workers.py), if it has any: before Join, or on a rejoin."""
+        self._executor = make_executor(self.config.workers) if paillier else None
+        if isinstance(self._executor, DaskWorkers):
+            self.progress(self._executor.describe())
+
     @property
     def conn(self) -> Connection:
         if self._conn is None:
@@ -167,19 +173,11 @@ class PartySession:
         self.account = account_for(self.config, conn, challenge, params, self.data, self.data_digest, self.progress)
         keys = params.paillier
         self.config = with_paillier_key(self.config, params, self.progress)  # a rejoin has its own (above)
-        # where the Paillier work runs, before joining: a cluster that does not answer refuses the job here
-        self._executor = make_executor(self.config.workers) if keys is not None else None
-        if isinstance(self._executor, DaskWorkers):
-            self.progress(self._executor.describe())
+        self.start_workers(keys is not None)  # before joining: a cluster that does not answer refuses the job here
         try:
             check_job_fits(self.config, conn, challenge, params, self.data, self._executor, self.work_limits,
                            self.progress)
-        except BaseException:
-            if self._executor is not None:
-                self._executor.shutdown(cancel_futures=True)
-            raise
-        self.signed, request = join_request(self.config, challenge, params, self.data, self.x25519)
-        try:
+            self.signed, request = join_request(self.config, challenge, params, self.data, self.x25519)
             response = conn.join(request)
             if response.spec != challenge.spec:
                 conn.leave(self.config.party_id, "the coordinator answered Join with another spec")
@@ -412,7 +410,7 @@ class PartySession:
             self.participants = self.seed.participants
             self.stage = PartyStage.SEEDED
 
-    def _context(self) -> PartyContext:
+    def context(self) -> PartyContext:
         assert self.params is not None and self.roster is not None and self.masker is not None
         assert self.seed is not None and self.seed.seed is not None
         return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
@@ -434,7 +432,7 @@ class PartySession:
         if self.job is not None or self.stage is not PartyStage.SEEDED:
             raise ProtocolError("the moments step must come after the seed and before the job's first step")
         if self.prep is None:
-            self.prep = Preparation(self._context())
+            self.prep = Preparation(self.context())
         return self.prep
 
     def _job(self) -> PartyJob:
@@ -445,5 +443,5 @@ class PartySession:
             assert self.params is not None
             if self.params.prepares and (self.prep is None or self.prep.scaling is None):
                 raise ProtocolError("the job's first step came before the pooled moments (docs/design.md §8)")
-            self.job = registry.get(self.job_type).party_class()(self._context())
+            self.job = registry.get(self.job_type).party_class()(self.context())
         return self.job

@@ -224,3 +224,39 @@ def test_no_installed_module_is_longer_than_a_newcomer_reads_through() -> None:
             if not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
             and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert long == {}
+
+
+def private_writes(root: Path, package_dirs: dict[str, str] = PACKAGE_DIRS) -> list[str]:
+    """Assignments to another object's private attribute (`session._executor = ...`, `x._n += 1`) in
+    the installed modules: an object's private state is written by its own methods only (a class's
+    by its own classmethods: `self` and `cls` are the object itself). protoc's generated modules
+    (`*_pb2.py`) set up their descriptors so and are not ours to write."""
+    found = []
+    for module, path in modules(root, package_dirs):
+        if path.stem.endswith(("_pb2", "_pb2_grpc")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in (t for outer in targets for t in ast.walk(outer)):
+                if isinstance(target, ast.Attribute) and target.attr.startswith("_") \
+                        and not target.attr.startswith("__") \
+                        and not (isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")):
+                    found.append(f"{path.relative_to(root)}:{target.lineno}: {module} writes "
+                                 f"{ast.unparse(target)}")
+    return found
+
+
+def test_no_module_writes_another_objects_private_state() -> None:
+    assert private_writes(REPO) == []
+
+
+def test_the_private_write_checker_finds_one(tmp_path: Path) -> None:
+    (tmp_path / "client").mkdir()
+    (tmp_path / "client" / "friend.py").write_text(
+        "def rejoin(session):\n    session._executor = None\n    session.stage, session._job = 1, 2\n"
+        "    session._n += 1\n\nclass Own:\n    def __init__(self):\n        self._ok = 1\n")
+    found = private_writes(tmp_path, {"client": "xclp.client"})
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "xclp.client.friend writes session._executor", "xclp.client.friend writes session._job",
+        "xclp.client.friend writes session._n"]

@@ -382,9 +382,7 @@ def sum_row_sums(frame: RowLayout, contributions: Mapping[str, np.ndarray], n_cl
 
 
 INFLUENCE_BACKLOG_BYTES = 16 << 20  # influence bytes left waiting for a party when the next block is solved
-# a pushed column's entries, times its tolerance: 0.06-0.1 measured (Fashion-MNIST and digits, 6 000 to
-# 54 000 rows, tolerances 10^-3 to 3·10^-5: benchmarks/sparse_influence.py)
-PUSH_ENTRIES = 0.1
+PUSH_ENTRIES = 0.1  # a pushed column's entries × its tolerance: 0.06-0.1 (benchmarks/sparse_influence.py)
 
 
 def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classes: int, slots: float = 1.0,
@@ -406,9 +404,8 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
       to INFLUENCE_BACKLOG_BYTES in its mailbox (a party that stops reading is sent no more) and
       about as much taken into its gRPC stream and not yet acknowledged (measured, 3 × 4 000 rows:
       292 MB above the process's resident set before work, against 315 MB estimated);
-    - with a push tolerance instead (docs/design.md §10.7): each pushing thread's five n-long arrays
-      (33 bytes a row) and two blocks of `solve_columns(n)` columns of PUSH_ENTRIES / tolerance entries
-      each (at most n; 24 bytes an entry, as held and as packed), and the same backlog;
+    - pushed instead (a tolerance, §10.7): 8 threads' n-long arrays (33 bytes a row), two blocks of
+      `solve_columns(n)` columns of min(n, PUSH_ENTRIES / tolerance) entries (24 bytes each), the backlog;
     - SecureRowSums: the participants' contributions and their sum, uint64[n, C] each.
 
     `slots`: a party's slots as A per row (XclpJobParams.slots_per_row: more than one on candidate pairs).
@@ -424,8 +421,8 @@ def coordinator_bytes(sizes: Sequence[int], layout: SlotLayout, k: int, n_classe
     solve = 3 * 8 * n * n if n <= DENSE_MAX_NODES else max(64 * n * columns, lu)
     influence = solve + 2 * 8 * n * columns + parties * 2 * INFLUENCE_BACKLOG_BYTES  # a block queued, one solved
     if tolerance:
-        entries = min(n, math.ceil(PUSH_ENTRIES / tolerance))
-        influence = 8 * 33 * n + 2 * 24 * solve_columns(n) * entries + parties * 2 * INFLUENCE_BACKLOG_BYTES
+        influence = 8 * 33 * n + 48 * solve_columns(n) * min(n, math.ceil(PUSH_ENTRIES / tolerance)) + \
+            parties * 2 * INFLUENCE_BACKLOG_BYTES
     rowsums = (parties + 2) * n * n_classes * 8
     return graph + max(hamming, influence, rowsums)
 

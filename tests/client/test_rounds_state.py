@@ -58,7 +58,7 @@ def model_message(payload: np.ndarray) -> wire.Message:
 def test_a_round_rejoined_before_its_sum_opened_masks_the_same_update(round_zero) -> None:
     session, taken = round_zero
     state = taken["trained"]
-    job = FedavgParty.restored(session._context(), state.meta, state.arrays)
+    job = FedavgParty.restored(session.context(), state.meta, state.arrays)
     assert job.round == 0 and job.update is not None
     np.testing.assert_array_equal(job.update[0], state.arrays["update"])
     job.on_message(model_message(state.arrays["model"]))  # the coordinator sends the round's model again
@@ -72,7 +72,7 @@ def test_a_round_rejoined_before_its_sum_opened_masks_the_same_update(round_zero
 def test_a_round_rejoined_after_revealing_is_never_masked_again(round_zero) -> None:
     session, taken = round_zero
     state = taken["revealed"]
-    job = FedavgParty.restored(session._context(), state.meta, state.arrays)
+    job = FedavgParty.restored(session.context(), state.meta, state.arrays)
     with pytest.raises(ProtocolError, match="started again after this party revealed its update sum"):
         job.on_message(model_message(state.arrays["model"]))
     assert job.update_sum is not None

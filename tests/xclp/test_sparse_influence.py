@@ -188,3 +188,16 @@ def malformed() -> list[tuple[str, object]]:
 def test_a_malformed_piece_is_refused_with_its_reason(match: str, payload: object) -> None:
     with pytest.raises(InvalidInput, match=match):
         unpack_piece(payload, 200, 1 / (1 - ALPHA))
+
+
+def test_label_dp_calibrates_to_sparse_columns_as_to_the_same_columns_dense() -> None:
+    """xclp.privacy.label_dp: the Skellam noise follows the largest column norms over the rows released;
+    a sparse block gives the norms its dense form gives."""
+    from xclp.privacy.label_dp import largest_columns
+
+    cols = pushed(columns=7)
+    for own in (slice(0, 50), slice(80, 200), slice(0, 0)):
+        sparse_norms = largest_columns(cols.matrix(), own)
+        dense_norms = largest_columns(cols.dense(), own)
+        np.testing.assert_allclose(sparse_norms, dense_norms, rtol=1e-12)
+    assert largest_columns(cols.matrix()[:, :0], slice(0, 10)) == (0.0, 0.0)
