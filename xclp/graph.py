@@ -28,7 +28,7 @@ import scipy.sparse.linalg as spl
 from xclp.errors import InvalidInput
 from xclp.lsh import check_lsh_bits, estimate_cosine
 from xclp.runtime import default_workers
-from xclp.sparse_influence import Pusher, SparseColumns
+from xclp.sparse_influence import Pusher, SparseColumns, degrees
 
 # Above this many nodes `influence_columns(method="auto")` switches from dense Cholesky to a sparse one.
 DENSE_MAX_NODES = 3000
@@ -167,9 +167,7 @@ def normalise(W: sp.spmatrix) -> sp.csr_matrix:
     W = sp.csr_matrix(W, dtype=np.float64)
     if W.shape[0] != W.shape[1]:
         raise InvalidInput(f"W must be square, got shape {W.shape}")
-    degrees = np.asarray(W.sum(axis=1)).ravel()
-    degrees[degrees == 0.0] = 1.0
-    scale = sp.diags(1.0 / np.sqrt(degrees))
+    scale = sp.diags(1.0 / np.sqrt(degrees(W)))
     return (scale @ W @ scale).tocsr()
 
 

@@ -103,6 +103,14 @@ def _push(indptr: np.ndarray, indices: np.ndarray, weights: np.ndarray, degrees:
     return count, left
 
 
+def degrees(W: sp.spmatrix) -> np.ndarray:
+    """d_i = Σ_j W_ij, a degree of zero read as 1 (an isolated row stays isolated): what 𝒲 = D^{-½} W D^{-½}
+    divides by (xclp.graph.normalise) and the push's random walk steps with."""
+    out = np.asarray(W.sum(axis=1), dtype=np.float64).ravel()
+    out[out == 0.0] = 1.0
+    return out
+
+
 def push_columns(W: sp.spmatrix, columns: np.ndarray, alpha: float, tolerance: float) -> SparseColumns:
     """S[:, columns] of (I − α𝒲)^{-1}, 𝒲 = normalise(W), each column pushed to `tolerance` (module
     docstring); W is the symmetric kNN adjacency (non-negative weights, zero diagonal)."""
@@ -125,8 +133,8 @@ class Pusher:
         if W.nnz and W.data.min() < 0.0:
             raise InvalidInput("W must have non-negative weights")
         self.alpha, self.tolerance = float(alpha), float(tolerance)
-        self.degrees = np.asarray(W.sum(axis=1)).ravel()
-        self.degrees[self.degrees == 0.0] = 1.0  # as xclp.graph.normalise reads them
+        self.degrees = degrees(W)
+        self.root = np.sqrt(self.degrees)
         self.graph = (W.indptr.astype(np.int64), W.indices.astype(np.int64), W.data)
 
     def solve(self, columns: np.ndarray) -> SparseColumns:
@@ -134,7 +142,7 @@ class Pusher:
         n, idx = self.n, np.asarray(columns, dtype=np.int64)
         if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= n)):
             raise InvalidInput(f"columns must be row indices in 0..{n - 1}")
-        root = np.sqrt(self.degrees)
+        root = self.root
         parts: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0, np.int64), np.empty(0))] * idx.size
         dropped = np.zeros(idx.size)
 

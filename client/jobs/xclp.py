@@ -34,6 +34,7 @@ from xclp.data.party_table import PartyData
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.privacy import label_dp
 from xclp.progress import Meter
+from xclp.v1 import influence as influence_wire
 from xclp.v1 import wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.params import JobParams
@@ -41,7 +42,6 @@ from xclp.v1.xclp import (
     GRAPH_MSG,
     HAMMING_STEP,
     INFLUENCE_MSG,
-    INFLUENCE_PIECE_BYTES,
     INTRA_STEP,
     KEPT_PAIRS_MSG,
     LABELS_STEP,
@@ -222,7 +222,7 @@ class XclpParty(PartyJob):
                 influence = self._need(self.influence, "the graph layout")
                 n = influence.zbar.shape[0]
                 if self.params.tolerance:  # sparse: whole columns within the piece size, or one alone
-                    return max(INFLUENCE_PIECE_BYTES, 12 + 8 * n)
+                    return influence_wire.most_bytes(n)
                 return 8 * n * min(influence_piece_columns(n), influence.expected)
             if step == ROWSUMS_RESULT_MSG:
                 return 8 * n_self * self.params.n_classes

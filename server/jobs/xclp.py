@@ -44,7 +44,7 @@ from xclp.server.phases.xclp_state import CandidateRun, XclpState, step_meter
 from xclp.server.steps import xclp as steps
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.centres import PROBE_TABLE_STEP, table_shape
-from xclp.v1.influence import pack_pieces
+from xclp.v1.influence import empty_piece, pack_pieces
 from xclp.v1.xclp import (
     GRAPH_MSG,
     INFLUENCE_MSG,
@@ -54,7 +54,6 @@ from xclp.v1.xclp import (
     ROWSUMS_RESULT_MSG,
     ROWSUMS_STEP,
     SPARSE_INFLUENCE,
-    SPARSE_INFLUENCE_DTYPE,
     XclpJobParams,
     influence_piece_columns,
     label_dp_line,
@@ -286,8 +285,8 @@ class Distribute(Work):
         for pid, cols in columns.items():
             if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
                 with self.locked:
-                    scope.broadcast(INFLUENCE_MSG, 0, np.zeros((layout.n, 0)) if not p.tolerance else
-                                    np.zeros(1, dtype=SPARSE_INFLUENCE_DTYPE), to=[pid])
+                    scope.broadcast(INFLUENCE_MSG, 0, empty_piece() if p.tolerance else np.zeros((layout.n, 0)),
+                                    to=[pid])
             for start in range(0, cols.size, solve_columns(layout.n)):
                 if not self.live() or pid not in scope.members:  # cancelled, or the party is gone
                     break

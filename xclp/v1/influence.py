@@ -26,14 +26,29 @@ from xclp.v1.xclp import INFLUENCE_PIECE_BYTES, SPARSE_INFLUENCE_DTYPE
 _F32 = np.dtype("<f4")
 
 
+def column_bytes(entries: int) -> int:
+    """A column's words in a piece: its count and dropped share, a row and a value per entry."""
+    return 8 + 8 * entries
+
+
+def most_bytes(n: int) -> int:
+    """The largest piece over `n` graph rows: INFLUENCE_PIECE_BYTES, or one column of n entries alone."""
+    return max(INFLUENCE_PIECE_BYTES, 4 + column_bytes(n))
+
+
+def empty_piece() -> np.ndarray:
+    """The one piece of a receiver without labeled rows: no column."""
+    return np.zeros(1, dtype=SPARSE_INFLUENCE_DTYPE)
+
+
 def pack_pieces(columns: SparseColumns, piece_bytes: int = INFLUENCE_PIECE_BYTES) -> Iterator[np.ndarray]:
     """`columns` as pieces of whole columns, each within `piece_bytes` but for a column larger alone."""
     counts = np.diff(columns.indptr)
     start = 0
     while start < columns.columns:
         stop, size = start, 4
-        while stop < columns.columns and (stop == start or size + 8 + 8 * int(counts[stop]) <= piece_bytes):
-            size += 8 + 8 * int(counts[stop])
+        while stop < columns.columns and (stop == start or size + column_bytes(int(counts[stop])) <= piece_bytes):
+            size += column_bytes(int(counts[stop]))
             stop += 1
         lo, hi = int(columns.indptr[start]), int(columns.indptr[stop])
         yield np.concatenate([
