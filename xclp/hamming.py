@@ -25,6 +25,16 @@ _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
 
 
+@njit(inline="always", cache=True)
+def popcount64(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    """The set bits of one 64-bit word, branch-free (SWAR; LLVM lowers it to POPCNT where available),
+    for numba kernels over packed codes."""
+    x = x - ((x >> np.uint64(1)) & _M1)
+    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+    x = (x + (x >> np.uint64(4))) & _M4
+    return (x * _H01) >> np.uint64(56)
+
+
 @njit(parallel=True, cache=True)
 def _hamming_kernel(A: np.ndarray, B: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
     n_a, n_words = A.shape

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit, prange
 
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams, check_k, similarity
-from xclp.hamming import hamming_dtype, hamming_matrix
+from xclp.hamming import hamming_dtype, popcount64
 from xclp.lsh import check_lsh_bits
 
 # Elements of a similarity block materialised at once (float64): rows are folded in slices of this size,
@@ -131,21 +132,62 @@ def own_top_k(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> tuple[np
     """A party's own k nearest rows per row (docs/design.md §10.1), by the graph's rule, without its n × n block.
 
     Returns (candidates uint32[n, k'], distances hamming_dtype[n, k']) with k' = min(k, n − 1), each
-    row's best first, in the party's own row numbering.
+    row's best first, in the party's own row numbering. One pass of a numba kernel over each row's
+    distances (`_own_top_k_kernel`): the similarity is a function of the distance alone, so each
+    distance's rank among the similarities its values take (`similarity_ranks`) orders candidates
+    exactly as the similarities do, equal similarities (every distance past L/2 gives 0) equal ranks.
     """
-    n = int(np.asarray(codes).shape[0])
+    codes = np.ascontiguousarray(codes)
+    n = int(codes.shape[0])
     kk = min(int(params.k), n - 1)
     if kk <= 0:
         return np.zeros((n, 0), np.uint32), np.zeros((n, 0), hamming_dtype(lsh_bits))
-    top = TopK(n, lsh_bits, GraphParams(kk, params.alpha, params.power))
-    step = max(1, _BLOCK_ELEMENTS // n)
-    everyone = np.arange(n, dtype=np.int64)
-    distances = np.zeros((n, kk), dtype=hamming_dtype(lsh_bits))
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        block = hamming_matrix(codes[start:stop], codes)
-        sim = similarity(block, top.lsh_bits, top.power)
-        sim[np.arange(stop - start), np.arange(start, stop)] = -np.inf  # self excluded
-        top.merge(start, sim, np.broadcast_to(everyone, sim.shape), ascending=True)
-        distances[start:stop] = np.take_along_axis(block, top.idx[start:stop], axis=1)
-    return top.idx.astype(np.uint32), distances
+    check_k(kk, n)
+    if codes.ndim != 2 or codes.dtype != np.uint64 or 64 * codes.shape[1] != check_lsh_bits(lsh_bits):
+        raise InvalidInput(f"codes must be uint64[n, {lsh_bits // 64}] for L = {lsh_bits}, got {codes.dtype}"
+                           f"{list(codes.shape)}")
+    idx = np.empty((n, kk), dtype=np.uint32)
+    distances = np.empty((n, kk), dtype=hamming_dtype(lsh_bits))
+    _own_top_k_kernel(codes, similarity_ranks(lsh_bits, params.power), idx, distances)
+    return idx, distances
+
+
+def similarity_ranks(lsh_bits: int, power: float) -> np.ndarray:
+    """int64[L + 1]: per Hamming distance d, the rank of its similarity max(cos(π·d/L), 0)^p among
+    those of 0..L, the largest 0; equal similarities share a rank (the floats of `similarity` itself)."""
+    order = -similarity(np.arange(lsh_bits + 1), lsh_bits, power)
+    return np.searchsorted(np.unique(order), order).astype(np.int64)
+
+
+@njit(parallel=True, cache=True)
+def _own_top_k_kernel(codes: np.ndarray, rank: np.ndarray, idx: np.ndarray,
+                      dist: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Per row i, its k best other rows by (rank of the distance asc, row asc), best first."""
+    n, words = codes.shape
+    k = idx.shape[1]
+    for i in prange(n):
+        best_r = np.empty(k, np.int64)
+        best_j = np.empty(k, np.int64)
+        best_d = np.empty(k, np.int64)
+        filled = 0
+        for j in range(n):
+            if j == i:
+                continue
+            d = 0
+            for t in range(words):
+                d += popcount64(codes[i, t] ^ codes[j, t])
+            r = rank[d]
+            if filled == k:
+                if r >= best_r[k - 1]:  # not better; an equal rank goes to the smaller row, seen first
+                    continue
+                pos = k - 1
+            else:
+                pos = filled
+                filled += 1
+            while pos > 0 and best_r[pos - 1] > r:
+                best_r[pos], best_j[pos], best_d[pos] = best_r[pos - 1], best_j[pos - 1], best_d[pos - 1]
+                pos -= 1
+            best_r[pos], best_j[pos], best_d[pos] = r, j, d
+        for t in range(k):
+            idx[i, t] = best_j[t]
+            dist[i, t] = best_d[t]

@@ -91,6 +91,26 @@ def test_a_partys_own_top_k_is_its_k_nearest_rows_by_the_graphs_rule() -> None:
     assert own_top_k(own[:1], 64, GraphParams(k=10))[0].shape == (1, 0)
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 40), k=st.integers(1, 12), lsh_bits=st.sampled_from([64, 128]),
+       power=st.sampled_from([1, 3, 0.5, 2.5]), pool=st.sampled_from([2, 5, None]), seed=st.integers(0, 2**16))
+def test_own_top_k_in_one_pass_picks_what_the_similarities_pick(n, k, lsh_bits, power, pool, seed) -> None:
+    """The one-pass kernel orders candidates by their distance's rank among the similarities
+    (xclp.neighbours.similarity_ranks), never by a similarity it computes: the same picks, in the
+    same order, as sorting max(cos(π·d/L), 0)^p itself, ties (shared codes, and every distance past
+    L/2, whose similarity is 0) to the smaller row."""
+    own = codes(seed, n, lsh_bits, pool)
+    cand, dist = own_top_k(own, lsh_bits, GraphParams(k=k, power=power))
+    H = hamming_matrix(own)
+    sim = similarity(H, lsh_bits, power)
+    kk = min(k, n - 1)
+    assert cand.shape == dist.shape == (n, kk)
+    for i in range(n):
+        order = sorted((-sim[i, j], j) for j in range(n) if j != i)[:kk]
+        assert [int(c) for c in cand[i]] == [j for _, j in order]
+        np.testing.assert_array_equal(dist[i], H[i, cand[i]])
+
+
 def test_candidate_lists_are_checked() -> None:
     top = TopK(10, 64, GraphParams(k=2))
     with pytest.raises(InvalidInput, match="never its own neighbour"):
