@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from gmpy2 import mpz
 
-from xclp.checkpoint import Saved, scaling_of, with_scaling
+from xclp.checkpoint import OtherFormat, Saved, scaling_of, with_scaling
 from xclp.client.ledger import RunAccount, Spend
 from xclp.client.phases.seed import SeedParty
 from xclp.client.transcript import Transcript
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from xclp.client.session import PartySession
 
 RUNS_DIR = "runs"
-FORMAT = 1
+FORMAT = 2  # 2: XCLP's part is its staged state (client/jobs/xclp_state.py); 1 is refused with that reason
 _MAGIC = b"xclp/run-state/v1"
 
 
@@ -80,6 +80,9 @@ class RunStateFile:
             raise InvalidInput(f"cannot read the run state {self.path}: {exc.strerror}") from None
         try:
             return Saved.from_bytes(aead.open_sealed(self._key, sealed, aad=self._aad), FORMAT)
+        except OtherFormat as exc:
+            raise InvalidInput(f"the run state {self.path} was written by another version of xclp-client ({exc}): "
+                               "it cannot rejoin that run") from None
         except (aead.SealBroken, InvalidInput) as exc:
             raise InvalidInput(f"the run state {self.path} cannot be opened with this party's identity key for "
                                f"this job ({exc})") from None

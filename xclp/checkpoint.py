@@ -38,9 +38,16 @@ class Saved:
             meta = json.loads(arrays.pop("__meta__").tobytes().decode())
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise InvalidInput(f"not a readable checkpoint: {exc}") from None
-        if not isinstance(meta, dict) or meta.get("format") != format:
-            raise InvalidInput("a checkpoint of another format than this version writes")
+        if not isinstance(meta, dict):
+            raise InvalidInput("not a readable checkpoint: its meta is not a table")
+        if meta.get("format") != format:
+            raise OtherFormat(f"a checkpoint of format {meta.get('format')}, written by another version: this "
+                              f"version reads format {format}")
         return cls(meta, arrays)
+
+
+class OtherFormat(InvalidInput):
+    """A checkpoint that reads, but in a format another version wrote (never misread as this one's)."""
 
 
 def with_scaling(saved: Saved, scaling: Scaling | None) -> Saved:

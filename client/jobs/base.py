@@ -26,8 +26,12 @@ class PartyJob:
     def __init__(self, ctx: PartyContext) -> None:
         self.ctx = ctx
         self.result: np.ndarray | None = None  # what the job gave this party, once it is here
-        # what an approximation in the job left out (xclp with sparse influence, docs/design.md §10.7)
-        self.approximation: dict[str, Any] | None = None
+
+    @property
+    def approximation(self) -> dict[str, Any] | None:
+        """What an approximation in the job left out (xclp with sparse influence, docs/design.md
+        §10.7); None for an exact job (the default)."""
+        return None
 
     def phases(self) -> Sequence[RelayedPhase]:
         """The job's phases now under way that take messages of their own (its masked sums)."""

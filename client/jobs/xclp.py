@@ -1,7 +1,8 @@
 """A party's side of the XCLP job (docs/design.md §5): reacts to the coordinator's steps and peer messages.
 
-The math is in `client.steps.xclp`; this class keeps what the party holds between messages and
-moves payloads (dtypes and shapes as in server/jobs/xclp.py) to the phase that handles them:
+The math is in `client.steps.xclp`; what the party holds between messages is one staged value,
+`stage` (client/jobs/xclp_state.py: Joined, Laid, Receiving, Whole), and this class moves payloads
+(dtypes and shapes as in server/jobs/xclp.py) to the phase that handles them:
 SecureHamming, the party's pairs as A and B (client/phases/secure_hamming.py); candidate pairs'
 centres (client/phases/centres.py); SecureRowSums, the party's masked-sum phase
 (client/phases/masked_sum.py), which keeps the party's own masked rows back.
@@ -9,9 +10,9 @@ centres (client/phases/centres.py); SecureRowSums, the party's masked-sum phase
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Sized
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -21,6 +22,7 @@ from xclp.client.context import PartyContext, Progress
 from xclp.client.jobs import xclp_state
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import WorkLimits, check_memory, check_work, party_bytes
+from xclp.client.jobs.xclp_state import Joined, Laid, Receiving, Stage, Whole, Zbar
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
@@ -91,11 +93,7 @@ class XclpParty(PartyJob):
         self.keypair: PaillierKeypair = ctx.keypair
         self.roster, self.party_id, self.progress = ctx.roster, ctx.party_id, ctx.progress
         self.X, self.y = steps.check_party_data(ctx.data.X, self._labels(), self.params.n_classes)
-        self.sizes: dict[str, int] = {}  # rows per party from "layout"
-        self.graph: tuple[tuple[str, int], ...] = ()  # (party, rows) in H's order, from "graph"
-        # Z̄ once every influence column is in; with label-DP its noisy release, drawn once
-        self.zbar: np.ndarray | steps.NoisyRowSums | None = None
-        self.influence: steps.InfluenceScores | None = None
+        self.stage: Stage = Joined()  # where the party is, holding only what is valid there
         # label-DP by randomised response (xclp.privacy.label_dp): the labels as released, drawn once per row
         # of the data set and kept sealed in the ledger, so that every later job releases the same ones
         p = self.params
@@ -109,12 +107,6 @@ class XclpParty(PartyJob):
             account = ctx.account
             self.released_y = draw() if account is None else responses.released_labels(
                 account.ledger, account.data, ctx.data.ids, responses.class_names(p), epsilon, p.hide_label_mask, draw)
-        self.released: steps.InfluenceScores | None = None  # Z̄ of the released labels
-        self.influence_digest = _influence_digest()  # of the pieces received, in order
-        self.block: bytes | None = None  # its digest once they are all in: what Z̄ is a function of
-        self.kept_zbar: tuple[bytes, np.ndarray | steps.NoisyRowSums] | None = None  # (digest, Z̄) before a resend
-        self.label_privacy: dict[str, Any] | None = None
-        self.influence_meter: Meter | None = None
         self.started = time.monotonic()
         self.since = "since the seed"  # what `started` is, in progress lines
         # SecureRowSums: its parties bind the unscoped step name in the reveal digest (in a
@@ -134,13 +126,54 @@ class XclpParty(PartyJob):
     # --- a restart (client/run_state.py) ------------------------------------------------------
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """In SecureHamming, or with Z̄ whole until it reveals (client/jobs/xclp_state.py)."""
-        return xclp_state.saved(self)
+        """In SecureHamming from its pairs on, or with Z̄ whole until it reveals; None elsewhere
+        (client/jobs/xclp_state.py)."""
+        stage = self.stage
+        if isinstance(stage, Laid):
+            hamming = self.hamming.saved()
+            return None if hamming is None else xclp_state.laid_saved(stage, hamming)
+        if isinstance(stage, Whole) and not self.row_sums.self_masks.revealed:
+            return stage.saved()
+        return None
 
     @classmethod
     def restored(cls, ctx: PartyContext, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> XclpParty:
-        """The job `saved` described, waiting for the attempt its restart starts."""
-        return xclp_state.restored(cls(ctx), ctx, meta, arrays)
+        """The job `saved` described, waiting for the attempt its restart starts; InvalidInput, with
+        the reason, for a state another version wrote."""
+        job = cls(ctx)
+        job.since = "since this process rejoined the run"  # not the seed, which an earlier process took
+        if xclp_state.stage_of(meta) == "whole":  # SecureHamming and the influence columns are behind it
+            job.stage = Whole.restored(meta, arrays)
+            return job
+        job.stage = Laid(xclp_state.sizes_of(meta))
+        job.hamming.restore(meta["hamming"], arrays, steps.lsh_step(job.X, ctx.seed, job.params.lsh_bits))
+        return job
+
+    # --- what the stage holds -------------------------------------------------------------------
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """Rows per party from the row layout ({} before it)."""
+        return self.stage.sizes or {}
+
+    @property
+    def graph(self) -> tuple[tuple[str, int], ...]:
+        """(party, rows) in H's order from the graph layout (() before it)."""
+        return self.stage.graph or ()
+
+    @property
+    def zbar(self) -> Zbar | None:
+        """Z̄ once every influence column is in; with label-DP its noisy release, drawn once."""
+        return self.stage.zbar if isinstance(self.stage, Whole) else None
+
+    @property
+    def influence(self) -> steps.InfluenceScores | None:
+        """The influence columns folding into Z̄, while they arrive."""
+        return self.stage.scores if isinstance(self.stage, Receiving) else None
+
+    @property
+    def approximation(self) -> dict[str, Any] | None:
+        return self.stage.approximation if isinstance(self.stage, Whole) else None
 
     def _check_size(self) -> None:
         """Estimate this party's memory and Paillier work from the layout, before any of it
@@ -238,22 +271,22 @@ class XclpParty(PartyJob):
         if message.step in (LAYOUT_MSG, GRAPH_MSG):
             rows = self._layout(payload, message.step)
             if message.step == LAYOUT_MSG:
-                self.sizes = {p: n for p, n in rows.items() if n}
+                sizes = {p: n for p, n in rows.items() if n}
+                self.stage = Laid(sizes) if isinstance(self.stage, (Joined, Laid)) else replace(self.stage, sizes=sizes)
                 self._check_size()
-            elif not self.hamming.done:
+            elif isinstance(self.stage, Joined) or isinstance(self.stage, Laid) and not self.hamming.done:
                 raise ProtocolError("the coordinator sent the graph layout before this party's SecureHamming pairs "
                                     "were done")
             else:
-                if self.influence is not None or self.zbar is not None:  # (a restarted process holds only Z̄)
-                    self._graph_again()
-                self.graph = tuple((p, n) for p, n in rows.items() if n)
-                self.ctx.checkpoint()  # past SecureHamming: the run state goes
-                influence = self.influence = self._scores_of(self.y)
-                if self.released_y is not None:
-                    self.released = self._scores_of(self.released_y)
+                kept = None if isinstance(self.stage, Laid) else self._graph_again()
+                graph = tuple((p, n) for p, n in rows.items() if n)
+                scores = self._scores_of(self.y, graph)
                 # the coordinator solves and sends them block by block (§10.2): the wait is the solve
-                self.influence_meter = Meter("influence columns", influence.expected, self.progress,
-                                             unit="columns received", lines=4, bar=True)
+                self.stage = Receiving(self.stage.sizes, graph, scores, None if self.released_y is None else
+                                       self._scores_of(self.released_y, graph),
+                                       Meter("influence columns", scores.expected, self.progress,
+                                             unit="columns received", lines=4, bar=True), kept)
+                self.ctx.checkpoint()  # past SecureHamming: the run state goes
         elif message.step == PAIRS_MSG:
             self.hamming.on_pairs(payload)
         elif message.step == KEPT_PAIRS_MSG:
@@ -291,44 +324,46 @@ class XclpParty(PartyJob):
                 raise ProtocolError(f"the {what} message changes the row count of {p!r}")
         return rows
 
-    # --- SecureHamming (docs/design.md §5.3) ----------------------------------------------------------
-
     # --- influence and SecureRowSums (docs/design.md §5.5-5.7) ------------------------------------------
 
     def _influence(self, payload: wire.Payload) -> None:
-        """One piece of this party's influence columns (docs/design.md §5.5, §10.2), folded into Z̄ at once."""
-        self._need(self.graph, "the graph layout")
-        if not self.hamming.done:  # protocol order: no graph without this party's distances
-            raise ProtocolError("the coordinator sent an influence block before this party's SecureHamming pairs "
-                                "were done")
-        influence = self._need(self.influence, "the graph layout")  # made with the graph layout
-        n = influence.zbar.shape[0]
-        if self.zbar is not None:  # (a party without labeled rows is complete with one empty piece)
+        """One piece of this party's influence columns (docs/design.md §5.5, §10.2), folded into Z̄ at once.
+        Only in Receiving: the graph layout came, so SecureHamming is behind (protocol order: no graph
+        without this party's distances)."""
+        stage = self.stage
+        if isinstance(stage, Whole):  # (a party without labeled rows is complete with one empty piece)
             raise ProtocolError("the coordinator sent more influence columns than this party has")
-        piece = steps.influence_piece(payload, n, self.params.alpha, self.params.tolerance)
-        self.influence_digest.update(np.ascontiguousarray(payload).tobytes())  # the row sums' definition
+        if not isinstance(stage, Receiving):
+            raise ProtocolError("the coordinator sent an influence block before the graph layout, which comes once "
+                                "this party's SecureHamming pairs are done")
+        influence = stage.scores
+        piece = steps.influence_piece(payload, influence.zbar.shape[0], self.params.alpha, self.params.tolerance)
+        stage.digest.update(np.ascontiguousarray(payload).tobytes())  # the row sums' definition
         try:
             influence.add(piece)
-            if self.released is not None:
-                self.released.add(piece)
+            if stage.released is not None:
+                stage.released.add(piece)
         except InvalidInput as exc:
             raise ProtocolError(f"the coordinator sent a malformed influence block: {exc}") from None
-        if self.influence_meter is not None:
-            self.influence_meter.update(influence.received)
+        stage.meter.update(influence.received)
         if not influence.complete:
             return
-        block = self.block = self.influence_digest.digest()
-        if self.kept_zbar is not None and self.kept_zbar[0] == block:
-            self.zbar = self.kept_zbar[1]  # the same columns again: the same Z̄, label-DP noise included
+        block, privacy, approximation = stage.digest.digest(), None, None
+        if stage.kept is not None and stage.kept[0] == block:
+            zbar = stage.kept[1]  # the same columns again: the same Z̄, label-DP noise included
+        elif self.params.label_dp:
+            zbar, privacy = xclp_state.label_dp_release(stage, self.params, self.party_id, self.X.shape[0],
+                                                        self.ctx.account, self.progress)
         else:
-            self.zbar = influence.zbar if not self.params.label_dp else self._label_dp_release(influence)
+            zbar = influence.zbar
         if self.params.tolerance:
-            self.approximation = {"influence_tolerance": self.params.tolerance, **influence.approximation}
+            approximation = {"influence_tolerance": self.params.tolerance, **influence.approximation}
             self.progress(f"influence columns pushed to tolerance {self.params.tolerance:g}: each class of Z̄ keeps "
                           f"at least {1 - influence.dropped[0]:.1%} of its degree-weighted mass")
+        self.stage = Whole(stage.sizes, stage.graph, block, zbar, privacy, approximation)
         self.ctx.checkpoint()  # what a restarted process rejoins SecureRowSums with (client/jobs/xclp_state.py)
 
-    def _graph_again(self) -> None:
+    def _graph_again(self) -> tuple[bytes, Zbar] | None:
         """A restarted coordinator sends the graph layout again, and solves and sends the influence
         columns again (server/resume.py), before this party revealed its row sums: the columns are
         taken again from the first; if they are the same (their digest), the Z̄ made of them before
@@ -336,63 +371,37 @@ class XclpParty(PartyJob):
         if self.row_sums.self_masks.revealed:
             raise ProtocolError("the coordinator sent the graph layout again after this party revealed its row "
                                 "sums: SecureRowSums is opened once")
-        if self.zbar is not None and self.block is not None:
-            self.kept_zbar = (self.block, self.zbar)
-        self.zbar = self.block = None
-        self.influence_digest = _influence_digest()
         self.progress("the graph layout again (the coordinator restarted): its influence columns come again")
+        stage = self.stage
+        if isinstance(stage, Whole):
+            return stage.block, stage.zbar
+        return stage.kept if isinstance(stage, Receiving) else None
 
-    def _scores_of(self, y: np.ndarray) -> steps.InfluenceScores:
-        return steps.InfluenceScores(y, self.params.n_classes, sum(n for _, n in self.graph),
+    def _scores_of(self, y: np.ndarray, graph: tuple[tuple[str, int], ...]) -> steps.InfluenceScores:
+        return steps.InfluenceScores(y, self.params.n_classes, sum(n for _, n in graph),
                                      hide_label_mask=self.params.hide_label_mask,
                                      normalise_labels=self.params.normalise_labels,
-                                     own=RowLayout.of(self.graph).rows(self.party_id)
+                                     own=RowLayout.of(graph).rows(self.party_id)
                                      if self.params.label_dp and self.params.label_dp_mechanism == "skellam" else None)
-
-    def _label_dp_release(self, influence: steps.InfluenceScores) -> np.ndarray | steps.NoisyRowSums:
-        """Z̄ as this party releases it with label-DP (xclp.privacy.label_dp): from its randomised labels, or
-        with noise calibrated to the block it received; its own rows exact."""
-        p = self.params
-        assert p.label_dp_epsilon is not None
-        if self.released is not None:  # randomised response
-            values = label_dp.response_values(p.n_classes, hide_unlabeled=p.hide_label_mask)
-            self.label_privacy = {"mechanism": "response", "epsilon_spent": p.label_dp_epsilon, "delta": 0.0,
-                                  "keep_probability": label_dp.keep_probability(p.label_dp_epsilon, values)}
-            self.progress(f"label-DP ε = {p.label_dp_epsilon:g}: each label was kept with probability "
-                          f"{self.label_privacy['keep_probability']:.3g}, else replaced at random, before use")
-            return steps.released_scores(influence.zbar, self.released.zbar, self.graph, self.party_id)
-        assert p.label_dp_delta is not None
-        released = influence.zbar.shape[0] - self.X.shape[0]
-        try:
-            plan = label_dp.plan(p.label_dp_epsilon, p.label_dp_delta, *influence.largest_columns, released,
-                                 p.frac_bits)
-            noisy = steps.label_dp_release(influence.zbar, self.graph, self.party_id, plan, self.fixed_point)
-            if self.ctx.account is not None:  # the ledger composes runs by RDP
-                self.ctx.account.mechanism("labels", plan.rdp)
-        except InvalidInput as exc:
-            raise ProtocolError(f"the influence block cannot be released with label-DP: {exc}") from None
-        self.label_privacy = {"mechanism": "skellam", "epsilon_spent": plan.epsilon, "delta": plan.delta,
-                              "noise_std": plan.noise_std, "noise_multiplier": plan.noise_multiplier}
-        self.progress(plan.describe())
-        return noisy
 
     def privacy(self) -> dict[str, Any] | None:
         """With label-DP: what this party's labels spent (one release; a restart resends it)."""
-        if self.label_privacy is None:
+        stage = self.stage
+        if not isinstance(stage, Whole) or stage.label_privacy is None:
             return None
-        return {"label_dp": True, "epsilon_budget": self.params.label_dp_epsilon, **self.label_privacy}
+        return {"label_dp": True, "epsilon_budget": self.params.label_dp_epsilon, **stage.label_privacy}
 
     def _row_sum_releases(self, members: tuple[str, ...]) -> list[Release]:
         """Without label-DP the row sums are exact: Z̄ = S_L Y_L under the influence the coordinator
         sent (its digest names the function; the labels are the data's)."""
-        block = self._need(self.block, "every influence column")
+        block = self._whole("every influence column").block
         return [Release(function_id("row-sums", block, self.params.label_norm, str(self.params.n_classes)),
                         "XCLP's row sums of its labels under one influence block")]
 
     def _encoded_row_sums(self, members: tuple[str, ...]) -> np.ndarray:
         """Z̄ on the frame of this attempt's participants, in the ring (docs/design.md §5.6)."""
-        assert self.zbar is not None
-        return steps.encode_row_sums(self.zbar, self.graph, members, self.fixed_point)
+        stage = self._whole("the influence block")
+        return steps.encode_row_sums(stage.zbar, stage.graph, members, self.fixed_point)
 
     def _own_rows(self, masked: np.ndarray, members: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         return steps.split_own_rows(masked, self.graph, members, self.party_id)
@@ -423,6 +432,12 @@ class XclpParty(PartyJob):
             raise ProtocolError(f"the coordinator moved on before sending {what}")
         return value
 
+    def _whole(self, what: str) -> Whole:
+        """The Whole stage, or ProtocolError if the coordinator moved on before sending `what`."""
+        if not isinstance(self.stage, Whole):
+            raise ProtocolError(f"the coordinator moved on before sending {what}")
+        return self.stage
+
     def _elapsed(self) -> str:
         return f"{time.monotonic() - self.started:.1f}s {self.since}"
 
@@ -433,7 +448,3 @@ class XclpParty(PartyJob):
             raise ProtocolError("no scores yet")
         return steps.predict(self.result)
 
-
-def _influence_digest() -> hashlib._Hash:
-    """A running hash of a party's influence pieces, in order: what its row sums are a function of."""
-    return hashlib.sha256(b"xclp/influence")

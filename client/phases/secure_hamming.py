@@ -20,7 +20,7 @@ from collections.abc import Callable, Sized
 from concurrent.futures import CancelledError
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,7 +50,7 @@ from xclp.v1.secure_hamming_wire import (
     relay_bytes,
 )
 from xclp.v1.xclp import HAMMING_STEP, PAIRS_DTYPE, PAIRS_KEPT_DTYPE, XclpJobParams
-from xclp.v1.xclp_layout import PairTask, parts_of
+from xclp.v1.xclp_layout import PairTask, pairs_table, parts_of
 
 T = TypeVar("T")
 
@@ -141,6 +141,34 @@ class SecureHammingParty:
         if any(len(u) != 2 for u in unordered) or len(set(unordered)) != len(unordered):
             raise ProtocolError("the pairs message repeats a pair or pairs a party with itself")
         self.pairs = pairs
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+        """What a restarted process goes on from (client/jobs/xclp_state.py): from the pairs on, the
+        pairs, the attempt, its encrypted bit slices once it has them and, on candidate pairs, the
+        opened probe table; None before the pairs, or before that table is opened."""
+        if not self.pairs:
+            return None
+        arrays = {"pairs": pairs_table(self.pairs, self.ctx.roster.party_ids)}
+        if self.slices is not None:
+            arrays["slices"] = np.frombuffer(self.slices, dtype=np.uint8)
+        meta: dict[str, Any] = {"attempt": self.attempt}
+        if self.candidates is not None:
+            if self.candidates.opened is None:
+                return None
+            meta["table_members"] = list(self.candidates.opened[1])
+            arrays["table"] = self.candidates.opened[0]
+        return meta, arrays
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], codes: np.ndarray) -> None:
+        """`saved` read back into this new role with its LSH `codes` (recomputed from the data and
+        the seed): waiting for the attempt the restart starts."""
+        self.codes = codes
+        self.on_pairs(arrays["pairs"])
+        self.attempt = None if meta["attempt"] is None else int(meta["attempt"])
+        if "slices" in arrays:
+            self.slices = arrays["slices"].tobytes()
+        if self.candidates is not None:
+            self.candidates.reopen(arrays["table"], tuple(meta["table_members"]))
 
     def on_kept(self, payload: wire.Payload, attempt: int) -> None:
         """The kept-pairs message before restart `attempt`: uint8[m], 1 for the pairs it skips."""

@@ -102,23 +102,24 @@ def test_the_pooled_scaling_goes_through_a_checkpoint_whole() -> None:
     from xclp.data.prep import Scaling
 
     scaling = Scaling(np.array([0.5, -1.25]), np.array([2.0, 0.125]), np.array([True, False]), True, False)
-    back = scaling_of(Saved.from_bytes(with_scaling(state(), scaling).to_bytes()))
+    back = scaling_of(Saved.from_bytes(with_scaling(state(), scaling).to_bytes(), run_state.FORMAT))
     assert back is not None and (back.standardise, back.impute) == (True, False)
     for part in ("mean", "std", "kept"):
         np.testing.assert_array_equal(getattr(back, part), getattr(scaling, part))
     assert back.kept.dtype == bool
-    assert scaling_of(Saved.from_bytes(with_scaling(state(), None).to_bytes())) is None
+    assert scaling_of(Saved.from_bytes(with_scaling(state(), None).to_bytes(), run_state.FORMAT)) is None
 
 
 @pytest.mark.parametrize("noisy", [False, True], ids=["exact", "label-dp"])
 def test_xclps_row_sums_state_gives_back_the_same_zbar_and_none_once_revealed(keys, tmp_path: Path, noisy) -> None:
-    """What an XCLP party keeps for SecureRowSums (client/jobs/xclp_state.py), sealed and read back:
+    """What an XCLP party keeps for SecureRowSums (client/jobs/xclp_state.Whole), sealed and read back:
     the graph layout, the influence digest and Z̄ as released — with label-DP the noisy release as
     drawn and its plan, so a restarted party masks the same values and draws no fresh noise (a
     second draw would be a second release of its labels). Once it revealed, nothing is kept."""
     from types import SimpleNamespace
 
     from xclp.client.jobs import xclp_state
+    from xclp.client.jobs.xclp import XclpParty
     from xclp.client.steps import xclp as steps
     from xclp.privacy import label_dp
 
@@ -128,24 +129,47 @@ def test_xclps_row_sums_state_gives_back_the_same_zbar_and_none_once_revealed(ke
     plan = label_dp.LabelDpPlan(1.0, 1e-6, 1.7, 2.4, 30, 20, 3.5)
     zbar = steps.NoisyRowSums(rng.integers(0, 2**63, size=(40, 3), dtype=np.uint64), plan) if noisy else exact
     privacy = {"mechanism": "skellam", "epsilon_spent": 1.0} if noisy else None
+    stage = xclp_state.Whole({"a": 10, "b": 15, "c": 15}, graph, b"\x07" * 32, zbar, privacy,
+                             {"influence_tolerance": 1e-4, "columns": 4, "dropped_max": 0.5})
     revealed = SimpleNamespace(revealed=False)
-    job = SimpleNamespace(graph=graph, zbar=zbar, block=b"\x07" * 32, sizes={"a": 10, "b": 15, "c": 15},
-                          label_privacy=privacy, row_sums=SimpleNamespace(self_masks=revealed),
-                          approximation={"influence_tolerance": 1e-4, "columns": 4, "dropped_max": 0.5})
-    meta, arrays = xclp_state.saved(job)  # type: ignore[arg-type, misc]
+    job = SimpleNamespace(stage=stage, row_sums=SimpleNamespace(self_masks=revealed))
+    meta, arrays = XclpParty.saved(job)  # type: ignore[arg-type, misc]
     file = RunStateFile(tmp_path, "a", "x", keys["a"])
     file.save(Saved({"format": run_state.FORMAT, "job": meta}, arrays))
     back = file.load()
-    assert back is not None
-    fresh = SimpleNamespace(hamming=SimpleNamespace(done=False))
-    xclp_state.restored(fresh, None, back.meta["job"], back.arrays)  # type: ignore[arg-type]
-    assert fresh.graph == graph and fresh.block == job.block and fresh.sizes == job.sizes
-    assert fresh.label_privacy == privacy and fresh.hamming.done
-    assert fresh.approximation == job.approximation  # what a sparse influence left out, reported after a restart
+    assert back is not None and xclp_state.stage_of(back.meta["job"]) == "whole"
+    fresh = xclp_state.Whole.restored(back.meta["job"], back.arrays)
+    assert (fresh.graph, fresh.block, fresh.sizes) == (graph, stage.block, stage.sizes)
+    assert fresh.label_privacy == privacy
+    assert fresh.approximation == stage.approximation  # what a sparse influence left out, reported after a restart
     if noisy:
         assert isinstance(fresh.zbar, steps.NoisyRowSums) and fresh.zbar.plan == plan
         np.testing.assert_array_equal(fresh.zbar.encoded, zbar.encoded)  # type: ignore[union-attr]
     else:
         np.testing.assert_array_equal(fresh.zbar, exact)
     revealed.revealed = True
-    assert xclp_state.saved(job) is None  # type: ignore[arg-type]
+    assert XclpParty.saved(job) is None  # type: ignore[arg-type]
+
+
+def test_a_run_state_an_earlier_version_wrote_is_refused_with_its_reason_never_misread(keys, tmp_path: Path) -> None:
+    """A state sealed by the version before the staged XCLP state (run-state format 1: the job's
+    part a loose table of sizes, graph and Z̄) is refused, saying why, and deleted: read as this
+    version's it would be misread (or fail with a KeyError deep in a rejoin). An XCLP part of
+    another version inside a current file is refused as well."""
+    from xclp.client.jobs import xclp_state
+
+    old = {"format": 1, "run_id": "7", "nonce": (b"n" * 16).hex(),
+           "spec": pb.JobSpec(job_id="x", job_type="xclp").SerializeToString().hex(),
+           "job": {"sizes": {"a": 10}, "graph": [["a", 10]], "block": "07" * 32, "label_privacy": None}}
+    file = RunStateFile(tmp_path, "a", "x", keys["a"])
+    file.save(Saved(old, {"zbar": np.zeros((10, 2))}))
+    with pytest.raises(InvalidInput, match=r"was written by another version of xclp-client \(a checkpoint of format "
+                                           r"1, written by another version: this version reads format 2\)"):
+        file.load()
+    session = session_at(keys, tmp_path)
+    challenge = pb.ChallengeResponse(run_id="7", run_nonce=b"n" * 16, spec=pb.JobSpec(job_id="x", job_type="xclp"))
+    assert run_state.saved_for(session, challenge) is None  # joins afresh ...
+    assert not file.path.exists()  # ... its state deleted,
+    assert any("written by another version of xclp-client" in line for line in session.said)  # type: ignore[attr-defined]
+    with pytest.raises(InvalidInput, match="saved XCLP run state is of version 1, this xclp-client reads version 2"):
+        xclp_state.stage_of(old["job"])

@@ -18,6 +18,7 @@ import pytest
 import xclp.v1.secure_hamming_wire as shw
 from xclp.client.context import PartyContext
 from xclp.client.jobs.xclp import XclpParty
+from xclp.client.jobs.xclp_state import Laid
 from xclp.client.steps import xclp as steps
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
@@ -71,7 +72,7 @@ def build(keys, rows: dict[str, int], pairs: tuple[PairTask, ...]) -> tuple[dict
         masker = PairwiseMasker(p, {q: secret[frozenset((p, q))] for q in rows if q != p}, b"session")
         ctx = PartyContext(p, PARAMS, data, roster, bytes(32), masker, link, lambda m: None, keypair=keys[p])
         party = XclpParty(ctx)
-        party.sizes, party.hamming.pairs = dict(rows), pairs
+        party.stage, party.hamming.pairs = Laid(dict(rows)), pairs
         party.hamming.codes = steps.lsh_step(data.X, bytes(32), L)
         parties[p] = party
     return parties, link
@@ -166,7 +167,7 @@ def test_b_refuses_an_acknowledgement_replayed_or_before_the_slices(pair) -> Non
     with pytest.raises(ProtocolError, match="where acknowledgement 1 of 3 sent pieces was due"):
         deliver(parties, "a", ack, 0, "b")
     fresh = XclpParty(parties["b"].ctx)  # a new b: the acknowledgement before any slices
-    fresh.sizes, fresh.hamming.pairs = dict(ROWS), (PairTask("a", "b"),)
+    fresh.stage, fresh.hamming.pairs = Laid(dict(ROWS)), (PairTask("a", "b"),)
     fresh.hamming.codes = parties["b"].hamming.codes
     fresh.hamming.start(0, ("a", "b"))
     with pytest.raises(ProtocolError, match="sent a ACK before its bit slices"):

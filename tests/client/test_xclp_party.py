@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from xclp.client.context import PartyContext
 from xclp.client.jobs.xclp import XclpParty
+from xclp.client.jobs.xclp_state import Laid
 from xclp.crypto.identity import KeyBundle, Roster
 from xclp.crypto.masking import PairwiseMasker
 from xclp.crypto.paillier import PaillierKeypair
@@ -102,8 +103,9 @@ def test_party_takes_the_graph_and_influence_only_after_its_secure_hamming_pairs
     from_coordinator(party, "layout", rows(3, 2, 4))
     with pytest.raises(ProtocolError, match="graph layout before this party's SecureHamming pairs were done"):
         from_coordinator(party, "graph", rows(3, 2, 4))
-    party.graph = (("a", 3), ("b", 2), ("c", 4))
-    with pytest.raises(ProtocolError, match="influence block before this party's SecureHamming pairs were done"):
+    # (a party holding a graph layout without its SecureHamming done is a state its stages cannot hold)
+    with pytest.raises(ProtocolError, match="influence block before the graph layout, which comes once this "
+                                            "party's SecureHamming pairs are done"):
         from_coordinator(party, "influence", np.full((9, 2), 0.1))
 
 
@@ -140,7 +142,7 @@ def test_party_refuses_a_pair_with_a_party_the_layout_gives_no_rows(party: XclpP
 
 
 def test_party_refuses_a_malformed_influence_block(party: XclpParty) -> None:
-    with pytest.raises(ProtocolError, match="before sending the graph layout"):
+    with pytest.raises(ProtocolError, match="before the graph layout"):
         from_coordinator(party, "influence", np.zeros((9, 2)))
     from_coordinator(party, "layout", rows(3, 2, 4))
     party.hamming.done = True  # (its SecureHamming pairs done)
@@ -198,6 +200,33 @@ def test_sparse_influence_pieces_fold_into_the_zbar_of_the_same_dense_columns(ke
     np.testing.assert_array_equal(party.zbar, columns @ np.eye(2)[labels])
     assert party.approximation == {"influence_tolerance": 1e-4, "columns": 2, "dropped_max": 0.5,
                                    "dropped_mean": 0.375}
+
+
+@pytest.mark.parametrize("label_dp", [None, "response"])
+def test_once_zbar_is_whole_the_columns_it_was_folded_from_are_unreachable(keypair: PaillierKeypair,
+                                                                           label_dp: str | None) -> None:
+    """STYLE 15: the party's state is one staged value (client/jobs/xclp_state.py), each stage holding
+    only what is valid there. Once the last influence column is in, the stage is Whole: Z̄ as it is
+    released, nothing of the running sums it was folded from (with randomised response, the exact
+    labels' Z̄ beside the released labels' one). Before, `influence` and `released` stayed on the
+    party for the rest of the run, beside the Z̄ they had made."""
+    from tests.client.test_phases import reachable
+    from xclp.client.steps.influence import InfluenceScores
+
+    params = PARAMS if label_dp is None else replace(PARAMS, label_dp_epsilon=1.0, label_dp_mechanism=label_dp)
+    party = XclpParty(context(keypair, params))
+    from_coordinator(party, "layout", rows(3, 2, 4))
+    party.hamming.done = True  # (its SecureHamming pairs done)
+    from_coordinator(party, "graph", rows(3, 2, 4))
+    skip = frozenset({"ctx", "roster", "progress"})
+
+    def folding() -> list[object]:
+        return [o for o in reachable(party, skip) if isinstance(o, InfluenceScores)]
+
+    assert len(folding()) == (1 if label_dp is None else 2)
+    from_coordinator(party, "influence", np.full((9, 2), 0.1))
+    assert party.zbar is not None and party.zbar.shape == (9, 2)
+    assert folding() == []
 
 
 def test_party_refuses_a_malformed_sparse_influence_piece(keypair: PaillierKeypair) -> None:
@@ -294,7 +323,7 @@ def test_party_a_refuses_to_decrypt_what_the_coordinator_passes_off_as_bs_evalua
     data = PartyData(np.random.default_rng(0).normal(size=(3, 4)), np.array([0, -1, 1]), ("r0", "r1", "r2"))
     sink = Sink()
     a = XclpParty(context(keypair, data=data, sink=sink, b_secret=bytes(range(32))))
-    a.sizes, a.hamming.pairs = dict(ROWS), (PairTask("a", "b"), PairTask("c", "a"))
+    a.stage, a.hamming.pairs = Laid(dict(ROWS)), (PairTask("a", "b"), PairTask("c", "a"))
     a.hamming.codes = steps.lsh_step(data.X, bytes(32), 64)
     a.hamming.start(0, IDS)
     assert ("secure_hamming", 0) in sink.pushed and a.hamming.slices is not None
