@@ -95,7 +95,7 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
     """What `session` needs to rejoin its run, or None where its job cannot go on from here."""
     job, roster, seed, signed = session.job, session.roster, session.seed, session.signed
     keypair, account = session.config.paillier, session.account
-    if job is None or roster is None or seed is None or seed.seed is None or signed is None:
+    if job is None or roster is None or seed is None or seed.seed is None or signed is None or session.params is None:
         return None
     part = job.saved()
     if part is None:
@@ -109,6 +109,7 @@ def snapshot(session: PartySession, token: bytes) -> Saved | None:
         "seed_participants": list(seed.participants), "participants": list(session.participants),
         "guard": {step: [attempt, sorted(members)] for step, (attempt, members) in session.guard.last.items()},
         "transcript": session.transcript.state(), "data": session.data_digest.hex(),
+        "params": session.params.resolved(),  # what the roster's row counts made concrete, never resolved again
         "paillier": None if keypair is None else {
             "n": str(keypair.public.n), "h_s": str(keypair.public.h_s), "exponent_bits": keypair.public.exponent_bits,
             "p": str(keypair.p), "q": str(keypair.q)},
@@ -185,7 +186,7 @@ def checkpoint(session: PartySession) -> None:
     once its job can no longer go on from where it is. Never fails the run: a state that cannot
     be written is said once, and the run goes on without it."""
     file = _file(session)
-    token = session.conn.token if session._conn is not None else None
+    token = session.token
     if file is None or token is None:
         return
     try:
@@ -259,7 +260,7 @@ def rejoin(session: PartySession, saved: Saved) -> bytes:
     session.config = replace(session.config, paillier=paillier_of(meta))
     restore_keys(session, saved)
     assert session.params is not None and session.roster is not None
-    session.params = session.params.for_rows(sum(b.rows for b in session.roster.bundles))
+    session.params = session.params.with_resolved(meta["params"])  # as resolved where the roster was verified
     session.account = account_of(meta, session, session.data_digest)
     session.stage = PartyStage.SEEDED
     session.start_workers(session.params.paillier is not None)

@@ -132,6 +132,10 @@ class PartySession:
             raise ProtocolError("this session is not connected")
         return self._conn
 
+    @property
+    def token(self) -> bytes | None:  # the run's session token once joined (client/run_state.py keeps it)
+        return self._conn.token if self._conn is not None else None
+
     def push(self, payload: wire.Payload, *, sender: str, step: str, round: int, recipient: str = "") -> int:
         """A Pusher for the phases: the session's connection, once it is connected."""
         return self.conn.push(payload, sender=sender, step=step, round=round, recipient=recipient)
@@ -237,8 +241,7 @@ class PartySession:
                                                            self.progress), self.job.approximation)
 
     def _peek(self, item: pb.PullItem) -> None:
-        """An item as it arrives, before its turn (the stream's thread): a later attempt ends work on
-        this one now (PartyJob.superseded)."""
+        """An item as it arrives (the stream's thread): a later attempt ends this one's work (PartyJob.superseded)."""
         if item.HasField("step") and self.job is not None:
             self.job.superseded(item.step)
 

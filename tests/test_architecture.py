@@ -260,3 +260,31 @@ def test_the_private_write_checker_finds_one(tmp_path: Path) -> None:
     assert [f.split(": ", 1)[1] for f in found] == [
         "xclp.client.friend writes session._executor", "xclp.client.friend writes session._job",
         "xclp.client.friend writes session._n"]
+
+
+# issue 62: the run-size defaults (XclpJobParams.for_rows) become concrete once per run, where the
+# roster is verified, and every restart reads them back from the run's state (`with_resolved`)
+RESOLVED_AT = {
+    "client/session.py": "the party, where it verifies the roster's signed row counts",
+    "server/jobs/xclp.py": "the coordinator, in check_start, from the joined parties' row counts",
+    "xclp/simulation/simulate.py": "the simulation, which has no roster but the tables",
+    "client/jobs/xclp.py": "before_join's estimate for an assumed roster (no run yet; its result enters none)",
+}
+
+
+def resolutions(root: Path, package_dirs: dict[str, str] = PACKAGE_DIRS) -> dict[str, int]:
+    """Per installed module, how many calls of `.for_rows(...)` it makes."""
+    found: dict[str, int] = {}
+    for _, path in modules(root, package_dirs):
+        calls = sum(1 for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "for_rows")
+        if calls:
+            found[str(path.relative_to(root))] = calls
+    return found
+
+
+def test_the_run_size_defaults_are_resolved_where_the_roster_is_verified_and_nowhere_else() -> None:
+    """A restarted party (client/run_state.py) and a restarted coordinator (XclpJob.resumed) read the
+    resolved values from the run's state; before, each resolved them again from the roster."""
+    assert resolutions(REPO) == dict.fromkeys(RESOLVED_AT, 1)

@@ -14,7 +14,7 @@ import numpy as np
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput
 
-FORMAT = 1
+FORMAT = 2  # 2: an XCLP run's state keeps its resolved parameters (XclpJobParams.resolved); 1 is refused
 
 
 @dataclass
@@ -41,8 +41,8 @@ class Saved:
         if not isinstance(meta, dict):
             raise InvalidInput("not a readable checkpoint: its meta is not a table")
         if meta.get("format") != format:
-            raise OtherFormat(f"a checkpoint of format {meta.get('format')}, written by another version: this "
-                              f"version reads format {format}")
+            raise OtherFormat(f"a checkpoint of another format ({meta.get('format')}), written by another version: "
+                              f"this version reads format {format}")
         return cls(meta, arrays)
 
 

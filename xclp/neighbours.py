@@ -175,7 +175,7 @@ def _own_top_k_kernel(codes: np.ndarray, rank: np.ndarray, idx: np.ndarray,
                 continue
             d = 0
             for t in range(words):
-                d += popcount64(codes[i, t] ^ codes[j, t])
+                d += int(popcount64(codes[i, t] ^ codes[j, t]))
             r = rank[d]
             if filled == k:
                 if r >= best_r[k - 1]:  # not better; an equal rank goes to the smaller row, seen first

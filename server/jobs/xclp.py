@@ -208,7 +208,7 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         return {"state": meta, "graph": graph_meta, "rowsums": going_on}, arrays | graph
 
     def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
-        self.params = self.params.for_rows(sum(int(p.summary.rows) for p in run.parties.values()))
+        self.params = self.params.with_resolved(meta["state"]["params"])  # as check_start resolved them
         state = self.xclp = XclpState.restored(self.params, run.parties, meta["state"], arrays, self._dump)
         if "hamming" in meta:
             graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}

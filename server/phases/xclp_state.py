@@ -83,7 +83,8 @@ class XclpState:
         (all public sizes, or what the coordinator holds anyway); sizes and moduli come from the roster."""
         m = self.membership
         meta: dict[str, Any] = {"graph": list(m.graph), "labels": list(m.labels), "rowsums_attempt": m.rowsums_attempt,
-                                "pairs": [[t.a, t.b] for t in self.pairs], "dim": self.dim}
+                                "pairs": [[t.a, t.b] for t in self.pairs], "dim": self.dim,
+                                "params": self.params.resolved()}  # as check_start resolved them, never again
         arrays = {f"own.{p}.{i}": part for p, both in self.own.items() for i, part in enumerate(both)}
         if (run := self.candidates) is not None:
             meta["candidates"] = {"probes": run.probes, "fraction": run.fraction, "lists": sorted(run.lists)}

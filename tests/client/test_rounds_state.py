@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from xclp.checkpoint import FORMAT as checkpoint_format
 from xclp.checkpoint import Saved
 from xclp.client import run_state
 from xclp.client.jobs.fedavg import FedavgParty
@@ -35,7 +36,7 @@ def round_zero(keys):
             meta, arrays = saved(job)  # type: ignore[misc]
             when = "revealed" if meta["revealed"] is not None else "trained" if meta["rows"] is not None else ""
             if when and when not in taken:
-                taken[when] = Saved.from_bytes(Saved({"format": 1, **meta}, arrays).to_bytes())
+                taken[when] = Saved.from_bytes(Saved({"format": checkpoint_format, **meta}, arrays).to_bytes())
                 sessions[:] = [session]
         real(session)
 

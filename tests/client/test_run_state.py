@@ -163,8 +163,9 @@ def test_a_run_state_an_earlier_version_wrote_is_refused_with_its_reason_never_m
            "job": {"sizes": {"a": 10}, "graph": [["a", 10]], "block": "07" * 32, "label_privacy": None}}
     file = RunStateFile(tmp_path, "a", "x", keys["a"])
     file.save(Saved(old, {"zbar": np.zeros((10, 2))}))
-    with pytest.raises(InvalidInput, match=r"was written by another version of xclp-client \(a checkpoint of format "
-                                           r"1, written by another version: this version reads format 2\)"):
+    with pytest.raises(InvalidInput, match=r"was written by another version of xclp-client \(a checkpoint of another "
+                                           r"format \(1\), written by another version: this version reads "
+                                           r"format 2\)"):
         file.load()
     session = session_at(keys, tmp_path)
     challenge = pb.ChallengeResponse(run_id="7", run_nonce=b"n" * 16, spec=pb.JobSpec(job_id="x", job_type="xclp"))

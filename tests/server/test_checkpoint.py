@@ -21,6 +21,7 @@ import pytest
 
 from tests.harness import allow_list, coordinator, party_data, run_parties
 from xclp.candidates import centre_lists, membership
+from xclp.checkpoint import FORMAT as checkpoint_format
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.policy import PartyPolicy
 from xclp.client.session import PartySession
@@ -258,7 +259,7 @@ def test_a_candidate_schedule_is_read_back_whole() -> None:
     sizes = {"a": 7, "b": 5}
     parties = {p: SimpleNamespace(summary=pb.DataSummary(rows=n), bundle=SimpleNamespace(paillier_n=b"\x07"))
                for p, n in sizes.items()}
-    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True)
+    params = XclpJobParams(n_classes=2, lsh_bits=64, key_bits=512, insecure_test_keys=True).for_rows(12)
     state = XclpState.of(params, parties, list(sizes), dim=3)  # type: ignore[arg-type]
     state.pairs = (PairTask("b", "a"),)
     rng = np.random.default_rng(5)
@@ -298,7 +299,7 @@ def test_a_checkpoint_that_cannot_be_written_is_said_once_and_the_run_goes_on(tm
         return [(job, {}, ("text", "source"))]
 
     def save(self, job, tokens, definition, *, force=False):
-        Checkpoints(tmp_path / "runs").write(job.run_id, Saved({"format": 1}, {}), 0)
+        Checkpoints(tmp_path / "runs").write(job.run_id, Saved({"format": checkpoint_format}, {}), 0)
 
     monkeypatch.setattr(resume, "POLL_SECONDS", 0.0)
     monkeypatch.setattr(resume.Saver, "save", save)
@@ -418,7 +419,7 @@ def test_the_first_checkpoint_of_a_phase_is_written_at_once(tmp_path: Path, monk
     checkpoints = Checkpoints(tmp_path / "runs")
     job = SimpleNamespace(run_id="5", lock=threading.Lock(), stage=Stage.RUNNING, phase="hamming", n=0)
     monkeypatch.setattr(resume, "snapshot", lambda run, tokens, definition: Saved(
-        {"format": 1, "phase": run.phase, "n": run.n, "elapsed": 0}, {}))
+        {"format": checkpoint_format, "phase": run.phase, "n": run.n, "elapsed": 0}, {}))
     saver = resume.Saver(checkpoints, list, threading.Event())
     assert saver.save(job, {}, ("text", "source"))
     job.n = 1  # something changed, in the same phase: not due yet

@@ -170,6 +170,32 @@ def test_an_unset_influence_tolerance_is_exact_up_to_20_000_rows_and_pushed_abov
             parse_params("xclp", {"n_classes": 2, "influence_tolerance": bad})
 
 
+def test_a_run_state_keeps_the_resolved_parameters_and_refuses_another_jobs() -> None:
+    """What `for_rows` made concrete goes into the run's state (`resolved`) and comes back whole
+    (`with_resolved`) for a restarted party or coordinator, which never resolves it again; values a
+    job set otherwise, or no job could have, are refused."""
+    from xclp.errors import InvalidInput
+
+    unset = parse_params("xclp", {"n_classes": 2})
+    run = unset.for_rows(54_000)
+    kept = run.resolved()  # type: ignore[attr-defined]
+    assert kept == {"pair_budget": "auto", "centres": run.centre_count, "influence_tolerance": 1e-4}  # type: ignore
+    assert unset.with_resolved(kept) == run  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match="resolve the parameters"):
+        unset.resolved()  # type: ignore[attr-defined]
+    given = parse_params("xclp", {"n_classes": 2, "pair_budget": 0.1})
+    with pytest.raises(InvalidInput, match="resolves pair_budget otherwise than this job sets"):
+        given.with_resolved(kept)  # type: ignore[attr-defined]
+    with pytest.raises(InvalidInput, match="a value no job could have"):
+        unset.with_resolved({**kept, "influence_tolerance": 0.5})  # type: ignore[attr-defined]
+    with pytest.raises(InvalidInput, match="not \\['centres', 'influence_tolerance', 'pair_budget'\\]"):
+        unset.with_resolved({"pair_budget": 1.0})  # type: ignore[attr-defined]
+    flynn = FlynnJobParams(n_classes=2, m=64, s=3, rho=4)
+    assert flynn.resolved() == {} and flynn.with_resolved({}) is flynn
+    with pytest.raises(InvalidInput, match="which this job does not have"):
+        flynn.with_resolved(kept)
+
+
 def test_unset_centres_grow_with_the_rows_as_both_sides_resolve_them() -> None:
     """With the defaults, 3 x 18 000 rows ran on 64 centres and cost 14.4 % of all pairs'
     ciphertexts where 256 cost 1.8 %: unset centres now follow the rows in all (about 200 per

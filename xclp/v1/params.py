@@ -234,6 +234,18 @@ class JobParams:
         unless a parameter's default depends on the size (XCLP's pair_budget)."""
         return self
 
+    def resolved(self) -> dict[str, Any]:
+        """What `for_rows` made concrete, as a run's state keeps it: a restarted side reads these back
+        (`with_resolved`) and never resolves them again. None here."""
+        return {}
+
+    def with_resolved(self, values: Mapping[str, Any]) -> JobParams:
+        """These parameters with the concrete values a run's state kept (`resolved`); InvalidInput if
+        they are not what these parameters resolve (a state of another job)."""
+        if values:
+            raise InvalidInput(f"a saved state resolves {', '.join(sorted(values))}, which this job does not have")
+        return self
+
     def check_dim(self, dim: int) -> None:
         """Refuse (InvalidInput) data of `dim` feature columns, before any work on it."""
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from xclp.candidates import AUTO, spread_fraction
 from xclp.crypto.paillier import MIN_SECURE_BITS
-from xclp.errors import ConfigError
+from xclp.errors import ConfigError, InvalidInput
 from xclp.graph import GraphParams, InfluenceMethod
 from xclp.privacy import label_dp
 from xclp.v1.params import (
@@ -70,6 +70,9 @@ MIN_AUTO_CENTRES, MAX_CENTRES = 64, 4096
 EXACT_INFLUENCE_ROWS = 20_000
 AUTO_INFLUENCE_TOLERANCE = 1e-4
 MAX_INFLUENCE_TOLERANCE = 0.01
+# the parameters whose defaults follow the run's rows (XclpJobParams.for_rows), kept concrete in a run's state
+RESOLVED = ("pair_budget", "centres", "influence_tolerance")
+
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
 # coordinator -> each graph member before a SecureHamming restart (round = its attempt): uint8[m],
@@ -304,6 +307,25 @@ class XclpJobParams(JobParams):
         if (budget, centres, tolerance) == (self.pair_budget, self.centres, self.influence_tolerance):
             return self
         return replace(self, pair_budget=budget, centres=centres, influence_tolerance=tolerance)
+
+    def resolved(self) -> dict[str, Any]:
+        """pair_budget, centres and influence_tolerance as `for_rows` made them."""
+        values = {key: getattr(self, key) for key in RESOLVED}
+        assert None not in values.values(), "resolve the parameters for the run's rows first (for_rows)"
+        return values
+
+    def with_resolved(self, values: Mapping[str, Any]) -> XclpJobParams:
+        """These parameters with a run state's `resolved` values: each one the job set must be the job's
+        (a state of another job is refused), each one it left unset takes the saved value, checked."""
+        if set(values) != set(RESOLVED):
+            raise InvalidInput(f"a saved state resolves {sorted(values)}, not {sorted(RESOLVED)}")
+        changed = [k for k in RESOLVED if getattr(self, k) is not None and getattr(self, k) != values[k]]
+        if changed:
+            raise InvalidInput(f"a saved state resolves {', '.join(changed)} otherwise than this job sets")
+        try:
+            return replace(self, **{k: values[k] for k in RESOLVED})
+        except ConfigError as exc:
+            raise InvalidInput(f"a saved state resolves a value no job could have: {exc}") from None
 
     @property
     def tolerance(self) -> float:
