@@ -184,17 +184,19 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         return f"labels propagated for {len(labelled)} parties over {self.xclp.frame(labelled).n} rows"
 
     def saved(self, run: Run) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        """What a restarted coordinator goes on from (server/resume.py): during SecureHamming, the state
-        and the phase's folded pieces; in the labels step, the state and the graph (the labeled rows
-        are asked again); from the influence solve until SecureRowSums asks for reveals, the state
-        and the graph (the solve runs again, the sum at a later attempt); else None."""
+        """What a restarted coordinator goes on from (server/resume.py), named by its resume point:
+        "hamming", during SecureHamming, the state and the phase's folded pieces; "labels", in the
+        labels step, the state and the graph (the labeled rows are asked again); "graph", from the
+        influence solve until SecureRowSums asks for reveals, the state and the graph (the solve
+        runs again, the sum at a later attempt); else None."""
         phase, step, state = run.phase, run.step, self.xclp
         if phase is None or phase.scope is not run.scope or state is None:
             return None
         if isinstance(phase, SecureHamming) and phase.graph is not None and phase.state is state:
             meta, arrays = state.saved()
             hamming, graph = phase.saved()
-            return {"state": meta, "hamming": hamming}, arrays | {f"graph.{k}": v for k, v in graph.items()}
+            return {"resume": "hamming", "state": meta, "hamming": hamming}, \
+                arrays | {f"graph.{k}": v for k, v in graph.items()}
         in_sum = isinstance(phase, MaskedSum) and phase.name == ROWSUMS_STEP and not phase.opening and step is not None
         labels = isinstance(phase, LabeledSets) and step is not None
         if not (isinstance(phase, Distribute) or in_sum or labels):
@@ -202,19 +204,23 @@ class XclpJob(CoordinatorJob[XclpJobParams]):
         meta, arrays = state.saved()
         graph_meta, graph = state.graph_saved()
         if labels and step is not None:  # the labeled sets are asked again: those in so far are not kept
-            return {"state": meta, "graph": {**graph_meta, "labeled": []}, "labels": {"attempt": step.attempt}}, \
-                arrays | {k: v for k, v in graph.items() if k.startswith("W.")}
+            W = {k: v for k, v in graph.items() if k.startswith("W.")}
+            return {"resume": "labels", "state": meta, "graph": {**graph_meta, "labeled": []},
+                    "labels": {"attempt": step.attempt}}, arrays | W
         going_on = {"attempt": step.attempt, "members": list(step.participants)} if in_sum and step else {}
-        return {"state": meta, "graph": graph_meta, "rowsums": going_on}, arrays | graph
+        return {"resume": "graph", "state": meta, "graph": graph_meta, "rowsums": going_on}, arrays | graph
 
     def resumed(self, run: Run, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Program[str]:
         self.params = self.params.with_resolved(meta["state"]["params"])  # as check_start resolved them
+        point = meta["resume"]  # where the run goes on: named when it was saved, never inferred
+        if point not in ("hamming", "labels", "graph"):
+            raise InvalidInput(f"an XCLP checkpoint names a resume point this version does not have: {point!r}")
         state = self.xclp = XclpState.restored(self.params, run.parties, meta["state"], arrays, self._dump)
-        if "hamming" in meta:
+        if point == "hamming":
             graph = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("graph.")}
             hamming = SecureHamming.restored(run.scope, state, meta["hamming"], graph)
             labelled = yield from from_hamming(run.scope, state, hamming)
-        elif "labels" in meta:  # the labeled sets again, past any attempt the parties can have seen since
+        elif point == "labels":  # the labeled sets again, past any attempt the parties can have seen since
             state.graph_restored(meta["graph"], arrays)
             attempt = attempt_after_restart(int(meta["labels"]["attempt"]), len(run.parties))
             log.warning("job %s: the graph stands; the labeled rows are asked again at attempt %d",

@@ -138,6 +138,17 @@ def test_the_restored_graph_keeps_every_candidate_folded_before(held) -> None:
         np.testing.assert_array_equal(top.idx, saved.arrays[f"graph.idx.{p}"])
 
 
+def test_a_checkpoint_names_where_the_run_goes_on_and_an_unknown_point_is_refused(held) -> None:
+    """The coordinator's XCLP checkpoint names its resume point ("hamming", "labels" or "graph") when it
+    is written; a restarted coordinator goes on from the point named, never from which keys the
+    file happens to hold (before: `"hamming" in meta`, then `"labels" in meta`, else the graph)."""
+    saved, config, allow, _ = held
+    assert saved.meta["job"]["resume"] == "hamming"
+    meta = {**saved.meta, "job": {**saved.meta["job"], "resume": "influence"}}
+    with pytest.raises(InvalidInput, match="a resume point this version does not have: 'influence'"):
+        restore(Saved(meta, saved.arrays), config, allow, clock=lambda: 0.0)
+
+
 def test_a_party_no_longer_allowed_or_another_spec_is_refused(held, keys) -> None:
     saved, config, allow, tmp = held
     stranger = identity.generate_identity()
