@@ -2,7 +2,7 @@
 
 The math is in `client.steps.xclp`; what the party holds between messages is one staged value,
 `stage` (client/jobs/xclp_state.py: Joined, Laid, Receiving, Whole), and this class moves payloads
-(dtypes and shapes as in server/jobs/xclp.py) to the phase that handles them:
+(names, dtypes and shapes as the contract, xclp/v1/xclp.py, lists them) to the phase that handles them:
 SecureHamming, the party's pairs as A and B (client/phases/secure_hamming.py); candidate pairs'
 centres (client/phases/centres.py); SecureRowSums, the party's masked-sum phase
 (client/phases/masked_sum.py), which keeps the party's own masked rows back.
