@@ -70,7 +70,7 @@ from pathlib import Path
 
 import grpc
 
-from xclp.client.api import as_budget, read_data, take_part
+from xclp.client.api import read_data, take_part
 from xclp.client.connection import Backoff, ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_WORK_MINUTES, work_seconds
 from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
@@ -194,7 +194,8 @@ class AgentConfig:
             max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
             max_work_seconds=work_seconds(policy.get("max_work_minutes"), policy.get("max_paillier_hours")),
             state=base / raw["state"] if raw.get("state") else base / raw["out"] / ".state",
-            privacy_budget=as_budget(policy.get("privacy_budget")), allow_rerun=bool(policy.get("allow_rerun")))
+            privacy_budget=Budget.of(policy.get("privacy_budget"), f"[policy] privacy_budget in {path}"),
+            allow_rerun=bool(policy.get("allow_rerun")))
 
 
 def positive_int(path: Path, raw: dict, key: str, default: int) -> int:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from xclp.client.connection import ConnectionConfig
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import work_seconds
-from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger, default_directory
+from xclp.client.ledger import Budget, Ledger, default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import (
     MODEL_FILE,
@@ -236,7 +236,8 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
                        max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
                        max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
                        ledger=Ledger(Path(state) if state is not None else default_directory(),
-                                     budget=as_budget(privacy_budget), allow_rerun=allow_rerun, identity=key))
+                                     budget=Budget.of(privacy_budget, "privacy_budget"), allow_rerun=allow_rerun,
+                                     identity=key))
     result = take_part(config, source if held is None else held.loader(source), progress=say, rejoins=rejoins)
     return replace(result, ids=integer_ids(data, id_column),
                    validation=None if held is None else held.compare(result.job, result.data))
@@ -259,13 +260,6 @@ def integer_ids(data: Any, id_column: str | None) -> tuple[Any, ...] | None:
     column = data[id_column]
     kind = getattr(column.dtype, "kind", "")
     return tuple(int(v) for v in column.tolist()) if kind and kind in "iu" else None
-
-
-def as_budget(value: str | float | Budget | None) -> Budget:
-    """A privacy budget from the API's, the CLI's or an agent's setting (None: the default)."""
-    if value is None:
-        return DEFAULT_BUDGET
-    return value if isinstance(value, Budget) else Budget.parse(value)
 
 
 def take_part(config: RunConfig, data: DataLoader, *, progress: Progress = stderr_progress,

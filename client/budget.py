@@ -31,20 +31,37 @@ class Budget:
             raise ConfigError(f"a privacy budget's delta must be in [0, 1), got {self.delta!r}")
 
     @classmethod
-    def parse(cls, text: str | float | Sequence[float]) -> Budget:
-        """"EPS" or "EPS,DELTA" (the flag), a number, or [EPS, DELTA] (TOML)."""
+    def parse(cls, text: str | float | Sequence[float], given_as: str = "--privacy-budget") -> Budget:
+        """"EPS" or "EPS,DELTA" (the flag), a number, or [EPS, DELTA] (TOML); a ConfigError names the
+        setting `given_as`, the way the user gave it (the flag, a TOML key, the API's keyword)."""
+        wrong = ConfigError(f"{given_as} takes EPS or EPS,DELTA (e.g. 10, \"10,1e-5\" or [10, 1e-5]), got {text!r}")
         if isinstance(text, bool):
-            raise ConfigError(f"--privacy-budget takes EPS or EPS,DELTA (e.g. 10 or 10,1e-5), got {text!r}")
+            raise wrong
         if isinstance(text, (int, float)):
-            return cls(float(text), DEFAULT_BUDGET.delta)
+            return cls.named(float(text), DEFAULT_BUDGET.delta, given_as)
         parts: list[Any] = text.split(",") if isinstance(text, str) else list(text)
         try:
             values = [float(p) for p in parts]
         except (TypeError, ValueError):
-            raise ConfigError(f"--privacy-budget takes EPS or EPS,DELTA (e.g. 10 or 10,1e-5), got {text!r}") from None
+            raise wrong from None
         if len(values) not in (1, 2):
-            raise ConfigError(f"--privacy-budget takes EPS or EPS,DELTA (e.g. 10 or 10,1e-5), got {text!r}")
-        return cls(values[0], values[1] if len(values) == 2 else DEFAULT_BUDGET.delta)
+            raise wrong
+        return cls.named(values[0], values[1] if len(values) == 2 else DEFAULT_BUDGET.delta, given_as)
+
+    @classmethod
+    def named(cls, epsilon: float, delta: float, given_as: str) -> Budget:
+        try:
+            return cls(epsilon, delta)
+        except ConfigError as exc:
+            raise ConfigError(f"{given_as}: {exc}") from None
+
+    @classmethod
+    def of(cls, value: str | float | Sequence[float] | Budget | None, given_as: str) -> Budget:
+        """A privacy budget from the API's, the CLI's, a run.toml's or an agent's setting `given_as`
+        (None: the default, DEFAULT_BUDGET)."""
+        if value is None:
+            return DEFAULT_BUDGET
+        return value if isinstance(value, Budget) else cls.parse(value, given_as)
 
 
 # docs/privacy.md says why: ε = 10 over a data set's lifetime keeps the odds any one row changes

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from xclp.client import api
-from xclp.client.ledger import default_directory
+from xclp.client.ledger import Budget, default_directory
 from xclp.client.models import ModelFile
 from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, with_id_name, write_columns
 from xclp.client.session import stderr_progress
@@ -44,9 +44,8 @@ RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_c
             "idle_timeout", "rejoins", "paillier_bits",
             "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
             "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
-            "min_share_threshold",
-            "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun", "privacy_budget",
-            "validate"}
+            "min_share_threshold", "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun",
+            "privacy_budget", "validate"}
 PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
@@ -232,8 +231,7 @@ def _read_party_toml(path: Path) -> dict[str, Any]:
 
 
 class Terminated(BaseException):
-    """SIGTERM: unwind like Ctrl-C, so that every `finally` runs (the Paillier pool's processes end
-    with this one; a SIGTERM'd party left its workers computing under init)."""
+    """SIGTERM: unwind like Ctrl-C, so that every `finally` runs (the Paillier pool's processes end with it)."""
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -244,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     cfg = _read_party_toml(args.config) if args.config is not None else {}
     cfg.update({k: v for k, v in vars(args).items() if k in RUN_KEYS and v is not None})
+    if cfg.get("privacy_budget") is not None:  # an error names the setting the way it was given
+        cfg["privacy_budget"] = Budget.of(cfg["privacy_budget"], "--privacy-budget" if args.privacy_budget is not None
+                                          else f"privacy_budget in {args.config}")
     missing = [k for k in ("coordinator", "job", "party", "identity", "peers", "data", "out") if not cfg.get(k)]
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
@@ -349,10 +350,9 @@ def _table(args: argparse.Namespace, model: ModelFile) -> party_table.PartyData:
 
 
 def ledger_command(args: argparse.Namespace) -> int:
-    from xclp.client.api import as_budget
     from xclp.client.ledger import Ledger
 
-    book = Ledger(args.state or default_directory(), budget=as_budget(args.privacy_budget))
+    book = Ledger(args.state or default_directory(), budget=Budget.of(args.privacy_budget, "--privacy-budget"))
     if args.action == "export":
         print(json.dumps(book.load(), indent=1, sort_keys=True))
         return EXIT_OK

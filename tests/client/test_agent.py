@@ -250,3 +250,29 @@ def test_the_agents_runs_share_one_ledger_with_its_budget(tmp_path, monkeypatch)
         o.run_id = run
         agent._run(o, parse_params("flynn", FLYNN), agent.config.datasets["demo"], agent_module._Active("j"))
     assert seen == [agent.ledger, agent.ledger]
+
+
+def test_a_bad_privacy_budget_is_named_the_way_it_was_given(tmp_path, monkeypatch) -> None:
+    """One budget, four ways in, each error naming the setting as the user wrote it: an agent's
+    [policy] privacy_budget, a run.toml's privacy_budget, the flag, the API's keyword. Before, every
+    one said "--privacy-budget", which an agent's operator never typed."""
+    import xclp.client.cli as cli
+    from xclp.client.budget import Budget
+
+    agent_toml = tmp_path / "agent.toml"
+    agent_toml.write_text('party = "a"\nidentity = "a.key"\npeers = "allow.toml"\ncoordinator = "localhost:1"\n'
+                          'out = "out"\n[policy]\nprivacy_budget = [3.0, 2.0]\n[datasets.demo]\npath = "a.csv"\n')
+    with pytest.raises(ConfigError, match=r"\[policy\] privacy_budget in .*agent.toml: a privacy budget's delta must "
+                                          r"be in \[0, 1\), got 2.0"):
+        AgentConfig.load(agent_toml)
+    run_toml = tmp_path / "run.toml"
+    run_toml.write_text('privacy_budget = "ten"\n')
+    args = cli._parser().parse_args(["run", "--config", str(run_toml)])
+    monkeypatch.setattr(cli.signal, "signal", lambda *a: None)
+    with pytest.raises(ConfigError, match=r"^privacy_budget in .*run.toml takes EPS or EPS,DELTA .* got 'ten'"):
+        cli.run(args)
+    flag = cli._parser().parse_args(["run", "--config", str(run_toml), "--privacy-budget", "1,2,3"])
+    with pytest.raises(ConfigError, match=r"^--privacy-budget takes EPS or EPS,DELTA .* got '1,2,3'"):
+        cli.run(flag)  # the flag wins over the file, and is named
+    with pytest.raises(ConfigError, match=r"^privacy_budget: a privacy budget's epsilon must be > 0"):
+        Budget.of(-1.0, "privacy_budget")
