@@ -106,7 +106,8 @@ def own_nearest(codes: np.ndarray, lsh_bits: int, params: GraphParams) -> np.nda
     """The party's own k' = min(k, n_j − 1) nearest rows per row, by the graph's rule (docs/design.md §10.1):
     uint32[n_j, k', 2] of (own row number, Hamming distance), best first. Computed in row blocks,
     never the n_j × n_j matrix; the coordinator learns these distances, not the rest of the block.
-    uint32 because the wire carries no uint16 (`server.steps.xclp.check_own_neighbours` narrows it).
+    uint32 because a party's row numbers pass 65 535 (the distances, at most L, share the array;
+    `server.steps.xclp.check_own_neighbours` checks both).
     """
     out = np.empty(own_neighbours_shape(len(codes), params.k), dtype=NEIGHBOURS_DTYPE)
     out[:, :, 0], out[:, :, 1] = own_top_k(codes, lsh_bits, params)
