@@ -14,7 +14,6 @@ the context's executor (client/workers.py).
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Sized
 from concurrent.futures import CancelledError
@@ -26,6 +25,7 @@ import numpy as np
 
 from xclp.candidates import PairSchedule, a_slots
 from xclp.client.context import PartyContext
+from xclp.client.jobs.estimate import check_scheduled_work
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.steps import xclp as steps
 from xclp.client.workers import worker_count
@@ -237,6 +237,13 @@ class SecureHammingParty:
                       f"({', '.join(f'{t.a}->{t.b}' for t in mine)}); {count} pieces{kept}")
         self.meter = Meter(f"SecureHamming, {len(mine)} pair{'s' * (len(mine) != 1)}", count, self.progress,
                            bar=True)
+        if self.candidates is not None:  # the schedule's work, counted now that it is known
+            check_scheduled_work(self.keypair, self.params.lsh_bits, self.candidates.slots_of(self.ctx.party_id)
+                                 if self.as_a and self.slices is None else 0,
+                                 sum(p.values for a in self.as_a.values() for p in a.pieces[a.first:]),
+                                 sum(p.values for b in self.as_b.values() for p in b.pieces[b.first:]), self.rows,
+                                 {p: n for p, n in self.sizes.items() if p != self.ctx.party_id}, self._workers(),
+                                 self.ctx.work_limits, self.progress)
         for pair in self.as_b.values():  # the seeds first: the coordinator unmasks A's t with them
             self.ctx.push(HammingUpload(Upload.SEED, pair.index, 0, pair.seed).to_array(), HAMMING_STEP, attempt)
         if self.as_a:
@@ -315,43 +322,25 @@ class SecureHammingParty:
         self._evaluate(pair)
 
     def _evaluate(self, pair: _AsB) -> None:
-        """Evaluate and send the next pieces: up to the window ahead of A's acknowledgements, in waves
-        that keep every worker busy (a wave waits for enough acknowledgements unless none is out)."""
+        """Evaluate and send the next pieces, up to the window ahead of A's acknowledgements, one piece
+        at a time with every worker on it: pieces finish, and the coordinator folds them, one after
+        another, so a fault half-way through a pair loses the pieces in flight, not the pair (several
+        pieces evaluated together, one worker each, all finished near the end together)."""
         workers, window = self._workers(), self._window()
-        while pair.sent < len(pair.pieces):
-            free, left = window - (pair.sent - pair.acked), len(pair.pieces) - pair.sent
-            wave = min(free, left)
-            if wave <= 0 or (wave < min(workers, left) and pair.sent > pair.acked):
-                return
+        while pair.sent < len(pair.pieces) and pair.sent - pair.acked < window:
             codes = _need(self.codes, "LSH codes")
-            if pair.schedule is not None and self.candidates is not None:  # a piece at a time, batch by batch
-                assert pair.slices is not None and pair.a_key is not None
-                piece = pair.pieces[pair.sent]
+            assert pair.slices is not None and pair.a_key is not None
+            piece = pair.pieces[pair.sent]
+            if pair.schedule is not None and self.candidates is not None:  # batch by batch
                 out = steps.evaluate_scheduled(pair.a_key, pair.slices, codes, pair.schedule, self.candidates.lists(),
                                                piece, pair.seed, self.ctx.executor, split=workers)
-                self._relay(Relay.PIECE, pair.sent, out, pair.task.a)
-                pair.sent += 1
-                pair.meter.update(pair.sent)
-                self._tell_progress()
-                continue
-            todo = pair.pieces[pair.sent : pair.sent + wave]
-            if todo[0].entries is not None:  # slices of one batch's rows: one batch per wave
-                todo = tuple(p for p in todo if p.batches == todo[0].batches)
-            else:  # whole batches: up to the first slice of a batch
-                todo = tuple(itertools.takewhile(lambda p: p.entries is None, todo))
-            assert pair.slices is not None and pair.a_key is not None
-            # the wave at once: its batches (all rows), or one batch's consecutive row slices
-            batches = range(todo[0].batches.start, todo[-1].batches.stop)
-            rows = todo[0].b_rows(len(codes)) if len(batches) > 1 else range(
-                todo[0].b_rows(len(codes)).start, todo[-1].b_rows(len(codes)).stop)
-            out = steps.evaluate_piece(pair.a_key, pair.slices, codes[rows.start : rows.stop], batches,
-                                       todo[0].first, pair.seed, self.ctx.executor,
-                                       split=-(-workers // len(batches)))
-            at, size = 0, pair.slices.layout.ciphertext_bytes  # bytes of one D
-            for piece in todo:
-                self._relay(Relay.PIECE, pair.sent, out[at : at + piece.values * size], pair.task.a)
-                at += piece.values * size
-                pair.sent += 1
+            else:  # its batches against all of B's rows, or one batch's slice of them
+                rows = piece.b_rows(len(codes))
+                out = steps.evaluate_piece(pair.a_key, pair.slices, codes[rows.start : rows.stop], piece.batches,
+                                           piece.first, pair.seed, self.ctx.executor,
+                                           split=-(-workers // len(piece.batches)))
+            self._relay(Relay.PIECE, pair.sent, out, pair.task.a)
+            pair.sent += 1
             pair.meter.update(pair.sent)
             self._tell_progress()
 
@@ -381,7 +370,8 @@ class SecureHammingParty:
         return worker_count(self.ctx.executor)
 
     def _window(self) -> int:
-        """Pieces of a pair B keeps sent and unacknowledged: enough for two waves, within the coordinator's bound."""
+        """Pieces of a pair B keeps sent and unacknowledged (A decrypts some while B evaluates the next),
+        within the coordinator's bound."""
         return max(1, min(MAX_IN_FLIGHT, 2 * self._workers()))
 
     def _relay(self, kind: Relay, index: int, body: bytes, peer: str) -> None:

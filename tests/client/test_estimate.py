@@ -121,3 +121,25 @@ def test_a_key_is_timed_once_so_the_estimates_before_join_and_from_the_layout_ag
     monkeypatch.setattr(OperationCosts, "measure", classmethod(lambda cls, keypair: timed.append(1) or costs))
     key = PaillierKeypair.generate(512, allow_insecure_test_size=True)
     assert OperationCosts.of(key) is costs and OperationCosts.of(key) is costs and len(timed) == 1
+
+
+def test_a_scheduled_attempts_work_is_counted_from_its_pieces_and_held_to_the_limits(monkeypatch) -> None:
+    """On candidate pairs the layout's estimate is the plan's (rows spread evenly over the centres);
+    once an attempt's schedule is known its work is counted exactly: L·⌈slots/K⌉ encryptions,
+    one decryption per ciphertext as A, L/2 multiplications per ciphertext as B. At 3 x 100 000
+    flights rows the plan said 0.5 % of all pairs' ciphertexts and the schedule was 1.3 %."""
+    from xclp.client.jobs.estimate import check_scheduled_work
+
+    costs = OperationCosts(encrypt=2e-3, multiply=1e-5, decrypt=4e-3)
+    monkeypatch.setattr(OperationCosts, "of", classmethod(lambda cls, keypair: costs))
+    key = PaillierKeypair.generate(512, allow_insecure_test_size=True)
+    layout = SlotLayout.for_key(key.public, 64)
+    said: list[str] = []
+    limits = WorkLimits(party_seconds=60)
+    check_scheduled_work(key, 64, 3 * layout.slots, 500, 800, 100, {"b": 90}, 2, limits, said.append)
+    seconds = (64 * 3 * 2e-3 + 500 * 4e-3 + 800 * 32 * 1e-5) / 2
+    assert said == [f"Paillier work on this attempt's schedule: {seconds:.2g} s on 2 workers (800 ciphertexts to "
+                    f"evaluate, 500 to decrypt, {3 * layout.slots} slots to encrypt)"]
+    with pytest.raises(ResourceExhausted, match=r"above this party's limit of 0.05 s \(--max-work-minutes\)"):
+        check_scheduled_work(key, 64, 0, 500, 800, 100, {"b": 90}, 2, WorkLimits(party_seconds=0.05), said.append)
+    check_scheduled_work(key, 64, 0, 10**9, 10**9, 100, {"b": 90}, 2, WorkLimits(0, 0), said.append)  # no limits

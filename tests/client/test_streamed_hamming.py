@@ -105,6 +105,31 @@ def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
 
 
 @pytest.mark.parametrize("pair", ["batches", "slices"], indirect=True)
+def test_b_evaluates_one_piece_at_a_time_with_every_worker_on_it(pair, keys, monkeypatch) -> None:
+    """A fault costs a piece, not a pair (issue 63): B evaluates its pieces one at a time, every worker
+    on the one piece, so they finish and fold one after another. Before, B took as many pieces at
+    once as it had workers, one worker each: with few pieces per pair they all finished near the end
+    together, and a crash half-way kept none (0 of 9 at 3 x 2 000 rows)."""
+    import xclp.client.phases.secure_hamming as party_side
+
+    parties, link = pair
+    monkeypatch.setattr(party_side, "worker_count", lambda executor: 2)
+    calls: list[tuple[range, int]] = []
+    evaluate = steps.evaluate_piece
+
+    def counted(a_key, slices, codes, batches, first, seed, executor=None, *, split=1):  # type: ignore[no-untyped-def]
+        calls.append((batches, split))
+        return evaluate(a_key, slices, codes, batches, first, seed, executor, split=split)
+
+    monkeypatch.setattr(steps, "evaluate_piece", counted)
+    uploads = run_honestly(parties, link)
+    parts = all_pairs(steps.slot_layout(keys["a"].public, L), ROWS["a"], ROWS["b"])
+    assert [batches for batches, _ in calls] == [piece.batches for piece in parts]  # one call per piece, in order
+    assert all(split == 2 for _, split in calls)  # each with both workers
+    assert [u.piece for u in uploads["a"]] == list(range(len(parts)))
+
+
+@pytest.mark.parametrize("pair", ["batches", "slices"], indirect=True)
 def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, keys) -> None:
     parties, link = pair
     uploads = run_honestly(parties, link)
