@@ -42,7 +42,7 @@ from xclp.v1.bundles import paillier_fields
 from xclp.v1.params import JobParams
 from xclp.v1.spec import spec_digest
 from xclp.v1.steps import RESUMES, RUN_ALIVE
-from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES, SPARSE_INFLUENCE
+from xclp.v1.xclp import FINE_PIECES, KEEPS_PAIRS, KEEPS_PIECES, SPARSE_INFLUENCE
 
 __all__ = ["account_for", "check_job_fits", "decline", "declining", "join_request"]
 
@@ -145,7 +145,8 @@ def join_request(config: RunConfig, challenge: pb.ChallengeResponse, params: Job
         labeled_rows=summary.labeled_rows, dim=summary.dim,
         **paillier_fields(config.paillier.public if config.paillier and keys else None)))
     request = pb.JoinRequest(job_id=config.job_id, summary=summary,
-                             capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES, SPARSE_INFLUENCE],
+                             capabilities=[RUN_ALIVE, KEEPS_PAIRS, KEEPS_PIECES, RESUMES, SPARSE_INFLUENCE,
+                                           FINE_PIECES],
                              bundle=pb.SignedBundle(bundle=signed.bundle, signature=signed.signature))
     return signed, request
 

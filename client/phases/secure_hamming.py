@@ -46,6 +46,7 @@ from xclp.v1.secure_hamming_wire import (
     all_pairs,
     frame_relay,
     open_relay,
+    piece_values,
     pieces,
     relay_bytes,
 )
@@ -129,14 +130,20 @@ class SecureHammingParty:
 
     def on_pairs(self, payload: wire.Payload) -> None:
         """The "pairs" message: uint64[m, 2] roster positions (A, B) of every pair, each pair of
-        parties once."""
+        parties once; or uint64[m, 3] with each pair's ciphertexts per piece (FINE_PIECES), at least 1
+        and at most a piece of PIECE_BYTES."""
         ids = self.ctx.roster.party_ids
         if (not isinstance(payload, np.ndarray) or payload.dtype != PAIRS_DTYPE or payload.ndim != 2
-                or payload.shape[1] != 2):
-            raise ProtocolError(f"the pairs message must be {PAIRS_DTYPE}[m, 2]")
-        if payload.size and int(payload.max()) >= len(ids):
+                or payload.shape[1] not in (2, 3)):
+            raise ProtocolError(f"the pairs message must be {PAIRS_DTYPE}[m, 2] or [m, 3]")
+        if payload.size and int(payload[:, :2].max()) >= len(ids):
             raise ProtocolError("the pairs message names a party outside the roster")
-        pairs = tuple(PairTask(ids[int(a)], ids[int(b)]) for a, b in payload)
+        most = piece_values(SlotLayout(self.params.key_bits, self.params.lsh_bits))
+        if payload.shape[1] == 3 and payload.size and not 1 <= int(payload[:, 2].min()) <= int(payload[:, 2].max()) \
+                <= most:
+            raise ProtocolError(f"the pairs message cuts a pair into pieces of other than 1 to {most} ciphertexts")
+        pairs = tuple(PairTask(ids[int(row[0])], ids[int(row[1])], int(row[2]) if len(row) == 3 else 0)
+                      for row in payload)
         unordered = [frozenset((t.a, t.b)) for t in pairs]
         if any(len(u) != 2 for u in unordered) or len(set(unordered)) != len(unordered):
             raise ProtocolError("the pairs message repeats a pair or pairs a party with itself")
@@ -209,8 +216,8 @@ class SecureHammingParty:
         self.as_a, self.as_b = {}, {}
         for t in mine:  # each pair's meter: a line every quarter of it (on a terminal, when it is done)
             schedule = None if self.candidates is None else self.candidates.schedule(t.a, t.b)
-            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b]) if schedule is None else pieces(
-                layout, schedule.counts().tolist())
+            parts = all_pairs(layout, self.sizes[t.a], self.sizes[t.b], t.piece_values) if schedule is None else \
+                pieces(layout, schedule.counts().tolist(), t.piece_values)
             first = starts.get(index[t]) or 0
             if first > len(parts):
                 raise ProtocolError(f"the pairs-from message starts pair {t.a}->{t.b} at piece {first} of "

@@ -12,7 +12,7 @@ piece). A dropout costs the pieces in flight, not every pair."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,12 @@ from xclp.v1.secure_hamming_wire import (
     Piece,
     Upload,
     all_pairs,
+    fine_piece_values,
     pieces,
     relay_bytes,
 )
 from xclp.v1.xclp import (
+    FINE_PIECES,
     HAMMING_STEP,
     KEEPS_PAIRS,
     KEEPS_PIECES,
@@ -119,7 +121,10 @@ class SecureHamming(Phase):
     def start(self) -> None:
         state = self.state
         if not state.pairs:
-            state.pairs = steps.secure_hamming_pairs(state.membership.graph)
+            pairs = steps.secure_hamming_pairs(state.membership.graph)
+            if self.scope.capable(set(state.membership.graph), FINE_PIECES):  # pieces fold one after another
+                pairs = tuple(replace(t, piece_values=fine_piece_values(state.layout, self._values(t))) for t in pairs)
+            state.pairs = pairs
             self.scope.broadcast(PAIRS_MSG, 0, pairs_table(state.pairs, state.roster), to=state.membership.graph)
         members = set(state.membership.graph)
         carried = self._carried(members)  # pair position -> its pieces folded before this attempt
@@ -178,11 +183,18 @@ class SecureHamming(Phase):
     def _stream_of(self, task: PairTask, first: int = 0) -> _PairStream:
         state, layout = self.state, self.state.layout
         if state.candidates is None:
-            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b]), first,
-                               folded=first)
+            return _PairStream(task, all_pairs(layout, state.sizes[task.a], state.sizes[task.b], task.piece_values),
+                               first, folded=first)
         schedule = state.candidates.schedule(task.a, task.b, layout.slots)
-        return _PairStream(task, pieces(layout, schedule.counts().tolist()), first, folded=first, schedule=schedule,
-                           slots=a_slots(schedule, state.candidates.lists[task.a]))
+        return _PairStream(task, pieces(layout, schedule.counts().tolist(), task.piece_values), first, folded=first,
+                           schedule=schedule, slots=a_slots(schedule, state.candidates.lists[task.a]))
+
+    def _values(self, task: PairTask) -> int:
+        """The ciphertexts of a pair in all: ⌈n_A/K⌉·n_B, or its candidate schedule's."""
+        state, layout = self.state, self.state.layout
+        if state.candidates is None:
+            return layout.values(state.sizes[task.a], state.sizes[task.b])
+        return int(state.candidates.schedule(task.a, task.b, layout.slots).counts().sum())
 
     def payload_limit(self, sender: str, step: Step, recipient: str) -> int:
         """Bounds from the row counts (or a candidate schedule's slots) and the slot layout: slices,

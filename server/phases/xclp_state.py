@@ -83,7 +83,7 @@ class XclpState:
         (all public sizes, or what the coordinator holds anyway); sizes and moduli come from the roster."""
         m = self.membership
         meta: dict[str, Any] = {"graph": list(m.graph), "labels": list(m.labels), "rowsums_attempt": m.rowsums_attempt,
-                                "pairs": [[t.a, t.b] for t in self.pairs], "dim": self.dim,
+                                "pairs": [[t.a, t.b, t.piece_values] for t in self.pairs], "dim": self.dim,
                                 "params": self.params.resolved()}  # as check_start resolved them, never again
         arrays = {f"own.{p}.{i}": part for p, both in self.own.items() for i, part in enumerate(both)}
         if (run := self.candidates) is not None:
@@ -100,7 +100,7 @@ class XclpState:
         """The state `saved` wrote, with the roster's sizes and moduli."""
         state = cls.of(params, parties, list(meta["graph"]), dump, int(meta["dim"]))
         state.membership = steps.Membership(tuple(meta["graph"]), tuple(meta["labels"]), int(meta["rowsums_attempt"]))
-        state.pairs = tuple(PairTask(str(a), str(b)) for a, b in meta["pairs"])
+        state.pairs = tuple(PairTask(str(a), str(b), int(v)) for a, b, v in meta["pairs"])
         state.own = {p: (arrays[f"own.{p}.0"], arrays[f"own.{p}.1"]) for p in meta["graph"]}
         if (c := meta.get("candidates")) is not None:
             budgets = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("budgets.")}

@@ -104,6 +104,28 @@ def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
     return uploads
 
 
+def test_a_pair_cut_finely_by_the_pairs_message_gives_the_same_distances(keys) -> None:
+    """FINE_PIECES: the pairs message's third column cuts each pair into pieces of that many
+    ciphertexts (here 2: each batch of B's 5 rows in 3 slices, 9 pieces where PIECE_BYTES makes 1);
+    both sides cut alike, and the unmasked pieces are the plaintext distances exactly."""
+    parties, link = build(keys, ROWS, (PairTask("a", "b", piece_values=2),))
+    uploads = run_honestly(parties, link)
+    layout = steps.slot_layout(keys["a"].public, L)
+    parts = all_pairs(layout, ROWS["a"], ROWS["b"], 2)
+    assert len(parts) == 9 and len(all_pairs(layout, ROWS["a"], ROWS["b"])) == 1
+    [seed] = uploads["b"]
+    assert [u.piece for u in uploads["a"]] == list(range(9))
+    H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
+    for upload, piece in zip(uploads["a"], parts):
+        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
+        rows = piece.b_rows(ROWS["b"])
+        H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
+    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
+    assert shw.fine_piece_values(layout, 3 * 5) == shw.MIN_FINE_VALUES  # a small pair: pieces of at least 64 ...
+    assert shw.fine_piece_values(layout, 10**5) == -(-10**5 // shw.PIECES_PER_PAIR)  # ... a larger one in 16 ...
+    assert shw.fine_piece_values(layout, 10**9) == shw.piece_values(layout)  # ... within PIECE_BYTES a piece
+
+
 @pytest.mark.parametrize("pair", ["batches", "slices"], indirect=True)
 def test_b_evaluates_one_piece_at_a_time_with_every_worker_on_it(pair, keys, monkeypatch) -> None:
     """A fault costs a piece, not a pair (issue 63): B evaluates its pieces one at a time, every worker

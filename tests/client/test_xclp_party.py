@@ -120,8 +120,11 @@ def test_party_refuses_a_graph_that_changes_a_row_count(party: XclpParty) -> Non
 
 
 @pytest.mark.parametrize(("table", "message"), [
-    (np.array([[0, 1, 2]], dtype=np.uint64), r"must be uint64\[m, 2\]"),
+    (np.array([[0, 1, 2, 3]], dtype=np.uint64), r"must be uint64\[m, 2\] or \[m, 3\]"),
     (np.array([[0, 1]], dtype=np.int64), r"must be uint64\[m, 2\]"),
+    (np.array([[0, 1, 0]], dtype=np.uint64), "cuts a pair into pieces of other than 1 to 32768 ciphertexts"),
+    (np.array([[0, 1, 40_000]], dtype=np.uint64), "cuts a pair into pieces of other than 1 to 32768 ciphertexts"),
+    (np.array([[0, 3, 5]], dtype=np.uint64), "outside the roster"),
     (np.array([[0, 3]], dtype=np.uint64), "outside the roster"),
     (np.array([[0, 1], [1, 0]], dtype=np.uint64), "repeats a pair"),
     (np.array([[2, 2]], dtype=np.uint64), "pairs a party with itself"),

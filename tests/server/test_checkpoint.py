@@ -123,9 +123,12 @@ def test_a_checkpoint_goes_on_at_a_later_attempt_from_the_pieces_it_folded(held)
 
 def test_a_checkpoint_whose_pairs_this_version_cuts_otherwise_is_refused(held, monkeypatch) -> None:
     saved, config, allow, _ = held
-    monkeypatch.setattr(shw, "PIECE_BYTES", 4 << 20)  # one piece per pair
+    monkeypatch.setattr(shw, "PIECE_BYTES", 4 << 20)  # one piece per pair ...
+    job = saved.meta["job"]  # ... where the pairs do not say how they are cut (FINE_PIECES)
+    state = {**job["state"], "pairs": [[a, b, 0] for a, b, _ in job["state"]["pairs"]]}
+    meta = {**saved.meta, "job": {**job, "state": state}}
     with pytest.raises(InvalidInput, match="the checkpoint cuts pair . into .* pieces, this coordinator into 1"):
-        restore(saved, config, allow, clock=lambda: 0.0)
+        restore(Saved(meta, saved.arrays), config, allow, clock=lambda: 0.0)
 
 
 def test_the_restored_graph_keeps_every_candidate_folded_before(held) -> None:

@@ -31,7 +31,7 @@ from xclp.reference import xclp_reference
 from xclp.server.phases.secure_hamming import SecureHamming
 from xclp.v1 import secure_hamming_wire as shw
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.xclp import KEEPS_PAIRS, KEEPS_PIECES
+from xclp.v1.xclp import FINE_PIECES, KEEPS_PAIRS, KEEPS_PIECES
 
 XCLP = {"n_classes": 3, "k": 4, "lsh_bits": 64, "key_bits": 512, "insecure_test_keys": True}
 PARTIES = ("a", "b", "c", "d")
@@ -309,3 +309,40 @@ def test_work_in_flight_for_an_attempt_a_restart_made_useless_is_ended_not_finis
     assert sum(p.abandoned for p in pools) >= 1, [(p.waiting, p.abandoned) for p in pools]
     assert any("its work in flight ended, a later attempt began" in line for p in "abc" for line in progress[p])
     exactly_the_reference_among_abc(datas, results, run)
+
+
+@pytest.mark.parametrize("capable", [True, False], ids=["fine-pieces", "old-parties"])
+def test_pairs_are_cut_finely_only_among_parties_that_read_it(keys, monkeypatch, capable):
+    """FINE_PIECES (issue 63, a fault costs a piece): among parties that all read it, the pairs message
+    gives each pair its ciphertexts per piece, at least PIECES_PER_PAIR pieces a pair (here, with
+    pieces of at least 2, 30 ciphertexts in 15 pieces), and both sides cut alike; with a party of
+    the version before (old-parties), the message is the two columns it reads and the pieces are
+    PIECE_BYTES' (here one a pair). Exactly the reference either way."""
+    if not capable:
+        monkeypatch.setattr(before_join, "FINE_PIECES", "something-else")
+    monkeypatch.setattr(shw, "MIN_FINE_VALUES", 2)
+    streams: list[dict[int, int]] = []
+    real_start = SecureHamming.start
+
+    def start(self):
+        real_start(self)
+        streams.append({i: len(s.pieces) for i, s in self.streams.items()})
+
+    monkeypatch.setattr(SecureHamming, "start", start)
+    datas = {p: party_data(40 + i, n=N) for i, p in enumerate(PARTIES)}
+    paillier = {p: PaillierKeypair.generate(512, allow_insecure_test_size=True) for p in PARTIES}
+    with coordinator(allow_list(keys), [job("x", "xclp", XCLP, parties=PARTIES)]) as (coord, address):
+        results = run_parties(address, "x", keys, datas, paillier=paillier,
+                              policy=PartyPolicy(min_parties=2, insecure_test_keys=True))
+    assert all(isinstance(results[p], JobResult) for p in PARTIES), results
+    run = coord.jobs["x"]
+    assert all((FINE_PIECES in run.parties[p].capabilities) == capable for p in PARTIES)
+    assert [t.piece_values for t in run.job.xclp.pairs] == [2 if capable else 0] * 6
+    assert streams == [dict.fromkeys(range(6), 15 if capable else 1)]
+    ref = xclp_reference([(datas[p].X, datas[p].y) for p in PARTIES], results["a"].seed, 3, 64, GraphParams(k=4))
+    for name in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(run.job.xclp.W, name), getattr(ref.influence.W, name))
+    for j, p in enumerate(PARTIES):
+        unlabeled = datas[p].y == -1
+        np.testing.assert_allclose(results[p].aggregate[unlabeled], ref.scores[ref.party_rows(j)][unlabeled],
+                                   rtol=0, atol=1e-6)

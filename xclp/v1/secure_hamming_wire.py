@@ -67,16 +67,29 @@ def piece_values(layout: SlotLayout) -> int:
     return max(1, PIECE_BYTES // layout.ciphertext_bytes)
 
 
+# With the capability FINE_PIECES (xclp/v1/xclp.py) a pair is cut into at least PIECES_PER_PAIR pieces
+# (of at least MIN_FINE_VALUES ciphertexts, at most PIECE_BYTES): pieces fold one after another, so a
+# fault half-way through SecureHamming costs the pieces in flight, not the pairs (issue 63).
+PIECES_PER_PAIR = 16
+MIN_FINE_VALUES = 64
+
+
+def fine_piece_values(layout: SlotLayout, values: int) -> int:
+    """Ciphertexts per piece of a pair of `values` ciphertexts in all, cut finely (FINE_PIECES)."""
+    return min(piece_values(layout), max(MIN_FINE_VALUES, -(-int(values) // PIECES_PER_PAIR)))
+
+
 def relay_bytes(layout: SlotLayout, n_sender: int) -> int:
     """The largest relay a pair's party sends: its bit slices (as A), or one piece (as B); what the
     coordinator accepts and the recipient takes."""
     return max(layout.slices_bytes(n_sender), piece_values(layout) * layout.ciphertext_bytes) + RELAY_SLACK_BYTES
 
 
-def pieces(layout: SlotLayout, counts: Sequence[int]) -> tuple[Piece, ...]:
+def pieces(layout: SlotLayout, counts: Sequence[int], per: int = 0) -> tuple[Piece, ...]:
     """The pieces of a pair whose batch g is evaluated against counts[g] rows, in order: as many
-    whole batches as fit a piece, and a batch too large for one cut in near-equal slices."""
-    per, out, first, g = piece_values(layout), [], 0, 0
+    whole batches as fit a piece of `per` ciphertexts (0: `piece_values`, as many as fit
+    PIECE_BYTES), and a batch too large for one cut in near-equal slices."""
+    per, out, first, g = per or piece_values(layout), [], 0, 0
     while g < len(counts):
         if counts[g] > per:
             cuts = -(-counts[g] // per)
@@ -92,9 +105,9 @@ def pieces(layout: SlotLayout, counts: Sequence[int]) -> tuple[Piece, ...]:
     return tuple(out)
 
 
-def all_pairs(layout: SlotLayout, n_a: int, n_b: int) -> tuple[Piece, ...]:
+def all_pairs(layout: SlotLayout, n_a: int, n_b: int, per: int = 0) -> tuple[Piece, ...]:
     """The pieces of a pair on all pairs: each of A's ⌈n_A/K⌉ batches against all n_B of B's rows."""
-    return pieces(layout, [n_b] * layout.batches(n_a))
+    return pieces(layout, [n_b] * layout.batches(n_a), per)
 
 
 class Upload(enum.IntEnum):

@@ -6,7 +6,8 @@ j with n_j rows:
     coordinator -> all   "layout"          uint64[P]  rows per roster party (0 = not in the job)
     intra_hamming        j -> coordinator  uint32[n_j, k', 2] own k' = min(k, n_j − 1) nearest rows
                                            (row, distance) per row, never the n_j × n_j block (§10.1)
-    coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3)
+    coordinator -> all   "pairs"           uint64[m, 2] roster positions (A, B) of every pair (§5.3); with
+                                           FINE_PIECES uint64[m, 3], each pair's ciphertexts per piece too
     coordinator -> all   "pairs_from"      uint64[m] before a restart (round = its attempt): per pair the
                                            first piece it does ("pairs_kept", uint8[m], to older parties)
     secure_hamming       streamed per pair in pieces of A's batches (§10.1, xclp.v1.secure_hamming_wire):
@@ -56,9 +57,8 @@ from xclp.v1.params import (
     str_param,
 )
 
-# pair_budget unset: all pairs up to this many rows in all, "auto" above (docs/jobs/xclp.md: at 20 000
-# rows one probe per row kept the accuracy within about a point of all pairs, and all pairs' Paillier
-# work passes hours on two cores)
+# pair_budget unset: all pairs up to this many rows in all, "auto" above (docs/jobs/xclp.md: at 20 000 rows
+# one probe per row kept the accuracy within a point of all pairs, whose Paillier work passes hours)
 ALL_PAIRS_ROWS = 20_000
 AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
 # centres unset: about this many rows in all per centre, as a power of two in [MIN_AUTO_CENTRES,
@@ -70,8 +70,7 @@ MIN_AUTO_CENTRES, MAX_CENTRES = 64, 4096
 EXACT_INFLUENCE_ROWS = 20_000
 AUTO_INFLUENCE_TOLERANCE = 1e-4
 MAX_INFLUENCE_TOLERANCE = 0.01
-# the parameters whose defaults follow the run's rows (XclpJobParams.for_rows), kept concrete in a run's state
-RESOLVED = ("pair_budget", "centres", "influence_tolerance")
+RESOLVED = ("pair_budget", "centres", "influence_tolerance")  # for_rows' values, kept in a run's state
 
 LAYOUT_MSG = "layout"
 PAIRS_MSG = "pairs"
@@ -80,6 +79,7 @@ PAIRS_MSG = "pairs"
 # only when every member has the capability KEEPS_PAIRS (else every pair starts again)
 KEPT_PAIRS_MSG = "pairs_kept"
 KEEPS_PAIRS = "hamming-keeps-pairs"
+FINE_PIECES = "hamming-fine-pieces"  # every member has it: the pairs message cuts each pair finely
 # ... or, when every member has the capability KEEPS_PIECES, instead: uint64[m], per pair the first
 # piece this attempt does (the pieces before it are folded; as many as the pair has: skipped whole)
 PAIRS_FROM_MSG = "pairs_from"

@@ -23,6 +23,9 @@ class PairTask:
 
     a: str
     b: str
+    # ciphertexts per piece the pair is cut into (secure_hamming_wire.fine_piece_values), as the pairs
+    # message says; 0: up to PIECE_BYTES a piece, the division of a run without FINE_PIECES
+    piece_values: int = 0
 
 
 def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
@@ -43,9 +46,12 @@ def secure_hamming_pairs(party_ids: Sequence[str]) -> tuple[PairTask, ...]:
 
 
 def pairs_table(pairs: Sequence[PairTask], roster: Sequence[str]) -> np.ndarray:
-    """The pairs message: uint64[m, 2] roster positions (A, B) of every pair (what the coordinator
-    sends, and what a party keeps of it in its run state)."""
+    """The pairs message: uint64[m, 2] roster positions (A, B) of every pair, or uint64[m, 3] with each
+    pair's ciphertexts per piece when it is cut finely (FINE_PIECES); what the coordinator sends,
+    and what a party keeps of it in its run state."""
     position = {p: i for i, p in enumerate(roster)}
+    if any(t.piece_values for t in pairs):
+        return np.array([[position[t.a], position[t.b], t.piece_values] for t in pairs], dtype=np.uint64).reshape(-1, 3)
     return np.array([[position[t.a], position[t.b]] for t in pairs], dtype=np.uint64).reshape(-1, 2)
 
 
