@@ -262,7 +262,7 @@ def test_the_private_write_checker_finds_one(tmp_path: Path) -> None:
         "xclp.client.friend writes session._n"]
 
 
-# issue 62: the run-size defaults (XclpJobParams.for_rows) become concrete once per run, where the
+# docs/architecture.md: the run-size defaults (XclpJobParams.for_rows) become concrete once per run, where the
 # roster is verified, and every restart reads them back from the run's state (`with_resolved`)
 RESOLVED_AT = {
     "client/session.py": "the party, where it verifies the roster's signed row counts",

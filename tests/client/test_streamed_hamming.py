@@ -128,10 +128,10 @@ def test_a_pair_cut_finely_by_the_pairs_message_gives_the_same_distances(keys) -
 
 @pytest.mark.parametrize("pair", ["batches", "slices"], indirect=True)
 def test_b_evaluates_one_piece_at_a_time_with_every_worker_on_it(pair, keys, monkeypatch) -> None:
-    """A fault costs a piece, not a pair (issue 63): B evaluates its pieces one at a time, every worker
-    on the one piece, so they finish and fold one after another. Before, B took as many pieces at
-    once as it had workers, one worker each: with few pieces per pair they all finished near the end
-    together, and a crash half-way kept none (0 of 9 at 3 x 2 000 rows)."""
+    """A fault costs a piece, not a pair (docs/operating.md, "Long runs"): B evaluates its pieces one
+    at a time, every worker on the one piece, so they finish and fold one after another. Before, B
+    took as many pieces at once as it had workers, one worker each: with few pieces per pair they
+    all finished near the end together, and a crash half-way kept none (0 of 9 at 3 x 2 000 rows)."""
     import xclp.client.phases.secure_hamming as party_side
 
     parties, link = pair

@@ -313,7 +313,7 @@ def test_work_in_flight_for_an_attempt_a_restart_made_useless_is_ended_not_finis
 
 @pytest.mark.parametrize("capable", [True, False], ids=["fine-pieces", "old-parties"])
 def test_pairs_are_cut_finely_only_among_parties_that_read_it(keys, monkeypatch, capable):
-    """FINE_PIECES (issue 63, a fault costs a piece): among parties that all read it, the pairs message
+    """FINE_PIECES (a fault costs a piece, docs/jobs/xclp.md): among parties that all read it, the pairs message
     gives each pair its ciphertexts per piece, at least PIECES_PER_PAIR pieces a pair (here, with
     pieces of at least 2, 30 ciphertexts in 15 pieces), and both sides cut alike; with a party of
     the version before (old-parties), the message is the two columns it reads and the pieces are

@@ -69,7 +69,7 @@ def piece_values(layout: SlotLayout) -> int:
 
 # With the capability FINE_PIECES (xclp/v1/xclp.py) a pair is cut into at least PIECES_PER_PAIR pieces
 # (of at least MIN_FINE_VALUES ciphertexts, at most PIECE_BYTES): pieces fold one after another, so a
-# fault half-way through SecureHamming costs the pieces in flight, not the pairs (issue 63).
+# fault half-way through SecureHamming costs the pieces in flight, not the pairs (docs/operating.md).
 PIECES_PER_PAIR = 16
 MIN_FINE_VALUES = 64
 
