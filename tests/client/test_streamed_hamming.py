@@ -104,6 +104,16 @@ def run_honestly(parties, link: Wire) -> dict[str, list[HammingUpload]]:
     return uploads
 
 
+def unmasked(uploads: list[HammingUpload], seed: HammingUpload, keys, layout, parts) -> np.ndarray:
+    """H[b rows, a rows] as the coordinator unmasks A's uploaded t of each piece with B's seed."""
+    H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
+    for upload, piece in zip(uploads, parts):
+        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
+        rows = piece.b_rows(ROWS["b"])
+        H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
+    return H
+
+
 def test_a_pair_cut_finely_by_the_pairs_message_gives_the_same_distances(keys) -> None:
     """FINE_PIECES: the pairs message's third column cuts each pair into pieces of that many
     ciphertexts (here 2: each batch of B's 5 rows in 3 slices, 9 pieces where PIECE_BYTES makes 1);
@@ -115,12 +125,8 @@ def test_a_pair_cut_finely_by_the_pairs_message_gives_the_same_distances(keys) -
     assert len(parts) == 9 and len(all_pairs(layout, ROWS["a"], ROWS["b"])) == 1
     [seed] = uploads["b"]
     assert [u.piece for u in uploads["a"]] == list(range(9))
-    H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
-    for upload, piece in zip(uploads["a"], parts):
-        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
-        rows = piece.b_rows(ROWS["b"])
-        H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
-    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
+    np.testing.assert_array_equal(unmasked(uploads["a"], seed, keys, layout, parts),
+                                  hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
     assert shw.fine_piece_values(layout, 3 * 5) == shw.MIN_FINE_VALUES  # a small pair: pieces of at least 64 ...
     assert shw.fine_piece_values(layout, 10**5) == -(-10**5 // shw.PIECES_PER_PAIR)  # ... a larger one in 16 ...
     assert shw.fine_piece_values(layout, 10**9) == shw.piece_values(layout)  # ... within PIECE_BYTES a piece
@@ -162,12 +168,8 @@ def test_pieces_unmasked_with_bs_seed_are_the_plaintext_distances_exactly(pair, 
     parts = all_pairs(layout, ROWS["a"], ROWS["b"])
     assert len(parts) in (3, 9)  # 3 batches, each whole or in 3 slices of B's rows (1, 2, 2)
     assert [(u.kind, u.piece) for u in uploads["a"]] == [(Upload.T, i) for i in range(len(parts))]
-    H = np.full((ROWS["b"], ROWS["a"]), -1, dtype=np.int64)
-    for upload, piece in zip(uploads["a"], parts):
-        block = cross_piece(upload.data, seed.data, int(keys["a"].public.n), piece, ROWS["a"], ROWS["b"], L)
-        rows = piece.b_rows(ROWS["b"])
-        H[rows.start : rows.stop, piece.a_rows(layout, ROWS["a"])] = block
-    np.testing.assert_array_equal(H, hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
+    np.testing.assert_array_equal(unmasked(uploads["a"], seed, keys, layout, parts),
+                                  hamming_matrix(parties["b"].hamming.codes, parties["a"].hamming.codes))
 
 
 def test_b_stays_within_its_window_of_as_acknowledgements(pair) -> None:
