@@ -24,7 +24,8 @@ back (Offer.rejoin) and rejoins it from its saved state where `xclp-client run` 
 `runs = N` (`--runs N`: demos and tests) it stops by itself once it has taken part in N runs, and
 then exits 0 only if all of them were done (5 otherwise).
 
-agent.toml:
+agent.toml (every key is an option of client/options.py, which checks it and names it in an error
+as it is written here; docs/cli.md lists where each option may be given):
 
     party = "hospital-a"
     identity = "keys/hospital-a.key"
@@ -67,13 +68,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from xclp.client import options
 from xclp.client.api import read_data, take_part
 from xclp.client.connection import Backoff, ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_WORK_MINUTES, work_seconds
 from xclp.client.ledger import DEFAULT_BUDGET, Budget, Ledger
+from xclp.client.options import Source
 from xclp.client.outputs import check_dir_name, remove_partial, write_run_dir
 from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import RunConfig
@@ -81,7 +85,7 @@ from xclp.client.run_state import RunStateFile
 from xclp.client.session import PartySession
 from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
-from xclp.crypto.paillier import MIN_SECURE_BITS, PaillierKeypair
+from xclp.crypto.paillier import PaillierKeypair
 from xclp.data import tables
 from xclp.errors import ConfigError, PolicyRefused, RunCancelled, RunInterrupted, XclpError
 from xclp.runtime import check_keys, read_bytes, read_toml
@@ -93,17 +97,6 @@ from xclp.v1.status import error_from_rpc
 
 log = logging.getLogger("xclp.agent")
 
-AGENT_KEYS = {"party", "identity", "peers", "coordinator", "ca_cert", "client_cert", "client_key", "server_name",
-              "insecure", "out", "poll_seconds", "connect_timeout", "join_wait", "idle_timeout", "workers",
-              "max_runs", "join_deadline",
-              "insecure_workers", "policy",
-              "datasets", "state"}
-POLICY_KEYS = {"job_types", "min_parties", "min_share_threshold", "require_dp", "require_label_dp",
-               "allow_hide_label_mask",
-               "allow_unsketched_layers", "allow_non_dp_dbcl",
-               "insecure_test_keys", "min_key_bits",
-               "max_key_bits", "max_memory_gb", "max_work_minutes", "max_paillier_hours", "allow_rerun",
-               "privacy_budget"}
 DATASET_KEYS = {"path", "label_column", "id_column", "delimiter"}
 
 
@@ -125,35 +118,37 @@ class AgentConfig:
     datasets: dict[str, Dataset]
     policy: PartyPolicy = PartyPolicy()
     job_types: frozenset[str] = field(default_factory=lambda: frozenset(registry.names()))
-    min_key_bits: int = MIN_SECURE_BITS
-    max_key_bits: int = 4096
-    poll_seconds: float = 2.0
-    join_wait: float = 60.0
-    idle_timeout: float = 900.0
+    min_key_bits: int = options.default("min_key_bits")
+    max_key_bits: int = options.default("max_key_bits")
+    poll_seconds: float = options.default("poll_seconds")
+    join_wait: float = options.default("connect_timeout")
+    idle_timeout: float = options.default("idle_timeout")
     # a coordinator could make an agent join 20 runs at once (a process pool and the data
     # each), and keep a joined run waiting for its roster forever with status messages
-    max_runs: int = 2  # runs taken part in at once
-    join_deadline: float = 1800.0  # seconds from Join to the roster
+    max_runs: int = options.default("max_runs")  # runs taken part in at once
+    join_deadline: float = options.default("join_deadline")  # seconds from Join to the roster
     workers: WorkerSpec = WorkerSpec()
     max_memory_bytes: int | None = None
     max_work_seconds: float = DEFAULT_MAX_WORK_MINUTES * 60
     state: Path | None = None  # the directory of its privacy ledger (client/ledger.py); None: no ledger
     privacy_budget: Budget = DEFAULT_BUDGET  # each data set's DP budget over every run
-    allow_rerun: bool = False  # release a data set exactly among another set of parties than before
+    allow_rerun: bool = options.default("allow_rerun")  # release a data set exactly among another set of parties
 
     @classmethod
     def load(cls, path: Path) -> AgentConfig:
+        """agent.toml, each setting checked by client/options.py and named in an error as it is
+        written there (`max_runs in agent.toml`, `[policy] min_parties in agent.toml`)."""
         raw = read_toml(path)
-        check_keys(path, raw, AGENT_KEYS)
         base = path.parent
-        missing = [k for k in ("party", "identity", "peers", "coordinator", "out") if not raw.get(k)]
+        top = options.read_settings(raw, options.Where(Source.AGENT, path), base=base, also=("policy", "datasets"))
+        missing = [k for k in ("party", "identity", "peers", "coordinator", "out") if top.get(k) is None]
         if missing:
             raise ConfigError(f"{path}: missing {', '.join(missing)}")
-        policy = raw.get("policy", {})
+        table = raw.get("policy", {})
         catalogue = raw.get("datasets", {})
-        if not isinstance(policy, dict) or not isinstance(catalogue, dict):
+        if not isinstance(table, dict) or not isinstance(catalogue, dict):
             raise ConfigError(f"{path}: [policy] and [datasets.<name>] must be tables")
-        check_keys(f"{path} [policy]", policy, POLICY_KEYS)
+        policy = options.read_settings(table, options.Where(Source.POLICY, path))
         datasets = {}
         for name, entry in catalogue.items():
             if not isinstance(entry, dict) or "path" not in entry:
@@ -169,40 +164,34 @@ class AgentConfig:
         if unknown:
             raise ConfigError(f"{path}: [policy] job_types names unknown type(s) {', '.join(unknown)}; "
                               f"known: {', '.join(sorted(known))}")
-
-        def optional(key: str) -> Path | None:
-            return base / raw[key] if raw.get(key) else None
-
-        identity.check_party_id(raw["party"])
+        identity.check_party_id(top["party"])
         memory = policy.get("max_memory_gb")
+
+        def setting(name: str, settings: dict[str, Any] = top) -> Any:
+            return settings.get(name, options.default(name))
+
         return cls(
-            party=raw["party"], identity=base / raw["identity"], peers=base / raw["peers"], out=base / raw["out"],
-            connection=ConnectionConfig(address=raw["coordinator"], ca_cert=optional("ca_cert"),
-                                        client_cert=optional("client_cert"), client_key=optional("client_key"),
-                                        server_name=raw.get("server_name"), insecure=bool(raw.get("insecure"))),
+            party=top["party"], identity=top["identity"], peers=top["peers"], out=top["out"],
+            connection=ConnectionConfig(address=top["coordinator"], ca_cert=top.get("ca_cert"),
+                                        client_cert=top.get("client_cert"), client_key=top.get("client_key"),
+                                        server_name=top.get("server_name"), insecure=setting("insecure")),
             datasets=datasets,
             policy=PartyPolicy.from_settings(policy),
             job_types=frozenset(types),
-            min_key_bits=int(policy.get("min_key_bits", MIN_SECURE_BITS)),
-            max_key_bits=int(policy.get("max_key_bits", 4096)),
-            poll_seconds=float(raw.get("poll_seconds", 2.0)),
-            join_wait=float(raw.get("connect_timeout", raw.get("join_wait", 60.0))),  # join_wait: the old name
-            idle_timeout=float(raw.get("idle_timeout", 900.0)),
-            max_runs=positive_int(path, raw, "max_runs", 2),
-            join_deadline=float(raw.get("join_deadline", 1800.0)),
-            workers=WorkerSpec.parse(raw.get("workers"), insecure=bool(raw.get("insecure_workers"))),
-            max_memory_bytes=None if memory is None else int(float(memory) * 2**30),
+            min_key_bits=setting("min_key_bits", policy),
+            max_key_bits=setting("max_key_bits", policy),
+            poll_seconds=setting("poll_seconds"),
+            join_wait=setting("connect_timeout"),
+            idle_timeout=setting("idle_timeout"),
+            max_runs=setting("max_runs"),
+            join_deadline=setting("join_deadline"),
+            workers=WorkerSpec.parse(top.get("workers"), insecure=setting("insecure_workers"),
+                                     given=f"workers in {path}", insecure_given=f"insecure_workers = true in {path}"),
+            max_memory_bytes=None if memory is None else int(memory * 2**30),
             max_work_seconds=work_seconds(policy.get("max_work_minutes"), policy.get("max_paillier_hours")),
-            state=base / raw["state"] if raw.get("state") else base / raw["out"] / ".state",
+            state=top.get("state") or top["out"] / ".state",
             privacy_budget=Budget.of(policy.get("privacy_budget"), f"[policy] privacy_budget in {path}"),
-            allow_rerun=bool(policy.get("allow_rerun")))
-
-
-def positive_int(path: Path, raw: dict, key: str, default: int) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{path}: {key} must be an integer >= 1, got {value!r}")
-    return value
+            allow_rerun=setting("allow_rerun", policy))
 
 
 RunKey = tuple[str, str]  # (job id, run id): run ids are per job, so "1" of two jobs are two runs

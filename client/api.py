@@ -33,11 +33,13 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from xclp.client import options
 from xclp.client.connection import ConnectionConfig
 from xclp.client.context import Progress
 from xclp.client.jobs.estimate import work_seconds
 from xclp.client.ledger import Budget, Ledger, default_directory
 from xclp.client.models import ModelFile
+from xclp.client.options import Source
 from xclp.client.outputs import (
     MODEL_FILE,
     dataframe,
@@ -62,7 +64,7 @@ from xclp.runtime import read_bytes, read_toml
 from xclp.v1 import registry
 from xclp.v1.params import JobParams
 from xclp.v1.registry import Output
-from xclp.validation import Comparison, check_fraction
+from xclp.validation import Comparison
 
 PathLike = str | os.PathLike[str]
 
@@ -205,12 +207,10 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       and compare, on them, XCLP's labels with its own rows alone (`PartyResult.validation`).
     - `progress`: called with each progress line (default: printed to stderr).
     """
+    options.read_settings({k: v for k, v in locals().items() if k != "progress"}, options.Where(Source.API))
     say = progress or stderr_progress
-    if validate is not None:
-        check_fraction(float(validate), "--validate")
-    if isinstance(rejoins, bool) or not isinstance(rejoins, int) or rejoins < 0:
-        raise ConfigError(f"--rejoins must be a whole number >= 0, got {rejoins!r}")
-    worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers)  # before reading anything
+    worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers, given="workers",
+                                   insecure_given="insecure_workers=True")  # before reading anything
     if worker_spec.scheduler is not None and worker_spec.scheduler.startswith("tcp://"):
         say(f"WARNING: insecure workers: Paillier tasks go to {worker_spec.scheduler} in the clear")
     key = (identity if isinstance(identity, Ed25519PrivateKey)

@@ -9,7 +9,8 @@
     xclp-client demo                      # coordinator + three institutions on localhost, XCLP end to end
     xclp-client agent --config agent.toml # always on: takes part in the runs its policy accepts
 
-`run` settings come from flags or `--config party.toml` (same names, underscores; flags win).
+`run` settings come from flags or `--config party.toml` (same names, underscores; flags win), both
+made and checked from one table of the party's options (client/options.py).
 Exit codes: 0 success, 2 bad input or settings, 3 protocol violation, 4 refused (not allow-listed,
 bad signature), 5 dropped or timed out, 1 unexpected error.
 """
@@ -24,29 +25,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from xclp.client import api
+from xclp.client import api, options
 from xclp.client.ledger import Budget, default_directory
 from xclp.client.models import ModelFile
-from xclp.client.outputs import PREDICTIONS_FILE, predict_columns, query_columns, with_id_name, write_columns
+from xclp.client.options import Source
+from xclp.client.outputs import predict_columns, query_columns, with_id_name, write_columns
 from xclp.client.session import stderr_progress
+from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.data import party_table, tables
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
-from xclp.runtime import TESTING_ENV, check_keys, read_toml, require_testing, write_atomic, write_private
+from xclp.runtime import read_toml, require_testing, write_atomic, write_private
 from xclp.v1.exits import stdout_closed
 from xclp.v1.registry import Output
 from xclp.v1.status import EXIT_BAD_INPUT, EXIT_DROPPED, EXIT_OK, exit_code
 from xclp.validation import table as comparison_table
-
-RUN_KEYS = {"coordinator", "job", "party", "identity", "peers", "data", "label_column", "id_column", "delimiter", "out",
-            "ca_cert", "client_cert", "client_key", "server_name", "insecure", "connect_timeout", "join_wait",
-            "idle_timeout", "rejoins", "paillier_bits",
-            "insecure_test_keys", "workers", "insecure_workers", "debug_dump_seed", "min_parties", "require_dp",
-            "require_label_dp", "allow_hide_label_mask", "allow_unsketched_layers", "allow_non_dp_dbcl",
-            "min_share_threshold", "max_memory_gb", "max_work_minutes", "max_paillier_hours", "state", "allow_rerun",
-            "privacy_budget", "validate"}
-PATH_KEYS = {"identity", "peers", "data", "out", "ca_cert", "client_cert", "client_key", "debug_dump_seed", "state"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,86 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="take part in a job", description="Join a job on the coordinator with "
                        "local data, do this party's side, and write the resulting model file atomically.")
     r.add_argument("--config", type=Path, help="party TOML file (keys as the flags below, with underscores)")
-    r.add_argument("--coordinator", help="coordinator address host:port")
-    r.add_argument("--job", help="job id, as configured on the coordinator")
-    r.add_argument("--party", help="this party's id (must match the allow-list)")
-    r.add_argument("--identity", type=Path, help="identity key from `xclp-client keygen`")
-    r.add_argument("--peers", type=Path, help="the job's allow-list (allow.toml, from the operator by an authenticated "
-                   "channel): the only identity keys this party accepts from the coordinator's roster")
-    r.add_argument("--data", type=Path, help="CSV or Parquet (features, a label column, an optional id column) or .npz "
-                   "(X, y, ids, columns); see docs/data.md")
-    r.add_argument("--label-column", help="label column name (default label; empty cell = unlabeled; a name given "
-                   "here must be a column of the table, while a table without a label column is all unlabeled)")
-    r.add_argument("--id-column", help="row id column name in the CSV (default: row numbers; ids must be unique)")
-    r.add_argument("--delimiter", help="CSV separator: , ; | or tab (default: detected from the header)")
-    r.add_argument("--out", type=Path, help="model file to write (.npz); for xclp jobs a directory (gets "
-                   f"{PREDICTIONS_FILE}) or a .csv file: id (named as in --data), label, confidence, score_<c>")
-    r.add_argument("--ca-cert", type=Path, help="CA certificate that signed the coordinator's certificate (default: "
-                                                "system roots)")
-    r.add_argument("--client-cert", type=Path, help="this party's client certificate, if the coordinator requires "
-                                                    "mutual TLS")
-    r.add_argument("--client-key", type=Path, help="the private key of --client-cert")
-    r.add_argument("--server-name", help="TLS name to expect in the server certificate, if not the host in "
-                                         "--coordinator")
-    r.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (local tests only)")
-    r.add_argument("--connect-timeout", "--join-wait", dest="connect_timeout", type=float,
-                   help="seconds to keep retrying an unreachable coordinator, backing off exponentially (0.5 s "
-                   "doubling to 30 s, with jitter), before giving up with exit code 5 (default 60)")
-    r.add_argument("--idle-timeout", type=float, help="give up after this many seconds without news (default 900)")
-    r.add_argument("--rejoins", type=int, metavar="N",
-                   help="join the job's next run, up to N times, when the coordinator stops or restarts during "
-                        "this party's run and cannot go on with it (default 3; 0: never; docs/operating.md)")
-    r.add_argument("--paillier-bits", type=int, help="xclp jobs: publish a fresh Paillier key of this size "
-                   "(the job's key_bits, normally 2048)")
-    r.add_argument("--insecure-test-keys", action="store_true", default=None,
-                   help="allow --paillier-bits below 2048 (tests only; the job must allow it too)")
-    r.add_argument("--min-parties", type=int, help="refuse any masked sum among fewer parties (default 3, at least 2)")
-    r.add_argument("--min-share-threshold", type=int, metavar="T",
-                   help="refuse jobs that let fewer than T shares rebuild this party's self-mask seed if it is lost "
-                        "while revealing (default 2, at least 2)")
-    r.add_argument("--require-dp", type=float, metavar="EPS", help="take part only in DP jobs with epsilon <= EPS")
-    r.add_argument("--require-label-dp", type=float, metavar="EPS",
-                   help="take part only in jobs whose release of each label is DP with epsilon <= EPS (xclp: "
-                        "label_dp_epsilon; record-level DP covers labels too)")
-    r.add_argument("--allow-unsketched-layers", action="store_true", default=None,
-                   help="take part in dbcl jobs that release some layers' gradients unsketched (the paper's "
-                        "output layer, or sketch = \"none\"; a property probe reads them; docs/jobs/dbcl.md)")
-    r.add_argument("--allow-non-dp-dbcl", action="store_true", default=None,
-                   help="take part in dbcl jobs without record-level DP (dp_epsilon): the coordinator can difference "
-                        "their rounds into one party's per-class feature sums (docs/jobs/dbcl.md)")
-    r.add_argument("--allow-hide-label-mask", action="store_true", default=None,
-                   help="take part in xclp jobs with hide_label_mask (peers could then solve for labels; "
-                        "docs/jobs/xclp.md)")
-    r.add_argument("--workers", help="xclp: where Paillier work runs: a number of local processes (default: the "
-                                     "cores; 0 = none) or the institution's own Dask scheduler, tls://host:8786 "
-                                     "(it gets this party's secret key and codes; docs/cluster.md)")
-    r.add_argument("--insecure-workers", action="store_true", default=None,
-                   help="allow a tcp:// Dask scheduler (Paillier tasks then cross the network in the clear)")
-    r.add_argument("--state", type=Path, help="the directory of this party's privacy ledger: what it released about "
-                                              "each data set, among whom, and the DP budget spent; and, while a "
-                                              "run is in SecureHamming, SecureRowSums or a training round, its "
-                                              "sealed run state, which the same command rejoins the run with if "
-                                              "the process is killed (default: "
-                                              "$XDG_STATE_HOME/xclp; docs/privacy.md, docs/operating.md)")
-    r.add_argument("--privacy-budget", metavar="EPS[,DELTA]",
-                   help="the most all DP releases about one data set may spend, over every run (default 10,1e-5; "
-                        "docs/privacy.md); --require-dp stays a limit per job")
-    r.add_argument("--allow-rerun", action="store_true", default=None,
-                   help="release the data exactly among another set of parties than its earlier exact releases "
-                        "(lets the coordinator difference the sums; `xclp-client ledger move` is the lasting "
-                        "choice; docs/privacy.md)")
-    r.add_argument("--validate", type=float, metavar="FRACTION",
-                   help="xclp: hold out this fraction of the labeled rows locally (their labels never sent) and "
-                        "print, on them, the accuracy of XCLP's labels next to this party's rows alone "
-                        "(docs/jobs/xclp.md)")
-    r.add_argument("--max-memory-gb", type=float, help="xclp: refuse, before joining, a job whose distance block needs "
-                   "more memory than this (default: three quarters of the RAM; 0 = no limit)")
-    r.add_argument("--max-work-minutes", type=float, help="xclp: refuse, before joining and again before any "
-                   "Paillier work, a job whose Paillier work is estimated to take longer (timed with this party's "
-                   "key; default 1440 = 24 hours; 0 = no limit); the job's max_run_seconds is a limit too")
-    r.add_argument("--max-paillier-hours", type=float, help=argparse.SUPPRESS)  # the old name, in hours
-    r.add_argument("--debug-dump-seed", type=Path, help=f"TEST HOOK, refused unless {TESTING_ENV}=1: write the "
-                   "job's common seed to this file so a test can rebuild the plaintext reference")
+    options.add_flags(r)
 
     ag = sub.add_parser("agent", help="an always-on party: joins the runs that name it and its policy accepts",
                         description="Poll the coordinator for runs that name this party; take part in those whose "
@@ -222,12 +137,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_party_toml(path: Path) -> dict[str, Any]:
+def _read_party_toml(path: Path, without: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """`--config party.toml`: the settings it gives, checked (client/options.py), paths next to it;
+    but not those `without` (the flags given, which win over the file, under any of their names)."""
     raw = read_toml(path)
-    check_keys(path, raw, RUN_KEYS)
-    for key in PATH_KEYS & set(raw):
-        raw[key] = path.parent / raw[key]
-    return raw
+    skipped = {name for flag in without for name in (flag, *options.OPTIONS[flag].old_names)}
+    return options.read_settings({k: v for k, v in raw.items() if k not in skipped},
+                                 options.Where(Source.RUN_TOML, path), base=path.parent)
 
 
 class Terminated(BaseException):
@@ -240,11 +156,17 @@ def _terminated(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminated)
-    cfg = _read_party_toml(args.config) if args.config is not None else {}
-    cfg.update({k: v for k, v in vars(args).items() if k in RUN_KEYS and v is not None})
-    if cfg.get("privacy_budget") is not None:  # an error names the setting the way it was given
-        cfg["privacy_budget"] = Budget.of(cfg["privacy_budget"], "--privacy-budget" if args.privacy_budget is not None
-                                          else f"privacy_budget in {args.config}")
+    flags = options.read_settings({k: v for k, v in vars(args).items() if k in options.keys(Source.FLAG)},
+                                  options.Where(Source.FLAG))
+    cfg = {} if args.config is None else _read_party_toml(args.config, without=set(flags))
+    cfg.update(flags)  # flags win
+
+    def named(name: str) -> str:
+        given = Source.RUN_TOML if name in cfg and name not in flags else Source.FLAG
+        return options.Where(given, args.config).name(options.OPTIONS[name])
+
+    WorkerSpec.parse(cfg.get("workers"), insecure=bool(cfg.get("insecure_workers")), given=named("workers"),
+                     insecure_given=named("insecure_workers"))  # named here: the API would name its keyword
     missing = [k for k in ("coordinator", "job", "party", "identity", "peers", "data", "out") if not cfg.get(k)]
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
@@ -253,8 +175,6 @@ def run(args: argparse.Namespace) -> int:
     if seed_path:
         require_testing("--debug-dump-seed writes the job's secret common seed to disk")
     out = Path(cfg.pop("out"))
-    if "join_wait" in cfg:  # the old name of connect_timeout
-        cfg.setdefault("connect_timeout", cfg.pop("join_wait"))
     cfg.update(label_column=cfg.get("label_column", tables.DEFAULT_LABEL) or None,
                id_column=cfg.get("id_column") or None, state=cfg.get("state") or default_directory())
     result = api.run(**cfg)

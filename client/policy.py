@@ -24,13 +24,14 @@ say (docs/design.md §2.3-2.4). The coordinator may be active: it may send any j
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from xclp.client.options import OPTIONS, default
 from xclp.crypto.paillier import MIN_SECURE_BITS
-from xclp.errors import PolicyRefused, ProtocolError
+from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.double_masking import CONFIRM_SUFFIX, MIN_SHARE_THRESHOLD, RECOVER_SUFFIX, recoverable, share_threshold
+from xclp.v1.double_masking import CONFIRM_SUFFIX, RECOVER_SUFFIX, recoverable, share_threshold
 from xclp.v1.params import JobParams
 from xclp.v1.training import UPDATE_STEP
 from xclp.v1.xclp import HAMMING_STEP, LABELS_STEP, ROWSUMS_STEP
@@ -46,40 +47,32 @@ MAX_SAME_SET = 3
 
 @dataclass(frozen=True)
 class PartyPolicy:
-    min_parties: int = 3  # the smallest participant set this party masks with; never below 2
-    require_dp: float | None = None  # if set: only DP jobs with epsilon <= this
-    require_label_dp: float | None = None  # if set: only jobs whose labels spend epsilon <= this
-    allow_hide_label_mask: bool = False  # hide_label_mask hands peers S[:, R_j] (docs/design.md §5.5)
-    insecure_test_keys: bool = False  # accept Paillier keys below 2048 bits (tests only)
-    # the fewest shares of this party's self-mask seed that may rebuild it (never below 2)
-    min_share_threshold: int = MIN_SHARE_THRESHOLD
-    # DBCL layers released unsketched (the paper's output layer; plain federated SGD: all of them)
-    allow_unsketched_layers: bool = False
-    # DBCL without record-level DP, whose rounds a coordinator can difference
-    allow_non_dp_dbcl: bool = False
+    # the defaults and the meanings are the options' (client/options.py)
+    min_parties: int = default("min_parties")  # the smallest participant set this party masks with
+    require_dp: float | None = default("require_dp")  # if set: only DP jobs with epsilon <= this
+    require_label_dp: float | None = default("require_label_dp")  # if set: labels spend epsilon <= this
+    allow_hide_label_mask: bool = default("allow_hide_label_mask")  # hands peers S[:, R_j] (docs/design.md §5.5)
+    insecure_test_keys: bool = default("insecure_test_keys")  # Paillier keys below 2048 bits (tests only)
+    min_share_threshold: int = default("min_share_threshold")  # the fewest shares that rebuild a self-mask seed
+    allow_unsketched_layers: bool = default("allow_unsketched_layers")  # DBCL layers released unsketched
+    allow_non_dp_dbcl: bool = default("allow_non_dp_dbcl")  # DBCL without record-level DP
 
     def __post_init__(self) -> None:
-        t = self.min_share_threshold
-        if isinstance(t, bool) or not isinstance(t, int) or t < MIN_SHARE_THRESHOLD:
-            raise PolicyRefused(f"--min-share-threshold must be an integer >= {MIN_SHARE_THRESHOLD} (one share would "
-                                f"be the seed itself), got {t!r}")
-        if isinstance(self.min_parties, bool) or not isinstance(self.min_parties, int) or self.min_parties < 2:
-            raise PolicyRefused(f"--min-parties must be an integer >= 2 (masking a sum of one reveals it), "
-                                f"got {self.min_parties!r}")
-        for flag, value in (("--require-dp", self.require_dp), ("--require-label-dp", self.require_label_dp)):
-            if value is not None and not value > 0:
-                raise PolicyRefused(f"{flag} must be a positive epsilon, got {value!r}")
+        """The bounds of client/options.py, for a policy made in Python (a setting given by a user
+        was read there first, and named the way it was given)."""
+        for name in ("min_share_threshold", "min_parties", "require_dp", "require_label_dp"):
+            option = OPTIONS[name]
+            try:
+                option.read(getattr(self, name), option.flag)
+            except ConfigError as exc:
+                raise PolicyRefused(str(exc)) from None
 
     @classmethod
-    def from_settings(cls, raw: Mapping[str, Any]) -> PartyPolicy:
-        """The policy from `xclp-client run`'s settings or an agent's [policy] table (same key names)."""
-        return cls(min_parties=int(raw.get("min_parties", 3)), require_dp=raw.get("require_dp"),
-                   require_label_dp=raw.get("require_label_dp"),
-                   allow_hide_label_mask=bool(raw.get("allow_hide_label_mask")),
-                   allow_unsketched_layers=bool(raw.get("allow_unsketched_layers")),
-                   allow_non_dp_dbcl=bool(raw.get("allow_non_dp_dbcl")),
-                   insecure_test_keys=bool(raw.get("insecure_test_keys")),
-                   min_share_threshold=int(raw.get("min_share_threshold", 2)))
+    def from_settings(cls, settings: Mapping[str, Any]) -> PartyPolicy:
+        """The policy from settings read by `options.read_settings` (`xclp-client run`'s, the API's
+        or an agent's [policy] table: the same names); the rest are the options' defaults."""
+        return cls(**{f.name: settings[f.name] if settings.get(f.name) is not None else default(f.name)
+                      for f in fields(cls)})
 
     def check_job(self, spec: pb.JobSpec, params: JobParams) -> None:
         """Refuse, before joining, a job this party will not take part in."""

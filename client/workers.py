@@ -64,8 +64,10 @@ class WorkerSpec:
     scheduler: str | None = None
 
     @classmethod
-    def parse(cls, value: int | str | None, *, insecure: bool = False) -> WorkerSpec:
-        """A number of processes or a scheduler address; ConfigError with what to do otherwise."""
+    def parse(cls, value: int | str | None, *, insecure: bool = False, given: str = "--workers",
+              insecure_given: str = "--insecure-workers") -> WorkerSpec:
+        """A number of processes or a scheduler address; ConfigError with what to do otherwise,
+        naming the settings the way they were given (client/options.py)."""
         if value is None:
             return cls()
         text = str(value).strip()
@@ -73,13 +75,13 @@ class WorkerSpec:
             return cls(processes=int(text))
         scheme = urlsplit(text).scheme if "://" in text else ""
         if scheme not in SCHEMES or not urlsplit(text).hostname:
-            raise ConfigError(f"--workers {text!r}: give a number of local processes or a Dask scheduler address "
+            raise ConfigError(f"{given} {text!r}: give a number of local processes or a Dask scheduler address "
                               "tls://host:port")
         if scheme == "tcp" and not insecure:
-            raise ConfigError(f"--workers {text}: Paillier tasks carry this party's secret key and codes, and tcp:// "
+            raise ConfigError(f"{given} {text}: Paillier tasks carry this party's secret key and codes, and tcp:// "
                               "sends them in the clear; use tls:// (mutual TLS configured the Dask way, "
                               "docs/cluster.md), "
-                              "or pass --insecure-workers on a network nobody else can read")
+                              f"or set {insecure_given} on a network nobody else can read")
         return cls(scheduler=text)
 
     def __str__(self) -> str:

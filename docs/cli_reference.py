@@ -61,7 +61,44 @@ def reference(width: int = WIDTH) -> str:
     for parser in parsers():
         for prog, sub in commands(parser):
             out.append(f"## `{prog}`\n\n```text\n{help_text(sub, width).rstrip()}\n```\n")
+    out.append(where_given())
     return "\n".join(out)
+
+
+def where_given() -> str:
+    """A table of a party's options (client/options.py) and where each may be given."""
+    from xclp.client.options import OPTIONS, Source
+
+    places = ((Source.FLAG, "`xclp-client run`"), (Source.RUN_TOML, "party.toml (`--config`)"),
+              (Source.API, "`xclp.client.run`"), (Source.AGENT, "agent.toml"), (Source.POLICY, "agent.toml [policy]"))
+    rows = ["## Where each option of a party may be given\n",
+            "One table of options (client/options.py) makes `xclp-client run`'s flags and is what party.toml, "
+            "`xclp.client.run`'s keywords and agent.toml are read and checked by: the same name (a flag with "
+            "dashes, a key or keyword with underscores), the same meaning and default. An error names the "
+            "option the way it was given (`--min-parties`, `min_parties in party.toml`, `[policy] min_parties "
+            "in agent.toml`, the keyword `min_parties`).\n",
+            "| option | kind | default | " + " | ".join(name for _, name in places) + " |",
+            "|---|---|---|" + "---|" * len(places)]
+    for option in OPTIONS.values():
+        if option.hidden:
+            continue
+        marks = " | ".join("yes" if source in option.sources else "" for source, _ in places)
+        old = f" (also `{', '.join(option.old_names)}`)" if option.old_names else ""
+        rows.append(f"| `{option.name}`{old} | {option.kind.value} | {_toml(option.default)} | {marks} |")
+    rows.append("\nThe agent's own (`xclp-client run --help` gives the meaning of the rest):\n")
+    rows += [f"- `{o.name}`: {o.help}" for o in OPTIONS.values() if not o.sources & Source.FLAG]
+    return "\n".join(rows) + "\n"
+
+
+def _toml(value: object) -> str:
+    """A default as a TOML file would write it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    return f"`{value!r}`".replace("'", '"')
 
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ def test_a_paillier_key_is_made_at_the_join_only_for_a_job_that_needs_one(keys) 
 
 @pytest.mark.parametrize("rejoins", [-1, 1.5, "3", True])
 def test_rejoins_that_are_not_a_count_are_refused_before_anything(keys, rejoins) -> None:
-    """Before the data is read or the coordinator dialled (there is none at this address)."""
-    with pytest.raises(ConfigError, match=re.escape(f"--rejoins must be a whole number >= 0, got {rejoins!r}")):
+    """Before the data is read or the coordinator dialled (there is none at this address), named as
+    the API's keyword (not the flag, which a caller of the API never typed)."""
+    with pytest.raises(ConfigError, match="^" + re.escape(f"rejoins must be a whole number >= 0, got {rejoins!r}")):
         xclp.client.run(job="f", coordinator="127.0.0.1:9", insecure=True, identity=keys["a"], peers=allow_list(keys),
                         data="no-such-file.csv", rejoins=rejoins, progress=lambda line: None)

@@ -43,8 +43,8 @@ def test_min_parties_is_never_below_two() -> None:
 
 @pytest.mark.parametrize("bad", [1, 0, True, 2.5])
 def test_min_share_threshold_is_an_integer_never_below_two(bad) -> None:
-    with pytest.raises(PolicyRefused, match="--min-share-threshold must be an integer >= 2 \\(one share would be the "
-                                            "seed itself\\)"):
+    with pytest.raises(PolicyRefused, match="--min-share-threshold must be a whole number >= 2 \\(one share would "
+                                            "be the seed itself\\)"):
         PartyPolicy(min_share_threshold=bad)
 
 
