@@ -176,7 +176,7 @@ class AgentConfig:
                                         client_cert=top.get("client_cert"), client_key=top.get("client_key"),
                                         server_name=top.get("server_name"), insecure=setting("insecure")),
             datasets=datasets,
-            policy=PartyPolicy.from_settings(policy),
+            policy=PartyPolicy.from_settings(policy, named=options.Where(Source.POLICY, path).named),
             job_types=frozenset(types),
             min_key_bits=setting("min_key_bits", policy),
             max_key_bits=setting("max_key_bits", policy),

@@ -39,7 +39,7 @@ from xclp.client.context import Progress
 from xclp.client.jobs.estimate import work_seconds
 from xclp.client.ledger import Budget, Ledger, default_directory
 from xclp.client.models import ModelFile
-from xclp.client.options import Source
+from xclp.client.options import Source, Where
 from xclp.client.outputs import (
     MODEL_FILE,
     dataframe,
@@ -68,7 +68,7 @@ from xclp.validation import Comparison
 
 PathLike = str | os.PathLike[str]
 
-__all__ = ["PartyResult", "read_data", "run", "take_part"]
+__all__ = ["PartyResult", "read_data", "run", "run_with", "take_part"]
 
 
 @dataclass(frozen=True)
@@ -207,39 +207,52 @@ def run(*, job: str, coordinator: str, identity: PathLike | Ed25519PrivateKey, p
       and compare, on them, XCLP's labels with its own rows alone (`PartyResult.validation`).
     - `progress`: called with each progress line (default: printed to stderr).
     """
-    options.read_settings({k: v for k, v in locals().items() if k != "progress"}, options.Where(Source.API))
+    settings = options.read_settings({k: v for k, v in locals().items() if k != "progress"}, Where(Source.API))
+    return run_with(settings, named=Where(Source.API).named, progress=progress)
+
+
+def run_with(settings: Mapping[str, Any], *, named: Callable[[str], str],
+             progress: Progress | None = None) -> PartyResult:
+    """`run` with settings read by `options.read_settings` (a value left out has its option's
+    default); `named(option)`: how the user gave it, for the errors (`xclp-client run` names a flag
+    or a party.toml key, `run` its keyword)."""
+    def get(name: str) -> Any:
+        return settings[name] if name in settings else options.default(name)
+
     say = progress or stderr_progress
-    worker_spec = WorkerSpec.parse(workers, insecure=insecure_workers, given="workers",
-                                   insecure_given="insecure_workers=True")  # before reading anything
+    worker_spec = WorkerSpec.parse(get("workers"), insecure=get("insecure_workers"), given=named("workers"),
+                                   insecure_given=named("insecure_workers"))  # before reading anything
     if worker_spec.scheduler is not None and worker_spec.scheduler.startswith("tcp://"):
         say(f"WARNING: insecure workers: Paillier tasks go to {worker_spec.scheduler} in the clear")
+    identity, peers, data = get("identity"), get("peers"), get("data")
     key = (identity if isinstance(identity, Ed25519PrivateKey)
            else identities.load_private_key(read_bytes(Path(identity), "identity key"), source=str(identity)))
     allow = (dict(peers) if isinstance(peers, Mapping)
              else identities.allow_list(read_toml(Path(peers)).get("parties"), source=str(peers)))
-    party = _party(party, key, allow)
+    party = _party(get("party"), key, allow)
+    validate = get("validate")
     held = None if validate is None else HeldOut(party, validate)
-    source = read_data(data, label_column=label_column, id_column=id_column, delimiter=delimiter, progress=say)
-    connection = ConnectionConfig(address=coordinator, ca_cert=_path(ca_cert), client_cert=_path(client_cert),
-                                  client_key=_path(client_key), server_name=server_name, insecure=insecure)
-    if insecure:
+    source = read_data(data, label_column=get("label_column"), id_column=get("id_column"),
+                       delimiter=get("delimiter"), progress=say)
+    connection = ConnectionConfig(address=get("coordinator"), ca_cert=get("ca_cert"), client_cert=get("client_cert"),
+                                  client_key=get("client_key"), server_name=get("server_name"),
+                                  insecure=get("insecure"))
+    if connection.insecure:
         say("WARNING: insecure: talking plaintext gRPC to the coordinator")
-    policy = PartyPolicy.from_settings({
-        "min_parties": min_parties, "min_share_threshold": min_share_threshold, "require_dp": require_dp,
-        "require_label_dp": require_label_dp, "allow_hide_label_mask": allow_hide_label_mask,
-        "allow_unsketched_layers": allow_unsketched_layers, "allow_non_dp_dbcl": allow_non_dp_dbcl,
-        "insecure_test_keys": insecure_test_keys})
-    config = RunConfig(job_id=job, party_id=party, identity=key, connection=connection,
-                       join_wait_seconds=float(connect_timeout), idle_seconds=float(idle_timeout),
-                       paillier_bits=int(paillier_bits or 0),
+    memory, state = get("max_memory_gb"), get("state")
+    config = RunConfig(job_id=get("job"), party_id=party, identity=key, connection=connection,
+                       join_wait_seconds=get("connect_timeout"), idle_seconds=get("idle_timeout"),
+                       paillier_bits=get("paillier_bits") or 0,
                        workers=worker_spec, peers=allow,
-                       max_memory_bytes=None if max_memory_gb is None else int(float(max_memory_gb) * 2**30),
-                       max_work_seconds=work_seconds(max_work_minutes, max_paillier_hours), policy=policy,
-                       ledger=Ledger(Path(state) if state is not None else default_directory(),
-                                     budget=Budget.of(privacy_budget, "privacy_budget"), allow_rerun=allow_rerun,
-                                     identity=key))
-    result = take_part(config, source if held is None else held.loader(source), progress=say, rejoins=rejoins)
-    return replace(result, ids=integer_ids(data, id_column),
+                       max_memory_bytes=None if memory is None else int(memory * 2**30),
+                       max_work_seconds=work_seconds(get("max_work_minutes"), get("max_paillier_hours")),
+                       policy=PartyPolicy.from_settings(settings, named=named),
+                       ledger=Ledger(state if state is not None else default_directory(),
+                                     budget=Budget.of(get("privacy_budget"), named("privacy_budget")),
+                                     allow_rerun=get("allow_rerun"), identity=key))
+    result = take_part(config, source if held is None else held.loader(source), progress=say,
+                       rejoins=get("rejoins"))
+    return replace(result, ids=integer_ids(data, get("id_column")),
                    validation=None if held is None else held.compare(result.job, result.data))
 
 
@@ -365,10 +378,6 @@ def _party(party: str | None, key: Ed25519PrivateKey, allow: Mapping[str, bytes]
                           f"the allow-list pins this identity key for {len(mine)} parties ({', '.join(mine)}); "
                           "pass party=...")
     return mine[0]
-
-
-def _path(value: PathLike | None) -> Path | None:
-    return Path(value) if value else None
 
 
 def _describe(data: Any) -> str:

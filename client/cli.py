@@ -31,7 +31,6 @@ from xclp.client.models import ModelFile
 from xclp.client.options import Source
 from xclp.client.outputs import predict_columns, query_columns, with_id_name, write_columns
 from xclp.client.session import stderr_progress
-from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.data import party_table, tables
 from xclp.errors import ConfigError, XclpError
@@ -156,17 +155,14 @@ def _terminated(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _terminated)
-    flags = options.read_settings({k: v for k, v in vars(args).items() if k in options.keys(Source.FLAG)},
-                                  options.Where(Source.FLAG))
+    flags = options.read_settings({k: v for k, v in vars(args).items() if k in options.keys(Source.FLAG)
+                                   and v is not None}, options.Where(Source.FLAG))
     cfg = {} if args.config is None else _read_party_toml(args.config, without=set(flags))
     cfg.update(flags)  # flags win
 
-    def named(name: str) -> str:
-        given = Source.RUN_TOML if name in cfg and name not in flags else Source.FLAG
-        return options.Where(given, args.config).name(options.OPTIONS[name])
-
-    WorkerSpec.parse(cfg.get("workers"), insecure=bool(cfg.get("insecure_workers")), given=named("workers"),
-                     insecure_given=named("insecure_workers"))  # named here: the API would name its keyword
+    def named(name: str) -> str:  # where the user gave it: a flag, or else the file
+        return options.Where(Source.RUN_TOML if name in cfg and name not in flags else Source.FLAG,
+                             args.config).named(name)
     missing = [k for k in ("coordinator", "job", "party", "identity", "peers", "data", "out") if not cfg.get(k)]
     if missing:
         raise ConfigError("run needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
@@ -177,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(cfg.pop("out"))
     cfg.update(label_column=cfg.get("label_column", tables.DEFAULT_LABEL) or None,
                id_column=cfg.get("id_column") or None, state=cfg.get("state") or default_directory())
-    result = api.run(**cfg)
+    result = api.run_with(cfg, named=named)
     if seed_path:
         write_atomic(seed_path, result.job.seed)
     path = result.save(out)

@@ -76,6 +76,15 @@ class Where:
             return f"{key} in {self.file}"
         return key
 
+    def named(self, name: str) -> str:
+        """The option `name` as a user gives it here."""
+        return self.name(OPTIONS[name])
+
+
+def flag_name(name: str) -> str:
+    """The option `name` as `xclp-client run`'s flag (how a policy made in Python names it)."""
+    return OPTIONS[name].flag
+
 
 @dataclass(frozen=True)
 class Option:
@@ -267,8 +276,9 @@ def default(name: str) -> Any:
 def read_settings(raw: Mapping[str, Any], where: Where, *, base: Path | None = None,
                   also: Iterable[str] = ()) -> dict[str, Any]:
     """The settings `raw` given in `where`, each checked (`Option.read`) and named by its current
-    name; unknown keys refused with the known ones listed; relative paths of a file taken from
-    `base`, the file's directory. `also`: keys of the file that are not options (its tables)."""
+    name (one given as None stays None); unknown keys refused with the known ones listed; relative
+    paths of a file taken from `base`, the file's directory. `also`: keys of the file that are not
+    options (its tables)."""
     known = keys(where.source)
     extra = sorted(set(raw) - known - set(also))
     if extra:
@@ -282,6 +292,8 @@ def read_settings(raw: Mapping[str, Any], where: Where, *, base: Path | None = N
             raise ConfigError(f"give {where.name(option)} or its old name {where.name(option, present[1])}, "
                               "not both")
         if not present:
+            if option.name in raw:  # given as None (a keyword's "unset", or label_column=None: no labels)
+                settings[option.name] = None
             continue
         value = option.read(raw[present[0]], where.name(option, present[0]))
         if base is not None and option.kind in (Kind.PATH, Kind.SOURCE) and isinstance(value, Path):

@@ -23,11 +23,11 @@ say (docs/design.md §2.3-2.4). The coordinator may be active: it may send any j
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from xclp.client.options import OPTIONS, default
+from xclp.client.options import OPTIONS, default, flag_name
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
@@ -56,89 +56,96 @@ class PartyPolicy:
     min_share_threshold: int = default("min_share_threshold")  # the fewest shares that rebuild a self-mask seed
     allow_unsketched_layers: bool = default("allow_unsketched_layers")  # DBCL layers released unsketched
     allow_non_dp_dbcl: bool = default("allow_non_dp_dbcl")  # DBCL without record-level DP
+    # how the user gave each setting, for the refusals (a flag, a TOML key, a keyword)
+    named: Callable[[str], str] = field(default=flag_name, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """The bounds of client/options.py, for a policy made in Python (a setting given by a user
         was read there first, and named the way it was given)."""
         for name in ("min_share_threshold", "min_parties", "require_dp", "require_label_dp"):
-            option = OPTIONS[name]
             try:
-                option.read(getattr(self, name), option.flag)
+                OPTIONS[name].read(getattr(self, name), self.named(name))
             except ConfigError as exc:
                 raise PolicyRefused(str(exc)) from None
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> PartyPolicy:
+    def from_settings(cls, settings: Mapping[str, Any], named: Callable[[str], str] = flag_name) -> PartyPolicy:
         """The policy from settings read by `options.read_settings` (`xclp-client run`'s, the API's
-        or an agent's [policy] table: the same names); the rest are the options' defaults."""
+        or an agent's [policy] table: the same names); the rest are the options' defaults.
+        `named(option)`: how the user gave it, which a refusal says."""
         return cls(**{f.name: settings[f.name] if settings.get(f.name) is not None else default(f.name)
-                      for f in fields(cls)})
+                      for f in fields(cls) if f.name != "named"}, named=named)
 
     def check_job(self, spec: pb.JobSpec, params: JobParams) -> None:
         """Refuse, before joining, a job this party will not take part in."""
         if len(spec.expected_parties) < self.min_parties:
             raise PolicyRefused(f"job {spec.job_id!r} expects {len(spec.expected_parties)} parties; this party masks "
-                                f"with at least {self.min_parties} (--min-parties)")
+                                f"with at least {self.min_parties} ({self.named('min_parties')})")
         if self.require_dp is not None:
             epsilon = params.epsilon_total
             if epsilon is None and params.release_epsilon is not None:
                 raise PolicyRefused(f"job {spec.job_id!r} standardises or imputes without DP, which releases the "
                                     "pooled mean and standard deviation of every feature exactly, outside the DP "
-                                    "guarantee that --require-dp asks for (docs/design.md §8; the job can set "
-                                    "moments_epsilon)")
+                                    f"guarantee that {self.named('require_dp')} asks for (docs/design.md §8; the job "
+                                    "can set moments_epsilon)")
             if epsilon is None:
-                labels_only = (" (its label-DP protects labels only, not the rows: see --require-label-dp)"
-                               if params.label_epsilon_total is not None else "")
-                raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} (--require-dp), and "
-                                    f"job {spec.job_id!r} ({spec.job_type}) releases without DP{labels_only}")
+                labels_only = (" (its label-DP protects labels only, not the rows: see "
+                               f"{self.named('require_label_dp')})" if params.label_epsilon_total is not None else "")
+                raise PolicyRefused(f"this party requires DP with epsilon <= {self.require_dp} "
+                                    f"({self.named('require_dp')}), and job {spec.job_id!r} ({spec.job_type}) "
+                                    f"releases without DP{labels_only}")
             if epsilon > self.require_dp:
                 moments = (f" ({params.release_epsilon:g} for its releases and {params.moments_epsilon:g} for the "
                            "moments)" if params.moments_dp else "")
                 raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} in total over its "
                                     f"releases{moments}; this party requires epsilon <= {self.require_dp:g} "
-                                    "(--require-dp)")
+                                    f"({self.named('require_dp')})")
         if self.require_label_dp is not None:
             epsilon = params.label_epsilon_total
             if epsilon is None:
                 raise PolicyRefused(f"this party requires label-DP with epsilon <= {self.require_label_dp} "
-                                    f"(--require-label-dp), and job {spec.job_id!r} ({spec.job_type}) releases what "
+                                    f"({self.named('require_label_dp')}), and job {spec.job_id!r} ({spec.job_type}) "
+                                    "releases what "
                                     "its labels say without DP (xclp: set label_dp_epsilon)")
             if epsilon > self.require_label_dp:
                 raise PolicyRefused(f"job {spec.job_id!r} spends epsilon = {epsilon:g} on each label; this party "
-                                    f"requires epsilon <= {self.require_label_dp:g} (--require-label-dp)")
+                                    f"requires epsilon <= {self.require_label_dp:g} "
+                                    f"({self.named('require_label_dp')})")
         if params.hides_labeled_rows and not self.allow_hide_label_mask:
             raise PolicyRefused(f"job {spec.job_id!r} hides the label mask, which hands every party the influence "
                                 "of all its rows, from which peers can solve for labels (docs/design.md §5.5); "
-                                "take part only with --allow-hide-label-mask")
+                                f"take part only with {self.named('allow_hide_label_mask')}")
         unsketched = params.unsketched_layers
         if unsketched and not self.allow_unsketched_layers:
             raise PolicyRefused(f"job {spec.job_id!r} releases the gradients of layer(s) "
                                 f"{', '.join(map(str, unsketched))} unsketched, from which a property probe tells "
                                 "what the other parties' batches held (docs/jobs/dbcl.md); sketch every layer, or take "
-                                "part only with --allow-unsketched-layers")
+                                f"part only with {self.named('allow_unsketched_layers')}")
         differenced = params.differenced_without_dp
         if differenced and not self.allow_non_dp_dbcl:
             raise PolicyRefused(f"job {spec.job_id!r} ({spec.job_type}) runs without record-level DP: {differenced}. "
-                                "Set dp_epsilon in the job, or take part only with --allow-non-dp-dbcl "
-                                "(docs/jobs/dbcl.md)")
+                                "Set dp_epsilon in the job, or take part only with "
+                                f"{self.named('allow_non_dp_dbcl')} (docs/jobs/dbcl.md)")
         self.check_threshold(params.share_threshold, len(spec.expected_parties), f"job {spec.job_id!r}")
         keys = params.paillier
         if keys is not None and keys.bits < MIN_SECURE_BITS and not self.insecure_test_keys:
             raise PolicyRefused(f"job {spec.job_id!r} uses {keys.bits}-bit Paillier keys, below the secure "
-                                f"{MIN_SECURE_BITS}; that is for tests only (--insecure-test-keys)")
+                                f"{MIN_SECURE_BITS}; that is for tests only ({self.named('insecure_test_keys')})")
 
     def check_threshold(self, configured: int, holders: int, what: str) -> None:
-        check_share_threshold(configured, holders, self.min_share_threshold, what)
+        check_share_threshold(configured, holders, self.min_share_threshold, what,
+                              self.named("min_share_threshold"))
 
 
-def check_share_threshold(configured: int, holders: int, minimum: int, what: str) -> None:
+def check_share_threshold(configured: int, holders: int, minimum: int, what: str,
+                          setting: str = "--min-share-threshold") -> None:
     """Refuse (PolicyRefused) a sum among `holders` whose seeds the threshold `configured` would let
     fewer than `minimum` shares rebuild (a sum nobody can be recovered from shares nothing): the job
     at Join, each attempt before masking (client/phases/seed_shares.py)."""
     t = share_threshold(configured, holders)
     if recoverable(t, holders) and t < minimum:
         raise PolicyRefused(f"{what} lets {t} of {holders} parties rebuild a self-mask seed; this party requires "
-                            f"at least {minimum} (--min-share-threshold)")
+                            f"at least {minimum} ({setting})")
 
 
 @dataclass
@@ -162,7 +169,8 @@ class StepGuard:
             allows = (f" (the job itself would go on with {self.job_min_parties}, its min_parties: this party's own "
                       "setting decided)") if 0 < self.job_min_parties < self.policy.min_parties else ""
             raise ProtocolError(f"step {step.step!r} attempt {step.round} has {len(members)} participants, fewer than "
-                                f"this party's minimum of {self.policy.min_parties} (--min-parties, default 3){allows}")
+                                f"this party's minimum of {self.policy.min_parties} "
+                                f"({self.policy.named('min_parties')}, default {default('min_parties')}){allows}")
         previous = self.last.get(step.step)
         if previous is not None:
             attempt, before = previous

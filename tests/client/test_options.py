@@ -49,6 +49,8 @@ def test_the_api_keywords_are_the_options_with_the_options_defaults() -> None:
 
 def test_the_policy_and_the_agent_take_their_defaults_from_the_options() -> None:
     for f in fields(PartyPolicy):
+        if f.name == "named":  # how the settings were given, not one of them
+            continue
         assert Source.POLICY in OPTIONS[f.name].sources and f.default == OPTIONS[f.name].default, f.name
     agent = {f.name: f.default for f in fields(AgentConfig)}
     for name in ("poll_seconds", "max_runs", "join_deadline", "min_key_bits", "max_key_bits", "idle_timeout"):
@@ -161,3 +163,23 @@ def test_a_policy_made_in_python_is_held_to_the_same_bounds() -> None:
     with pytest.raises(PolicyRefused, match="--min-parties must be a whole number >= 2"):
         PartyPolicy(min_parties=1)
     assert PartyPolicy.from_settings({"min_parties": 4, "require_dp": None}) == PartyPolicy(min_parties=4)
+
+
+def test_a_refusal_names_the_setting_that_decided_as_it_was_given(tmp_path) -> None:
+    """A job expecting 3 parties, refused by min_parties = 4 given in three places: the refusal
+    says which setting decided, as it was given. Before, an agent's operator read "--min-parties",
+    a flag no agent takes."""
+    from xclp.client.options import Where
+    from xclp.v1 import xclp_pb2 as pb
+    from xclp.v1.registry import parse_params
+
+    spec = pb.JobSpec(job_id="j", job_type="flynn", expected_parties=["a", "b", "c"], min_parties=2)
+    params = parse_params("flynn", {"n_classes": 3, "m": 256, "s": 3, "rho": 8})
+    (tmp_path / "agent.toml").write_text(AGENT_TOML + "[policy]\nmin_parties = 4\n" + DATASETS)
+    agent = AgentConfig.load(tmp_path / "agent.toml").policy
+    api = PartyPolicy.from_settings({"min_parties": 4}, named=Where(Source.API).named)
+    for policy, named in ((agent, f"[policy] min_parties in {tmp_path}/agent.toml"), (api, "min_parties"),
+                          (PartyPolicy(min_parties=4), "--min-parties")):
+        with pytest.raises(PolicyRefused) as refused:
+            policy.check_job(spec, params)
+        assert str(refused.value).endswith(f"this party masks with at least 4 ({named})")
