@@ -1,4 +1,7 @@
-"""What a party keeps of its training run to rejoin it after its process restarted (client/run_state.py
+"""A training party's state as values (STYLE 15; client/jobs/training.py uses them): the model chain
+it follows (`Chain`) and the round it is in (`Round`), each saving itself and read back by itself.
+
+What a party keeps of its training run to rejoin it after its process restarted (client/run_state.py
 seals and writes it; client/jobs/training.py says when): the round and its model as released, the
 rounds' samples, the model chain's head, the models whose sums it revealed, the round's public
 values (its transcript), and, once trained, the round's update with its DP noise. In a round that
@@ -11,70 +14,75 @@ party's result, not their models.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from xclp.privacy.dpsgd import RoundNoise
-
-if TYPE_CHECKING:
-    from xclp.client.jobs.training import RoundsParty
-
-
-def saved(job: RoundsParty) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    """`job`'s state from the rounds' samples on; None before them, or in a round the trainer cannot
-    rejoin until the party has its update (one that runs XCLP: its pseudo-labels are not kept)."""
-    state = job.trainer.state()
-    if state is None and job.update is not None:  # the update is all the round needs from here on
-        state = {}
-    if job.samples is None or state is None:
-        return None
-    masks = job.update_sum.self_masks.revealed_attempt if job.update_sum is not None else None
-    meta: dict[str, Any] = {
-        "round": job.round, "samples": [list(s) for s in job.samples], "trainer": state,
-        "head": job.head.hex() if job.head is not None else None, "head_round": job.head_round,
-        "released": {d.hex(): [t, sorted(m)] for d, (t, m) in job.released.items()},
-        "revealed": None if masks is None else [masks[0], list(masks[1])],
-        "rows": None if job.update is None else job.update[1],
-        # the round's public values (its model; in an XCLP round, its layouts and pairs too)
-        "round_transcript": None if job.update_sum is None else job.update_sum.ctx.transcript.state(),
-        "noise_variance": None if job.noise is None else job.noise.variance,
-        "history": [{"round": r.round, "rows": r.rows, "pseudo_seconds": r.pseudo_seconds,
-                     "train_seconds": r.train_seconds, "seed": r.seed.hex()} for r in job.history]}
-    arrays: dict[str, np.ndarray] = {}
-    if isinstance(job.model_payload, np.ndarray):
-        arrays["model"] = job.model_payload
-    if job.update is not None:
-        arrays["update"] = job.update[0]
-    if job.noise is not None and job.noise.share is not None:
-        arrays["noise"] = job.noise.share
-    return meta, arrays
+from xclp.client.phases.masked_sum import MaskedSumParty
+from xclp.privacy.dpsgd import DpPlan, RoundNoise
+from xclp.v1 import wire
 
 
-def restore(job: RoundsParty, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RoundsParty:
-    """`job`, new, as `saved` described it: in its round again, waiting for the coordinator to
-    start the round's sum again with it (it sends the round's model again, which must be this one)."""
-    from xclp.client.jobs.training import RoundRecord
+@dataclass
+class Chain:
+    """The model chain as this party follows it (xclp.v1.training): the digest of the one model it
+    accepts next, the round whose opened sum moved it there, and the link it recomputed in the
+    current round (round, H(θ_t), H(θ_{t+1})), which it attests."""
 
-    job.trainer.restore(meta["trainer"])
-    job.samples = tuple(tuple(s) for s in meta["samples"])
-    job.released = {bytes.fromhex(d): (int(t), frozenset(m)) for d, (t, m) in meta["released"].items()}
-    job.history = [RoundRecord(h["round"], np.zeros(0), None, h["rows"], h["pseudo_seconds"], h["train_seconds"],
-                               bytes.fromhex(h["seed"])) for h in meta["history"]]
-    job.head = None if meta["head"] is None else bytes.fromhex(meta["head"])
-    t, job.head_round = int(meta["round"]), int(meta["head_round"])
-    if t >= 0 and job.head_round < t:  # the round's sum was not opened here: the round again, as it was
-        job._open_round(t, arrays["model"])
+    head: bytes | None  # None: the party never sees the model (dbcl)
+    round: int = -1  # -1: θ₀
+    link: tuple[int, bytes, bytes] | None = None
+
+    def saved(self) -> dict[str, Any]:
+        return {"head": None if self.head is None else self.head.hex(), "head_round": self.round}
+
+    @classmethod
+    def from_saved(cls, meta: dict[str, Any]) -> Chain:
+        return cls(None if meta["head"] is None else bytes.fromhex(meta["head"]), int(meta["head_round"]))
+
+
+@dataclass
+class Round:
+    """The round this party is in, from its model to its sum: made when the model arrives, holding
+    only what is valid in it; the next round's model replaces it whole (nothing of a left round
+    stays reachable through the party)."""
+
+    t: int
+    sample: frozenset[str]
+    model_digest: bytes  # of the model as released (the round's transcript absorbed it)
+    model_payload: wire.Payload  # the same, as it came (DBCL: the released view)
+    model_in: np.ndarray | None  # the model, where the party recomputes the chain from it
+    update_sum: MaskedSumParty
+    started: float  # time.monotonic() when the model came
+    update: tuple[np.ndarray, int] | None = None  # the update and its rows, once trained (once a round)
+    noise: RoundNoise | None = None  # its distributed DP noise share, once drawn
+
+    def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        masks = self.update_sum.self_masks.revealed_attempt
+        meta = {"revealed": None if masks is None else [masks[0], list(masks[1])],
+                "rows": None if self.update is None else self.update[1],
+                # the round's public values (its model; in an XCLP round, its layouts and pairs too)
+                "round_transcript": self.update_sum.ctx.transcript.state(),
+                "noise_variance": None if self.noise is None else self.noise.variance}
+        arrays: dict[str, np.ndarray] = {}
+        if isinstance(self.model_payload, np.ndarray):
+            arrays["model"] = self.model_payload
+        if self.update is not None:
+            arrays["update"] = self.update[0]
+        if self.noise is not None and self.noise.share is not None:
+            arrays["noise"] = self.noise.share
+        return meta, arrays
+
+    def restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray], dp: DpPlan | None) -> None:
+        """What `saved` kept, into this round as made again from its model (the round's transcript,
+        the update and its noise, the attempt whose self mask was revealed)."""
         if meta.get("round_transcript") is not None:
-            assert job.update_sum is not None
-            job.update_sum.ctx.transcript.take(meta["round_transcript"])
+            self.update_sum.ctx.transcript.take(meta["round_transcript"])
         if meta["rows"] is not None:
-            job.update = (arrays["update"], int(meta["rows"]))
-        if meta["noise_variance"] is not None and job.dp is not None:
-            job.noise = RoundNoise(job.dp, arrays["update"].shape[0])
-            job.noise.share, job.noise.variance = arrays["noise"], float(meta["noise_variance"])
+            self.update = (arrays["update"], int(meta["rows"]))
+        if meta["noise_variance"] is not None and dp is not None:
+            self.noise = RoundNoise(dp, arrays["update"].shape[0])
+            self.noise.share, self.noise.variance = arrays["noise"], float(meta["noise_variance"])
         if meta["revealed"] is not None:
-            assert job.update_sum is not None
-            job.update_sum.self_masks.revealed_attempt = (int(meta["revealed"][0]), tuple(meta["revealed"][1]))
-    job.round = t
-    return job
+            self.update_sum.self_masks.revealed_attempt = (int(meta["revealed"][0]), tuple(meta["revealed"][1]))

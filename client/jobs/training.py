@@ -39,23 +39,20 @@ import numpy as np
 
 from xclp.client.context import PartyContext, RelayedPhase
 from xclp.client.jobs.base import PartyJob
+from xclp.client.jobs.rounds_state import Chain, Round
 from xclp.client.ledger import Release, function_id
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.client.transcript import payload_digest
 from xclp.crypto.identity import verify_signature
 from xclp.errors import InvalidInput, ProtocolError
 from xclp.fedavg import PseudoLabels
-from xclp.nn import Network
 from xclp.privacy.dpsgd import DpPlan, RoundNoise
-from xclp.propagation import predict as predict_labels
 from xclp.v1 import registry, training, wire
 from xclp.v1 import xclp_pb2 as pb
-from xclp.v1.dbcl import DbclJobParams
-from xclp.v1.fedavg import FedavgJobParams
 from xclp.v1.training import TrainingParams, private_training
 
 if TYPE_CHECKING:
-    from xclp.client.models import ModelFile
+    pass
 
 @dataclass(frozen=True)
 class RoundRecord:
@@ -139,28 +136,25 @@ class RoundsParty(PartyJob):
         super().__init__(ctx)
         self.trainer = trainer
         self.params = trainer.params
-        self.round = -1
+        self.round = -1  # the last round this party entered (its sum may have opened: no live round)
+        self.live: Round | None = None  # the round it is in (client/jobs/rounds_state.py)
         self.samples: tuple[tuple[str, ...], ...] | None = None  # every round's sample, from the common seed
-        self.model_digest = b""  # of this round's released model
         self.released: dict[bytes, tuple[int, frozenset[str]]] = {}  # model digest -> (round, set) revealed for
-        # the model chain (xclp.v1.training): the digest of the one model this party accepts next, and
-        # the link it recomputed in the current round (round, H(θ_t), H(θ_{t+1})), which it attests
         initial = trainer.initial_model() if trainer.verifiable else None
-        self.head: bytes | None = None if initial is None else training.model_digest(initial)
-        self.head_round = -1  # the round whose opened sum moved the head there (-1: θ₀)
-        self.link: tuple[int, bytes, bytes] | None = None
-        self.model_in: np.ndarray | None = None  # this round's model as released
-        self.model_payload: wire.Payload | None = None  # the same, as it came (DBCL: the released view)
-        self.sample: frozenset[str] = frozenset()  # the round's sample of parties
-        self.update_sum: MaskedSumParty | None = None
-        self.update: tuple[np.ndarray, int] | None = None  # this round's update and its rows, once trained
+        self.chain = Chain(None if initial is None else training.model_digest(initial))
         self.history: list[RoundRecord] = []
-        self._round_started = 0.0
         # record-level DP (xclp.privacy.dpsgd): the job's noise, and this round's share of it
         self.dp: DpPlan | None = private_training(self.params).dp_plan(trainer.update_size())
         if self.dp is not None and self.ctx.account is not None:  # the ledger composes runs by RDP
             self.ctx.account.mechanism("release", self.dp.rdp)
-        self.noise: RoundNoise | None = None
+
+    @property
+    def update_sum(self) -> MaskedSumParty | None:
+        return None if self.live is None else self.live.update_sum
+
+    @property
+    def update(self) -> tuple[np.ndarray, int] | None:
+        return None if self.live is None else self.live.update
 
     def privacy(self) -> dict[str, Any] | None:
         if self.dp is None:
@@ -175,7 +169,7 @@ class RoundsParty(PartyJob):
 
     def phases(self) -> tuple[RelayedPhase, ...]:
         """The current round's update sum and the trainer's phases of the round."""
-        return (*(() if self.update_sum is None else (self.update_sum,)), *self.trainer.phases())
+        return (*(() if self.live is None else (self.live.update_sum,)), *self.trainer.phases())
 
     def on_message(self, message: wire.Message) -> None:
         if message.sender == "" and message.step == training.FINAL_MSG:
@@ -218,7 +212,8 @@ class RoundsParty(PartyJob):
         if scope is None:
             raise ProtocolError(f"unknown step {step.step!r} for a training job")
         t, name = scope
-        if t != self.round or self.update_sum is None:
+        live = self.live
+        if t != self.round or live is None:
             raise ProtocolError(f"step {step.step!r} started, but this party is in round {self.round}")
         self._check_sample(t, step.participants)
         if name == training.ATTEST_STEP:
@@ -226,14 +221,14 @@ class RoundsParty(PartyJob):
             return
         local = pb.StepStart(step=name, round=step.round, participants=step.participants,
                              deadline_seconds=step.deadline_seconds)
-        if not self.update_sum.handles(name):
+        if not live.update_sum.handles(name):
             self.trainer.on_step(t, local)
             return
         if name == training.UPDATE_STEP:
-            self._check_model_reuse(t, frozenset(step.participants))
-        sent = self.update_sum.on_step(local)
-        if name == self.update_sum.reveal_name:
-            self.released.setdefault(self.model_digest, (t, frozenset(step.participants)))
+            self._check_model_reuse(live, frozenset(step.participants))
+        sent = live.update_sum.on_step(local)
+        if name == live.update_sum.reveal_name:
+            self.released.setdefault(live.model_digest, (t, frozenset(step.participants)))
             self.ctx.checkpoint()  # revealed: a restarted process never masks this round again
         if name == training.UPDATE_STEP:
             record = self.history[-1]
@@ -241,8 +236,8 @@ class RoundsParty(PartyJob):
                               f"{len(step.participants)} parties)")
 
     def _start_round(self, t: int, payload: wire.Payload) -> None:
-        if t == self.round and self.update_sum is not None:
-            self._round_again(t, payload)
+        if t == self.round and self.live is not None:
+            self._round_again(self.live, payload)
             return
         if t <= self.round:
             raise ProtocolError(f"round {t} started after round {self.round}: rounds only move forward")
@@ -254,33 +249,36 @@ class RoundsParty(PartyJob):
         self.ctx.progress(f"round {t}: model received")
         self.ctx.checkpoint()  # what a restarted process rejoins the round with (client/run_state.py)
 
-    def _open_round(self, t: int, payload: wire.Payload) -> None:
-        self.sample = frozenset(self.samples[t])  # type: ignore[index]
-        self._check_sample(t, [self.ctx.party_id])
-        self.round, self.update, self.noise, self._round_started = t, None, None, time.monotonic()
+    def _open_round(self, t: int, payload: wire.Payload) -> Round:
+        """Round t, new, from its model: the round it replaces is left whole."""
+        sample = frozenset(self.samples[t])  # type: ignore[index]
+        if self.ctx.party_id not in sample:
+            raise ProtocolError(f"round {t} names {self.ctx.party_id}, outside the sample the parties drew for that "
+                                "round: the coordinator may only drop parties from it, never choose others")
         scope = self.ctx.round_scope(t)
         self._check_chain(payload, f"the model of round {t}")
         # θ, or DBCL's released view: one for every party (docs/design.md §2.5)
-        self.model_digest = scope.transcript.absorb("model", payload)
-        self.model_payload = payload
-        self.model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
-        self.update_sum = MaskedSumParty(scope, training.UPDATE_STEP, self._update, purpose=training.UPDATE_PURPOSE,
-                                         on_opened=None if self.model_in is None else self._opened,
-                                         releases=Noisy.DP if self.dp is not None else self._releases)
+        digest = scope.transcript.absorb("model", payload)
+        model_in = payload if self.trainer.verifiable and isinstance(payload, np.ndarray) else None
+        update_sum = MaskedSumParty(scope, training.UPDATE_STEP, self._update, purpose=training.UPDATE_PURPOSE,
+                                    on_opened=None if model_in is None else self._opened,
+                                    releases=Noisy.DP if self.dp is not None else self._releases)
+        self.round, self.live = t, Round(t, sample, digest, payload, model_in, update_sum, time.monotonic())
         self.trainer.open_round(scope, t, payload)
+        return self.live
 
-    def _round_again(self, t: int, payload: wire.Payload) -> None:
+    def _round_again(self, live: Round, payload: wire.Payload) -> None:
         """A restarted coordinator runs this round again from its start (server/resume.py): the same
         model, before this party revealed anything of the round's sum; its update sum then goes on at
         a later attempt, where this party masks the same update (noise included) under fresh masks."""
-        assert self.update_sum is not None
-        if self.update_sum.self_masks.revealed:
+        t = live.t
+        if live.update_sum.self_masks.revealed:
             raise ProtocolError(f"round {t} started again after this party revealed its update sum: the round's sum "
                                 "is opened once; refusing to mask its update again")
-        if payload_digest(payload) != self.model_digest:
+        if payload_digest(payload) != live.model_digest:
             raise ProtocolError(f"round {t} started again with another model than the one released for it")
         self.ctx.progress(f"round {t}: started again by the coordinator; the same model"
-                          + (", and the same update under fresh masks" if self.update is not None else ""))
+                          + (", and the same update under fresh masks" if live.update is not None else ""))
 
     def _opened(self, total: np.ndarray, attempt: int, members: tuple[str, ...]) -> None:
         """The round's update sum, recomputed here from every masked vector and seed."""
@@ -288,28 +286,30 @@ class RoundsParty(PartyJob):
             model = self.trainer.next_model(total)
         except InvalidInput as exc:
             raise ProtocolError(f"round {self.round}'s opened update sum is unusable: {exc}") from None
-        if model is not None and self.model_in is not None:
-            before, after = training.model_digest(self.model_in), training.model_digest(model)
-            self.link, self.head, self.head_round = (self.round, before, after), after, self.round
+        live = self.live
+        if model is not None and live is not None and live.model_in is not None:
+            before, after = training.model_digest(live.model_in), training.model_digest(model)
+            self.chain = Chain(after, live.t, (live.t, before, after))
             self.ctx.checkpoint()  # the chain's new head, which the next round's model must be
 
     def _check_chain(self, payload: wire.Payload, what: str) -> None:
         """A released model (any round's, or the final one) must be the head of the model chain."""
-        if self.head is None:  # the party never sees the model (dbcl)
+        if self.chain.head is None:  # the party never sees the model (dbcl)
             return
-        if not isinstance(payload, np.ndarray) or training.model_digest(payload) != self.head:
-            since = ("θ₀ as this party computes it from the job's parameters" if self.head_round < 0 else
-                     f"the model round {self.head_round}'s opened sum led to")
+        if not isinstance(payload, np.ndarray) or training.model_digest(payload) != self.chain.head:
+            since = ("θ₀ as this party computes it from the job's parameters" if self.chain.round < 0 else
+                     f"the model round {self.chain.round}'s opened sum led to")
             raise ProtocolError(f"{what} is not the head of the model chain ({since}; a round whose sum did not come "
                                 "back leaves it there): a model near one whose sum was opened would let the "
                                 "coordinator difference two sums; refusing it")
 
     def _attest(self, t: int, attempt: int) -> None:
         """Round t's link θ_t → θ_{t+1}, as this party recomputed it from the opened sum, signed."""
-        if self.link is None or self.link[0] != t:
+        link = self.chain.link
+        if link is None or link[0] != t:
             raise ProtocolError(f"the coordinator asked this party to attest round {t}'s model, which it did not "
                                 "recompute from an opened sum")
-        _, before, after = self.link
+        _, before, after = link
         signature = self.ctx.sign(training.chain_message(self.ctx.session_id, t, before, after))
         self.ctx.push(training.Attestation(before, after, signature).pack(), training.scoped(t, training.ATTEST_STEP),
                       attempt)
@@ -317,7 +317,7 @@ class RoundsParty(PartyJob):
     def _on_attested(self, t: int, payload: wire.Payload) -> None:
         """Round t's link of the chain, signed by members of its sample: the head moves along it."""
         what = f"the attestation of round {t}'s model"
-        if self.head is None or self.samples is None or not 0 <= t < self.params.rounds:
+        if self.chain.head is None or self.samples is None or not 0 <= t < self.params.rounds:
             raise ProtocolError(f"the coordinator sent {what}, which this party does not expect")
         try:
             attested = training.Attested.unpack(payload, self.ctx.roster.party_ids)
@@ -330,9 +330,9 @@ class RoundsParty(PartyJob):
         for p, signature in attested.signatures.items():
             if not verify_signature(self.ctx.roster.bundle(p).identity_public, signature, message):
                 raise ProtocolError(f"{what}: the signature of {p!r} does not verify under its identity key")
-        if attested.after == self.head:
+        if attested.after == self.chain.head:
             return  # this party recomputed that link itself
-        if attested.before != self.head:
+        if attested.before != self.chain.head:
             raise ProtocolError(f"{what} starts from another model than the head of this party's model chain")
         if len(attested.signatures) < self.ctx.min_parties:
             # one colluding member of the sample could otherwise move every head the round passed by; a
@@ -341,22 +341,49 @@ class RoundsParty(PartyJob):
                 f"{what} is signed by {', '.join(sorted(attested.signatures))} only, of that round's sample "
                 f"({', '.join(self.samples[t])}): this party follows a link only when at least its minimum of "
                 f"{self.ctx.min_parties} members signed it (--min-parties); its model chain stays where it is")
-        self.head, self.head_round = attested.after, t
+        self.chain = Chain(attested.after, t)
         self.ctx.checkpoint()
 
-    # --- a restart (client/run_state.py; client/jobs/rounds_state.py) ---------------------------
+    # --- a restart (client/run_state.py; the values in client/jobs/rounds_state.py) ---------------
 
     def saved(self) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-        from xclp.client.jobs.rounds_state import saved
-        return saved(self)
+        """This party's state from the rounds' samples on; None before them, or in a round the trainer
+        cannot rejoin until the party has its update (one that runs XCLP: its pseudo-labels are not
+        kept)."""
+        state = self.trainer.state()
+        if state is None and self.update is not None:  # the update is all the round needs from here on
+            state = {}
+        if self.samples is None or state is None:
+            return None
+        live, arrays = ({"revealed": None, "rows": None, "round_transcript": None, "noise_variance": None}, {}) \
+            if self.live is None else self.live.saved()
+        meta = {"round": self.round, "samples": [list(s) for s in self.samples], "trainer": state,
+                **self.chain.saved(), **live,
+                "released": {d.hex(): [t, sorted(m)] for d, (t, m) in self.released.items()},
+                "history": [{"round": r.round, "rows": r.rows, "pseudo_seconds": r.pseudo_seconds,
+                             "train_seconds": r.train_seconds, "seed": r.seed.hex()} for r in self.history]}
+        return meta, arrays
 
     @classmethod
     def restored(cls, ctx: PartyContext, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RoundsParty:
-        from xclp.client.jobs.rounds_state import restore
-        return restore(cls(ctx), meta, arrays)  # type: ignore[call-arg]
+        """The party as `saved` described it: in its round again, waiting for the coordinator to
+        start the round's sum again with it (it sends the round's model again, which must be this
+        one); or, if the round's sum was opened here, waiting for the next round."""
+        job = cls(ctx)  # type: ignore[call-arg]
+        job.trainer.restore(meta["trainer"])
+        job.samples = tuple(tuple(s) for s in meta["samples"])
+        job.released = {bytes.fromhex(d): (int(t), frozenset(m)) for d, (t, m) in meta["released"].items()}
+        job.history = [RoundRecord(h["round"], np.zeros(0), None, h["rows"], h["pseudo_seconds"], h["train_seconds"],
+                                   bytes.fromhex(h["seed"])) for h in meta["history"]]
+        job.chain = Chain.from_saved(meta)
+        t = int(meta["round"])
+        if t >= 0 and job.chain.round < t:  # the round's sum was not opened here: the round again, as it was
+            job._open_round(t, arrays["model"]).restore(meta, arrays, job.dp)
+        job.round = t
+        return job
 
-    def _check_model_reuse(self, t: int, members: frozenset[str]) -> None:
-        earlier = self.released.get(self.model_digest)
+    def _check_model_reuse(self, live: Round, members: frozenset[str]) -> None:
+        t, earlier = live.t, self.released.get(live.model_digest)
         if earlier is not None and earlier[1] != members:
             s, before = earlier
             raise ProtocolError(f"round {t} releases the model of round {s}, whose update sum this party opened among "
@@ -381,17 +408,19 @@ class RoundsParty(PartyJob):
         return [Release(function_id("update", registry.of(self.ctx.params).name), "training updates")]
 
     def _update(self, members: tuple[str, ...]) -> np.ndarray:
-        fresh = self.update is None
-        if self.update is None:  # a restart sends the same update under fresh masks
-            vector, rows, record = self.trainer.train(self.round, self._round_started)
-            self.update = (vector, rows)
+        live = self.live
+        assert live is not None  # the update sum asks for it only in its round
+        fresh = live.update is None
+        if live.update is None:  # a restart sends the same update under fresh masks
+            vector, rows, record = self.trainer.train(live.t, live.started)
+            live.update = (vector, rows)
             self.history.append(record)
-        vector, rows = self.update
+        vector, rows = live.update
         # the round's noise share (distributed DP), topped up if the sum restarted with fewer parties
         if self.dp is not None and self.dp.distributed:
-            if self.noise is None:
-                self.noise = RoundNoise(self.dp, vector.shape[0])
-            vector = vector + self.noise.for_members(len(members))
+            if live.noise is None:
+                live.noise = RoundNoise(self.dp, vector.shape[0])
+            vector = vector + live.noise.for_members(len(members))
         if fresh or self.dp is not None:  # the update and its noise, before any of it is masked
             self.ctx.checkpoint()
         if self.dp is None:
@@ -399,27 +428,7 @@ class RoundsParty(PartyJob):
         return training.encode_private_update(vector, rows)
 
     def _check_sample(self, t: int, members: Iterable[str]) -> None:
-        outside = sorted(set(members) - self.sample)
+        outside = sorted(set(members) - (frozenset() if self.live is None else self.live.sample))
         if outside:
             raise ProtocolError(f"round {t} names {', '.join(outside)}, outside the sample the parties drew for that "
                                 "round: the coordinator may only drop parties from it, never choose others")
-
-
-# --- the model files of training jobs (xclp.v1.registry's model_loader; client/models.py) -----------
-
-
-@dataclass(frozen=True)
-class NetworkPredictor:
-    """A trained network's model file as `predict` uses it: classes and confidences."""
-
-    network: Network
-
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        labels, confidence = predict_labels(self.network.probabilities(X))
-        return labels, confidence
-
-
-def network_model(file: ModelFile) -> NetworkPredictor:
-    p = file.params
-    assert isinstance(p, (FedavgJobParams, DbclJobParams))  # the registry's schemas of the types that train one
-    return NetworkPredictor(Network(p.architecture(file.dim), np.asarray(file.aggregate, dtype=np.float64)))

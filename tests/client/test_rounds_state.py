@@ -13,7 +13,6 @@ from xclp.checkpoint import FORMAT as checkpoint_format
 from xclp.checkpoint import Saved
 from xclp.client import run_state
 from xclp.client.jobs.fedavg import FedavgParty
-from xclp.client.jobs.rounds_state import saved
 from xclp.client.policy import PartyPolicy
 from xclp.errors import ProtocolError
 from xclp.v1 import training, wire
@@ -33,7 +32,7 @@ def round_zero(keys):
     def checkpoint(session) -> None:
         job = session.job
         if session.config.party_id == "a" and isinstance(job, FedavgParty) and job.round == 0:
-            meta, arrays = saved(job)  # type: ignore[misc]
+            meta, arrays = job.saved()  # type: ignore[misc]
             when = "revealed" if meta["revealed"] is not None else "trained" if meta["rows"] is not None else ""
             if when and when not in taken:
                 taken[when] = Saved.from_bytes(Saved({"format": checkpoint_format, **meta}, arrays).to_bytes())

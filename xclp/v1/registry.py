@@ -229,7 +229,7 @@ register(JobType(
     "(Scott et al. 2023 Alg. 2, [protocols §6](protocol.md#training))",
     coordinator="xclp.server.jobs.fedavg:fedavg_job", party="xclp.client.jobs.fedavg:FedavgParty",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
-    simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.training:network_model"))
+    simulation="xclp.simulation.simulate:run_fedavg", model_loader="xclp.client.jobs.networks:network_model"))
 register(JobType(
     "dbcl", DbclJobParams,
     "a small network trained by double-blind collaborative learning: parties see only sketched "
@@ -237,4 +237,4 @@ register(JobType(
     "[protocols §6](protocol.md#training))",
     coordinator="xclp.server.jobs.dbcl:dbcl_job", party="xclp.client.jobs.dbcl:DbclParty",
     output=Output.MODEL, model=ModelKind.NETWORK, files=frozenset({"model"}),
-    simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.training:network_model"))
+    simulation="xclp.simulation.simulate:run_dbcl", model_loader="xclp.client.jobs.networks:network_model"))
