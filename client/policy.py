@@ -159,6 +159,13 @@ class StepGuard:
     finished: bool = False  # the job's result has arrived
     job_min_parties: int = 0  # what the job allows (its spec), to say which setting decided
 
+    def saved(self) -> dict[str, list[Any]]:
+        """The steps answered, for a restart (client/run_state.py): a restarted party is held to them."""
+        return {step: [attempt, sorted(members)] for step, (attempt, members) in self.last.items()}
+
+    def restore(self, saved: Mapping[str, list[Any]]) -> None:
+        self.last = {step: (int(attempt), frozenset(members)) for step, (attempt, members) in saved.items()}
+
     def check_step(self, step: pb.StepStart) -> None:
         members = frozenset(step.participants)
         if self.finished:

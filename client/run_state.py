@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from gmpy2 import mpz
 
 from xclp.checkpoint import OtherFormat, Saved, scaling_of, with_scaling
-from xclp.client.ledger import RunAccount, Spend
-from xclp.client.phases.seed import SeedParty
-from xclp.client.transcript import Transcript
-from xclp.crypto import aead, identity, masking
+
+__all__ = ["FORMAT", "RunStateFile", "Saved", "account_of", "checkpoint", "forget", "kept", "paillier_of",
+           "restored_job", "saved_for", "scaling_of", "snapshot"]
+from xclp.client.ledger import Ledger, RunAccount, Spend
+from xclp.crypto import aead
 from xclp.crypto.kdf import hkdf_sha256
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.errors import InvalidInput, ProtocolError
@@ -48,6 +48,8 @@ from xclp.runtime import write_atomic
 from xclp.v1 import xclp_pb2 as pb
 
 if TYPE_CHECKING:
+    from xclp.client.context import PartyContext
+    from xclp.client.jobs.base import PartyJob
     from xclp.client.session import PartySession
 
 RUNS_DIR = "runs"
@@ -92,23 +94,19 @@ class RunStateFile:
 
 
 def snapshot(session: PartySession, token: bytes) -> Saved | None:
-    """What `session` needs to rejoin its run, or None where its job cannot go on from here."""
-    job, roster, seed, signed = session.job, session.roster, session.seed, session.signed
-    keypair, account = session.config.paillier, session.account
-    if job is None or roster is None or seed is None or seed.seed is None or signed is None or session.params is None:
+    """What `session` needs to rejoin its run, or None where its job cannot go on from here: the
+    values' own saved parts (its membership, step guard, job, ledger account), sealed together."""
+    job, member, keypair, account = session.job, session.member, session.config.paillier, session.account
+    if job is None or member is None or session.params is None:
         return None
-    part = job.saved()
-    if part is None:
+    keys, part = member.saved(), job.saved()
+    if keys is None or part is None:
         return None
     job_meta, arrays = part
     meta: dict[str, Any] = {
-        "format": FORMAT, "run_id": session.run_id, "token": token.hex(), "nonce": session.run_nonce.hex(),
-        "spec": session.spec.SerializeToString().hex(), "signed": [signed.bundle.hex(), signed.signature.hex()],
-        "roster": [[b.hex(), s.hex()] for b, s in session.roster_signed],
-        "x25519": session.x25519.private_bytes_raw().hex(), "seed": seed.seed.hex(),
-        "seed_participants": list(seed.participants), "participants": list(session.participants),
-        "guard": {step: [attempt, sorted(members)] for step, (attempt, members) in session.guard.last.items()},
-        "transcript": session.transcript.state(), "data": session.data_digest.hex(),
+        "format": FORMAT, "run_id": session.run_id, "token": token.hex(),
+        "spec": session.spec.SerializeToString().hex(), **keys, "participants": list(session.participants),
+        "guard": session.guard.saved(), "data": session.data_digest.hex(),
         "params": session.params.resolved(),  # what the roster's row counts made concrete, never resolved again
         "paillier": None if keypair is None else {
             "n": str(keypair.public.n), "h_s": str(keypair.public.h_s), "exponent_bits": keypair.public.exponent_bits,
@@ -130,41 +128,25 @@ def paillier_of(meta: dict[str, Any]) -> PaillierKeypair | None:
     return PaillierKeypair(public, mpz(k["p"]), mpz(k["q"]))
 
 
-def account_of(meta: dict[str, Any], session: PartySession, data: bytes) -> RunAccount | None:
+def account_of(meta: dict[str, Any], ledger: Ledger | None, job_id: str, data: bytes) -> RunAccount | None:
     """The run's ledger account as it was (its charge keys and whether they were charged: a
     restarted party never charges its run twice)."""
-    saved, ledger = meta.get("account"), session.config.ledger
+    saved = meta.get("account")
     if saved is None or ledger is None:
         return None
     spends = tuple(Spend(**{**s, "rdp": tuple(s["rdp"]) if s["rdp"] is not None else None}) for s in saved["spends"])
-    return RunAccount(ledger, data, session.config.job_id, saved["run"], spends, bool(saved["charged"]),
+    return RunAccount(ledger, data, job_id, saved["run"], spends, bool(saved["charged"]),
                       {k: tuple(v) for k, v in saved["curves"].items()})
 
 
-def restore_keys(session: PartySession, saved: Saved) -> None:
-    """The run's keys, roster (verified again against the pinned allow-list), seed, guard and
-    transcript back into a session at the Challenge (PartySession.rejoin)."""
-    meta, config = saved.meta, session.config
-    session.run_nonce = bytes.fromhex(meta["nonce"])
-    session.x25519 = X25519PrivateKey.from_private_bytes(bytes.fromhex(meta["x25519"]))
-    session.signed = identity.SignedBundle(*(bytes.fromhex(v) for v in meta["signed"]))
-    signed = [identity.SignedBundle(bytes.fromhex(b), bytes.fromhex(s)) for b, s in meta["roster"]]
-    session.roster_signed = [(b.bundle, b.signature) for b in signed]
-    roster = session.roster = identity.verify_roster(signed, job_id=config.job_id, own=session.signed,
-                                                     allowed=config.peers)
-    if any(b.nonce != session.run_nonce for b in roster.bundles) or \
-            masking.public_bytes(session.x25519) != roster.bundle(config.party_id).x25519_public:
-        raise ProtocolError("the saved run state does not match its own roster")
-    session.pair_secrets = {b.party_id: masking.shared_secret(session.x25519, b.x25519_public)
-                            for b in roster.bundles if b.party_id != config.party_id}
-    session.masker = masking.PairwiseMasker(config.party_id, session.pair_secrets, roster.session_id)
-    session.transcript = Transcript.restored(roster.session_id, meta["transcript"])
-    seed = session.seed = SeedParty(config.party_id, roster.session_id, session.pair_secrets, session,
-                                    session.progress)
-    seed.seed, seed.participants = bytes.fromhex(meta["seed"]), tuple(meta["seed_participants"])
-    session.participants = tuple(meta["participants"])
-    session.guard.last = {step: (int(attempt), frozenset(members))
-                          for step, (attempt, members) in meta["guard"].items()}
+def restored_job(job_type: str, ctx: PartyContext, saved: Saved) -> PartyJob:
+    """The job's part of `saved`, read back by the job type's own `restored`."""
+    from xclp.v1 import registry
+
+    restored = getattr(registry.get(job_type).party_class(), "restored", None)
+    if restored is None:
+        raise ProtocolError(f"a {job_type} job does not resume")
+    return restored(ctx, saved.meta["job"], saved.arrays)
 
 
 def spec_of(meta: dict[str, Any]) -> pb.JobSpec:
@@ -244,35 +226,3 @@ def saved_for(session: PartySession, challenge: pb.ChallengeResponse) -> Saved |
         raise InvalidInput(f"this party's table is not the one it ran run {challenge.run_id} with: it cannot rejoin "
                            "that run (its state is deleted); the coordinator drops it after reconnect_seconds")
     return saved
-
-
-def rejoin(session: PartySession, saved: Saved) -> bytes:
-    """Rebuild `session` where its run's state was saved (XCLP: SecureHamming; training: a round)
-    from `saved` (PartySession._run) and return its session token. A friend of the session: it
-    sets what the session's Join would have."""
-    from dataclasses import replace
-
-    from xclp.client.phases.prepare import Preparation
-    from xclp.client.run_config import PartyStage
-    from xclp.v1 import registry
-
-    meta = saved.meta
-    session.config = replace(session.config, paillier=paillier_of(meta))
-    restore_keys(session, saved)
-    assert session.params is not None and session.roster is not None
-    session.params = session.params.with_resolved(meta["params"])  # as resolved where the roster was verified
-    session.account = account_of(meta, session, session.data_digest)
-    session.stage = PartyStage.SEEDED
-    session.start_workers(session.params.paillier is not None)
-    scaling = scaling_of(saved)
-    if scaling is not None:
-        prep = session.prep = Preparation(session.context())
-        prep.scaling = scaling
-        session.data = prep.prepared()
-    restored = getattr(registry.get(session.job_type).party_class(), "restored", None)
-    if restored is None:
-        raise ProtocolError(f"a {session.job_type} job does not resume")
-    session.job = restored(session.context(), meta["job"], saved.arrays)
-    session.progress(f"restarted: rejoining run {session.run_id} of job {session.config.job_id} from its saved "
-                     "state")
-    return bytes.fromhex(meta["token"])

@@ -25,6 +25,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,15 +37,14 @@ from xclp.client.heartbeat import Heartbeat
 from xclp.client.jobs.base import PartyJob
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
 from xclp.client.ledger import RunAccount, data_digest
+from xclp.client.membership import Membership
 from xclp.client.phases.prepare import Preparation
-from xclp.client.phases.seed import SeedParty
 from xclp.client.policy import StepGuard
 from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table, privacy_report
-from xclp.client.transcript import Transcript
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
-from xclp.errors import DeadlineExceeded, InvalidInput, InvalidSignature, PolicyRefused, ProtocolError, RunCancelled
+from xclp.errors import DeadlineExceeded, InvalidInput, PolicyRefused, ProtocolError, RunCancelled
 from xclp.progress import Console, duration
 from xclp.v1 import moments, registry, wire
 from xclp.v1 import xclp_pb2 as pb
@@ -72,12 +72,8 @@ class PartySession:
         self.stage = PartyStage.JOINED
         self.x25519 = masking.generate_x25519()
         self.run_nonce, self.run_id, self.spec, self.data_digest = b"", "", pb.JobSpec(), b""  # data_digest: _load_data
-        self.roster_signed: list[tuple[bytes, bytes]] = []  # the roster as signed, kept for a restart (run_state)
         self.signed: identity.SignedBundle | None = None  # signed once the run nonce is known
-        self.roster: identity.Roster | None = None
-        self.pair_secrets: dict[str, bytes] = {}
-        self.masker: masking.PairwiseMasker | None = None
-        self.seed: SeedParty | None = None
+        self.member: Membership | None = None  # its place in the run, once the roster is verified
         self.params: JobParams | None = None
         self.job_type = ""
         self.participants: tuple[str, ...] = ()
@@ -87,7 +83,6 @@ class PartySession:
         self.waiting_for: tuple[str, ...] = ()  # expected parties not joined yet (last JoinStatus)
         self.guard = StepGuard(config.policy, config.party_id)
         self.assembler = wire.Assembler()
-        self.transcript = Transcript(b"")  # replaced once the roster is verified
         self.account: RunAccount | None = None  # this run in the ledger, once the data is read
         self._executor: Executor | None = None
         self._conn: Connection | None = None
@@ -133,6 +128,10 @@ class PartySession:
         return self._conn
 
     @property
+    def roster(self) -> identity.Roster | None:
+        return None if self.member is None else self.member.roster
+
+    @property
     def token(self) -> bytes | None:  # the run's session token once joined (client/run_state.py keeps it)
         return self._conn.token if self._conn is not None else None
 
@@ -163,15 +162,15 @@ class PartySession:
         with refusing(pb.DeclineRequest.POLICY, PolicyRefused):  # the coordinator hears at once, not at its deadline
             self.config.policy.check_job(challenge.spec, params)
         self.guard.job_min_parties = challenge.spec.min_parties
-        if challenge.spec.min_parties < self.config.policy.min_parties:
+        if challenge.spec.min_parties < (mine := self.config.policy.min_parties):
             self.progress(f"note: the job goes on with {challenge.spec.min_parties} parties (its min_parties); this "
-                          f"party stops below {self.config.policy.min_parties} (--min-parties, default 3)")
+                          f"party stops below {mine} ({self.config.policy.named('min_parties')})")
         with refusing(pb.DeclineRequest.BAD_DATA, InvalidInput):
             self._load_data(params)
         self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)
         saved = run_state.saved_for(self, challenge)
         if saved is not None:  # this party's process restarted in the run: it rejoins (client/run_state.py)
-            token = run_state.rejoin(self, saved)
+            token = self._rejoin(saved)
             conn.rejoin(token, challenge.spec.reconnect_seconds)
             return self._serve(conn, restarted=True)
         self.account = account_for(self.config, conn, challenge, params, self.data, self.data_digest, self.progress)
@@ -233,9 +232,10 @@ class PartySession:
                 self._executor.shutdown(cancel_futures=True)
             if not kept:
                 run_state.forget(self)
-        assert self.job is not None and self.job.result is not None and self.seed is not None and self.seed.seed
+        seed = None if self.member is None else self.member.seed.seed
+        assert self.job is not None and self.job.result is not None and seed is not None
         assert self.params is not None
-        return JobResult(self.job_type, self.params, self.data.X.shape[1], self.seed.seed, self.job.result,
+        return JobResult(self.job_type, self.params, self.data.X.shape[1], seed, self.job.result,
                          self.participants, self.prep.scaling if self.prep is not None else None, self.columns,
                          self.job.rounds(), privacy_report(self.job.privacy(), self.prep, self.account,
                                                            self.progress), self.job.approximation)
@@ -315,42 +315,22 @@ class PartySession:
     def on_roster(self, roster: pb.Roster) -> None:
         if self.stage is not PartyStage.JOINED:
             raise ProtocolError("the coordinator sent a second roster")
-        signed = [identity.SignedBundle(b.bundle, b.signature) for b in roster.bundles]
-        self.roster_signed = [(b.bundle, b.signature) for b in signed]
-        assert self.signed is not None
-        # docs/design.md §2.1: every key must be the one pinned in our own copy of the allow-list, and every
-        # bundle must sign this run's nonce (no bundle of an earlier run comes back).
-        self.roster = identity.verify_roster(signed, job_id=self.config.job_id, own=self.signed,
-                                             allowed=self.config.peers)
-        stale = [b.party_id for b in self.roster.bundles if b.nonce != self.run_nonce]
-        if stale:
-            raise InvalidSignature(f"the roster carries key bundles of another run for {', '.join(stale)}")
-        # docs/design.md §2.5: one spec for all; a coordinator that showed parties different specs is caught here
-        mine = self.roster.bundle(self.config.party_id).spec_digest
-        other = [b.party_id for b in self.roster.bundles if b.spec_digest != mine]
-        if other:
-            raise InvalidSignature(f"the coordinator showed the parties different job specs: {', '.join(other)} "
-                                   f"signed another spec than {self.config.party_id!r} (its parameters, parties or "
-                                   "run differ from what this party was told): refusing the roster")
-        # a default that depends on the run's size (XCLP's pair_budget), from the signed row counts,
-        # as the coordinator resolves it from the same
-        assert self.params is not None
-        self.params = self.params.for_rows(sum(b.rows for b in self.roster.bundles))
-        for bundle in self.roster.bundles:
-            if bundle.party_id != self.config.party_id:
-                self.pair_secrets[bundle.party_id] = masking.shared_secret(self.x25519, bundle.x25519_public)
-        self.masker = masking.PairwiseMasker(self.config.party_id, self.pair_secrets, self.roster.session_id)
-        # docs/design.md §2.5: the session id hashes every signed bundle (spec digests, row counts, keys)
-        self.transcript = Transcript(self.roster.session_id)
-        self.seed = SeedParty(self.config.party_id, self.roster.session_id, self.pair_secrets, self, self.progress)
+        assert self.signed is not None and self.params is not None
+        member = self.member = Membership.verified(
+            [(b.bundle, b.signature) for b in roster.bundles], party_id=self.config.party_id,
+            job_id=self.config.job_id, nonce=self.run_nonce, x25519=self.x25519, own=self.signed,
+            peers=self.config.peers, pusher=self, progress=self.progress)
+        # defaults that follow the run's size, from the signed row counts, as the coordinator's
+        self.params = self.params.for_rows(sum(b.rows for b in member.roster.bundles))
         self.stage = PartyStage.KEYED
-        self.progress(f"roster verified: {', '.join(self.roster.party_ids)}")
+        self.progress(f"roster verified: {', '.join(member.roster.party_ids)}")
 
     def on_step(self, step: pb.StepStart) -> None:
-        if self.roster is None or self.seed is None:
+        member = self.member
+        if member is None:
             raise ProtocolError(f"step {step.step!r} started before the roster")
         members = list(step.participants)
-        if self.config.party_id not in members or not set(members) <= set(self.roster.party_ids):
+        if self.config.party_id not in members or not set(members) <= set(member.roster.party_ids):
             raise ProtocolError(f"step {step.step!r} names participants outside the roster or without us")
         if members != sorted(set(members)):
             raise ProtocolError("step participants must be sorted and unique")
@@ -358,7 +338,7 @@ class PartySession:
         if step.step == SEED_STEP:  # again if the leader was lost: a new leader, a new seed for all
             if self.job is not None or self.prep is not None:
                 raise ProtocolError("the seed step started after the job's first step")
-            self.seed.on_step(step)
+            member.seed.on_step(step)
             self._seeded()
             return
         if self.stage is not PartyStage.SEEDED:
@@ -375,9 +355,9 @@ class PartySession:
             phase.on_relay(message)
             return
         if message.step == SEED_STEP:
-            if self.seed is None:
+            if self.member is None:
                 raise ProtocolError("a sealed seed arrived before the roster")
-            self.seed.on_message(message)
+            self.member.seed.on_message(message)
             self._seeded()
             return
         if message.step == MOMENTS_RESULT_MSG:
@@ -409,22 +389,42 @@ class PartySession:
         self.progress(f"job done: {end.reason}")
 
     def _seeded(self) -> None:
-        if self.seed is not None and self.seed.seed is not None:
-            self.participants = self.seed.participants
+        if self.member is not None and self.member.seed.seed is not None:
+            self.participants = self.member.seed.participants
             self.stage = PartyStage.SEEDED
 
     def context(self) -> PartyContext:
-        assert self.params is not None and self.roster is not None and self.masker is not None
-        assert self.seed is not None and self.seed.seed is not None
-        return PartyContext(self.config.party_id, self.params, self.data, self.roster, self.seed.seed, self.masker,
-                            self, self.progress, keypair=self.config.paillier, executor=self._executor,
-                            work_limits=self.work_limits,
+        member = self.member
+        assert self.params is not None and member is not None and member.seed.seed is not None
+        return PartyContext(self.config.party_id, self.params, self.data, member.roster, member.seed.seed,
+                            member.masker, self, self.progress, keypair=self.config.paillier,
+                            executor=self._executor, work_limits=self.work_limits,
                             max_memory_bytes=(default_max_memory() if self.config.max_memory_bytes is None
-                                              else self.config.max_memory_bytes), transcript=self.transcript,
+                                              else self.config.max_memory_bytes), transcript=member.transcript,
                             sign=self.config.identity.sign, account=self.account,
                             checkpoint=lambda: run_state.checkpoint(self),
                             min_share_threshold=self.config.policy.min_share_threshold,
                             min_parties=self.config.policy.min_parties)
+
+    def _rejoin(self, saved: run_state.Saved) -> bytes:
+        """This session where its run's state was saved (XCLP: SecureHamming; training: a round), as
+        its Join and roster made it (client/run_state.py reads the file); the run's session token."""
+        meta, config = saved.meta, self.config
+        self.config = replace(config, paillier=run_state.paillier_of(meta))
+        member = self.member = Membership.restored(meta, party_id=config.party_id, job_id=config.job_id,
+                                                   peers=config.peers, pusher=self, progress=self.progress)
+        self.run_nonce, self.signed, self.x25519 = member.nonce, member.signed, member.x25519
+        self.participants, self.stage = tuple(meta["participants"]), PartyStage.SEEDED
+        self.guard.restore(meta["guard"])
+        self.params = self.params.with_resolved(meta["params"])  # type: ignore[union-attr]  # as resolved then
+        self.account = run_state.account_of(meta, config.ledger, config.job_id, self.data_digest)
+        self.start_workers(self.params.paillier is not None)
+        if (scaling := run_state.scaling_of(saved)) is not None:
+            self.prep = Preparation.restored(self.context(), scaling)
+            self.data = self.prep.prepared()
+        self.job = run_state.restored_job(self.job_type, self.context(), saved)
+        self.progress(f"restarted: rejoining run {self.run_id} of job {config.job_id} from its saved state")
+        return bytes.fromhex(meta["token"])
 
     def _preparation(self) -> Preparation:
         """The moments phase (docs/design.md §8): only for a job that asks for it, before its first step."""

@@ -48,6 +48,13 @@ class Preparation:
                                   releases=self._releases if self.dp is None else Noisy.DP)
         self.scaling: Scaling | None = None
 
+    @classmethod
+    def restored(cls, ctx: PartyContext, scaling: Scaling) -> Preparation:
+        """The preparation as a restarted party had it: done, with the pooled moments' scaling."""
+        prep = cls(ctx)
+        prep.scaling = scaling
+        return prep
+
     def handles(self, step: str) -> bool:
         return self.sum.handles(step)
 

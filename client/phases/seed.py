@@ -72,6 +72,12 @@ class SeedParty:
         self._have(seed, step)
         self.progress(f"common seed received from {leader}")
 
+    def restore(self, seed: bytes, participants: tuple[str, ...]) -> None:
+        """The seed this party had before its process restarted (client/membership.py)."""
+        if len(seed) != SEED_BYTES:
+            raise ProtocolError(f"the common seed must be {SEED_BYTES} bytes")
+        self.seed, self.step, self.participants = seed, None, participants
+
     def _have(self, seed: bytes, step: pb.StepStart) -> None:
         self.seed, self.step, self.participants = seed, None, tuple(step.participants)
         self.conn.push(b"", sender=self.party_id, step=SEED_STEP, round=step.round)

@@ -292,12 +292,12 @@ def test_party_refuses_a_roster_where_the_coordinator_swapped_a_peers_keys(keys)
     with pytest.raises(errors.InvalidSignature,
                        match="party 'b' signed with an identity key other than its allowed one"):
         session.on_roster(roster_of(session.signed, swapped, bundle_of(keys, "c")))
-    assert session.roster is None and session.pair_secrets == {}
+    assert session.roster is None and session.member is None
     stranger = bundle_of(keys, "mallory")  # a party nobody pinned
     with pytest.raises(errors.InvalidSignature, match="'mallory', which is not in the pinned identities"):
         session.on_roster(roster_of(session.signed, bundle_of(keys, "b"), stranger))
     session.on_roster(roster_of(session.signed, bundle_of(keys, "b"), bundle_of(keys, "c")))  # the honest roster
-    assert session.roster is not None and set(session.pair_secrets) == {"b", "c"}
+    assert session.member is not None and set(session.member.pair_secrets) == {"b", "c"}
 
 
 def test_party_refuses_a_roster_carrying_a_bundle_of_an_earlier_run(keys):
