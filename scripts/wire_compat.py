@@ -63,7 +63,12 @@ server = subprocess.Popen([str(coord_bin / "xclp-server"), "serve", "--listen", 
                            "--allow-list", str(WORK / "allow.toml"), "--state", str(WORK / "state.db"),
                            "--port-file", str(WORK / "port"), "--exit-when-done", "--admin-listen", "off", *names],
                           stderr=server_log, cwd="/tmp")
+started = time.monotonic()
 while not (WORK / "port").exists() or not (WORK / "port").read_text().strip():
+    if server.poll() is not None or time.monotonic() - started > 120:  # a coordinator that fails to start
+        server.kill()
+        server_log.close()
+        sys.exit(f"the coordinator did not start ({COORD}): {(WORK / 'server.log').read_text()[-1500:]}")
     time.sleep(0.1)
 port = (WORK / "port").read_text().strip()
 results = {}
