@@ -341,3 +341,21 @@ def test_a_count_job_that_learns_from_labels_is_refused_when_no_party_brings_one
     assert j.stage is Stage.FAILED and j.step is None
     end = drain(j, "a")[-1].end
     assert end.outcome == pb.JobEnd.REFUSED and "no party brought a labeled row" in end.reason
+
+
+def test_a_bundle_of_another_spec_is_refused_and_unset_centres_say_how_to_run_with_older_parties(keys):
+    """A party of a version from before unset XCLP centres followed the rows reads them as 64, so
+    its bundle signs another spec: refused, and told what lets the run take it (centres in the job
+    file); a job that sets its centres refuses another spec without that advice."""
+    from tests.harness import key_bundle
+
+    params = {"n_classes": 2, "key_bits": 512, "insecure_test_keys": True}
+    for set_centres in (False, True):
+        config = job("j", "xclp", {**params, "centres": 128} if set_centres else params)
+        run = Run(config, allow_list(keys))
+        older = job("j", "xclp", {**params, "centres": 64})  # the spec such a party signs
+        bundle = key_bundle(keys["a"], "a", "j", spec=older.spec(), nonce=run.run_nonce, summary=summary(rows=5),
+                            **PAILLIER)
+        with pytest.raises(InvalidInput, match="signs another spec than job 'j' has") as refused:
+            run.join(identity.sign_bundle(keys["a"], bundle), summary(rows=5))
+        assert ("set centres in the job file" in str(refused.value)) is not set_centres
