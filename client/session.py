@@ -39,7 +39,7 @@ from xclp.client.jobs.estimate import WorkLimits, default_max_memory
 from xclp.client.ledger import RunAccount, data_digest
 from xclp.client.membership import Membership
 from xclp.client.phases.prepare import Preparation
-from xclp.client.policy import StepGuard
+from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table, privacy_report
 from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
@@ -128,10 +128,6 @@ class PartySession:
         return self._conn
 
     @property
-    def roster(self) -> identity.Roster | None:
-        return None if self.member is None else self.member.roster
-
-    @property
     def token(self) -> bytes | None:  # the run's session token once joined (client/run_state.py keeps it)
         return self._conn.token if self._conn is not None else None
 
@@ -164,7 +160,8 @@ class PartySession:
         self.guard.job_min_parties = challenge.spec.min_parties
         if challenge.spec.min_parties < (mine := self.config.policy.min_parties):
             self.progress(f"note: the job goes on with {challenge.spec.min_parties} parties (its min_parties); this "
-                          f"party stops below {mine} ({self.config.policy.named('min_parties')})")
+                          f"party stops below {mine} ({self.config.policy.named('min_parties')}, "
+                          f"default {PartyPolicy.min_parties})")
         with refusing(pb.DeclineRequest.BAD_DATA, InvalidInput):
             self._load_data(params)
         self.work_limits = WorkLimits(self.config.max_work_seconds, challenge.spec.max_run_seconds)

@@ -80,8 +80,8 @@ class Lobby:
         if not hmac.compare_digest(bundle.spec_digest, self.spec_digest):
             # an xclp-client from before unset centres followed the rows reads them as 64 (docs/jobs/xclp.md)
             older = ("; a party of a version before unset XCLP centres followed the rows signs them as 64: set "
-                     "centres in the job file to run with it" if self.config.job_type == "xclp"
-                     and getattr(self.config.params, "centres", 0) is None else "")
+                     "centres in the job file to run with it" if getattr(self.config.params, "centres", 0) is None
+                     else "")
             raise InvalidInput(f"the key bundle of {bundle.party_id!r} signs another spec than job "
                                f"{self.config.job_id!r} has (is the party's xclp of another version?){older}")
 

@@ -209,8 +209,8 @@ def test_the_liars_two_sums_do_not_difference_to_the_dropped_partys_counts(keys,
     class SeedKeeper(PartySession):  # the test, not the coordinator, reads the common seed
         def _seeded(self) -> None:
             super()._seeded()
-            if self.seed is not None and self.seed.seed is not None:
-                seeds.append(self.seed.seed)
+            if self.member is not None and self.member.seed.seed is not None:
+                seeds.append(self.member.seed.seed)
 
     def lie(self: MaskedSum, step: Step) -> None:
         if step.attempt == 0:
