@@ -168,7 +168,7 @@ class AgentConfig:
         memory = policy.get("max_memory_gb")
 
         def setting(name: str, settings: dict[str, Any] = top) -> Any:
-            return settings.get(name, options.default(name))
+            return options.value(settings, name)
 
         return cls(
             party=top["party"], identity=top["identity"], peers=top["peers"], out=top["out"],

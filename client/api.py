@@ -217,7 +217,7 @@ def run_with(settings: Mapping[str, Any], *, named: Callable[[str], str],
     default); `named(option)`: how the user gave it, for the errors (`xclp-client run` names a flag
     or a party.toml key, `run` its keyword)."""
     def get(name: str) -> Any:
-        return settings[name] if name in settings else options.default(name)
+        return options.value(settings, name)
 
     say = progress or stderr_progress
     worker_spec = WorkerSpec.parse(get("workers"), insecure=get("insecure_workers"), given=named("workers"),

@@ -101,6 +101,7 @@ class Option:
     why: str = ""  # why a bound is what it is, said when it refuses a value
     says: str = ""  # what a value must be, when not the kind and its bounds
     hidden: bool = False  # kept for old settings, not shown in --help
+    nullable: bool = False  # None means something of its own (label_column: no labels), not "unset"
 
     @property
     def flag(self) -> str:
@@ -108,11 +109,15 @@ class Option:
 
     def read(self, value: Any, given: str) -> Any:
         """`value` as given (a flag's, a TOML key's or a keyword's), checked and converted; a
-        ConfigError names the option `given` (None: unset, kept)."""
-        if value is None:
-            return None
+        ConfigError names the option `given`. None is kept where it means unset (the option's
+        default is None) or something of its own (`nullable`), and refused elsewhere."""
         kind = self.kind
         wrong = ConfigError(f"{given} must be {kind.value}, got {value!r}")
+        if value is None:
+            if self.default is None or self.nullable:
+                return None
+            if kind not in (Kind.WHOLE, Kind.NUMBER):
+                raise wrong
         if kind is Kind.BUDGET:
             return Budget.of(value, given)
         if kind in (Kind.SOURCE, Kind.PATH) and isinstance(value, (str, os.PathLike)):
@@ -171,7 +176,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
            "(X, y, ids, columns); see docs/data.md"),
     Option("label_column", Kind.TEXT, "label column name (default label; empty cell = unlabeled; a name given "
            "here must be a column of the table, while a table without a label column is all unlabeled)",
-           default=tables.DEFAULT_LABEL),
+           default=tables.DEFAULT_LABEL, nullable=True),
     Option("id_column", Kind.TEXT, "row id column name in the CSV (default: row numbers; ids must be unique)"),
     Option("delimiter", Kind.TEXT, "CSV separator: , ; | or tab (default: detected from the header)"),
     Option("out", Kind.PATH, "model file to write (.npz); for xclp jobs a directory (gets "
@@ -273,6 +278,11 @@ def default(name: str) -> Any:
     return OPTIONS[name].default
 
 
+def value(settings: Mapping[str, Any], name: str) -> Any:
+    """Option `name` in settings read by `read_settings`: as given, or else its default."""
+    return settings[name] if name in settings else OPTIONS[name].default
+
+
 def read_settings(raw: Mapping[str, Any], where: Where, *, base: Path | None = None,
                   also: Iterable[str] = ()) -> dict[str, Any]:
     """The settings `raw` given in `where`, each checked (`Option.read`) and named by its current
@@ -292,8 +302,8 @@ def read_settings(raw: Mapping[str, Any], where: Where, *, base: Path | None = N
             raise ConfigError(f"give {where.name(option)} or its old name {where.name(option, present[1])}, "
                               "not both")
         if not present:
-            if option.name in raw:  # given as None (a keyword's "unset", or label_column=None: no labels)
-                settings[option.name] = None
+            if option.name in raw:  # given as None: kept where that means something (Option.read)
+                settings[option.name] = option.read(None, where.name(option))
             continue
         value = option.read(raw[present[0]], where.name(option, present[0]))
         if base is not None and option.kind in (Kind.PATH, Kind.SOURCE) and isinstance(value, Path):

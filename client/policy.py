@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from xclp.client.options import OPTIONS, default, flag_name
+from xclp.client.options import OPTIONS, default, flag_name, value
 from xclp.crypto.paillier import MIN_SECURE_BITS
 from xclp.errors import ConfigError, PolicyRefused, ProtocolError
 from xclp.v1 import xclp_pb2 as pb
@@ -73,8 +73,7 @@ class PartyPolicy:
         """The policy from settings read by `options.read_settings` (`xclp-client run`'s, the API's
         or an agent's [policy] table: the same names); the rest are the options' defaults.
         `named(option)`: how the user gave it, which a refusal says."""
-        return cls(**{f.name: settings[f.name] if settings.get(f.name) is not None else default(f.name)
-                      for f in fields(cls) if f.name != "named"}, named=named)
+        return cls(**{f.name: value(settings, f.name) for f in fields(cls) if f.name != "named"}, named=named)
 
     def check_job(self, spec: pb.JobSpec, params: JobParams) -> None:
         """Refuse, before joining, a job this party will not take part in."""

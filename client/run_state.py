@@ -36,9 +36,6 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from gmpy2 import mpz
 
 from xclp.checkpoint import OtherFormat, Saved, scaling_of, with_scaling
-
-__all__ = ["FORMAT", "RunStateFile", "Saved", "account_of", "checkpoint", "forget", "kept", "paillier_of",
-           "restored_job", "saved_for", "scaling_of", "snapshot"]
 from xclp.client.ledger import Ledger, RunAccount, Spend
 from xclp.crypto import aead
 from xclp.crypto.kdf import hkdf_sha256
@@ -51,6 +48,9 @@ if TYPE_CHECKING:
     from xclp.client.context import PartyContext
     from xclp.client.jobs.base import PartyJob
     from xclp.client.session import PartySession
+
+__all__ = ["FORMAT", "RunStateFile", "Saved", "account_of", "checkpoint", "forget", "kept", "paillier_of",
+           "restored_job", "saved_for", "scaling_of", "snapshot"]  # Saved, scaling_of: for the session
 
 RUNS_DIR = "runs"
 FORMAT = 2  # 2: XCLP's part is its staged state (client/jobs/xclp_state.py); 1 is refused with that reason

@@ -141,6 +141,11 @@ def test_a_switch_written_as_text_is_refused_never_read_as_true(tmp_path, monkey
     ("workers", 2.5, "workers must be a number of processes or a scheduler address, got 2.5"),
     ("paillier_bits", "2048", "paillier_bits must be a whole number >= 0, got '2048'"),
     ("label_column", 3, "label_column must be text, got 3"),
+    # None where it does not mean "unset": refused, not carried on to fail later (a None rejoins was
+    # a TypeError in take_part)
+    ("rejoins", None, "rejoins must be a whole number >= 0, got None"),
+    ("min_parties", None, "min_parties must be a whole number >= 2 (masking a sum of one reveals it), got None"),
+    ("insecure", None, "insecure must be true or false, got None"),
 ])
 def test_the_api_refuses_a_bad_keyword_by_its_name_before_anything(name, value, says) -> None:
     with pytest.raises(ConfigError) as refused:
