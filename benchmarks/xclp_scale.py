@@ -15,7 +15,9 @@ which leave out the interpreter, its libraries and the party's table: compare th
 less coordinator_baseline_mb and party_baseline_mb, the resident sets of the coordinator and of the
 first party once that party has joined and waits for its peers), paillier_estimate_seconds (the
 largest party's estimate of its Paillier work on the layout, timed with its key; on candidate pairs
-the schedule's bound: compare with secure_hamming_seconds), dense_H_mb (what a coordinator
+the schedule's bound: compare with secure_hamming_seconds), paillier_scheduled_seconds (on candidate
+pairs, the largest party's count of the same work once the attempt's schedule is known, its
+"Paillier work on this attempt's schedule"), dense_H_mb (what a coordinator
 holding the n × n uint16 H would need for H alone),
 influence (method, iterations, largest relative residual), and graph_equal_all_pairs: whether the
 coordinator's graph (its test dump of W) equals the plaintext reference's kNN graph on the whole H.
@@ -259,6 +261,11 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
             for p in PARTIES]
     unit = {"s": 1, "min": 60, "hours": 3600}
     work_estimate = max(float(m.group(1)) * unit[m.group(2)] for m in told if m) if any(told) else None
+    # on candidate pairs, each party's count of its work once the attempt's schedule is known (the probe
+    # table opened): the same prices on the schedule's own ciphertexts, the largest
+    counted = [re.search(r"Paillier work on this attempt's schedule: ([\d.]+) (s|min|hours) on",
+                         (work / f"{p}.log").read_text()) for p in PARTIES]
+    scheduled = max(float(m.group(1)) * unit[m.group(2)] for m in counted if m) if any(counted) else None
     # as check_start computes it: on candidate pairs a party's slots as A per row are up to probes × slack
     given = XclpJobParams.parse({"n_classes": n_classes, **pairs}).for_rows(3 * rows)
     slots, resolved = given.slots_per_row, given.tolerance
@@ -272,6 +279,7 @@ def one_size(rows: int, key_bits: int, lsh_bits: int, candidates: dict | None = 
            "coordinator_estimate_mb": round(coordinator_estimate, 1),
            "party_estimate_mb": round(party_estimate, 1) if party_estimate is not None else None,
            "paillier_estimate_seconds": round(work_estimate, 1) if work_estimate is not None else None,
+           "paillier_scheduled_seconds": round(scheduled, 1) if scheduled is not None else None,
            "influence": summary.get("influence", {}), "influence_tolerance": resolved,
            "influence_bytes": summary["steps"].get("influence", {}).get("bytes_out"),
            "graph_step_seconds": round(summary["steps"]["graph"]["seconds"], 1),

@@ -69,15 +69,34 @@ def initial_centres(seed: Seed, centres: int, dim: int) -> np.ndarray:
 
 
 def nearest_centres(Xn: np.ndarray, centres: np.ndarray, probes: int) -> np.ndarray:
-    """int64[n, p]: each unit row's `probes` nearest centres (largest dot product, then smaller id), nearest first."""
+    """int64[n, p]: each unit row's `probes` nearest centres (largest dot product, then smaller id), nearest first.
+
+    A row's p largest are partitioned out (O(C) a row, not a sort of all C) and only those are
+    ordered; a row whose p-th largest dot product ties with one left out (an all-zero row, whose
+    products are all 0) is sorted whole, so ties go to the smaller id exactly as a stable sort does.
+    """
     n, C = Xn.shape[0], centres.shape[0]
     p = min(int(probes), C)
     out = np.empty((n, p), dtype=np.int64)
     step = max(1, _BLOCK_ELEMENTS // max(C, 1))
     for start in range(0, n, step):
-        dots = Xn[start : start + step] @ centres.T
-        out[start : start + step] = np.argsort(-dots, axis=1, kind="stable")[:, :p]
+        out[start : start + step] = _largest_first(Xn[start : start + step] @ centres.T, p)
     return out
+
+
+def _largest_first(dots: np.ndarray, p: int) -> np.ndarray:
+    """int64[m, p]: each row's p largest columns, larger first, then smaller column: the first p of a
+    stable argsort of −dots, without sorting all columns."""
+    if p >= dots.shape[1]:
+        return np.argsort(-dots, axis=1, kind="stable")
+    top = np.sort(np.argpartition(-dots, p - 1, axis=1)[:, :p], axis=1)  # ascending ids: ties keep them in order
+    values = np.take_along_axis(dots, top, axis=1)
+    top = np.take_along_axis(top, np.argsort(-values, axis=1, kind="stable"), axis=1)
+    least = values.min(axis=1, keepdims=True)
+    ties = np.flatnonzero((dots >= least).sum(axis=1) > p)  # a left-out column as large as the p-th
+    if ties.size:
+        top[ties] = np.argsort(-dots[ties], axis=1, kind="stable")[:, :p]
+    return top
 
 
 def row_budgets(pooled: np.ndarray, rows: int, total_rows: int, slack: float) -> np.ndarray:

@@ -7,6 +7,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from xclp import candidates as cd
 from xclp.errors import InvalidInput
@@ -212,3 +214,16 @@ def test_the_coordinators_fold_of_the_schedule_is_the_reference_graph_on_the_sam
     assert (reference != knn_adjacency(H, L, params)).nnz  # the schedule did leave pairs out
 
 
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 9), st.integers(1, 6), st.integers(0, 3))
+def test_the_nearest_centres_are_the_first_of_a_stable_sort_of_all_of_them(seed, n, C, probes, levels) -> None:
+    """nearest_centres partitions out each row's p largest instead of sorting all C: it must give
+    what a stable sort of every centre gives, ties to the smaller id, nearest first. Few levels of
+    integer features make ties common (levels 0: every row all zero, every product a tie)."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-levels, levels + 1, size=(n, 3)).astype(np.float64)
+    centres = rng.integers(-2, 3, size=(C, 3)).astype(np.float64)
+    expected = np.argsort(-(X @ centres.T), axis=1, kind="stable")[:, :min(probes, C)]
+    assert np.array_equal(cd.nearest_centres(X, centres, probes), expected)

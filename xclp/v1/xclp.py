@@ -62,9 +62,12 @@ from xclp.v1.params import (
 ALL_PAIRS_ROWS = 20_000
 AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
 # centres unset: about this many rows in all per centre, as a power of two in [MIN_AUTO_CENTRES,
-# MAX_CENTRES] (docs/jobs/xclp.md "How many centres": measured on Fashion-MNIST)
+# MAX_AUTO_CENTRES] (docs/jobs/xclp.md "How many centres": measured on Fashion-MNIST)
 AUTO_CENTRE_ROWS = 200
-MIN_AUTO_CENTRES, MAX_CENTRES = 64, 4096
+MIN_AUTO_CENTRES, MAX_AUTO_CENTRES = 64, 4096
+# centres set in the job: at most this many (a table that crowds a few directions needs more than its
+# rows suggest, docs/jobs/xclp.md "Crowded data"; the probes go as uint16, the probe table is probes × C)
+MAX_CENTRES = 16384
 # influence_tolerance unset: exact dense columns up to this many rows in all, pushed to
 # AUTO_INFLUENCE_TOLERANCE above (docs/jobs/xclp.md "Sparse influence": measured on Fashion-MNIST and digits)
 EXACT_INFLUENCE_ROWS = 20_000
@@ -116,11 +119,11 @@ INFLUENCE_PIECE_BYTES = 4 << 20
 
 def auto_centres(rows: int) -> int:
     """The centres of a run whose job leaves them unset: the power of two nearest rows /
-    AUTO_CENTRE_ROWS, within [MIN_AUTO_CENTRES, MAX_CENTRES]. More centres make each centre's lists
+    AUTO_CENTRE_ROWS, within [MIN_AUTO_CENTRES, MAX_AUTO_CENTRES]. More centres make each centre's lists
     shorter, so each row is compared with fewer of a peer's rows, down to one batch of a ciphertext's
     slots (docs/jobs/xclp.md "How many centres")."""
     want = max(float(rows), 1.0) / AUTO_CENTRE_ROWS
-    return int(min(MAX_CENTRES, max(MIN_AUTO_CENTRES, 2 ** round(math.log2(max(want, 1.0))))))
+    return int(min(MAX_AUTO_CENTRES, max(MIN_AUTO_CENTRES, 2 ** round(math.log2(max(want, 1.0))))))
 
 
 def own_neighbours_shape(n_rows: int, k: int) -> tuple[int, int, int]:
@@ -192,7 +195,7 @@ class XclpJobParams(JobParams):
                                 "0 .. 10^9", "docs/jobs/xclp.md", default=ALL_PAIRS_ROWS)
     centres: int | None = param("candidate pairs: directions drawn from the parties' common seed that the rows "
                                 "are grouped around (no one's data moves them); unset: a power of two near the "
-                                f"rows in all / {AUTO_CENTRE_ROWS}, from {MIN_AUTO_CENTRES} to {MAX_CENTRES}",
+                                f"rows in all / {AUTO_CENTRE_ROWS}, from {MIN_AUTO_CENTRES} to {MAX_AUTO_CENTRES}",
                                 f"2 .. {MAX_CENTRES}", "docs/jobs/xclp.md", default=None)
     probes: int = param("candidate pairs: nearest centres each row lists (the budget picks how many are used)",
                         "1 .. 16", "docs/jobs/xclp.md", default=4)
