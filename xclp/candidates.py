@@ -43,7 +43,7 @@ from xclp.errors import InvalidInput
 from xclp.seeding import Seed, public_rng
 
 __all__ = ["AUTO", "DUMMY", "PairSchedule", "a_slots", "b_rows", "budget_floor", "candidate_mask", "centre_lists",
-           "choose_probes", "evaluated_fraction", "first_shared", "folded", "initial_centres",
+           "choose_probes", "crowding", "evaluated_fraction", "first_shared", "folded", "initial_centres",
            "membership", "nearest_centres", "probe_table",
            "row_budgets", "spread_fraction", "unit_rows"]
 
@@ -306,3 +306,17 @@ def spread_fraction(sizes: Mapping[str, int], K: int, centres: int, slack: float
     pooled = np.full(centres, n // centres, dtype=np.int64) + (np.arange(centres) < n % centres)
     budgets = {q: row_budgets(pooled, sizes[q], n, slack) for q in sizes}
     return evaluated_fraction(budgets, sizes, list(itertools.permutations(sizes, 2)), K)
+
+
+def crowding(fraction: float, planned: float, centres: int) -> str:
+    """What to tell the operator when one probe per row costs more than "auto" planned from an even
+    spread (`planned`, XclpJobParams.work_budget): the rows crowd a few centres, and more centres
+    set in the job file split them ("" when within the plan). 3 x 100 000 flights rows cost 1.29 %
+    of all pairs' ciphertexts on the 2 048 centres the sizes give, 0.57 % on 16 384
+    (docs/jobs/xclp.md, "Crowded data")."""
+    if fraction <= planned:
+        return ""
+    return (f"the rows crowd the {centres} centres: one probe per row costs {100 * fraction:.2f}% of all pairs' "
+            f"ciphertexts, {fraction / max(planned, 1e-12):.1f} times the {100 * planned:.2f}% planned from rows "
+            "spread evenly over them; more centres in the job file would cost less (docs/jobs/xclp.md, "
+            "\"Crowded data\")")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xclp.candidates import AUTO, budget_floor, choose_probes
+from xclp.candidates import AUTO, budget_floor, choose_probes, crowding
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped
 from xclp.graph import InfluenceSolver, PushSolver, normalise
@@ -135,6 +135,9 @@ def _candidates(scope: Scope, state: XclpState) -> Program[None]:
     state.candidates = CandidateRun(probes, budgets, fraction)
     log.info("job %s: candidate pairs: %d centres, %d probes per row, %.1f%% of all pairs' ciphertexts",
              scope.run.config.job_id, p.centre_count, probes, 100 * fraction)
+    crowded = crowding(fraction, p.work_budget(sizes, state.layout.slots), p.centre_count) if p.budget == AUTO else ""
+    if crowded:
+        log.warning("job %s: candidate pairs: %s", scope.run.config.job_id, crowded)
     yield Probes(scope, state)
 
 

@@ -227,3 +227,26 @@ def test_the_nearest_centres_are_the_first_of_a_stable_sort_of_all_of_them(seed,
     centres = rng.integers(-2, 3, size=(C, 3)).astype(np.float64)
     expected = np.argsort(-(X @ centres.T), axis=1, kind="stable")[:, :min(probes, C)]
     assert np.array_equal(cd.nearest_centres(X, centres, probes), expected)
+
+
+def test_the_operator_hears_when_the_rows_crowd_the_centres_past_the_plan() -> None:
+    """"auto" is planned at twice what rows spread evenly cost; the flights crowded 2 048 centres to
+    1.29 % of all pairs' ciphertexts against 0.5 % planned. A table whose rows fall on a sixteenth of
+    the centres is told so, with the way out; one spread evenly is not."""
+    from xclp.v1.registry import parse_params
+
+    sizes, K = {"a": 6000, "b": 6000, "c": 6000}, 186
+    params = parse_params("xclp", {"n_classes": 2, "pair_budget": "auto"}).for_rows(sum(sizes.values()))
+    C, planned = params.centre_count, params.work_budget(sizes, K)  # type: ignore[attr-defined]
+    pairs, n = list(itertools.permutations(sizes, 2)), sum(sizes.values())
+    even = np.full(C, n // C) + (np.arange(C) < n % C)
+    crowded = np.zeros(C, dtype=np.int64)
+    crowded[: C // 16] = n // (C // 16)
+    crowded[0] += n - crowded.sum()
+    notes = {}
+    for name, pooled in (("even", even), ("crowded", crowded)):
+        _, _, fraction = cd.choose_probes(pooled[None, :], sizes, pairs, K, 1.0, cd.AUTO)
+        notes[name] = cd.crowding(fraction, planned, C)
+    assert notes["even"] == ""
+    assert notes["crowded"].startswith(f"the rows crowd the {C} centres: one probe per row costs ")
+    assert "more centres in the job file would cost less" in notes["crowded"]

@@ -61,13 +61,10 @@ from xclp.v1.params import (
 # one probe per row kept the accuracy within a point of all pairs, whose Paillier work passes hours)
 ALL_PAIRS_ROWS = 20_000
 AUTO_ESTIMATE = 2.0  # pair_budget = "auto": its work planned at this many times the even spread's cost
-# centres unset: about this many rows in all per centre, as a power of two in [MIN_AUTO_CENTRES,
-# MAX_AUTO_CENTRES] (docs/jobs/xclp.md "How many centres": measured on Fashion-MNIST)
-AUTO_CENTRE_ROWS = 200
-MIN_AUTO_CENTRES, MAX_AUTO_CENTRES = 64, 4096
-# centres set in the job: at most this many (a table that crowds a few directions needs more than its
-# rows suggest, docs/jobs/xclp.md "Crowded data"; the probes go as uint16, the probe table is probes × C)
-MAX_CENTRES = 16384
+# centres unset: about this many rows in all per centre, a power of two in [MIN_AUTO_CENTRES, MAX_AUTO_CENTRES]
+# (docs/jobs/xclp.md "How many centres"); set in the job, at most MAX_CENTRES ("Crowded data": a table that
+# crowds a few directions needs more than its rows suggest; the probes go as uint16)
+AUTO_CENTRE_ROWS, MIN_AUTO_CENTRES, MAX_AUTO_CENTRES, MAX_CENTRES = 200, 64, 4096, 16384
 # influence_tolerance unset: exact dense columns up to this many rows in all, pushed to
 # AUTO_INFLUENCE_TOLERANCE above (docs/jobs/xclp.md "Sparse influence": measured on Fashion-MNIST and digits)
 EXACT_INFLUENCE_ROWS = 20_000
