@@ -99,10 +99,10 @@ def one_size(n: int, blocks: int, W: sp.csr_matrix | None = None) -> dict[str, A
         block = float(np.mean(per_block))
         projected[method] = setup + block * len(chunks)
         out["solvers"][method] = {"setup_seconds": round(setup, 3), "block_seconds": round(block, 3),
-                                  "projected_seconds": round(setup + block * len(chunks), 1),
+                                  "projected_seconds": round(projected[method], 1),
                                   "split_block_bit_identical": split_equal, **stats}
         say(f"n = {n}: {method}: set-up {setup:.2f}s, {block:.2f}s per block of {width}, projected "
-            f"{setup + block * len(chunks):.0f}s over {len(chunks)} blocks; {stats}")
+            f"{projected[method]:.0f}s over {len(chunks)} blocks; {stats}")
     # what 'auto' picks over CG, the baseline, from the unrounded projections (rounded, CG's came to 0.0)
     out["chosen_over_baseline"] = round(projected[out["auto_picks"]] / max(projected["cg"], 1e-12), 4)
     out["max_abs_difference"] = max(float(np.abs(answers["sparse"] - a).max()) for a in answers.values())

@@ -214,8 +214,6 @@ def test_the_coordinators_fold_of_the_schedule_is_the_reference_graph_on_the_sam
     assert (reference != knn_adjacency(H, L, params)).nnz  # the schedule did leave pairs out
 
 
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 9), st.integers(1, 6), st.integers(0, 3))
 def test_the_nearest_centres_are_the_first_of_a_stable_sort_of_all_of_them(seed, n, C, probes, levels) -> None:
