@@ -65,9 +65,10 @@ class WorkerSpec:
 
     @classmethod
     def parse(cls, value: int | str | None, *, insecure: bool = False, given: str = "--workers",
-              insecure_given: str = "--insecure-workers") -> WorkerSpec:
+              insecure_given: str = "--insecure-workers",
+              carries: str = "Paillier tasks carry this party's secret key and codes") -> WorkerSpec:
         """A number of processes or a scheduler address; ConfigError with what to do otherwise,
-        naming the settings the way they were given (client/options.py)."""
+        naming the settings the way they were given (client/options.py) and what the tasks carry."""
         if value is None:
             return cls()
         text = str(value).strip()
@@ -78,7 +79,7 @@ class WorkerSpec:
             raise ConfigError(f"{given} {text!r}: give a number of local processes or a Dask scheduler address "
                               "tls://host:port")
         if scheme == "tcp" and not insecure:
-            raise ConfigError(f"{given} {text}: Paillier tasks carry this party's secret key and codes, and tcp:// "
+            raise ConfigError(f"{given} {text}: {carries}, and tcp:// "
                               "sends them in the clear; use tls:// (mutual TLS configured the Dask way, "
                               "docs/cluster.md), "
                               f"or set {insecure_given} on a network nobody else can read")
@@ -209,11 +210,11 @@ def _hold(value: T) -> T:
 class DaskWorkers(Executor):
     """The institution's Dask cluster as an Executor (module docstring)."""
 
-    def __init__(self, client: Any, address: str) -> None:
+    def __init__(self, client: Any, address: str, work: str = "Paillier work") -> None:
         from distributed import KilledWorker
         from distributed.comm.core import CommClosedError
 
-        self.client, self.address = client, address
+        self.client, self.address, self.work = client, address, work
         self._threads, self._asked = 1, -THREADS_SECONDS
         self._lock = threading.Lock()
         self._unfinished: dict[str, tuple[Any, Future[Any]]] = {}  # key -> (the cluster's future, ours)
@@ -222,7 +223,9 @@ class DaskWorkers(Executor):
                                                       CommClosedError, OSError, TimeoutError)
 
     @classmethod
-    def connect(cls, address: str, timeout: float | None = None) -> DaskWorkers:
+    def connect(cls, address: str, timeout: float | None = None, *, work: str = "Paillier work") -> DaskWorkers:
+        """The scheduler at `address`, for `work` (what the log says runs there); ConfigError if it
+        does not answer within `timeout` (CONNECT_SECONDS)."""
         timeout = CONNECT_SECONDS if timeout is None else timeout
         try:
             import dask
@@ -240,13 +243,13 @@ class DaskWorkers(Executor):
             raise ConfigError(f"--workers {address}: the Dask scheduler did not answer within {timeout:.0f} s "
                               f"({_reason(exc)}); is it up, does it speak {address.split(':')[0]}, and do its "
                               "certificates come from the CA in Dask's distributed.comm.tls.ca-file?") from None
-        workers = cls(client, address)
+        workers = cls(client, address, work)
         log.info("%s", workers.describe())
         return workers
 
     def describe(self) -> str:
         """Which scheduler and how many workers (no secrets), for the party's log."""
-        return (f"Paillier work on the Dask scheduler {self.address}: {len(self._nthreads())} workers, "
+        return (f"{self.work} on the Dask scheduler {self.address}: {len(self._nthreads())} workers, "
                 f"{self.threads()} threads")
 
     def threads(self) -> int:
@@ -255,6 +258,10 @@ class DaskWorkers(Executor):
         if now - self._asked >= THREADS_SECONDS:
             self._threads, self._asked = max(1, sum(self._nthreads().values())), now
         return self._threads
+
+    def connected_threads(self) -> int:
+        """The cluster's worker threads now (0 with no worker); WorkersLost if the scheduler is gone."""
+        return sum(self._nthreads().values())
 
     def _nthreads(self) -> dict[str, int]:
         try:

@@ -27,13 +27,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xclp.errors import ConfigError, XclpError
 from xclp.memory import limit_malloc_arenas
 from xclp.runtime import read_toml
 from xclp.server.defaults import DEFAULT_ADMIN_LISTEN, DEFAULT_STATE
 from xclp.v1.exits import EXIT_OK, EXIT_UNEXPECTED, exit_code, stdout_closed
+
+if TYPE_CHECKING:
+    from xclp.client.workers import DaskWorkers
 
 log = logging.getLogger("xclp.server")
 EXIT_GRACE_SECONDS = 3.0
@@ -61,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
                                                   "TLS")
     s.add_argument("--insecure", action="store_true", default=None, help="plaintext gRPC (testing only; never across "
                                                                          "networks)")
+    s.add_argument("--workers", help="a Dask scheduler of the operator's own, tls://host:port: the XCLP influence "
+                   "solve runs on its workers (docs/cluster.md; default: on this machine's cores)")
+    s.add_argument("--insecure-workers", action="store_true", default=None,
+                   help="allow a tcp:// --workers address (the graph crosses the network in the clear)")
     s.add_argument("--port-file", type=Path, help="write the bound port to this file once listening")
     s.add_argument("--exit-when-done", action="store_true", default=None,
                    help="exit once a run has started and every run is over, none queued (a one-shot coordinator)")
@@ -177,7 +184,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError(f"{args.config}: [operators] must be a table: name = \"ed25519:<base64>\"")
         raw["operators"] = {name: parse_public_key(str(key)) for name, key in operators.items()}
         known = {"listen", "allow_list", "jobs", "insecure", "port_file", "exit_when_done", "state", "admin_listen",
-                 "metrics_listen", "operators"}
+                 "metrics_listen", "operators", "workers", "insecure_workers"}
         extra = sorted(set(raw) - known)
         if extra:
             raise ConfigError(f"{args.config}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}, "
@@ -214,6 +221,7 @@ def serve(args: argparse.Namespace) -> int:
     cfg = _settings(args)
     if not cfg.get("allow_list"):
         raise ConfigError("serve needs --allow-list (or allow_list in --config)")
+    offload = _offload(cfg)
     insecure = bool(cfg.get("insecure"))
     tls = None
     if not insecure:
@@ -231,7 +239,7 @@ def serve(args: argparse.Namespace) -> int:
     coordinator = Coordinator(allowed, [config for config, _ in read], store=store,
                               metrics=metrics, job_root=state.parent / "jobs",
                               job_texts=[(text, str(path)) for (_, text), path in zip(read, job_files)],
-                              checkpoints=Checkpoints(state.parent / "runs"))
+                              checkpoints=Checkpoints(state.parent / "runs"), offload=offload)
     server, port = build_server(coordinator, cfg.get("listen") or "0.0.0.0:50051", tls=tls)
     operators = cfg.get("operators") or {}
     admin_address = cfg.get("admin_listen") or DEFAULT_ADMIN_LISTEN
@@ -269,11 +277,29 @@ def serve(args: argparse.Namespace) -> int:
     if admin is not None:
         admin.stop(grace=1)
     server.stop(grace=2).wait()
+    if offload is not None:
+        offload.shutdown()
     failed = [j for j, job in coordinator.jobs.items() if job.stage.value == "failed"]
     if failed:
         log.warning("jobs that failed: %s", ", ".join(failed))
     store.close()
     return EXIT_OK
+
+
+def _offload(cfg: dict[str, Any]) -> DaskWorkers | None:
+    """The operator's Dask cluster for the influence solve (server/offload.py), connected now: a
+    scheduler that does not answer stops the coordinator before it serves; None without `workers`."""
+    from xclp.client.workers import DaskWorkers, WorkerSpec
+
+    given = cfg.get("workers")
+    if not given:
+        return None
+    spec = WorkerSpec.parse(str(given), insecure=bool(cfg.get("insecure_workers")),
+                            carries="the influence solve's tasks carry the graph the coordinator learned")
+    if spec.scheduler is None:
+        raise ConfigError(f"--workers {given}: give a Dask scheduler address, tls://host:port; the coordinator's "
+                          "own solve already uses this machine's cores")
+    return DaskWorkers.connect(spec.scheduler, work="the XCLP influence solve")
 
 
 def health(args: argparse.Namespace) -> int:

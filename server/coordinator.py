@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from xclp.client.workers import DaskWorkers
 from xclp.crypto.identity import SignedBundle
 from xclp.errors import (
     ConfigError,
@@ -63,11 +64,13 @@ class Coordinator:
                  observer: Observer | None = None, clock: Callable[[], float] = time.monotonic,
                  store: StateStore | None = None, metrics: Metrics | None = None,
                  job_root: Path | None = None, job_texts: Sequence[tuple[str, str]] = (),
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None, offload: DaskWorkers | None = None) -> None:
         """`jobs` start a run each now (job files given at start); `job_texts` are their
         (TOML text, file) as recorded in the store. `job_root` holds submitted jobs' files.
         `checkpoints`: where runs are saved to go on after a crash (server/resume.py); a run that
-        a previous process left running with a checkpoint there goes on."""
+        a previous process left running with a checkpoint there goes on. `offload`: the operator's
+        Dask cluster, where every run's influence solve goes (server/offload.py)."""
+        self.offload = offload
         self.allow_list = allow_list
         self.observer = observer
         self.store = store if store is not None else StateStore()
@@ -167,7 +170,7 @@ class Coordinator:
             run_id = queue.pop(0)
             config = self.definitions[job_id]
             job = Run(config, self.allow_list, clock=self._clock, observer=self.observer)
-            job.run_id = run_id
+            job.run_id, job.offload = run_id, self.offload
             job.events = self
             text, source = next(((t, s) for j, t, s in self.store.definitions() if j == job_id), ("", ""))
             if source != SUBMITTED and Path(source).is_file():  # read again after a restart, from any directory
@@ -235,7 +238,7 @@ class Coordinator:
                 log.warning("run %s cannot go on from its checkpoint: %s", record.run_id, exc, exc_info=not known)
                 self.checkpoints.remove(record.run_id)
                 continue
-            run.events = self
+            run.events, run.offload = self, self.offload
             self._texts[run.run_id] = (text, source)
             self.jobs[config.job_id] = self.runs[run.run_id] = run
             self._tokens.update((h, (run, pid)) for h, pid in tokens.items())

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from xclp.client.workers import DaskWorkers
 from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
@@ -70,13 +71,12 @@ class Run:
         self.past_steps: dict[str, int] = {}
         self.last_attempt: Step | None = None  # the step attempt that ended last (a restart's predecessor)
         self.closed_scopes: set[str] = set()  # prefixes of scopes that are over (training rounds)
-        self.session_id = b""  # set when the roster goes out
-        self.run_id = ""  # the coordinator's id of this run
+        self.session_id, self.run_id = b"", ""  # set when the roster goes out; the coordinator's id of this run
         self.events: RunEvents | None = None
         self.ledger = StepLedger()  # seconds and bytes of every step, for the operator
         self.scaling: Scaling | None = None  # docs/design.md §8: the pooled preparation, if the job prepares
-        self.outcome_reason = ""
-        self.started_at = clock()
+        self.outcome_reason, self.started_at = "", clock()
+        self.offload: DaskWorkers | None = None  # the operator's cluster for the influence solve (server/offload.py)
         self.done_event = threading.Event()
         self.post = Post(config.job_id, self.parties)
         self._program: Program[str] | None = None

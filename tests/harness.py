@@ -117,9 +117,10 @@ def advance_after(clock: ManualClock, seconds: float, wait: Callable[[], object]
 
 
 @contextlib.contextmanager
-def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None,
-                clock: Callable[[], float] | None = None, store=None) -> Iterator[tuple[Coordinator, str]]:
-    coord = Coordinator(allow, jobs, observer=observer, store=store, **({"clock": clock} if clock else {}))
+def coordinator(allow, jobs, *, observer=None, tls: TlsFiles | None = None, clock: Callable[[], float] | None = None,
+                store=None, offload=None) -> Iterator[tuple[Coordinator, str]]:
+    coord = Coordinator(allow, jobs, observer=observer, store=store, offload=offload,
+                        **({"clock": clock} if clock else {}))
     server, port = build_server(coord, "127.0.0.1:0", tls=tls)
     server.start()
     coord.start()

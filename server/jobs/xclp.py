@@ -32,10 +32,10 @@ import numpy as np
 from xclp.candidates import AUTO, budget_floor, choose_probes, crowding
 from xclp.crypto.secure_hamming import SlotLayout
 from xclp.errors import InvalidInput, PeerDropped
-from xclp.graph import InfluenceSolver, PushSolver, normalise
 from xclp.memory import default_max_memory, gib
 from xclp.server.jobs.base import CoordinatorJob
 from xclp.server.mailbox import Party
+from xclp.server.offload import ClusterSolver, InfluenceProblem, Solver
 from xclp.server.phases.base import PhaseFailed, Program, Scope, Work, attempt_after_restart
 from xclp.server.phases.each_party import IntraHamming, LabeledSets, Probes
 from xclp.server.phases.masked_sum import MaskedSum, SumResult
@@ -283,9 +283,36 @@ class Distribute(Work):
         started = scope.run.clock()
         labeled = None if p.hide_label_mask else state.labeled
         columns = steps.influence_columns_of(layout, membership.labels, labeled=labeled)
-        # exact: the columns of (I − α𝒲)^{-1}, dense; with a tolerance, pushed and sparse (§10.7)
-        solver = PushSolver(state.W, p.graph_params.alpha, p.tolerance) if p.tolerance else \
-            InfluenceSolver(normalise(state.W), p.graph_params.alpha, p.influence_method)
+        # exact: the columns of (I − α𝒲)^{-1}, dense; with a tolerance, pushed and sparse (§10.7); on the
+        # operator's Dask cluster if the coordinator has one (server/offload.py, §10.8)
+        problem = InfluenceProblem(state.W, p.graph_params.alpha, p.influence_method, p.tolerance)
+        size = solve_columns(layout.n)
+        planned = [cols[at : at + size] for cols in columns.values() for at in range(0, cols.size, size)]
+        solver = problem.solver() if scope.run.offload is None else \
+            ClusterSolver(scope.run.offload, problem, planned, live=self.live)
+        try:
+            self._send(scope, state, columns, solver)
+        finally:
+            if isinstance(solver, ClusterSolver):
+                solver.close()
+        state.solve = solver.stats
+        with self.locked:
+            scope.run.ledger.record("graph", scope.run.clock() - started)
+        stats, where = solver.stats, f" {solver.describe()}" if isinstance(solver, ClusterSolver) else ""
+        if p.tolerance:
+            log.info("XCLP: %d influence columns pushed in %.1f s%s (tolerance %g, %d entries, a column's mass left "
+                     "out: at most %.3f)", stats.columns, stats.seconds, where, p.tolerance, stats.nonzeros,
+                     stats.dropped_max)
+        else:
+            log.info("XCLP: %d influence columns solved in %.1f s%s (%s, %d blocks, at most %d iterations, residual "
+                     "%.1e)", stats.columns, stats.seconds, where, stats.method, stats.blocks, stats.iterations,
+                     stats.max_residual)
+
+    def _send(self, scope: Scope, state: XclpState, columns: dict[str, np.ndarray],
+              solver: Solver | ClusterSolver) -> None:
+        """The layout to the graph's parties, then each receiver's columns block by block."""
+        p, membership, layout = state.params, state.membership, state.graph_layout
+        assert layout is not None
         with self.locked:
             scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
             meter = step_meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved",
@@ -302,6 +329,8 @@ class Distribute(Work):
                 # solved while the previous block is on its way, queued once that one (nearly) is: the
                 # mailboxes never hold all of S_L, and solving and sending overlap
                 block = solver.solve(cols[start : start + solve_columns(layout.n)])
+                if block is None:  # the run is over (the cluster's solver returns None then)
+                    break
                 if start and not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
                     # not reading for a step's deadline: the rest of its columns are neither sent nor
                     # solved, and it will miss SecureRowSums as any silent party does
@@ -317,17 +346,6 @@ class Distribute(Work):
                         for packed in pack_pieces(block):
                             scope.broadcast(INFLUENCE_MSG, 0, packed, to=[pid])
                 meter.update(meter.done + (block.shape[1] if isinstance(block, np.ndarray) else block.columns))
-        state.solve = solver.stats
-        with self.locked:
-            scope.run.ledger.record("graph", scope.run.clock() - started)
-        stats = solver.stats
-        if p.tolerance:
-            log.info("XCLP: %d influence columns pushed in %.1f s (tolerance %g, %d entries, a column's mass left "
-                     "out: at most %.3f)", stats.columns, stats.seconds, p.tolerance, stats.nonzeros, stats.dropped_max)
-        else:
-            log.info("XCLP: %d influence columns solved in %.1f s (%s, %d blocks, at most %d iterations, residual "
-                     "%.1e)", stats.columns, stats.seconds, stats.method, stats.blocks, stats.iterations,
-                     stats.max_residual)
 
 
 def _row_sums(scope: Scope, state: XclpState, going_on: tuple[str, ...] | None = None, attempt: int = 0) -> MaskedSum:

@@ -5,6 +5,8 @@ confirms. And `allow add`, for real federations."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.dask_cluster import cluster
 from tests.helpers import make_data, write_table
 from xclp.baselines import logistic_baseline, per_client_lp
 from xclp.crypto import identity
@@ -37,7 +40,10 @@ def tables(root: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs(tmp_path) -> None:
+@pytest.mark.parametrize("offload", [False, True], ids=["alone", "dask-cluster"])
+def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs(tmp_path, offload) -> None:
+    """With `offload`, the coordinator's server.toml also names a Dask scheduler of the operator's
+    (mutual TLS, the Dask way: environment variables), where its influence solve runs."""
     fed = tmp_path / "fed"
     made = subprocess.run([str(BIN / "xclp-server"), "federation", "new", str(fed), "--parties", ",".join(PARTIES),
                            "--data", *map(str, tables(tmp_path)), "--label-column", "diagnosis", "--id-column",
@@ -61,12 +67,21 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
         run = fed / p / "run.toml"
         run.write_text(run.read_text().replace("paillier_bits = 2048", "paillier_bits = 512\n"
                                                "insecure_test_keys = true\nworkers = 0"))
+    dask = contextlib.ExitStack()
+    env, workers = dict(os.environ), ""
+    if offload:
+        pytest.importorskip("distributed")
+        (tmp_path / "dask").mkdir()
+        running = dask.enter_context(cluster(tmp_path / "dask", workers=2))
+        env.update({"DASK_" + key.upper().replace(".", "__").replace("-", "_"): value
+                    for key, value in running.client_config().items()})
+        workers = f'workers = "{running.address}"\n'
     (fed / "coordinator" / "server.toml").write_text((fed / "coordinator" / "server.toml").read_text().replace(
-        "127.0.0.1:50051", "127.0.0.1:0").replace("[tls]", 'port_file = "port"\nadmin_listen = "off"\n[tls]'))
+        "127.0.0.1:50051", "127.0.0.1:0").replace("[tls]", f'port_file = "port"\nadmin_listen = "off"\n{workers}[tls]'))
     procs = []
     try:
         server = subprocess.Popen([str(BIN / c) if i == 0 else c for i, c in enumerate(shlex.split(commands[0]))],
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True, env=env)
         procs.append(server)
         port_file = fed / "coordinator" / "port"
         for _ in range(600):
@@ -87,7 +102,10 @@ def test_the_scaffold_and_the_four_commands_of_its_readme_run_xclp_on_three_csvs
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+        dask.close()
     assert all(proc.returncode == 0 for proc in procs), said
+    assert ("influence columns solved" in said[0]) and (f"on the Dask scheduler {running.address}" in said[0]
+                                                        if offload else "Dask" not in said[0])
     for p in PARTIES:
         predictions = (fed / p / "out" / "predictions.csv").read_text().splitlines()
         assert len(predictions) == 41 and predictions[1].startswith(f"{p}-0,")
