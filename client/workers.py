@@ -20,6 +20,9 @@ its own that the scheduler can recompute if the worker holding it is lost (scatt
 not be), and the tasks depend on it. A worker lost mid-task is survived by Dask's own retry
 (`distributed.scheduler.allowed-failures`); a lost scheduler fails the party's step with a
 `WorkersLost` that names it.
+
+The coordinator connects to its operator's cluster the same way for the XCLP influence solve
+(`xclp-server serve --workers`, server/offload.py).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from xclp.reference import xclp_reference
 from xclp.server import offload
 from xclp.server.offload import ClusterSolver, InfluenceProblem
 
+dask = pytest.importorskip("dask")
 pytest.importorskip("distributed")
 
 ALPHA = 0.99
@@ -192,10 +193,9 @@ def test_serve_refuses_a_cluster_it_cannot_use_before_it_listens(tmp_path, monke
     from xclp.server.cli import main
 
     monkeypatch.setattr(workers_module, "CONNECT_SECONDS", 1.0)
-    for key in ("CA_FILE", "CLIENT__CERT", "CLIENT__KEY"):
-        monkeypatch.delenv(f"DASK_DISTRIBUTED__COMM__TLS__{key}", raising=False)
     port_file = tmp_path / "port"
-    code = main(["serve", "--allow-list", str(tmp_path / "allow.toml"), "--insecure", "--listen", "127.0.0.1:0",
-                 "--port-file", str(port_file), *flags])
+    with dask.config.set(dict.fromkeys(workers_module.TLS_KEYS)):  # no certificate settings in this process
+        code = main(["serve", "--allow-list", str(tmp_path / "allow.toml"), "--insecure", "--listen", "127.0.0.1:0",
+                     "--port-file", str(port_file), *flags])
     assert code == 2 and says in capsys.readouterr().err
     assert not port_file.exists()
