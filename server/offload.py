@@ -128,16 +128,22 @@ class ClusterSolver:
                  live: Callable[[], bool] = lambda: True, ahead: int | None = None) -> None:
         self.workers, self.problem, self.live = workers, problem, live
         self.key = secrets.token_hex(8)
-        self.ahead = max(1, min(AHEAD_MAX, ahead if ahead is not None else workers.threads()))
         self.stats = SolveStats("push" if problem.tolerance else problem.method, tolerance=problem.tolerance)
         self._todo = collections.deque(np.asarray(c, dtype=np.int64) for c in planned)
         self._pending: collections.deque[tuple[np.ndarray, Future[tuple[Block, SolveStats]]]] = collections.deque()
         self._local: Solver | None = None
         self._shared: Any = None
         self._workerless_since: float | None = None
+        try:
+            self.ahead = max(1, min(AHEAD_MAX, ahead if ahead is not None else workers.threads()))
+        except WorkersLost as exc:  # gone since the coordinator started: it solves every block itself
+            self.ahead = 1
+            self._lost(str(exc))
 
     def describe(self) -> str:
-        return f"on the Dask scheduler {self.workers.address} ({self.ahead} blocks at a time)"
+        """Where the blocks were solved, for the coordinator's log."""
+        where = f"on the Dask scheduler {self.workers.address} ({self.ahead} blocks at a time)"
+        return where if self._local is None else f"{where}, then on the coordinator (the cluster was lost)"
 
     def solve(self, columns: np.ndarray) -> Block | None:
         """The block `columns`, which must be one of the planned blocks not yet taken."""

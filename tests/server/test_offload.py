@@ -19,6 +19,7 @@ from tests.dask_cluster import cluster
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from tests.oracles.party_view import party_view
 from xclp.client.policy import PartyPolicy
+from xclp.client import workers as workers_module
 from xclp.client.workers import DaskWorkers
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput
@@ -127,21 +128,34 @@ def test_the_workers_drop_the_runs_solver_when_it_ends(workers) -> None:
     assert not any(kept(solver.key).values())
 
 
-def test_a_cluster_lost_mid_solve_costs_no_block(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("lost", ["every worker", "the scheduler", "the scheduler before the solve"])
+def test_a_cluster_lost_mid_solve_costs_no_block(tmp_path, monkeypatch, caplog, lost) -> None:
     monkeypatch.setattr(offload, "WORKERLESS_SECONDS", 0.5)
+    monkeypatch.setattr(workers_module, "THREADS_SECONDS", 0.0)  # the solver asks the scheduler itself
     problem = InfluenceProblem(graph(600), ALPHA, "cg")
     planned = blocks(np.arange(0, 600, 7), 10)
     here = problem.solver()
-    with cluster(tmp_path, workers=1, protocol="tcp") as running, DaskWorkers.connect(running.address) as connected:
-        solver = ClusterSolver(connected, problem, planned, ahead=1)
+    # the client tries to reach a lost scheduler again for as long as it waited to connect (20 s)
+    with cluster(tmp_path, workers=1, protocol="tcp") as running, \
+            DaskWorkers.connect(running.address, timeout=2.0) as connected:
+
+        def kill() -> None:  # with every worker gone, Dask would hold the next blocks for good
+            for proc in running.workers if lost == "every worker" else running.procs[:1]:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+
+        if lost == "the scheduler before the solve":
+            kill()
+        solver = ClusterSolver(connected, problem, planned, ahead=None if "before" in lost else 1)
         assert same(solver.solve(planned[0]), here.solve(planned[0]))
-        for worker in running.workers:  # every worker gone: Dask would hold the next blocks for good
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(30)
+        if "before" not in lost:
+            kill()
         for columns in planned[1:]:
             assert same(solver.solve(columns), here.solve(columns))
         solver.close()
     assert solver.stats.columns == sum(c.size for c in planned)
+    assert "the influence solve's Dask cluster is lost" in caplog.text
+    assert solver.describe().endswith("then on the coordinator (the cluster was lost)")
 
 
 def blocks_solved(connected: DaskWorkers) -> int:
@@ -189,7 +203,6 @@ def test_through_the_service_every_partys_scores_equal_the_reference(workers, ke
                                                               "not answer within 1 s"),
 ])
 def test_serve_refuses_a_cluster_it_cannot_use_before_it_listens(tmp_path, monkeypatch, capsys, flags, says) -> None:
-    from xclp.client import workers as workers_module
     from xclp.server.cli import main
 
     monkeypatch.setattr(workers_module, "CONNECT_SECONDS", 1.0)
