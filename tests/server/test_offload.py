@@ -18,8 +18,8 @@ import scipy.sparse as sp
 from tests.dask_cluster import cluster
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from tests.oracles.party_view import party_view
-from xclp.client.policy import PartyPolicy
 from xclp.client import workers as workers_module
+from xclp.client.policy import PartyPolicy
 from xclp.client.workers import DaskWorkers
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput
