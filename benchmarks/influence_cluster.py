@@ -35,10 +35,10 @@ from influence import ALPHA, LABELED, graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test cluster lives in tests/, not in the package
 
-from xclp.client.workers import DaskWorkers
 from xclp.server.offload import ClusterSolver, InfluenceProblem
 from xclp.sparse_influence import SparseColumns
 from xclp.v1.xclp import solve_columns
+from xclp.workers import DaskWorkers
 
 
 def say(message: str) -> None:

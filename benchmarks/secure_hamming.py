@@ -130,7 +130,7 @@ def on_cluster(scheduler: str, keypair: PaillierKeypair, codes_A: np.ndarray, co
                layout: SlotLayout, expected: np.ndarray) -> dict[str, object]:
     """The packed protocol on a Dask cluster against a process pool as large as the cluster's
     threads, alternating, with the payload bytes moved to and from the workers."""
-    from xclp.client.workers import DaskWorkers
+    from xclp.workers import DaskWorkers
 
     class Counted(DaskWorkers):
         sent = received = 0

@@ -83,7 +83,6 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import RunConfig
 from xclp.client.run_state import RunStateFile
 from xclp.client.session import PartySession
-from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.data import tables
@@ -94,6 +93,7 @@ from xclp.v1 import xclp_pb2 as pb
 from xclp.v1 import xclp_pb2_grpc as pb_grpc
 from xclp.v1.params import JobParams
 from xclp.v1.status import error_from_rpc
+from xclp.workers import WorkerSpec
 
 log = logging.getLogger("xclp.agent")
 

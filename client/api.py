@@ -54,7 +54,6 @@ from xclp.client.policy import PartyPolicy
 from xclp.client.run_config import JobResult, RunConfig
 from xclp.client.session import DataLoader, PartySession, stderr_progress
 from xclp.client.validate import HeldOut
-from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity as identities
 from xclp.data import tables
 from xclp.data.party_table import PartyData
@@ -65,6 +64,7 @@ from xclp.v1 import registry
 from xclp.v1.params import JobParams
 from xclp.v1.registry import Output
 from xclp.validation import Comparison
+from xclp.workers import WorkerSpec
 
 PathLike = str | os.PathLike[str]
 

@@ -30,7 +30,6 @@ from xclp.client.context import Progress
 from xclp.client.jobs.estimate import WorkLimits, default_max_memory
 from xclp.client.ledger import Ledger, RunAccount
 from xclp.client.run_config import RunConfig
-from xclp.client.workers import worker_count
 from xclp.crypto import identity, masking
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.data.party_table import PartyData
@@ -43,6 +42,7 @@ from xclp.v1.params import JobParams
 from xclp.v1.spec import spec_digest
 from xclp.v1.steps import RESUMES, RUN_ALIVE
 from xclp.v1.xclp import FINE_PIECES, KEEPS_PAIRS, KEEPS_PIECES, SPARSE_INFLUENCE
+from xclp.workers import worker_count
 
 __all__ = ["account_for", "check_job_fits", "decline", "declining", "join_request"]
 

@@ -15,7 +15,6 @@ from xclp.client.connection import ConnectionConfig
 from xclp.client.jobs.estimate import DEFAULT_MAX_WORK_MINUTES
 from xclp.client.ledger import Ledger
 from xclp.client.policy import PartyPolicy
-from xclp.client.workers import WorkerSpec
 from xclp.crypto import identity
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.data.party_table import PartyData
@@ -23,6 +22,7 @@ from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.params import JobParams
+from xclp.workers import WorkerSpec
 
 if TYPE_CHECKING:
     from xclp.client.jobs.training import RoundRecord
@@ -50,7 +50,7 @@ class RunConfig:
     # accepts on a roster (docs/design.md §2.1). Required: without it a coordinator could swap a peer's key.
     peers: Mapping[str, bytes] | None = None
     policy: PartyPolicy = PartyPolicy()  # this party's own minimums (docs/design.md §2.3)
-    workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (client/workers.py)
+    workers: WorkerSpec | int | None = None  # where XCLP's Paillier work runs (xclp/workers.py)
     # XCLP size limits, checked before the work (client/jobs/estimate.py); 0 = no limit
     max_memory_bytes: int | None = None  # None: three quarters of the RAM
     max_work_seconds: float = DEFAULT_MAX_WORK_MINUTES * 60  # --max-work-minutes (0: no limit)

@@ -41,7 +41,6 @@ from xclp.client.membership import Membership
 from xclp.client.phases.prepare import Preparation
 from xclp.client.policy import PartyPolicy, StepGuard
 from xclp.client.run_config import JobResult, PartyStage, RunConfig, checked_table, privacy_report
-from xclp.client.workers import DaskWorkers, make_executor
 from xclp.crypto import identity, masking
 from xclp.data.party_table import PartyData
 from xclp.errors import DeadlineExceeded, InvalidInput, PolicyRefused, ProtocolError, RunCancelled
@@ -52,6 +51,7 @@ from xclp.v1.params import JobParams
 from xclp.v1.spec import canonical_spec
 from xclp.v1.status import ended_early
 from xclp.v1.steps import ALIVE_MSG, MOMENTS_RESULT_MSG, SEED_RELAY_MAX_BYTES, SEED_STEP
+from xclp.workers import DaskWorkers, make_executor
 
 DataLoader = Callable[[JobParams], PartyData]  # the party's table, read for the job's parameters
 _NOT_LOADED = PartyData(np.zeros((0, 0)), None, ())
@@ -116,7 +116,7 @@ class PartySession:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
     def start_workers(self, paillier: bool) -> None:
-        """Where this run's Paillier work goes (client/workers.py), if it has any: before Join, or on a rejoin."""
+        """Where this run's Paillier work goes (xclp/workers.py), if it has any: before Join, or on a rejoin."""
         self._executor = make_executor(self.config.workers) if paillier else None
         if isinstance(self._executor, DaskWorkers):
             self.progress(self._executor.describe())

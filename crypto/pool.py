@@ -32,7 +32,7 @@ SHARED_BYTES = 64 << 10  # a bytes argument at least this large, given to severa
 def run_tasks(fn: Callable[..., T], argument_tuples: Sequence[tuple[Any, ...]], executor: Executor | None) -> list[T]:
     """[fn(*args) for args in argument_tuples], on `executor` if given; results keep input order.
 
-    An executor with a `share(value)` method (a cluster's, client/workers.py) gets each large bytes
+    An executor with a `share(value)` method (a cluster's, xclp/workers.py) gets each large bytes
     argument that several of the tasks take (the same object) once, and the tasks what it returns.
     """
     if executor is None:

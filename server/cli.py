@@ -36,7 +36,7 @@ from xclp.server.defaults import DEFAULT_ADMIN_LISTEN, DEFAULT_STATE
 from xclp.v1.exits import EXIT_OK, EXIT_UNEXPECTED, exit_code, stdout_closed
 
 if TYPE_CHECKING:
-    from xclp.client.workers import DaskWorkers
+    from xclp.workers import DaskWorkers
 
 log = logging.getLogger("xclp.server")
 EXIT_GRACE_SECONDS = 3.0
@@ -289,7 +289,7 @@ def serve(args: argparse.Namespace) -> int:
 def _offload(cfg: dict[str, Any]) -> DaskWorkers | None:
     """The operator's Dask cluster for the influence solve (server/offload.py), connected now: a
     scheduler that does not answer stops the coordinator before it serves; None without `workers`."""
-    from xclp.client.workers import DaskWorkers, WorkerSpec
+    from xclp.workers import DaskWorkers, WorkerSpec
 
     given = cfg.get("workers")
     if not given:

@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from xclp.client.workers import DaskWorkers
 from xclp.crypto.identity import SignedBundle
 from xclp.errors import (
     ConfigError,
@@ -53,6 +52,7 @@ from xclp.server.store import RunRecord, StateStore
 from xclp.server.views import run_info
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
+from xclp.workers import DaskWorkers
 
 log = logging.getLogger("xclp.server")
 

@@ -11,7 +11,7 @@ dense Cholesky of a small graph goes through BLAS, whose last bits may differ on
 What the cluster gets is what the coordinator holds: the kNN graph W and the labeled rows' global
 indices (docs/design.md §2: the coordinator learns both). So the cluster must be the operator's own
 machines: mutual TLS the Dask way, tcp:// only with `--insecure-workers`, exactly as a party's
-`--workers` (client/workers.py, which this reuses).
+`--workers` (xclp/workers.py, which this reuses).
 
 A cluster that goes away (the scheduler lost, every worker gone for WORKERLESS_SECONDS) costs no
 run: the coordinator solves the rest of the blocks itself and says so in its log. A block that
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from xclp.client.workers import DaskWorkers, WorkersLost
 from xclp.graph import InfluenceMethod, InfluenceSolver, PushSolver, SolveStats, normalise
 from xclp.sparse_influence import SparseColumns
+from xclp.workers import DaskWorkers, WorkersLost
 
 log = logging.getLogger("xclp.server")
 

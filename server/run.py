@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from xclp.client.workers import DaskWorkers
 from xclp.crypto.identity import KeyBundle, SignedBundle
 from xclp.data.prep import Scaling
 from xclp.errors import InvalidInput, NotAuthorized, ProtocolError, XclpError
@@ -43,6 +42,7 @@ from xclp.v1 import registry, wire
 from xclp.v1 import xclp_pb2 as pb
 from xclp.v1.spec import party_view
 from xclp.v1.steps import ALIVE_MSG, LEAVE_MSG
+from xclp.workers import DaskWorkers
 
 log = logging.getLogger("xclp.server")
 

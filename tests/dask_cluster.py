@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from xclp.client.workers import DaskWorkers
 from xclp.crypto import certs
+from xclp.workers import DaskWorkers
 
 DASK = Path(sys.executable).with_name("dask")
 STARTUP_SECONDS = 60

@@ -28,7 +28,6 @@ from xclp.client.phases.centres import CandidateCentres
 from xclp.client.phases.masked_sum import MaskedSumParty, Noisy
 from xclp.client.phases.secure_hamming import SecureHammingParty
 from xclp.client.steps import xclp as steps
-from xclp.client.workers import worker_count
 from xclp.crypto.fixedpoint import FixedPoint
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.secure_hamming import SlotLayout
@@ -58,6 +57,7 @@ from xclp.v1.xclp import (
     influence_piece_columns,
 )
 from xclp.v1.xclp_layout import RowLayout
+from xclp.workers import worker_count
 
 T = TypeVar("T")
 

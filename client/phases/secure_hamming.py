@@ -9,7 +9,7 @@ coordinator has not folded, with fresh seeds (the pairs-from message says where 
 from a coordinator of the version before, the kept-pairs message which pairs it skips whole;
 roles stay as drawn in the first attempt; A's encrypted slices are kept and sent again). Every
 relay is sealed for its pair, attempt and direction (xclp.v1.relay). Heavy Paillier work runs on
-the context's executor (client/workers.py).
+the context's executor (xclp/workers.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from xclp.client.context import PartyContext
 from xclp.client.jobs.estimate import check_scheduled_work
 from xclp.client.phases.centres import CandidateCentres
 from xclp.client.steps import xclp as steps
-from xclp.client.workers import worker_count
 from xclp.crypto.paillier import PaillierKeypair, PaillierPublicKey
 from xclp.crypto.secure_hamming import EncryptedSlices, SlotLayout, draw_mask_seed
 from xclp.errors import InvalidInput, ProtocolError, XclpError
@@ -52,6 +51,7 @@ from xclp.v1.secure_hamming_wire import (
 )
 from xclp.v1.xclp import HAMMING_STEP, PAIRS_DTYPE, PAIRS_KEPT_DTYPE, XclpJobParams
 from xclp.v1.xclp_layout import PairTask, pairs_table, parts_of
+from xclp.workers import worker_count
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""A party's Paillier work on the institution's own Dask cluster (docs/design.md §10.4, client/workers.py):
+"""A party's Paillier work on the institution's own Dask cluster (docs/design.md §10.4, xclp/workers.py):
 a real `dask scheduler` and two `dask worker` processes over mutual TLS, with certificates from a
 CA of the test's own (an institution's). An in-process coordinator and three party sessions run
 XCLP (512-bit test keys) where party a sends its Paillier tasks to the cluster: its scores equal
@@ -20,14 +20,14 @@ import pytest
 from tests.dask_cluster import Cluster, cluster
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from tests.oracles.party_view import party_view
-from xclp.client import workers as workers_module
+from xclp import workers as workers_module
 from xclp.client.policy import PartyPolicy
-from xclp.client.workers import DaskWorkers, WorkersLost, WorkerSpec
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.crypto.pool import SHARED_BYTES, run_tasks
 from xclp.errors import ConfigError
 from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
+from xclp.workers import DaskWorkers, WorkersLost, WorkerSpec
 
 dask = pytest.importorskip("dask")
 pytest.importorskip("distributed")

@@ -1,4 +1,4 @@
-"""The party's local Paillier pool starts at its first task, not at Join (client/workers.py).
+"""The party's local Paillier pool starts at its first task, not at Join (xclp/workers.py).
 
 A hostile coordinator made an agent join 20 runs at once, each starting its process pool at Join
 (23 processes of 0.5-1 GB). A pool now costs nothing until a Paillier task is submitted."""
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from xclp.client.workers import LocalPool, WorkerSpec, make_executor, worker_count
+from xclp.workers import LocalPool, WorkerSpec, make_executor, worker_count
 
 
 def test_the_pool_starts_no_process_until_its_first_task_and_none_after_shutdown() -> None:

@@ -1,6 +1,6 @@
 """The coordinator's influence solve on the operator's Dask cluster (server/offload.py, docs/design.md
 §10.8): a real `dask scheduler` and two `dask worker` processes (plain tcp on 127.0.0.1; the TLS
-handshake is client/workers.py's, tested in tests/client/test_dask_workers.py). Each block of
+handshake is xclp/workers.py's, tested in tests/client/test_dask_workers.py). Each block of
 columns comes back bit for bit as the coordinator's own solver gives it, for the push, the sparse
 LU and conjugate gradients; blocks for a receiver that is gone are skipped; a cluster lost
 mid-solve costs no block (the coordinator solves the rest); a block that fails for its own reason
@@ -18,9 +18,8 @@ import scipy.sparse as sp
 from tests.dask_cluster import cluster
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
 from tests.oracles.party_view import party_view
-from xclp.client import workers as workers_module
+from xclp import workers as workers_module
 from xclp.client.policy import PartyPolicy
-from xclp.client.workers import DaskWorkers
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput
 from xclp.graph import GraphParams, knn_adjacency
@@ -29,6 +28,7 @@ from xclp.lsh import lsh_codes, lsh_projection
 from xclp.reference import xclp_reference
 from xclp.server import offload
 from xclp.server.offload import ClusterSolver, InfluenceProblem
+from xclp.workers import DaskWorkers
 
 dask = pytest.importorskip("dask")
 pytest.importorskip("distributed")

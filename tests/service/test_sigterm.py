@@ -109,7 +109,7 @@ def test_a_party_stopped_by_sigterm_mid_securehamming_leaves_no_process_behind(k
 
 @pytest.mark.slow
 def test_a_party_killed_by_sigkill_mid_securehamming_leaves_no_worker_behind(keys, tmp_path: Path) -> None:
-    """SIGKILL runs no `finally`: each pool worker ends as the party does (client/workers.py
+    """SIGKILL runs no `finally`: each pool worker ends as the party does (xclp/workers.py
     die_with_party), and with them the forkserver and the resource tracker. Before, all of them
     stayed under init for good, the workers blocked on their task queue."""
     allow, others, paillier = files_of_a(keys, tmp_path)

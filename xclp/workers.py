@@ -1,5 +1,7 @@
 """Where a party's Paillier work runs (docs/design.md §10.4): a local process pool by default, or the
-institution's own Dask distributed cluster (`--workers tls://scheduler:8786`).
+institution's own Dask distributed cluster (`--workers tls://scheduler:8786`). It sits below both
+ends (docs/design.md §1): the coordinator's influence solve uses the same cluster connection
+(server/offload.py, §10.8).
 
 Every Paillier task (encrypt a batch of A's bit slices, evaluate a batch against some of B's rows,
 decrypt a chunk) goes through a `concurrent.futures.Executor` (crypto/pool.py `run_tasks`):
@@ -21,8 +23,6 @@ not be), and the tasks depend on it. A worker lost mid-task is survived by Dask'
 (`distributed.scheduler.allowed-failures`); a lost scheduler fails the party's step with a
 `WorkersLost` that names it.
 
-The coordinator connects to its operator's cluster the same way for the XCLP influence solve
-(`xclp-server serve --workers`, server/offload.py).
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from xclp.crypto.pool import default_workers
 from xclp.errors import ConfigError, XclpError
+from xclp.runtime import default_workers
 
-log = logging.getLogger("xclp.client")
+log = logging.getLogger("xclp.workers")
 
 T = TypeVar("T")
 
