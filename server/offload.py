@@ -86,10 +86,7 @@ def solve_block(key: str, problem: InfluenceProblem, columns: np.ndarray) -> tup
     with lock:
         if not kept:
             kept.append(problem.solver())
-        solver = kept[0]
-        before = dataclasses.replace(solver.stats)
-        block = solver.solve(columns)
-        return block, _since(before, solver.stats)
+        return _counted(kept[0], columns)
 
 
 def forget(key: str) -> None:
@@ -98,11 +95,15 @@ def forget(key: str) -> None:
         _built.pop(key, None)
 
 
-def _since(before: SolveStats, after: SolveStats) -> SolveStats:
-    """One block's share of a solver's running stats (maxima are the solver's so far: merged by max)."""
-    return dataclasses.replace(after, columns=after.columns - before.columns, blocks=after.blocks - before.blocks,
-                               seconds=after.seconds - before.seconds, nonzeros=after.nonzeros - before.nonzeros,
-                               dropped_sum=after.dropped_sum - before.dropped_sum)
+def _counted(solver: Solver, columns: np.ndarray) -> tuple[Block, SolveStats]:
+    """The block `columns`, and its share of the solver's running stats (the maxima are the solver's so
+    far: `merge` takes them by max)."""
+    before = dataclasses.replace(solver.stats)
+    block, after = solver.solve(columns), solver.stats
+    return block, dataclasses.replace(
+        after, columns=after.columns - before.columns, blocks=after.blocks - before.blocks,
+        seconds=after.seconds - before.seconds, nonzeros=after.nonzeros - before.nonzeros,
+        dropped_sum=after.dropped_sum - before.dropped_sum)
 
 
 def merge(total: SolveStats, part: SolveStats) -> None:
@@ -226,7 +227,6 @@ class ClusterSolver:
 
     def _solve_here(self, columns: np.ndarray) -> Block:
         assert self._local is not None
-        before = dataclasses.replace(self._local.stats)
-        block = self._local.solve(columns)
-        merge(self.stats, _since(before, self._local.stats))
+        block, part = _counted(self._local, columns)
+        merge(self.stats, part)
         return block

@@ -8,10 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from xclp.crypto import identity
 from xclp.data.party_table import PartyData
+from xclp.graph import GraphParams, knn_adjacency
+from xclp.hamming import hamming_matrix
+from xclp.lsh import lsh_codes, lsh_projection
 from xclp.runtime import read_bytes, read_toml, write_private
 
 
@@ -95,3 +99,12 @@ def chi2_vs_skellam(samples: np.ndarray, variance: float) -> float:
     observed = np.bincount(np.clip(samples, -tail, tail) + tail, minlength=ks.size)
     return float(stats.chisquare(observed, probs * n).pvalue)
 
+
+
+def knn_graph(n: int, seed: int = 0, k: int = 10) -> sp.csr_matrix:
+    """A kNN graph of clustered rows, as the coordinator builds it from Hamming distances (L = 256)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((4, 8)) * 3
+    X = centres[rng.integers(0, 4, n)] + rng.standard_normal((n, 8))
+    H = hamming_matrix(lsh_codes(X, lsh_projection(seed, 256, 8)))
+    return knn_adjacency(H, 256, GraphParams(k=k))

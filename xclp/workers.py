@@ -22,7 +22,6 @@ its own that the scheduler can recompute if the worker holding it is lost (scatt
 not be), and the tasks depend on it. A worker lost mid-task is survived by Dask's own retry
 (`distributed.scheduler.allowed-failures`); a lost scheduler fails the party's step with a
 `WorkersLost` that names it.
-
 """
 
 from __future__ import annotations
@@ -259,7 +258,7 @@ class DaskWorkers(Executor):
         """The cluster's worker threads (at least 1), asked of the scheduler at most every few seconds."""
         now = time.monotonic()
         if now - self._asked >= THREADS_SECONDS:
-            self._threads, self._asked = max(1, sum(self._nthreads().values())), now
+            self._threads, self._asked = max(1, self.connected_threads()), now
         return self._threads
 
     def connected_threads(self) -> int:

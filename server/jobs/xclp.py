@@ -286,12 +286,13 @@ class Distribute(Work):
         # exact: the columns of (I − α𝒲)^{-1}, dense; with a tolerance, pushed and sparse (§10.7); on the
         # operator's Dask cluster if the coordinator has one (server/offload.py, §10.8)
         problem = InfluenceProblem(state.W, p.graph_params.alpha, p.influence_method, p.tolerance)
-        size = solve_columns(layout.n)
-        planned = [cols[at : at + size] for cols in columns.values() for at in range(0, cols.size, size)]
+        size = solve_columns(layout.n)  # the blocks each receiver's columns are solved and sent in
+        planned = {pid: [cols[at : at + size] for at in range(0, cols.size, size)] for pid, cols in columns.items()}
         solver = problem.solver() if scope.run.offload is None else \
-            ClusterSolver(scope.run.offload, problem, planned, live=self.live)
+            ClusterSolver(scope.run.offload, problem, [b for blocks in planned.values() for b in blocks],
+                          live=self.live)
         try:
-            self._send(scope, state, columns, solver)
+            self._send(scope, state, planned, solver)
         finally:
             if isinstance(solver, ClusterSolver):
                 solver.close()
@@ -308,30 +309,30 @@ class Distribute(Work):
                      "%.1e)", stats.columns, stats.seconds, where, stats.method, stats.blocks, stats.iterations,
                      stats.max_residual)
 
-    def _send(self, scope: Scope, state: XclpState, columns: dict[str, np.ndarray],
+    def _send(self, scope: Scope, state: XclpState, planned: dict[str, list[np.ndarray]],
               solver: Solver | ClusterSolver) -> None:
-        """The layout to the graph's parties, then each receiver's columns block by block."""
+        """The layout to the graph's parties, then each receiver's columns block by block (`planned`)."""
         p, membership, layout = state.params, state.membership, state.graph_layout
         assert layout is not None
         with self.locked:
             scope.broadcast(GRAPH_MSG, 0, state.rows(membership.graph), to=membership.graph)
-            meter = step_meter(scope, "influence", sum(c.size for c in columns.values()), "columns solved",
-                               work="influence")
+            meter = step_meter(scope, "influence", sum(b.size for blocks in planned.values() for b in blocks),
+                               "columns solved", work="influence")
         piece = influence_piece_columns(layout.n)
-        for pid, cols in columns.items():
-            if cols.size == 0:  # a receiver without labeled rows still hears that its S_L is empty
+        for pid, blocks in planned.items():
+            if not blocks:  # a receiver without labeled rows still hears that its S_L is empty
                 with self.locked:
                     scope.broadcast(INFLUENCE_MSG, 0, empty_piece() if p.tolerance else np.zeros((layout.n, 0)),
                                     to=[pid])
-            for start in range(0, cols.size, solve_columns(layout.n)):
+            for nth, cols in enumerate(blocks):
                 if not self.live() or pid not in scope.members:  # cancelled, or the party is gone
                     break
                 # solved while the previous block is on its way, queued once that one (nearly) is: the
                 # mailboxes never hold all of S_L, and solving and sending overlap
-                block = solver.solve(cols[start : start + solve_columns(layout.n)])
+                block = solver.solve(cols)
                 if block is None:  # the run is over (the cluster's solver returns None then)
                     break
-                if start and not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
+                if nth and not scope.wait_for_delivery(pid, steps.INFLUENCE_BACKLOG_BYTES):
                     # not reading for a step's deadline: the rest of its columns are neither sent nor
                     # solved, and it will miss SecureRowSums as any silent party does
                     log.warning("job %s: party %s is not reading its influence columns; the rest are not sent",

@@ -13,18 +13,16 @@ import signal
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from tests.dask_cluster import cluster
 from tests.harness import PARTIES, allow_list, coordinator, job, party_data, run_parties
+from tests.helpers import knn_graph
 from tests.oracles.party_view import party_view
 from xclp import workers as workers_module
 from xclp.client.policy import PartyPolicy
 from xclp.crypto.paillier import PaillierKeypair
 from xclp.errors import InvalidInput
-from xclp.graph import GraphParams, knn_adjacency
-from xclp.hamming import hamming_matrix
-from xclp.lsh import lsh_codes, lsh_projection
+from xclp.graph import GraphParams
 from xclp.reference import xclp_reference
 from xclp.server import offload
 from xclp.server.offload import ClusterSolver, InfluenceProblem
@@ -34,14 +32,6 @@ dask = pytest.importorskip("dask")
 pytest.importorskip("distributed")
 
 ALPHA = 0.99
-
-
-def graph(n: int, seed: int = 0, k: int = 8) -> sp.csr_matrix:
-    """A kNN graph of clustered rows, as the coordinator builds it from Hamming distances."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((4, 8)) * 3
-    X = centres[rng.integers(0, 4, n)] + rng.standard_normal((n, 8))
-    return knn_adjacency(hamming_matrix(lsh_codes(X, lsh_projection(seed, 128, 8))), 128, GraphParams(k=k))
 
 
 def blocks(columns: np.ndarray, size: int) -> list[np.ndarray]:
@@ -62,9 +52,9 @@ def workers(tmp_path_factory):
 
 
 @pytest.mark.parametrize("problem", [
-    InfluenceProblem(graph(600), ALPHA, tolerance=1e-4),
-    InfluenceProblem(graph(600), ALPHA, "sparse"),
-    InfluenceProblem(graph(600), ALPHA, "cg"),
+    InfluenceProblem(knn_graph(600), ALPHA, tolerance=1e-4),
+    InfluenceProblem(knn_graph(600), ALPHA, "sparse"),
+    InfluenceProblem(knn_graph(600), ALPHA, "cg"),
 ], ids=["push", "sparse-lu", "cg"])
 def test_the_cluster_solves_every_block_bit_for_bit_as_the_coordinator(workers, problem) -> None:
     _, connected = workers
@@ -85,7 +75,7 @@ def test_the_cluster_solves_every_block_bit_for_bit_as_the_coordinator(workers, 
 
 def test_blocks_of_a_receiver_that_is_gone_are_skipped_in_order(workers) -> None:
     _, connected = workers
-    problem = InfluenceProblem(graph(400), ALPHA, tolerance=1e-3)
+    problem = InfluenceProblem(knn_graph(400), ALPHA, tolerance=1e-3)
     planned = blocks(np.arange(0, 120, 3), 8)  # 5 blocks
     solver = ClusterSolver(connected, problem, planned, ahead=3)
     try:
@@ -99,7 +89,7 @@ def test_blocks_of_a_receiver_that_is_gone_are_skipped_in_order(workers) -> None
 
 def test_a_block_that_fails_for_its_own_reason_fails_as_on_the_coordinator(workers) -> None:
     _, connected = workers
-    problem = InfluenceProblem(graph(300), 1.0, "sparse")  # no α of 1: (I − 𝒲) is singular
+    problem = InfluenceProblem(knn_graph(300), 1.0, "sparse")  # no α of 1: (I − 𝒲) is singular
     with pytest.raises(InvalidInput, match="alpha must be strictly between 0 and 1"):
         problem.solver()
     solver = ClusterSolver(connected, problem, [np.arange(4)])
@@ -109,14 +99,14 @@ def test_a_block_that_fails_for_its_own_reason_fails_as_on_the_coordinator(worke
 
 def test_the_solve_stops_waiting_when_the_run_is_over(workers) -> None:
     _, connected = workers
-    problem = InfluenceProblem(graph(300), ALPHA, tolerance=1e-3)
+    problem = InfluenceProblem(knn_graph(300), ALPHA, tolerance=1e-3)
     solver = ClusterSolver(connected, problem, [np.arange(4)], live=lambda: False)
     assert solver.solve(np.arange(4)) is None
 
 
 def test_the_workers_drop_the_runs_solver_when_it_ends(workers) -> None:
     _, connected = workers
-    problem = InfluenceProblem(graph(300), ALPHA, tolerance=1e-3)
+    problem = InfluenceProblem(knn_graph(300), ALPHA, tolerance=1e-3)
     solver = ClusterSolver(connected, problem, [np.arange(4)])
 
     def kept(key: str) -> dict[str, bool]:
@@ -132,7 +122,7 @@ def test_the_workers_drop_the_runs_solver_when_it_ends(workers) -> None:
 def test_a_cluster_lost_mid_solve_costs_no_block(tmp_path, monkeypatch, caplog, lost) -> None:
     monkeypatch.setattr(offload, "WORKERLESS_SECONDS", 0.5)
     monkeypatch.setattr(workers_module, "THREADS_SECONDS", 0.0)  # the solver asks the scheduler itself
-    problem = InfluenceProblem(graph(600), ALPHA, "cg")
+    problem = InfluenceProblem(knn_graph(600), ALPHA, "cg")
     planned = blocks(np.arange(0, 600, 7), 10)
     here = problem.solver()
     # the client tries to reach a lost scheduler again for as long as it waited to connect (20 s)

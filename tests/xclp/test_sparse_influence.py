@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from tests.helpers import knn_graph
 from xclp.errors import InvalidInput
-from xclp.graph import GraphParams, PushSolver, influence_columns, influence_of, knn_adjacency, normalise
-from xclp.hamming import hamming_matrix
-from xclp.lsh import lsh_codes, lsh_projection
+from xclp.graph import GraphParams, PushSolver, influence_columns, influence_of, normalise
 from xclp.propagation import label_matrix
 from xclp.sparse_influence import SparseColumns, push_columns
 from xclp.v1.influence import pack_pieces, unpack_piece
@@ -19,15 +18,6 @@ from xclp.v1.xclp import SPARSE_INFLUENCE_DTYPE
 
 ALPHA = 0.99
 F32 = 2.0**-23  # the values travel as float32: each within this relative rounding of the push's float64
-
-
-def graph(n: int, seed: int = 0, k: int = 10) -> sp.csr_matrix:
-    """A kNN graph of clustered rows, as the coordinator builds it from Hamming distances."""
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((4, 8)) * 3
-    X = centres[rng.integers(0, 4, n)] + rng.standard_normal((n, 8))
-    H = hamming_matrix(lsh_codes(X, lsh_projection(seed, 256, 8)))
-    return knn_adjacency(H, 256, GraphParams(k=k))
 
 
 def degrees(W: sp.csr_matrix) -> np.ndarray:
@@ -38,7 +28,7 @@ def degrees(W: sp.csr_matrix) -> np.ndarray:
 
 @pytest.mark.parametrize("tolerance", [1e-3, 1e-4, 1e-6])
 def test_the_push_is_below_the_exact_column_by_exactly_the_mass_it_reports(tolerance: float) -> None:
-    W = graph(300)
+    W = knn_graph(300)
     columns = np.array([0, 17, 150, 299, 42])
     exact = influence_columns(normalise(W), columns, ALPHA, "dense")
     pushed = push_columns(W, columns, ALPHA, tolerance)
@@ -55,7 +45,7 @@ def test_the_push_is_below_the_exact_column_by_exactly_the_mass_it_reports(toler
 
 
 def test_a_smaller_tolerance_leaves_out_less_and_reaches_the_exact_columns() -> None:
-    W = graph(200, seed=3)
+    W = knn_graph(200, seed=3)
     columns = np.arange(0, 200, 9)
     exact = influence_columns(normalise(W), columns, ALPHA, "dense")
     dropped, errors = [], []
@@ -68,7 +58,7 @@ def test_a_smaller_tolerance_leaves_out_less_and_reaches_the_exact_columns() -> 
 
 
 def test_every_class_of_zbar_keeps_all_but_the_largest_dropped_share_of_its_mass() -> None:
-    W = graph(240, seed=5)
+    W = knn_graph(240, seed=5)
     rng = np.random.default_rng(5)
     labeled = np.sort(rng.choice(240, 40, replace=False))
     Y = label_matrix(rng.integers(0, 3, 40), 3)
@@ -82,7 +72,7 @@ def test_every_class_of_zbar_keeps_all_but_the_largest_dropped_share_of_its_mass
 
 
 def test_columns_are_the_same_in_any_block_and_order() -> None:
-    W = graph(150, seed=2)
+    W = knn_graph(150, seed=2)
     columns = np.array([5, 90, 3, 149, 60, 61])
     together = push_columns(W, columns, ALPHA, 1e-4)
     for j, c in enumerate(columns):
@@ -104,7 +94,7 @@ def test_an_isolated_row_keeps_its_own_unit_column_exactly() -> None:
 
 
 def test_the_push_refuses_what_is_not_a_graph_or_a_tolerance() -> None:
-    W = graph(30)
+    W = knn_graph(30)
     with pytest.raises(InvalidInput, match="tolerance must be in"):
         push_columns(W, np.array([0]), ALPHA, 0.0)
     with pytest.raises(InvalidInput, match="alpha must be strictly between"):
@@ -116,7 +106,7 @@ def test_the_push_refuses_what_is_not_a_graph_or_a_tolerance() -> None:
 
 
 def test_the_solver_reports_what_it_left_out() -> None:
-    W = graph(120)
+    W = knn_graph(120)
     solver = PushSolver(W, ALPHA, 1e-4)
     first, second = solver.solve(np.arange(10)), solver.solve(np.arange(10, 15))
     stats = solver.stats.as_dict()
@@ -128,7 +118,7 @@ def test_the_solver_reports_what_it_left_out() -> None:
 
 
 def test_the_reference_with_a_tolerance_is_the_push() -> None:
-    W = graph(100)
+    W = knn_graph(100)
     labeled = np.array([1, 50, 99])
     ref = influence_of(W, labeled, GraphParams(alpha=ALPHA), tolerance=1e-4)
     assert np.array_equal(ref.S_L, push_columns(W, labeled, ALPHA, 1e-4).dense())
@@ -138,7 +128,7 @@ def test_the_reference_with_a_tolerance_is_the_push() -> None:
 
 
 def pushed(n: int = 200, columns: int = 12) -> SparseColumns:
-    return push_columns(graph(n), np.arange(columns) * 3, ALPHA, 1e-4)
+    return push_columns(knn_graph(n), np.arange(columns) * 3, ALPHA, 1e-4)
 
 
 def test_pieces_carry_the_columns_exactly_within_the_piece_size() -> None:
